@@ -1,0 +1,252 @@
+//! Partition keys: what may be one, how values are validated, and the stream
+//! names they compose into.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// The longest partition key accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The reserved token of a partition's dead-letter stream.
+pub const DLQ_TOKEN: &str = "dlq";
+
+/// The default backfill lane suffix (`[server.priority_lanes] backfill_suffix`).
+pub const DEFAULT_BACKFILL_SUFFIX: &str = "backfill";
+
+/// A field type that can hold a partition key: strings, integers, UUIDs and
+/// `Option`s of those (an `Option` that is `None` is a null key).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a partition key",
+    label = "this field's type cannot be a partition key",
+    note = "a partition key field is a string, an integer, a `uuid::Uuid`, or an `Option` of one of those"
+)]
+pub trait PartitionKey {
+    /// The key's text, or `None` for a null key.
+    fn key_value(&self) -> Option<Cow<'_, str>>;
+}
+
+impl PartitionKey for String {
+    fn key_value(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(self))
+    }
+}
+
+impl PartitionKey for str {
+    fn key_value(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(self))
+    }
+}
+
+impl PartitionKey for Cow<'_, str> {
+    fn key_value(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(self))
+    }
+}
+
+impl PartitionKey for uuid::Uuid {
+    fn key_value(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Owned(self.hyphenated().to_string()))
+    }
+}
+
+impl<T: PartitionKey + ?Sized> PartitionKey for &T {
+    fn key_value(&self) -> Option<Cow<'_, str>> {
+        (**self).key_value()
+    }
+}
+
+impl<T: PartitionKey> PartitionKey for Option<T> {
+    fn key_value(&self) -> Option<Cow<'_, str>> {
+        self.as_ref().and_then(PartitionKey::key_value)
+    }
+}
+
+impl<T: PartitionKey + ?Sized> PartitionKey for Box<T> {
+    fn key_value(&self) -> Option<Cow<'_, str>> {
+        (**self).key_value()
+    }
+}
+
+macro_rules! integer_keys {
+    ($($t:ty),*) => {$(
+        impl PartitionKey for $t {
+            fn key_value(&self) -> Option<Cow<'_, str>> {
+                Some(Cow::Owned(self.to_string()))
+            }
+        }
+    )*};
+}
+integer_keys!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
+
+/// The rules a key value must pass; only the backfill suffix is configurable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRules {
+    backfill_suffix: String,
+}
+
+impl Default for KeyRules {
+    fn default() -> Self {
+        Self {
+            backfill_suffix: DEFAULT_BACKFILL_SUFFIX.to_owned(),
+        }
+    }
+}
+
+impl KeyRules {
+    /// Rules with a custom backfill lane suffix.
+    pub fn with_backfill_suffix(suffix: impl Into<String>) -> Self {
+        Self {
+            backfill_suffix: suffix.into(),
+        }
+    }
+
+    /// The backfill lane suffix in force.
+    pub fn backfill_suffix(&self) -> &str {
+        &self.backfill_suffix
+    }
+
+    /// Validates a key value taken from `field`; `None` is a null key.
+    ///
+    /// Rejected: null or empty; containing `:`; longer than
+    /// [`MAX_KEY_LEN`] bytes; equal to `dlq` or the backfill suffix; of the
+    /// reserved sentinel form `__name__`.
+    pub fn validate(&self, field: &str, value: Option<&str>) -> Result<String, InvalidKey> {
+        let reject = |rule| InvalidKey {
+            field: field.to_owned(),
+            value: value.map(str::to_owned),
+            rule,
+        };
+        let Some(value) = value else {
+            return Err(reject(KeyRule::Null));
+        };
+        if value.is_empty() {
+            return Err(reject(KeyRule::Empty));
+        }
+        if value.contains(':') {
+            return Err(reject(KeyRule::ContainsColon));
+        }
+        if value.len() > MAX_KEY_LEN {
+            return Err(reject(KeyRule::TooLong { len: value.len() }));
+        }
+        if value == DLQ_TOKEN || value == self.backfill_suffix {
+            return Err(reject(KeyRule::ReservedLaneToken));
+        }
+        if is_sentinel(value) {
+            return Err(reject(KeyRule::ReservedSentinel));
+        }
+        Ok(value.to_owned())
+    }
+}
+
+/// Whether `value` has the reserved `__name__` form.
+fn is_sentinel(value: &str) -> bool {
+    value.len() > 4 && value.starts_with("__") && value.ends_with("__")
+}
+
+/// Why a key value was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyRule {
+    /// The value is missing or null.
+    Null,
+    /// The value is the empty string.
+    Empty,
+    /// The value contains `:`, the stream-name separator.
+    ContainsColon,
+    /// The value is longer than [`MAX_KEY_LEN`] bytes.
+    TooLong {
+        /// The value's length in bytes.
+        len: usize,
+    },
+    /// The value equals a reserved lane token (`dlq` or the backfill suffix).
+    ReservedLaneToken,
+    /// The value has the reserved `__name__` sentinel form.
+    ReservedSentinel,
+}
+
+impl fmt::Display for KeyRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Null => f.write_str("a partition key must not be null"),
+            Self::Empty => f.write_str("a partition key must not be empty"),
+            Self::ContainsColon => f.write_str("a partition key must not contain ':'"),
+            Self::TooLong { len } => write!(
+                f,
+                "a partition key must be at most {MAX_KEY_LEN} bytes (this one is {len})"
+            ),
+            Self::ReservedLaneToken => f.write_str(
+                "a partition key must not be a reserved lane token (`dlq` or the backfill suffix)",
+            ),
+            Self::ReservedSentinel => {
+                f.write_str("a partition key must not have the reserved `__name__` form")
+            }
+        }
+    }
+}
+
+/// A key value that cannot name a partition.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid partition key in field `{field}` (value {}): {rule}", DisplayValue(.value.as_deref()))]
+pub struct InvalidKey {
+    /// The key field the value came from.
+    pub field: String,
+    /// The offending value (`None` when null).
+    pub value: Option<String>,
+    /// The rule it breaks.
+    pub rule: KeyRule,
+}
+
+struct DisplayValue<'a>(Option<&'a str>);
+
+impl fmt::Display for DisplayValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            None => f.write_str("null"),
+            Some(v) if v.len() > 64 => {
+                let cut = (0..=64).rev().find(|i| v.is_char_boundary(*i)).unwrap_or(0);
+                write!(f, "{:?}…", &v[..cut])
+            }
+            Some(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// The lane of a partition: primary traffic or low-priority backfill.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lane {
+    /// The partition's main stream.
+    #[default]
+    Primary,
+    /// The partition's low-priority lane, drained after the primary one.
+    Backfill,
+}
+
+/// Stream-name composition.
+pub mod stream {
+    use super::Lane;
+
+    /// The index set of a category's live partitions.
+    pub fn partitions_index(category: &str) -> String {
+        format!("{category}:__partitions__")
+    }
+
+    /// The stream of a partition's primary lane: `{category}:{key}`.
+    pub fn partition(category: &str, key: &str) -> String {
+        format!("{category}:{key}")
+    }
+
+    /// The stream of a partition lane: `{category}:{key}` or
+    /// `{category}:{key}:{backfill_suffix}`.
+    pub fn lane(category: &str, key: &str, lane: Lane, backfill_suffix: &str) -> String {
+        match lane {
+            Lane::Primary => partition(category, key),
+            Lane::Backfill => format!("{category}:{key}:{backfill_suffix}"),
+        }
+    }
+
+    /// The dead-letter stream of a partition: `{category}:{key}:dlq`.
+    pub fn dlq(category: &str, key: &str) -> String {
+        format!("{category}:{key}:{}", super::DLQ_TOKEN)
+    }
+}

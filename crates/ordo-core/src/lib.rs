@@ -1,0 +1,17 @@
+//! The core of Ordo: messages, partition keys, routing, the transactional
+//! outbox, sequencing policies, the keyed executor and the inline broker.
+//!
+//! Most users depend on the `ordo` facade instead of this crate.
+
+pub mod handler;
+pub mod key;
+pub mod message;
+pub mod policy;
+
+pub use handler::{
+    BoxFuture, CommandHandler, EventHandler, Extensions, HandledMessage, HandlerContext, HandlerDescriptor,
+    HandlerError, HandlerKind, HandlerResult, KeyExtractor, ProcessManager,
+};
+pub use key::{InvalidKey, KeyRule, KeyRules, Lane, PartitionKey};
+pub use message::{Aggregate, Command, DecodeError, Envelope, Event, Message, MessageKind, Metadata, PartOf};
+pub use policy::{ProcessingContext, SequenceId, SequencingPolicy};

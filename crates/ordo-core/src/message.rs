@@ -1,0 +1,168 @@
+//! Messages: aggregates, events, commands and the envelope they travel in.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// An aggregate: the owner of a stream category.
+///
+/// Derive it with `#[derive(Aggregate)]`; the category defaults to the type's
+/// name in snake case (`OrderLine` → `order_line`) and can be overridden with
+/// `#[aggregate(category = "...")]`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an aggregate",
+    label = "not an aggregate",
+    note = "derive it with `#[derive(Aggregate)]`"
+)]
+pub trait Aggregate: 'static {
+    /// The stream category of this aggregate's messages.
+    const CATEGORY: &'static str;
+}
+
+/// What every event and command has in common.
+pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// The stable type name written into every envelope (`OrderPlaced`).
+    const TYPE_NAME: &'static str;
+    /// Whether this is an event or a command.
+    const KIND: MessageKind;
+    /// The stream category of the aggregate this message is part of.
+    const CATEGORY: &'static str;
+
+    /// The identifier of the aggregate instance this message is about, read
+    /// from the field marked `#[aggregate_id]`, if any.
+    fn aggregate_id(&self) -> Option<String> {
+        None
+    }
+}
+
+/// An event: a fact that happened to an aggregate.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an event",
+    label = "not an event",
+    note = "derive it with `#[derive(Event)]` and `#[event(part_of = SomeAggregate)]`"
+)]
+pub trait Event: Message {
+    /// The aggregate this event is part of.
+    type Aggregate: Aggregate;
+}
+
+/// A command: a request to change an aggregate.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a command",
+    label = "not a command",
+    note = "derive it with `#[derive(Command)]` and `#[command(part_of = SomeAggregate)]`"
+)]
+pub trait Command: Message {
+    /// The aggregate this command targets.
+    type Aggregate: Aggregate;
+
+    /// The routing key: the field marked `#[routing_key]`, or else the
+    /// aggregate identifier. Commands with the same routing key are handled
+    /// one after another by default.
+    fn routing_key(&self) -> Option<String> {
+        self.aggregate_id()
+    }
+}
+
+/// Proof that a message belongs to aggregate `A`.
+///
+/// Implemented by `#[derive(Event)]` / `#[derive(Command)]` for the aggregate
+/// named in `part_of`; a handler declared `part_of = A` can only handle
+/// messages that implement `PartOf<A>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not part of aggregate `{A}`",
+    label = "handled here, but part of another aggregate",
+    note = "a handler declared `part_of = {A}` can only handle messages declared `part_of = {A}`"
+)]
+pub trait PartOf<A: Aggregate> {}
+
+/// Whether a message is an event or a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    /// A fact.
+    Event,
+    /// A request.
+    Command,
+}
+
+impl fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Event => "event",
+            Self::Command => "command",
+        })
+    }
+}
+
+/// Free-form string metadata carried with a message.
+pub type Metadata = BTreeMap<String, String>;
+
+/// A message in transit: its identity, routing facts and JSON payload.
+///
+/// Cheap to clone: the payload is shared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Unique message id (a UUID v4 in text form).
+    pub id: String,
+    /// Event or command.
+    pub kind: MessageKind,
+    /// The message's `TYPE_NAME`.
+    pub type_name: String,
+    /// The stream category (of the aggregate the message is part of).
+    pub category: String,
+    /// The aggregate instance identifier, when the message carries one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate_id: Option<String>,
+    /// The validated partition key, when its category is partitioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_key: Option<String>,
+    /// Metadata entries (read by the metadata sequencing policy).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: Metadata,
+    /// The payload, as JSON text.
+    pub payload: Arc<str>,
+}
+
+impl Envelope {
+    /// Serialises `message` into a new envelope with a fresh id.
+    pub fn new<M: Message>(message: &M) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            kind: M::KIND,
+            type_name: M::TYPE_NAME.to_owned(),
+            category: M::CATEGORY.to_owned(),
+            aggregate_id: message.aggregate_id(),
+            partition_key: None,
+            metadata: Metadata::new(),
+            payload: serde_json::to_string(message)?.into(),
+        })
+    }
+
+    /// Decodes the payload as `M`.
+    pub fn decode<M: DeserializeOwned>(&self) -> Result<M, DecodeError> {
+        serde_json::from_str(&self.payload).map_err(|source| DecodeError {
+            type_name: self.type_name.clone(),
+            message_id: self.id.clone(),
+            source,
+        })
+    }
+
+    /// Whether this envelope holds a `M`.
+    pub fn is<M: Message>(&self) -> bool {
+        self.type_name == M::TYPE_NAME
+    }
+}
+
+/// A payload that could not be decoded into the handler's type.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot decode message {message_id} as `{type_name}`")]
+pub struct DecodeError {
+    type_name: String,
+    message_id: String,
+    #[source]
+    source: serde_json::Error,
+}
