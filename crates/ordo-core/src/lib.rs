@@ -3,11 +3,13 @@
 //!
 //! Most users depend on the `ordo` facade instead of this crate.
 
+pub mod broker;
 pub mod handler;
 pub mod key;
 pub mod message;
 pub mod policy;
 
+pub use broker::{Broker, BrokerError, Capabilities, DynHandler, Publication, PublishError, Subscription};
 pub use handler::{
     BoxFuture, CommandHandler, EventHandler, Extensions, HandledMessage, HandlerContext, HandlerDescriptor,
     HandlerError, HandlerKind, HandlerResult, KeyExtractor, ProcessManager,

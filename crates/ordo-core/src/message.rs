@@ -117,6 +117,9 @@ pub struct Envelope {
     /// The aggregate instance identifier, when the message carries one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregate_id: Option<String>,
+    /// A command's routing key ([`Command::routing_key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing_key: Option<String>,
     /// The validated partition key, when its category is partitioned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition_key: Option<String>,
@@ -136,10 +139,18 @@ impl Envelope {
             type_name: M::TYPE_NAME.to_owned(),
             category: M::CATEGORY.to_owned(),
             aggregate_id: message.aggregate_id(),
+            routing_key: None,
             partition_key: None,
             metadata: Metadata::new(),
             payload: serde_json::to_string(message)?.into(),
         })
+    }
+
+    /// Serialises a command into a new envelope carrying its routing key.
+    pub fn command<C: Command>(command: &C) -> Result<Self, serde_json::Error> {
+        let mut envelope = Self::new(command)?;
+        envelope.routing_key = command.routing_key();
+        Ok(envelope)
     }
 
     /// Decodes the payload as `M`.

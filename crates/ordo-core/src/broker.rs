@@ -1,0 +1,183 @@
+//! The broker contract: how published messages leave the outbox and how
+//! brokers hand them to the registered handlers.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult};
+use crate::key::Lane;
+use crate::message::Envelope;
+use crate::policy::SequencingPolicy;
+
+/// What a broker can do, checked by `Domain::init()`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// The broker routes each partition key to its own stream and runs one
+    /// owner per partition across instances (`sequential_by` is enforced).
+    pub stream_partitioning: bool,
+    /// The broker runs handlers in this process in submission order, so a
+    /// `sequential_by` declaration is a no-op there (the inline broker).
+    pub ordered_in_process: bool,
+}
+
+impl Capabilities {
+    /// No capability at all.
+    pub const NONE: Self = Self {
+        stream_partitioning: false,
+        ordered_in_process: false,
+    };
+
+    /// Stream partitioning (the Redis broker).
+    pub const STREAM_PARTITIONING: Self = Self {
+        stream_partitioning: true,
+        ordered_in_process: false,
+    };
+
+    /// In-process ordering (the inline broker).
+    pub const ORDERED_IN_PROCESS: Self = Self {
+        stream_partitioning: false,
+        ordered_in_process: true,
+    };
+}
+
+/// One outbox row on its way to a broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publication {
+    /// The stream the row is routed to: `{category}:{key}`, its backfill lane
+    /// `{category}:{key}:{suffix}`, or the base `{category}`.
+    pub stream: String,
+    /// The lane (backfill rows of a partitioned category use the backfill lane).
+    pub lane: Lane,
+    /// The message, with its validated `partition_key`.
+    pub envelope: Envelope,
+}
+
+/// A publish that stopped part-way.
+#[derive(Debug, thiserror::Error)]
+#[error("broker publish failed after {published} of the batch's publications")]
+pub struct PublishError {
+    /// How many publications, from the start of the batch, were published.
+    pub published: usize,
+    /// Why the next one was not.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+/// A broker failure outside publishing (start-up, connection).
+pub type BrokerError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A message transport.
+pub trait Broker: Send + Sync + fmt::Debug + 'static {
+    /// A short name for messages and logs (`inline`, `redis`).
+    fn name(&self) -> &str;
+
+    /// What this broker can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Publishes `publications` in order; on failure reports how many, from the
+    /// start, were published.
+    fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>>;
+
+    /// Consumes messages for `subscriptions` until `shutdown` is cancelled.
+    /// Returns when every worker has stopped.
+    fn run(
+        &self,
+        subscriptions: Arc<[Subscription]>,
+        shutdown: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BrokerError>>;
+}
+
+impl<B: Broker + ?Sized> Broker for Arc<B> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+
+    fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
+        (**self).publish(publications)
+    }
+
+    fn run(
+        &self,
+        subscriptions: Arc<[Subscription]>,
+        shutdown: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BrokerError>> {
+        (**self).run(subscriptions, shutdown)
+    }
+}
+
+/// The object-safe form of every handler kind, as brokers call it.
+pub trait DynHandler: Send + Sync + 'static {
+    /// Handles one message. For a process manager this loads the instance
+    /// for the message's correlation value, runs the handler and saves it.
+    fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult>;
+}
+
+/// A registered handler as a broker sees it: what it consumes and how to call it.
+#[derive(Clone)]
+pub struct Subscription {
+    /// The handler's description (name, kind, handled types, key fields).
+    pub descriptor: Arc<HandlerDescriptor>,
+    /// The policy that sequences this handler's messages in process: the
+    /// registration override, else the impl's `#[sequencing_policy]`, else the
+    /// `sequential_by` key, else the kind's default. A method's own
+    /// `#[sequencing_policy]` still wins (see [`Subscription::policy_for`]).
+    pub policy: Arc<dyn SequencingPolicy>,
+    /// Whether a registration-time policy overrides the method attributes.
+    pub policy_overridden: bool,
+    /// How to call the handler.
+    pub handler: Arc<dyn DynHandler>,
+}
+
+impl Subscription {
+    /// The handler's name (also its consumer-group name).
+    pub fn name(&self) -> &'static str {
+        self.descriptor.name
+    }
+
+    /// Which macro produced the handler.
+    pub fn kind(&self) -> HandlerKind {
+        self.descriptor.kind
+    }
+
+    /// Whether the handler partitions its categories by key.
+    pub fn partitioned(&self) -> bool {
+        self.descriptor.partitioned
+    }
+
+    /// The distinct categories the handler consumes.
+    pub fn categories(&self) -> Vec<&'static str> {
+        self.descriptor.categories()
+    }
+
+    /// Whether the handler handles messages of `type_name`.
+    pub fn handles(&self, type_name: &str) -> bool {
+        self.descriptor.handled(type_name).is_some()
+    }
+
+    /// The policy that sequences `type_name` for this handler.
+    pub fn policy_for(&self, type_name: &str) -> &dyn SequencingPolicy {
+        if !self.policy_overridden {
+            if let Some(policy) = self.descriptor.handled(type_name).and_then(|h| h.policy.as_deref()) {
+                return policy;
+            }
+        }
+        &*self.policy
+    }
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("name", &self.descriptor.name)
+            .field("kind", &self.descriptor.kind)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
