@@ -4,10 +4,19 @@
 //! Most users depend on the `ordo` facade instead of this crate.
 
 pub mod broker;
+pub mod bus;
+pub mod config;
+pub mod domain;
+pub mod error;
+pub mod executor;
 pub mod handler;
+pub mod inline;
 pub mod key;
 pub mod message;
+pub mod outbox;
 pub mod policy;
+pub mod process;
+pub mod uow;
 
 pub use broker::{Broker, BrokerError, Capabilities, DynHandler, Publication, PublishError, Subscription};
 pub use handler::{
@@ -17,3 +26,6 @@ pub use handler::{
 pub use key::{InvalidKey, KeyRule, KeyRules, Lane, PartitionKey};
 pub use message::{Aggregate, Command, DecodeError, Envelope, Event, Message, MessageKind, Metadata, PartOf};
 pub use policy::{ProcessingContext, SequenceId, SequencingPolicy};
+
+// Re-exports of the runtime modules (domain, outbox, executor, policies, ...)
+// are added below by the modules' authors.
