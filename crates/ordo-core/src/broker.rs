@@ -163,10 +163,13 @@ impl Subscription {
 
     /// The policy that sequences `type_name` for this handler.
     pub fn policy_for(&self, type_name: &str) -> &dyn SequencingPolicy {
-        if !self.policy_overridden {
-            if let Some(policy) = self.descriptor.handled(type_name).and_then(|h| h.policy.as_deref()) {
-                return policy;
-            }
+        if !self.policy_overridden
+            && let Some(policy) = self
+                .descriptor
+                .handled(type_name)
+                .and_then(|h| h.policy.as_deref())
+        {
+            return policy;
         }
         &*self.policy
     }

@@ -1,1 +1,92 @@
-//! (being written)
+//! The command bus behind `Domain::dispatch`: one handler per command type,
+//! sequenced in process by the handler's policy.
+
+use std::any::Any;
+use std::collections::HashMap;
+
+use crate::broker::Subscription;
+use crate::error::DispatchError;
+use crate::executor::KeyedExecutor;
+use crate::handler::HandlerContext;
+use crate::key::KeyRules;
+use crate::message::{Command, Envelope, Message};
+use crate::policy::ProcessingContext;
+
+/// Routes each command to its one handler through a [`KeyedExecutor`].
+///
+/// The handler's policy (by default the routing key) gives the sequence id:
+/// commands with the same id are handled one after another in dispatch
+/// order, others in parallel. Sequence ids are not scoped to the handler,
+/// so two handlers of one aggregate's commands also take turns per routing
+/// key. A handler must not dispatch, and await, a command with its own
+/// sequence id: that command waits for the handler, which waits for it.
+#[derive(Debug)]
+pub(crate) struct CommandBus {
+    executor: KeyedExecutor,
+    routes: HashMap<&'static str, Subscription>,
+    rules: KeyRules,
+}
+
+impl CommandBus {
+    /// A bus over the command handlers in `subscriptions`; `init()` has
+    /// checked that each command type has at most one.
+    pub(crate) fn new(subscriptions: &[Subscription], rules: KeyRules, max_concurrency: usize) -> Self {
+        let routes = subscriptions
+            .iter()
+            .flat_map(|s| s.descriptor.handles.iter().map(move |h| (h.type_name, s.clone())))
+            .collect();
+        Self {
+            executor: KeyedExecutor::new(max_concurrency),
+            routes,
+            rules,
+        }
+    }
+
+    /// Handles `command` and returns the handler's outcome.
+    pub(crate) async fn dispatch<C: Command>(&self, command: C) -> Result<(), DispatchError> {
+        let type_name = C::TYPE_NAME;
+        let route = self
+            .routes
+            .get(type_name)
+            .ok_or(DispatchError::NoHandler { type_name })?;
+        let handler = route.name();
+        let mut envelope =
+            Envelope::command(&command).map_err(|source| DispatchError::Serialization { type_name, source })?;
+        envelope.partition_key = self.partition_key(route, &command)?;
+        let context = ProcessingContext::new(handler).with_typed(&command);
+        let sequence = route.policy_for(type_name).sequence_identifier(&envelope, &context);
+        let dyn_handler = route.handler.clone();
+        let outcome = self.executor.submit(sequence, async move {
+            let ctx = HandlerContext::new(&envelope);
+            dyn_handler.handle(&envelope, &ctx).await
+        });
+        match outcome.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(source)) => Err(DispatchError::Handler {
+                handler,
+                type_name,
+                source,
+            }),
+            Err(_) => Err(DispatchError::Aborted { handler, type_name }),
+        }
+    }
+
+    /// The validated `sequential_by` key of a partitioned handler's command.
+    fn partition_key<C: Message>(&self, route: &Subscription, command: &C) -> Result<Option<String>, DispatchError> {
+        if !route.partitioned() {
+            return Ok(None);
+        }
+        let Some(extractor) = route.descriptor.handled(C::TYPE_NAME).and_then(|h| h.key) else {
+            return Ok(None);
+        };
+        let value = extractor.extract(command as &dyn Any).flatten();
+        self.rules
+            .validate(extractor.field(), value.as_deref())
+            .map(Some)
+            .map_err(|key| DispatchError::InvalidKey {
+                type_name: C::TYPE_NAME,
+                handler: route.name(),
+                key,
+            })
+    }
+}

@@ -1,1 +1,343 @@
-//! (being written)
+//! The domain configuration, read from the `[server.partitioning]` and
+//! `[server.priority_lanes]` tables of `domain.toml`.
+//!
+//! ```toml
+//! [server.partitioning]
+//! lease_ttl_ms = 15000                # ownership lease lifetime
+//! heartbeat_interval_seconds = 3.0    # default lease_ttl_ms / 5000; at most a third of the TTL
+//! poll_interval_seconds = 0.25        # idle wait of pollers (outbox processor, partition workers)
+//! reap_idle_ms = 3600000              # idle time before a drained partition is retired
+//! discovery_interval_seconds = 1.0    # how often the partition index is re-read
+//! max_retries = 3                     # retries after a handler's first failed attempt
+//! retry_backoff_initial_ms = 100      # first retry delay (doubles, jittered)
+//! retry_backoff_max_ms = 5000         # retry delay cap
+//! max_concurrency = 64                # handler runs at once in process
+//!
+//! [server.priority_lanes]
+//! enabled = false                     # route `raise_backfill` events to the backfill lane
+//! backfill_suffix = "backfill"        # the lane's stream suffix (reserved as a key value)
+//! ```
+//!
+//! Every key is optional. Other tables of the file are ignored; an unknown
+//! key inside these two tables is an error, so a typo is never silently
+//! dropped.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::backoff::Backoff;
+use crate::error::ConfigError;
+use crate::key::{DEFAULT_BACKFILL_SUFFIX, DLQ_TOKEN, KeyRules, MAX_KEY_LEN};
+
+const LEASE_TTL_MS: u64 = 15_000;
+const POLL_INTERVAL_SECONDS: f64 = 0.25;
+const REAP_IDLE_MS: u64 = 3_600_000;
+const DISCOVERY_INTERVAL_SECONDS: f64 = 1.0;
+const MAX_RETRIES: u32 = 3;
+const RETRY_BACKOFF_INITIAL_MS: u64 = 100;
+const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
+const MAX_CONCURRENCY: u64 = 64;
+
+/// The validated domain configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    partitioning: PartitioningConfig,
+    priority_lanes: PriorityLanesConfig,
+}
+
+/// `[server.partitioning]`: timing of leases, polling, reaping and retries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitioningConfig {
+    lease_ttl: Duration,
+    heartbeat_interval: Duration,
+    poll_interval: Duration,
+    reap_idle: Duration,
+    discovery_interval: Duration,
+    max_retries: u32,
+    backoff: Backoff,
+    max_concurrency: usize,
+}
+
+/// `[server.priority_lanes]`: the low-priority backfill lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityLanesConfig {
+    enabled: bool,
+    backfill_suffix: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::from_raw(RawFile::default()).expect("the built-in defaults are valid")
+    }
+}
+
+impl Config {
+    /// Parses and validates the text of a `domain.toml`.
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(ConfigError::Parse)?;
+        Self::from_raw(raw)
+    }
+
+    /// Reads, parses and validates a `domain.toml` file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml_str(&text)
+    }
+
+    /// `[server.partitioning]`.
+    pub fn partitioning(&self) -> &PartitioningConfig {
+        &self.partitioning
+    }
+
+    /// `[server.priority_lanes]`.
+    pub fn priority_lanes(&self) -> &PriorityLanesConfig {
+        &self.priority_lanes
+    }
+
+    /// The key validation rules, with the configured backfill suffix reserved.
+    pub fn key_rules(&self) -> KeyRules {
+        KeyRules::with_backfill_suffix(self.priority_lanes.backfill_suffix.clone())
+    }
+
+    fn from_raw(raw: RawFile) -> Result<Self, ConfigError> {
+        Ok(Self {
+            partitioning: raw.server.partitioning.validate()?,
+            priority_lanes: raw.server.priority_lanes.validate()?,
+        })
+    }
+}
+
+impl PartitioningConfig {
+    /// `lease_ttl_ms`: how long an ownership lease lives without renewal.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// `heartbeat_interval_seconds`: how often held leases are renewed.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat_interval
+    }
+
+    /// `poll_interval_seconds`: how long an idle poller waits between checks.
+    pub fn poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    /// `reap_idle_ms`: how long a drained partition idles before retirement.
+    pub fn reap_idle(&self) -> Duration {
+        self.reap_idle
+    }
+
+    /// `discovery_interval_seconds`: how often the partition index is re-read.
+    pub fn discovery_interval(&self) -> Duration {
+        self.discovery_interval
+    }
+
+    /// `max_retries`: retries after a handler's first failed attempt (0: none).
+    pub fn max_retries(&self) -> u32 {
+        self.max_retries
+    }
+
+    /// The retry backoff from `retry_backoff_initial_ms` and `retry_backoff_max_ms`.
+    pub fn backoff(&self) -> Backoff {
+        self.backoff
+    }
+
+    /// `max_concurrency`: how many handler runs the in-process executors allow at once.
+    pub fn max_concurrency(&self) -> usize {
+        self.max_concurrency
+    }
+}
+
+impl PriorityLanesConfig {
+    /// `enabled`: whether backfill events go to the backfill lane.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// `backfill_suffix`: the backfill lane's stream suffix.
+    pub fn backfill_suffix(&self) -> &str {
+        &self.backfill_suffix
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawFile {
+    #[serde(default)]
+    server: RawServer,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawServer {
+    #[serde(default)]
+    partitioning: RawPartitioning,
+    #[serde(default)]
+    priority_lanes: RawPriorityLanes,
+}
+
+/// Integers are read signed so that a negative value gets a message naming
+/// its key rather than a type error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPartitioning {
+    lease_ttl_ms: Option<i64>,
+    heartbeat_interval_seconds: Option<f64>,
+    poll_interval_seconds: Option<f64>,
+    reap_idle_ms: Option<i64>,
+    discovery_interval_seconds: Option<f64>,
+    max_retries: Option<i64>,
+    retry_backoff_initial_ms: Option<i64>,
+    retry_backoff_max_ms: Option<i64>,
+    max_concurrency: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPriorityLanes {
+    enabled: Option<bool>,
+    backfill_suffix: Option<String>,
+}
+
+const PARTITIONING: &str = "server.partitioning";
+
+impl RawPartitioning {
+    fn validate(self) -> Result<PartitioningConfig, ConfigError> {
+        let lease_ttl_ms = positive_int("server.partitioning.lease_ttl_ms", self.lease_ttl_ms, LEASE_TTL_MS)?;
+        let lease_ttl = Duration::from_millis(lease_ttl_ms);
+        let heartbeat_interval = self.heartbeat_interval(lease_ttl)?;
+        let initial_ms = positive_int(
+            "server.partitioning.retry_backoff_initial_ms",
+            self.retry_backoff_initial_ms,
+            RETRY_BACKOFF_INITIAL_MS,
+        )?;
+        let max_ms = positive_int(
+            "server.partitioning.retry_backoff_max_ms",
+            self.retry_backoff_max_ms,
+            RETRY_BACKOFF_MAX_MS,
+        )?;
+        let backoff = Backoff::new(Duration::from_millis(initial_ms), Duration::from_millis(max_ms))
+            .map_err(|_| invalid(
+                "server.partitioning.retry_backoff_max_ms",
+                format!("must be at least retry_backoff_initial_ms ({initial_ms}), got {max_ms}"),
+            ))?;
+        Ok(PartitioningConfig {
+            lease_ttl,
+            heartbeat_interval,
+            poll_interval: positive_seconds(
+                "server.partitioning.poll_interval_seconds",
+                self.poll_interval_seconds,
+                POLL_INTERVAL_SECONDS,
+            )?,
+            reap_idle: Duration::from_millis(positive_int(
+                "server.partitioning.reap_idle_ms",
+                self.reap_idle_ms,
+                REAP_IDLE_MS,
+            )?),
+            discovery_interval: positive_seconds(
+                "server.partitioning.discovery_interval_seconds",
+                self.discovery_interval_seconds,
+                DISCOVERY_INTERVAL_SECONDS,
+            )?,
+            max_retries: max_retries(self.max_retries)?,
+            backoff,
+            max_concurrency: max_concurrency(self.max_concurrency)?,
+        })
+    }
+
+    /// The heartbeat: by default a fifth of the TTL; at most a third of it,
+    /// so a live owner gets at least two more renewals in before its lease
+    /// could lapse.
+    fn heartbeat_interval(&self, lease_ttl: Duration) -> Result<Duration, ConfigError> {
+        const KEY: &str = "server.partitioning.heartbeat_interval_seconds";
+        let Some(seconds) = self.heartbeat_interval_seconds else {
+            return Ok(lease_ttl / 5);
+        };
+        let heartbeat = positive_seconds(KEY, Some(seconds), 0.0)?;
+        if heartbeat.saturating_mul(3) > lease_ttl {
+            return Err(invalid(
+                KEY,
+                format!(
+                    "must be well under the lease TTL (at most a third of {PARTITIONING}.lease_ttl_ms = {} ms, \
+                     i.e. {} s) so a live owner never lets its lease lapse, got {seconds}",
+                    lease_ttl.as_millis(),
+                    lease_ttl.as_secs_f64() / 3.0,
+                ),
+            ));
+        }
+        Ok(heartbeat)
+    }
+}
+
+impl RawPriorityLanes {
+    fn validate(self) -> Result<PriorityLanesConfig, ConfigError> {
+        let backfill_suffix = self
+            .backfill_suffix
+            .unwrap_or_else(|| DEFAULT_BACKFILL_SUFFIX.to_owned());
+        validate_suffix(&backfill_suffix)?;
+        Ok(PriorityLanesConfig {
+            enabled: self.enabled.unwrap_or(false),
+            backfill_suffix,
+        })
+    }
+}
+
+/// The suffix becomes a stream-name segment, so it obeys the key rules
+/// itself, and must differ from the dead-letter token.
+fn validate_suffix(suffix: &str) -> Result<(), ConfigError> {
+    const KEY: &str = "server.priority_lanes.backfill_suffix";
+    let reason = if suffix.is_empty() {
+        "must not be empty"
+    } else if suffix.contains(':') {
+        "must not contain ':'"
+    } else if suffix == DLQ_TOKEN {
+        "must not be `dlq`, the dead-letter token"
+    } else if suffix.len() > 4 && suffix.starts_with("__") && suffix.ends_with("__") {
+        "must not have the reserved `__name__` form"
+    } else if suffix.len() > MAX_KEY_LEN {
+        "must be at most 255 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(invalid(KEY, format!("{reason}, got {suffix:?}")))
+}
+
+fn invalid(key: &'static str, reason: String) -> ConfigError {
+    ConfigError::Invalid { key, reason }
+}
+
+fn positive_int(key: &'static str, value: Option<i64>, default: u64) -> Result<u64, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v > 0 => Ok(v.unsigned_abs()),
+        Some(v) => Err(invalid(key, format!("must be greater than 0, got {v}"))),
+    }
+}
+
+fn positive_seconds(key: &'static str, value: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
+    let seconds = value.unwrap_or(default);
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(invalid(key, format!("must be a finite number greater than 0, got {seconds}")));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| invalid(key, format!("is too large, got {seconds}")))
+}
+
+fn max_retries(value: Option<i64>) -> Result<u32, ConfigError> {
+    const KEY: &str = "server.partitioning.max_retries";
+    match value {
+        None => Ok(MAX_RETRIES),
+        Some(v) => u32::try_from(v)
+            .map_err(|_| invalid(KEY, format!("must be between 0 and {}, got {v}", u32::MAX))),
+    }
+}
+
+fn max_concurrency(value: Option<i64>) -> Result<usize, ConfigError> {
+    const KEY: &str = "server.partitioning.max_concurrency";
+    let value = positive_int(KEY, value, MAX_CONCURRENCY)?;
+    usize::try_from(value).map_err(|_| invalid(KEY, format!("is too large, got {value}")))
+}

@@ -1,1 +1,509 @@
-//! (being written)
+//! The domain: the registry of aggregates and handlers, checked at
+//! [`DomainBuilder::init`], and the runtime that commits, publishes and
+//! dispatches.
+
+mod registry;
+
+use std::any::{Any, TypeId};
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::broker::{Broker, BrokerError, DynHandler, Subscription};
+use crate::bus::CommandBus;
+use crate::config::Config;
+use crate::error::{DispatchError, IncorrectUsageError, OutboxError, ShutdownError};
+use crate::handler::{
+    BoxFuture, CommandHandler, EventHandler, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
+    ProcessManager,
+};
+use crate::inline::InlineBroker;
+use crate::message::{Aggregate, Command, Envelope};
+use crate::outbox::{InMemoryOutbox, Outbox, OutboxProcessor, PublishReport};
+use crate::policy::{PartitionKeyPolicy, SequencingPolicy, default_command_policy, default_event_policy};
+use crate::process::{CorrelationPolicy, InMemoryProcessStore, ProcessManagerHandler, ProcessStore};
+use crate::uow::UnitOfWork;
+
+use registry::AggregateInfo;
+pub(crate) use registry::Partitioning;
+
+/// Registers aggregates, handlers and infrastructure, then checks them all
+/// with [`DomainBuilder::init`].
+///
+/// Defaults: the [`InlineBroker`], an [`InMemoryOutbox`], an
+/// [`InMemoryProcessStore`] and [`Config::default`].
+///
+/// Registering aggregates is optional (messages name their categories
+/// themselves). Once at least one is registered, every category a handler
+/// consumes must belong to a registered aggregate, which catches a handler
+/// wired to a category the domain does not own.
+#[must_use = "a builder does nothing until `init()` is called"]
+pub struct DomainBuilder {
+    aggregates: Vec<AggregateInfo>,
+    registrations: Vec<Registration>,
+    broker: Option<(Arc<dyn Broker>, Option<InlineBroker>)>,
+    outbox: Option<Arc<dyn Outbox>>,
+    process_store: Option<Arc<dyn ProcessStore>>,
+    config: Option<Config>,
+}
+
+/// A registered handler, before `init()` turns it into a subscription.
+struct Registration {
+    descriptor: HandlerDescriptor,
+    policy: Option<Arc<dyn SequencingPolicy>>,
+    handler: HandlerFactory,
+}
+
+/// Process managers need the process store, known only at `init()`.
+enum HandlerFactory {
+    Ready(Arc<dyn DynHandler>),
+    ProcessManager(MakeProcessManager),
+}
+
+/// Builds a process manager's handler from its descriptor and the store.
+type MakeProcessManager = fn(Arc<HandlerDescriptor>, Arc<dyn ProcessStore>) -> Arc<dyn DynHandler>;
+
+impl DomainBuilder {
+    fn new() -> Self {
+        Self {
+            aggregates: Vec::new(),
+            registrations: Vec::new(),
+            broker: None,
+            outbox: None,
+            process_store: None,
+            config: None,
+        }
+    }
+
+    /// Registers aggregate `A` (see the type's documentation for what it
+    /// enables).
+    pub fn aggregate<A: Aggregate>(mut self) -> Self {
+        self.aggregates.push(AggregateInfo {
+            type_id: TypeId::of::<A>(),
+            type_name: std::any::type_name::<A>(),
+            category: A::CATEGORY,
+        });
+        self
+    }
+
+    /// Registers an event handler with its declared sequencing policy.
+    pub fn event_handler<H: EventHandler>(self, handler: H) -> Self {
+        self.register(H::descriptor(), None, Arc::new(EventHandlerAdapter(handler)))
+    }
+
+    /// Registers an event handler sequenced by `policy`, which overrides
+    /// its `#[sequencing_policy]` attributes and `sequential_by` in process.
+    pub fn event_handler_with_policy<H: EventHandler>(self, handler: H, policy: impl SequencingPolicy) -> Self {
+        self.register(H::descriptor(), Some(Arc::new(policy)), Arc::new(EventHandlerAdapter(handler)))
+    }
+
+    /// Registers a command handler with its declared sequencing policy
+    /// (by default, the routing key).
+    pub fn command_handler<H: CommandHandler>(self, handler: H) -> Self {
+        self.register(H::descriptor(), None, Arc::new(CommandHandlerAdapter(handler)))
+    }
+
+    /// Registers a command handler sequenced by `policy`, which overrides its
+    /// `#[sequencing_policy]` attributes and `sequential_by`.
+    pub fn command_handler_with_policy<H: CommandHandler>(
+        self,
+        handler: H,
+        policy: impl SequencingPolicy,
+    ) -> Self {
+        self.register(H::descriptor(), Some(Arc::new(policy)), Arc::new(CommandHandlerAdapter(handler)))
+    }
+
+    /// Registers process manager `P`. Its messages are always sequenced by
+    /// correlation value, so one instance never handles two at once.
+    pub fn process_manager<P: ProcessManager>(mut self) -> Self {
+        self.registrations.push(Registration {
+            descriptor: P::descriptor(),
+            policy: None,
+            handler: HandlerFactory::ProcessManager(process_manager_handler::<P>),
+        });
+        self
+    }
+
+    /// Sets the broker (default: an [`InlineBroker`] built from the config).
+    pub fn broker<B: Broker>(mut self, broker: B) -> Self {
+        let any: &dyn Any = &broker;
+        let inline = any
+            .downcast_ref::<InlineBroker>()
+            .cloned()
+            .or_else(|| any.downcast_ref::<Arc<InlineBroker>>().map(|b| InlineBroker::clone(b)));
+        self.broker = Some((Arc::new(broker), inline));
+        self
+    }
+
+    /// Sets the outbox (default: an [`InMemoryOutbox`]).
+    pub fn outbox<O: Outbox>(mut self, outbox: O) -> Self {
+        self.outbox = Some(Arc::new(outbox));
+        self
+    }
+
+    /// Sets the process store (default: an [`InMemoryProcessStore`]).
+    pub fn process_store<S: ProcessStore>(mut self, store: S) -> Self {
+        self.process_store = Some(Arc::new(store));
+        self
+    }
+
+    /// Sets the configuration (default: [`Config::default`]).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    fn register(
+        mut self,
+        descriptor: HandlerDescriptor,
+        policy: Option<Arc<dyn SequencingPolicy>>,
+        handler: Arc<dyn DynHandler>,
+    ) -> Self {
+        self.registrations.push(Registration {
+            descriptor,
+            policy,
+            handler: HandlerFactory::Ready(handler),
+        });
+        self
+    }
+
+    /// Checks the registrations and builds the domain.
+    ///
+    /// Reports every problem at once: handlers partitioning one category by
+    /// different keys, partitioned handlers on a broker that can honour
+    /// neither stream partitioning nor in-process ordering, a type name used
+    /// by two types, a handler name registered twice, a command with two
+    /// handlers, a handler consuming another aggregate's messages, an
+    /// unregistered category (once aggregates are registered), a partitioned
+    /// handler without a key field, a process manager with a sequencing
+    /// policy.
+    pub fn init(self) -> Result<Domain, IncorrectUsageError> {
+        let config = self.config.unwrap_or_default();
+        let (broker, inline) = self.broker.unwrap_or_else(|| {
+            let inline = InlineBroker::with_config(&config);
+            (Arc::new(inline.clone()), Some(inline))
+        });
+        let descriptors: Vec<&HandlerDescriptor> = self.registrations.iter().map(|r| &r.descriptor).collect();
+        let partitioning = registry::check(&descriptors, &self.aggregates, broker.name(), broker.capabilities())
+            .map_err(IncorrectUsageError::new)?;
+
+        let process_store = self
+            .process_store
+            .unwrap_or_else(|| Arc::new(InMemoryProcessStore::new()));
+        let (commands, consumers): (Vec<_>, Vec<_>) = self
+            .registrations
+            .into_iter()
+            .map(|registration| subscription(registration, &process_store))
+            .partition(|s| s.kind() == HandlerKind::Command);
+        let subscriptions: Arc<[Subscription]> = consumers.into();
+        if let Some(inline) = &inline {
+            inline.attach(Arc::clone(&subscriptions));
+        }
+
+        let outbox = self.outbox.unwrap_or_else(|| Arc::new(InMemoryOutbox::new()));
+        let keyed_categories = partitioning.iter().map(|(category, key)| (*category, key.field()));
+        let processor = OutboxProcessor::new(Arc::clone(&outbox), Arc::clone(&broker), &config)
+            .with_partitioned_categories(keyed_categories);
+        let bus = CommandBus::new(&commands, config.key_rules(), config.partitioning().max_concurrency());
+        Ok(Domain {
+            inner: Arc::new(Inner {
+                config,
+                broker,
+                inline,
+                outbox,
+                process_store,
+                subscriptions,
+                command_handlers: commands.into(),
+                partitioning,
+                processor: Arc::new(processor),
+                bus,
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for DomainBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let handlers: Vec<&str> = self.registrations.iter().map(|r| r.descriptor.name).collect();
+        f.debug_struct("DomainBuilder")
+            .field("aggregates", &self.aggregates)
+            .field("handlers", &handlers)
+            .field("broker", &self.broker.as_ref().map(|(b, _)| b.name()))
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the subscription of a registration, resolving its policy:
+/// registration override, else the impl's `#[sequencing_policy]`, else
+/// `sequential_by` (the validated partition key), else the kind's default.
+/// A process manager is always sequenced by correlation value.
+fn subscription(registration: Registration, store: &Arc<dyn ProcessStore>) -> Subscription {
+    let descriptor = Arc::new(registration.descriptor);
+    let handler = match registration.handler {
+        HandlerFactory::Ready(handler) => handler,
+        HandlerFactory::ProcessManager(make) => make(Arc::clone(&descriptor), Arc::clone(store)),
+    };
+    let (policy, policy_overridden): (Arc<dyn SequencingPolicy>, bool) =
+        match (registration.policy, descriptor.kind) {
+            (_, HandlerKind::ProcessManager) => (Arc::new(CorrelationPolicy::new(Arc::clone(&descriptor))), true),
+            (Some(policy), _) => (policy, true),
+            (None, kind) => {
+                let declared = descriptor.policy.clone();
+                let policy = declared.unwrap_or_else(|| match kind {
+                    _ if descriptor.partitioned => Arc::new(PartitionKeyPolicy),
+                    HandlerKind::Command => default_command_policy(),
+                    _ => default_event_policy(),
+                });
+                (policy, false)
+            }
+        };
+    Subscription {
+        descriptor,
+        policy,
+        policy_overridden,
+        handler,
+    }
+}
+
+fn process_manager_handler<P: ProcessManager>(
+    descriptor: Arc<HandlerDescriptor>,
+    store: Arc<dyn ProcessStore>,
+) -> Arc<dyn DynHandler> {
+    Arc::new(ProcessManagerHandler::<P>::new(descriptor, store))
+}
+
+struct EventHandlerAdapter<H>(H);
+
+impl<H: EventHandler> DynHandler for EventHandlerAdapter<H> {
+    fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
+        self.0.handle(message, ctx)
+    }
+}
+
+struct CommandHandlerAdapter<H>(H);
+
+impl<H: CommandHandler> DynHandler for CommandHandlerAdapter<H> {
+    fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
+        self.0.handle(message, ctx)
+    }
+}
+
+/// A checked, ready domain. Cheap to clone: clones share everything.
+#[derive(Clone)]
+pub struct Domain {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    broker: Arc<dyn Broker>,
+    inline: Option<InlineBroker>,
+    outbox: Arc<dyn Outbox>,
+    process_store: Arc<dyn ProcessStore>,
+    subscriptions: Arc<[Subscription]>,
+    command_handlers: Arc<[Subscription]>,
+    partitioning: Partitioning,
+    processor: Arc<OutboxProcessor>,
+    bus: CommandBus,
+}
+
+impl Domain {
+    /// Starts registering a domain.
+    pub fn builder() -> DomainBuilder {
+        DomainBuilder::new()
+    }
+
+    /// A new, empty unit of work.
+    pub fn unit_of_work(&self) -> UnitOfWork {
+        UnitOfWork::new(self.clone())
+    }
+
+    /// Handles `command` with its handler and returns the outcome. Commands
+    /// with the same sequence id (by default the routing key) are handled
+    /// one after another, in dispatch order.
+    pub async fn dispatch<C: Command>(&self, command: C) -> Result<(), DispatchError> {
+        self.inner.bus.dispatch(command).await
+    }
+
+    /// Publishes every pending outbox row now (what the background loop of
+    /// [`Domain::start`] does after each commit).
+    pub async fn publish_pending(&self) -> Result<PublishReport, OutboxError> {
+        self.inner.processor.publish_pending().await
+    }
+
+    /// Starts the outbox processor and the broker's consumer in the
+    /// background. Must be called inside a tokio runtime.
+    pub fn start(&self) -> RunningDomain {
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let processor = Arc::clone(&self.inner.processor);
+        let token = shutdown.child_token();
+        let processor = tracker.spawn(async move { processor.run(token).await });
+        let broker = Arc::clone(&self.inner.broker);
+        let consumer = broker.run(Arc::clone(&self.inner.subscriptions), shutdown.child_token());
+        let broker = tracker.spawn(async move {
+            let result = consumer.await;
+            if let Err(error) = &result {
+                tracing::error!(broker = broker.name(), error = %error, "the broker's consumer stopped with an error");
+            }
+            result
+        });
+        tracker.close();
+        RunningDomain {
+            domain: self.clone(),
+            shutdown,
+            tracker,
+            processor: Some(processor),
+            broker: Some(broker),
+        }
+    }
+
+    /// Waits until the outbox has no pending rows and, on the inline broker,
+    /// no handler is queued or running, publishing pending rows itself (the
+    /// domain need not be started). Events that handlers commit meanwhile are
+    /// waited for too.
+    ///
+    /// With another broker this waits for the outbox only. It does not return
+    /// while rows keep failing to publish: bound it with a timeout.
+    pub async fn settle(&self) {
+        let retry_wait = self.inner.config.partitioning().poll_interval();
+        loop {
+            match self.publish_pending().await {
+                Ok(report) if report.failed == 0 => {}
+                Ok(_) | Err(_) => {
+                    tokio::time::sleep(retry_wait).await;
+                    continue;
+                }
+            }
+            if let Some(inline) = &self.inner.inline {
+                inline.idle().await;
+            }
+            if matches!(self.inner.outbox.pending(1).await, Ok(rows) if rows.is_empty()) {
+                return;
+            }
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The subscriptions the broker consumes for: event handlers and process
+    /// managers, in registration order.
+    pub fn subscriptions(&self) -> &Arc<[Subscription]> {
+        &self.inner.subscriptions
+    }
+
+    /// The command handlers, in registration order.
+    pub fn command_handlers(&self) -> &Arc<[Subscription]> {
+        &self.inner.command_handlers
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &Arc<dyn Broker> {
+        &self.inner.broker
+    }
+
+    /// The inline broker, when it is the domain's broker (for its failures).
+    pub fn inline_broker(&self) -> Option<&InlineBroker> {
+        self.inner.inline.as_ref()
+    }
+
+    /// The outbox.
+    pub fn outbox(&self) -> &Arc<dyn Outbox> {
+        &self.inner.outbox
+    }
+
+    /// The process store.
+    pub fn process_store(&self) -> &Arc<dyn ProcessStore> {
+        &self.inner.process_store
+    }
+
+    /// The key field of a partitioned event category.
+    pub fn partition_key_field(&self, category: &str) -> Option<&'static str> {
+        self.inner.partitioning.get(category).map(|key| key.field())
+    }
+
+    pub(crate) fn partitioning(&self) -> &Partitioning {
+        &self.inner.partitioning
+    }
+
+    /// Wakes the outbox processor after a commit.
+    pub(crate) fn notify_committed(&self) {
+        self.inner.processor.notify();
+    }
+}
+
+impl fmt::Debug for Domain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = |subs: &[Subscription]| subs.iter().map(Subscription::name).collect::<Vec<_>>();
+        f.debug_struct("Domain")
+            .field("broker", &self.inner.broker.name())
+            .field("subscriptions", &names(&self.inner.subscriptions))
+            .field("command_handlers", &names(&self.inner.command_handlers))
+            .field("outbox", &self.inner.outbox)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A started domain: the outbox processor and the broker's consumer run in
+/// the background until [`RunningDomain::shutdown`]. Dropping it cancels
+/// them without waiting.
+#[derive(Debug)]
+pub struct RunningDomain {
+    domain: Domain,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    processor: Option<JoinHandle<()>>,
+    broker: Option<JoinHandle<Result<(), BrokerError>>>,
+}
+
+impl RunningDomain {
+    /// The running domain.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    /// A token cancelled when the domain shuts down.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.child_token()
+    }
+
+    /// Stops the outbox processor and the broker, and waits for both. Rows
+    /// still pending stay in the outbox for the next start.
+    pub async fn shutdown(mut self) -> Result<(), ShutdownError> {
+        self.shutdown.cancel();
+        let processor = self.processor.take();
+        let broker = self.broker.take();
+        self.tracker.wait().await;
+        let processor_result = match processor {
+            Some(handle) => handle.await.map_err(|_| ShutdownError::Panicked {
+                task: "outbox processor",
+            }),
+            None => Ok(()),
+        };
+        let broker_result = match broker {
+            Some(handle) => match handle.await {
+                Ok(result) => result.map_err(|source| ShutdownError::Broker {
+                    broker: self.domain.broker().name().to_owned(),
+                    source,
+                }),
+                Err(_) => Err(ShutdownError::Panicked { task: "broker" }),
+            },
+            None => Ok(()),
+        };
+        broker_result.and(processor_result)
+    }
+}
+
+impl Drop for RunningDomain {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

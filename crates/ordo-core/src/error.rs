@@ -1,1 +1,404 @@
-//! (being written)
+//! The errors of the domain runtime: start-up checks, commits, dispatch,
+//! configuration, the outbox and the process store.
+//!
+//! Each error names what was wrong (the handler, category, key, field or
+//! configuration key). Wrapped causes are exposed through
+//! [`std::error::Error::source`], never repeated in the outer message.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::broker::BrokerError;
+use crate::handler::{HandlerError, HandlerKind};
+use crate::key::InvalidKey;
+use crate::message::MessageKind;
+
+/// A boxed error from a storage backend.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything `DomainBuilder::init()` found wrong, reported at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncorrectUsageError {
+    problems: Vec<UsageProblem>,
+}
+
+impl IncorrectUsageError {
+    /// An error listing `problems` (at least one).
+    pub fn new(problems: Vec<UsageProblem>) -> Self {
+        Self { problems }
+    }
+
+    /// Every problem found, in the order the checks ran.
+    pub fn problems(&self) -> &[UsageProblem] {
+        &self.problems
+    }
+}
+
+impl fmt::Display for IncorrectUsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.problems.len();
+        let noun = if count == 1 { "problem" } else { "problems" };
+        write!(f, "the domain cannot start: {count} {noun} found")?;
+        for problem in &self.problems {
+            write!(f, "\n  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for IncorrectUsageError {}
+
+/// One problem found by `init()`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UsageProblem {
+    /// Two handlers partition one category by different keys.
+    #[error(
+        "`{first_handler}` (key `{first_key}`) and `{second_handler}` (key `{second_key}`) partition \
+         {kind} category `{category}` by different keys; the key belongs to the category, so every \
+         handler of it must use the same key or not partition it"
+    )]
+    ConflictingKeys {
+        /// The stream category.
+        category: &'static str,
+        /// Whether the conflict is among event consumers or command handlers.
+        kind: MessageKind,
+        /// The handler that first claimed the category.
+        first_handler: &'static str,
+        /// The key it claimed.
+        first_key: &'static str,
+        /// The handler asking for another key.
+        second_handler: &'static str,
+        /// The other key.
+        second_key: &'static str,
+    },
+    /// A handler declares `sequential_by` but the broker cannot honour it.
+    #[error(
+        "{handler_kind} `{handler}` declares `sequential_by`, but broker `{broker}` supports neither \
+         stream partitioning nor in-process ordering"
+    )]
+    BrokerCannotPartition {
+        /// The partitioned handler.
+        handler: &'static str,
+        /// Its kind.
+        handler_kind: HandlerKind,
+        /// The broker's name.
+        broker: String,
+    },
+    /// A partitioned handler has no key field for one of its message types.
+    #[error(
+        "{handler_kind} `{handler}` is partitioned but declares no key field for `{type_name}` \
+         (a `sequential_by` field, or a `correlate` field for a process manager)"
+    )]
+    MissingKey {
+        /// The handler.
+        handler: &'static str,
+        /// Its kind.
+        handler_kind: HandlerKind,
+        /// The message type without a key.
+        type_name: &'static str,
+    },
+    /// Two different message types share one `TYPE_NAME`.
+    #[error(
+        "type name `{type_name}` names two different message types: {first_kind} of category \
+         `{first_category}` and {second_kind} of category `{second_category}`"
+    )]
+    DuplicateTypeName {
+        /// The shared type name.
+        type_name: &'static str,
+        /// The first type's kind.
+        first_kind: MessageKind,
+        /// The first type's category.
+        first_category: &'static str,
+        /// The second type's kind.
+        second_kind: MessageKind,
+        /// The second type's category.
+        second_category: &'static str,
+    },
+    /// One handler name registered twice.
+    #[error(
+        "{handler_kind} `{handler}`: the name `{handler}` is registered more than once (handler names \
+         must be unique: they name consumer groups and process state)"
+    )]
+    DuplicateHandler {
+        /// The handler.
+        handler: &'static str,
+        /// Its kind.
+        handler_kind: HandlerKind,
+    },
+    /// Two command handlers handle one command type.
+    #[error(
+        "command `{type_name}` is handled by both `{first_handler}` and `{second_handler}`; a command \
+         has exactly one handler"
+    )]
+    DuplicateCommandHandler {
+        /// The command type.
+        type_name: &'static str,
+        /// The first handler.
+        first_handler: &'static str,
+        /// The second handler.
+        second_handler: &'static str,
+    },
+    /// A handler handles a message of an aggregate other than its `part_of`.
+    #[error(
+        "{handler_kind} `{handler}` is part of `{part_of}` but handles `{type_name}` of category \
+         `{category}`"
+    )]
+    ForeignMessage {
+        /// The handler.
+        handler: &'static str,
+        /// Its kind.
+        handler_kind: HandlerKind,
+        /// The handler's `part_of` category.
+        part_of: &'static str,
+        /// The message type.
+        type_name: &'static str,
+        /// The message's category.
+        category: &'static str,
+    },
+    /// Aggregates were registered, but not the one a handler consumes.
+    #[error(
+        "{handler_kind} `{handler}` consumes category `{category}`, but no registered aggregate owns \
+         it (register it with `.aggregate::<...>()`)"
+    )]
+    UnknownCategory {
+        /// The handler.
+        handler: &'static str,
+        /// Its kind.
+        handler_kind: HandlerKind,
+        /// The unregistered category.
+        category: &'static str,
+    },
+    /// Two different aggregate types claim one category.
+    #[error("aggregates `{first}` and `{second}` both claim category `{category}`")]
+    DuplicateCategory {
+        /// The category.
+        category: &'static str,
+        /// The first aggregate's Rust type name.
+        first: &'static str,
+        /// The second aggregate's Rust type name.
+        second: &'static str,
+    },
+    /// A process manager carries a `#[sequencing_policy]`.
+    #[error(
+        "process manager `{handler}` declares a sequencing policy; process managers are always \
+         sequenced by their correlation value, so that one instance never runs twice at once"
+    )]
+    ProcessManagerPolicy {
+        /// The process manager.
+        handler: &'static str,
+    },
+}
+
+/// A unit of work that could not be committed; nothing of it was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError {
+    /// A raised event's partition key is invalid.
+    #[error("cannot commit event `{type_name}` (message {message_id}): {key}")]
+    InvalidKey {
+        /// The message id of the offending event.
+        message_id: String,
+        /// Its type name.
+        type_name: String,
+        /// The field, value and rule.
+        key: InvalidKey,
+    },
+    /// A key field holds a JSON value that cannot be a key (an object or array).
+    #[error(
+        "cannot commit event `{type_name}` (message {message_id}): key field `{field}` holds {found}, \
+         which cannot be a partition key"
+    )]
+    UnsupportedKeyValue {
+        /// The message id of the offending event.
+        message_id: String,
+        /// Its type name.
+        type_name: String,
+        /// The key field.
+        field: &'static str,
+        /// What the field holds (`a JSON object`, `a JSON array`).
+        found: &'static str,
+    },
+    /// An event could not be serialised.
+    #[error("cannot serialize event `{type_name}`")]
+    Serialization {
+        /// The event type.
+        type_name: &'static str,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The outbox refused the rows.
+    #[error("the outbox refused the commit")]
+    Outbox(#[source] OutboxError),
+}
+
+/// A command that was not handled successfully.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DispatchError {
+    /// No command handler handles this type.
+    #[error("no command handler is registered for `{type_name}`")]
+    NoHandler {
+        /// The command type.
+        type_name: &'static str,
+    },
+    /// The command could not be serialised.
+    #[error("cannot serialize command `{type_name}`")]
+    Serialization {
+        /// The command type.
+        type_name: &'static str,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The command's partition key (`sequential_by`) is invalid.
+    #[error("cannot dispatch command `{type_name}` to `{handler}`: {key}")]
+    InvalidKey {
+        /// The command type.
+        type_name: &'static str,
+        /// The handler it was meant for.
+        handler: &'static str,
+        /// The field, value and rule.
+        key: InvalidKey,
+    },
+    /// The handler returned an error.
+    #[error("command handler `{handler}` failed on `{type_name}`")]
+    Handler {
+        /// The handler.
+        handler: &'static str,
+        /// The command type.
+        type_name: &'static str,
+        /// The handler's error.
+        #[source]
+        source: HandlerError,
+    },
+    /// The handler task ended without a result (it panicked).
+    #[error("command handler `{handler}` stopped without a result on `{type_name}` (it panicked)")]
+    Aborted {
+        /// The handler.
+        handler: &'static str,
+        /// The command type.
+        type_name: &'static str,
+    },
+}
+
+/// An invalid or unreadable configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration file {}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML, has a value of the wrong type, or an
+    /// unknown key in a table Ordo owns (the parser's message names it).
+    #[error("cannot parse the domain configuration")]
+    Parse(#[source] toml::de::Error),
+    /// A value is out of range.
+    #[error("{key} {reason}")]
+    Invalid {
+        /// The full key, like `server.partitioning.lease_ttl_ms`.
+        key: &'static str,
+        /// What is wrong, with the value found.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    /// The configuration key at fault, for [`ConfigError::Invalid`].
+    pub fn key(&self) -> Option<&'static str> {
+        match self {
+            Self::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// Invalid [`Backoff`](crate::backoff::Backoff) bounds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackoffError {
+    /// The initial delay is zero.
+    #[error("the initial backoff delay must be greater than zero")]
+    ZeroInitial,
+    /// The cap is below the initial delay.
+    #[error("the maximum backoff delay ({max:?}) must be at least the initial delay ({initial:?})")]
+    MaxBelowInitial {
+        /// The initial delay.
+        initial: Duration,
+        /// The cap.
+        max: Duration,
+    },
+}
+
+/// An outbox storage failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxError {
+    /// No row has this id (never written, or pruned after publishing).
+    #[error("outbox row {id} does not exist")]
+    UnknownRow {
+        /// The row id.
+        id: u64,
+    },
+    /// The storage backend failed.
+    #[error("outbox storage failed")]
+    Storage(#[source] BoxError),
+}
+
+/// A process store failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessStoreError {
+    /// The storage backend failed.
+    #[error("process store failed for `{manager}` instance `{correlation}`")]
+    Storage {
+        /// The process manager.
+        manager: String,
+        /// The correlation value.
+        correlation: String,
+        /// The backend's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The write was refused because the lease it was fenced by moved on.
+    #[error(
+        "state of `{manager}` instance `{correlation}` not saved: fencing token {fencing_token} is stale"
+    )]
+    Fenced {
+        /// The process manager.
+        manager: String,
+        /// The correlation value.
+        correlation: String,
+        /// The stale token the write carried.
+        fencing_token: u64,
+    },
+}
+
+/// A running domain that did not stop cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShutdownError {
+    /// The broker's consumer returned an error.
+    #[error("broker `{broker}` stopped with an error")]
+    Broker {
+        /// The broker's name.
+        broker: String,
+        /// Its error.
+        #[source]
+        source: BrokerError,
+    },
+    /// A background task panicked.
+    #[error("the {task} task panicked")]
+    Panicked {
+        /// Which task (`outbox processor`, `broker`).
+        task: &'static str,
+    },
+}

@@ -1,1 +1,176 @@
-//! (being written)
+//! The unit of work: events raised by one operation, committed to the outbox
+//! together or not at all.
+
+use std::any::Any;
+use std::fmt;
+
+use crate::domain::Domain;
+use crate::error::CommitError;
+use crate::key::Lane;
+use crate::message::{Envelope, Event, Metadata};
+use crate::outbox::NewOutboxRow;
+
+/// Events raised by one operation, written to the outbox by
+/// [`UnitOfWork::commit`] in one atomic append.
+///
+/// Every partition key is extracted and validated during `commit`, before
+/// anything is written: one bad key fails the whole commit and no row of it
+/// enters the outbox. Dropping a unit of work without committing it
+/// discards its events.
+///
+/// ```no_run
+/// # async fn example(domain: ordo_core::domain::Domain, event: impl ordo_core::Event) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut uow = domain.unit_of_work();
+/// uow.with_metadata("tenant", "acme");
+/// uow.raise(event)?;
+/// uow.commit().await?;
+/// # Ok(()) }
+/// ```
+pub struct UnitOfWork {
+    domain: Domain,
+    raised: Vec<Raised>,
+    metadata: Metadata,
+}
+
+/// One raised event: its envelope and the typed value for key extraction.
+struct Raised {
+    envelope: Envelope,
+    typed: Box<dyn Any + Send + Sync>,
+    lane: Lane,
+}
+
+/// What a commit wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitReceipt {
+    /// The outbox row ids, in raise order.
+    pub row_ids: Vec<u64>,
+    /// The message ids, in raise order.
+    pub message_ids: Vec<String>,
+}
+
+impl UnitOfWork {
+    pub(crate) fn new(domain: Domain) -> Self {
+        Self {
+            domain,
+            raised: Vec::new(),
+            metadata: Metadata::new(),
+        }
+    }
+
+    /// Raises `event` on the primary lane. It is serialised now; its key is
+    /// checked at commit.
+    pub fn raise<E: Event>(&mut self, event: E) -> Result<(), CommitError> {
+        self.push(event, Lane::Primary)
+    }
+
+    /// Raises `event` on the low-priority backfill lane, drained after the
+    /// primary lane of its partition.
+    ///
+    /// When `[server.priority_lanes]` is disabled there is no backfill lane:
+    /// the event goes to the primary lane, like [`UnitOfWork::raise`], rather
+    /// than being refused, so backfill code runs unchanged in every
+    /// deployment.
+    pub fn raise_backfill<E: Event>(&mut self, event: E) -> Result<(), CommitError> {
+        let lane = if self.domain.config().priority_lanes().enabled() {
+            Lane::Backfill
+        } else {
+            Lane::Primary
+        };
+        self.push(event, lane)
+    }
+
+    /// Adds a metadata entry to every event of this unit of work, raised
+    /// before or after this call (a later value for the same key wins).
+    pub fn with_metadata(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// How many events were raised.
+    pub fn len(&self) -> usize {
+        self.raised.len()
+    }
+
+    /// Whether no event was raised.
+    pub fn is_empty(&self) -> bool {
+        self.raised.is_empty()
+    }
+
+    fn push<E: Event>(&mut self, event: E, lane: Lane) -> Result<(), CommitError> {
+        let envelope = Envelope::new(&event).map_err(|source| CommitError::Serialization {
+            type_name: E::TYPE_NAME,
+            source,
+        })?;
+        self.raised.push(Raised {
+            envelope,
+            typed: Box::new(event),
+            lane,
+        });
+        Ok(())
+    }
+
+    /// Validates every key, then appends all events to the outbox at once
+    /// and wakes the outbox processor. On error nothing was written.
+    pub async fn commit(self) -> Result<CommitReceipt, CommitError> {
+        let rows = self.rows()?;
+        if rows.is_empty() {
+            return Ok(CommitReceipt::default());
+        }
+        let message_ids = rows.iter().map(|row| row.envelope.id.clone()).collect();
+        let row_ids = self.domain.outbox().append(rows).await.map_err(CommitError::Outbox)?;
+        self.domain.notify_committed();
+        Ok(CommitReceipt { row_ids, message_ids })
+    }
+
+    /// The outbox rows, each with its validated partition key and metadata.
+    fn rows(&self) -> Result<Vec<NewOutboxRow>, CommitError> {
+        let rules = self.domain.config().key_rules();
+        self.raised
+            .iter()
+            .map(|raised| {
+                let mut envelope = raised.envelope.clone();
+                envelope
+                    .metadata
+                    .extend(self.metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+                if let Some(spec) = self.domain.partitioning().get(envelope.category.as_str()) {
+                    let value = spec.key_value(&envelope, &*raised.typed)?;
+                    let key = rules
+                        .validate(spec.field(), value.as_deref())
+                        .map_err(|key| CommitError::InvalidKey {
+                            message_id: envelope.id.clone(),
+                            type_name: envelope.type_name.clone(),
+                            key,
+                        })?;
+                    envelope.partition_key = Some(key);
+                }
+                Ok(NewOutboxRow::new(envelope, raised.lane))
+            })
+            .collect()
+    }
+}
+
+impl fmt::Debug for UnitOfWork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let types: Vec<&str> = self.raised.iter().map(|r| r.envelope.type_name.as_str()).collect();
+        f.debug_struct("UnitOfWork")
+            .field("raised", &types)
+            .field("metadata", &self.metadata)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads the top-level field `field` of a JSON payload as key text: strings,
+/// numbers and booleans as text, `Ok(None)` when missing or null,
+/// `Err(what)` when it holds an object or array.
+pub(crate) fn read_key_field(payload: &str, field: &str) -> Result<Option<String>, &'static str> {
+    use serde_json::Value;
+    let payload: Value = serde_json::from_str(payload).map_err(|_| "a payload that is not JSON")?;
+    match payload.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(Value::Number(number)) => Ok(Some(number.to_string())),
+        Some(Value::Bool(flag)) => Ok(Some(flag.to_string())),
+        Some(Value::Array(_)) => Err("a JSON array"),
+        Some(Value::Object(_)) => Err("a JSON object"),
+    }
+}

@@ -1,1 +1,37 @@
-//! placeholder
+//! A real Redis and real processes for Ordo's tests.
+//!
+//! Ordo's guarantees are about what happens when Redis or an engine instance
+//! dies, stalls or restarts, so its tests need the real thing, not mocks:
+//!
+//! - [`Redis`] starts a `redis-server` on a free port with its own temporary
+//!   directory (or uses `REDIS_URL`), and can kill, pause, resume, stop and
+//!   restart it. When no Redis can be had, the error says how to get one.
+//! - [`Process`] runs a child process (an engine instance), collects its output
+//!   lines and sends it SIGKILL, SIGSTOP, SIGCONT or SIGTERM.
+//! - [`wait_until`] polls a condition with a deadline, which is what a test
+//!   does instead of sleeping.
+//!
+//! Environment variables:
+//! - `REDIS_URL=redis://host:port[/db]`: [`Redis::start`] uses that server
+//!   instead of spawning one (it cannot be killed or paused).
+//! - `ORDO_REDIS_SERVER=/path/to/redis-server`: the binary to spawn instead of
+//!   `redis-server` from `PATH`.
+//!
+//! Feature `testcontainers`: [`Redis::start_container`] runs `redis:7.2` in Docker.
+//!
+//! This crate is Unix-only: it controls processes with signals.
+
+#[cfg(feature = "testcontainers")]
+mod container;
+mod error;
+mod local;
+mod process;
+mod redis;
+mod resp;
+mod signal;
+mod wait;
+
+pub use error::{Result, TestkitError};
+pub use process::Process;
+pub use redis::{Redis, RedisBuilder};
+pub use wait::wait_until;

@@ -1,1 +1,263 @@
-//! placeholder
+//! Ordo: per-key ordered processing of events and commands.
+//!
+//! Messages with the same key are handled one after another, in publish
+//! order, on one instance or across many; messages with different keys are
+//! handled in parallel. You declare the key where you declare the handler,
+//! and the macros check at compile time that every handled message has that
+//! field and that its type can be a key.
+//!
+//! ```
+//! use ordo::prelude::*;
+//!
+//! #[derive(Aggregate)]
+//! struct Order; // stream category "order"
+//!
+//! #[derive(Debug, Clone, Serialize, Deserialize, Event)]
+//! #[event(part_of = Order)]
+//! struct OrderPlaced {
+//!     #[aggregate_id]
+//!     order_id: String,
+//!     client_id: String,
+//!     amount: u64,
+//! }
+//!
+//! struct OrderProjector;
+//!
+//! // One client's orders are projected one at a time, in order.
+//! #[event_handler(part_of = Order, sequential_by = "client_id")]
+//! impl OrderProjector {
+//!     #[handle]
+//!     async fn on_placed(&self, event: &OrderPlaced, ctx: &HandlerContext) -> anyhow::Result<()> {
+//!         println!("{} ordered {} (attempt {})", event.client_id, event.amount, ctx.attempt());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let descriptor = OrderProjector::descriptor();
+//! assert_eq!(descriptor.part_of, Some("order"));
+//! assert_eq!(descriptor.sequential_by, Some("client_id"));
+//! assert_eq!(descriptor.handles[0].type_name, "OrderPlaced");
+//! ```
+//!
+//! Handlers are registered explicitly when the domain is built; see the
+//! `domain` module.
+//!
+//! # Depending on Ordo
+//!
+//! Messages travel as JSON, so they derive serde's `Serialize` and
+//! `Deserialize` (re-exported by the [`prelude`]). serde's derives expand to
+//! code that names the `serde` crate, so add `serde` to your own
+//! dependencies next to `ordo`.
+//!
+//! # The macros
+//!
+//! ## `#[derive(Aggregate)]`
+//!
+//! Implements [`Aggregate`]. The stream category defaults to the type's name
+//! in snake case (`OrderLine` → `order_line`); `#[aggregate(category =
+//! "orders")]` overrides it. A category cannot be empty or contain `:`.
+//!
+//! ## `#[derive(Event)]` and `#[derive(Command)]`
+//!
+//! On a struct with named fields. `#[event(part_of = Order)]` (or
+//! `#[command(...)]`) names the aggregate and is required; `name = "..."`
+//! overrides the type name written into envelopes (default: the struct's
+//! name). Implements [`Message`], [`Event`] (or [`Command`]) and
+//! [`PartOf<Order>`](PartOf). Field attributes:
+//! - `#[aggregate_id]`: the field returned by [`Message::aggregate_id`], read
+//!   by the per-aggregate sequencing policy;
+//! - `#[routing_key]` (commands): the field returned by
+//!   [`Command::routing_key`] (default: the aggregate id).
+//!
+//! Both fields must have a partition-key type ([`PartitionKey`]).
+//!
+//! ```
+//! use ordo::prelude::*;
+//!
+//! #[derive(Aggregate)]
+//! #[aggregate(category = "orders")]
+//! struct Order;
+//!
+//! #[derive(Serialize, Deserialize, Command)]
+//! #[command(part_of = Order, name = "order.place")]
+//! struct PlaceOrder {
+//!     #[aggregate_id]
+//!     order_id: String,
+//!     #[routing_key]
+//!     client_id: u64,
+//! }
+//!
+//! let place = PlaceOrder { order_id: "o-1".into(), client_id: 7 };
+//! assert_eq!(<PlaceOrder as Message>::CATEGORY, "orders");
+//! assert_eq!(<PlaceOrder as Message>::TYPE_NAME, "order.place");
+//! assert_eq!(place.aggregate_id().as_deref(), Some("o-1"));
+//! assert_eq!(place.routing_key().as_deref(), Some("7"));
+//! ```
+//!
+//! ## `#[event_handler]` and `#[command_handler]`
+//!
+//! On an inherent `impl` block. Arguments, all optional:
+//! - `part_of = Order`: every handled message must be part of `Order`;
+//! - `sequential_by = "field"`: the partition key; every handled message must
+//!   have that field, of a [`PartitionKey`] type.
+//!
+//! Each handler method is marked `#[handle]` and has the shape
+//! `async fn name(&self, event: &SomeEvent, ctx: &HandlerContext) -> Result<(), E>`
+//! where `ctx` is optional and `E` converts into [`HandlerError`]
+//! (`anyhow::Error` does). The macro implements [`EventHandler`] (or
+//! [`CommandHandler`]) for the type.
+//!
+//! ## `#[process_manager]`
+//!
+//! On the `impl` block of a type that is `Default + Serialize +
+//! Deserialize`: one instance per correlation value. The bare flag
+//! `#[process_manager(sequential_by)]` partitions by correlation value. Each
+//! method is `#[handle(correlate = "order_id")]` (plus `start` when the event
+//! may start a new instance) and takes `&mut self`.
+//!
+//! ```
+//! use ordo::prelude::*;
+//!
+//! # #[derive(Aggregate)] struct Order;
+//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
+//! # struct OrderPlaced { order_id: String }
+//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
+//! # struct OrderShipped { order_id: String }
+//! #[derive(Default, Serialize, Deserialize)]
+//! struct Fulfillment {
+//!     placed: bool,
+//! }
+//!
+//! #[process_manager(sequential_by)]
+//! impl Fulfillment {
+//!     #[handle(start, correlate = "order_id")]
+//!     async fn on_placed(&mut self, _event: &OrderPlaced) -> anyhow::Result<()> {
+//!         self.placed = true;
+//!         Ok(())
+//!     }
+//!
+//!     #[handle(correlate = "order_id")]
+//!     async fn on_shipped(&mut self, _event: &OrderShipped, _ctx: &HandlerContext) -> anyhow::Result<()> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let descriptor = Fulfillment::descriptor();
+//! assert!(descriptor.partitioned);
+//! assert!(descriptor.handles[0].start);
+//! ```
+//!
+//! ## `#[sequencing_policy(...)]`
+//!
+//! On a handler impl (below the handler attribute) or on one `#[handle]`
+//! method; the method's wins. One of `per_aggregate`, `sequential`,
+//! `full_concurrency`, `routing_key`, `partition_key`, `property = "field"`
+//! (checked at compile time like `sequential_by`), `metadata = "key"`, or
+//! `with = <expr>` for any [`SequencingPolicy`] value. It cannot be combined
+//! with `sequential_by`, which already is the property policy on its field.
+//!
+//! ```
+//! use ordo::prelude::*;
+//!
+//! # #[derive(Aggregate)] struct Order;
+//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
+//! # struct OrderPlaced { order_id: String, region: String }
+//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
+//! # struct OrderShipped { order_id: String }
+//! struct Audit;
+//!
+//! #[event_handler]
+//! #[sequencing_policy(property = "region")]
+//! impl Audit {
+//!     #[handle]
+//!     async fn on_placed(&self, _event: &OrderPlaced) -> anyhow::Result<()> {
+//!         Ok(())
+//!     }
+//!
+//!     #[handle]
+//!     #[sequencing_policy(full_concurrency)]
+//!     async fn on_shipped(&self, _event: &OrderShipped) -> anyhow::Result<()> {
+//!         Ok(())
+//!     }
+//! }
+//! # assert!(Audit::descriptor().policy.is_some());
+//! ```
+
+pub use ordo_core::*;
+pub use ordo_macros::{
+    Aggregate, Command, Event, command_handler, event_handler, handle, process_manager, sequencing_policy,
+};
+
+/// Everything a module declaring messages and handlers needs:
+/// `use ordo::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        Aggregate, Command, CommandHandler, Event, EventHandler, HandlerContext, HandlerError, HandlerResult,
+        Message, ProcessManager, SequencingPolicy, command_handler, event_handler, handle, process_manager,
+        sequencing_policy,
+    };
+    pub use crate::{
+        ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
+        PerAggregatePolicy, PropertyPolicy, RoutingKeyPolicy, SequentialPolicy,
+    };
+    pub use serde::{Deserialize, Serialize};
+    // LEAD: add the runtime entry points here once they exist (Domain, UnitOfWork, Config, ...).
+}
+
+/// What the macros' generated code names. Not public API: it may change in
+/// any release.
+#[doc(hidden)]
+pub mod __private {
+    use std::borrow::Cow;
+    use std::sync::Arc;
+
+    pub use ordo_core::{
+        Aggregate, BoxFuture, Command, CommandHandler, Envelope, Event, EventHandler, FullConcurrencyPolicy,
+        HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind, HandlerResult,
+        KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf, PartitionKey, PartitionKeyPolicy,
+        PerAggregatePolicy, ProcessManager, PropertyPolicy, RoutingKeyPolicy, SequencingPolicy,
+        SequentialPolicy,
+    };
+    pub use serde;
+
+    /// Fails to compile unless `T` is an event.
+    pub fn assert_event<T: Event>() {}
+
+    /// Fails to compile unless `T` is a command.
+    pub fn assert_command<T: Command>() {}
+
+    /// Fails to compile unless `T` is part of aggregate `A`.
+    pub fn assert_part_of<T: PartOf<A>, A: Aggregate>() {}
+
+    /// The text of a key field; `None` for a null key.
+    pub fn key_of<K: PartitionKey + ?Sized>(key: &K) -> Option<String> {
+        key.key_value().map(Cow::into_owned)
+    }
+
+    /// Decodes an envelope's payload for a handler.
+    pub fn decode<M: Message>(envelope: &Envelope) -> Result<M, HandlerError> {
+        envelope.decode().map_err(HandlerError::from)
+    }
+
+    /// A sequencing policy as the descriptors store it.
+    pub fn policy<P: SequencingPolicy>(policy: P) -> Option<Arc<dyn SequencingPolicy>> {
+        Some(Arc::new(policy))
+    }
+
+    /// What a `#[handle]` method may return.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` is not a handler result",
+        label = "a `#[handle]` method returns `Result<(), E>` here",
+        note = "`E` must convert into `Box<dyn std::error::Error + Send + Sync>`, as `anyhow::Error` does"
+    )]
+    pub trait IntoHandlerResult {
+        /// Converts the method's result.
+        fn into_handler_result(self) -> HandlerResult;
+    }
+
+    impl<E: Into<HandlerError>> IntoHandlerResult for Result<(), E> {
+        fn into_handler_result(self) -> HandlerResult {
+            self.map_err(Into::into)
+        }
+    }
+}

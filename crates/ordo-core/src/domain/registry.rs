@@ -1,0 +1,299 @@
+//! The start-up checks of `init()` and the partitioning they establish.
+//!
+//! Every check runs and every problem is collected, so one failed start-up
+//! lists all that must be fixed.
+
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, HashSet};
+
+use crate::broker::Capabilities;
+use crate::error::{CommitError, UsageProblem};
+use crate::handler::{HandlerDescriptor, HandlerKind, KeyExtractor};
+use crate::message::{Envelope, MessageKind};
+use crate::uow::read_key_field;
+
+/// A registered aggregate type.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AggregateInfo {
+    pub(super) type_id: TypeId,
+    pub(super) type_name: &'static str,
+    pub(super) category: &'static str,
+}
+
+/// How the events of one partitioned category get their key.
+#[derive(Debug, Clone)]
+pub(crate) struct CategoryKey {
+    field: &'static str,
+    /// Typed extractors of handlers that handle the type, by type name.
+    extractors: HashMap<&'static str, KeyExtractor>,
+}
+
+impl CategoryKey {
+    /// The key field of the category.
+    pub(crate) fn field(&self) -> &'static str {
+        self.field
+    }
+
+    /// The key value of a raised event: from a handler's typed extractor
+    /// when one handles the type, else from the payload's top-level field.
+    pub(crate) fn key_value(&self, envelope: &Envelope, typed: &dyn Any) -> Result<Option<String>, CommitError> {
+        let extracted = self
+            .extractors
+            .get(envelope.type_name.as_str())
+            .and_then(|extractor| extractor.extract(typed));
+        if let Some(value) = extracted {
+            return Ok(value);
+        }
+        read_key_field(&envelope.payload, self.field).map_err(|found| CommitError::UnsupportedKeyValue {
+            message_id: envelope.id.clone(),
+            type_name: envelope.type_name.clone(),
+            field: self.field,
+            found,
+        })
+    }
+}
+
+/// Partitioned event categories and their keys.
+pub(crate) type Partitioning = HashMap<&'static str, CategoryKey>;
+
+/// One handler's request to partition a category by a field.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    handler: &'static str,
+    kind: MessageKind,
+    category: &'static str,
+    field: &'static str,
+    type_name: &'static str,
+    extractor: Option<KeyExtractor>,
+}
+
+/// Runs every check; returns the event partitioning, or all problems found.
+pub(super) fn check(
+    descriptors: &[&HandlerDescriptor],
+    aggregates: &[AggregateInfo],
+    broker_name: &str,
+    capabilities: Capabilities,
+) -> Result<Partitioning, Vec<UsageProblem>> {
+    let mut problems = Vec::new();
+    check_aggregates(aggregates, &mut problems);
+    check_names(descriptors, &mut problems);
+    check_type_names(descriptors, &mut problems);
+    check_command_routes(descriptors, &mut problems);
+    check_membership(descriptors, aggregates, &mut problems);
+    check_process_manager_policies(descriptors, &mut problems);
+    let claims = collect_claims(descriptors, &mut problems);
+    check_key_agreement(&claims, &mut problems);
+    check_broker(descriptors, broker_name, capabilities, &mut problems);
+    if problems.is_empty() {
+        Ok(partitioning(&claims))
+    } else {
+        Err(problems)
+    }
+}
+
+fn check_aggregates(aggregates: &[AggregateInfo], problems: &mut Vec<UsageProblem>) {
+    let mut owners: HashMap<&str, &AggregateInfo> = HashMap::new();
+    for aggregate in aggregates {
+        match owners.get(aggregate.category) {
+            Some(first) if first.type_id != aggregate.type_id => problems.push(UsageProblem::DuplicateCategory {
+                category: aggregate.category,
+                first: first.type_name,
+                second: aggregate.type_name,
+            }),
+            Some(_) => {}
+            None => {
+                owners.insert(aggregate.category, aggregate);
+            }
+        }
+    }
+}
+
+fn check_names(descriptors: &[&HandlerDescriptor], problems: &mut Vec<UsageProblem>) {
+    let mut seen = HashSet::new();
+    for descriptor in descriptors {
+        if !seen.insert(descriptor.name) {
+            problems.push(UsageProblem::DuplicateHandler {
+                handler: descriptor.name,
+                handler_kind: descriptor.kind,
+            });
+        }
+    }
+}
+
+/// Distinct types are told apart by kind and category: two handled types
+/// with one name but a different kind or category are two types.
+fn check_type_names(descriptors: &[&HandlerDescriptor], problems: &mut Vec<UsageProblem>) {
+    let mut known: HashMap<&str, (MessageKind, &'static str)> = HashMap::new();
+    let mut reported = HashSet::new();
+    for handled in descriptors.iter().flat_map(|d| &d.handles) {
+        let this = (handled.kind, handled.category);
+        match known.get(handled.type_name) {
+            None => {
+                known.insert(handled.type_name, this);
+            }
+            Some(&first) if first != this && reported.insert((handled.type_name, this)) => {
+                problems.push(UsageProblem::DuplicateTypeName {
+                    type_name: handled.type_name,
+                    first_kind: first.0,
+                    first_category: first.1,
+                    second_kind: this.0,
+                    second_category: this.1,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+fn check_command_routes(descriptors: &[&HandlerDescriptor], problems: &mut Vec<UsageProblem>) {
+    let mut routes: HashMap<&str, &str> = HashMap::new();
+    let command_handlers = descriptors.iter().filter(|d| d.kind == HandlerKind::Command);
+    for descriptor in command_handlers {
+        for handled in &descriptor.handles {
+            match routes.get(handled.type_name) {
+                Some(&first) if first != descriptor.name => problems.push(UsageProblem::DuplicateCommandHandler {
+                    type_name: handled.type_name,
+                    first_handler: first,
+                    second_handler: descriptor.name,
+                }),
+                Some(_) => {}
+                None => {
+                    routes.insert(handled.type_name, descriptor.name);
+                }
+            }
+        }
+    }
+}
+
+/// Handled messages belong to the handler's `part_of` aggregate, and, once
+/// any aggregate is registered, every consumed category has one.
+fn check_membership(
+    descriptors: &[&HandlerDescriptor],
+    aggregates: &[AggregateInfo],
+    problems: &mut Vec<UsageProblem>,
+) {
+    let known: HashSet<&str> = aggregates.iter().map(|a| a.category).collect();
+    for descriptor in descriptors {
+        if let Some(part_of) = descriptor.part_of {
+            let foreign = descriptor.handles.iter().filter(|h| h.category != part_of);
+            problems.extend(foreign.map(|handled| UsageProblem::ForeignMessage {
+                handler: descriptor.name,
+                handler_kind: descriptor.kind,
+                part_of,
+                type_name: handled.type_name,
+                category: handled.category,
+            }));
+        }
+        if known.is_empty() {
+            continue;
+        }
+        let mut categories = descriptor.categories();
+        if let Some(part_of) = descriptor.part_of
+            && !categories.contains(&part_of)
+        {
+            categories.push(part_of);
+        }
+        let unknown = categories.into_iter().filter(|c| !known.contains(c));
+        problems.extend(unknown.map(|category| UsageProblem::UnknownCategory {
+            handler: descriptor.name,
+            handler_kind: descriptor.kind,
+            category,
+        }));
+    }
+}
+
+fn check_process_manager_policies(descriptors: &[&HandlerDescriptor], problems: &mut Vec<UsageProblem>) {
+    let with_policy = descriptors.iter().filter(|d| {
+        d.kind == HandlerKind::ProcessManager && (d.policy.is_some() || d.handles.iter().any(|h| h.policy.is_some()))
+    });
+    problems.extend(with_policy.map(|d| UsageProblem::ProcessManagerPolicy { handler: d.name }));
+}
+
+/// The key claims of partitioned handlers, in registration order: the
+/// `sequential_by` field of event and command handlers, the `correlate`
+/// field of each message of a process manager.
+fn collect_claims(descriptors: &[&HandlerDescriptor], problems: &mut Vec<UsageProblem>) -> Vec<Claim> {
+    let mut claims = Vec::new();
+    for descriptor in descriptors.iter().filter(|d| d.partitioned) {
+        for handled in &descriptor.handles {
+            let extractor_field = handled.key.map(|k| k.field());
+            let field = match descriptor.kind {
+                HandlerKind::ProcessManager => extractor_field,
+                HandlerKind::Event | HandlerKind::Command => descriptor.sequential_by.or(extractor_field),
+            };
+            let Some(field) = field else {
+                problems.push(UsageProblem::MissingKey {
+                    handler: descriptor.name,
+                    handler_kind: descriptor.kind,
+                    type_name: handled.type_name,
+                });
+                continue;
+            };
+            claims.push(Claim {
+                handler: descriptor.name,
+                kind: handled.kind,
+                category: handled.category,
+                field,
+                type_name: handled.type_name,
+                extractor: handled.key.filter(|k| k.field() == field),
+            });
+        }
+    }
+    claims
+}
+
+/// One key per category (events and commands apart): every claim must
+/// agree with the category's first claim.
+fn check_key_agreement(claims: &[Claim], problems: &mut Vec<UsageProblem>) {
+    let mut first: HashMap<(MessageKind, &str), &Claim> = HashMap::new();
+    let mut reported = HashSet::new();
+    for claim in claims {
+        let reference = *first.entry((claim.kind, claim.category)).or_insert(claim);
+        if reference.field != claim.field && reported.insert((claim.kind, claim.category, claim.handler, claim.field))
+        {
+            problems.push(UsageProblem::ConflictingKeys {
+                category: claim.category,
+                kind: claim.kind,
+                first_handler: reference.handler,
+                first_key: reference.field,
+                second_handler: claim.handler,
+                second_key: claim.field,
+            });
+        }
+    }
+}
+
+/// A partitioned handler needs a broker that partitions streams or runs
+/// handlers in process in order.
+fn check_broker(
+    descriptors: &[&HandlerDescriptor],
+    broker_name: &str,
+    capabilities: Capabilities,
+    problems: &mut Vec<UsageProblem>,
+) {
+    if capabilities.stream_partitioning || capabilities.ordered_in_process {
+        return;
+    }
+    let partitioned = descriptors.iter().filter(|d| d.partitioned);
+    problems.extend(partitioned.map(|d| UsageProblem::BrokerCannotPartition {
+        handler: d.name,
+        handler_kind: d.kind,
+        broker: broker_name.to_owned(),
+    }));
+}
+
+/// The key of each partitioned event category, with the typed extractors
+/// of the handlers that handle its types.
+fn partitioning(claims: &[Claim]) -> Partitioning {
+    let mut partitioning = Partitioning::new();
+    for claim in claims.iter().filter(|c| c.kind == MessageKind::Event) {
+        let key = partitioning.entry(claim.category).or_insert_with(|| CategoryKey {
+            field: claim.field,
+            extractors: HashMap::new(),
+        });
+        if let Some(extractor) = claim.extractor {
+            key.extractors.entry(claim.type_name).or_insert(extractor);
+        }
+    }
+    partitioning
+}

@@ -1,0 +1,438 @@
+//! `init()` checks, policy resolution, start, settle and shutdown.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ordo_core::broker::Capabilities;
+use ordo_core::handler::HandlerKind;
+use ordo_core::message::MessageKind;
+use ordo_core::policy::{FullConcurrencyPolicy, ProcessingContext, SEQUENTIAL_SEQUENCE_ID};
+use ordo_core::{
+    Domain, DomainBuilder, Envelope, IncorrectUsageError, InlineBroker, ShutdownError, UsageProblem,
+};
+use support::*;
+
+spec!(ByClient => handler("ByClient", HandlerKind::Event, "order", Some("client_id"), vec![
+    on::<OrderPlaced>(Some(extractor!(OrderPlaced, client_id))),
+    on::<OrderShipped>(Some(extractor!(OrderShipped, client_id))),
+]));
+spec!(AlsoByClient => handler("AlsoByClient", HandlerKind::Event, "order", Some("client_id"), vec![
+    on::<OrderPlaced>(Some(extractor!(OrderPlaced, client_id))),
+]));
+spec!(ByOrder => handler("ByOrder", HandlerKind::Event, "order", Some("order_id"), vec![
+    on::<OrderPlaced>(Some(extractor!(OrderPlaced, order_id))),
+]));
+spec!(Unkeyed => handler("Unkeyed", HandlerKind::Event, "order", None, vec![
+    on::<OrderPlaced>(None),
+    on::<OrderShipped>(None),
+]));
+spec!(CustomerByClient => handler("CustomerByClient", HandlerKind::Event, "customer", Some("customer_id"), vec![
+    on::<CustomerRegistered>(Some(extractor!(CustomerRegistered, customer_id))),
+]));
+spec!(CommandsByClient => handler("CommandsByClient", HandlerKind::Command, "order", Some("client_id"), vec![
+    on::<PlaceOrder>(Some(extractor!(PlaceOrder, client_id))),
+]));
+spec!(CommandsByOrder => handler("CommandsByOrder", HandlerKind::Command, "order", Some("order_id"), vec![
+    on::<CancelOrder>(Some(extractor!(CancelOrder, order_id))),
+]));
+spec!(OtherPlaceOrder => handler("OtherPlaceOrder", HandlerKind::Command, "order", None, vec![
+    on::<PlaceOrder>(None),
+]));
+spec!(PartitionedPm => process_manager("PartitionedPm", true, vec![
+    pm_on::<OrderPlaced>(extractor!(OrderPlaced, order_id), true),
+    pm_on::<OrderShipped>(extractor!(OrderShipped, order_id), false),
+]));
+spec!(PlainPm => process_manager("PlainPm", false, vec![
+    pm_on::<OrderPlaced>(extractor!(OrderPlaced, order_id), true),
+]));
+spec!(ForeignHandler => handler("ForeignHandler", HandlerKind::Event, "order", None, vec![
+    on::<CustomerRegistered>(None),
+]));
+spec!(KeylessPartitioned => HandlerDescriptorFix::partitioned_without_key());
+spec!(ClashingTypeName => handler("ClashingTypeName", HandlerKind::Event, "customer", None, vec![
+    ordo_core::handler::HandledMessage { category: "customer", ..on::<OrderPlaced>(None) },
+]));
+
+struct HandlerDescriptorFix;
+impl HandlerDescriptorFix {
+    fn partitioned_without_key() -> ordo_core::handler::HandlerDescriptor {
+        ordo_core::handler::HandlerDescriptor {
+            sequential_by: None,
+            partitioned: true,
+            ..handler("KeylessPartitioned", HandlerKind::Event, "order", None, vec![on::<OrderPlaced>(None)])
+        }
+    }
+}
+
+fn probe() -> Arc<Probe> {
+    Probe::new("client_id").shared()
+}
+
+fn problems(builder: DomainBuilder) -> (Vec<UsageProblem>, String) {
+    let error: IncorrectUsageError = builder.init().expect_err("init should fail");
+    (error.problems().to_vec(), error.to_string())
+}
+
+#[test]
+fn handlers_with_different_keys_on_one_category_are_rejected_naming_both() {
+    let p = probe();
+    let builder = Domain::builder()
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .event_handler(Recorder::<ByOrder>::new(&p));
+    let (problems, message) = problems(builder);
+    assert_eq!(
+        problems,
+        vec![UsageProblem::ConflictingKeys {
+            category: "order",
+            kind: MessageKind::Event,
+            first_handler: "ByClient",
+            first_key: "client_id",
+            second_handler: "ByOrder",
+            second_key: "order_id",
+        }]
+    );
+    for needle in ["ByClient", "ByOrder", "`order`", "client_id", "order_id"] {
+        assert!(message.contains(needle), "{needle} missing from: {message}");
+    }
+}
+
+#[test]
+fn handlers_with_the_same_key_or_no_key_are_accepted() {
+    let p = probe();
+    let domain = Domain::builder()
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .event_handler(Recorder::<AlsoByClient>::new(&p))
+        .event_handler(Recorder::<Unkeyed>::new(&p))
+        .init()
+        .expect("same key and no key agree");
+    assert_eq!(domain.partition_key_field("order"), Some("client_id"));
+    assert_eq!(domain.partition_key_field("customer"), None);
+}
+
+#[test]
+fn a_broker_without_capabilities_rejects_every_partitioned_handler_by_name() {
+    let p = probe();
+    let builder = Domain::builder()
+        .broker(RecordingBroker::plain())
+        .event_handler(Recorder::<ByOrder>::new(&p))
+        .event_handler(Recorder::<Unkeyed>::new(&p))
+        .event_handler(Recorder::<CustomerByClient>::new(&p))
+        .command_handler(CommandRecorder::<CommandsByClient>::new(&p))
+        .process_manager::<Fulfillment<PartitionedPm>>();
+    let (problems, message) = problems(builder);
+    let rejected: Vec<(&str, HandlerKind)> = problems
+        .iter()
+        .map(|p| match p {
+            UsageProblem::BrokerCannotPartition {
+                handler,
+                handler_kind,
+                broker,
+            } => {
+                assert_eq!(broker, "plain");
+                (*handler, *handler_kind)
+            }
+            other => panic!("unexpected problem {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        rejected,
+        vec![
+            ("ByOrder", HandlerKind::Event),
+            ("CustomerByClient", HandlerKind::Event),
+            ("CommandsByClient", HandlerKind::Command),
+            ("PartitionedPm", HandlerKind::ProcessManager),
+        ]
+    );
+    assert!(message.contains("broker `plain`"), "{message}");
+    assert!(message.contains("command handler `CommandsByClient`"), "{message}");
+}
+
+#[test]
+fn a_broker_without_capabilities_accepts_unpartitioned_handlers() {
+    let p = probe();
+    Domain::builder()
+        .broker(RecordingBroker::plain())
+        .event_handler(Recorder::<Unkeyed>::new(&p))
+        .process_manager::<Fulfillment<PlainPm>>()
+        .init()
+        .expect("nothing is partitioned");
+}
+
+#[test]
+fn inline_and_partitioning_brokers_accept_partitioned_handlers() {
+    let p = probe();
+    for builder in [
+        Domain::builder(),
+        Domain::builder().broker(InlineBroker::new()),
+        Domain::builder().broker(Arc::new(InlineBroker::new())),
+        Domain::builder().broker(RecordingBroker::partitioning()),
+        Domain::builder().broker(RecordingBroker::new("ordered", Capabilities::ORDERED_IN_PROCESS)),
+    ] {
+        builder
+            .event_handler(Recorder::<ByClient>::new(&p))
+            .command_handler(CommandRecorder::<CommandsByClient>::new(&p))
+            .process_manager::<Fulfillment<PlainPm>>()
+            .init()
+            .expect("the broker can honour sequential_by");
+    }
+}
+
+#[test]
+fn the_default_broker_and_an_inline_broker_passed_in_are_recognised_as_inline() {
+    let inline = InlineBroker::new();
+    assert!(Domain::builder().init().unwrap().inline_broker().is_some());
+    assert!(Domain::builder().broker(inline).init().unwrap().inline_broker().is_some());
+    let recording = Domain::builder().broker(RecordingBroker::partitioning()).init().unwrap();
+    assert!(recording.inline_broker().is_none());
+}
+
+#[test]
+fn command_handlers_with_different_keys_on_one_category_are_rejected() {
+    let p = probe();
+    let builder = Domain::builder()
+        .command_handler(CommandRecorder::<CommandsByClient>::new(&p))
+        .command_handler(CommandRecorder::<CommandsByOrder>::new(&p));
+    let (problems, _) = problems(builder);
+    assert_eq!(
+        problems,
+        vec![UsageProblem::ConflictingKeys {
+            category: "order",
+            kind: MessageKind::Command,
+            first_handler: "CommandsByClient",
+            first_key: "client_id",
+            second_handler: "CommandsByOrder",
+            second_key: "order_id",
+        }]
+    );
+}
+
+#[test]
+fn events_and_commands_of_one_category_are_keyed_separately() {
+    let p = probe();
+    Domain::builder()
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .command_handler(CommandRecorder::<CommandsByOrder>::new(&p))
+        .init()
+        .expect("commands never share the event streams");
+}
+
+#[test]
+fn a_partitioned_process_manager_keys_its_categories_by_its_correlate_fields() {
+    let p = probe();
+    let builder = Domain::builder()
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .process_manager::<Fulfillment<PartitionedPm>>();
+    let (problems, message) = problems(builder);
+    assert!(
+        problems.contains(&UsageProblem::ConflictingKeys {
+            category: "order",
+            kind: MessageKind::Event,
+            first_handler: "ByClient",
+            first_key: "client_id",
+            second_handler: "PartitionedPm",
+            second_key: "order_id",
+        }),
+        "{problems:?}"
+    );
+    assert!(message.contains("PartitionedPm"), "{message}");
+
+    let agreeing = Domain::builder()
+        .event_handler(Recorder::<ByOrder>::new(&p))
+        .process_manager::<Fulfillment<PartitionedPm>>()
+        .init()
+        .expect("the handler's key is the correlate field");
+    assert_eq!(agreeing.partition_key_field("order"), Some("order_id"));
+}
+
+#[test]
+fn an_unpartitioned_process_manager_does_not_claim_a_key() {
+    let p = probe();
+    Domain::builder()
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .process_manager::<Fulfillment<PlainPm>>()
+        .init()
+        .expect("a process manager without sequential_by partitions nothing");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let p = probe();
+    let builder = Domain::builder()
+        .aggregate::<Order>()
+        .aggregate::<OrderAgain>()
+        .broker(RecordingBroker::plain())
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .event_handler(Recorder::<ByOrder>::new(&p))
+        .event_handler(Recorder::<ByOrder>::new(&p))
+        .event_handler(Recorder::<ForeignHandler>::new(&p))
+        .event_handler(Recorder::<KeylessPartitioned>::new(&p))
+        .event_handler(Recorder::<ClashingTypeName>::new(&p))
+        .command_handler(CommandRecorder::<CommandsByClient>::new(&p))
+        .command_handler(CommandRecorder::<OtherPlaceOrder>::new(&p));
+    let (problems, message) = problems(builder);
+    let has = |wanted: &dyn Fn(&UsageProblem) -> bool| problems.iter().any(wanted);
+    assert!(has(&|p| matches!(p, UsageProblem::DuplicateCategory { category: "order", .. })));
+    assert!(has(&|p| matches!(p, UsageProblem::DuplicateHandler { handler: "ByOrder", .. })));
+    assert!(has(&|p| matches!(
+        p,
+        UsageProblem::ConflictingKeys { second_handler: "ByOrder", .. }
+    )));
+    assert!(has(&|p| matches!(
+        p,
+        UsageProblem::ForeignMessage { handler: "ForeignHandler", type_name: "CustomerRegistered", .. }
+    )));
+    assert!(has(&|p| matches!(
+        p,
+        UsageProblem::UnknownCategory { handler: "ForeignHandler", category: "customer", .. }
+    )));
+    assert!(has(&|p| matches!(
+        p,
+        UsageProblem::MissingKey { handler: "KeylessPartitioned", type_name: "OrderPlaced", .. }
+    )));
+    assert!(has(&|p| matches!(
+        p,
+        UsageProblem::DuplicateTypeName { type_name: "OrderPlaced", second_category: "customer", .. }
+    )));
+    assert!(has(&|p| matches!(
+        p,
+        UsageProblem::DuplicateCommandHandler { type_name: "PlaceOrder", second_handler: "OtherPlaceOrder", .. }
+    )));
+    assert!(has(&|p| matches!(
+        p,
+        UsageProblem::BrokerCannotPartition { handler: "CommandsByClient", .. }
+    )));
+    assert!(message.starts_with(&format!("the domain cannot start: {} problems found", problems.len())));
+    assert_eq!(message.lines().count(), problems.len() + 1, "{message}");
+}
+
+#[test]
+fn registered_aggregates_are_optional_but_checked_when_present() {
+    let p = probe();
+    Domain::builder()
+        .event_handler(Recorder::<CustomerByClient>::new(&p))
+        .init()
+        .expect("aggregates are optional");
+    Domain::builder()
+        .aggregate::<Order>()
+        .aggregate::<Order>()
+        .aggregate::<Customer>()
+        .event_handler(Recorder::<CustomerByClient>::new(&p))
+        .init()
+        .expect("the customer category is registered; registering a type twice is harmless");
+    let (problems, _) = problems(
+        Domain::builder()
+            .aggregate::<Order>()
+            .event_handler(Recorder::<CustomerByClient>::new(&p)),
+    );
+    assert_eq!(
+        problems,
+        vec![UsageProblem::UnknownCategory {
+            handler: "CustomerByClient",
+            handler_kind: HandlerKind::Event,
+            category: "customer",
+        }]
+    );
+}
+
+#[test]
+fn a_process_manager_with_a_sequencing_policy_is_rejected() {
+    spec!(PmWithPolicy => ordo_core::handler::HandlerDescriptor {
+        policy: Some(Arc::new(FullConcurrencyPolicy)),
+        ..process_manager("PmWithPolicy", false, vec![pm_on::<OrderPlaced>(extractor!(OrderPlaced, order_id), true)])
+    });
+    let (problems, _) = problems(Domain::builder().process_manager::<Fulfillment<PmWithPolicy>>());
+    assert_eq!(
+        problems,
+        vec![UsageProblem::ProcessManagerPolicy {
+            handler: "PmWithPolicy"
+        }]
+    );
+}
+
+fn envelope(aggregate_id: Option<&str>, partition_key: Option<&str>) -> Envelope {
+    let mut envelope = Envelope::new(&placed("o-1", "c-1", 1)).unwrap();
+    envelope.aggregate_id = aggregate_id.map(str::to_owned);
+    envelope.partition_key = partition_key.map(str::to_owned);
+    envelope
+}
+
+fn sequence(domain: &Domain, handler: &str, envelope: &Envelope) -> Option<String> {
+    let subscription = domain.subscriptions().iter().find(|s| s.name() == handler).unwrap();
+    subscription
+        .policy_for(&envelope.type_name)
+        .sequence_identifier(envelope, &ProcessingContext::new(handler))
+        .map(|id| id.as_str().to_owned())
+}
+
+#[test]
+fn policies_resolve_override_then_sequential_by_then_kind_default() {
+    let p = probe();
+    let domain = Domain::builder()
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .event_handler(Recorder::<Unkeyed>::new(&p))
+        .event_handler_with_policy(Recorder::<AlsoByClient>::new(&p), FullConcurrencyPolicy)
+        .process_manager::<Fulfillment<PlainPm>>()
+        .init()
+        .unwrap();
+    let keyed = envelope(Some("o-1"), Some("c-1"));
+    let anonymous = envelope(None, None);
+    assert_eq!(sequence(&domain, "ByClient", &keyed).as_deref(), Some("c-1"));
+    assert_eq!(sequence(&domain, "Unkeyed", &keyed).as_deref(), Some("o-1"));
+    assert_eq!(sequence(&domain, "Unkeyed", &anonymous).as_deref(), Some(SEQUENTIAL_SEQUENCE_ID));
+    assert_eq!(sequence(&domain, "AlsoByClient", &keyed), None);
+    assert!(domain.subscriptions().iter().any(|s| s.name() == "AlsoByClient" && s.policy_overridden));
+    // The process manager is sequenced by its correlation value, read from the payload.
+    assert_eq!(sequence(&domain, "PlainPm", &anonymous).as_deref(), Some("o-1"));
+}
+
+#[test]
+fn command_handlers_are_not_broker_subscriptions() {
+    let p = probe();
+    let domain = Domain::builder()
+        .event_handler(Recorder::<Unkeyed>::new(&p))
+        .command_handler(CommandRecorder::<CommandsByClient>::new(&p))
+        .init()
+        .unwrap();
+    let names = |subs: &[ordo_core::Subscription]| subs.iter().map(|s| s.name()).collect::<Vec<_>>();
+    assert_eq!(names(domain.subscriptions()), vec!["Unkeyed"]);
+    assert_eq!(names(domain.command_handlers()), vec!["CommandsByClient"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_domain_publishes_commits_without_being_asked() {
+    let p = probe();
+    let domain = Domain::builder().event_handler(Recorder::<ByClient>::new(&p)).init().unwrap();
+    let running = domain.start();
+    let mut uow = domain.unit_of_work();
+    uow.raise(placed("o-1", "c-1", 1)).unwrap();
+    uow.raise(shipped("o-1", "c-1", 2)).unwrap();
+    uow.commit().await.unwrap();
+    let probe = Arc::clone(&p);
+    eventually("both events handled", Duration::from_secs(5), || probe.runs() == 2).await;
+    assert_eq!(p.amounts_for("c-1"), vec![1, 2]);
+    running.shutdown().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn settle_publishes_and_waits_for_handlers_without_start() {
+    let p = Probe::new("client_id").with_delay(Duration::from_millis(5)).shared();
+    let domain = Domain::builder().event_handler(Recorder::<Unkeyed>::new(&p)).init().unwrap();
+    let mut uow = domain.unit_of_work();
+    for amount in 0..10 {
+        uow.raise(placed(&format!("o-{amount}"), "c-1", amount)).unwrap();
+    }
+    uow.commit().await.unwrap();
+    domain.settle().await;
+    assert_eq!(p.runs(), 10);
+    assert!(domain.outbox().pending(10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn shutdown_reports_a_broker_that_stopped_with_an_error() {
+    let domain = Domain::builder().broker(RecordingBroker::failing_run("lost the connection")).init().unwrap();
+    let error = domain.start().shutdown().await.expect_err("the broker failed");
+    assert!(matches!(&error, ShutdownError::Broker { broker, .. } if broker == "broken"), "{error:?}");
+    assert_eq!(chain(&error), "broker `broken` stopped with an error: lost the connection");
+}

@@ -1,0 +1,96 @@
+//! The handler attribute's own arguments.
+
+use proc_macro2::{Span, TokenStream};
+use syn::parse::Parser;
+
+use super::Flavor;
+use crate::diag::{Errors, Once, skip_value, unknown_key};
+use crate::names::FieldName;
+use crate::value::{aggregate_path, field_name};
+
+/// `#[event_handler(part_of = Order, sequential_by = "client_id")]`, or
+/// `#[process_manager(sequential_by)]`.
+#[derive(Default)]
+pub(super) struct HandlerArgs {
+    /// The aggregate every handled message must be part of.
+    pub(super) part_of: Option<syn::Path>,
+    /// Event and command handlers: the partition key field.
+    pub(super) sequential_by: Option<FieldName>,
+    /// Process managers: the bare `sequential_by` flag, with its span.
+    pub(super) partitioned_flag: Option<Span>,
+}
+
+impl HandlerArgs {
+    /// Whether the handler asks the broker to partition its categories.
+    pub(super) fn partitioned(&self) -> bool {
+        self.sequential_by.is_some() || self.partitioned_flag.is_some()
+    }
+}
+
+/// Parses the attribute arguments, recording every problem in `errors`.
+pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) -> HandlerArgs {
+    let attribute = format!("#[{}]", flavor.attribute());
+    let mut part_of = Once::new("part_of");
+    let mut sequential_by = Once::new("sequential_by");
+    let parser = syn::meta::parser(|meta| {
+        match flavor {
+            Flavor::Event | Flavor::Command if meta.path.is_ident("part_of") => {
+                let path = aggregate_path(&meta, errors)?;
+                errors.ok(part_of.set(&meta, path));
+            }
+            Flavor::Event | Flavor::Command if meta.path.is_ident("sequential_by") => {
+                let field = field_name(&meta, "sequential_by", errors)?;
+                errors.ok(sequential_by.set(&meta, field.map(Key::Field)));
+            }
+            Flavor::ProcessManager if meta.path.is_ident("sequential_by") => {
+                if meta.input.peek(syn::Token![=]) {
+                    errors.push(meta.error(
+                        "a process manager's `sequential_by` is a flag: each handler's `correlate` field is its key; \
+                         write `#[process_manager(sequential_by)]`",
+                    ));
+                    skip_value(&meta)?;
+                } else {
+                    let span = meta
+                        .path
+                        .get_ident()
+                        .map_or_else(Span::call_site, syn::Ident::span);
+                    errors.ok(sequential_by.set(&meta, Some(Key::Flag(span))));
+                }
+            }
+            Flavor::Event | Flavor::Command => {
+                errors.push(unknown_key(&meta, &attribute, &["part_of", "sequential_by"]));
+                skip_value(&meta)?;
+            }
+            Flavor::ProcessManager => {
+                let mut error = unknown_key(&meta, &attribute, &["sequential_by"]);
+                if meta.path.is_ident("part_of") {
+                    error = meta.error(format_args!(
+                        "unknown `{attribute}` argument `part_of`: a process manager may follow several \
+                         aggregates; expected one of: `sequential_by`"
+                    ));
+                }
+                errors.push(error);
+                skip_value(&meta)?;
+            }
+        }
+        Ok(())
+    });
+    let parsed = parser.parse2(tokens);
+    errors.ok(parsed);
+    let mut args = HandlerArgs {
+        part_of: part_of.into_inner().flatten(),
+        ..HandlerArgs::default()
+    };
+    match sequential_by.into_inner().flatten() {
+        Some(Key::Field(field)) => args.sequential_by = Some(field),
+        Some(Key::Flag(span)) => args.partitioned_flag = Some(span),
+        None => {}
+    }
+    args
+}
+
+/// What `sequential_by` was given as.
+enum Key {
+    Field(FieldName),
+    Flag(Span),
+}

@@ -1,0 +1,114 @@
+//! The consumer: one per engine instance, running every subscription.
+//!
+//! Tasks of one instance:
+//! - the **supervisor** ([`supervisor`]) announces the instance, discovers
+//!   partitions from the category indexes, computes this instance's fair
+//!   share ([`balance`]), acquires leases up to it and releases surplus;
+//! - one **worker** per owned unit ([`worker`]: a partition, or a process
+//!   manager's correlation value) reads, handles and acknowledges under the
+//!   lease, strictly one message at a time;
+//! - the **waker** ([`waker`]) blocks in one `XREAD` over every idle owned
+//!   stream on its own connection and wakes only the workers whose streams
+//!   got entries, so idle partitions cost nothing each;
+//! - the **heartbeat** ([`heartbeat`]) renews every held lease in one script
+//!   call per interval, on its own thread, runtime and connection, so no
+//!   handler can starve it;
+//! - **plain consumers** ([`plain`]) read non-partitioned categories' base
+//!   streams through an ordinary consumer group.
+
+pub(crate) mod balance;
+pub(crate) mod heartbeat;
+pub(crate) mod plain;
+pub(crate) mod supervisor;
+pub(crate) mod unit;
+pub(crate) mod waker;
+pub(crate) mod worker;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use ordo_core::backoff::Backoff;
+
+use crate::partition::Partitions;
+
+/// The timings and sizes the consumer runs with.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) lease_ttl: Duration,
+    pub(crate) heartbeat_interval: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) reap_idle: Duration,
+    pub(crate) discovery_interval: Duration,
+    pub(crate) max_retries: u32,
+    pub(crate) backoff: Backoff,
+    pub(crate) backfill_suffix: String,
+    pub(crate) read_batch: usize,
+    /// How long the waker's `XREAD` blocks when nothing changes.
+    pub(crate) wake_block: Duration,
+}
+
+/// What every task of a consumer shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) settings: Settings,
+    pub(crate) partitions: Partitions,
+    pub(crate) leases: LeaseTable,
+    pub(crate) waker: waker::WakerHandle,
+    /// The broker's Redis URL (the heartbeat and waker open their own connections).
+    pub(crate) url: String,
+}
+
+impl Shared {
+    /// This instance's id.
+    pub(crate) fn instance(&self) -> &str {
+        self.partitions.instance()
+    }
+}
+
+/// The leases this instance holds, as the heartbeat renews them: lease key
+/// to expected value.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LeaseTable(Arc<Mutex<HashMap<String, String>>>);
+
+impl LeaseTable {
+    pub(crate) fn insert(&self, key: &str, value: &str) {
+        self.lock().insert(key.to_owned(), value.to_owned());
+    }
+
+    /// Removes `key` if it still maps to `value`; returns whether it did.
+    pub(crate) fn remove(&self, key: &str, value: &str) -> bool {
+        let mut table = self.lock();
+        if table.get(key).is_some_and(|v| v == value) {
+            table.remove(key);
+            true
+        } else {
+            false
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<(String, String)> {
+        self.lock().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        // Single inserts and removals cannot leave the map half-updated.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Sleeps `duration` unless `token` is cancelled first; returns whether the
+/// full duration elapsed.
+pub(crate) async fn sleep_unless(token: &tokio_util::sync::CancellationToken, duration: Duration) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(duration) => true,
+        () = token.cancelled() => false,
+    }
+}
+
+/// A shared handle to the consumer's state.
+pub(crate) type SharedRef = Arc<Shared>;

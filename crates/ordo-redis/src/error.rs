@@ -1,0 +1,98 @@
+//! The errors of the Redis broker.
+
+/// What went wrong talking to Redis or with a partition.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A Redis command or script failed (connection lost, server error).
+    #[error("redis command failed")]
+    Redis(#[source] fred::error::Error),
+
+    /// The lease this operation was fenced by is no longer held at the
+    /// expected value: another instance owns the partition now (or it
+    /// expired). The caller must stop touching the partition.
+    #[error("fenced: lease `{lease}` is no longer held as `{expected}` (now {})", holder_text(.holder))]
+    Fenced {
+        /// The lease key.
+        lease: String,
+        /// The value the caller expected (`{instance}:{token}`).
+        expected: String,
+        /// The current holder, if any.
+        holder: Option<String>,
+    },
+
+    /// An operator action on a partition that is not halted.
+    #[error("partition `{partition}` is not halted for group `{group}`")]
+    NotHalted {
+        /// The consumer group (handler name).
+        group: String,
+        /// The partition's primary stream.
+        partition: String,
+    },
+
+    /// A fenced commit named a command the commit script does not run.
+    #[error("command `{command}` is not allowed in a fenced commit")]
+    CommandNotAllowed {
+        /// The refused command.
+        command: String,
+    },
+
+    /// A script or command replied with something Ordo does not expect
+    /// (a version mismatch, or keys written by something else).
+    #[error("unexpected reply from `{context}`: {detail}")]
+    Protocol {
+        /// The script or command.
+        context: &'static str,
+        /// What was wrong with the reply.
+        detail: String,
+    },
+
+    /// An envelope could not be encoded for publishing.
+    #[error("cannot encode the envelope of message `{message_id}`")]
+    Encode {
+        /// The message's id.
+        message_id: String,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// The broker was configured with an invalid value.
+    #[error("invalid broker configuration: `{key}` {reason}")]
+    Config {
+        /// The setting.
+        key: &'static str,
+        /// Why it is invalid.
+        reason: String,
+    },
+}
+
+fn holder_text(holder: &Option<String>) -> String {
+    match holder {
+        Some(holder) => format!("held as `{holder}`"),
+        None => "not held".to_owned(),
+    }
+}
+
+impl From<fred::error::Error> for Error {
+    fn from(error: fred::error::Error) -> Self {
+        Self::Redis(error)
+    }
+}
+
+impl Error {
+    /// Whether this is a [`Error::Fenced`] refusal.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Self::Fenced { .. })
+    }
+
+    pub(crate) fn protocol(context: &'static str, detail: impl Into<String>) -> Self {
+        Self::Protocol {
+            context,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The result of the broker's operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,201 @@
+//! Fenced effects: a handler's Redis writes applied only while the lease it
+//! runs under is still held at its token.
+//!
+//! The partition worker attaches a [`RedisFence`] to every
+//! [`HandlerContext`]. A handler that writes its effects with
+//! [`RedisFence::commit`] cannot land them after it lost the partition: a
+//! stalled owner that wakes up mid-handler gets [`Error::Fenced`] and its
+//! writes are not applied, so effects land in the new owner's order.
+//!
+//! ```no_run
+//! # use ordo_core::handler::HandlerContext;
+//! # use ordo_redis::{FencedWrite, RedisFence};
+//! # async fn handle(ctx: &HandlerContext, redis: &fred::clients::Pool) -> Result<(), ordo_redis::Error> {
+//! let fence = RedisFence::from_context(ctx).expect("handled by the Redis broker");
+//! let writes = FencedWrite::new()
+//!     .hset("balance:c-1", "amount", "42")
+//!     .rpush("history:c-1", ctx.message_id());
+//! fence.commit(redis, &writes).await?;
+//! # Ok(()) }
+//! ```
+
+use fred::interfaces::LuaInterface;
+use fred::types::Value;
+use ordo_core::handler::HandlerContext;
+
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::scripts::{Reply, SCRIPTS};
+
+/// The commands a fenced commit may run (writes to plain data structures;
+/// no blocking, scripting or administrative commands). `commit.lua` holds
+/// the same list.
+const ALLOWED: &[&str] = &[
+    "SET", "DEL", "UNLINK", "EXPIRE", "PEXPIRE", "PERSIST", "INCR", "INCRBY", "DECR", "DECRBY", "APPEND",
+    "HSET", "HDEL", "HINCRBY", "SADD", "SREM", "ZADD", "ZREM", "ZINCRBY", "RPUSH", "LPUSH", "LTRIM", "XADD",
+    "XTRIM",
+];
+
+/// The lease a message is handled under, as the Redis broker attaches it to
+/// the handler context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisFence {
+    lease_key: String,
+    value: String,
+    token: u64,
+}
+
+impl RedisFence {
+    /// The fence of `lease`.
+    pub fn new(lease: &Lease) -> Self {
+        Self {
+            lease_key: lease.key().to_owned(),
+            value: lease.value().to_owned(),
+            token: lease.token(),
+        }
+    }
+
+    /// The fence attached to `ctx`, when the message came from the Redis broker.
+    pub fn from_context(ctx: &HandlerContext) -> Option<&Self> {
+        ctx.extension::<Self>()
+    }
+
+    /// The lease key.
+    pub fn lease_key(&self) -> &str {
+        &self.lease_key
+    }
+
+    /// The fencing token (also [`HandlerContext::fencing_token`]).
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Applies `writes` atomically if the lease is still held at this
+    /// fence's token; otherwise applies nothing and returns
+    /// [`Error::Fenced`]. Returns the reply of each command.
+    ///
+    /// `client` must be connected to the broker's Redis: the lease check and
+    /// the writes run in one script.
+    pub async fn commit<C>(&self, client: &C, writes: &FencedWrite) -> Result<Vec<Value>>
+    where
+        C: LuaInterface + Send + Sync,
+    {
+        if let Some(op) = writes.ops.iter().find(|op| !ALLOWED.contains(&op.command.as_str())) {
+            return Err(Error::CommandNotAllowed {
+                command: op.command.clone(),
+            });
+        }
+        let mut keys = vec![self.lease_key.clone()];
+        keys.extend(writes.ops.iter().map(|op| op.key.clone()));
+        let mut args = vec![
+            Value::from(self.value.as_str()),
+            Value::from(i64::try_from(writes.ops.len()).unwrap_or(i64::MAX)),
+        ];
+        for op in &writes.ops {
+            args.push(Value::from(op.command.as_str()));
+            args.push(Value::from(i64::try_from(op.args.len() + 1).unwrap_or(i64::MAX)));
+            args.push(Value::from(op.key.as_str()));
+            args.extend(op.args.iter().map(|a| Value::from(a.as_str())));
+        }
+        let script = &SCRIPTS.commit;
+        let reply = Reply::parse(script, script.run(client, keys, args).await?)?
+            .unfenced(&self.lease_key, &self.value)?;
+        match reply.tag() {
+            "ok" => Ok(reply.into_rest()),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
+    }
+}
+
+/// One write of a [`FencedWrite`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WriteOp {
+    command: String,
+    key: String,
+    args: Vec<String>,
+}
+
+/// Redis writes to apply together under a fence, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FencedWrite {
+    ops: Vec<WriteOp>,
+}
+
+impl FencedWrite {
+    /// No writes yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Any allowed command on `key`, with `args` after the key (for
+    /// example `command("ZADD", "scores", ["1", "a"])`).
+    #[must_use]
+    pub fn command<I, A>(mut self, command: &str, key: impl Into<String>, args: I) -> Self
+    where
+        I: IntoIterator<Item = A>,
+        A: Into<String>,
+    {
+        self.ops.push(WriteOp {
+            command: command.to_ascii_uppercase(),
+            key: key.into(),
+            args: args.into_iter().map(Into::into).collect(),
+        });
+        self
+    }
+
+    /// `SET key value`.
+    #[must_use]
+    pub fn set(self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.command("SET", key, [value.into()])
+    }
+
+    /// `DEL key`.
+    #[must_use]
+    pub fn del(self, key: impl Into<String>) -> Self {
+        self.command("DEL", key, Vec::<String>::new())
+    }
+
+    /// `INCRBY key by`.
+    #[must_use]
+    pub fn incr_by(self, key: impl Into<String>, by: i64) -> Self {
+        self.command("INCRBY", key, [by.to_string()])
+    }
+
+    /// `HSET key field value`.
+    #[must_use]
+    pub fn hset(self, key: impl Into<String>, field: impl Into<String>, value: impl Into<String>) -> Self {
+        self.command("HSET", key, [field.into(), value.into()])
+    }
+
+    /// `SADD key member`.
+    #[must_use]
+    pub fn sadd(self, key: impl Into<String>, member: impl Into<String>) -> Self {
+        self.command("SADD", key, [member.into()])
+    }
+
+    /// `RPUSH key value`.
+    #[must_use]
+    pub fn rpush(self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.command("RPUSH", key, [value.into()])
+    }
+
+    /// `XADD key * field value...`.
+    #[must_use]
+    pub fn xadd<F, V>(self, key: impl Into<String>, fields: impl IntoIterator<Item = (F, V)>) -> Self
+    where
+        F: Into<String>,
+        V: Into<String>,
+    {
+        let mut args = vec!["*".to_owned()];
+        for (field, value) in fields {
+            args.push(field.into());
+            args.push(value.into());
+        }
+        self.command("XADD", key, args)
+    }
+}

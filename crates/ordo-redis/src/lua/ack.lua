@@ -1,0 +1,21 @@
+-- The fenced acknowledgement of handled entries of one lane, with trimming.
+--
+-- KEYS: lease key, acknowledged lane, primary lane
+-- ARGV: lease value, group, id...
+--
+-- Returns {'fenced', holder} or {'ok', primary_waiting}: whether the primary
+-- lane has entries this group has not handled yet, so that the owner of a
+-- partition checks its primary lane before each backfill entry without an
+-- extra round trip.
+local fenced = fence(KEYS[1], ARGV[1])
+if fenced then
+  return fenced
+end
+local group = ARGV[2]
+redis.call('XACK', KEYS[2], group, unpack(ARGV, 3))
+trim_acked(KEYS[2])
+local waiting = 0
+if KEYS[2] ~= KEYS[3] and has_unread(KEYS[3], group) then
+  waiting = 1
+end
+return {'ok', waiting}

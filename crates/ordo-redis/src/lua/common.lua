@@ -1,0 +1,75 @@
+-- Helpers shared by Ordo's scripts; prepended to each script that needs them.
+
+-- "ms-seq" -> ms, seq
+local function parse_id(id)
+  local dash = string.find(id, '-', 1, true)
+  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
+end
+
+local function id_less(a, b)
+  local am, as = parse_id(a)
+  local bm, bs = parse_id(b)
+  return am < bm or (am == bm and as < bs)
+end
+
+-- The server clock in milliseconds (scripts replicate by effects, so TIME is allowed).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- XINFO replies are flat name/value arrays.
+local function to_map(flat)
+  local map = {}
+  for i = 1, #flat, 2 do
+    map[flat[i]] = flat[i + 1]
+  end
+  return map
+end
+
+-- The fence: nil when `lease_key` holds `expected`, else the reply that
+-- tells the caller it lost the lease (with the current holder, if any).
+local function fence(lease_key, expected)
+  local current = redis.call('GET', lease_key)
+  if current ~= expected then
+    return {'fenced', current or ''}
+  end
+  return nil
+end
+
+-- Removes the entries of `stream` that every consumer group has
+-- acknowledged: everything below the smallest id a group still needs (its
+-- first pending entry, else its last delivered entry, which is kept so the
+-- trimmed stream still shows the last id).
+local function trim_acked(stream)
+  local min_needed = nil
+  for _, raw in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local group = to_map(raw)
+    local needed = group['last-delivered-id']
+    if tonumber(group['pending']) > 0 then
+      needed = redis.call('XPENDING', stream, group['name'])[2]
+    end
+    if min_needed == nil or id_less(needed, min_needed) then
+      min_needed = needed
+    end
+  end
+  if min_needed ~= nil and min_needed ~= '0-0' then
+    redis.call('XTRIM', stream, 'MINID', min_needed)
+  end
+end
+
+-- Whether `group` has entries of `stream` it has not read yet (or unacked ones).
+local function has_unread(stream, group)
+  if redis.call('EXISTS', stream) == 0 then
+    return false
+  end
+  local last = to_map(redis.call('XINFO', 'STREAM', stream))['last-generated-id']
+  for _, raw in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local info = to_map(raw)
+    if info['name'] == group then
+      return tonumber(info['pending']) > 0 or info['last-delivered-id'] ~= last
+    end
+  end
+  return redis.call('XLEN', stream) > 0
+end
+

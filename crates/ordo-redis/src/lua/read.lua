@@ -1,0 +1,84 @@
+-- The fenced read of one partition: the lease holder's next batch, pending
+-- entries first (a previous owner's unacknowledged entries: the reclaim),
+-- then new ones; the primary lane before the backfill lane.
+--
+-- KEYS: lease key, halt key, primary lane, backfill lane
+-- ARGV: lease value, group, consumer, count
+--
+-- Every owner reads as the same consumer name, so the group's pending list
+-- is the partition's: a new owner takes over the previous owner's pending
+-- entries by reading them here, under its lease, and nothing accumulates
+-- per generation. A stale owner is refused before it can read anything.
+--
+-- Returns one of:
+--   {'fenced', current holder}
+--   {'halted', head id}
+--   {'entries', lane (1 primary, 2 backfill), {{id, {field, value...}}...}}
+--   {'idle', primary last id, backfill last id, ms since the last entry}
+--   {'gone'}  (neither lane exists: the partition was reaped)
+local lease, halt, group, consumer, count = KEYS[1], KEYS[2], ARGV[2], ARGV[3], ARGV[4]
+local fenced = fence(lease, ARGV[1])
+if fenced then
+  return fenced
+end
+local head = redis.call('HGET', halt, 'head')
+if head then
+  return {'halted', head}
+end
+
+local function read_group(stream, from)
+  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, from)
+  if type(reply) == 'table' and reply.err then
+    if string.sub(reply.err, 1, 7) ~= 'NOGROUP' then
+      error(reply.err)
+    end
+    redis.call('XGROUP', 'CREATE', stream, group, '0')
+    reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, from)
+  end
+  if not reply then
+    return {}
+  end
+  return reply[1][2]
+end
+
+-- Pending entries deleted from the stream (by XDEL or a manual trim) cannot
+-- be handled: acknowledge them so they do not block the partition.
+local function live(stream, entries)
+  local out = {}
+  for _, entry in ipairs(entries) do
+    if entry[2] then
+      out[#out + 1] = entry
+    else
+      redis.call('XACK', stream, group, entry[1])
+    end
+  end
+  return out
+end
+
+local last_ids = {'0-0', '0-0'}
+local newest_ms = nil
+local exists = false
+for lane = 1, 2 do
+  local stream = KEYS[2 + lane]
+  if redis.call('EXISTS', stream) == 1 then
+    exists = true
+    local pending = live(stream, read_group(stream, '0'))
+    if #pending > 0 then
+      return {'entries', lane, pending}
+    end
+    local fresh = read_group(stream, '>')
+    if #fresh > 0 then
+      return {'entries', lane, fresh}
+    end
+    local last = to_map(redis.call('XINFO', 'STREAM', stream))['last-generated-id']
+    last_ids[lane] = last
+    local ms = parse_id(last)
+    if newest_ms == nil or ms > newest_ms then
+      newest_ms = ms
+    end
+  end
+end
+if not exists then
+  return {'gone'}
+end
+return {'idle', last_ids[1], last_ids[2], now_ms() - newest_ms}

@@ -1,0 +1,360 @@
+//! Fenced partition operations: each one atomic script that first checks
+//! "do I still hold the lease at this token?".
+//!
+//! [`Partitions`] is what the consumer's workers use; it is public so that
+//! tests and tools can drive an owner step by step (and prove, for example,
+//! that a stale owner's reclaim is refused).
+
+use std::time::Duration;
+
+use fred::clients::Pool;
+use fred::types::Value;
+use ordo_core::key::Lane;
+use ordo_core::message::Envelope;
+
+use crate::error::{Error, Result};
+use crate::keys::{CONSUMER, HALTED, LeaseKeys, PartitionKeys};
+use crate::lease::{self, Lease, millis};
+use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
+
+/// An entry of a partition lane, read under a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamEntry {
+    id: String,
+    lane: Lane,
+    type_name: Option<String>,
+    envelope: Option<String>,
+}
+
+impl StreamEntry {
+    fn from_raw(raw: RawEntry, lane: Lane) -> Self {
+        Self {
+            type_name: raw.field("type").map(str::to_owned),
+            envelope: raw.field("envelope").map(str::to_owned),
+            id: raw.id,
+            lane,
+        }
+    }
+
+    /// The stream entry id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The lane it was read from.
+    pub fn lane(&self) -> Lane {
+        self.lane
+    }
+
+    /// The message type name, as published.
+    pub fn type_name(&self) -> Option<&str> {
+        self.type_name.as_deref()
+    }
+
+    /// Decodes the envelope.
+    pub fn decode(&self) -> Result<Envelope, DecodeEntryError> {
+        let Some(json) = &self.envelope else {
+            return Err(DecodeEntryError {
+                id: self.id.clone(),
+                source: None,
+            });
+        };
+        serde_json::from_str(json).map_err(|source| DecodeEntryError {
+            id: self.id.clone(),
+            source: Some(source),
+        })
+    }
+}
+
+/// A stream entry that does not hold a valid Ordo envelope.
+#[derive(Debug, thiserror::Error)]
+#[error("stream entry {id} does not hold a valid Ordo envelope")]
+pub struct DecodeEntryError {
+    id: String,
+    #[source]
+    source: Option<serde_json::Error>,
+}
+
+/// What a fenced read found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadOutcome {
+    /// The next entries to handle, in order: the lane's pending entries
+    /// (left by a previous owner or an interrupted batch) before new ones,
+    /// and the primary lane before the backfill lane.
+    Entries {
+        /// The lane they come from.
+        lane: Lane,
+        /// The entries, in id order.
+        entries: Vec<StreamEntry>,
+    },
+    /// The partition is halted on a poison message.
+    Halted {
+        /// The halted head's entry id.
+        head: String,
+    },
+    /// Nothing to handle.
+    Idle(Idle),
+    /// Neither lane exists: the partition was reaped.
+    Gone,
+}
+
+/// An idle partition's position, for waiting and reaping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idle {
+    /// The last id of the primary lane (`0-0` when it does not exist).
+    pub primary_last: String,
+    /// The last id of the backfill lane (`0-0` when it does not exist).
+    pub backfill_last: String,
+    /// How long ago the newest entry was added (server clock).
+    pub idle_for: Duration,
+}
+
+/// What a reap attempt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReapOutcome {
+    /// The partition was retired.
+    Reaped,
+    /// The partition is not drained or not idle long enough yet.
+    Busy {
+        /// When to try again.
+        retry_in: Duration,
+    },
+}
+
+/// Why a partition halts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaltReason {
+    /// The lane of the poison message.
+    pub lane: Lane,
+    /// The poison message's entry id.
+    pub head: String,
+    /// The last error, as text.
+    pub error: String,
+    /// How many times it was attempted.
+    pub attempts: u32,
+}
+
+/// Fenced operations on partitions, for one instance.
+#[derive(Debug, Clone)]
+pub struct Partitions {
+    client: Pool,
+    instance: String,
+    lease_ttl: Duration,
+}
+
+impl Partitions {
+    /// Operations on `client` for the instance `instance`, whose leases live
+    /// `lease_ttl` without renewal.
+    pub fn new(client: Pool, instance: impl Into<String>, lease_ttl: Duration) -> Self {
+        Self {
+            client,
+            instance: instance.into(),
+            lease_ttl,
+        }
+    }
+
+    /// The instance id (the first half of every lease value it holds).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Pool {
+        &self.client
+    }
+
+    /// The lease time-to-live.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// Acquires `group`'s lease on `partition` if it is free.
+    pub async fn acquire(&self, group: &str, partition: &PartitionKeys) -> Result<Option<Lease>> {
+        self.acquire_keys(&partition.lease(group)).await
+    }
+
+    /// Acquires the lease `keys` if it is free.
+    pub async fn acquire_keys(&self, keys: &LeaseKeys) -> Result<Option<Lease>> {
+        let mut leases =
+            lease::acquire(&self.client, &self.instance, self.lease_ttl, std::slice::from_ref(keys), 1)
+                .await?;
+        Ok(leases.pop().flatten())
+    }
+
+    /// Acquires up to `limit` free leases among `candidates`, in order, in
+    /// one call.
+    pub async fn acquire_many(&self, candidates: &[LeaseKeys], limit: usize) -> Result<Vec<Option<Lease>>> {
+        lease::acquire(&self.client, &self.instance, self.lease_ttl, candidates, limit).await
+    }
+
+    /// Renews `leases` in one call; returns those that were lost.
+    pub async fn renew<'l>(&self, leases: &'l [Lease]) -> Result<Vec<&'l Lease>> {
+        let lost = lease::renew(
+            &self.client,
+            self.lease_ttl,
+            leases.iter().map(|l| (l.key(), l.value())),
+        )
+        .await?;
+        Ok(lost.into_iter().filter_map(|i| leases.get(i)).collect())
+    }
+
+    /// Releases `lease`; returns whether it was still held.
+    pub async fn release(&self, lease: &Lease) -> Result<bool> {
+        lease::release(&self.client, lease).await
+    }
+
+    /// The fenced read: up to `count` entries of `partition` for `group`,
+    /// pending ones first (this is where a new owner reclaims what the
+    /// previous owner left unacknowledged), primary lane first.
+    pub async fn read(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        count: usize,
+    ) -> Result<ReadOutcome> {
+        let script = &SCRIPTS.read;
+        let keys = vec![
+            lease.key().to_owned(),
+            partition.halt(group),
+            partition.primary().to_owned(),
+            partition.backfill().to_owned(),
+        ];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(group),
+            Value::from(CONSUMER),
+            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
+        ];
+        let mut reply =
+            Reply::parse(script, script.run(&self.client, keys, args).await?)?.unfenced(lease.key(), lease.value())?;
+        match reply.tag() {
+            "entries" => {
+                let lane = match reply.integer(0)? {
+                    1 => Lane::Primary,
+                    2 => Lane::Backfill,
+                    other => return Err(reply.unexpected(format!("unknown lane {other}"))),
+                };
+                let entries = parse_entries(script.name(), reply.take(1)?)?
+                    .into_iter()
+                    .map(|raw| StreamEntry::from_raw(raw, lane))
+                    .collect();
+                Ok(ReadOutcome::Entries { lane, entries })
+            }
+            "halted" => Ok(ReadOutcome::Halted {
+                head: reply.string(0)?,
+            }),
+            "idle" => Ok(ReadOutcome::Idle(Idle {
+                primary_last: reply.string(0)?,
+                backfill_last: reply.string(1)?,
+                idle_for: Duration::from_millis(reply.integer(2)?.max(0).unsigned_abs()),
+            })),
+            "gone" => Ok(ReadOutcome::Gone),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
+    }
+
+    /// The fenced acknowledgement of handled entries of one lane (which also
+    /// trims what every group has acknowledged). Returns whether the primary
+    /// lane has entries waiting, so a backfill batch can yield to it.
+    pub async fn ack(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        lane: Lane,
+        ids: &[&str],
+    ) -> Result<bool> {
+        let script = &SCRIPTS.ack;
+        let keys = vec![
+            lease.key().to_owned(),
+            partition.lane(lane).to_owned(),
+            partition.primary().to_owned(),
+        ];
+        let mut args = vec![Value::from(lease.value()), Value::from(group)];
+        args.extend(ids.iter().map(|id| Value::from(*id)));
+        let reply =
+            Reply::parse(script, script.run(&self.client, keys, args).await?)?.unfenced(lease.key(), lease.value())?;
+        match reply.tag() {
+            "ok" => Ok(reply.integer(0)? == 1),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
+    }
+
+    /// Halts `partition` for `group` under the fence, recording why.
+    pub async fn halt(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        reason: &HaltReason,
+    ) -> Result<()> {
+        let script = &SCRIPTS.halt;
+        let halt_key = partition.halt(group);
+        let keys = vec![lease.key().to_owned(), halt_key.clone(), HALTED.to_owned()];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(halt_key),
+            Value::from(group),
+            Value::from(partition.category()),
+            Value::from(partition.key()),
+            Value::from(lane_name(reason.lane)),
+            Value::from(reason.head.as_str()),
+            Value::from(reason.error.as_str()),
+            Value::from(reason.attempts),
+            Value::from(self.instance.as_str()),
+        ];
+        let reply =
+            Reply::parse(script, script.run(&self.client, keys, args).await?)?.unfenced(lease.key(), lease.value())?;
+        match reply.tag() {
+            "ok" => Ok(()),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
+    }
+
+    /// Retires `partition` if every group has drained it and no entry was
+    /// added for `idle`; fenced by `lease`.
+    pub async fn reap(&self, lease: &Lease, partition: &PartitionKeys, idle: Duration) -> Result<ReapOutcome> {
+        let script = &SCRIPTS.reap;
+        let keys = vec![
+            lease.key().to_owned(),
+            partition.primary().to_owned(),
+            partition.backfill().to_owned(),
+            partition.index(),
+        ];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(partition.key()),
+            millis(idle),
+            Value::from(partition.primary()),
+        ];
+        let reply =
+            Reply::parse(script, script.run(&self.client, keys, args).await?)?.unfenced(lease.key(), lease.value())?;
+        match reply.tag() {
+            "reaped" => Ok(ReapOutcome::Reaped),
+            "busy" => Ok(ReapOutcome::Busy {
+                retry_in: Duration::from_millis(reply.integer(0)?.max(1).unsigned_abs()),
+            }),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
+    }
+}
+
+/// How a lane is written in halt records.
+pub(crate) fn lane_name(lane: Lane) -> &'static str {
+    match lane {
+        Lane::Primary => "primary",
+        Lane::Backfill => "backfill",
+    }
+}
+
+/// The lane named `name` in a halt record.
+pub(crate) fn parse_lane(name: &str) -> Result<Lane> {
+    match name {
+        "primary" => Ok(Lane::Primary),
+        "backfill" => Ok(Lane::Backfill),
+        other => Err(Error::protocol("halt record", format!("unknown lane `{other}`"))),
+    }
+}

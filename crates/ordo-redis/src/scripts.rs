@@ -1,0 +1,227 @@
+//! The Lua scripts that make each partition operation atomic, and the
+//! helpers that run them and read their replies.
+//!
+//! Each script lives in `src/lua/*.lua`; those that need the shared helpers
+//! get `common.lua` prepended at compile time.
+
+use std::sync::LazyLock;
+
+use fred::interfaces::LuaInterface;
+use fred::types::Value;
+use tokio::sync::OnceCell;
+
+use crate::error::{Error, Result};
+
+macro_rules! with_common {
+    ($file:literal) => {
+        concat!(include_str!("lua/common.lua"), include_str!($file))
+    };
+}
+
+/// One script: its source, and its SHA-1 once the server has loaded it.
+#[derive(Debug)]
+pub(crate) struct Script {
+    name: &'static str,
+    source: &'static str,
+    sha: OnceCell<String>,
+}
+
+/// Every script Ordo runs.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) publish: Script,
+    pub(crate) acquire: Script,
+    pub(crate) renew: Script,
+    pub(crate) release: Script,
+    pub(crate) read: Script,
+    pub(crate) ack: Script,
+    pub(crate) halt: Script,
+    pub(crate) reap: Script,
+    pub(crate) resolve: Script,
+    pub(crate) commit: Script,
+}
+
+/// The scripts, shared by every client and runtime in the process.
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    publish: Script::new("publish", include_str!("lua/publish.lua")),
+    acquire: Script::new("acquire", include_str!("lua/acquire.lua")),
+    renew: Script::new("renew", include_str!("lua/renew.lua")),
+    release: Script::new("release", include_str!("lua/release.lua")),
+    read: Script::new("read", with_common!("lua/read.lua")),
+    ack: Script::new("ack", with_common!("lua/ack.lua")),
+    halt: Script::new("halt", with_common!("lua/halt.lua")),
+    reap: Script::new("reap", with_common!("lua/reap.lua")),
+    resolve: Script::new("resolve", with_common!("lua/resolve.lua")),
+    commit: Script::new("commit", with_common!("lua/commit.lua")),
+});
+
+impl Script {
+    const fn new(name: &'static str, source: &'static str) -> Self {
+        Self {
+            name,
+            source,
+            sha: OnceCell::const_new(),
+        }
+    }
+
+    /// The script's name, for errors and logs.
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Runs the script with `EVALSHA`, loading it first when the server does
+    /// not know it (first use, or after a restart flushed the script cache).
+    pub(crate) async fn run<C>(&self, client: &C, keys: Vec<String>, args: Vec<Value>) -> Result<Value>
+    where
+        C: LuaInterface + Send + Sync,
+    {
+        let sha = self.sha(client).await?;
+        match client.evalsha::<Value, _, _, _>(sha.as_str(), keys.clone(), args.clone()).await {
+            Err(error) if error.details().starts_with("NOSCRIPT") => {
+                self.load(client).await?;
+                Ok(client.evalsha(sha.as_str(), keys, args).await?)
+            }
+            result => Ok(result?),
+        }
+    }
+
+    async fn sha<C>(&self, client: &C) -> Result<&String>
+    where
+        C: LuaInterface + Send + Sync,
+    {
+        self.sha.get_or_try_init(|| self.load(client)).await
+    }
+
+    async fn load<C>(&self, client: &C) -> Result<String>
+    where
+        C: LuaInterface + Send + Sync,
+    {
+        Ok(client.script_load::<String, _>(self.source).await?)
+    }
+}
+
+/// A script reply of the form `{tag, rest...}`.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    context: &'static str,
+    tag: String,
+    rest: Vec<Value>,
+}
+
+impl Reply {
+    /// Splits `value`, the reply of `script`, into its tag and the rest.
+    pub(crate) fn parse(script: &Script, value: Value) -> Result<Self> {
+        let context = script.name();
+        let mut items = array(value).into_iter();
+        let tag = items
+            .next()
+            .and_then(|v| v.as_str().map(|s| s.into_owned()))
+            .ok_or_else(|| Error::protocol(context, "reply has no tag"))?;
+        Ok(Self {
+            context,
+            tag,
+            rest: items.collect(),
+        })
+    }
+
+    /// The tag (`ok`, `fenced`, ...).
+    pub(crate) fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Turns a `{'fenced', holder}` reply into [`Error::Fenced`]; passes
+    /// any other reply through.
+    pub(crate) fn unfenced(self, lease: &str, expected: &str) -> Result<Self> {
+        if self.tag != "fenced" {
+            return Ok(self);
+        }
+        let holder = self.string(0).ok().filter(|h| !h.is_empty());
+        Err(Error::Fenced {
+            lease: lease.to_owned(),
+            expected: expected.to_owned(),
+            holder,
+        })
+    }
+
+    /// The `index`-th value after the tag, as text.
+    pub(crate) fn string(&self, index: usize) -> Result<String> {
+        self.rest
+            .get(index)
+            .and_then(|v| v.as_str().map(|s| s.into_owned()))
+            .ok_or_else(|| self.unexpected(format!("field {index} is not text")))
+    }
+
+    /// The `index`-th value after the tag, as an integer.
+    pub(crate) fn integer(&self, index: usize) -> Result<i64> {
+        self.rest
+            .get(index)
+            .and_then(Value::as_i64)
+            .ok_or_else(|| self.unexpected(format!("field {index} is not an integer")))
+    }
+
+    /// Takes the `index`-th value after the tag.
+    pub(crate) fn take(&mut self, index: usize) -> Result<Value> {
+        if index >= self.rest.len() {
+            return Err(self.unexpected(format!("field {index} is missing")));
+        }
+        Ok(std::mem::replace(&mut self.rest[index], Value::Null))
+    }
+
+    /// Every value after the tag.
+    pub(crate) fn into_rest(self) -> Vec<Value> {
+        self.rest
+    }
+
+    /// An error for a reply this caller did not expect.
+    pub(crate) fn unexpected(&self, detail: impl Into<String>) -> Error {
+        Error::protocol(self.context, format!("{} (tag `{}`)", detail.into(), self.tag))
+    }
+}
+
+/// A stream entry as Ordo writes it: its id and field/value pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawEntry {
+    pub(crate) id: String,
+    pub(crate) fields: Vec<(String, String)>,
+}
+
+impl RawEntry {
+    /// The value of `field`.
+    pub(crate) fn field(&self, field: &str) -> Option<&str> {
+        self.fields.iter().find(|(f, _)| f == field).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses `{{id, {field, value, ...}}, ...}` (an XRANGE/XREADGROUP entry list).
+pub(crate) fn parse_entries(context: &'static str, value: Value) -> Result<Vec<RawEntry>> {
+    array(value)
+        .into_iter()
+        .map(|entry| parse_entry(context, entry))
+        .collect()
+}
+
+fn parse_entry(context: &'static str, entry: Value) -> Result<RawEntry> {
+    let mut parts = array(entry).into_iter();
+    let id = parts
+        .next()
+        .and_then(|v| v.as_str().map(|s| s.into_owned()))
+        .ok_or_else(|| Error::protocol(context, "stream entry has no id"))?;
+    let flat = parts.next().map(array).unwrap_or_default();
+    let mut fields = Vec::with_capacity(flat.len() / 2);
+    let mut flat = flat.into_iter();
+    while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
+        let (Some(name), Some(value)) = (name.as_str(), value.as_str()) else {
+            return Err(Error::protocol(context, format!("entry {id} has a non-text field")));
+        };
+        fields.push((name.into_owned(), value.into_owned()));
+    }
+    Ok(RawEntry { id, fields })
+}
+
+/// The items of an array reply; nil (an empty Lua table or `false`) is empty.
+pub(crate) fn array(value: Value) -> Vec<Value> {
+    match value {
+        Value::Null => Vec::new(),
+        other => other.into_array(),
+    }
+}

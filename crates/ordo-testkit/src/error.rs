@@ -1,0 +1,237 @@
+//! The one error type of the testkit.
+//!
+//! Every message says what went wrong and, where there is one, what to do about it:
+//! a test that cannot get a Redis must fail loudly with a fix, never skip silently.
+
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+
+/// A `Result` whose error is [`TestkitError`].
+pub type Result<T, E = TestkitError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while providing a Redis or a process to a test.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestkitError {
+    /// No `redis-server` executable could be found.
+    #[error("no redis-server found ({looked_for}); {hint}")]
+    RedisServerNotFound {
+        /// Where the testkit looked.
+        looked_for: String,
+        /// How to get a Redis.
+        hint: &'static str,
+    },
+
+    /// The `redis-server` executable exists but could not be run.
+    #[error("could not run {}; {hint}", program.display())]
+    SpawnRedis {
+        /// The executable that was run.
+        program: PathBuf,
+        /// How to get a Redis.
+        hint: &'static str,
+        /// Why it could not be run.
+        #[source]
+        source: io::Error,
+    },
+
+    /// `redis-server` exited before it accepted connections.
+    #[error(
+        "redis-server on port {port} exited ({status}) before it was ready; its log ends with:\n{log_tail}"
+    )]
+    RedisExited {
+        /// The port it was asked to listen on.
+        port: u16,
+        /// How it exited.
+        status: ExitStatus,
+        /// The last lines of its log file and standard error.
+        log_tail: String,
+    },
+
+    /// `redis-server` did not become ready in time; it was killed.
+    #[error(
+        "redis-server on port {port} was not ready after {waited:?} and was killed; its log ends with:\n{log_tail}"
+    )]
+    RedisNotReady {
+        /// The port it was asked to listen on.
+        port: u16,
+        /// How long the testkit waited.
+        waited: Duration,
+        /// The last lines of its log file and standard error.
+        log_tail: String,
+    },
+
+    /// The operation needs a Redis the testkit controls, but this one comes from `REDIS_URL`.
+    #[error(
+        "cannot {action} an external Redis (REDIS_URL is set); use Redis::start_local() in tests that {action} the server"
+    )]
+    External {
+        /// The refused operation, e.g. "kill".
+        action: &'static str,
+    },
+
+    /// The operation needs a running server, but it was killed or stopped.
+    #[error("cannot {action} Redis: it is not running (it was killed or stopped); call restart() first")]
+    NotRunning {
+        /// The refused operation, e.g. "pause".
+        action: &'static str,
+    },
+
+    /// `REDIS_URL` could not be parsed.
+    #[error(
+        "REDIS_URL={url:?} is not a usable Redis URL ({reason}); expected redis://host:port or redis://host:port/db"
+    )]
+    InvalidRedisUrl {
+        /// The value of `REDIS_URL`.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// `REDIS_URL` is set but nothing answered PING there.
+    #[error(
+        "REDIS_URL={url} is set but no Redis answered PING there; start that Redis, or unset REDIS_URL so the testkit starts redis-server itself"
+    )]
+    ExternalUnreachable {
+        /// The value of `REDIS_URL`.
+        url: String,
+        /// Why the PING failed.
+        #[source]
+        source: Box<TestkitError>,
+    },
+
+    /// PING could not be sent or its reply not read (refused, reset, timed out...).
+    #[error("PING to {addr} failed")]
+    Ping {
+        /// `host:port` of the server.
+        addr: String,
+        /// The I/O failure.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The server answered, but not with `+PONG` (or `+OK` to AUTH).
+    #[error("{addr} answered {command} with {reply:?}")]
+    UnexpectedReply {
+        /// `host:port` of the server.
+        addr: String,
+        /// The command that was sent ("PING" or "AUTH").
+        command: &'static str,
+        /// The reply line, e.g. `-LOADING Redis is loading the dataset in memory`.
+        reply: String,
+    },
+
+    /// A signal could not be delivered.
+    #[error("could not send {signal:?} to process {pid}")]
+    Signal {
+        /// The signal.
+        signal: Signal,
+        /// The process (or process group) id.
+        pid: i32,
+        /// The error from `kill(2)`.
+        #[source]
+        source: Errno,
+    },
+
+    /// A process sent SIGSTOP did not reach the stopped state in time.
+    #[error("process {pid} did not stop within {waited:?} of SIGSTOP (state {state:?})")]
+    NotStopped {
+        /// The process id.
+        pid: i32,
+        /// How long the testkit waited.
+        waited: Duration,
+        /// The last state seen in `/proc/<pid>/stat` (e.g. 'R', 'Z').
+        state: char,
+    },
+
+    /// A process sent SIGTERM did not exit in time; it was killed.
+    #[error("process {pid} did not exit within {waited:?} of SIGTERM, so it was killed")]
+    StopTimeout {
+        /// The process id.
+        pid: i32,
+        /// How long the testkit waited.
+        waited: Duration,
+    },
+
+    /// A file or process operation failed.
+    #[error("could not {what}")]
+    Io {
+        /// What the testkit was doing, e.g. "create a temporary directory for redis-server".
+        what: String,
+        /// The I/O failure.
+        #[source]
+        source: io::Error,
+    },
+
+    /// [`wait_until`](crate::wait_until) gave up.
+    #[error("timed out after {waited:?} waiting for {what}")]
+    Timeout {
+        /// What was awaited, as the caller described it.
+        what: String,
+        /// How long it waited.
+        waited: Duration,
+    },
+
+    /// [`Process::spawn`](crate::Process::spawn) could not start the program.
+    #[error("could not start `{program}`")]
+    SpawnProcess {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A signal was asked for a process that has already exited and been reaped.
+    #[error("cannot {action} `{program}` (pid {pid}): it has already exited ({status})")]
+    ProcessExited {
+        /// The refused operation, e.g. "pause".
+        action: &'static str,
+        /// The program.
+        program: String,
+        /// Its former process id.
+        pid: i32,
+        /// How it exited.
+        status: ExitStatus,
+    },
+
+    /// [`Process::wait_for_line`](crate::Process::wait_for_line) saw no matching line.
+    #[error(
+        "`{program}` (pid {pid}) printed no matching line {reason}; the last lines of its stdout:\n{last_lines}"
+    )]
+    LineNotSeen {
+        /// The program.
+        program: String,
+        /// Its process id.
+        pid: i32,
+        /// "within 5s", or "before closing its stdout (exit status: ...)".
+        reason: String,
+        /// The last lines it printed, one per line.
+        last_lines: String,
+    },
+
+    /// A Docker operation of the testcontainers backend failed.
+    #[cfg(feature = "testcontainers")]
+    #[error(
+        "could not {action} the Redis container; is a Docker engine running and reachable (DOCKER_HOST)?"
+    )]
+    Container {
+        /// The operation, e.g. "start".
+        action: &'static str,
+        /// The testcontainers error.
+        #[source]
+        source: testcontainers::TestcontainersError,
+    },
+}
+
+impl TestkitError {
+    /// An [`Io`](TestkitError::Io) error builder for `map_err`.
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> TestkitError {
+        let what = what.into();
+        move |source| TestkitError::Io { what, source }
+    }
+}

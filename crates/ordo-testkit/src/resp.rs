@@ -1,0 +1,280 @@
+//! Just enough of the Redis protocol to ask a server whether it is alive.
+//!
+//! The testkit speaks RESP over a std `TcpStream` on purpose: readiness checks
+//! must not depend on the Redis client under test, nor on an async runtime.
+
+use std::fmt;
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::error::{Result, TestkitError};
+
+/// Where a Redis listens, and how to log in to it.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    auth: Option<Auth>,
+}
+
+/// Credentials from a `redis://user:password@...` URL.
+#[derive(Clone)]
+struct Auth {
+    username: Option<String>,
+    password: String,
+}
+
+// Hand-written so that a password never lands in a test log.
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl Endpoint {
+    /// A server on this host and port that needs no login.
+    pub(crate) fn new(host: impl Into<String>, port: u16) -> Self {
+        Endpoint {
+            host: host.into(),
+            port,
+            auth: None,
+        }
+    }
+
+    /// Parses `redis://[[user]:password@]host[:port][/db]`; the port defaults to 6379.
+    ///
+    /// Only the `redis://` scheme is accepted: the testkit's PING speaks plain TCP.
+    pub(crate) fn parse(url: &str) -> Result<Self, &'static str> {
+        let rest = url
+            .strip_prefix("redis://")
+            .ok_or("only the redis:// scheme is supported")?;
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        check_database(tail)?;
+        let (userinfo, host_port) = match authority.rsplit_once('@') {
+            Some((userinfo, host_port)) => (Some(userinfo), host_port),
+            None => (None, authority),
+        };
+        let (host, port) = split_host_port(host_port)?;
+        let auth = userinfo.map(parse_auth).transpose()?.flatten();
+        Ok(Endpoint {
+            host: host.to_owned(),
+            port,
+            auth,
+        })
+    }
+
+    /// Sends PING (after AUTH when the URL had credentials) and expects `+PONG`.
+    ///
+    /// `timeout` bounds the connect and each read and write, so a stopped
+    /// (SIGSTOP) server makes this fail after about `timeout` instead of hanging.
+    pub(crate) fn ping(&self, timeout: Duration) -> Result<()> {
+        let io_error = |source| TestkitError::Ping {
+            addr: self.to_string(),
+            source,
+        };
+        let stream = self.connect(timeout).map_err(io_error)?;
+        let mut reader = BufReader::new(&stream);
+        if let Some(auth) = &self.auth {
+            let mut args = vec!["AUTH"];
+            args.extend(auth.username.as_deref());
+            args.push(&auth.password);
+            let reply = round_trip(&stream, &mut reader, &args).map_err(io_error)?;
+            self.expect("AUTH", reply, "+OK")?;
+        }
+        let reply = round_trip(&stream, &mut reader, &["PING"]).map_err(io_error)?;
+        self.expect("PING", reply, "+PONG")
+    }
+
+    fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
+        let mut last_error = None;
+        for addr in (self.host.as_str(), self.port).to_socket_addrs()? {
+            match TcpStream::connect_timeout(&addr, timeout) {
+                Ok(stream) => {
+                    stream.set_read_timeout(Some(timeout))?;
+                    stream.set_write_timeout(Some(timeout))?;
+                    return Ok(stream);
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "host has no address")))
+    }
+
+    fn expect(&self, command: &'static str, reply: String, expected: &str) -> Result<()> {
+        if reply == expected {
+            Ok(())
+        } else {
+            Err(TestkitError::UnexpectedReply {
+                addr: self.to_string(),
+                command,
+                reply,
+            })
+        }
+    }
+}
+
+/// Writes one command and reads a one-line reply (simple string or error), without its CRLF.
+fn round_trip(mut stream: &TcpStream, reader: &mut impl BufRead, args: &[&str]) -> io::Result<String> {
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(request.as_bytes())?;
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed before a reply",
+        ));
+    }
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Accepts an empty path, `/` or `/<number>`, followed by an optional query or fragment.
+fn check_database(tail: &str) -> Result<(), &'static str> {
+    let path = tail.split(['?', '#']).next().unwrap_or_default();
+    let database = path.strip_prefix('/').unwrap_or(path);
+    if database.is_empty() || database.parse::<u32>().is_ok() {
+        Ok(())
+    } else {
+        Err("the path after the port must be a database number")
+    }
+}
+
+fn split_host_port(host_port: &str) -> Result<(&str, u16), &'static str> {
+    let (host, port) = if let Some(bracketed) = host_port.strip_prefix('[') {
+        let (host, after) = bracketed
+            .split_once(']')
+            .ok_or("an IPv6 host is missing its closing ']'")?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match host_port.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("the host is missing");
+    }
+    let port = match port {
+        None => 6379,
+        Some(port) => port
+            .parse()
+            .ok()
+            .filter(|&port| port != 0)
+            .ok_or("the port is not a number in 1..=65535")?,
+    };
+    Ok((host, port))
+}
+
+/// `user:password`, `:password` or `user` (no password: no AUTH).
+fn parse_auth(userinfo: &str) -> Result<Option<Auth>, &'static str> {
+    let Some((username, password)) = userinfo.split_once(':') else {
+        return Ok(None);
+    };
+    let username = Some(percent_decode(username)?).filter(|name| !name.is_empty());
+    Ok(Some(Auth {
+        username,
+        password: percent_decode(password)?,
+    }))
+}
+
+fn percent_decode(text: &str) -> Result<String, &'static str> {
+    const BAD: &str = "the credentials contain a malformed %-escape";
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = tail
+                .get(..2)
+                .filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+                .ok_or(BAD)?;
+            let hex = std::str::from_utf8(hex).map_err(|_| BAD)?;
+            bytes.push(u8::from_str_radix(hex, 16).map_err(|_| BAD)?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).map_err(|_| "the credentials are not UTF-8 once decoded")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(url: &str) -> (String, u16, Option<(Option<String>, String)>) {
+        let endpoint = Endpoint::parse(url).unwrap_or_else(|reason| panic!("{url}: {reason}"));
+        let auth = endpoint.auth.map(|auth| (auth.username, auth.password));
+        (endpoint.host, endpoint.port, auth)
+    }
+
+    #[test]
+    fn parses_host_port_and_database() {
+        assert_eq!(parsed("redis://127.0.0.1:6380"), ("127.0.0.1".into(), 6380, None));
+        assert_eq!(
+            parsed("redis://localhost:6380/3"),
+            ("localhost".into(), 6380, None)
+        );
+        assert_eq!(parsed("redis://redis"), ("redis".into(), 6379, None));
+        assert_eq!(parsed("redis://redis/"), ("redis".into(), 6379, None));
+        assert_eq!(
+            parsed("redis://[::1]:7000/0?protocol=resp3"),
+            ("::1".into(), 7000, None)
+        );
+    }
+
+    #[test]
+    fn parses_credentials() {
+        assert_eq!(parsed("redis://:s%40cret@h:1").2, Some((None, "s@cret".into())));
+        assert_eq!(
+            parsed("redis://me:pw@h:1/2").2,
+            Some((Some("me".into()), "pw".into()))
+        );
+        assert_eq!(parsed("redis://me@h:1").2, None);
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_ping() {
+        for (url, reason) in [
+            ("rediss://h:1", "only the redis:// scheme is supported"),
+            ("http://h:1", "only the redis:// scheme is supported"),
+            ("redis://:6379", "the host is missing"),
+            ("redis://h:port", "the port is not a number in 1..=65535"),
+            ("redis://h:0", "the port is not a number in 1..=65535"),
+            (
+                "redis://h:1/db",
+                "the path after the port must be a database number",
+            ),
+            ("redis://[::1:1", "an IPv6 host is missing its closing ']'"),
+            ("redis://:%zz@h:1", "the credentials contain a malformed %-escape"),
+            ("redis://:%+1@h:1", "the credentials contain a malformed %-escape"),
+            ("redis://:%4@h:1", "the credentials contain a malformed %-escape"),
+        ] {
+            assert_eq!(Endpoint::parse(url).err(), Some(reason), "{url}");
+        }
+    }
+
+    #[test]
+    fn displays_ipv6_in_brackets() {
+        assert_eq!(Endpoint::new("::1", 7000).to_string(), "[::1]:7000");
+        assert_eq!(Endpoint::new("127.0.0.1", 7000).to_string(), "127.0.0.1:7000");
+    }
+}

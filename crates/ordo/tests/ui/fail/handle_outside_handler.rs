@@ -1,0 +1,12 @@
+use ordo::prelude::*;
+
+struct Projector;
+
+impl Projector {
+    #[handle]
+    async fn on_placed(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+fn main() {}

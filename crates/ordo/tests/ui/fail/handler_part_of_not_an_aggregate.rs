@@ -1,0 +1,24 @@
+use ordo::prelude::*;
+
+#[derive(Aggregate)]
+struct Order;
+
+struct Customer;
+
+#[derive(Serialize, Deserialize, Event)]
+#[event(part_of = Order)]
+struct OrderPlaced {
+    order_id: String,
+}
+
+struct Projector;
+
+#[event_handler(part_of = Customer)]
+impl Projector {
+    #[handle]
+    async fn on_placed(&self, _event: &OrderPlaced) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+fn main() {}

@@ -1,0 +1,23 @@
+use ordo::prelude::*;
+
+#[derive(Aggregate)]
+struct Order;
+
+#[derive(Serialize, Deserialize, Event)]
+#[event(part_of = Order)]
+struct OrderPlaced {
+    order_id: String,
+}
+
+struct Projector;
+
+#[event_handler]
+#[sequencing_policy(with = "by client")]
+impl Projector {
+    #[handle]
+    async fn on_placed(&self, _event: &OrderPlaced) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+fn main() {}

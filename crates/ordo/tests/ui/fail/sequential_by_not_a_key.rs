@@ -1,0 +1,23 @@
+use ordo::prelude::*;
+
+#[derive(Aggregate)]
+struct Order;
+
+#[derive(Serialize, Deserialize, Event)]
+#[event(part_of = Order)]
+struct OrderPlaced {
+    order_id: String,
+    amount: f64,
+}
+
+struct Projector;
+
+#[event_handler(part_of = Order, sequential_by = "amount")]
+impl Projector {
+    #[handle]
+    async fn on_placed(&self, _event: &OrderPlaced) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+fn main() {}
