@@ -50,11 +50,13 @@ impl CommandBus {
             .get(type_name)
             .ok_or(DispatchError::NoHandler { type_name })?;
         let handler = route.name();
-        let mut envelope =
-            Envelope::command(&command).map_err(|source| DispatchError::Serialization { type_name, source })?;
+        let mut envelope = Envelope::command(&command)
+            .map_err(|source| DispatchError::Serialization { type_name, source })?;
         envelope.partition_key = self.partition_key(route, &command)?;
         let context = ProcessingContext::new(handler).with_typed(&command);
-        let sequence = route.policy_for(type_name).sequence_identifier(&envelope, &context);
+        let sequence = route
+            .policy_for(type_name)
+            .sequence_identifier(&envelope, &context);
         let dyn_handler = route.handler.clone();
         let outcome = self.executor.submit(sequence, async move {
             let ctx = HandlerContext::new(&envelope);
@@ -72,7 +74,11 @@ impl CommandBus {
     }
 
     /// The validated `sequential_by` key of a partitioned handler's command.
-    fn partition_key<C: Message>(&self, route: &Subscription, command: &C) -> Result<Option<String>, DispatchError> {
+    fn partition_key<C: Message>(
+        &self,
+        route: &Subscription,
+        command: &C,
+    ) -> Result<Option<String>, DispatchError> {
         if !route.partitioned() {
             return Ok(None);
         }

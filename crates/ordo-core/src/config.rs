@@ -208,7 +208,11 @@ const PARTITIONING: &str = "server.partitioning";
 
 impl RawPartitioning {
     fn validate(self) -> Result<PartitioningConfig, ConfigError> {
-        let lease_ttl_ms = positive_int("server.partitioning.lease_ttl_ms", self.lease_ttl_ms, LEASE_TTL_MS)?;
+        let lease_ttl_ms = positive_int(
+            "server.partitioning.lease_ttl_ms",
+            self.lease_ttl_ms,
+            LEASE_TTL_MS,
+        )?;
         let lease_ttl = Duration::from_millis(lease_ttl_ms);
         let heartbeat_interval = self.heartbeat_interval(lease_ttl)?;
         let initial_ms = positive_int(
@@ -222,10 +226,12 @@ impl RawPartitioning {
             RETRY_BACKOFF_MAX_MS,
         )?;
         let backoff = Backoff::new(Duration::from_millis(initial_ms), Duration::from_millis(max_ms))
-            .map_err(|_| invalid(
-                "server.partitioning.retry_backoff_max_ms",
-                format!("must be at least retry_backoff_initial_ms ({initial_ms}), got {max_ms}"),
-            ))?;
+            .map_err(|_| {
+                invalid(
+                    "server.partitioning.retry_backoff_max_ms",
+                    format!("must be at least retry_backoff_initial_ms ({initial_ms}), got {max_ms}"),
+                )
+            })?;
         Ok(PartitioningConfig {
             lease_ttl,
             heartbeat_interval,
@@ -322,7 +328,10 @@ fn positive_int(key: &'static str, value: Option<i64>, default: u64) -> Result<u
 fn positive_seconds(key: &'static str, value: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
     let seconds = value.unwrap_or(default);
     if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(invalid(key, format!("must be a finite number greater than 0, got {seconds}")));
+        return Err(invalid(
+            key,
+            format!("must be a finite number greater than 0, got {seconds}"),
+        ));
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| invalid(key, format!("is too large, got {seconds}")))
 }
@@ -331,8 +340,9 @@ fn max_retries(value: Option<i64>) -> Result<u32, ConfigError> {
     const KEY: &str = "server.partitioning.max_retries";
     match value {
         None => Ok(MAX_RETRIES),
-        Some(v) => u32::try_from(v)
-            .map_err(|_| invalid(KEY, format!("must be between 0 and {}, got {v}", u32::MAX))),
+        Some(v) => {
+            u32::try_from(v).map_err(|_| invalid(KEY, format!("must be between 0 and {}, got {v}", u32::MAX)))
+        }
     }
 }
 

@@ -96,8 +96,16 @@ impl DomainBuilder {
 
     /// Registers an event handler sequenced by `policy`, which overrides
     /// its `#[sequencing_policy]` attributes and `sequential_by` in process.
-    pub fn event_handler_with_policy<H: EventHandler>(self, handler: H, policy: impl SequencingPolicy) -> Self {
-        self.register(H::descriptor(), Some(Arc::new(policy)), Arc::new(EventHandlerAdapter(handler)))
+    pub fn event_handler_with_policy<H: EventHandler>(
+        self,
+        handler: H,
+        policy: impl SequencingPolicy,
+    ) -> Self {
+        self.register(
+            H::descriptor(),
+            Some(Arc::new(policy)),
+            Arc::new(EventHandlerAdapter(handler)),
+        )
     }
 
     /// Registers a command handler with its declared sequencing policy
@@ -113,7 +121,11 @@ impl DomainBuilder {
         handler: H,
         policy: impl SequencingPolicy,
     ) -> Self {
-        self.register(H::descriptor(), Some(Arc::new(policy)), Arc::new(CommandHandlerAdapter(handler)))
+        self.register(
+            H::descriptor(),
+            Some(Arc::new(policy)),
+            Arc::new(CommandHandlerAdapter(handler)),
+        )
     }
 
     /// Registers process manager `P`. Its messages are always sequenced by
@@ -130,10 +142,10 @@ impl DomainBuilder {
     /// Sets the broker (default: an [`InlineBroker`] built from the config).
     pub fn broker<B: Broker>(mut self, broker: B) -> Self {
         let any: &dyn Any = &broker;
-        let inline = any
-            .downcast_ref::<InlineBroker>()
-            .cloned()
-            .or_else(|| any.downcast_ref::<Arc<InlineBroker>>().map(|b| InlineBroker::clone(b)));
+        let inline = any.downcast_ref::<InlineBroker>().cloned().or_else(|| {
+            any.downcast_ref::<Arc<InlineBroker>>()
+                .map(|b| InlineBroker::clone(b))
+        });
         self.broker = Some((Arc::new(broker), inline));
         self
     }
@@ -187,8 +199,13 @@ impl DomainBuilder {
             (Arc::new(inline.clone()), Some(inline))
         });
         let descriptors: Vec<&HandlerDescriptor> = self.registrations.iter().map(|r| &r.descriptor).collect();
-        let partitioning = registry::check(&descriptors, &self.aggregates, broker.name(), broker.capabilities())
-            .map_err(IncorrectUsageError::new)?;
+        let partitioning = registry::check(
+            &descriptors,
+            &self.aggregates,
+            broker.name(),
+            broker.capabilities(),
+        )
+        .map_err(IncorrectUsageError::new)?;
 
         let process_store = self
             .process_store
@@ -204,10 +221,16 @@ impl DomainBuilder {
         }
 
         let outbox = self.outbox.unwrap_or_else(|| Arc::new(InMemoryOutbox::new()));
-        let keyed_categories = partitioning.iter().map(|(category, key)| (*category, key.field()));
+        let keyed_categories = partitioning
+            .iter()
+            .map(|(category, key)| (*category, key.field()));
         let processor = OutboxProcessor::new(Arc::clone(&outbox), Arc::clone(&broker), &config)
             .with_partitioned_categories(keyed_categories);
-        let bus = CommandBus::new(&commands, config.key_rules(), config.partitioning().max_concurrency());
+        let bus = CommandBus::new(
+            &commands,
+            config.key_rules(),
+            config.partitioning().max_concurrency(),
+        );
         Ok(Domain {
             inner: Arc::new(Inner {
                 config,
@@ -249,7 +272,9 @@ fn subscription(registration: Registration, store: &Arc<dyn ProcessStore>) -> Su
     };
     let (policy, policy_overridden): (Arc<dyn SequencingPolicy>, bool) =
         match (registration.policy, descriptor.kind) {
-            (_, HandlerKind::ProcessManager) => (Arc::new(CorrelationPolicy::new(Arc::clone(&descriptor))), true),
+            (_, HandlerKind::ProcessManager) => {
+                (Arc::new(CorrelationPolicy::new(Arc::clone(&descriptor))), true)
+            }
             (Some(policy), _) => (policy, true),
             (None, kind) => {
                 let declared = descriptor.policy.clone();

@@ -1,6 +1,7 @@
 //! The inline broker: runs handlers in this process, no server needed.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use tokio_util::sync::CancellationToken;
@@ -35,12 +36,11 @@ const FAILURE_LOG_LEN: usize = 1024;
 /// Redis consumer, the inline broker does not halt a sequence on poison.
 ///
 /// Commands never pass through here; the domain's command bus runs them.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct InlineBroker {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     executor: KeyedExecutor,
     max_retries: u32,
@@ -49,7 +49,7 @@ struct Inner {
     failures: Mutex<FailureLog>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct FailureLog {
     recent: VecDeque<HandlerFailure>,
     total: u64,
@@ -68,6 +68,17 @@ pub struct HandlerFailure {
     pub attempts: u32,
     /// The last error, with its sources.
     pub error: String,
+}
+
+impl fmt::Debug for InlineBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InlineBroker")
+            .field("executor", &self.inner.executor)
+            .field("max_retries", &self.inner.max_retries)
+            .field("backoff", &self.inner.backoff)
+            .field("failures", &self.failure_count())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for InlineBroker {
@@ -100,7 +111,8 @@ impl InlineBroker {
     /// Sets the subscriptions published messages are delivered to.
     ///
     /// `Domain::init()` does this, so the domain's messages are handled
-    /// whether or not it was started; [`Broker::run`] does it too.
+    /// whether or not it was started; [`Broker::run`] does it too. One
+    /// inline broker serves one domain: attaching replaces the subscriptions.
     pub fn attach(&self, subscriptions: Arc<[Subscription]>) {
         *self
             .inner
@@ -172,6 +184,7 @@ impl Inner {
     }
 
     /// Runs the handler until it succeeds or its retries are spent.
+    #[tracing::instrument(skip_all, fields(handler = subscription.name(), message_id = %envelope.id))]
     async fn deliver(self: Arc<Self>, subscription: Subscription, envelope: Envelope) {
         let envelope = Arc::new(envelope);
         let mut attempt = 1;

@@ -30,20 +30,22 @@ pub use policy::{ProcessingContext, SequenceId, SequencingPolicy};
 
 // Re-exports of the runtime modules (domain, outbox, executor, policies, ...)
 // are added below by the modules' authors.
+pub use backoff::Backoff;
+pub use config::{Config, PartitioningConfig, PriorityLanesConfig};
+pub use domain::{Domain, DomainBuilder, RunningDomain};
+pub use error::{
+    BackoffError, CommitError, ConfigError, DispatchError, IncorrectUsageError, OutboxError,
+    ProcessStoreError, ShutdownError, UsageProblem,
+};
 pub use executor::KeyedExecutor;
+pub use inline::{HandlerFailure, InlineBroker};
+pub use outbox::{
+    InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus, PublishReport,
+};
 pub use policy::{
     ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
     PerAggregatePolicy, PropertyPolicy, RoutingKeyPolicy, SEQUENTIAL_SEQUENCE_ID, SequentialPolicy,
     default_command_policy, default_event_policy,
 };
-pub use backoff::Backoff;
-pub use config::{Config, PartitioningConfig, PriorityLanesConfig};
-pub use domain::{Domain, DomainBuilder, RunningDomain};
-pub use error::{
-    BackoffError, CommitError, ConfigError, DispatchError, IncorrectUsageError, OutboxError, ProcessStoreError,
-    ShutdownError, UsageProblem,
-};
-pub use inline::{HandlerFailure, InlineBroker};
-pub use outbox::{InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus, PublishReport};
 pub use process::{CorrelationPolicy, InMemoryProcessStore, ProcessStore};
 pub use uow::{CommitReceipt, UnitOfWork};

@@ -125,12 +125,11 @@ pub const DEFAULT_RETENTION: usize = 10_000;
 /// Pending and abandoned rows are kept until the process ends; published
 /// rows are pruned, oldest first, once more than the retention count of them
 /// exist, so memory stays bounded. Clones share the same rows.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct InMemoryOutbox {
     store: Arc<Mutex<Store>>,
 }
 
-#[derive(Debug)]
 struct Store {
     rows: BTreeMap<u64, OutboxRow>,
     pending: BTreeSet<u64>,
@@ -177,6 +176,17 @@ impl InMemoryOutbox {
     fn store(&self) -> MutexGuard<'_, Store> {
         // Every mutation completes before the guard drops, so a poisoned store is consistent.
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl fmt::Debug for InMemoryOutbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let store = self.store();
+        f.debug_struct("InMemoryOutbox")
+            .field("rows", &store.rows.len())
+            .field("pending", &store.pending.len())
+            .field("retention", &store.retention)
+            .finish()
     }
 }
 
@@ -230,7 +240,13 @@ impl Outbox for InMemoryOutbox {
 
     fn pending(&self, limit: usize) -> BoxFuture<'_, Result<Vec<OutboxRow>, OutboxError>> {
         let store = self.store();
-        let rows = store.pending.iter().take(limit).map(|id| store.rows[id].clone()).collect();
+        let rows = store
+            .pending
+            .iter()
+            .filter_map(|id| store.rows.get(id))
+            .take(limit)
+            .cloned()
+            .collect();
         Box::pin(async move { Ok(rows) })
     }
 
@@ -341,7 +357,10 @@ impl OutboxProcessor {
         C: Into<String>,
         F: Into<String>,
     {
-        self.partitioned = categories.into_iter().map(|(c, f)| (c.into(), f.into())).collect();
+        self.partitioned = categories
+            .into_iter()
+            .map(|(c, f)| (c.into(), f.into()))
+            .collect();
         self
     }
 
@@ -359,6 +378,7 @@ impl OutboxProcessor {
 
     /// Publishes every row pending when called, in commit order, stopping at
     /// the first broker failure.
+    #[tracing::instrument(skip_all, fields(broker = self.broker.name()))]
     pub async fn publish_pending(&self) -> Result<PublishReport, OutboxError> {
         let _running = self.running.lock().await;
         let mut report = PublishReport::default();
@@ -446,7 +466,10 @@ impl OutboxProcessor {
     /// The publication of `row`, or why its key cannot be routed.
     fn route(&self, row: &OutboxRow) -> Result<Publication, InvalidKey> {
         let category = row.envelope.category.as_str();
-        let field = self.partitioned.get(category).map_or("partition_key", String::as_str);
+        let field = self
+            .partitioned
+            .get(category)
+            .map_or("partition_key", String::as_str);
         let key = match &row.partition_key {
             Some(key) => Some(self.rules.validate(field, Some(key))?),
             // A partitioned category's row must have a key: validating the null fails.
@@ -462,7 +485,11 @@ impl OutboxProcessor {
             ),
             _ => (category.to_owned(), Lane::Primary),
         };
-        Ok(Publication { stream, lane, envelope })
+        Ok(Publication {
+            stream,
+            lane,
+            envelope,
+        })
     }
 }
 

@@ -130,7 +130,9 @@ pub fn correlation_value(descriptor: &HandlerDescriptor, message: &Envelope) -> 
     {
         return Some(key.clone());
     }
-    read_key_field(&message.payload, handled.key?.field()).ok().flatten()
+    read_key_field(&message.payload, handled.key?.field())
+        .ok()
+        .flatten()
 }
 
 /// Sequences a process manager's messages by correlation value, so one
@@ -173,6 +175,7 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
     /// saves it. A message for an instance that does not exist and cannot
     /// start one is skipped. The state is saved only when the handler
     /// succeeds, so a retry starts again from the saved state.
+    #[tracing::instrument(skip_all, fields(manager = self.descriptor.name, message_id = %message.id))]
     async fn run(&self, message: &Envelope, ctx: &HandlerContext) -> HandlerResult {
         let Some(handled) = self.descriptor.handled(&message.type_name) else {
             return Ok(());

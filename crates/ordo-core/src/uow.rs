@@ -117,7 +117,12 @@ impl UnitOfWork {
             return Ok(CommitReceipt::default());
         }
         let message_ids = rows.iter().map(|row| row.envelope.id.clone()).collect();
-        let row_ids = self.domain.outbox().append(rows).await.map_err(CommitError::Outbox)?;
+        let row_ids = self
+            .domain
+            .outbox()
+            .append(rows)
+            .await
+            .map_err(CommitError::Outbox)?;
         self.domain.notify_committed();
         Ok(CommitReceipt { row_ids, message_ids })
     }
@@ -134,13 +139,13 @@ impl UnitOfWork {
                     .extend(self.metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
                 if let Some(spec) = self.domain.partitioning().get(envelope.category.as_str()) {
                     let value = spec.key_value(&envelope, &*raised.typed)?;
-                    let key = rules
-                        .validate(spec.field(), value.as_deref())
-                        .map_err(|key| CommitError::InvalidKey {
+                    let key = rules.validate(spec.field(), value.as_deref()).map_err(|key| {
+                        CommitError::InvalidKey {
                             message_id: envelope.id.clone(),
                             type_name: envelope.type_name.clone(),
                             key,
-                        })?;
+                        }
+                    })?;
                     envelope.partition_key = Some(key);
                 }
                 Ok(NewOutboxRow::new(envelope, raised.lane))
@@ -151,7 +156,11 @@ impl UnitOfWork {
 
 impl fmt::Debug for UnitOfWork {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let types: Vec<&str> = self.raised.iter().map(|r| r.envelope.type_name.as_str()).collect();
+        let types: Vec<&str> = self
+            .raised
+            .iter()
+            .map(|r| r.envelope.type_name.as_str())
+            .collect();
         f.debug_struct("UnitOfWork")
             .field("raised", &types)
             .field("metadata", &self.metadata)

@@ -11,7 +11,10 @@ fn ms(n: u64) -> Duration {
 
 #[test]
 fn invalid_bounds_are_rejected() {
-    assert_eq!(Backoff::new(Duration::ZERO, ms(10)), Err(BackoffError::ZeroInitial));
+    assert_eq!(
+        Backoff::new(Duration::ZERO, ms(10)),
+        Err(BackoffError::ZeroInitial)
+    );
     assert_eq!(
         Backoff::new(ms(100), ms(50)),
         Err(BackoffError::MaxBelowInitial {
@@ -26,8 +29,15 @@ fn invalid_bounds_are_rejected() {
 fn steps_double_and_stop_at_the_cap() {
     let backoff = Backoff::new(ms(100), ms(1000)).unwrap();
     let steps: Vec<Duration> = (0..=6).map(|attempt| backoff.ceiling(attempt)).collect();
-    assert_eq!(steps, vec![ms(100), ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]);
-    assert_eq!(backoff.ceiling(u32::MAX), ms(1000), "no overflow on huge attempts");
+    assert_eq!(
+        steps,
+        vec![ms(100), ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+    );
+    assert_eq!(
+        backoff.ceiling(u32::MAX),
+        ms(1000),
+        "no overflow on huge attempts"
+    );
 }
 
 #[test]
@@ -37,10 +47,17 @@ fn delays_are_jittered_within_the_upper_half_of_each_step() {
         let ceiling = backoff.ceiling(attempt);
         let delays: Vec<Duration> = (0..200).map(|_| backoff.delay(attempt)).collect();
         for delay in &delays {
-            assert!(*delay >= ceiling / 2 && *delay <= ceiling, "attempt {attempt}: {delay:?}");
+            assert!(
+                *delay >= ceiling / 2 && *delay <= ceiling,
+                "attempt {attempt}: {delay:?}"
+            );
         }
         let distinct: HashSet<&Duration> = delays.iter().collect();
-        assert!(distinct.len() > 100, "attempt {attempt}: only {} distinct delays", distinct.len());
+        assert!(
+            distinct.len() > 100,
+            "attempt {attempt}: only {} distinct delays",
+            distinct.len()
+        );
     }
 }
 

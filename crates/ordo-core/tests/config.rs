@@ -64,48 +64,108 @@ fn every_key_is_read() {
 #[test]
 fn the_heartbeat_default_follows_a_custom_ttl() {
     let config = Config::from_toml_str("[server.partitioning]\nlease_ttl_ms = 3000").unwrap();
-    assert_eq!(config.partitioning().heartbeat_interval(), Duration::from_millis(600));
+    assert_eq!(
+        config.partitioning().heartbeat_interval(),
+        Duration::from_millis(600)
+    );
 }
 
 #[test]
 fn each_invalid_value_is_rejected_naming_its_key() {
     let cases = [
-        ("lease_ttl_ms = 0", "server.partitioning.lease_ttl_ms", "greater than 0, got 0"),
+        (
+            "lease_ttl_ms = 0",
+            "server.partitioning.lease_ttl_ms",
+            "greater than 0, got 0",
+        ),
         ("lease_ttl_ms = -5", "server.partitioning.lease_ttl_ms", "got -5"),
-        ("heartbeat_interval_seconds = 0", "server.partitioning.heartbeat_interval_seconds", "got 0"),
-        ("heartbeat_interval_seconds = -1.5", "server.partitioning.heartbeat_interval_seconds", "got -1.5"),
-        ("heartbeat_interval_seconds = nan", "server.partitioning.heartbeat_interval_seconds", "got NaN"),
-        ("heartbeat_interval_seconds = inf", "server.partitioning.heartbeat_interval_seconds", "got inf"),
-        ("heartbeat_interval_seconds = 6", "server.partitioning.heartbeat_interval_seconds", "a third"),
-        ("poll_interval_seconds = 0", "server.partitioning.poll_interval_seconds", "got 0"),
-        ("poll_interval_seconds = -0.25", "server.partitioning.poll_interval_seconds", "got -0.25"),
+        (
+            "heartbeat_interval_seconds = 0",
+            "server.partitioning.heartbeat_interval_seconds",
+            "got 0",
+        ),
+        (
+            "heartbeat_interval_seconds = -1.5",
+            "server.partitioning.heartbeat_interval_seconds",
+            "got -1.5",
+        ),
+        (
+            "heartbeat_interval_seconds = nan",
+            "server.partitioning.heartbeat_interval_seconds",
+            "got NaN",
+        ),
+        (
+            "heartbeat_interval_seconds = inf",
+            "server.partitioning.heartbeat_interval_seconds",
+            "got inf",
+        ),
+        (
+            "heartbeat_interval_seconds = 6",
+            "server.partitioning.heartbeat_interval_seconds",
+            "a third",
+        ),
+        (
+            "poll_interval_seconds = 0",
+            "server.partitioning.poll_interval_seconds",
+            "got 0",
+        ),
+        (
+            "poll_interval_seconds = -0.25",
+            "server.partitioning.poll_interval_seconds",
+            "got -0.25",
+        ),
         ("reap_idle_ms = 0", "server.partitioning.reap_idle_ms", "got 0"),
-        ("discovery_interval_seconds = 0", "server.partitioning.discovery_interval_seconds", "got 0"),
+        (
+            "discovery_interval_seconds = 0",
+            "server.partitioning.discovery_interval_seconds",
+            "got 0",
+        ),
         ("max_retries = -1", "server.partitioning.max_retries", "got -1"),
-        ("retry_backoff_initial_ms = 0", "server.partitioning.retry_backoff_initial_ms", "got 0"),
-        ("retry_backoff_max_ms = -1", "server.partitioning.retry_backoff_max_ms", "got -1"),
-        ("retry_backoff_max_ms = 50", "server.partitioning.retry_backoff_max_ms", "at least"),
-        ("max_concurrency = 0", "server.partitioning.max_concurrency", "got 0"),
+        (
+            "retry_backoff_initial_ms = 0",
+            "server.partitioning.retry_backoff_initial_ms",
+            "got 0",
+        ),
+        (
+            "retry_backoff_max_ms = -1",
+            "server.partitioning.retry_backoff_max_ms",
+            "got -1",
+        ),
+        (
+            "retry_backoff_max_ms = 50",
+            "server.partitioning.retry_backoff_max_ms",
+            "at least",
+        ),
+        (
+            "max_concurrency = 0",
+            "server.partitioning.max_concurrency",
+            "got 0",
+        ),
     ];
     for (line, key, detail) in cases {
         let error = Config::from_toml_str(&format!("[server.partitioning]\n{line}")).unwrap_err();
         assert_eq!(error.key(), Some(key), "{line}: {error}");
         let message = error.to_string();
-        assert!(message.starts_with(key) && message.contains(detail), "{line}: {message}");
+        assert!(
+            message.starts_with(key) && message.contains(detail),
+            "{line}: {message}"
+        );
     }
 }
 
 #[test]
 fn a_heartbeat_not_well_under_the_ttl_says_why() {
-    let error = Config::from_toml_str("[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 1.5")
-        .unwrap_err();
+    let error =
+        Config::from_toml_str("[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 1.5")
+            .unwrap_err();
     assert_eq!(
         error.to_string(),
         "server.partitioning.heartbeat_interval_seconds must be well under the lease TTL (at most a third of \
          server.partitioning.lease_ttl_ms = 3000 ms, i.e. 1 s) so a live owner never lets its lease lapse, got 1.5"
     );
-    let ok = Config::from_toml_str("[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 1")
-        .unwrap();
+    let ok =
+        Config::from_toml_str("[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 1")
+            .unwrap();
     assert_eq!(ok.partitioning().heartbeat_interval(), Duration::from_secs(1));
 }
 
@@ -119,17 +179,25 @@ fn an_invalid_backfill_suffix_is_rejected() {
     ] {
         let error = Config::from_toml_str(&format!("[server.priority_lanes]\nbackfill_suffix = {suffix:?}"))
             .unwrap_err();
-        assert_eq!(error.key(), Some("server.priority_lanes.backfill_suffix"), "{suffix:?}");
+        assert_eq!(
+            error.key(),
+            Some("server.priority_lanes.backfill_suffix"),
+            "{suffix:?}"
+        );
         assert!(error.to_string().contains(detail), "{suffix:?}: {error}");
     }
     let long = "x".repeat(256);
-    let error = Config::from_toml_str(&format!("[server.priority_lanes]\nbackfill_suffix = {long:?}")).unwrap_err();
+    let error =
+        Config::from_toml_str(&format!("[server.priority_lanes]\nbackfill_suffix = {long:?}")).unwrap_err();
     assert_eq!(error.key(), Some("server.priority_lanes.backfill_suffix"));
 }
 
 #[test]
 fn unknown_keys_in_ordo_tables_are_rejected_naming_the_key() {
-    for (table, key) in [("server.partitioning", "lease_ttl"), ("server.priority_lanes", "enable")] {
+    for (table, key) in [
+        ("server.partitioning", "lease_ttl"),
+        ("server.priority_lanes", "enable"),
+    ] {
         let error = Config::from_toml_str(&format!("[{table}]\n{key} = 1")).unwrap_err();
         assert!(matches!(error, ConfigError::Parse(_)), "{error:?}");
         let text = chain(&error);
@@ -172,6 +240,9 @@ fn from_file_reads_and_names_a_missing_file() {
 fn key_rules_reserve_the_configured_suffix() {
     let config = Config::from_toml_str("[server.priority_lanes]\nbackfill_suffix = \"slow\"").unwrap();
     let rules = config.key_rules();
-    assert_eq!(rules.validate("client_id", Some("slow")).unwrap_err().rule, KeyRule::ReservedLaneToken);
+    assert_eq!(
+        rules.validate("client_id", Some("slow")).unwrap_err().rule,
+        KeyRule::ReservedLaneToken
+    );
     assert_eq!(rules.validate("client_id", Some("backfill")).unwrap(), "backfill");
 }

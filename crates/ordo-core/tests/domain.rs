@@ -50,19 +50,23 @@ spec!(PlainPm => process_manager("PlainPm", false, vec![
 spec!(ForeignHandler => handler("ForeignHandler", HandlerKind::Event, "order", None, vec![
     on::<CustomerRegistered>(None),
 ]));
-spec!(KeylessPartitioned => HandlerDescriptorFix::partitioned_without_key());
+spec!(KeylessPartitioned => partitioned_without_key());
 spec!(ClashingTypeName => handler("ClashingTypeName", HandlerKind::Event, "customer", None, vec![
     ordo_core::handler::HandledMessage { category: "customer", ..on::<OrderPlaced>(None) },
 ]));
 
-struct HandlerDescriptorFix;
-impl HandlerDescriptorFix {
-    fn partitioned_without_key() -> ordo_core::handler::HandlerDescriptor {
-        ordo_core::handler::HandlerDescriptor {
-            sequential_by: None,
-            partitioned: true,
-            ..handler("KeylessPartitioned", HandlerKind::Event, "order", None, vec![on::<OrderPlaced>(None)])
-        }
+/// A partitioned handler whose descriptor names no key field.
+fn partitioned_without_key() -> ordo_core::handler::HandlerDescriptor {
+    ordo_core::handler::HandlerDescriptor {
+        sequential_by: None,
+        partitioned: true,
+        ..handler(
+            "KeylessPartitioned",
+            HandlerKind::Event,
+            "order",
+            None,
+            vec![on::<OrderPlaced>(None)],
+        )
     }
 }
 
@@ -146,7 +150,10 @@ fn a_broker_without_capabilities_rejects_every_partitioned_handler_by_name() {
         ]
     );
     assert!(message.contains("broker `plain`"), "{message}");
-    assert!(message.contains("command handler `CommandsByClient`"), "{message}");
+    assert!(
+        message.contains("command handler `CommandsByClient`"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -183,8 +190,18 @@ fn inline_and_partitioning_brokers_accept_partitioned_handlers() {
 fn the_default_broker_and_an_inline_broker_passed_in_are_recognised_as_inline() {
     let inline = InlineBroker::new();
     assert!(Domain::builder().init().unwrap().inline_broker().is_some());
-    assert!(Domain::builder().broker(inline).init().unwrap().inline_broker().is_some());
-    let recording = Domain::builder().broker(RecordingBroker::partitioning()).init().unwrap();
+    assert!(
+        Domain::builder()
+            .broker(inline)
+            .init()
+            .unwrap()
+            .inline_broker()
+            .is_some()
+    );
+    let recording = Domain::builder()
+        .broker(RecordingBroker::partitioning())
+        .init()
+        .unwrap();
     assert!(recording.inline_broker().is_none());
 }
 
@@ -273,37 +290,78 @@ fn every_problem_is_reported_at_once() {
         .command_handler(CommandRecorder::<OtherPlaceOrder>::new(&p));
     let (problems, message) = problems(builder);
     let has = |wanted: &dyn Fn(&UsageProblem) -> bool| problems.iter().any(wanted);
-    assert!(has(&|p| matches!(p, UsageProblem::DuplicateCategory { category: "order", .. })));
-    assert!(has(&|p| matches!(p, UsageProblem::DuplicateHandler { handler: "ByOrder", .. })));
     assert!(has(&|p| matches!(
         p,
-        UsageProblem::ConflictingKeys { second_handler: "ByOrder", .. }
+        UsageProblem::DuplicateCategory {
+            category: "order",
+            ..
+        }
     )));
     assert!(has(&|p| matches!(
         p,
-        UsageProblem::ForeignMessage { handler: "ForeignHandler", type_name: "CustomerRegistered", .. }
+        UsageProblem::DuplicateHandler {
+            handler: "ByOrder",
+            ..
+        }
     )));
     assert!(has(&|p| matches!(
         p,
-        UsageProblem::UnknownCategory { handler: "ForeignHandler", category: "customer", .. }
+        UsageProblem::ConflictingKeys {
+            second_handler: "ByOrder",
+            ..
+        }
     )));
     assert!(has(&|p| matches!(
         p,
-        UsageProblem::MissingKey { handler: "KeylessPartitioned", type_name: "OrderPlaced", .. }
+        UsageProblem::ForeignMessage {
+            handler: "ForeignHandler",
+            type_name: "CustomerRegistered",
+            ..
+        }
     )));
     assert!(has(&|p| matches!(
         p,
-        UsageProblem::DuplicateTypeName { type_name: "OrderPlaced", second_category: "customer", .. }
+        UsageProblem::UnknownCategory {
+            handler: "ForeignHandler",
+            category: "customer",
+            ..
+        }
     )));
     assert!(has(&|p| matches!(
         p,
-        UsageProblem::DuplicateCommandHandler { type_name: "PlaceOrder", second_handler: "OtherPlaceOrder", .. }
+        UsageProblem::MissingKey {
+            handler: "KeylessPartitioned",
+            type_name: "OrderPlaced",
+            ..
+        }
     )));
     assert!(has(&|p| matches!(
         p,
-        UsageProblem::BrokerCannotPartition { handler: "CommandsByClient", .. }
+        UsageProblem::DuplicateTypeName {
+            type_name: "OrderPlaced",
+            second_category: "customer",
+            ..
+        }
     )));
-    assert!(message.starts_with(&format!("the domain cannot start: {} problems found", problems.len())));
+    assert!(has(&|p| matches!(
+        p,
+        UsageProblem::DuplicateCommandHandler {
+            type_name: "PlaceOrder",
+            second_handler: "OtherPlaceOrder",
+            ..
+        }
+    )));
+    assert!(has(&|p| matches!(
+        p,
+        UsageProblem::BrokerCannotPartition {
+            handler: "CommandsByClient",
+            ..
+        }
+    )));
+    assert!(message.starts_with(&format!(
+        "the domain cannot start: {} problems found",
+        problems.len()
+    )));
     assert_eq!(message.lines().count(), problems.len() + 1, "{message}");
 }
 
@@ -359,7 +417,11 @@ fn envelope(aggregate_id: Option<&str>, partition_key: Option<&str>) -> Envelope
 }
 
 fn sequence(domain: &Domain, handler: &str, envelope: &Envelope) -> Option<String> {
-    let subscription = domain.subscriptions().iter().find(|s| s.name() == handler).unwrap();
+    let subscription = domain
+        .subscriptions()
+        .iter()
+        .find(|s| s.name() == handler)
+        .unwrap();
     subscription
         .policy_for(&envelope.type_name)
         .sequence_identifier(envelope, &ProcessingContext::new(handler))
@@ -380,9 +442,17 @@ fn policies_resolve_override_then_sequential_by_then_kind_default() {
     let anonymous = envelope(None, None);
     assert_eq!(sequence(&domain, "ByClient", &keyed).as_deref(), Some("c-1"));
     assert_eq!(sequence(&domain, "Unkeyed", &keyed).as_deref(), Some("o-1"));
-    assert_eq!(sequence(&domain, "Unkeyed", &anonymous).as_deref(), Some(SEQUENTIAL_SEQUENCE_ID));
+    assert_eq!(
+        sequence(&domain, "Unkeyed", &anonymous).as_deref(),
+        Some(SEQUENTIAL_SEQUENCE_ID)
+    );
     assert_eq!(sequence(&domain, "AlsoByClient", &keyed), None);
-    assert!(domain.subscriptions().iter().any(|s| s.name() == "AlsoByClient" && s.policy_overridden));
+    assert!(
+        domain
+            .subscriptions()
+            .iter()
+            .any(|s| s.name() == "AlsoByClient" && s.policy_overridden)
+    );
     // The process manager is sequenced by its correlation value, read from the payload.
     assert_eq!(sequence(&domain, "PlainPm", &anonymous).as_deref(), Some("o-1"));
 }
@@ -403,22 +473,33 @@ fn command_handlers_are_not_broker_subscriptions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_started_domain_publishes_commits_without_being_asked() {
     let p = probe();
-    let domain = Domain::builder().event_handler(Recorder::<ByClient>::new(&p)).init().unwrap();
+    let domain = Domain::builder()
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .init()
+        .unwrap();
     let running = domain.start();
     let mut uow = domain.unit_of_work();
     uow.raise(placed("o-1", "c-1", 1)).unwrap();
     uow.raise(shipped("o-1", "c-1", 2)).unwrap();
     uow.commit().await.unwrap();
     let probe = Arc::clone(&p);
-    eventually("both events handled", Duration::from_secs(5), || probe.runs() == 2).await;
+    eventually("both events handled", Duration::from_secs(5), || {
+        probe.runs() == 2
+    })
+    .await;
     assert_eq!(p.amounts_for("c-1"), vec![1, 2]);
     running.shutdown().await.expect("clean shutdown");
 }
 
 #[tokio::test]
 async fn settle_publishes_and_waits_for_handlers_without_start() {
-    let p = Probe::new("client_id").with_delay(Duration::from_millis(5)).shared();
-    let domain = Domain::builder().event_handler(Recorder::<Unkeyed>::new(&p)).init().unwrap();
+    let p = Probe::new("client_id")
+        .with_delay(Duration::from_millis(5))
+        .shared();
+    let domain = Domain::builder()
+        .event_handler(Recorder::<Unkeyed>::new(&p))
+        .init()
+        .unwrap();
     let mut uow = domain.unit_of_work();
     for amount in 0..10 {
         uow.raise(placed(&format!("o-{amount}"), "c-1", amount)).unwrap();
@@ -431,8 +512,17 @@ async fn settle_publishes_and_waits_for_handlers_without_start() {
 
 #[tokio::test]
 async fn shutdown_reports_a_broker_that_stopped_with_an_error() {
-    let domain = Domain::builder().broker(RecordingBroker::failing_run("lost the connection")).init().unwrap();
+    let domain = Domain::builder()
+        .broker(RecordingBroker::failing_run("lost the connection"))
+        .init()
+        .unwrap();
     let error = domain.start().shutdown().await.expect_err("the broker failed");
-    assert!(matches!(&error, ShutdownError::Broker { broker, .. } if broker == "broken"), "{error:?}");
-    assert_eq!(chain(&error), "broker `broken` stopped with an error: lost the connection");
+    assert!(
+        matches!(&error, ShutdownError::Broker { broker, .. } if broker == "broken"),
+        "{error:?}"
+    );
+    assert_eq!(
+        chain(&error),
+        "broker `broken` stopped with an error: lost the connection"
+    );
 }

@@ -32,7 +32,11 @@ fn fixture_with(broker: RecordingBroker, config: Config) -> Fixture {
         .event_handler(Recorder::<ByClient>::new(&probe))
         .init()
         .unwrap();
-    Fixture { domain, outbox, broker }
+    Fixture {
+        domain,
+        outbox,
+        broker,
+    }
 }
 
 fn fixture() -> Fixture {
@@ -54,12 +58,18 @@ async fn commit_stores_the_validated_key_on_row_and_envelope() {
 
     let rows = f.outbox.rows();
     assert_eq!(receipt.row_ids, rows.iter().map(|r| r.id).collect::<Vec<_>>());
-    assert_eq!(receipt.message_ids, rows.iter().map(|r| r.envelope.id.clone()).collect::<Vec<_>>());
+    assert_eq!(
+        receipt.message_ids,
+        rows.iter().map(|r| r.envelope.id.clone()).collect::<Vec<_>>()
+    );
     assert_eq!(rows[0].partition_key.as_deref(), Some("client-1"));
     assert_eq!(rows[0].envelope.partition_key.as_deref(), Some("client-1"));
     assert_eq!(rows[0].envelope.aggregate_id.as_deref(), Some("o-1"));
     assert_eq!(rows[1].partition_key, None, "customer is not partitioned");
-    assert!(rows.iter().all(|r| r.status == OutboxStatus::Pending && r.lane == Lane::Primary));
+    assert!(
+        rows.iter()
+            .all(|r| r.status == OutboxStatus::Pending && r.lane == Lane::Primary)
+    );
 }
 
 #[tokio::test]
@@ -70,8 +80,14 @@ async fn one_bad_key_fails_the_whole_commit_and_writes_nothing() {
     uow.raise(placed("o-2", "bad:key", 2)).unwrap();
     uow.raise(placed("o-3", "client-3", 3)).unwrap();
     let error = uow.commit().await.unwrap_err();
-    assert!(matches!(&error, CommitError::InvalidKey { key, .. } if key.rule == KeyRule::ContainsColon), "{error:?}");
-    assert!(f.outbox.rows().is_empty(), "nothing of the failed commit entered the outbox");
+    assert!(
+        matches!(&error, CommitError::InvalidKey { key, .. } if key.rule == KeyRule::ContainsColon),
+        "{error:?}"
+    );
+    assert!(
+        f.outbox.rows().is_empty(),
+        "nothing of the failed commit entered the outbox"
+    );
     assert_eq!(f.domain.publish_pending().await.unwrap().published, 0);
     assert!(f.broker.published().is_empty());
 }
@@ -100,7 +116,10 @@ async fn each_key_rule_surfaces_with_field_value_and_rule() {
         else {
             panic!("{value:?}: {error:?}");
         };
-        assert_eq!((key.field.as_str(), key.value.as_deref(), &key.rule), ("client_id", Some(value), &rule));
+        assert_eq!(
+            (key.field.as_str(), key.value.as_deref(), &key.rule),
+            ("client_id", Some(value), &rule)
+        );
         assert_eq!(type_name, "OrderPlaced");
         let message = error.to_string();
         for needle in [message_id.as_str(), "OrderPlaced", "`client_id`", text] {
@@ -160,7 +179,14 @@ async fn a_key_field_holding_an_object_is_refused() {
     })
     .unwrap();
     let error = uow.commit().await.unwrap_err();
-    assert!(matches!(error, CommitError::UnsupportedKeyValue { field: "client_id", found: "a JSON object", .. }));
+    assert!(matches!(
+        error,
+        CommitError::UnsupportedKeyValue {
+            field: "client_id",
+            found: "a JSON object",
+            ..
+        }
+    ));
     assert!(f.outbox.rows().is_empty());
 }
 
@@ -174,8 +200,21 @@ async fn an_unserializable_event_is_refused_when_raised() {
             bad: [((1, 2), 3)].into(),
         })
         .unwrap_err();
-    assert!(matches!(error, CommitError::Serialization { type_name: "Unserializable", .. }), "{error:?}");
-    assert!(chain(&error).starts_with("cannot serialize event `Unserializable`: "), "{}", chain(&error));
+    assert!(
+        matches!(
+            error,
+            CommitError::Serialization {
+                type_name: "Unserializable",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        chain(&error).starts_with("cannot serialize event `Unserializable`: "),
+        "{}",
+        chain(&error)
+    );
     assert!(uow.is_empty());
 }
 
@@ -188,8 +227,14 @@ async fn metadata_applies_to_every_event_of_the_unit_of_work() {
     uow.raise(placed("o-2", "client-1", 2)).unwrap();
     uow.commit().await.unwrap();
     for row in f.outbox.rows() {
-        assert_eq!(row.envelope.metadata.get("tenant").map(String::as_str), Some("acme"));
-        assert_eq!(row.envelope.metadata.get("trace").map(String::as_str), Some("t-1"));
+        assert_eq!(
+            row.envelope.metadata.get("tenant").map(String::as_str),
+            Some("acme")
+        );
+        assert_eq!(
+            row.envelope.metadata.get("trace").map(String::as_str),
+            Some("t-1")
+        );
     }
 }
 
@@ -218,7 +263,10 @@ async fn commits_are_routed_to_partition_streams() {
     uow.commit().await.unwrap();
     let report = f.domain.publish_pending().await.unwrap();
     assert_eq!(report.published, 3);
-    assert_eq!(f.broker.streams(), vec!["order:client-1", "order:client-2", "customer"]);
+    assert_eq!(
+        f.broker.streams(),
+        vec!["order:client-1", "order:client-2", "customer"]
+    );
 }
 
 #[tokio::test]
@@ -231,7 +279,10 @@ async fn backfill_events_use_the_backfill_lane_when_lanes_are_enabled() {
     uow.commit().await.unwrap();
     assert_eq!(f.outbox.rows()[0].lane, Lane::Backfill);
     f.domain.publish_pending().await.unwrap();
-    assert_eq!(f.broker.streams(), vec!["order:client-1:backfill", "order:client-1"]);
+    assert_eq!(
+        f.broker.streams(),
+        vec!["order:client-1:backfill", "order:client-1"]
+    );
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ fn parse(input: &DeriveInput) -> syn::Result<AggregateDef> {
                 .generics
                 .params
                 .first()
-                .map_or(input.ident.span(), |p| syn::spanned::Spanned::span(p)),
+                .map_or(input.ident.span(), syn::spanned::Spanned::span),
             "an aggregate cannot be generic: its category names one stream",
         );
     }

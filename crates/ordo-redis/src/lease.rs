@@ -58,15 +58,6 @@ impl Lease {
     pub fn keys(&self) -> &LeaseKeys {
         &self.keys
     }
-
-    /// The [`Error::Fenced`] refusal for this lease.
-    pub(crate) fn fenced(&self, holder: Option<String>) -> Error {
-        Error::Fenced {
-            lease: self.keys.lease.clone(),
-            expected: self.value.clone(),
-            holder,
-        }
-    }
 }
 
 impl fmt::Debug for Lease {

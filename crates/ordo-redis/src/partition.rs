@@ -27,7 +27,7 @@ pub struct StreamEntry {
 }
 
 impl StreamEntry {
-    fn from_raw(raw: RawEntry, lane: Lane) -> Self {
+    pub(crate) fn from_raw(raw: RawEntry, lane: Lane) -> Self {
         Self {
             type_name: raw.field("type").map(str::to_owned),
             envelope: raw.field("envelope").map(str::to_owned),
@@ -49,6 +49,11 @@ impl StreamEntry {
     /// The message type name, as published.
     pub fn type_name(&self) -> Option<&str> {
         self.type_name.as_deref()
+    }
+
+    /// The envelope as published (JSON), when the entry has one.
+    pub fn envelope_json(&self) -> Option<&str> {
+        self.envelope.as_deref()
     }
 
     /// Decodes the envelope.
@@ -87,6 +92,9 @@ pub enum ReadOutcome {
         lane: Lane,
         /// The entries, in id order.
         entries: Vec<StreamEntry>,
+        /// Whether they were pending: delivered before (to a previous owner,
+        /// or in a batch that was interrupted) and not acknowledged.
+        pending: bool,
     },
     /// The partition is halted on a poison message.
     Halted {
@@ -241,7 +249,12 @@ impl Partitions {
                     .into_iter()
                     .map(|raw| StreamEntry::from_raw(raw, lane))
                     .collect();
-                Ok(ReadOutcome::Entries { lane, entries })
+                let pending = reply.integer(2)? == 1;
+                Ok(ReadOutcome::Entries {
+                    lane,
+                    entries,
+                    pending,
+                })
             }
             "halted" => Ok(ReadOutcome::Halted {
                 head: reply.string(0)?,

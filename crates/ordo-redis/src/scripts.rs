@@ -39,6 +39,9 @@ pub(crate) struct Scripts {
     pub(crate) reap: Script,
     pub(crate) resolve: Script,
     pub(crate) commit: Script,
+    pub(crate) announce: Script,
+    pub(crate) ack_plain: Script,
+    pub(crate) claim_plain: Script,
 }
 
 /// The scripts, shared by every client and runtime in the process.
@@ -53,6 +56,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reap: Script::new("reap", with_common!("lua/reap.lua")),
     resolve: Script::new("resolve", with_common!("lua/resolve.lua")),
     commit: Script::new("commit", with_common!("lua/commit.lua")),
+    announce: Script::new("announce", with_common!("lua/announce.lua")),
+    ack_plain: Script::new("ack_plain", with_common!("lua/ack_plain.lua")),
+    claim_plain: Script::new("claim_plain", with_common!("lua/claim_plain.lua")),
 });
 
 impl Script {

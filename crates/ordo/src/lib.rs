@@ -155,6 +155,8 @@
 //! (checked at compile time like `sequential_by`), `metadata = "key"`, or
 //! `with = <expr>` for any [`SequencingPolicy`] value. It cannot be combined
 //! with `sequential_by`, which already is the property policy on its field.
+//! The property policy reads the JSON payload, so a field it names must keep
+//! its Rust name when serialised (no `#[serde(rename)]`).
 //!
 //! ```
 //! use ordo::prelude::*;
@@ -200,8 +202,10 @@ pub mod prelude {
         ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
         PerAggregatePolicy, PropertyPolicy, RoutingKeyPolicy, SequentialPolicy,
     };
+    pub use ordo_core::{
+        CommitError, Config, DispatchError, Domain, IncorrectUsageError, InlineBroker, UnitOfWork,
+    };
     pub use serde::{Deserialize, Serialize};
-    // LEAD: add the runtime entry points here once they exist (Domain, UnitOfWork, Config, ...).
 }
 
 /// What the macros' generated code names. Not public API: it may change in

@@ -162,6 +162,20 @@ impl OrderCommands {
     }
 }
 
+/// Handler impls may be generic.
+struct Counter<T> {
+    seen: Mutex<Vec<T>>,
+}
+
+#[event_handler(part_of = Order, sequential_by = "order_id")]
+impl<T: From<u64> + Send + 'static> Counter<T> {
+    #[handle]
+    async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
+        self.seen.lock().unwrap().push(T::from(event.amount));
+        Ok(())
+    }
+}
+
 fn placed(order: &str, client: &str) -> OrderPlaced {
     OrderPlaced {
         order_id: order.into(),
@@ -451,6 +465,22 @@ async fn process_manager_methods_update_the_instance() {
         .await
         .unwrap();
     assert_eq!(fulfillment.steps, ["placed o-1 via order", "invoiced 42"]);
+}
+
+#[tokio::test]
+async fn generic_handlers_work_like_any_other() {
+    let descriptor = Counter::<u64>::descriptor();
+    assert_eq!(descriptor.name, "Counter");
+    assert_eq!(descriptor.handles[0].key.unwrap().field(), "order_id");
+    let counter = Counter::<u64> {
+        seen: Mutex::new(Vec::new()),
+    };
+    let event = envelope(&placed("o-1", "c-1"));
+    counter
+        .handle(&event, &HandlerContext::new(&event))
+        .await
+        .unwrap();
+    assert_eq!(*counter.seen.lock().unwrap(), [10]);
 }
 
 #[tokio::test]

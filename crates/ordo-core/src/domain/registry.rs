@@ -36,7 +36,11 @@ impl CategoryKey {
 
     /// The key value of a raised event: from a handler's typed extractor
     /// when one handles the type, else from the payload's top-level field.
-    pub(crate) fn key_value(&self, envelope: &Envelope, typed: &dyn Any) -> Result<Option<String>, CommitError> {
+    pub(crate) fn key_value(
+        &self,
+        envelope: &Envelope,
+        typed: &dyn Any,
+    ) -> Result<Option<String>, CommitError> {
         let extracted = self
             .extractors
             .get(envelope.type_name.as_str())
@@ -95,11 +99,13 @@ fn check_aggregates(aggregates: &[AggregateInfo], problems: &mut Vec<UsageProble
     let mut owners: HashMap<&str, &AggregateInfo> = HashMap::new();
     for aggregate in aggregates {
         match owners.get(aggregate.category) {
-            Some(first) if first.type_id != aggregate.type_id => problems.push(UsageProblem::DuplicateCategory {
-                category: aggregate.category,
-                first: first.type_name,
-                second: aggregate.type_name,
-            }),
+            Some(first) if first.type_id != aggregate.type_id => {
+                problems.push(UsageProblem::DuplicateCategory {
+                    category: aggregate.category,
+                    first: first.type_name,
+                    second: aggregate.type_name,
+                })
+            }
             Some(_) => {}
             None => {
                 owners.insert(aggregate.category, aggregate);
@@ -151,11 +157,13 @@ fn check_command_routes(descriptors: &[&HandlerDescriptor], problems: &mut Vec<U
     for descriptor in command_handlers {
         for handled in &descriptor.handles {
             match routes.get(handled.type_name) {
-                Some(&first) if first != descriptor.name => problems.push(UsageProblem::DuplicateCommandHandler {
-                    type_name: handled.type_name,
-                    first_handler: first,
-                    second_handler: descriptor.name,
-                }),
+                Some(&first) if first != descriptor.name => {
+                    problems.push(UsageProblem::DuplicateCommandHandler {
+                        type_name: handled.type_name,
+                        first_handler: first,
+                        second_handler: descriptor.name,
+                    })
+                }
                 Some(_) => {}
                 None => {
                     routes.insert(handled.type_name, descriptor.name);
@@ -204,7 +212,8 @@ fn check_membership(
 
 fn check_process_manager_policies(descriptors: &[&HandlerDescriptor], problems: &mut Vec<UsageProblem>) {
     let with_policy = descriptors.iter().filter(|d| {
-        d.kind == HandlerKind::ProcessManager && (d.policy.is_some() || d.handles.iter().any(|h| h.policy.is_some()))
+        d.kind == HandlerKind::ProcessManager
+            && (d.policy.is_some() || d.handles.iter().any(|h| h.policy.is_some()))
     });
     problems.extend(with_policy.map(|d| UsageProblem::ProcessManagerPolicy { handler: d.name }));
 }
@@ -249,7 +258,8 @@ fn check_key_agreement(claims: &[Claim], problems: &mut Vec<UsageProblem>) {
     let mut reported = HashSet::new();
     for claim in claims {
         let reference = *first.entry((claim.kind, claim.category)).or_insert(claim);
-        if reference.field != claim.field && reported.insert((claim.kind, claim.category, claim.handler, claim.field))
+        if reference.field != claim.field
+            && reported.insert((claim.kind, claim.category, claim.handler, claim.field))
         {
             problems.push(UsageProblem::ConflictingKeys {
                 category: claim.category,

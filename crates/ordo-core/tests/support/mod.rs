@@ -156,9 +156,9 @@ impl Command for CancelOrder {
 macro_rules! extractor {
     ($ty:ty, $field:ident) => {
         ordo_core::handler::KeyExtractor::new(stringify!($field), |message| {
-            message.downcast_ref::<$ty>().map(|m| {
-                ordo_core::key::PartitionKey::key_value(&m.$field).map(std::borrow::Cow::into_owned)
-            })
+            message
+                .downcast_ref::<$ty>()
+                .map(|m| ordo_core::key::PartitionKey::key_value(&m.$field).map(std::borrow::Cow::into_owned))
         })
     };
 }
@@ -206,7 +206,11 @@ pub fn handler(
 }
 
 /// A process manager's descriptor.
-pub fn process_manager(name: &'static str, partitioned: bool, handles: Vec<HandledMessage>) -> HandlerDescriptor {
+pub fn process_manager(
+    name: &'static str,
+    partitioned: bool,
+    handles: Vec<HandledMessage>,
+) -> HandlerDescriptor {
     HandlerDescriptor {
         name,
         kind: HandlerKind::ProcessManager,
@@ -310,7 +314,12 @@ impl Probe {
         Arc::new(self)
     }
 
-    pub async fn run(&self, handler: &'static str, message: &Envelope, ctx: &HandlerContext) -> HandlerResult {
+    pub async fn run(
+        &self,
+        handler: &'static str,
+        message: &Envelope,
+        ctx: &HandlerContext,
+    ) -> HandlerResult {
         let payload: serde_json::Value = serde_json::from_str(&message.payload)?;
         let key = match &payload[self.key_field] {
             serde_json::Value::String(s) => s.clone(),
@@ -334,7 +343,9 @@ impl Probe {
             metadata: ctx.metadata().clone().into_iter().collect(),
         });
         if let Some(barrier) = &self.barrier
-            && tokio::time::timeout(Duration::from_secs(5), barrier.wait()).await.is_err()
+            && tokio::time::timeout(Duration::from_secs(5), barrier.wait())
+                .await
+                .is_err()
         {
             self.barrier_timeouts.fetch_add(1, Ordering::SeqCst);
         }
@@ -362,7 +373,11 @@ impl Probe {
 
     /// The amounts seen for `key`, in run order.
     pub fn amounts_for(&self, key: &str) -> Vec<u64> {
-        self.seen().into_iter().filter(|s| s.key == key).map(|s| s.amount).collect()
+        self.seen()
+            .into_iter()
+            .filter(|s| s.key == key)
+            .map(|s| s.amount)
+            .collect()
     }
 
     /// Runs that got to their end (successful or not).
@@ -479,7 +494,11 @@ impl<S: Spec> ProcessManager for Fulfillment<S> {
         S::descriptor()
     }
 
-    fn handle<'a>(&'a mut self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
+    fn handle<'a>(
+        &'a mut self,
+        message: &'a Envelope,
+        ctx: &'a HandlerContext,
+    ) -> BoxFuture<'a, HandlerResult> {
         Box::pin(async move {
             let correlation = ctx.correlation_id().ok_or("no correlation id")?.to_owned();
             {
@@ -634,7 +653,10 @@ impl Broker for RecordingBroker {
 pub async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
     while !condition() {
-        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -74,7 +74,7 @@ pub(super) fn parse(
                 Method::Invalid => declared += 1,
                 Method::Handler(handler) => {
                     declared += 1;
-                    methods.push(handler);
+                    methods.push(*handler);
                 }
             },
             other => reject_helpers_on(other, errors),
@@ -191,7 +191,7 @@ enum Method {
     Plain,
     /// A `#[handle]` method with errors (recorded).
     Invalid,
-    Handler(HandleMethod),
+    Handler(Box<HandleMethod>),
 }
 
 /// Parses one method, stripping its helper attributes.
@@ -222,7 +222,7 @@ fn parse_method(flavor: Flavor, method: &mut syn::ImplItemFn, errors: &mut Error
     let Some(signature) = errors.ok(parse_signature(flavor, &method.sig)) else {
         return Method::Invalid;
     };
-    Method::Handler(HandleMethod {
+    Method::Handler(Box::new(HandleMethod {
         ident: method.sig.ident.clone(),
         message: signature.message,
         takes_ctx: signature.takes_ctx,
@@ -230,7 +230,7 @@ fn parse_method(flavor: Flavor, method: &mut syn::ImplItemFn, errors: &mut Error
         start,
         correlate,
         policy,
-    })
+    }))
 }
 
 /// `#[handle]`, or for process managers `#[handle(start, correlate = "f")]`.

@@ -28,8 +28,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use fred::prelude::ClientLike;
 use ordo_core::backoff::Backoff;
+use ordo_core::broker::Subscription;
+use tokio::sync::mpsc::unbounded_channel;
+use tokio_util::sync::CancellationToken;
 
+use crate::connection;
+use crate::error::Result;
 use crate::partition::Partitions;
 
 /// The timings and sizes the consumer runs with.
@@ -91,10 +97,6 @@ impl LeaseTable {
         self.lock().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
-    }
-
     fn lock(&self) -> MutexGuard<'_, HashMap<String, String>> {
         // Single inserts and removals cannot leave the map half-updated.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
@@ -112,3 +114,38 @@ pub(crate) async fn sleep_unless(token: &tokio_util::sync::CancellationToken, du
 
 /// A shared handle to the consumer's state.
 pub(crate) type SharedRef = Arc<Shared>;
+
+/// Runs this instance's consumer for `subscriptions` until `shutdown` is
+/// cancelled; returns once every worker stopped and released its lease.
+pub(crate) async fn run(
+    url: String,
+    settings: Settings,
+    partitions: Partitions,
+    subscriptions: Arc<[Subscription]>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let background = CancellationToken::new();
+    let waker_client = connection::blocking_builder(&url)?.build()?;
+    connection::connect_in_background(&waker_client);
+    let (waker, waker_handle) = waker::Waker::new(waker_client.clone(), settings.wake_block, settings.poll_interval);
+    let waker_task = tokio::spawn(waker.run(background.clone()));
+
+    let leases = LeaseTable::default();
+    let (lost_tx, lost_rx) = unbounded_channel();
+    let heartbeat = heartbeat::spawn(&url, &settings, leases.clone(), lost_tx, background.clone())?;
+
+    let shared = Arc::new(Shared {
+        settings,
+        partitions,
+        leases,
+        waker: waker_handle,
+        url,
+    });
+    let result = supervisor::Supervisor::new(shared, &subscriptions, lost_rx).run(shutdown).await;
+
+    background.cancel();
+    let _ = waker_task.await;
+    let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;
+    let _ = waker_client.quit().await;
+    result
+}

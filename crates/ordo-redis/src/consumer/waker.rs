@@ -134,7 +134,8 @@ impl Waker {
     async fn read_once(&mut self, shutdown: &CancellationToken) -> bool {
         let (keys, ids) = self.read_arguments();
         let block_ms = u64::try_from(self.block.as_millis()).unwrap_or(u64::MAX).max(1);
-        let read = self.client.xread::<Value, _, _>(Some(1), Some(block_ms), keys, ids);
+        let client = self.client.clone();
+        let read = client.xread::<Value, _, _>(Some(1), Some(block_ms), keys, ids);
         tokio::pin!(read);
         let mut interrupted = false;
         let result = loop {
@@ -147,7 +148,7 @@ impl Waker {
                     // its reply (entries or an UNBLOCKED error) is still
                     // awaited above, so no wake-up is lost.
                     interrupted = true;
-                    let client = self.client.clone();
+                    let client = client.clone();
                     tokio::spawn(async move {
                         let _: Result<(), _> = client.ping(None).await;
                     });

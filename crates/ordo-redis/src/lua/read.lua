@@ -13,7 +13,8 @@
 -- Returns one of:
 --   {'fenced', current holder}
 --   {'halted', head id}
---   {'entries', lane (1 primary, 2 backfill), {{id, {field, value...}}...}}
+--   {'entries', lane (1 primary, 2 backfill), {{id, {field, value...}}...},
+--    1 when they were pending (delivered before, not acknowledged) else 0}
 --   {'idle', primary last id, backfill last id, ms since the last entry}
 --   {'gone'}  (neither lane exists: the partition was reaped)
 local lease, halt, group, consumer, count = KEYS[1], KEYS[2], ARGV[2], ARGV[3], ARGV[4]
@@ -64,11 +65,11 @@ for lane = 1, 2 do
     exists = true
     local pending = live(stream, read_group(stream, '0'))
     if #pending > 0 then
-      return {'entries', lane, pending}
+      return {'entries', lane, pending, 1}
     end
     local fresh = read_group(stream, '>')
     if #fresh > 0 then
-      return {'entries', lane, fresh}
+      return {'entries', lane, fresh, 0}
     end
     local last = to_map(redis.call('XINFO', 'STREAM', stream))['last-generated-id']
     last_ids[lane] = last

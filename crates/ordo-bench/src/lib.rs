@@ -1,0 +1,29 @@
+//! The measurement plumbing behind the `ordo-bench` binary.
+//!
+//! Every benchmark and checker is a subcommand of `ordo-bench`; what they
+//! share lives here so each one is a short module:
+//!
+//! - [`redis`]: the Redis to measure against (`--redis-url` / `REDIS_URL`, or
+//!   a private `redis-server` kept alive for the run) and fred clients for it.
+//! - [`report`]: ordered `name: value` figures, printed as lines or as JSON.
+//! - [`stats`]: deltas of Redis's own `INFO` counters (what the server executed).
+//! - [`monitor`]: commands each client *sent*, counted through `MONITOR`.
+//! - [`latency`]: a recorder of durations with nearest-rank percentiles.
+//! - [`load`]: a ticker that offers a fixed load (N events/s over K keys).
+//! - [`workload`]: the benchmark event, its keys and its stream entry layout.
+//!
+//! Subcommands: [`baseline`] (a plain consumer group draining a backlog).
+//!
+//! Errors are `anyhow` throughout: this library is the inside of one program
+//! whose answer to any failure is to stop and say what went wrong.
+
+pub mod baseline;
+pub mod latency;
+pub mod load;
+pub mod monitor;
+pub mod redis;
+pub mod report;
+pub mod stats;
+pub mod workload;
+
+pub use report::{Figure, Report};

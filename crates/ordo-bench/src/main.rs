@@ -1,0 +1,53 @@
+//! `ordo-bench`: Ordo's benchmarks and checkers, one subcommand each.
+//!
+//! Every subcommand prints its figures one `name: value` per line (or one
+//! JSON object with `--json`) and runs on a private Redis unless
+//! `--redis-url` / `REDIS_URL` names one. Build with `--release` to measure.
+//!
+//! Adding a subcommand: a module in the library with its `clap::Args` struct
+//! and an `async fn run(&Args, &BenchRedis) -> Result<Report>`, a variant of
+//! [`Bench`], and a line in [`run`].
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use ordo_bench::Report;
+use ordo_bench::baseline::{self, BaselineArgs};
+use ordo_bench::redis::RedisArgs;
+
+#[derive(Debug, Parser)]
+#[command(name = "ordo-bench", version, about = "Ordo's benchmarks and checkers")]
+struct Cli {
+    /// Print the figures as one JSON object instead of `name: value` lines.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(flatten)]
+    redis: RedisArgs,
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Drain a pre-filled backlog with a plain Redis consumer group
+    /// (XREADGROUP/XACK, no leases, no ordering): `baseline_msgs_per_s`.
+    Baseline(BaselineArgs),
+}
+
+fn main() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let report = runtime.block_on(run(cli.bench, &cli.redis))?;
+    print!("{}", if cli.json { report.to_json() } else { report.to_text() });
+    for failure in report.failures() {
+        eprintln!("FAILED: {failure}");
+    }
+    Ok(if report.failures().is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
+    match bench {
+        Bench::Baseline(args) => baseline::run(&args, &redis.start().await?).await,
+    }
+}

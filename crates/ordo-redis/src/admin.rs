@@ -1,0 +1,222 @@
+//! The operator API for halted partitions.
+//!
+//! A partition halts when a message fails every attempt: the message stays
+//! the pending head and the partition stops (for that group) until an
+//! operator decides. Halts are recorded in Redis (`{S}:halt:{group}`) and
+//! listed in `ordo:halted`, so they survive failovers and never disappear
+//! from view. The owner polls the record and resumes within one poll
+//! interval of a decision.
+
+use std::collections::HashMap;
+
+use fred::clients::Pool;
+use fred::interfaces::{HashesInterface, SetsInterface, StreamsInterface};
+use fred::types::Value;
+use ordo_core::key::Lane;
+
+use crate::error::{Error, Result};
+use crate::keys::{HALTED, PartitionKeys};
+use crate::partition::{StreamEntry, parse_lane};
+use crate::scripts::{Reply, SCRIPTS, array, parse_entries};
+
+/// A halted partition, as recorded when it halted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaltedPartition {
+    /// The consumer group (handler name) that halted.
+    pub group: String,
+    /// The stream category.
+    pub category: String,
+    /// The partition key.
+    pub key: String,
+    /// The lane of the poison message.
+    pub lane: Lane,
+    /// The poison message's entry id (the pending head).
+    pub head: String,
+    /// The last error.
+    pub error: String,
+    /// How many times it was attempted.
+    pub attempts: u32,
+    /// The instance that halted it.
+    pub owner: String,
+    /// When it halted (Redis server clock, ms since the Unix epoch).
+    pub halted_at_ms: u64,
+}
+
+/// A halted partition's head, as an operator inspects it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// The halt record.
+    pub halt: HaltedPartition,
+    /// The head message (`None` if it was deleted from the stream).
+    pub head: Option<StreamEntry>,
+    /// How many times Redis delivered the head (reads across owners).
+    pub deliveries: Option<u64>,
+}
+
+/// Operator actions on halted partitions.
+#[derive(Debug, Clone)]
+pub struct PartitionAdmin {
+    client: Pool,
+    backfill_suffix: String,
+}
+
+/// The decisions an operator can take on a halted head.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Retry,
+    Skip,
+    DeadLetter,
+}
+
+impl Action {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::Skip => "skip",
+            Self::DeadLetter => "dead_letter",
+        }
+    }
+}
+
+impl PartitionAdmin {
+    /// Operator actions through `client`; `backfill_suffix` is the
+    /// configured backfill lane suffix.
+    pub fn new(client: Pool, backfill_suffix: &str) -> Self {
+        Self {
+            client,
+            backfill_suffix: backfill_suffix.to_owned(),
+        }
+    }
+
+    /// Every halted partition, of every group.
+    pub async fn halted(&self) -> Result<Vec<HaltedPartition>> {
+        let keys: Vec<String> = self.client.smembers(HALTED).await?;
+        let mut halted = Vec::with_capacity(keys.len());
+        for key in keys {
+            // A record cleared between the two reads is simply not halted.
+            if let Some(record) = self.record(&key).await? {
+                halted.push(record);
+            }
+        }
+        halted.sort_by(|a, b| (&a.group, &a.category, &a.key).cmp(&(&b.group, &b.category, &b.key)));
+        Ok(halted)
+    }
+
+    /// The halt record and head message of `group`'s halted partition
+    /// `category:key`.
+    pub async fn inspect(&self, group: &str, category: &str, key: &str) -> Result<Inspection> {
+        let partition = self.partition(category, key);
+        let halt = self
+            .record(&partition.halt(group))
+            .await?
+            .ok_or_else(|| not_halted(group, &partition))?;
+        let lane = partition.lane(halt.lane);
+        let entries: Value = self.client.xrange(lane, halt.head.as_str(), halt.head.as_str(), None).await?;
+        let head = parse_entries("XRANGE", entries)?
+            .into_iter()
+            .next()
+            .map(|raw| StreamEntry::from_raw(raw, halt.lane));
+        let deliveries = self.deliveries(lane, group, &halt.head).await?;
+        Ok(Inspection {
+            halt,
+            head,
+            deliveries,
+        })
+    }
+
+    /// Acknowledges the halted head without handling it (recorded in the
+    /// partition's log), then clears the halt: the owner resumes with the
+    /// next message. Returns the skipped entry id.
+    pub async fn skip(&self, group: &str, category: &str, key: &str) -> Result<String> {
+        self.resolve(group, category, key, Action::Skip).await
+    }
+
+    /// Copies the halted head to the partition's dead-letter stream
+    /// (`{category}:{key}:dlq`, with the error, group and attempts),
+    /// acknowledges it, then clears the halt. Returns the entry id.
+    pub async fn dead_letter(&self, group: &str, category: &str, key: &str) -> Result<String> {
+        self.resolve(group, category, key, Action::DeadLetter).await
+    }
+
+    /// Clears the halt: the owner runs the head again, with a fresh set of
+    /// attempts. Returns the head's entry id.
+    pub async fn retry(&self, group: &str, category: &str, key: &str) -> Result<String> {
+        self.resolve(group, category, key, Action::Retry).await
+    }
+
+    async fn resolve(&self, group: &str, category: &str, key: &str, action: Action) -> Result<String> {
+        let partition = self.partition(category, key);
+        let halt_key = partition.halt(group);
+        let keys = vec![
+            halt_key.clone(),
+            HALTED.to_owned(),
+            partition.log(group),
+            partition.primary().to_owned(),
+            partition.backfill().to_owned(),
+            partition.dlq(),
+        ];
+        let args = vec![
+            Value::from(halt_key),
+            Value::from(group),
+            Value::from(action.name()),
+            Value::from(""),
+        ];
+        let script = &SCRIPTS.resolve;
+        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?;
+        match reply.tag() {
+            "ok" => reply.string(0),
+            "not_halted" => Err(not_halted(group, &partition)),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
+    }
+
+    fn partition(&self, category: &str, key: &str) -> PartitionKeys {
+        PartitionKeys::new(category, key, &self.backfill_suffix)
+    }
+
+    async fn record(&self, halt_key: &str) -> Result<Option<HaltedPartition>> {
+        let fields: HashMap<String, String> = self.client.hgetall(halt_key).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let field = |name: &str| {
+            fields
+                .get(name)
+                .cloned()
+                .ok_or_else(|| Error::protocol("halt record", format!("`{halt_key}` has no `{name}`")))
+        };
+        let number = |name: &str| -> Result<u64> {
+            field(name)?
+                .parse()
+                .map_err(|_| Error::protocol("halt record", format!("`{halt_key}` field `{name}` is not a number")))
+        };
+        Ok(Some(HaltedPartition {
+            group: field("group")?,
+            category: field("category")?,
+            key: field("key")?,
+            lane: parse_lane(&field("lane")?)?,
+            head: field("head")?,
+            error: field("error")?,
+            attempts: u32::try_from(number("attempts")?).unwrap_or(u32::MAX),
+            owner: field("owner")?,
+            halted_at_ms: number("at")?,
+        }))
+    }
+
+    /// The delivery count of a pending entry (`XPENDING` extended form).
+    async fn deliveries(&self, stream: &str, group: &str, id: &str) -> Result<Option<u64>> {
+        let pending: Value = self.client.xpending(stream, group, (id, id, 1)).await?;
+        // [[id, consumer, idle ms, deliveries]]
+        Ok(array(pending)
+            .into_iter()
+            .next()
+            .and_then(|entry| array(entry).get(3).and_then(Value::as_u64)))
+    }
+}
+
+fn not_halted(group: &str, partition: &PartitionKeys) -> Error {
+    Error::NotHalted {
+        group: group.to_owned(),
+        partition: partition.primary().to_owned(),
+    }
+}

@@ -1,0 +1,222 @@
+//! The Redis broker: atomic partitioned publishing and the fenced partition
+//! consumer, behind ordo-core's [`Broker`] contract.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Pool;
+use fred::prelude::ClientLike;
+use ordo_core::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
+use ordo_core::config::Config;
+use ordo_core::handler::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::PartitionAdmin;
+use crate::connection;
+use crate::consumer::{self, Settings};
+use crate::error::{Error, Result};
+use crate::partition::Partitions;
+use crate::publish;
+
+/// Entries read per fenced read by default.
+const DEFAULT_READ_BATCH: usize = 64;
+/// Connections of the command pool by default.
+const DEFAULT_POOL_SIZE: usize = 4;
+
+/// The Redis broker.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), ordo_redis::Error> {
+/// use ordo_redis::RedisBroker;
+///
+/// let broker = RedisBroker::builder("redis://127.0.0.1:6379")
+///     .config(ordo_core::config::Config::default())
+///     .build()
+///     .await?;
+/// // Domain::builder().broker(broker.clone())...; broker.admin() for operators.
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisBroker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    url: String,
+    settings: Settings,
+    partitions: Partitions,
+}
+
+/// Configures a [`RedisBroker`].
+#[derive(Debug, Clone)]
+pub struct RedisBrokerBuilder {
+    url: String,
+    config: Config,
+    instance_id: Option<String>,
+    pool_size: usize,
+    read_batch: usize,
+}
+
+impl RedisBroker {
+    /// A builder for a broker on the Redis at `url` (`redis://host:port/db`).
+    pub fn builder(url: impl Into<String>) -> RedisBrokerBuilder {
+        RedisBrokerBuilder {
+            url: url.into(),
+            config: Config::default(),
+            instance_id: None,
+            pool_size: DEFAULT_POOL_SIZE,
+            read_batch: DEFAULT_READ_BATCH,
+        }
+    }
+
+    /// This instance's id (the first half of every lease value it holds).
+    pub fn instance_id(&self) -> &str {
+        self.inner.partitions.instance()
+    }
+
+    /// The command client (a connection pool).
+    pub fn client(&self) -> &Pool {
+        self.inner.partitions.client()
+    }
+
+    /// The operator API: halted partitions, inspect, skip, dead-letter, retry.
+    pub fn admin(&self) -> PartitionAdmin {
+        PartitionAdmin::new(self.client().clone(), &self.inner.settings.backfill_suffix)
+    }
+
+    /// The fenced partition operations this instance's workers use.
+    pub fn partitions(&self) -> &Partitions {
+        &self.inner.partitions
+    }
+}
+
+impl RedisBrokerBuilder {
+    /// The domain configuration (`[server.partitioning]`,
+    /// `[server.priority_lanes]`); default: [`Config::default`].
+    #[must_use]
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// This instance's id; default: a fresh UUID. Must be unique among live
+    /// instances, so only set it when something else guarantees that.
+    #[must_use]
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// Connections in the command pool (default 4).
+    #[must_use]
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Entries read per fenced read (default 64). Messages are still handled
+    /// and acknowledged one at a time.
+    #[must_use]
+    pub fn read_batch(mut self, count: usize) -> Self {
+        self.read_batch = count;
+        self
+    }
+
+    /// Validates the settings and connects.
+    pub async fn build(self) -> Result<RedisBroker> {
+        let settings = self.settings()?;
+        let instance = match self.instance_id {
+            Some(id) if id.is_empty() => {
+                return Err(Error::Config {
+                    key: "instance_id",
+                    reason: "must not be empty".to_owned(),
+                });
+            }
+            Some(id) => id,
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        };
+        if self.pool_size == 0 {
+            return Err(Error::Config {
+                key: "pool_size",
+                reason: "must be at least 1".to_owned(),
+            });
+        }
+        let pool = connection::builder(&self.url, settings.lease_ttl / 3, true)?.build_pool(self.pool_size)?;
+        pool.init().await?;
+        let partitions = Partitions::new(pool, instance, settings.lease_ttl);
+        Ok(RedisBroker {
+            inner: Arc::new(Inner {
+                url: self.url,
+                settings,
+                partitions,
+            }),
+        })
+    }
+
+    fn settings(&self) -> Result<Settings> {
+        let partitioning = self.config.partitioning();
+        if partitioning.discovery_interval() >= partitioning.lease_ttl() {
+            return Err(Error::Config {
+                key: "server.partitioning.discovery_interval_seconds",
+                reason: format!(
+                    "must be under the lease TTL ({} ms): an instance announces itself once per discovery \
+                     interval and its announcement lives one TTL, got {} s",
+                    partitioning.lease_ttl().as_millis(),
+                    partitioning.discovery_interval().as_secs_f64(),
+                ),
+            });
+        }
+        if self.read_batch == 0 {
+            return Err(Error::Config {
+                key: "read_batch",
+                reason: "must be at least 1".to_owned(),
+            });
+        }
+        Ok(Settings {
+            lease_ttl: partitioning.lease_ttl(),
+            heartbeat_interval: partitioning.heartbeat_interval(),
+            poll_interval: partitioning.poll_interval(),
+            reap_idle: partitioning.reap_idle(),
+            discovery_interval: partitioning.discovery_interval(),
+            max_retries: partitioning.max_retries(),
+            backoff: partitioning.backoff(),
+            backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),
+            read_batch: self.read_batch,
+            wake_block: partitioning.poll_interval().max(Duration::from_millis(1)),
+        })
+    }
+}
+
+impl Broker for RedisBroker {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::STREAM_PARTITIONING
+    }
+
+    fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(publish::publish(self.client(), publications))
+    }
+
+    fn run(
+        &self,
+        subscriptions: Arc<[Subscription]>,
+        shutdown: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BrokerError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            consumer::run(
+                inner.url.clone(),
+                inner.settings.clone(),
+                inner.partitions.clone(),
+                subscriptions,
+                shutdown,
+            )
+            .await
+            .map_err(|error| Box::new(error) as BrokerError)
+        })
+    }
+}

@@ -1,0 +1,222 @@
+//! Plain consumers: a non-partitioned category's base stream, read through
+//! an ordinary consumer group shared by every instance (no key affinity, so
+//! no cross-instance ordering: that is what partitioning is for).
+//!
+//! Each (group, category) gets one task with its own connection for the
+//! blocking read. Entries pending on a consumer that has been silent for a
+//! lease TTL (a dead instance) are claimed; a message that fails every
+//! attempt is copied to `{category}:dlq` and acknowledged, since a base
+//! stream has no per-key order to protect.
+
+use std::sync::Arc;
+
+use fred::clients::Client;
+use fred::prelude::{ClientLike, StreamsInterface};
+use fred::types::Value;
+use ordo_core::broker::Subscription;
+use ordo_core::handler::HandlerContext;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info_span, warn};
+
+use super::{SharedRef, sleep_unless};
+use crate::connection;
+use crate::error::Result;
+use crate::lease::millis;
+use crate::partition::StreamEntry;
+use crate::scripts::{RawEntry, SCRIPTS, array, parse_entries};
+
+/// How many pending entries one claim pass takes over.
+const CLAIM_COUNT: i64 = 100;
+
+/// One plain consumer.
+pub(crate) struct Plain {
+    shared: SharedRef,
+    subscription: Subscription,
+    group: Arc<str>,
+    stream: String,
+    reader: Client,
+}
+
+impl std::fmt::Debug for Plain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plain")
+            .field("group", &self.group)
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plain {
+    pub(crate) fn new(shared: SharedRef, subscription: Subscription, category: &str) -> Result<Self> {
+        let reader = connection::blocking_builder(&shared.url)?.build()?;
+        Ok(Self {
+            group: Arc::from(subscription.name()),
+            stream: category.to_owned(),
+            shared,
+            subscription,
+            reader,
+        })
+    }
+
+    /// Consumes until `stop` is cancelled (between messages).
+    pub(crate) async fn run(self, stop: CancellationToken) {
+        let span = info_span!("stream", group = %self.group, stream = %self.stream);
+        async move {
+            connection::connect_in_background(&self.reader);
+            let mut failures = 0;
+            let mut claim_due = tokio::time::Instant::now();
+            while !stop.is_cancelled() {
+                if tokio::time::Instant::now() >= claim_due {
+                    claim_due += self.shared.settings.lease_ttl;
+                    if let Err(error) = self.claim().await {
+                        warn!(%error, "claiming a dead consumer's entries failed");
+                    }
+                }
+                match self.step(&stop).await {
+                    Ok(()) => failures = 0,
+                    Err(error) => {
+                        failures += 1;
+                        warn!(%error, failures, "base stream read failed; backing off");
+                        sleep_unless(&stop, self.shared.settings.backoff.delay(failures)).await;
+                    }
+                }
+            }
+            let _ = self.reader.quit().await;
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Reads this consumer's pending entries, else waits for new ones, and
+    /// handles what it got.
+    async fn step(&self, stop: &CancellationToken) -> Result<()> {
+        self.ensure_group().await?;
+        let settings = &self.shared.settings;
+        let count = Some(u64::try_from(settings.read_batch).unwrap_or(64));
+        let pending = self.read(count, None, "0").await?;
+        let entries = if pending.is_empty() {
+            let block = u64::try_from(settings.wake_block.as_millis()).unwrap_or(1_000);
+            tokio::select! {
+                entries = self.read(count, Some(block), ">") => entries?,
+                () = stop.cancelled() => return Ok(()),
+            }
+        } else {
+            pending
+        };
+        for raw in entries {
+            if stop.is_cancelled() {
+                break;
+            }
+            self.handle(raw).await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_group(&self) -> Result<()> {
+        let created: std::result::Result<Value, _> =
+            self.shared.partitions.client().xgroup_create(&self.stream, &*self.group, "0", true).await;
+        match created {
+            Err(error) if !error.details().starts_with("BUSYGROUP") => Err(error.into()),
+            _ => Ok(()),
+        }
+    }
+
+    async fn read(&self, count: Option<u64>, block: Option<u64>, from: &str) -> Result<Vec<RawEntry>> {
+        let reply: Value = self
+            .reader
+            .xreadgroup(&*self.group, self.shared.instance(), count, block, false, &self.stream, from)
+            .await?;
+        // [[stream, [entries...]]] or nil
+        let entries = array(reply)
+            .into_iter()
+            .next()
+            .map(|stream| array(stream).into_iter().nth(1).unwrap_or(Value::Null))
+            .unwrap_or(Value::Null);
+        parse_entries("XREADGROUP", entries)
+    }
+
+    /// Handles one entry with retries, dead-lettering it when every attempt
+    /// failed, then acknowledges it.
+    async fn handle(&self, raw: RawEntry) -> Result<()> {
+        let entry = StreamEntry::from_raw(raw, ordo_core::key::Lane::Primary);
+        let outcome = match entry.decode() {
+            Ok(envelope) if self.subscription.handles(&envelope.type_name) => {
+                let attempts = self.shared.settings.max_retries.saturating_add(1);
+                let mut last = None;
+                for attempt in 1..=attempts {
+                    let ctx = HandlerContext::new(&envelope).with_attempt(attempt);
+                    match self.subscription.handler.handle(&envelope, &ctx).await {
+                        Ok(()) => {
+                            last = None;
+                            break;
+                        }
+                        Err(error) => {
+                            warn!(id = entry.id(), attempt, %error, "handler failed");
+                            last = Some(error.to_string());
+                        }
+                    }
+                    if attempt < attempts {
+                        tokio::time::sleep(self.shared.settings.backoff.delay(attempt)).await;
+                    }
+                }
+                last
+            }
+            Ok(_) => None,
+            Err(error) => Some(error.to_string()),
+        };
+        if let Some(error) = outcome {
+            self.dead_letter(&entry, &error).await?;
+        }
+        SCRIPTS
+            .ack_plain
+            .run(
+                self.shared.partitions.client(),
+                vec![self.stream.clone()],
+                vec![Value::from(&*self.group), Value::from(entry.id())],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn dead_letter(&self, entry: &StreamEntry, error: &str) -> Result<()> {
+        let dlq = format!("{}:{}", self.stream, ordo_core::key::DLQ_TOKEN);
+        let mut fields = vec![
+            ("source_id", entry.id().to_owned()),
+            ("group", self.group.to_string()),
+            ("error", error.to_owned()),
+        ];
+        if let Some(type_name) = entry.type_name() {
+            fields.push(("type", type_name.to_owned()));
+        }
+        if let Some(envelope) = entry.envelope_json() {
+            fields.push(("envelope", envelope.to_owned()));
+        }
+        let _: Value = self
+            .shared
+            .partitions
+            .client()
+            .xadd(&dlq, false, None::<()>, "*", fields)
+            .await?;
+        warn!(id = entry.id(), dlq, "message failed every attempt; dead-lettered");
+        Ok(())
+    }
+
+    async fn claim(&self) -> Result<()> {
+        let settings = &self.shared.settings;
+        SCRIPTS
+            .claim_plain
+            .run(
+                self.shared.partitions.client(),
+                vec![self.stream.clone()],
+                vec![
+                    Value::from(&*self.group),
+                    Value::from(self.shared.instance()),
+                    millis(settings.lease_ttl),
+                    Value::from(CLAIM_COUNT),
+                    millis(settings.lease_ttl * 10),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,332 @@
+//! The supervisor: discovery, fair share, and the workers' lifecycle.
+//!
+//! Once per discovery interval it announces this instance (one script call
+//! for every group), reads each partitioned category's index (one `SMEMBERS`
+//! each), and per group compares the units it owns with its fair share:
+//! below it, it acquires free leases (one script call); above it for two
+//! intervals in a row, it asks its surplus workers to stop between messages
+//! and release their leases, so another instance takes them over at once.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use fred::interfaces::{SetsInterface, SortedSetsInterface};
+use fred::types::Value;
+use ordo_core::broker::Subscription;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use super::heartbeat::LostLease;
+use super::plain::Plain;
+use super::unit::{GroupPlan, Unit};
+use super::worker::{Control, Exit, Worker};
+use super::{SharedRef, balance};
+use crate::error::Result;
+use crate::keys::{group_registry, instances};
+use crate::lease::millis;
+use crate::metrics;
+use crate::scripts::{SCRIPTS, array};
+
+/// At most this many candidates are offered to one acquire call.
+const MAX_CANDIDATES: usize = 512;
+
+/// Over-share must persist this many discovery rounds before surplus is
+/// released, so a momentary difference of views does not cause churn.
+const SURPLUS_ROUNDS: u32 = 2;
+
+/// A worker the supervisor started.
+#[derive(Debug)]
+struct Running {
+    plan: usize,
+    unit: String,
+    token: u64,
+    value: String,
+    control: Control,
+    stopping: bool,
+}
+
+/// A worker's exit, reported to the supervisor.
+#[derive(Debug)]
+struct Exited {
+    lease_key: String,
+    token: u64,
+    exit: Exit,
+}
+
+/// The supervisor of one consumer.
+pub(crate) struct Supervisor {
+    shared: SharedRef,
+    plans: Vec<GroupPlan>,
+    workers: HashMap<String, Running>,
+    surplus_rounds: HashMap<usize, u32>,
+    tracker: TaskTracker,
+    exits: (UnboundedSender<Exited>, UnboundedReceiver<Exited>),
+    lost: UnboundedReceiver<LostLease>,
+    next_watcher: u64,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("workers", &self.workers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    pub(crate) fn new(shared: SharedRef, subscriptions: &[Subscription], lost: UnboundedReceiver<LostLease>) -> Self {
+        Self {
+            shared,
+            plans: GroupPlan::all(subscriptions),
+            workers: HashMap::new(),
+            surplus_rounds: HashMap::new(),
+            tracker: TaskTracker::new(),
+            exits: unbounded_channel(),
+            lost,
+            next_watcher: 0,
+        }
+    }
+
+    /// Runs until `shutdown` is cancelled, then stops every worker (letting
+    /// in-flight messages finish for up to a lease TTL) and releases leases.
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
+        self.register_groups().await?;
+        let plain_stop = CancellationToken::new();
+        self.start_plain_consumers(&plain_stop)?;
+        let mut ticker = tokio::time::interval(self.shared.settings.discovery_interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    if let Err(error) = self.round().await {
+                        warn!(%error, "discovery round failed; retrying next interval");
+                    }
+                }
+                Some(lost) = self.lost.recv() => self.on_lost(&lost),
+                Some(exited) = self.exits.1.recv() => self.on_exit(exited),
+                () = shutdown.cancelled() => break,
+            }
+        }
+        plain_stop.cancel();
+        self.stop_all().await;
+        self.leave().await;
+        Ok(())
+    }
+
+    /// Adds every group to the registries of the categories it consumes, so
+    /// new streams get their consumer groups when first published to.
+    async fn register_groups(&self) -> Result<()> {
+        let client = self.shared.partitions.client();
+        for plan in &self.plans {
+            for category in plan.partitioned.iter().chain(&plan.base) {
+                let _: Value = client.sadd(group_registry(category), &*plan.group).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn start_plain_consumers(&self, stop: &CancellationToken) -> Result<()> {
+        for plan in &self.plans {
+            for category in &plan.base {
+                let plain = Plain::new(self.shared.clone(), plan.subscription.clone(), category)?;
+                self.tracker.spawn(plain.run(stop.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// One discovery and balancing round.
+    async fn round(&mut self) -> Result<()> {
+        let partitioned: Vec<usize> = (0..self.plans.len())
+            .filter(|i| !self.plans[*i].partitioned.is_empty())
+            .collect();
+        if partitioned.is_empty() {
+            return Ok(());
+        }
+        let live = self.announce(&partitioned).await?;
+        let indexed = self.discover(&partitioned).await?;
+        for (position, plan) in partitioned.into_iter().enumerate() {
+            let units = self.plans[plan].units(&indexed, &self.shared.settings.backfill_suffix);
+            self.balance(plan, &units, &live[position]).await?;
+        }
+        Ok(())
+    }
+
+    /// Announces this instance to every partitioned group; returns each
+    /// group's live instances.
+    async fn announce(&self, plans: &[usize]) -> Result<Vec<Vec<String>>> {
+        let keys = plans.iter().map(|p| instances(&self.plans[*p].group)).collect();
+        let args = vec![Value::from(self.shared.instance()), millis(self.shared.settings.lease_ttl)];
+        let reply = SCRIPTS.announce.run(self.shared.partitions.client(), keys, args).await?;
+        Ok(array(reply)
+            .into_iter()
+            .map(|members| {
+                array(members)
+                    .into_iter()
+                    .filter_map(|m| m.as_str().map(|s| s.into_owned()))
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// The keys in the index of every partitioned category.
+    async fn discover(&self, plans: &[usize]) -> Result<BTreeMap<String, BTreeSet<String>>> {
+        let categories: BTreeSet<&String> = plans.iter().flat_map(|p| &self.plans[*p].partitioned).collect();
+        let mut indexed = BTreeMap::new();
+        for category in categories {
+            let index = ordo_core::key::stream::partitions_index(category);
+            let keys: BTreeSet<String> = self.shared.partitions.client().smembers(index).await?;
+            indexed.insert(category.clone(), keys);
+        }
+        Ok(indexed)
+    }
+
+    /// Moves this instance's ownership of `plan`'s units towards its share.
+    async fn balance(&mut self, plan: usize, units: &BTreeMap<String, Unit>, live: &[String]) -> Result<()> {
+        let group = self.plans[plan].group.clone();
+        let target = balance::target(units.len(), live, self.shared.instance(), &group);
+        let owned: Vec<&String> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.plan == plan && !w.stopping)
+            .map(|(key, _)| key)
+            .collect();
+        debug!(%group, units = units.len(), live = live.len(), target, owned = owned.len(), "balance");
+        if owned.len() > target {
+            let rounds = self.surplus_rounds.entry(plan).or_default();
+            *rounds += 1;
+            if *rounds >= SURPLUS_ROUNDS {
+                *rounds = 0;
+                self.release_surplus(plan, owned.len() - target);
+            }
+            return Ok(());
+        }
+        self.surplus_rounds.remove(&plan);
+        if owned.len() < target {
+            self.acquire(plan, units, target - owned.len()).await?;
+        }
+        Ok(())
+    }
+
+    /// Asks `count` of `plan`'s workers to stop between messages and
+    /// release their leases (the ones this instance prefers least).
+    fn release_surplus(&mut self, plan: usize, count: usize) {
+        let instance = self.shared.instance().to_owned();
+        let mut owned: Vec<(&String, &mut Running)> = self
+            .workers
+            .iter_mut()
+            .filter(|(_, w)| w.plan == plan && !w.stopping)
+            .collect();
+        balance::preference_order(&mut owned, &instance, |(_, w)| w.unit.as_str());
+        for (_, worker) in owned.into_iter().rev().take(count) {
+            info!(unit = %worker.unit, "releasing a unit over this instance's share");
+            worker.stopping = true;
+            worker.control.stop.cancel();
+        }
+    }
+
+    /// Acquires up to `limit` free units of `plan` and starts their workers.
+    async fn acquire(&mut self, plan: usize, units: &BTreeMap<String, Unit>, limit: usize) -> Result<()> {
+        let mut candidates: Vec<&Unit> = units
+            .values()
+            .filter(|unit| !self.workers.contains_key(&unit.lease.lease))
+            .collect();
+        balance::preference_order(&mut candidates, self.shared.instance(), |u| u.id.as_str());
+        candidates.truncate(MAX_CANDIDATES);
+        let keys: Vec<_> = candidates.iter().map(|u| u.lease.clone()).collect();
+        let leases = self.shared.partitions.acquire_many(&keys, limit).await?;
+        let acquired: Vec<_> = candidates
+            .into_iter()
+            .zip(leases)
+            .filter_map(|(unit, lease)| lease.map(|lease| (unit.clone(), lease)))
+            .collect();
+        for (unit, lease) in acquired {
+            self.start_worker(plan, unit, lease);
+        }
+        Ok(())
+    }
+
+    fn start_worker(&mut self, plan: usize, unit: Unit, lease: crate::lease::Lease) {
+        info!(group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
+        metrics::lease_acquired(&unit);
+        self.shared.leases.insert(lease.key(), lease.value());
+        let control = Control::default();
+        self.next_watcher += 1;
+        self.workers.insert(
+            lease.key().to_owned(),
+            Running {
+                plan,
+                unit: unit.id.clone(),
+                token: lease.token(),
+                value: lease.value().to_owned(),
+                control: control.clone(),
+                stopping: false,
+            },
+        );
+        let exited = Exited {
+            lease_key: lease.key().to_owned(),
+            token: lease.token(),
+            exit: Exit::Lost,
+        };
+        let exits = self.exits.0.clone();
+        let worker = Worker::new(
+            self.shared.clone(),
+            self.plans[plan].subscription.clone(),
+            unit,
+            lease,
+            control,
+            self.next_watcher,
+        );
+        self.tracker.spawn(async move {
+            let exit = worker.run().await;
+            let _ = exits.send(Exited { exit, ..exited });
+        });
+    }
+
+    /// The heartbeat lost a lease: kill its worker at once.
+    fn on_lost(&mut self, lost: &LostLease) {
+        if let Some(worker) = self.workers.get(&lost.key).filter(|w| w.value == lost.value) {
+            warn!(unit = %worker.unit, lease = %lost.key, "lease lost; stopping its worker");
+            worker.control.kill.cancel();
+        }
+    }
+
+    fn on_exit(&mut self, exited: Exited) {
+        if self.workers.get(&exited.lease_key).is_some_and(|w| w.token == exited.token) {
+            self.workers.remove(&exited.lease_key);
+        }
+        debug!(lease = %exited.lease_key, exit = ?exited.exit, "worker exited");
+    }
+
+    /// Stops every worker between messages; after a lease TTL, aborts the
+    /// handlers still running (their messages stay pending).
+    async fn stop_all(&mut self) {
+        for worker in self.workers.values() {
+            worker.control.stop.cancel();
+        }
+        self.tracker.close();
+        let grace = self.shared.settings.lease_ttl;
+        if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
+            warn!(?grace, "handlers still running after the shutdown grace; aborting them");
+            for worker in self.workers.values() {
+                worker.control.kill.cancel();
+            }
+            self.tracker.wait().await;
+        }
+        self.workers.clear();
+    }
+
+    /// Leaves the instance sets, so the others' shares grow at once.
+    async fn leave(&self) {
+        let client = self.shared.partitions.client();
+        for plan in self.plans.iter().filter(|p| !p.partitioned.is_empty()) {
+            let left: std::result::Result<Value, _> =
+                client.zrem(instances(&plan.group), self.shared.instance()).await;
+            if let Err(error) = left {
+                warn!(%error, group = %plan.group, "leaving the instance set failed; it will expire");
+            }
+        }
+    }
+}

@@ -1,0 +1,489 @@
+//! The partition worker: the sole consumer of one owned unit.
+//!
+//! It reads under the lease, handles one message at a time in id order
+//! (pending entries first: that is the reclaim of a previous owner's
+//! unacknowledged entries), acknowledges each message before starting the
+//! next (so after a crash only the in-flight message runs again), checks the
+//! primary lane before every backfill message, retries failures with
+//! backoff and halts the partition on a poison message. When idle it waits
+//! for the waker, and retires the partition once it has been idle for
+//! `reap_idle`.
+//!
+//! Every Redis operation is fenced: a worker that lost its lease gets
+//! [`Error::Fenced`] and stops at once, without touching the partition again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ordo_core::broker::Subscription;
+use ordo_core::handler::{HandlerContext, HandlerError};
+use ordo_core::key::Lane;
+use ordo_core::message::Envelope;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::unit::Unit;
+use super::waker::WatcherId;
+use super::{SharedRef, sleep_unless};
+use crate::error::Error;
+use crate::fence::RedisFence;
+use crate::keys::PartitionKeys;
+use crate::lease::Lease;
+use crate::metrics;
+use crate::partition::{HaltReason, Idle, ReadOutcome, ReapOutcome, StreamEntry};
+
+/// Why a worker stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// It was asked to stop and released its lease.
+    Released,
+    /// Its lease was lost (fenced, expired or reaped by another group).
+    Lost,
+    /// Its partitions no longer exist (it retired them, or found them gone).
+    Gone,
+}
+
+/// How the supervisor controls a worker.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Control {
+    /// Stop between messages and release the lease (rebalancing, shutdown).
+    pub(crate) stop: CancellationToken,
+    /// Stop at once without touching Redis: the lease is gone.
+    pub(crate) kill: CancellationToken,
+}
+
+/// What handling a batch came to.
+enum Flow {
+    /// Keep reading.
+    Continue,
+    /// The partition halted on a poison message.
+    Halted,
+    /// Stop requested between messages.
+    Stop,
+    /// The lease is gone.
+    Lost,
+}
+
+/// What handling one message came to.
+enum Handled {
+    /// Handled (or not for this handler): acknowledge it.
+    Done,
+    /// Failed every attempt and the partition was halted.
+    Halted,
+    /// Stop requested while retrying: leave it pending.
+    Stop,
+    /// The lease is gone.
+    Lost,
+}
+
+/// One worker.
+pub(crate) struct Worker {
+    shared: SharedRef,
+    subscription: Subscription,
+    unit: Unit,
+    lease: Lease,
+    control: Control,
+    watcher: WatcherId,
+    wake: Arc<Notify>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("unit", &self.unit.id)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    pub(crate) fn new(
+        shared: SharedRef,
+        subscription: Subscription,
+        unit: Unit,
+        lease: Lease,
+        control: Control,
+        watcher: WatcherId,
+    ) -> Self {
+        Self {
+            shared,
+            subscription,
+            unit,
+            lease,
+            control,
+            watcher,
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Runs until stopped, killed, or the unit is gone; the lease is
+    /// released (a no-op when it is already lost) and out of the
+    /// heartbeat's table on return.
+    pub(crate) async fn run(self) -> Exit {
+        let span = info_span!(
+            "partition",
+            group = %self.unit.group,
+            partition = %self.unit.id,
+            token = self.lease.token(),
+        );
+        async move {
+            let exit = self.work().await;
+            self.shared.waker.unwatch(self.watcher);
+            self.shared.leases.remove(self.lease.key(), self.lease.value());
+            // Release even after a kill: the kill aborted the handler, so
+            // nothing runs under the lease any more, and releasing it (if it
+            // is still ours) lets another instance take over without waiting
+            // for the TTL. The release is fenced, so it is harmless otherwise.
+            let released = match self.shared.partitions.release(&self.lease).await {
+                Ok(released) => released,
+                Err(error) => {
+                    warn!(%error, "releasing the lease failed; it will expire");
+                    false
+                }
+            };
+            match (exit, released) {
+                (Exit::Gone, _) => {}
+                (_, true) => metrics::lease_released(&self.unit),
+                (_, false) => metrics::lease_lost(&self.unit),
+            }
+            info!(?exit, released, "partition worker stopped");
+            exit
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn work(&self) -> Exit {
+        let mut failures = 0;
+        // No reap attempt before this (set when one found the partition busy).
+        let mut reap_after: Option<Instant> = None;
+        // The first pass after acquiring reclaims what a previous owner left.
+        let mut first = true;
+        loop {
+            if self.control.kill.is_cancelled() {
+                return Exit::Lost;
+            }
+            if self.control.stop.is_cancelled() {
+                return Exit::Released;
+            }
+            match self.pass(&mut first).await {
+                Ok(Pass::Worked) => failures = 0,
+                Ok(Pass::Halted) => {
+                    failures = 0;
+                    // The operator's decision clears the halt record; the
+                    // next read sees it.
+                    self.pause(self.shared.settings.poll_interval).await;
+                }
+                Ok(Pass::Idle(idle)) => {
+                    failures = 0;
+                    if let Some(exit) = self.wait_idle(&idle, &mut reap_after).await {
+                        return exit;
+                    }
+                }
+                Ok(Pass::Gone) => return Exit::Gone,
+                Ok(Pass::Exit(exit)) => return exit,
+                Err(error) if error.is_fenced() => {
+                    info!(%error, "lease lost");
+                    return Exit::Lost;
+                }
+                Err(error) => {
+                    failures += 1;
+                    warn!(%error, failures, "partition read failed; backing off");
+                    self.pause(self.shared.settings.backoff.delay(failures)).await;
+                }
+            }
+        }
+    }
+
+    /// Sleeps `duration`, or less when asked to stop.
+    async fn pause(&self, duration: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(duration) => {}
+            () = self.control.stop.cancelled() => {}
+            () = self.control.kill.cancelled() => {}
+        }
+    }
+
+    /// One read of every partition of the unit, handling what it returns.
+    async fn pass(&self, first: &mut bool) -> Result<Pass, Error> {
+        let mut worked = false;
+        let mut idle: Vec<(usize, Idle)> = Vec::new();
+        let mut gone = 0;
+        for (index, partition) in self.unit.partitions.iter().enumerate() {
+            let outcome = self
+                .shared
+                .partitions
+                .read(&self.lease, &self.unit.group, partition, self.shared.settings.read_batch)
+                .await?;
+            match outcome {
+                ReadOutcome::Entries {
+                    lane,
+                    entries,
+                    pending,
+                } => {
+                    if pending && *first {
+                        info!(entries = entries.len(), partition = partition.primary(), "reclaimed pending entries");
+                        metrics::reclaimed(&self.unit, partition.category(), entries.len());
+                    }
+                    match self.handle_batch(partition, lane, entries).await {
+                        Flow::Continue => worked = true,
+                        Flow::Halted => return Ok(Pass::Halted),
+                        Flow::Stop => return Ok(Pass::Exit(Exit::Released)),
+                        Flow::Lost => return Ok(Pass::Exit(Exit::Lost)),
+                    }
+                }
+                ReadOutcome::Halted { head } => {
+                    debug!(%head, partition = partition.primary(), "partition is halted");
+                    return Ok(Pass::Halted);
+                }
+                ReadOutcome::Idle(state) => idle.push((index, state)),
+                ReadOutcome::Gone => gone += 1,
+            }
+        }
+        *first = false;
+        if worked {
+            Ok(Pass::Worked)
+        } else if gone == self.unit.partitions.len() {
+            Ok(Pass::Gone)
+        } else {
+            Ok(Pass::Idle(idle))
+        }
+    }
+
+    /// Waits for new entries (or the time to reap); `Some` to stop.
+    async fn wait_idle(&self, idle: &[(usize, Idle)], reap_after: &mut Option<Instant>) -> Option<Exit> {
+        let settings = &self.shared.settings;
+        let mut streams = Vec::new();
+        for (index, state) in idle {
+            let partition = &self.unit.partitions[*index];
+            streams.push((partition.primary().to_owned(), state.primary_last.clone()));
+            streams.push((partition.backfill().to_owned(), state.backfill_last.clone()));
+        }
+        // Partitions of a process-manager unit that do not exist (yet) are
+        // watched from the start, so a publish that creates them wakes us.
+        for (index, partition) in self.unit.partitions.iter().enumerate() {
+            if !idle.iter().any(|(i, _)| *i == index) {
+                streams.push((partition.primary().to_owned(), "0-0".to_owned()));
+                streams.push((partition.backfill().to_owned(), "0-0".to_owned()));
+            }
+        }
+        let due = idle
+            .iter()
+            .map(|(_, state)| settings.reap_idle.saturating_sub(state.idle_for))
+            .min()
+            .unwrap_or(settings.reap_idle);
+        let not_before = reap_after.map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()));
+        let reap_in = due.max(not_before);
+        self.shared.waker.watch(self.watcher, streams, self.wake.clone());
+        tokio::select! {
+            () = self.wake.notified() => None,
+            () = self.control.stop.cancelled() => Some(Exit::Released),
+            () = self.control.kill.cancelled() => Some(Exit::Lost),
+            () = tokio::time::sleep(reap_in) => {
+                self.shared.waker.unwatch(self.watcher);
+                self.reap(idle, reap_after).await
+            }
+        }
+    }
+
+    /// Tries to retire the idle partitions that have been idle long enough.
+    async fn reap(&self, idle: &[(usize, Idle)], reap_after: &mut Option<Instant>) -> Option<Exit> {
+        let settings = &self.shared.settings;
+        let mut reaped = 0;
+        for (index, _) in idle {
+            let partition = &self.unit.partitions[*index];
+            match self.shared.partitions.reap(&self.lease, partition, settings.reap_idle).await {
+                Ok(ReapOutcome::Reaped) => {
+                    info!(partition = partition.primary(), "cold partition retired");
+                    metrics::partition_reaped(&self.unit);
+                    reaped += 1;
+                }
+                Ok(ReapOutcome::Busy { retry_in }) => {
+                    debug!(partition = partition.primary(), ?retry_in, "partition not ready to retire");
+                    // Another group may still be behind: check again later.
+                    *reap_after = Some(Instant::now() + retry_in.min(settings.reap_idle));
+                }
+                Err(error) if error.is_fenced() => return Some(Exit::Lost),
+                Err(error) => warn!(%error, partition = partition.primary(), "retiring the partition failed"),
+            }
+        }
+        // A retired partition took its lease with it; a process manager's
+        // unit lease stays until none of its partitions is left.
+        (reaped > 0 && self.unit.correlation.is_none()).then_some(Exit::Gone)
+    }
+
+    /// Handles a batch in order, acknowledging each message before the next.
+    async fn handle_batch(&self, partition: &PartitionKeys, lane: Lane, entries: Vec<StreamEntry>) -> Flow {
+        let mut primary_waiting = false;
+        for entry in entries {
+            if self.control.stop.is_cancelled() {
+                return Flow::Stop;
+            }
+            // The read checked the primary lane before the first backfill
+            // entry; each acknowledgement checks it before the next one.
+            if lane == Lane::Backfill && primary_waiting {
+                return Flow::Continue;
+            }
+            match self.handle_entry(partition, &entry).await {
+                Handled::Done => {}
+                Handled::Halted => return Flow::Halted,
+                Handled::Stop => return Flow::Stop,
+                Handled::Lost => return Flow::Lost,
+            }
+            match self.ack(partition, lane, &entry).await {
+                Some(waiting) => primary_waiting = waiting,
+                None => return Flow::Lost,
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Acknowledges one handled entry, retrying transient failures; `None`
+    /// when the lease is gone.
+    async fn ack(&self, partition: &PartitionKeys, lane: Lane, entry: &StreamEntry) -> Option<bool> {
+        let mut failures = 0;
+        loop {
+            let acked = self
+                .shared
+                .partitions
+                .ack(&self.lease, &self.unit.group, partition, lane, &[entry.id()])
+                .await;
+            match acked {
+                Ok(waiting) => return Some(waiting),
+                Err(error) if error.is_fenced() => {
+                    info!(%error, id = entry.id(), "acknowledgement refused: lease lost");
+                    return None;
+                }
+                Err(error) => {
+                    failures += 1;
+                    warn!(%error, id = entry.id(), failures, "acknowledgement failed; retrying");
+                    if !sleep_unless(&self.control.kill, self.shared.settings.backoff.delay(failures)).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the handler on one entry with retries; halts the partition when
+    /// every attempt failed.
+    async fn handle_entry(&self, partition: &PartitionKeys, entry: &StreamEntry) -> Handled {
+        let envelope = match entry.decode() {
+            Ok(envelope) => envelope,
+            // A message that cannot be decoded will never succeed: halt now.
+            Err(error) => return self.halt(partition, entry, error.to_string(), 1).await,
+        };
+        if !self.subscription.handles(&envelope.type_name) {
+            return Handled::Done;
+        }
+        let settings = &self.shared.settings;
+        let attempts = settings.max_retries.saturating_add(1);
+        let mut last_error = String::new();
+        for attempt in 1..=attempts {
+            match self.invoke(&envelope, attempt, partition).await {
+                Some(Ok(())) => {
+                    metrics::handled(&self.unit, partition.category());
+                    return Handled::Done;
+                }
+                Some(Err(error)) => {
+                    metrics::failed(&self.unit, partition.category());
+                    warn!(id = entry.id(), attempt, error = %error, "handler failed");
+                    last_error = error_chain(&*error);
+                }
+                None => return Handled::Lost,
+            }
+            if attempt < attempts {
+                metrics::retried(&self.unit, partition.category());
+                tokio::select! {
+                    () = tokio::time::sleep(settings.backoff.delay(attempt)) => {}
+                    () = self.control.stop.cancelled() => return Handled::Stop,
+                    () = self.control.kill.cancelled() => return Handled::Lost,
+                }
+            }
+        }
+        self.halt(partition, entry, last_error, attempts).await
+    }
+
+    /// Runs the handler once on its own task (a panic is a failure, and a
+    /// lost lease aborts it); `None` when the lease was lost meanwhile.
+    async fn invoke(
+        &self,
+        envelope: &Envelope,
+        attempt: u32,
+        partition: &PartitionKeys,
+    ) -> Option<Result<(), HandlerError>> {
+        let ctx = HandlerContext::new(envelope)
+            .with_attempt(attempt)
+            .with_fencing_token(self.lease.token())
+            .with_correlation_id(self.unit.correlation.clone())
+            .with_extension(RedisFence::new(&self.lease));
+        let handler = self.subscription.handler.clone();
+        let message = envelope.clone();
+        let started = Instant::now();
+        let mut task = tokio::spawn(
+            async move { handler.handle(&message, &ctx).await }.instrument(tracing::Span::current()),
+        );
+        let result = tokio::select! {
+            joined = &mut task => joined,
+            () = self.control.kill.cancelled() => {
+                task.abort();
+                return None;
+            }
+        };
+        metrics::handler_duration(&self.unit, partition.category(), started.elapsed());
+        Some(match result {
+            Ok(result) => result,
+            Err(join) => Err(format!("handler panicked: {join}").into()),
+        })
+    }
+
+    /// Records the halt under the fence, retrying transient failures.
+    async fn halt(&self, partition: &PartitionKeys, entry: &StreamEntry, error: String, attempts: u32) -> Handled {
+        let reason = HaltReason {
+            lane: entry.lane(),
+            head: entry.id().to_owned(),
+            error,
+            attempts,
+        };
+        let mut failures = 0;
+        loop {
+            match self.shared.partitions.halt(&self.lease, &self.unit.group, partition, &reason).await {
+                Ok(()) => {
+                    warn!(head = %reason.head, error = %reason.error, attempts, "partition halted on a poison message");
+                    metrics::halted(&self.unit, partition.category());
+                    return Handled::Halted;
+                }
+                Err(error) if error.is_fenced() => return Handled::Lost,
+                Err(error) => {
+                    failures += 1;
+                    warn!(%error, failures, "recording the halt failed; retrying");
+                    if !sleep_unless(&self.control.kill, self.shared.settings.backoff.delay(failures)).await {
+                        return Handled::Lost;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What one pass over the unit's partitions came to.
+enum Pass {
+    Worked,
+    Halted,
+    Idle(Vec<(usize, Idle)>),
+    Gone,
+    Exit(Exit),
+}
+
+/// An error and its sources, as one line for the halt record.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,264 @@
+//! Helpers shared by the ordo-redis integration tests: a real Redis from the
+//! testkit, clients, publications, recording handlers and async polling.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use fred::clients::Pool;
+use fred::prelude::{Builder, ClientLike, Config as FredConfig};
+use ordo_core::broker::{DynHandler, Publication, Subscription};
+use ordo_core::handler::{
+    BoxFuture, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
+};
+use ordo_core::key::{Lane, stream};
+use ordo_core::message::{Envelope, MessageKind, Metadata};
+use ordo_core::policy::{ProcessingContext, SequenceId, SequencingPolicy};
+use ordo_redis::{RedisBroker, RedisFence};
+
+/// A connected pool on `url`.
+pub async fn pool(url: &str) -> anyhow::Result<Pool> {
+    let pool = Builder::from_config(FredConfig::from_url(url)?).build_pool(2)?;
+    pool.init().await?;
+    Ok(pool)
+}
+
+/// A domain config with fast timings for tests.
+pub fn config(lease_ttl_ms: u64, reap_idle_ms: u64, max_retries: u32) -> ordo_core::config::Config {
+    let text = format!(
+        "[server.partitioning]\n\
+         lease_ttl_ms = {lease_ttl_ms}\n\
+         heartbeat_interval_seconds = {}\n\
+         poll_interval_seconds = 0.1\n\
+         discovery_interval_seconds = 0.1\n\
+         reap_idle_ms = {reap_idle_ms}\n\
+         max_retries = {max_retries}\n\
+         retry_backoff_initial_ms = 10\n\
+         retry_backoff_max_ms = 40\n\
+         [server.priority_lanes]\n\
+         enabled = true\n",
+        lease_ttl_ms as f64 / 5000.0,
+    );
+    ordo_core::config::Config::from_toml_str(&text).expect("test config is valid")
+}
+
+/// A broker on `url` with `config`.
+pub async fn broker(url: &str, config: ordo_core::config::Config) -> anyhow::Result<RedisBroker> {
+    Ok(RedisBroker::builder(url).config(config).build().await?)
+}
+
+/// An envelope of `category` with partition key `key` and a JSON payload
+/// `{"key": key, "seq": seq}`.
+pub fn envelope(category: &str, type_name: &str, key: Option<&str>, seq: u64) -> Envelope {
+    Envelope {
+        id: uuid::Uuid::new_v4().to_string(),
+        kind: MessageKind::Event,
+        type_name: type_name.to_owned(),
+        category: category.to_owned(),
+        aggregate_id: key.map(str::to_owned),
+        routing_key: None,
+        partition_key: key.map(str::to_owned),
+        metadata: Metadata::new(),
+        payload: serde_json::json!({ "key": key, "seq": seq }).to_string().into(),
+    }
+}
+
+/// A partitioned publication on `lane`.
+pub fn publication(category: &str, key: &str, seq: u64, lane: Lane) -> Publication {
+    Publication {
+        stream: stream::lane(category, key, lane, "backfill"),
+        lane,
+        envelope: envelope(category, "Happened", Some(key), seq),
+    }
+}
+
+/// The `seq` of a test payload.
+pub fn seq_of(envelope: &Envelope) -> u64 {
+    let payload: serde_json::Value = serde_json::from_str(&envelope.payload).expect("test payload is JSON");
+    payload["seq"].as_u64().expect("test payload has a seq")
+}
+
+/// Polls `condition` every 20 ms until it holds, or fails after `deadline`.
+pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut condition: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let started = Instant::now();
+    loop {
+        if condition().await? {
+            return Ok(());
+        }
+        if started.elapsed() >= deadline {
+            bail!("timed out after {:?} waiting for {what}", started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A unique category name, so tests never share streams even on one Redis.
+pub fn category(prefix: &str) -> String {
+    format!("{prefix}_{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// What a recording handler saw.
+#[derive(Debug, Default)]
+pub struct Record {
+    /// (partition key, seq, fencing token) in handling order.
+    pub handled: Vec<(String, u64, u64)>,
+    /// Keys being handled right now.
+    pub in_flight: HashSet<String>,
+    /// Keys seen handled twice at the same time.
+    pub overlaps: Vec<String>,
+    /// Attempts per (key, seq).
+    pub attempts: BTreeMap<(String, u64), u32>,
+}
+
+/// Decides how the recording handler treats a message.
+pub type Behaviour = Arc<dyn Fn(&str, u64, u32) -> Outcome + Send + Sync>;
+
+/// What the recording handler does with one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Succeed,
+    Fail,
+    /// Succeed after sleeping this long.
+    Slow(Duration),
+}
+
+/// A handler that records what it handles and detects same-key overlaps.
+#[derive(Clone)]
+pub struct Recorder {
+    pub record: Arc<Mutex<Record>>,
+    behaviour: Behaviour,
+}
+
+impl Recorder {
+    pub fn new() -> Self {
+        Self::with(Arc::new(|_, _, _| Outcome::Succeed))
+    }
+
+    pub fn with(behaviour: Behaviour) -> Self {
+        Self {
+            record: Arc::default(),
+            behaviour,
+        }
+    }
+
+    pub fn handled(&self) -> Vec<(String, u64, u64)> {
+        self.record.lock().unwrap().handled.clone()
+    }
+
+    /// The seqs handled for `key`, in order.
+    pub fn seqs(&self, key: &str) -> Vec<u64> {
+        self.handled().into_iter().filter(|(k, _, _)| k == key).map(|(_, s, _)| s).collect()
+    }
+
+    pub fn overlaps(&self) -> Vec<String> {
+        self.record.lock().unwrap().overlaps.clone()
+    }
+}
+
+impl DynHandler for Recorder {
+    fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
+        Box::pin(async move {
+            let key = message.partition_key.clone().unwrap_or_default();
+            let seq = seq_of(message);
+            assert!(RedisFence::from_context(ctx).is_some() || ctx.fencing_token() == 0);
+            {
+                let mut record = self.record.lock().unwrap();
+                if !record.in_flight.insert(key.clone()) {
+                    record.overlaps.push(key.clone());
+                }
+                *record.attempts.entry((key.clone(), seq)).or_default() += 1;
+            }
+            let outcome = (self.behaviour)(&key, seq, ctx.attempt());
+            if let Outcome::Slow(duration) = outcome {
+                tokio::time::sleep(duration).await;
+            }
+            let mut record = self.record.lock().unwrap();
+            record.in_flight.remove(&key);
+            match outcome {
+                Outcome::Fail => Err(format!("poison {key}/{seq}").into()),
+                _ => {
+                    record.handled.push((key, seq, ctx.fencing_token()));
+                    Ok(())
+                }
+            }
+        })
+    }
+}
+
+/// Sequences by partition key (what `sequential_by` means in process).
+#[derive(Debug)]
+struct ByKey;
+
+impl SequencingPolicy for ByKey {
+    fn sequence_identifier(&self, message: &Envelope, _: &ProcessingContext<'_>) -> Option<SequenceId> {
+        message.partition_key.as_deref().map(SequenceId::from)
+    }
+}
+
+/// A subscription named `name` of `kind` on `categories`, partitioned or
+/// not, calling `handler` for messages of type `Happened`.
+pub fn subscription(
+    name: &'static str,
+    kind: HandlerKind,
+    categories: &[&str],
+    partitioned: bool,
+    handler: Arc<dyn DynHandler>,
+) -> Subscription {
+    let handles = categories
+        .iter()
+        .map(|category| HandledMessage {
+            type_name: "Happened",
+            kind: MessageKind::Event,
+            category: Box::leak(category.to_string().into_boxed_str()),
+            method: "on_happened",
+            key: None,
+            start: true,
+            policy: None,
+        })
+        .collect();
+    Subscription {
+        descriptor: Arc::new(HandlerDescriptor {
+            name,
+            kind,
+            part_of: categories.first().map(|c| &*Box::leak(c.to_string().into_boxed_str())),
+            sequential_by: partitioned.then_some("key"),
+            partitioned,
+            policy: None,
+            handles,
+        }),
+        policy: Arc::new(ByKey),
+        policy_overridden: false,
+        handler,
+    }
+}
+
+/// Runs `broker` for `subscriptions` in the background.
+pub struct Running {
+    pub shutdown: tokio_util::sync::CancellationToken,
+    pub task: tokio::task::JoinHandle<Result<(), ordo_core::broker::BrokerError>>,
+}
+
+impl Running {
+    pub fn start(broker: &RedisBroker, subscriptions: Vec<Subscription>) -> Self {
+        use ordo_core::broker::Broker;
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(broker.run(subscriptions.into(), shutdown.clone()));
+        Self { shutdown, task }
+    }
+
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        let result = tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .context("broker did not stop in time")??;
+        result.map_err(|e| anyhow::anyhow!(e))
+    }
+}

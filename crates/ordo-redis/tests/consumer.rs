@@ -1,0 +1,328 @@
+//! The partition consumer end to end, against a real Redis: ordering, fair
+//! share, hand-over, lanes, process managers, reaping, idle cost, restarts.
+//! (Crash and stall properties with real processes are in their own tests.)
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Pool;
+use fred::interfaces::{KeysInterface, ServerInterface, SetsInterface};
+use ordo_core::broker::Broker;
+use ordo_core::handler::HandlerKind;
+use ordo_core::key::Lane;
+use ordo_redis::{PartitionKeys, RedisBroker};
+use ordo_testkit::Redis;
+
+use common::{Outcome, Recorder, Running, broker, config, eventually, pool, publication, subscription};
+
+/// Who holds `group`'s lease on each of `keys` (instance ids).
+async fn owners(client: &Pool, category: &str, keys: &[String], group: &str) -> anyhow::Result<Vec<Option<String>>> {
+    let mut owners = Vec::new();
+    for key in keys {
+        let lease = PartitionKeys::new(category, key, "backfill").lease(group).lease;
+        let value: Option<String> = client.get(lease).await?;
+        owners.push(value.map(|v| v.rsplit_once(':').map(|(i, _)| i.to_owned()).unwrap_or(v)));
+    }
+    Ok(owners)
+}
+
+fn count_by_owner(owners: &[Option<String>]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for owner in owners.iter().flatten() {
+        *counts.entry(owner.clone()).or_default() += 1;
+    }
+    counts
+}
+
+async fn publish_all(broker: &RedisBroker, category: &str, keys: &[String], seqs: std::ops::Range<u64>) -> anyhow::Result<()> {
+    let mut publications = Vec::new();
+    for seq in seqs {
+        for key in keys {
+            publications.push(publication(category, key, seq, Lane::Primary));
+        }
+    }
+    broker.publish(&publications).await?;
+    Ok(())
+}
+
+fn keys(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("k{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_split_the_partitions_and_keep_each_key_in_order() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let keys = keys(8);
+    let recorder = Recorder::with(Arc::new(|_, _, _| Outcome::Slow(Duration::from_millis(2))));
+    let sub = || subscription("Projector", HandlerKind::Event, &[&category], true, Arc::new(recorder.clone()));
+    let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let b = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    publish_all(&a, &category, &keys, 0..30).await?;
+
+    let run_a = Running::start(&a, vec![sub()]);
+    let run_b = Running::start(&b, vec![sub()]);
+    eventually(Duration::from_secs(30), "every message handled", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.handled().len() >= 8 * 30) }
+    })
+    .await?;
+    let client = pool(&url).await?;
+    eventually(Duration::from_secs(10), "an even split of the leases", || {
+        let (client, category, keys) = (client.clone(), category.clone(), keys.clone());
+        async move {
+            let counts = count_by_owner(&owners(&client, &category, &keys, "Projector").await?);
+            Ok(counts.len() == 2 && counts.values().all(|c| *c == 4))
+        }
+    })
+    .await?;
+    for key in &keys {
+        assert_eq!(recorder.seqs(key), (0..30).collect::<Vec<_>>(), "key {key} in publish order, once each");
+    }
+    assert!(recorder.overlaps().is_empty(), "same-key overlaps: {:?}", recorder.overlaps());
+    run_a.stop().await?;
+    run_b.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_instance_gets_its_share_and_a_leaving_one_hands_over_at_once() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let keys = keys(9);
+    let recorder = Recorder::new();
+    let sub = || subscription("Projector", HandlerKind::Event, &[&category], true, Arc::new(recorder.clone()));
+    // A long TTL: hand-over must not wait for it.
+    let cfg = || config(30_000, 3_600_000, 0);
+    let a = broker(&url, cfg()).await?;
+    publish_all(&a, &category, &keys, 0..1).await?;
+    let client = pool(&url).await?;
+    let split = |expected: Vec<usize>| {
+        let (client, category, keys) = (client.clone(), category.clone(), keys.clone());
+        async move {
+            let mut counts: Vec<usize> =
+                count_by_owner(&owners(&client, &category, &keys, "Projector").await?).into_values().collect();
+            counts.sort_unstable();
+            Ok(counts == expected)
+        }
+    };
+
+    let run_a = Running::start(&a, vec![sub()]);
+    eventually(Duration::from_secs(10), "a owning all 9", || split(vec![9])).await?;
+    let b = broker(&url, cfg()).await?;
+    let run_b = Running::start(&b, vec![sub()]);
+    eventually(Duration::from_secs(10), "a 4/5 split", || split(vec![4, 5])).await?;
+    let c = broker(&url, cfg()).await?;
+    let run_c = Running::start(&c, vec![sub()]);
+    eventually(Duration::from_secs(10), "a 3/3/3 split", || split(vec![3, 3, 3])).await?;
+
+    // C leaves: its leases are released, so A and B take them well within the TTL.
+    let left = std::time::Instant::now();
+    run_c.stop().await?;
+    eventually(Duration::from_secs(10), "a 4/5 split without c", || split(vec![4, 5])).await?;
+    assert!(left.elapsed() < Duration::from_secs(15), "hand-over waited for the TTL: {:?}", left.elapsed());
+    publish_all(&a, &category, &keys, 1..2).await?;
+    eventually(Duration::from_secs(10), "the new messages handled", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.handled().len() >= 18) }
+    })
+    .await?;
+    assert!(recorder.overlaps().is_empty());
+    run_a.stop().await?;
+    run_b.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_lane_drains_before_the_backfill_lane() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    // Backfill messages are slow, so a primary message published meanwhile
+    // must overtake the remaining backfill ones.
+    let recorder = Recorder::with(Arc::new(|_, seq, _| {
+        if seq >= 100 { Outcome::Slow(Duration::from_millis(100)) } else { Outcome::Succeed }
+    }));
+    let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let mut publications: Vec<_> = (100..106).map(|s| publication(&category, "k", s, Lane::Backfill)).collect();
+    publications.extend((0..3).map(|s| publication(&category, "k", s, Lane::Primary)));
+    a.publish(&publications).await?;
+
+    let run = Running::start(&a, vec![subscription("P", HandlerKind::Event, &[&category], true, Arc::new(recorder.clone()))]);
+    eventually(Duration::from_secs(10), "the first backfill message", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.seqs("k").contains(&100)) }
+    })
+    .await?;
+    a.publish(&[publication(&category, "k", 3, Lane::Primary)]).await?;
+    eventually(Duration::from_secs(10), "every message", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.seqs("k").len() == 10) }
+    })
+    .await?;
+    let seqs = recorder.seqs("k");
+    assert_eq!(&seqs[..4], &[0, 1, 2, 100], "primary first: {seqs:?}");
+    let late = seqs.iter().position(|s| *s == 3).expect("handled");
+    assert!(late < 9, "the late primary message overtook the remaining backfill: {seqs:?}");
+    let backfill: Vec<u64> = seqs.iter().copied().filter(|s| *s >= 100).collect();
+    assert_eq!(backfill, (100..106).collect::<Vec<_>>(), "backfill in order");
+    run.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_manager_owns_each_correlation_value_across_categories() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let orders = common::category("order");
+    let payments = common::category("payment");
+    let recorder = Recorder::with(Arc::new(|_, _, _| Outcome::Slow(Duration::from_millis(3))));
+    let sub = || {
+        subscription("Fulfilment", HandlerKind::ProcessManager, &[&orders, &payments], true, Arc::new(recorder.clone()))
+    };
+    let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let b = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let values = keys(4);
+    let mut publications = Vec::new();
+    for seq in 0..10 {
+        for value in &values {
+            publications.push(publication(&orders, value, seq, Lane::Primary));
+            publications.push(publication(&payments, value, 100 + seq, Lane::Primary));
+        }
+    }
+    a.publish(&publications).await?;
+    let run_a = Running::start(&a, vec![sub()]);
+    let run_b = Running::start(&b, vec![sub()]);
+    eventually(Duration::from_secs(30), "every message", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.handled().len() >= 80) }
+    })
+    .await?;
+    assert!(recorder.overlaps().is_empty(), "one correlation value ran twice at once: {:?}", recorder.overlaps());
+    for value in &values {
+        let seqs = recorder.seqs(value);
+        let order: Vec<u64> = seqs.iter().copied().filter(|s| *s < 100).collect();
+        let payment: Vec<u64> = seqs.iter().copied().filter(|s| *s >= 100).collect();
+        assert_eq!(order, (0..10).collect::<Vec<_>>());
+        assert_eq!(payment, (100..110).collect::<Vec<_>>());
+    }
+    // One lease per value, none per partition.
+    let client = pool(&url).await?;
+    assert!(client.exists::<bool, _>(format!("{{__pm__:Fulfilment:{}}}:lease:Fulfilment", values[0])).await?);
+    assert!(!client.exists::<bool, _>(PartitionKeys::new(&orders, &values[0], "backfill").lease("Fulfilment").lease).await?);
+    run_a.stop().await?;
+    run_b.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_partition_is_retired_and_a_later_publish_brings_it_back() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let recorder = Recorder::new();
+    let a = broker(&url, config(3_000, 400, 0)).await?;
+    let run = Running::start(&a, vec![subscription("P", HandlerKind::Event, &[&category], true, Arc::new(recorder.clone()))]);
+    a.publish(&[publication(&category, "k", 0, Lane::Primary), publication(&category, "k", 1, Lane::Backfill)]).await?;
+    let client = pool(&url).await?;
+    let partition = PartitionKeys::new(&category, "k", "backfill");
+    let index = partition.index();
+    eventually(Duration::from_secs(10), "the partition retired", || {
+        let (client, index) = (client.clone(), index.clone());
+        async move {
+            let members: Vec<String> = client.smembers(&index).await?;
+            let keys: Vec<String> = client.keys(format!("*{category}:k*")).await?;
+            Ok(members.is_empty() && keys.is_empty())
+        }
+    })
+    .await?;
+    assert_eq!(recorder.seqs("k"), [0, 1]);
+
+    a.publish(&[publication(&category, "k", 2, Lane::Primary)]).await?;
+    eventually(Duration::from_secs(10), "the re-created partition consumed", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.seqs("k") == [0, 1, 2]) }
+    })
+    .await?;
+    run.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_cost_does_not_grow_with_owned_partitions() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let url = redis.url();
+    let category = common::category("order");
+    // The default timings of the contract.
+    let a = broker(&url, ordo_core::config::Config::default()).await?;
+    let keys = keys(500);
+    publish_all(&a, &category, &keys, 0..1).await?;
+    let recorder = Recorder::new();
+    let run = Running::start(&a, vec![subscription("P", HandlerKind::Event, &[&category], true, Arc::new(recorder.clone()))]);
+    eventually(Duration::from_secs(60), "every partition drained", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.handled().len() >= 500) }
+    })
+    .await?;
+    let client = pool(&url).await?;
+    // Let the last acknowledgements settle, then count commands while idle.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = commands_processed(&client).await?;
+    let window = Duration::from_secs(6);
+    tokio::time::sleep(window).await;
+    let after = commands_processed(&client).await?;
+    // Two INFO calls are part of the count.
+    let per_second = (after - before - 1) as f64 / window.as_secs_f64();
+    assert!(per_second <= 50.0, "{per_second} commands/s for 500 idle partitions");
+    run.stop().await?;
+    Ok(())
+}
+
+async fn commands_processed(client: &Pool) -> anyhow::Result<u64> {
+    let info: String = client.info(Some(fred::types::InfoKind::Stats)).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no total_commands_processed in INFO"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_survives_a_redis_restart() -> anyhow::Result<()> {
+    let mut redis = Redis::builder().append_only(true).start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let recorder = Recorder::new();
+    let a = broker(&url, config(2_000, 3_600_000, 0)).await?;
+    let run = Running::start(&a, vec![subscription("P", HandlerKind::Event, &[&category], true, Arc::new(recorder.clone()))]);
+    a.publish(&[publication(&category, "k", 0, Lane::Primary)]).await?;
+    eventually(Duration::from_secs(10), "the first message", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.seqs("k") == [0]) }
+    })
+    .await?;
+    redis.restart()?;
+    // Publishing retries through the reconnect.
+    let mut published = false;
+    for _ in 0..50 {
+        if a.publish(&[publication(&category, "k", 1, Lane::Primary)]).await.is_ok() {
+            published = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(published, "publishing works again after the restart");
+    eventually(Duration::from_secs(20), "the message published after the restart", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.seqs("k").ends_with(&[1])) }
+    })
+    .await?;
+    let seqs = recorder.seqs("k");
+    assert_eq!(seqs.first(), Some(&0));
+    run.stop().await?;
+    Ok(())
+}
