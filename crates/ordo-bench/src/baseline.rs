@@ -49,14 +49,20 @@ pub async fn run(args: &BaselineArgs, redis: &BenchRedis) -> Result<Report> {
     let stream = format!("ordo-bench:baseline:{}:{}", std::process::id(), unique_suffix());
     let admin = redis.client().await?;
     let result = fill_and_drain(args, redis, &admin, &stream).await;
+    // Delete the backlog even when the run failed: a shared Redis keeps no leftovers.
     let cleanup: Result<i64, _> = admin.del(&stream).await;
-    admin.quit().await?;
     let report = result?;
     cleanup.with_context(|| format!("could not delete the backlog stream {stream}"))?;
+    admin.quit().await?;
     Ok(report)
 }
 
-async fn fill_and_drain(args: &BaselineArgs, redis: &BenchRedis, admin: &Client, stream: &str) -> Result<Report> {
+async fn fill_and_drain(
+    args: &BaselineArgs,
+    redis: &BenchRedis,
+    admin: &Client,
+    stream: &str,
+) -> Result<Report> {
     let events = args.events.get();
     let () = admin
         .xgroup_create(stream, GROUP, "0", true)
@@ -79,7 +85,9 @@ async fn fill_and_drain(args: &BaselineArgs, redis: &BenchRedis, admin: &Client,
         "published {events} events but the consumers handled {}",
         drained.handled
     );
-    let expected_checksum: u64 = (0..events).map(|seq| BenchEvent::nth(seq, args.keys.get()).seq).sum();
+    let expected_checksum: u64 = (0..events)
+        .map(|seq| BenchEvent::nth(seq, args.keys.get()).seq)
+        .sum();
     ensure!(
         drained.checksum == expected_checksum,
         "the handled events are not the published ones (checksum {} != {expected_checksum})",
@@ -109,7 +117,12 @@ async fn fill(client: &Client, stream: &str, events: u64, keys: usize) -> Result
             let () = pipeline.xadd(stream, false, None::<()>, "*", fields).await?;
         }
         let ids: Vec<Value> = pipeline.all().await.context("XADD pipeline failed")?;
-        ensure!(ids.len() as u64 == end - seq, "XADD pipeline answered {} of {}", ids.len(), end - seq);
+        ensure!(
+            ids.len() as u64 == end - seq,
+            "XADD pipeline answered {} of {}",
+            ids.len(),
+            end - seq
+        );
         seq = end;
     }
     Ok(())
@@ -148,10 +161,17 @@ async fn drain(clients: Vec<Client>, stream: &str, batch: u64) -> Result<Drained
 async fn consume(client: &Client, stream: &str, consumer: &str, batch: u64) -> Result<Drained> {
     let mut drained = Drained::default();
     loop {
-        let mut reply: XReadResponse<String, String, String, String> = client
-            .xreadgroup_map(GROUP, consumer, Some(batch), None, false, stream, ">")
+        let reply: Value = client
+            .xreadgroup(GROUP, consumer, Some(batch), None, false, stream, ">")
             .await
             .context("XREADGROUP failed")?;
+        // Nothing new is a nil reply, which is not a map.
+        if reply.is_null() {
+            return Ok(drained);
+        }
+        let mut reply: XReadResponse<String, String, String, String> = reply
+            .into_xread_response()
+            .context("unexpected XREADGROUP reply")?;
         let entries = reply.remove(stream).unwrap_or_default();
         if entries.is_empty() {
             return Ok(drained);

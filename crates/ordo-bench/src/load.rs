@@ -181,7 +181,13 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(error.to_string(), "send 2 failed");
-        let error = load(0.0, 10, Duration::from_secs(1)).run(|_| async { Ok(()) }).await.unwrap_err();
-        assert_eq!(error.to_string(), "the offered load must be a positive rate, not 0");
+        let error = load(0.0, 10, Duration::from_secs(1))
+            .run(|_| async { Ok(()) })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the offered load must be a positive rate, not 0"
+        );
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! Adding a subcommand: a module in the library with its `clap::Args` struct
 //! and an `async fn run(&Args, &BenchRedis) -> Result<Report>`, a variant of
-//! [`Bench`], and a line in [`run`].
+//! [`Bench`], and a line in [`run`]. A checker that finds a violation calls
+//! [`Report::fail`]: the figures are printed and the exit status is non-zero.
 
 use std::process::ExitCode;
 
@@ -35,15 +36,35 @@ enum Bench {
     Baseline(BaselineArgs),
 }
 
-fn main() -> Result<ExitCode> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let report = runtime.block_on(run(cli.bench, &cli.redis))?;
-    print!("{}", if cli.json { report.to_json() } else { report.to_text() });
+    let report = match tokio::runtime::Runtime::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(run(cli.bench, &cli.redis)))
+    {
+        Ok(report) => report,
+        Err(error) => {
+            // `{:#}` prints the chain of causes on one line.
+            eprintln!("error: {error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!(
+        "{}",
+        if cli.json {
+            report.to_json()
+        } else {
+            report.to_text()
+        }
+    );
     for failure in report.failures() {
         eprintln!("FAILED: {failure}");
     }
-    Ok(if report.failures().is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    if report.failures().is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {

@@ -75,8 +75,8 @@ impl CommandMonitor {
             bail!("MONITOR needs a single Redis server, not {url}");
         };
         let address = format!("{}:{}", server.host, server.port);
-        let stream =
-            TcpStream::connect(&address).with_context(|| format!("could not connect to Redis at {address}"))?;
+        let stream = TcpStream::connect(&address)
+            .with_context(|| format!("could not connect to Redis at {address}"))?;
         stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         let mut reader = BufReader::new(stream.try_clone()?);
         if let Some(password) = &config.password {

@@ -38,7 +38,12 @@ impl RedisArgs {
     /// `builder`'s options (e.g. `append_only(true)` for a run that restarts
     /// Redis). The options do not apply to a server named by URL.
     pub async fn start_with(&self, builder: RedisBuilder) -> Result<BenchRedis> {
-        if let Some(url) = self.redis_url.as_deref().map(str::trim).filter(|url| !url.is_empty()) {
+        if let Some(url) = self
+            .redis_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+        {
             return Ok(BenchRedis {
                 url: url.to_owned(),
                 server: None,
@@ -101,13 +106,18 @@ pub fn builder(url: &str) -> Result<Builder> {
 /// A client connected to `url` (waits until the connection is up).
 pub async fn connect(url: &str) -> Result<Client> {
     let client = builder(url)?.build()?;
-    client.init().await.with_context(|| format!("could not connect to Redis at {url}"))?;
+    client
+        .init()
+        .await
+        .with_context(|| format!("could not connect to Redis at {url}"))?;
     Ok(client)
 }
 
 /// A pool of `size` connections to `url` (waits until all are up).
 pub async fn connect_pool(url: &str, size: usize) -> Result<Pool> {
     let pool = builder(url)?.build_pool(size)?;
-    pool.init().await.with_context(|| format!("could not connect to Redis at {url}"))?;
+    pool.init()
+        .await
+        .with_context(|| format!("could not connect to Redis at {url}"))?;
     Ok(pool)
 }

@@ -40,7 +40,9 @@ impl Figure {
     fn json(&self) -> String {
         match self {
             Figure::Text(text) => json_string(text),
-            Figure::PerSecond(x) | Figure::Millis(x) | Figure::Ratio(x) if !x.is_finite() => "null".to_owned(),
+            Figure::PerSecond(x) | Figure::Millis(x) | Figure::Ratio(x) if !x.is_finite() => {
+                "null".to_owned()
+            }
             number => number.formatted(),
         }
     }
@@ -144,7 +146,11 @@ impl Report {
 /// `count` events over `elapsed`, per second (0 when no time passed).
 pub fn rate(count: u64, elapsed: Duration) -> f64 {
     let seconds = elapsed.as_secs_f64();
-    if seconds > 0.0 { count as f64 / seconds } else { 0.0 }
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
+    }
 }
 
 fn json_string(text: &str) -> String {
@@ -194,7 +200,10 @@ mod tests {
         report.count("events", 7);
         assert_eq!(report.get("events"), Some(&Figure::Count(7)));
         let names: Vec<&str> = report.figures().map(|(name, _)| name).collect();
-        assert_eq!(names, ["baseline_msgs_per_s", "events", "elapsed_ms", "ratio", "seed"]);
+        assert_eq!(
+            names,
+            ["baseline_msgs_per_s", "events", "elapsed_ms", "ratio", "seed"]
+        );
     }
 
     #[test]

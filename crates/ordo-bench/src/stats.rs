@@ -37,7 +37,10 @@ impl RedisStats {
     /// Reads a snapshot with one `INFO stats commandstats` command.
     pub async fn read<C: ClientLike>(client: &C) -> Result<Self> {
         let info: String = client
-            .custom(CustomCommand::new_static("INFO", ClusterHash::FirstKey, false), vec!["stats", "commandstats"])
+            .custom(
+                CustomCommand::new_static("INFO", ClusterHash::FirstKey, false),
+                vec!["stats", "commandstats"],
+            )
             .await
             .context("INFO stats commandstats failed")?;
         Self::parse(&info, Instant::now())

@@ -3,18 +3,32 @@
 use std::process::Command;
 
 use anyhow::{Context as _, Result, ensure};
+use fred::prelude::ClientLike as _;
+use fred::types::{ClusterHash, CustomCommand};
 use ordo_testkit::Redis;
 
 #[test]
 fn baseline_drains_every_event_and_prints_json() -> Result<()> {
     let redis = Redis::start()?;
     let output = Command::new(env!("CARGO_BIN_EXE_ordo-bench"))
-        .args(["baseline", "--events", "2000", "--keys", "8", "--json", "--redis-url"])
+        .args([
+            "baseline",
+            "--events",
+            "2000",
+            "--keys",
+            "8",
+            "--json",
+            "--redis-url",
+        ])
         .arg(redis.url())
         .output()?;
     let stdout = String::from_utf8(output.stdout)?;
     let stderr = String::from_utf8_lossy(&output.stderr);
-    ensure!(output.status.success(), "ordo-bench failed: {}\n{stderr}", output.status);
+    ensure!(
+        output.status.success(),
+        "ordo-bench failed: {}\n{stderr}",
+        output.status
+    );
 
     let figures: serde_json::Value =
         serde_json::from_str(&stdout).with_context(|| format!("stdout is not JSON: {stdout:?}"))?;
@@ -22,17 +36,33 @@ fn baseline_drains_every_event_and_prints_json() -> Result<()> {
     assert_eq!(figures["keys"], 8, "{stdout}");
     assert_eq!(figures["batch"], 64, "{stdout}");
     assert_eq!(figures["consumers"], 1, "{stdout}");
-    let rate = figures["baseline_msgs_per_s"].as_f64().context("no baseline_msgs_per_s")?;
+    let rate = figures["baseline_msgs_per_s"]
+        .as_f64()
+        .context("no baseline_msgs_per_s")?;
     assert!(rate > 0.0, "{stdout}");
-    assert!(figures["elapsed_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{stdout}");
+    assert!(
+        figures["elapsed_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{stdout}"
+    );
     Ok(())
 }
 
 #[test]
 fn baseline_prints_one_figure_per_line_and_leaves_no_stream_behind() -> Result<()> {
-    let redis = Redis::start()?;
+    // Its own server: the check for leftover keys must not see another run's.
+    let redis = Redis::start_local()?;
     let output = Command::new(env!("CARGO_BIN_EXE_ordo-bench"))
-        .args(["baseline", "--events", "500", "--keys", "4", "--batch", "7", "--consumers", "3"])
+        .args([
+            "baseline",
+            "--events",
+            "500",
+            "--keys",
+            "4",
+            "--batch",
+            "7",
+            "--consumers",
+            "3",
+        ])
         .env("REDIS_URL", redis.url())
         .output()?;
     let stdout = String::from_utf8(output.stdout)?;
@@ -42,13 +72,37 @@ fn baseline_prints_one_figure_per_line_and_leaves_no_stream_behind() -> Result<(
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    let names: Vec<&str> = stdout.lines().filter_map(|line| line.split_once(": ")).map(|(n, _)| n).collect();
+    let names: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.split_once(": "))
+        .map(|(n, _)| n)
+        .collect();
     assert_eq!(
         names,
-        ["baseline_msgs_per_s", "events", "keys", "batch", "consumers", "elapsed_ms", "fill_msgs_per_s"],
+        [
+            "baseline_msgs_per_s",
+            "events",
+            "keys",
+            "batch",
+            "consumers",
+            "elapsed_ms",
+            "fill_msgs_per_s"
+        ],
         "{stdout}"
     );
     assert!(stdout.contains("events: 500\n"), "{stdout}");
     assert!(stdout.contains("consumers: 3\n"), "{stdout}");
+
+    let leftovers: Vec<String> = tokio::runtime::Runtime::new()?.block_on(async {
+        let client = ordo_bench::redis::connect(&redis.url()).await?;
+        let keys = client
+            .custom(
+                CustomCommand::new_static("KEYS", ClusterHash::Random, false),
+                vec!["ordo-bench:baseline:*"],
+            )
+            .await?;
+        anyhow::Ok(keys)
+    })?;
+    assert_eq!(leftovers, Vec::<String>::new());
     Ok(())
 }

@@ -111,7 +111,10 @@ impl PartitionAdmin {
             .await?
             .ok_or_else(|| not_halted(group, &partition))?;
         let lane = partition.lane(halt.lane);
-        let entries: Value = self.client.xrange(lane, halt.head.as_str(), halt.head.as_str(), None).await?;
+        let entries: Value = self
+            .client
+            .xrange(lane, halt.head.as_str(), halt.head.as_str(), None)
+            .await?;
         let head = parse_entries("XRANGE", entries)?
             .into_iter()
             .next()
@@ -186,9 +189,12 @@ impl PartitionAdmin {
                 .ok_or_else(|| Error::protocol("halt record", format!("`{halt_key}` has no `{name}`")))
         };
         let number = |name: &str| -> Result<u64> {
-            field(name)?
-                .parse()
-                .map_err(|_| Error::protocol("halt record", format!("`{halt_key}` field `{name}` is not a number")))
+            field(name)?.parse().map_err(|_| {
+                Error::protocol(
+                    "halt record",
+                    format!("`{halt_key}` field `{name}` is not a number"),
+                )
+            })
         };
         Ok(Some(HaltedPartition {
             group: field("group")?,

@@ -85,6 +85,12 @@ impl RedisBroker {
         PartitionAdmin::new(self.client().clone(), &self.inner.settings.backfill_suffix)
     }
 
+    /// A process-manager store on this broker's Redis, whose saves are
+    /// fenced by the lease the message was handled under.
+    pub fn process_store(&self) -> crate::RedisProcessStore {
+        crate::RedisProcessStore::new(self.client().clone())
+    }
+
     /// The fenced partition operations this instance's workers use.
     pub fn partitions(&self) -> &Partitions {
         &self.inner.partitions
@@ -142,7 +148,8 @@ impl RedisBrokerBuilder {
                 reason: "must be at least 1".to_owned(),
             });
         }
-        let pool = connection::builder(&self.url, settings.lease_ttl / 3, true)?.build_pool(self.pool_size)?;
+        let pool =
+            connection::builder(&self.url, settings.lease_ttl / 3, true)?.build_pool(self.pool_size)?;
         pool.init().await?;
         let partitions = Partitions::new(pool, instance, settings.lease_ttl);
         Ok(RedisBroker {

@@ -80,7 +80,11 @@ impl RedisFence {
     where
         C: LuaInterface + Send + Sync,
     {
-        if let Some(op) = writes.ops.iter().find(|op| !ALLOWED.contains(&op.command.as_str())) {
+        if let Some(op) = writes
+            .ops
+            .iter()
+            .find(|op| !ALLOWED.contains(&op.command.as_str()))
+        {
             return Err(Error::CommandNotAllowed {
                 command: op.command.clone(),
             });

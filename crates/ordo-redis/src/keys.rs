@@ -123,7 +123,7 @@ impl LeaseKeys {
 
     /// The lease of process manager `group` over one correlation value,
     /// covering that value's partition in each category it consumes.
-    pub(crate) fn process(group: &str, correlation: &str) -> Self {
+    pub fn process(group: &str, correlation: &str) -> Self {
         Self::new(&format!("__pm__:{group}:{correlation}"), group)
     }
 }

@@ -150,7 +150,11 @@ where
 {
     let script = &SCRIPTS.release;
     let released = script
-        .run(client, vec![lease.key().to_owned()], vec![Value::from(lease.value())])
+        .run(
+            client,
+            vec![lease.key().to_owned()],
+            vec![Value::from(lease.value())],
+        )
         .await?;
     Ok(released.as_i64() == Some(1))
 }

@@ -40,8 +40,10 @@ mod keys;
 mod lease;
 mod metrics;
 mod partition;
+mod process;
 mod publish;
 mod scripts;
+mod status;
 
 pub use admin::{HaltedPartition, Inspection, PartitionAdmin};
 pub use broker::{RedisBroker, RedisBrokerBuilder};
@@ -49,4 +51,8 @@ pub use error::{Error, Result};
 pub use fence::{FencedWrite, RedisFence};
 pub use keys::{LeaseKeys, PartitionKeys};
 pub use lease::Lease;
+pub use process::RedisProcessStore;
 pub use partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome, StreamEntry};
+pub use status::{
+    ClusterStatus, DeadLetter, GroupPosition, Instance, LAG_COUNT_LIMIT, LaneStatus, LeaseHolder, PartitionStatus,
+};

@@ -6,7 +6,10 @@ use std::time::Duration;
 use crate::consumer::unit::Unit;
 
 fn labels(unit: &Unit, category: &str) -> [(&'static str, String); 2] {
-    [("group", unit.group.to_string()), ("category", category.to_owned())]
+    [
+        ("group", unit.group.to_string()),
+        ("category", category.to_owned()),
+    ]
 }
 
 /// A message handled successfully.
@@ -31,7 +34,8 @@ pub(crate) fn halted(unit: &Unit, category: &str) {
 
 /// How long one handler run took.
 pub(crate) fn handler_duration(unit: &Unit, category: &str, duration: Duration) {
-    metrics::histogram!("ordo_handler_duration_seconds", &labels(unit, category)).record(duration.as_secs_f64());
+    metrics::histogram!("ordo_handler_duration_seconds", &labels(unit, category))
+        .record(duration.as_secs_f64());
 }
 
 /// A lease acquired.

@@ -185,9 +185,14 @@ impl Partitions {
 
     /// Acquires the lease `keys` if it is free.
     pub async fn acquire_keys(&self, keys: &LeaseKeys) -> Result<Option<Lease>> {
-        let mut leases =
-            lease::acquire(&self.client, &self.instance, self.lease_ttl, std::slice::from_ref(keys), 1)
-                .await?;
+        let mut leases = lease::acquire(
+            &self.client,
+            &self.instance,
+            self.lease_ttl,
+            std::slice::from_ref(keys),
+            1,
+        )
+        .await?;
         Ok(leases.pop().flatten())
     }
 
@@ -236,8 +241,8 @@ impl Partitions {
             Value::from(CONSUMER),
             Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
         ];
-        let mut reply =
-            Reply::parse(script, script.run(&self.client, keys, args).await?)?.unfenced(lease.key(), lease.value())?;
+        let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
             "entries" => {
                 let lane = match reply.integer(0)? {
@@ -288,8 +293,8 @@ impl Partitions {
         ];
         let mut args = vec![Value::from(lease.value()), Value::from(group)];
         args.extend(ids.iter().map(|id| Value::from(*id)));
-        let reply =
-            Reply::parse(script, script.run(&self.client, keys, args).await?)?.unfenced(lease.key(), lease.value())?;
+        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
             "ok" => Ok(reply.integer(0)? == 1),
             _ => Err(reply.unexpected("unknown outcome")),
@@ -319,8 +324,8 @@ impl Partitions {
             Value::from(reason.attempts),
             Value::from(self.instance.as_str()),
         ];
-        let reply =
-            Reply::parse(script, script.run(&self.client, keys, args).await?)?.unfenced(lease.key(), lease.value())?;
+        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
             "ok" => Ok(()),
             _ => Err(reply.unexpected("unknown outcome")),
@@ -329,7 +334,12 @@ impl Partitions {
 
     /// Retires `partition` if every group has drained it and no entry was
     /// added for `idle`; fenced by `lease`.
-    pub async fn reap(&self, lease: &Lease, partition: &PartitionKeys, idle: Duration) -> Result<ReapOutcome> {
+    pub async fn reap(
+        &self,
+        lease: &Lease,
+        partition: &PartitionKeys,
+        idle: Duration,
+    ) -> Result<ReapOutcome> {
         let script = &SCRIPTS.reap;
         let keys = vec![
             lease.key().to_owned(),
@@ -343,8 +353,8 @@ impl Partitions {
             millis(idle),
             Value::from(partition.primary()),
         ];
-        let reply =
-            Reply::parse(script, script.run(&self.client, keys, args).await?)?.unfenced(lease.key(), lease.value())?;
+        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
             "reaped" => Ok(ReapOutcome::Reaped),
             "busy" => Ok(ReapOutcome::Busy {

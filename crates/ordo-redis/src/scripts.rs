@@ -82,7 +82,10 @@ impl Script {
         C: LuaInterface + Send + Sync,
     {
         let sha = self.sha(client).await?;
-        match client.evalsha::<Value, _, _, _>(sha.as_str(), keys.clone(), args.clone()).await {
+        match client
+            .evalsha::<Value, _, _, _>(sha.as_str(), keys.clone(), args.clone())
+            .await
+        {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
                 self.load(client).await?;
                 Ok(client.evalsha(sha.as_str(), keys, args).await?)
@@ -194,7 +197,10 @@ pub(crate) struct RawEntry {
 impl RawEntry {
     /// The value of `field`.
     pub(crate) fn field(&self, field: &str) -> Option<&str> {
-        self.fields.iter().find(|(f, _)| f == field).map(|(_, v)| v.as_str())
+        self.fields
+            .iter()
+            .find(|(f, _)| f == field)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -217,7 +223,10 @@ fn parse_entry(context: &'static str, entry: Value) -> Result<RawEntry> {
     let mut flat = flat.into_iter();
     while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
         let (Some(name), Some(value)) = (name.as_str(), value.as_str()) else {
-            return Err(Error::protocol(context, format!("entry {id} has a non-text field")));
+            return Err(Error::protocol(
+                context,
+                format!("entry {id} has a non-text field"),
+            ));
         };
         fields.push((name.into_owned(), value.into_owned()));
     }

@@ -9,7 +9,9 @@ use fred::interfaces::{KeysInterface, StreamsInterface};
 use fred::types::Value;
 use ordo_core::broker::Broker;
 use ordo_core::key::Lane;
-use ordo_redis::{Error, FencedWrite, Lease, PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisFence};
+use ordo_redis::{
+    Error, FencedWrite, Lease, PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisFence,
+};
 use ordo_testkit::Redis;
 
 use common::{broker, config, eventually, pool, publication, seq_of};
@@ -44,7 +46,9 @@ async fn entries(outcome: ReadOutcome) -> anyhow::Result<Vec<(String, u64)>> {
 
 async fn publish(url: &str, category: &str, key: &str, seqs: std::ops::Range<u64>) -> anyhow::Result<()> {
     let broker = broker(url, config(15_000, 3_600_000, 0)).await?;
-    let publications: Vec<_> = seqs.map(|seq| publication(category, key, seq, Lane::Primary)).collect();
+    let publications: Vec<_> = seqs
+        .map(|seq| publication(category, key, seq, Lane::Primary))
+        .collect();
     broker.publish(&publications).await?;
     Ok(())
 }
@@ -57,15 +61,24 @@ async fn a_lease_is_exclusive_and_tokens_grow_with_every_owner() -> anyhow::Resu
     let a = owner(&url, "a").await?;
     let b = owner(&url, "b").await?;
 
-    let first = a.acquire("G", &partition).await?.expect("a free lease is acquired");
-    assert!(b.acquire("G", &partition).await?.is_none(), "a held lease is not acquired");
+    let first = a
+        .acquire("G", &partition)
+        .await?
+        .expect("a free lease is acquired");
+    assert!(
+        b.acquire("G", &partition).await?.is_none(),
+        "a held lease is not acquired"
+    );
     assert_eq!(
         a.acquire("G", &partition).await?.as_ref(),
         Some(&first),
         "the holder re-acquiring gets its own lease back"
     );
     assert!(a.release(&first).await?);
-    let second = b.acquire("G", &partition).await?.expect("a released lease is free");
+    let second = b
+        .acquire("G", &partition)
+        .await?
+        .expect("a released lease is free");
     assert!(second.token() > first.token());
     assert!(!a.release(&first).await?, "a stale release does nothing");
     assert!(b.acquire("G", &partition).await?.is_some(), "b still holds it");
@@ -102,23 +115,40 @@ async fn a_stale_owners_reclaim_is_refused_and_nothing_is_skipped() -> anyhow::R
     let lease_b = b.acquire("G", &partition).await?.expect("expired lease is free");
     assert!(lease_b.token() > lease_a.token() && lease_a.token() > lease0.token());
     let reclaimed = entries(b.read(&lease_b, "G", &partition, 10).await?).await?;
-    assert_eq!(reclaimed.iter().map(|e| e.1).collect::<Vec<_>>(), [0, 1], "B reclaims the pending entries first");
+    assert_eq!(
+        reclaimed.iter().map(|e| e.1).collect::<Vec<_>>(),
+        [0, 1],
+        "B reclaims the pending entries first"
+    );
 
     // A wakes up: its reclaim, read and ack are all refused.
     let stale_reclaim = a.read(&lease_a, "G", &partition, 10).await;
-    assert!(matches!(stale_reclaim, Err(Error::Fenced { .. })), "{stale_reclaim:?}");
-    let stale_ack = a.ack(&lease_a, "G", &partition, Lane::Primary, &[&reclaimed[0].0]).await;
+    assert!(
+        matches!(stale_reclaim, Err(Error::Fenced { .. })),
+        "{stale_reclaim:?}"
+    );
+    let stale_ack = a
+        .ack(&lease_a, "G", &partition, Lane::Primary, &[&reclaimed[0].0])
+        .await;
     assert!(matches!(stale_ack, Err(Error::Fenced { .. })), "{stale_ack:?}");
 
     // Nothing moved: both entries are still pending, seq1 among them.
-    let pending: Value = b.client().xpending(partition.primary(), "G", ("-", "+", 10)).await?;
-    assert_eq!(common_ids(pending), vec![reclaimed[0].0.clone(), reclaimed[1].0.clone()]);
+    let pending: Value = b
+        .client()
+        .xpending(partition.primary(), "G", ("-", "+", 10))
+        .await?;
+    assert_eq!(
+        common_ids(pending),
+        vec![reclaimed[0].0.clone(), reclaimed[1].0.clone()]
+    );
 
     // B acks seq0; its next head is seq1, not seq2.
-    b.ack(&lease_b, "G", &partition, Lane::Primary, &[&reclaimed[0].0]).await?;
+    b.ack(&lease_b, "G", &partition, Lane::Primary, &[&reclaimed[0].0])
+        .await?;
     let next = entries(b.read(&lease_b, "G", &partition, 1).await?).await?;
     assert_eq!(next[0].1, 1, "seq1 is not skipped");
-    b.ack(&lease_b, "G", &partition, Lane::Primary, &[&next[0].0]).await?;
+    b.ack(&lease_b, "G", &partition, Lane::Primary, &[&next[0].0])
+        .await?;
     let rest = entries(b.read(&lease_b, "G", &partition, 10).await?).await?;
     assert_eq!(rest.iter().map(|e| e.1).collect::<Vec<_>>(), [2, 3]);
     Ok(())
@@ -158,7 +188,11 @@ async fn renewal_reports_exactly_the_leases_taken_over() -> anyhow::Result<()> {
     let taken = taken.expect("b takes over the lease a stopped renewing");
     let leases = [kept_lease.clone(), lost_lease.clone()];
     let reported: Vec<Lease> = a.renew(&leases).await?.into_iter().cloned().collect();
-    assert_eq!(reported, vec![lost_lease], "only the taken-over lease is reported lost");
+    assert_eq!(
+        reported,
+        vec![lost_lease],
+        "only the taken-over lease is reported lost"
+    );
     assert!(b.renew(std::slice::from_ref(&taken)).await?.is_empty());
     Ok(())
 }
@@ -176,12 +210,19 @@ async fn a_fenced_commit_lands_only_under_the_lease() -> anyhow::Result<()> {
 
     let lease_a = a.acquire("G", &partition).await?.expect("free");
     let fence_a = RedisFence::new(&lease_a);
-    fence_a.commit(&client, &FencedWrite::new().rpush(&effects, "a1")).await?;
+    fence_a
+        .commit(&client, &FencedWrite::new().rpush(&effects, "a1"))
+        .await?;
 
     wait_expired(&a, &lease_a).await?;
     let lease_b = b.acquire("G", &partition).await?.expect("free");
     let stale = fence_a
-        .commit(&client, &FencedWrite::new().rpush(&effects, "a2").set(format!("{category}:x"), "a"))
+        .commit(
+            &client,
+            &FencedWrite::new()
+                .rpush(&effects, "a2")
+                .set(format!("{category}:x"), "a"),
+        )
         .await;
     assert!(matches!(stale, Err(Error::Fenced { .. })), "{stale:?}");
     RedisFence::new(&lease_b)
@@ -193,9 +234,15 @@ async fn a_fenced_commit_lands_only_under_the_lease() -> anyhow::Result<()> {
     assert!(!client.exists::<bool, _>(format!("{category}:x")).await?);
 
     let refused = RedisFence::new(&lease_b)
-        .commit(&client, &FencedWrite::new().command("FLUSHALL", "x", Vec::<String>::new()))
+        .commit(
+            &client,
+            &FencedWrite::new().command("FLUSHALL", "x", Vec::<String>::new()),
+        )
         .await;
-    assert!(matches!(refused, Err(Error::CommandNotAllowed { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(Error::CommandNotAllowed { .. })),
+        "{refused:?}"
+    );
     Ok(())
 }
 
@@ -212,13 +259,63 @@ async fn tokens_keep_growing_across_a_reap() -> anyhow::Result<()> {
     let a = owner(&url, "a").await?;
     let lease = a.acquire("G", &partition).await?.expect("free");
     let read = entries(a.read(&lease, "G", &partition, 10).await?).await?;
-    a.ack(&lease, "G", &partition, Lane::Primary, &[&read[0].0]).await?;
-    assert_eq!(a.reap(&lease, &partition, Duration::from_millis(1)).await?, ReapOutcome::Reaped);
-    assert!(!a.client().exists::<bool, _>(partition.lease("G").generation).await?);
+    a.ack(&lease, "G", &partition, Lane::Primary, &[&read[0].0])
+        .await?;
+    assert_eq!(
+        a.reap(&lease, &partition, Duration::from_millis(1)).await?,
+        ReapOutcome::Reaped
+    );
+    assert!(
+        !a.client()
+            .exists::<bool, _>(partition.lease("G").generation)
+            .await?
+    );
 
     publish(&url, &category, "k", 1..2).await?;
     let again = a.acquire("G", &partition).await?.expect("free after the reap");
-    assert!(again.token() > lease.token(), "{} > {}", again.token(), lease.token());
-    assert!(matches!(a.read(&lease, "G", &partition, 10).await, Err(Error::Fenced { .. })));
+    assert!(
+        again.token() > lease.token(),
+        "{} > {}",
+        again.token(),
+        lease.token()
+    );
+    assert!(matches!(
+        a.read(&lease, "G", &partition, 10).await,
+        Err(Error::Fenced { .. })
+    ));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stale_owner_cannot_save_process_state() -> anyhow::Result<()> {
+    use ordo_core::handler::HandlerContext;
+    use ordo_core::process::ProcessStore;
+    use ordo_redis::{LeaseKeys, RedisProcessStore};
+
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let a = owner(&url, "a").await?;
+    let b = owner(&url, "b").await?;
+    let store = RedisProcessStore::new(a.client().clone());
+    let correlation = common::category("order");
+    let keys = LeaseKeys::process("Fulfilment", &correlation);
+    let message = common::envelope("order", "Happened", Some(&correlation), 0);
+    let context = |lease: &Lease| {
+        HandlerContext::new(&message)
+            .with_fencing_token(lease.token())
+            .with_extension(RedisFence::new(lease))
+    };
+
+    let lease_a = a.acquire_keys(&keys).await?.expect("free");
+    store.save("Fulfilment", &correlation, "a1".into(), &context(&lease_a)).await?;
+    wait_expired(&a, &lease_a).await?;
+    let lease_b = b.acquire_keys(&keys).await?.expect("free");
+    store.save("Fulfilment", &correlation, "b1".into(), &context(&lease_b)).await?;
+    let stale = store.save("Fulfilment", &correlation, "a2".into(), &context(&lease_a)).await;
+    assert!(
+        matches!(stale, Err(ordo_core::error::ProcessStoreError::Fenced { fencing_token, .. }) if fencing_token == lease_a.token()),
+        "{stale:?}"
+    );
+    assert_eq!(store.load("Fulfilment", &correlation).await?.as_deref(), Some("b1"));
     Ok(())
 }

@@ -39,9 +39,9 @@ pub(crate) fn preference_order<T>(candidates: &mut [T], instance: &str, id: impl
 /// FNV-1a: the same in every process and every build, so instances running
 /// different versions during an upgrade still agree on the ranking.
 fn stable_hash(text: &str) -> usize {
-    let hash = text
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
     // Only the value modulo a small count matters.
     usize::try_from(hash % 1_000_003).unwrap_or(0)
 }
@@ -60,8 +60,14 @@ mod tests {
             let instances = ids(count);
             for units in 0..40 {
                 for group in ["a", "b", "Projector"] {
-                    let total: usize = instances.iter().map(|me| target(units, &instances, me, group)).sum();
-                    assert_eq!(total, units, "{units} units over {count} instances, group {group}");
+                    let total: usize = instances
+                        .iter()
+                        .map(|me| target(units, &instances, me, group))
+                        .sum();
+                    assert_eq!(
+                        total, units,
+                        "{units} units over {count} instances, group {group}"
+                    );
                 }
             }
         }
@@ -70,7 +76,10 @@ mod tests {
     #[test]
     fn targets_differ_by_at_most_one() {
         let instances = ids(3);
-        let targets: Vec<usize> = instances.iter().map(|me| target(10, &instances, me, "g")).collect();
+        let targets: Vec<usize> = instances
+            .iter()
+            .map(|me| target(10, &instances, me, "g"))
+            .collect();
         assert_eq!(targets.iter().max().unwrap() - targets.iter().min().unwrap(), 1);
     }
 

@@ -127,7 +127,8 @@ pub(crate) async fn run(
     let background = CancellationToken::new();
     let waker_client = connection::blocking_builder(&url)?.build()?;
     connection::connect_in_background(&waker_client);
-    let (waker, waker_handle) = waker::Waker::new(waker_client.clone(), settings.wake_block, settings.poll_interval);
+    let (waker, waker_handle) =
+        waker::Waker::new(waker_client.clone(), settings.wake_block, settings.poll_interval);
     let waker_task = tokio::spawn(waker.run(background.clone()));
 
     let leases = LeaseTable::default();
@@ -141,7 +142,9 @@ pub(crate) async fn run(
         waker: waker_handle,
         url,
     });
-    let result = supervisor::Supervisor::new(shared, &subscriptions, lost_rx).run(shutdown).await;
+    let result = supervisor::Supervisor::new(shared, &subscriptions, lost_rx)
+        .run(shutdown)
+        .await;
 
     background.cancel();
     let _ = waker_task.await;

@@ -113,8 +113,12 @@ impl Plain {
     }
 
     async fn ensure_group(&self) -> Result<()> {
-        let created: std::result::Result<Value, _> =
-            self.shared.partitions.client().xgroup_create(&self.stream, &*self.group, "0", true).await;
+        let created: std::result::Result<Value, _> = self
+            .shared
+            .partitions
+            .client()
+            .xgroup_create(&self.stream, &*self.group, "0", true)
+            .await;
         match created {
             Err(error) if !error.details().starts_with("BUSYGROUP") => Err(error.into()),
             _ => Ok(()),
@@ -124,7 +128,15 @@ impl Plain {
     async fn read(&self, count: Option<u64>, block: Option<u64>, from: &str) -> Result<Vec<RawEntry>> {
         let reply: Value = self
             .reader
-            .xreadgroup(&*self.group, self.shared.instance(), count, block, false, &self.stream, from)
+            .xreadgroup(
+                &*self.group,
+                self.shared.instance(),
+                count,
+                block,
+                false,
+                &self.stream,
+                from,
+            )
             .await?;
         // [[stream, [entries...]]] or nil
         let entries = array(reply)
@@ -197,7 +209,10 @@ impl Plain {
             .client()
             .xadd(&dlq, false, None::<()>, "*", fields)
             .await?;
-        warn!(id = entry.id(), dlq, "message failed every attempt; dead-lettered");
+        warn!(
+            id = entry.id(),
+            dlq, "message failed every attempt; dead-lettered"
+        );
         Ok(())
     }
 

@@ -76,7 +76,11 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    pub(crate) fn new(shared: SharedRef, subscriptions: &[Subscription], lost: UnboundedReceiver<LostLease>) -> Self {
+    pub(crate) fn new(
+        shared: SharedRef,
+        subscriptions: &[Subscription],
+        lost: UnboundedReceiver<LostLease>,
+    ) -> Self {
         Self {
             shared,
             plans: GroupPlan::all(subscriptions),
@@ -158,8 +162,14 @@ impl Supervisor {
     /// group's live instances.
     async fn announce(&self, plans: &[usize]) -> Result<Vec<Vec<String>>> {
         let keys = plans.iter().map(|p| instances(&self.plans[*p].group)).collect();
-        let args = vec![Value::from(self.shared.instance()), millis(self.shared.settings.lease_ttl)];
-        let reply = SCRIPTS.announce.run(self.shared.partitions.client(), keys, args).await?;
+        let args = vec![
+            Value::from(self.shared.instance()),
+            millis(self.shared.settings.lease_ttl),
+        ];
+        let reply = SCRIPTS
+            .announce
+            .run(self.shared.partitions.client(), keys, args)
+            .await?;
         Ok(array(reply)
             .into_iter()
             .map(|members| {
@@ -294,7 +304,11 @@ impl Supervisor {
     }
 
     fn on_exit(&mut self, exited: Exited) {
-        if self.workers.get(&exited.lease_key).is_some_and(|w| w.token == exited.token) {
+        if self
+            .workers
+            .get(&exited.lease_key)
+            .is_some_and(|w| w.token == exited.token)
+        {
             self.workers.remove(&exited.lease_key);
         }
         debug!(lease = %exited.lease_key, exit = ?exited.exit, "worker exited");
@@ -309,7 +323,10 @@ impl Supervisor {
         self.tracker.close();
         let grace = self.shared.settings.lease_ttl;
         if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
-            warn!(?grace, "handlers still running after the shutdown grace; aborting them");
+            warn!(
+                ?grace,
+                "handlers still running after the shutdown grace; aborting them"
+            );
             for worker in self.workers.values() {
                 worker.control.kill.cancel();
             }

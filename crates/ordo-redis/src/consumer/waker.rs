@@ -64,9 +64,11 @@ impl WakerHandle {
 impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Watch { watcher, streams, .. } => {
-                f.debug_struct("Watch").field("watcher", watcher).field("streams", streams).finish()
-            }
+            Self::Watch { watcher, streams, .. } => f
+                .debug_struct("Watch")
+                .field("watcher", watcher)
+                .field("streams", streams)
+                .finish(),
             Self::Unwatch { watcher } => f.debug_struct("Unwatch").field("watcher", watcher).finish(),
         }
     }
@@ -88,7 +90,9 @@ pub(crate) struct Waker {
 
 impl std::fmt::Debug for Waker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Waker").field("watches", &self.watches.len()).finish_non_exhaustive()
+        f.debug_struct("Waker")
+            .field("watches", &self.watches.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -105,7 +109,12 @@ impl Waker {
             commands,
             watches: HashMap::new(),
         };
-        (waker, WakerHandle { commands: commands_tx })
+        (
+            waker,
+            WakerHandle {
+                commands: commands_tx,
+            },
+        )
     }
 
     /// Runs until `shutdown` is cancelled.
@@ -199,7 +208,9 @@ impl Waker {
                     .or_insert(id);
             }
         }
-        from.into_iter().map(|(s, i)| (s.to_owned(), i.to_owned())).unzip()
+        from.into_iter()
+            .map(|(s, i)| (s.to_owned(), i.to_owned()))
+            .unzip()
     }
 
     /// Wakes the watchers of every stream in an XREAD reply.

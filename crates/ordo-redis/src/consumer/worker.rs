@@ -214,7 +214,12 @@ impl Worker {
             let outcome = self
                 .shared
                 .partitions
-                .read(&self.lease, &self.unit.group, partition, self.shared.settings.read_batch)
+                .read(
+                    &self.lease,
+                    &self.unit.group,
+                    partition,
+                    self.shared.settings.read_batch,
+                )
                 .await?;
             match outcome {
                 ReadOutcome::Entries {
@@ -223,7 +228,11 @@ impl Worker {
                     pending,
                 } => {
                     if pending && *first {
-                        info!(entries = entries.len(), partition = partition.primary(), "reclaimed pending entries");
+                        info!(
+                            entries = entries.len(),
+                            partition = partition.primary(),
+                            "reclaimed pending entries"
+                        );
                         metrics::reclaimed(&self.unit, partition.category(), entries.len());
                     }
                     match self.handle_batch(partition, lane, entries).await {
@@ -293,14 +302,23 @@ impl Worker {
         let mut reaped = 0;
         for (index, _) in idle {
             let partition = &self.unit.partitions[*index];
-            match self.shared.partitions.reap(&self.lease, partition, settings.reap_idle).await {
+            match self
+                .shared
+                .partitions
+                .reap(&self.lease, partition, settings.reap_idle)
+                .await
+            {
                 Ok(ReapOutcome::Reaped) => {
                     info!(partition = partition.primary(), "cold partition retired");
                     metrics::partition_reaped(&self.unit);
                     reaped += 1;
                 }
                 Ok(ReapOutcome::Busy { retry_in }) => {
-                    debug!(partition = partition.primary(), ?retry_in, "partition not ready to retire");
+                    debug!(
+                        partition = partition.primary(),
+                        ?retry_in,
+                        "partition not ready to retire"
+                    );
                     // Another group may still be behind: check again later.
                     *reap_after = Some(Instant::now() + retry_in.min(settings.reap_idle));
                 }
@@ -439,7 +457,13 @@ impl Worker {
     }
 
     /// Records the halt under the fence, retrying transient failures.
-    async fn halt(&self, partition: &PartitionKeys, entry: &StreamEntry, error: String, attempts: u32) -> Handled {
+    async fn halt(
+        &self,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        error: String,
+        attempts: u32,
+    ) -> Handled {
         let reason = HaltReason {
             lane: entry.lane(),
             head: entry.id().to_owned(),
@@ -448,7 +472,12 @@ impl Worker {
         };
         let mut failures = 0;
         loop {
-            match self.shared.partitions.halt(&self.lease, &self.unit.group, partition, &reason).await {
+            match self
+                .shared
+                .partitions
+                .halt(&self.lease, &self.unit.group, partition, &reason)
+                .await
+            {
                 Ok(()) => {
                     warn!(head = %reason.head, error = %reason.error, attempts, "partition halted on a poison message");
                     metrics::halted(&self.unit, partition.category());

@@ -20,6 +20,13 @@ use ordo_core::message::{Envelope, MessageKind, Metadata};
 use ordo_core::policy::{ProcessingContext, SequenceId, SequencingPolicy};
 use ordo_redis::{RedisBroker, RedisFence};
 
+/// Logs to the test output (`RUST_LOG`, default `ordo_redis=info`).
+pub fn logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("ordo_redis=info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+}
+
 /// A connected pool on `url`.
 pub async fn pool(url: &str) -> anyhow::Result<Pool> {
     let pool = Builder::from_config(FredConfig::from_url(url)?).build_pool(2)?;
@@ -128,6 +135,9 @@ pub enum Outcome {
     Fail,
     /// Succeed after sleeping this long.
     Slow(Duration),
+    /// Succeed after blocking the runtime thread this long (a misbehaving
+    /// handler).
+    Block(Duration),
 }
 
 /// A handler that records what it handles and detects same-key overlaps.
@@ -155,7 +165,11 @@ impl Recorder {
 
     /// The seqs handled for `key`, in order.
     pub fn seqs(&self, key: &str) -> Vec<u64> {
-        self.handled().into_iter().filter(|(k, _, _)| k == key).map(|(_, s, _)| s).collect()
+        self.handled()
+            .into_iter()
+            .filter(|(k, _, _)| k == key)
+            .map(|(_, s, _)| s)
+            .collect()
     }
 
     pub fn overlaps(&self) -> Vec<String> {
@@ -177,8 +191,10 @@ impl DynHandler for Recorder {
                 *record.attempts.entry((key.clone(), seq)).or_default() += 1;
             }
             let outcome = (self.behaviour)(&key, seq, ctx.attempt());
-            if let Outcome::Slow(duration) = outcome {
-                tokio::time::sleep(duration).await;
+            match outcome {
+                Outcome::Slow(duration) => tokio::time::sleep(duration).await,
+                Outcome::Block(duration) => std::thread::sleep(duration),
+                Outcome::Succeed | Outcome::Fail => {}
             }
             let mut record = self.record.lock().unwrap();
             record.in_flight.remove(&key);
@@ -228,7 +244,9 @@ pub fn subscription(
         descriptor: Arc::new(HandlerDescriptor {
             name,
             kind,
-            part_of: categories.first().map(|c| &*Box::leak(c.to_string().into_boxed_str())),
+            part_of: categories
+                .first()
+                .map(|c| &*Box::leak(c.to_string().into_boxed_str())),
             sequential_by: partitioned.then_some("key"),
             partitioned,
             policy: None,

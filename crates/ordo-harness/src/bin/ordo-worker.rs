@@ -1,0 +1,186 @@
+//! `ordo-worker`: an Ordo engine instance consuming the `chaos` category
+//! (`run`), a publisher of numbered events (`publish`), and the checker of
+//! what the instances recorded (`verify`).
+//!
+//! ```text
+//! ordo-worker run --redis-url redis://127.0.0.1:6379 --instance w1
+//! ordo-worker publish --redis-url redis://127.0.0.1:6379 --keys 16 --events 50
+//! ordo-worker verify --redis-url redis://127.0.0.1:6379
+//! ```
+//!
+//! `run` prints machine-readable lines (see `ordo_harness::line`) on stdout
+//! and logs on stderr (`RUST_LOG`, default `warn`); SIGTERM or SIGINT shut
+//! it down gracefully, releasing its leases.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use ordo_harness::publisher::{self, PublishOptions};
+use ordo_harness::worker::{self, WorkerOptions};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(name = "ordo-worker", about = "An Ordo worker for process-level tests and chaos runs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Consume `chaos` events until SIGTERM.
+    Run(RunArgs),
+    /// Publish numbered events through the outbox, then exit.
+    Publish(PublishArgs),
+    /// Check the recorded effects; exits 1 when the guarantee was broken.
+    Verify(RedisArgs),
+}
+
+#[derive(Debug, Args)]
+struct RedisArgs {
+    /// The Redis URL.
+    #[arg(long, env = "REDIS_URL")]
+    redis_url: String,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    redis: RedisArgs,
+    /// This instance's id, unique among live workers.
+    #[arg(long)]
+    instance: String,
+    /// Lease lifetime.
+    #[arg(long, default_value_t = 2_000)]
+    lease_ttl_ms: u64,
+    /// Lease renewal interval (at most a third of the TTL).
+    #[arg(long, default_value_t = 300)]
+    heartbeat_ms: u64,
+    /// Idle poll interval.
+    #[arg(long, default_value_t = 100)]
+    poll_ms: u64,
+    /// Partition discovery and rebalancing interval.
+    #[arg(long, default_value_t = 200)]
+    discovery_ms: u64,
+    /// Idle time before a drained partition is retired.
+    #[arg(long, default_value_t = 3_600_000)]
+    reap_idle_ms: u64,
+    /// Retries after a handler's first failure, before the partition halts.
+    #[arg(long, default_value_t = 2)]
+    max_retries: u32,
+    /// First retry delay.
+    #[arg(long, default_value_t = 20)]
+    backoff_initial_ms: u64,
+    /// Retry delay cap.
+    #[arg(long, default_value_t = 200)]
+    backoff_max_ms: u64,
+}
+
+#[derive(Debug, Args)]
+struct PublishArgs {
+    #[command(flatten)]
+    redis: RedisArgs,
+    /// Publish to keys `k0`..`k{N-1}`.
+    #[arg(long, conflicts_with = "key")]
+    keys: Option<usize>,
+    /// Publish to this key (repeatable).
+    #[arg(long)]
+    key: Vec<String>,
+    /// Events per key.
+    #[arg(long)]
+    events: u64,
+    /// The seq of each key's first event.
+    #[arg(long, default_value_t = 0)]
+    first_seq: u64,
+    /// How long each run of these events works.
+    #[arg(long, default_value_t = 0)]
+    work_ms: u64,
+    /// Make these events poison: every run of them fails.
+    #[arg(long)]
+    poison: bool,
+    /// How long to wait for the outbox to be published.
+    #[arg(long, default_value_t = 30_000)]
+    deadline_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Run(args) => run(args).await,
+        Command::Publish(args) => publish(args).await,
+        Command::Verify(args) => verify(args).await,
+    }
+}
+
+async fn run(args: RunArgs) -> Result<()> {
+    let options = WorkerOptions {
+        redis_url: args.redis.redis_url,
+        instance: args.instance,
+        lease_ttl_ms: args.lease_ttl_ms,
+        heartbeat_ms: args.heartbeat_ms,
+        poll_ms: args.poll_ms,
+        discovery_ms: args.discovery_ms,
+        reap_idle_ms: args.reap_idle_ms,
+        max_retries: args.max_retries,
+        backoff_initial_ms: args.backoff_initial_ms,
+        backoff_max_ms: args.backoff_max_ms,
+    };
+    let shutdown = CancellationToken::new();
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        on_signal.cancel();
+    });
+    worker::run(&options, shutdown)
+        .await
+        .with_context(|| format!("worker `{}` failed", options.instance))
+}
+
+async fn publish(args: PublishArgs) -> Result<()> {
+    let keys = match args.keys {
+        Some(count) => publisher::key_names(count),
+        None => args.key,
+    };
+    if keys.is_empty() {
+        bail!("no keys to publish to: give --keys N or --key NAME");
+    }
+    let options = PublishOptions {
+        redis_url: args.redis.redis_url,
+        keys,
+        events: args.events,
+        first_seq: args.first_seq,
+        work_ms: args.work_ms,
+        poison: args.poison,
+        deadline: Duration::from_millis(args.deadline_ms),
+    };
+    let published = publisher::publish(&options).await.context("publishing failed")?;
+    println!("published events={published}");
+    Ok(())
+}
+
+async fn verify(args: RedisArgs) -> Result<()> {
+    use fred::prelude::{Builder, ClientLike, Config};
+    let config = Config::from_url(&args.redis_url).context("invalid --redis-url")?;
+    let client = Builder::from_config(config).build()?;
+    client.init().await.context("cannot connect to Redis")?;
+    let verdict = ordo_harness::verify::verify(&client).await?;
+    println!("{verdict}");
+    if !verdict.is_sound() {
+        std::process::exit(1);
+    }
+    Ok(())
+}

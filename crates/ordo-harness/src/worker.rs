@@ -1,0 +1,378 @@
+//! The worker: a domain on the Redis broker with one partitioned handler
+//! for [`Tick`] events, and the handler itself.
+//!
+//! Each run of the handler
+//! 1. records its start and checks for an overlapping run of the same key
+//!    (`begin.lua`: another run's in-flight marker whose lease is still the
+//!    partition's lease), then marks itself in flight;
+//! 2. fails at once if the event is poison;
+//! 3. works for the event's `work_ms`;
+//! 4. commits its effect under the lease's fence ([`RedisFence`] with one
+//!    [`FencedWrite`]: append `{seq}:{token}` to the key's applied list,
+//!    count the committed run, clear the marker). A refused commit is
+//!    printed as `fenced` and returned as a handler error.
+//!
+//! The run executes on a task of its own that the broker cannot abort: when
+//! a worker loses its lease, the broker aborts the handler, but a real
+//! handler stuck in blocking code would carry on regardless. Letting the
+//! run carry on models that worst case, so that the fence, not the abort,
+//! is what must keep a stale owner's effect out.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use fred::clients::Pool;
+use fred::interfaces::LuaInterface;
+use fred::types::Value;
+use ordo_core::config::Config;
+use ordo_core::domain::Domain;
+use ordo_core::handler::{
+    BoxFuture, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind,
+    HandlerResult, KeyExtractor,
+};
+use ordo_core::message::{Envelope, Message};
+use ordo_redis::{FencedWrite, RedisBroker, RedisFence};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{HarnessError, Result};
+use crate::keys;
+use crate::line::{self, Line};
+use crate::tick::{CATEGORY, Chaos, Tick};
+
+/// The handler's name: the consumer group of the `chaos` partitions.
+pub const GROUP: &str = "TickRecorder";
+
+/// How long a run keeps retrying a Redis command that fails for a reason
+/// other than its fence (Redis restarting, a connection dropping).
+const RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// The pause between two such retries.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+const BEGIN: &str = include_str!("lua/begin.lua");
+const CLEAR: &str = include_str!("lua/clear.lua");
+
+/// How a worker runs: where, as whom, and its timings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerOptions {
+    /// The Redis URL.
+    pub redis_url: String,
+    /// The instance id (unique among live workers).
+    pub instance: String,
+    /// `server.partitioning.lease_ttl_ms`.
+    pub lease_ttl_ms: u64,
+    /// `server.partitioning.heartbeat_interval_seconds`, in ms.
+    pub heartbeat_ms: u64,
+    /// `server.partitioning.poll_interval_seconds`, in ms.
+    pub poll_ms: u64,
+    /// `server.partitioning.discovery_interval_seconds`, in ms.
+    pub discovery_ms: u64,
+    /// `server.partitioning.reap_idle_ms`.
+    pub reap_idle_ms: u64,
+    /// `server.partitioning.max_retries`.
+    pub max_retries: u32,
+    /// `server.partitioning.retry_backoff_initial_ms`.
+    pub backoff_initial_ms: u64,
+    /// `server.partitioning.retry_backoff_max_ms`.
+    pub backoff_max_ms: u64,
+}
+
+impl WorkerOptions {
+    /// Options for instance `instance` on `redis_url`, with timings short
+    /// enough for tests: a 2 s lease renewed every 0.3 s.
+    pub fn new(redis_url: impl Into<String>, instance: impl Into<String>) -> Self {
+        Self {
+            redis_url: redis_url.into(),
+            instance: instance.into(),
+            lease_ttl_ms: 2_000,
+            heartbeat_ms: 300,
+            poll_ms: 100,
+            discovery_ms: 200,
+            reap_idle_ms: 3_600_000,
+            max_retries: 2,
+            backoff_initial_ms: 20,
+            backoff_max_ms: 200,
+        }
+    }
+
+    /// The domain configuration these options describe (validated as
+    /// `domain.toml` would be).
+    pub fn config(&self) -> Result<Config> {
+        let text = format!(
+            "[server.partitioning]\n\
+             lease_ttl_ms = {}\n\
+             heartbeat_interval_seconds = {}\n\
+             poll_interval_seconds = {}\n\
+             discovery_interval_seconds = {}\n\
+             reap_idle_ms = {}\n\
+             max_retries = {}\n\
+             retry_backoff_initial_ms = {}\n\
+             retry_backoff_max_ms = {}\n",
+            self.lease_ttl_ms,
+            seconds(self.heartbeat_ms),
+            seconds(self.poll_ms),
+            seconds(self.discovery_ms),
+            self.reap_idle_ms,
+            self.max_retries,
+            self.backoff_initial_ms,
+            self.backoff_max_ms,
+        );
+        Config::from_toml_str(&text).map_err(HarnessError::Config)
+    }
+}
+
+/// Milliseconds as a TOML float of seconds.
+fn seconds(ms: u64) -> String {
+    format!("{:?}", Duration::from_millis(ms).as_secs_f64())
+}
+
+/// Runs a worker until `shutdown` is cancelled, then shuts it down
+/// gracefully (in-flight runs finish, leases are released). Prints `ready`
+/// once the consumer runs and `stopped` at the end.
+pub async fn run(options: &WorkerOptions, shutdown: CancellationToken) -> Result<()> {
+    let config = options.config()?;
+    let broker = RedisBroker::builder(&options.redis_url)
+        .config(config.clone())
+        .instance_id(&options.instance)
+        .build()
+        .await
+        .map_err(HarnessError::Broker)?;
+    let handler = TickHandler::new(broker.client().clone(), &options.instance);
+    let domain = domain(broker, handler, config)?;
+    let running = domain.start();
+    emit(&Line::new(line::READY).field("instance", &options.instance));
+    shutdown.cancelled().await;
+    running.shutdown().await.map_err(HarnessError::Shutdown)?;
+    emit(&Line::new(line::STOPPED).field("instance", &options.instance));
+    Ok(())
+}
+
+/// The harness's domain: aggregate [`Chaos`] and `handler` on `broker`.
+pub fn domain(broker: RedisBroker, handler: TickHandler, config: Config) -> Result<Domain> {
+    Domain::builder()
+        .aggregate::<Chaos>()
+        .event_handler(handler)
+        .broker(broker)
+        .config(config)
+        .init()
+        .map_err(HarnessError::Domain)
+}
+
+/// Prints one output line.
+fn emit(line: &Line) {
+    println!("{line}");
+}
+
+/// The handler of [`Tick`] events, partitioned by `key`.
+#[derive(Debug, Clone)]
+pub struct TickHandler {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Pool,
+    instance: String,
+    /// Numbers this instance's runs, for unique in-flight markers.
+    runs: AtomicU64,
+}
+
+impl TickHandler {
+    /// A handler recording through `client` (connected to the broker's
+    /// Redis), printing lines as `instance`.
+    pub fn new(client: Pool, instance: impl Into<String>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                instance: instance.into(),
+                runs: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Starts one run on its own task (see the module documentation).
+    fn spawn_run(&self, message: &Envelope, ctx: &HandlerContext) -> Result<tokio::task::JoinHandle<HandlerResult>, HandlerError> {
+        let tick: Tick = message.decode()?;
+        let fence = RedisFence::from_context(ctx)
+            .ok_or("no lease fence on the handler context: not run by the Redis broker")?
+            .clone();
+        let number = self.inner.runs.fetch_add(1, Ordering::Relaxed);
+        let run = Run {
+            inner: Arc::clone(&self.inner),
+            marker: format!("{}:{}:{number}", fence.token(), self.inner.instance),
+            attempt: ctx.attempt(),
+            tick,
+            fence,
+        };
+        Ok(tokio::spawn(run.execute()))
+    }
+}
+
+impl EventHandler for TickHandler {
+    fn descriptor() -> HandlerDescriptor {
+        HandlerDescriptor {
+            name: GROUP,
+            kind: HandlerKind::Event,
+            part_of: Some(CATEGORY),
+            sequential_by: Some("key"),
+            partitioned: true,
+            policy: None,
+            handles: vec![HandledMessage {
+                type_name: Tick::TYPE_NAME,
+                kind: Tick::KIND,
+                category: CATEGORY,
+                method: "on_tick",
+                key: Some(KeyExtractor::new("key", |message| {
+                    message.downcast_ref::<Tick>().map(|tick| Some(tick.key.clone()))
+                })),
+                start: false,
+                policy: None,
+            }],
+        }
+    }
+
+    fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
+        let run = self.spawn_run(message, ctx);
+        Box::pin(async move {
+            match run?.await {
+                Ok(result) => result,
+                Err(join) => Err(format!("the run's task failed: {join}").into()),
+            }
+        })
+    }
+}
+
+/// One run of the handler on one event.
+struct Run {
+    inner: Arc<Inner>,
+    tick: Tick,
+    fence: RedisFence,
+    attempt: u32,
+    /// `{token}:{run id}`: what the in-flight marker holds during this run.
+    marker: String,
+}
+
+impl Run {
+    async fn execute(self) -> HandlerResult {
+        let overlap = self.retrying("record the run's start", || self.begin()).await?;
+        emit(
+            &self
+                .line(line::START)
+                .field("attempt", self.attempt)
+                .field("overlap", u8::from(overlap)),
+        );
+        if self.tick.poison {
+            return self.fail("poison").await;
+        }
+        tokio::time::sleep(Duration::from_millis(self.tick.work_ms)).await;
+        match self.commit().await {
+            Ok(()) => {
+                emit(&self.line(line::DONE));
+                Ok(())
+            }
+            Err(error) if error.is_fenced() => {
+                emit(&self.line(line::FENCED));
+                Err(error.into())
+            }
+            Err(error) => self.fail(&error_chain(&error)).await,
+        }
+    }
+
+    /// `begin.lua`; whether an overlapping run was detected.
+    async fn begin(&self) -> Result<bool, fred::error::Error> {
+        let key = &self.tick.key;
+        let keys = vec![
+            keys::marker(key),
+            self.fence.lease_key().to_owned(),
+            keys::OVERLAPS.to_owned(),
+            keys::starts(key),
+            keys::OVERLAP_LOG.to_owned(),
+        ];
+        let args = vec![Value::from(self.marker.as_str()), Value::from(self.tick.seq.to_string())];
+        let overlap: i64 = self.inner.client.eval(BEGIN, keys, args).await?;
+        Ok(overlap == 1)
+    }
+
+    /// The fenced commit of the run's effect, retrying while Redis fails
+    /// (but not when the fence refuses it).
+    async fn commit(&self) -> Result<(), ordo_redis::Error> {
+        let key = &self.tick.key;
+        let seq = self.tick.seq.to_string();
+        let writes = FencedWrite::new()
+            .rpush(keys::applied(key), format!("{seq}:{}", self.fence.token()))
+            .command("HINCRBY", keys::runs(key), [seq, "1".to_owned()])
+            .del(keys::marker(key));
+        let started = Instant::now();
+        loop {
+            match self.fence.commit(&self.inner.client, &writes).await {
+                Err(ordo_redis::Error::Redis(error)) if started.elapsed() < RETRY_FOR => {
+                    tracing::warn!(%error, key, "committing the effect failed; retrying");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                result => return result.map(drop),
+            }
+        }
+    }
+
+    /// Ends a failed run: clears its marker (so a retry under the same
+    /// lease is not mistaken for an overlap), prints `failed`, returns the
+    /// error.
+    async fn fail(&self, reason: &str) -> HandlerResult {
+        self.retrying("clear the in-flight marker", || async {
+            let _: i64 = self
+                .inner
+                .client
+                .eval(CLEAR, vec![keys::marker(&self.tick.key)], vec![self.marker.as_str()])
+                .await?;
+            Ok(())
+        })
+        .await?;
+        emit(&self.line(line::FAILED).field("reason", reason));
+        Err(format!("event {} of key {} failed: {reason}", self.tick.seq, self.tick.key).into())
+    }
+
+    /// Runs `operation` until it succeeds or [`RETRY_FOR`] passes.
+    async fn retrying<T, F, Fut>(&self, what: &str, mut operation: F) -> Result<T, HandlerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, fred::error::Error>>,
+    {
+        let started = Instant::now();
+        loop {
+            match operation().await {
+                Ok(value) => return Ok(value),
+                Err(error) if started.elapsed() < RETRY_FOR => {
+                    tracing::warn!(%error, key = %self.tick.key, "{what} failed; retrying");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(error) => {
+                    let reason = format!("could not {what}: {error}");
+                    emit(&self.line(line::FAILED).field("reason", &reason));
+                    return Err(reason.into());
+                }
+            }
+        }
+    }
+
+    /// A `kind` line about this run: instance, key, seq and token.
+    fn line(&self, kind: &str) -> Line {
+        Line::new(kind)
+            .field("instance", &self.inner.instance)
+            .field("key", &self.tick.key)
+            .field("seq", self.tick.seq)
+            .field("token", self.fence.token())
+    }
+}
+
+/// An error and its sources, on one line.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,671 @@
+//! Read-only views of the cluster state, for operators and tools (the
+//! `ordo` command line): which categories, consumer groups and live
+//! instances exist, who owns each partition at which generation, how far
+//! behind each group is, and what waits in the dead-letter streams.
+//!
+//! Nothing here writes to Redis. The per-partition queries are pipelined,
+//! [`CHUNK`] partitions per round trip, so a category of 10,000 partitions
+//! costs a few dozen round trips. Finding categories and dead-letter streams
+//! uses `SCAN`, which walks the keyspace incrementally without blocking the
+//! server; pass a category where a command allows it to avoid that walk.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, KeysInterface, SetsInterface, SortedSetsInterface, StreamsInterface};
+use fred::types::scan::ScanType;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use ordo_core::key::{Lane, stream};
+
+use crate::admin::{HaltedPartition, PartitionAdmin};
+use crate::error::{Error, Result};
+use crate::keys::{LeaseKeys, PartitionKeys, group_registry, instances};
+use crate::partition::{StreamEntry, parse_lane};
+use crate::scripts::{RawEntry, array, parse_entries};
+
+/// Partitions queried per pipelined round trip.
+const CHUNK: usize = 256;
+
+/// Keys asked for per `SCAN` step.
+const SCAN_COUNT: u32 = 1_000;
+
+/// When Redis cannot tell a group's lag (entries were deleted with `XDEL`,
+/// or the group was created on a trimmed stream), it is counted with
+/// `XRANGE`, up to this many entries.
+pub const LAG_COUNT_LIMIT: u64 = 100_000;
+
+/// The suffix of every category's partition index (`{category}:__partitions__`).
+const INDEX_SUFFIX: &str = ":__partitions__";
+/// The suffix of every category's group registry (`{category}:__groups__`).
+const REGISTRY_SUFFIX: &str = ":__groups__";
+/// The suffix of every dead-letter stream (`{category}:{key}:dlq`).
+const DLQ_SUFFIX: &str = ":dlq";
+
+/// Read-only queries of the cluster state.
+#[derive(Debug, Clone)]
+pub struct ClusterStatus {
+    client: Pool,
+    backfill_suffix: String,
+}
+
+/// Who holds a lease: `{instance}:{token}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    /// The owning instance's id.
+    pub instance: String,
+    /// The fencing token (generation) it holds the lease at.
+    pub token: u64,
+}
+
+/// A live instance of a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// The instance id (the first half of its lease values).
+    pub id: String,
+    /// How long its announcement lasts without another heartbeat.
+    pub expires_in: Duration,
+}
+
+/// One existing lane stream of a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneStatus {
+    /// Which lane.
+    pub lane: Lane,
+    /// Entries in the stream (acknowledged entries are trimmed, so this is
+    /// roughly what is still to be handled by the slowest group).
+    pub length: u64,
+    /// The id of the last entry ever added.
+    pub last_id: String,
+}
+
+/// How far one consumer group is on one partition (or base stream).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPosition {
+    /// The consumer group (handler name).
+    pub group: String,
+    /// The lease holder, when the partition is owned for this group (a
+    /// `sequential_by` process manager's lease over the key counts too).
+    pub owner: Option<LeaseHolder>,
+    /// Entries not delivered to the group yet, over every lane.
+    pub lag: u64,
+    /// Entries delivered and not acknowledged yet, over every lane: the one
+    /// being handled, or a halted head.
+    pub pending: u64,
+    /// The halt record, when the partition is halted for this group.
+    pub halt: Option<HaltedPartition>,
+}
+
+/// One partition of a category, for every group that consumes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStatus {
+    /// The partition key.
+    pub key: String,
+    /// The lanes that exist, primary first.
+    pub lanes: Vec<LaneStatus>,
+    /// How long ago its newest entry was added (server clock); `None` when
+    /// no lane exists (the partition is indexed but has no stream yet, or it
+    /// is being reaped).
+    pub idle_for: Option<Duration>,
+    /// Each group's position, in the order the groups were asked for.
+    pub groups: Vec<GroupPosition>,
+}
+
+/// An entry of a partition's dead-letter stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The entry id in the dead-letter stream.
+    pub id: String,
+    /// The group whose handler gave up on it.
+    pub group: String,
+    /// The last error.
+    pub error: String,
+    /// How many times it was attempted before it halted the partition.
+    pub attempts: u32,
+    /// The message as it was in its lane: its original entry id, lane, type
+    /// and envelope.
+    pub message: StreamEntry,
+}
+
+impl ClusterStatus {
+    /// Queries through `client`; `backfill_suffix` is the configured
+    /// backfill lane suffix.
+    pub fn new(client: Pool, backfill_suffix: &str) -> Self {
+        Self {
+            client,
+            backfill_suffix: backfill_suffix.to_owned(),
+        }
+    }
+
+    /// Every category that has a partition index or a registered consumer
+    /// group, sorted (walks the keyspace with `SCAN`).
+    pub async fn categories(&self) -> Result<Vec<String>> {
+        let mut categories = BTreeSet::new();
+        for suffix in [INDEX_SUFFIX, REGISTRY_SUFFIX] {
+            let pattern = format!("*{suffix}");
+            for key in self.scan(&pattern, ScanType::Set).await? {
+                if let Some(category) = key.strip_suffix(suffix).filter(|c| !c.is_empty()) {
+                    categories.insert(category.to_owned());
+                }
+            }
+        }
+        Ok(categories.into_iter().collect())
+    }
+
+    /// The consumer groups registered on `category`, sorted.
+    pub async fn groups(&self, category: &str) -> Result<Vec<String>> {
+        let groups: BTreeSet<String> = self.client.smembers(group_registry(category)).await?;
+        Ok(groups.into_iter().collect())
+    }
+
+    /// The live instances of `group` (announced, not expired), sorted by id.
+    pub async fn instances(&self, group: &str) -> Result<Vec<Instance>> {
+        let now = self.server_time_ms().await?;
+        let members: Value = self
+            .client
+            .zrangebyscore(instances(group), format!("({now}"), "+inf", true, None)
+            .await?;
+        let mut live = Vec::new();
+        let scored = if members.is_null() {
+            Vec::new()
+        } else {
+            members.into_zset_result()?
+        };
+        for (id, expiry_ms) in scored {
+            let id = text(id).ok_or_else(|| Error::protocol("ZRANGEBYSCORE", "instance id is not text"))?;
+            // Scores are whole milliseconds, well within f64's exact range.
+            let left_ms = (expiry_ms - now as f64).max(0.0) as u64;
+            live.push(Instance {
+                id,
+                expires_in: Duration::from_millis(left_ms),
+            });
+        }
+        live.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(live)
+    }
+
+    /// The partition keys in `category`'s index, sorted.
+    pub async fn partition_keys(&self, category: &str) -> Result<Vec<String>> {
+        let keys: BTreeSet<String> = self.client.smembers(stream::partitions_index(category)).await?;
+        Ok(keys.into_iter().collect())
+    }
+
+    /// Every indexed partition of `category`, sorted by key, with the
+    /// position of each group in `groups`.
+    pub async fn partitions(&self, category: &str, groups: &[String]) -> Result<Vec<PartitionStatus>> {
+        let keys = self.partition_keys(category).await?;
+        self.partitions_of(category, &keys, groups).await
+    }
+
+    /// The partitions `keys` of `category` (indexed or not), in the given
+    /// order, with the position of each group in `groups`.
+    pub async fn partitions_of(
+        &self,
+        category: &str,
+        keys: &[String],
+        groups: &[String],
+    ) -> Result<Vec<PartitionStatus>> {
+        let now = self.server_time_ms().await?;
+        let halted = self.halted_by_partition(category).await?;
+        let mut statuses = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(CHUNK) {
+            let partitions: Vec<PartitionKeys> = chunk
+                .iter()
+                .map(|key| PartitionKeys::new(category, key, &self.backfill_suffix))
+                .collect();
+            for raw in self.query_chunk(&partitions, groups).await? {
+                statuses.push(self.assemble(raw, groups, now, &halted).await?);
+            }
+        }
+        Ok(statuses)
+    }
+
+    /// The position of each group in `groups` on `category`'s base stream
+    /// (where a category that no handler partitions is published).
+    pub async fn base_stream(&self, category: &str, groups: &[String]) -> Result<Vec<GroupPosition>> {
+        let info: Option<Value> = optional(self.client.xinfo_groups(category).await)?;
+        let mut positions = Vec::with_capacity(groups.len());
+        for group in groups {
+            let lane = match &info {
+                Some(info) => lane_position(info, group, 0)?,
+                None => LanePosition::default(),
+            };
+            let lag = self.resolve_lag(category, &lane).await?;
+            positions.push(GroupPosition {
+                group: group.clone(),
+                owner: None,
+                lag,
+                pending: lane.pending,
+                halt: None,
+            });
+        }
+        Ok(positions)
+    }
+
+    /// The entry `group` handles next on partition `category:key`: its
+    /// first pending (delivered, unacknowledged) entry, else its first
+    /// undelivered one; the primary lane before the backfill lane. `None`
+    /// when the group is caught up.
+    pub async fn next_entry(&self, group: &str, category: &str, key: &str) -> Result<Option<StreamEntry>> {
+        let partition = PartitionKeys::new(category, key, &self.backfill_suffix);
+        for lane in [Lane::Primary, Lane::Backfill] {
+            let name = partition.lane(lane);
+            let Some(info) = optional::<Value>(self.client.xinfo_groups(name).await)? else {
+                continue;
+            };
+            let position = lane_position(&info, group, 0)?;
+            let from = if position.pending > 0 {
+                let pending: Value = self.client.xpending(name, group, ("-", "+", 1)).await?;
+                let first = array(pending).into_iter().next().map(array).unwrap_or_default();
+                match first.into_iter().next().and_then(text) {
+                    Some(id) => id,
+                    None => continue,
+                }
+            } else {
+                match &position.last_delivered {
+                    Some(last) => format!("({last}"),
+                    None => "-".to_owned(),
+                }
+            };
+            let entries: Value = self.client.xrange(name, from.as_str(), "+", Some(1)).await?;
+            if let Some(raw) = parse_entries("XRANGE", entries)?.into_iter().next() {
+                return Ok(Some(StreamEntry::from_raw(raw, lane)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The entries of partition `category:key`'s dead-letter stream,
+    /// oldest first.
+    pub async fn dead_letters(&self, category: &str, key: &str) -> Result<Vec<DeadLetter>> {
+        let dlq = PartitionKeys::new(category, key, &self.backfill_suffix).dlq();
+        let entries: Value = self.client.xrange(dlq.as_str(), "-", "+", None).await?;
+        parse_entries("XRANGE", entries)?
+            .into_iter()
+            .map(|raw| dead_letter(&dlq, raw))
+            .collect()
+    }
+
+    /// The keys of `category` that have a dead-letter stream, sorted (walks
+    /// the keyspace with `SCAN`).
+    pub async fn dead_letter_keys(&self, category: &str) -> Result<Vec<String>> {
+        let prefix = format!("{category}:");
+        let pattern = format!("{}*{DLQ_SUFFIX}", glob_escape(&prefix));
+        let mut keys: Vec<String> = self
+            .scan(&pattern, ScanType::Stream)
+            .await?
+            .into_iter()
+            .filter_map(|name| {
+                let key = name.strip_prefix(&prefix)?.strip_suffix(DLQ_SUFFIX)?;
+                // Keys never contain `:`; anything else is not a partition's DLQ.
+                (!key.is_empty() && !key.contains(':')).then(|| key.to_owned())
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    /// The Redis server clock, in ms since the Unix epoch (stream ids,
+    /// halt times and instance expiries all use it).
+    pub async fn server_time_ms(&self) -> Result<u64> {
+        let command = CustomCommand::new_static("TIME", ClusterHash::Random, false);
+        let reply: Value = self.client.next().custom(command, Vec::<Value>::new()).await?;
+        let parts = array(reply);
+        let number = |index: usize| {
+            parts
+                .get(index)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| Error::protocol("TIME", "reply is not two numbers"))
+        };
+        Ok(number(0)? * 1_000 + number(1)? / 1_000)
+    }
+
+    /// Every key matching `pattern` of type `kind`.
+    async fn scan(&self, pattern: &str, kind: ScanType) -> Result<Vec<String>> {
+        let client = self.client.next();
+        let mut cursor = "0".to_owned();
+        let mut found = Vec::new();
+        loop {
+            let page: Value = client
+                .scan_page(
+                    cursor.clone(),
+                    pattern.to_owned(),
+                    Some(SCAN_COUNT),
+                    Some(kind.clone()),
+                )
+                .await?;
+            let mut parts = array(page).into_iter();
+            cursor = parts
+                .next()
+                .and_then(text)
+                .ok_or_else(|| Error::protocol("SCAN", "reply has no cursor"))?;
+            found.extend(
+                parts
+                    .next()
+                    .map(array)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(text),
+            );
+            if cursor == "0" {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// The halt records of `category`, by (key, group).
+    async fn halted_by_partition(
+        &self,
+        category: &str,
+    ) -> Result<HashMap<(String, String), HaltedPartition>> {
+        let admin = PartitionAdmin::new(self.client.clone(), &self.backfill_suffix);
+        Ok(admin
+            .halted()
+            .await?
+            .into_iter()
+            .filter(|h| h.category == category)
+            .map(|h| ((h.key.clone(), h.group.clone()), h))
+            .collect())
+    }
+
+    /// One pipelined round trip for `partitions`: per lane `XINFO STREAM`
+    /// and `XINFO GROUPS`, per group the partition lease and the process
+    /// manager lease over the key.
+    async fn query_chunk(
+        &self,
+        partitions: &[PartitionKeys],
+        groups: &[String],
+    ) -> Result<Vec<RawPartition>> {
+        let pipeline = self.client.next().pipeline();
+        for partition in partitions {
+            for lane in [Lane::Primary, Lane::Backfill] {
+                let _: () = pipeline.xinfo_stream(partition.lane(lane), false, None).await?;
+                let _: () = pipeline.xinfo_groups(partition.lane(lane)).await?;
+            }
+            for group in groups {
+                let _: () = pipeline.get(partition.lease(group).lease).await?;
+                let _: () = pipeline
+                    .get(LeaseKeys::process(group, partition.key()).lease)
+                    .await?;
+            }
+        }
+        let mut replies = pipeline.try_all::<Value>().await.into_iter();
+        let mut next = move || replies.next().unwrap_or(Ok(Value::Null));
+        let mut raws = Vec::with_capacity(partitions.len());
+        for partition in partitions {
+            let mut lanes = Vec::with_capacity(2);
+            for lane in [Lane::Primary, Lane::Backfill] {
+                let info = optional(next())?;
+                let groups = optional(next())?;
+                lanes.push((lane, info, groups));
+            }
+            let mut leases = Vec::with_capacity(groups.len());
+            for _ in groups {
+                let partition_lease = next()?;
+                let process_lease = next()?;
+                leases.push(holder(partition_lease).or_else(|| holder(process_lease)));
+            }
+            raws.push(RawPartition {
+                partition: partition.clone(),
+                lanes,
+                leases,
+            });
+        }
+        Ok(raws)
+    }
+
+    /// Turns one partition's raw replies into its status.
+    async fn assemble(
+        &self,
+        raw: RawPartition,
+        groups: &[String],
+        now_ms: u64,
+        halted: &HashMap<(String, String), HaltedPartition>,
+    ) -> Result<PartitionStatus> {
+        let mut lanes = Vec::new();
+        let mut newest_ms = None;
+        let mut positions: Vec<GroupPosition> = groups
+            .iter()
+            .zip(raw.leases)
+            .map(|(group, owner)| GroupPosition {
+                group: group.clone(),
+                owner,
+                lag: 0,
+                pending: 0,
+                halt: halted
+                    .get(&(raw.partition.key().to_owned(), group.clone()))
+                    .cloned(),
+            })
+            .collect();
+        for (lane, info, group_info) in raw.lanes {
+            let Some(info) = info else { continue };
+            let info = flat_map(info);
+            let length = info.get("length").and_then(Value::as_u64).unwrap_or(0);
+            let last_id = info
+                .get("last-generated-id")
+                .and_then(|v| text(v.clone()))
+                .unwrap_or_default();
+            let last_ms = id_ms(&last_id);
+            newest_ms = newest_ms.max(Some(last_ms));
+            let name = raw.partition.lane(lane);
+            for position in &mut positions {
+                let lane_position = match &group_info {
+                    Some(group_info) => lane_position(group_info, &position.group, length)?,
+                    // Not read by any group yet: the group starts at the beginning.
+                    None => LanePosition::unread(length),
+                };
+                position.lag += self.resolve_lag(name, &lane_position).await?;
+                position.pending += lane_position.pending;
+            }
+            lanes.push(LaneStatus {
+                lane,
+                length,
+                last_id,
+            });
+        }
+        Ok(PartitionStatus {
+            key: raw.partition.key().to_owned(),
+            lanes,
+            idle_for: newest_ms.map(|ms| Duration::from_millis(now_ms.saturating_sub(ms))),
+            groups: positions,
+        })
+    }
+
+    /// The lag Redis reported, or (when it could not tell) the entries after
+    /// the last delivered one, counted up to [`LAG_COUNT_LIMIT`].
+    async fn resolve_lag(&self, stream: &str, position: &LanePosition) -> Result<u64> {
+        if let Some(lag) = position.lag {
+            return Ok(lag);
+        }
+        let from = match &position.last_delivered {
+            Some(last) => format!("({last}"),
+            None => "-".to_owned(),
+        };
+        let mut counted = 0;
+        let mut from = from;
+        while counted < LAG_COUNT_LIMIT {
+            let page: Value = self
+                .client
+                .xrange(stream, from.as_str(), "+", Some(1_000))
+                .await?;
+            let ids: Vec<String> = array(page)
+                .into_iter()
+                .filter_map(|entry| array(entry).into_iter().next().and_then(text))
+                .collect();
+            let Some(last) = ids.last() else { break };
+            counted += ids.len() as u64;
+            from = format!("({last}");
+        }
+        Ok(counted.min(LAG_COUNT_LIMIT))
+    }
+}
+
+/// The raw replies of one partition's queries.
+#[derive(Debug)]
+struct RawPartition {
+    partition: PartitionKeys,
+    /// Per lane: `XINFO STREAM` and `XINFO GROUPS` (`None`: no such stream).
+    lanes: Vec<(Lane, Option<Value>, Option<Value>)>,
+    /// Per group: the lease holder.
+    leases: Vec<Option<LeaseHolder>>,
+}
+
+/// One group's position on one stream, as `XINFO GROUPS` reports it.
+#[derive(Debug, Default)]
+struct LanePosition {
+    /// `None` when Redis cannot tell it.
+    lag: Option<u64>,
+    pending: u64,
+    /// `None` when nothing was delivered yet.
+    last_delivered: Option<String>,
+}
+
+impl LanePosition {
+    /// A group that has not read a stream of `length` entries yet.
+    fn unread(length: u64) -> Self {
+        Self {
+            lag: Some(length),
+            pending: 0,
+            last_delivered: None,
+        }
+    }
+}
+
+/// `group`'s position in an `XINFO GROUPS` reply; a group missing from it
+/// has not read the stream yet (its first read creates it at the start).
+fn lane_position(info: &Value, group: &str, length: u64) -> Result<LanePosition> {
+    for entry in array(info.clone()) {
+        let fields = flat_map(entry);
+        if fields.get("name").and_then(|v| text(v.clone())).as_deref() != Some(group) {
+            continue;
+        }
+        let pending = fields.get("pending").and_then(Value::as_u64).unwrap_or(0);
+        let last_delivered = fields
+            .get("last-delivered-id")
+            .and_then(|v| text(v.clone()))
+            .filter(|id| id != "0-0");
+        let lag = fields.get("lag").and_then(Value::as_u64);
+        return Ok(LanePosition {
+            lag,
+            pending,
+            last_delivered,
+        });
+    }
+    Ok(LanePosition::unread(length))
+}
+
+/// The holder in a lease value `{instance}:{token}`.
+fn holder(value: Value) -> Option<LeaseHolder> {
+    let value = text(value)?;
+    let (instance, token) = value.rsplit_once(':')?;
+    Some(LeaseHolder {
+        instance: instance.to_owned(),
+        token: token.parse().ok()?,
+    })
+}
+
+/// A dead-letter entry as `resolve.lua` writes it.
+fn dead_letter(dlq: &str, raw: RawEntry) -> Result<DeadLetter> {
+    let field = |name: &str| {
+        raw.field(name).map(str::to_owned).ok_or_else(|| {
+            Error::protocol(
+                "dead letter",
+                format!("entry {} of `{dlq}` has no `{name}`", raw.id),
+            )
+        })
+    };
+    let lane = parse_lane(&field("lane")?)?;
+    let source_id = field("source_id")?;
+    let group = field("group")?;
+    let error = field("error")?;
+    let attempts = field("attempts")?.parse().unwrap_or(u32::MAX);
+    let id = raw.id.clone();
+    let message = StreamEntry::from_raw(
+        RawEntry {
+            id: source_id,
+            fields: raw.fields,
+        },
+        lane,
+    );
+    Ok(DeadLetter {
+        id,
+        group,
+        error,
+        attempts,
+        message,
+    })
+}
+
+/// `Ok(None)` for the error Redis gives about a stream that does not exist.
+fn optional<T>(result: std::result::Result<T, fred::error::Error>) -> Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(error) if error.details().contains("no such key") => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// A flat `name, value, ...` reply (or a RESP3 map, which [`array`]
+/// flattens) as a map.
+fn flat_map(value: Value) -> HashMap<String, Value> {
+    let mut map = HashMap::new();
+    let mut flat = array(value).into_iter();
+    while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
+        if let Some(name) = text(name) {
+            map.insert(name, value);
+        }
+    }
+    map
+}
+
+fn text(value: Value) -> Option<String> {
+    value.as_str().map(|s| s.into_owned())
+}
+
+/// The millisecond part of a stream id.
+fn id_ms(id: &str) -> u64 {
+    id.split('-').next().and_then(|ms| ms.parse().ok()).unwrap_or(0)
+}
+
+/// `text` with glob metacharacters escaped, for `SCAN MATCH`.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_values_name_instance_and_token() {
+        let parsed = holder(Value::from("3f1c:ab:1764438000000123"));
+        assert_eq!(
+            parsed,
+            Some(LeaseHolder {
+                instance: "3f1c:ab".to_owned(),
+                token: 1_764_438_000_000_123,
+            })
+        );
+        assert_eq!(holder(Value::Null), None);
+        assert_eq!(holder(Value::from("no-token")), None);
+    }
+
+    #[test]
+    fn glob_metacharacters_are_escaped() {
+        assert_eq!(glob_escape("a*b?[c]\\:"), "a\\*b\\?\\[c\\]\\\\:");
+    }
+
+    #[test]
+    fn stream_ids_give_their_milliseconds() {
+        assert_eq!(id_ms("1795977929844-3"), 1_795_977_929_844);
+        assert_eq!(id_ms("0-0"), 0);
+    }
+}

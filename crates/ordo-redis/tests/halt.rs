@@ -1,0 +1,224 @@
+//! Halt on poison and the operator API, against a real Redis.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::StreamsInterface;
+use fred::types::Value;
+use ordo_core::broker::Broker;
+use ordo_core::handler::HandlerKind;
+use ordo_core::key::Lane;
+use ordo_redis::{Error, HaltedPartition, PartitionAdmin};
+use ordo_testkit::Redis;
+
+use common::{Outcome, Recorder, Running, broker, config, eventually, pool, publication, subscription};
+
+const MAX_RETRIES: u32 = 2;
+
+async fn halted_on(admin: &PartitionAdmin, key: &str) -> anyhow::Result<Option<HaltedPartition>> {
+    Ok(admin.halted().await?.into_iter().find(|h| h.key == key))
+}
+
+async fn wait_halted(admin: &PartitionAdmin, key: &str) -> anyhow::Result<HaltedPartition> {
+    eventually(
+        Duration::from_secs(10),
+        &format!("partition {key} to halt"),
+        || async { Ok(halted_on(admin, key).await?.is_some()) },
+    )
+    .await?;
+    Ok(halted_on(admin, key).await?.expect("halted"))
+}
+
+async fn wait_seqs(recorder: &Recorder, key: &str, expected: &[u64]) -> anyhow::Result<()> {
+    eventually(
+        Duration::from_secs(10),
+        &format!("{key} to handle {expected:?}"),
+        || async { Ok(recorder.seqs(key) == expected) },
+    )
+    .await
+}
+
+/// `bad` fails on seq 1 while `fail` says so; everything else succeeds.
+fn poison(fail: Arc<std::sync::atomic::AtomicBool>) -> Recorder {
+    Recorder::with(Arc::new(move |key, seq, _| {
+        if key.starts_with("bad") && seq == 1 && fail.load(std::sync::atomic::Ordering::SeqCst) {
+            Outcome::Fail
+        } else {
+            Outcome::Succeed
+        }
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_halts_its_partition_only_and_each_operator_action_does_what_it_says()
+-> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let recorder = poison(fail.clone());
+    let a = broker(&url, config(3_000, 3_600_000, MAX_RETRIES)).await?;
+    let admin = a.admin();
+    let mut publications = Vec::new();
+    for seq in 0..4 {
+        for key in ["bad", "bad2", "good"] {
+            publications.push(publication(&category, key, seq, Lane::Primary));
+        }
+    }
+    a.publish(&publications).await?;
+    let run = Running::start(
+        &a,
+        vec![subscription(
+            "P",
+            HandlerKind::Event,
+            &[&category],
+            true,
+            Arc::new(recorder.clone()),
+        )],
+    );
+
+    // The poison halts `bad` and `bad2` at seq 1; `good` flows.
+    wait_seqs(&recorder, "good", &[0, 1, 2, 3]).await?;
+    let halt = wait_halted(&admin, "bad").await?;
+    wait_halted(&admin, "bad2").await?;
+    assert_eq!(recorder.seqs("bad"), [0]);
+    assert_eq!(
+        (halt.group.as_str(), halt.category.as_str(), halt.lane),
+        ("P", category.as_str(), Lane::Primary)
+    );
+    assert_eq!(halt.attempts, MAX_RETRIES + 1);
+    assert!(halt.error.contains("poison bad/1"), "{}", halt.error);
+    assert_eq!(halt.owner, a.instance_id());
+    let attempts = |key: &str| {
+        recorder
+            .record
+            .lock()
+            .unwrap()
+            .attempts
+            .get(&(key.to_owned(), 1))
+            .copied()
+    };
+    assert_eq!(attempts("bad"), Some(MAX_RETRIES + 1));
+
+    // Inspect shows the head message.
+    let inspection = admin.inspect("P", &category, "bad").await?;
+    let head = inspection.head.expect("the head is still in the stream");
+    assert_eq!(head.id(), halt.head);
+    assert_eq!(common::seq_of(&head.decode()?), 1);
+    assert!(inspection.deliveries.is_some_and(|d| d >= 1));
+
+    // Retry: the owner runs the head again (and halts again, still failing).
+    admin.retry("P", &category, "bad").await?;
+    eventually(
+        Duration::from_secs(10),
+        "the retried head to halt again",
+        || async {
+            Ok(attempts("bad") == Some(2 * (MAX_RETRIES + 1)) && halted_on(&admin, "bad").await?.is_some())
+        },
+    )
+    .await?;
+
+    // Skip: the head is acknowledged unhandled; the partition resumes after it.
+    let skipped = admin.skip("P", &category, "bad").await?;
+    assert_eq!(skipped, halt.head);
+    wait_seqs(&recorder, "bad", &[0, 2, 3]).await?;
+    assert!(halted_on(&admin, "bad").await?.is_none());
+
+    // Dead-letter: the head goes to `{category}:bad2:dlq` with its error.
+    admin.dead_letter("P", &category, "bad2").await?;
+    wait_seqs(&recorder, "bad2", &[0, 2, 3]).await?;
+    let client = pool(&url).await?;
+    let dlq: Value = client
+        .xrange(format!("{category}:bad2:dlq"), "-", "+", None)
+        .await?;
+    let dlq = dlq.into_array();
+    assert_eq!(dlq.len(), 1, "one dead letter");
+    let text = format!("{:?}", dlq[0]);
+    assert!(
+        text.contains("poison bad2/1") && text.contains("envelope"),
+        "{text}"
+    );
+
+    // Every action refuses a partition that is not halted.
+    for result in [
+        admin.skip("P", &category, "good").await,
+        admin.retry("P", &category, "good").await,
+        admin.dead_letter("P", &category, "good").await,
+    ] {
+        assert!(matches!(result, Err(Error::NotHalted { .. })), "{result:?}");
+    }
+    assert!(matches!(
+        admin.inspect("P", &category, "good").await,
+        Err(Error::NotHalted { .. })
+    ));
+    assert!(admin.halted().await?.is_empty());
+    run.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_halt_survives_a_failover_and_the_new_owner_does_not_rerun_the_head() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let recorder = poison(fail.clone());
+    let sub = || {
+        subscription(
+            "P",
+            HandlerKind::Event,
+            &[&category],
+            true,
+            Arc::new(recorder.clone()),
+        )
+    };
+    let a = broker(&url, config(3_000, 3_600_000, MAX_RETRIES)).await?;
+    a.publish(
+        &(0..3)
+            .map(|s| publication(&category, "bad", s, Lane::Primary))
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    let run_a = Running::start(&a, vec![sub()]);
+    let admin = a.admin();
+    let halt = wait_halted(&admin, "bad").await?;
+    run_a.stop().await?;
+
+    // A new owner takes over; the fix is deployed (the head would now succeed).
+    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    let b = broker(&url, config(3_000, 3_600_000, MAX_RETRIES)).await?;
+    let run_b = Running::start(&b, vec![sub()]);
+    let client = pool(&url).await?;
+    let lease = ordo_redis::PartitionKeys::new(&category, "bad", "backfill")
+        .lease("P")
+        .lease;
+    eventually(
+        Duration::from_secs(10),
+        "b to own the halted partition",
+        || async {
+            let holder: Option<String> = fred::interfaces::KeysInterface::get(&client, &lease).await?;
+            Ok(holder.is_some_and(|h| h.starts_with(b.instance_id())))
+        },
+    )
+    .await?;
+    // B owns it. Had B ignored the halt it would run the head on its first
+    // read, within a poll interval; give it five.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(halted_on(&admin, "bad").await?, Some(halt.clone()));
+    let attempts = recorder
+        .record
+        .lock()
+        .unwrap()
+        .attempts
+        .get(&("bad".to_owned(), 1))
+        .copied();
+    assert_eq!(attempts, Some(MAX_RETRIES + 1));
+
+    // The operator retries: B runs the head (now succeeding) and the rest.
+    admin.retry("P", &category, "bad").await?;
+    wait_seqs(&recorder, "bad", &[0, 1, 2]).await?;
+    run_b.stop().await?;
+    Ok(())
+}

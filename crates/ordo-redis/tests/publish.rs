@@ -1,0 +1,155 @@
+//! Publishing, against a real Redis: stream and index together, registered
+//! groups on new streams, base streams, and publishes racing reaps.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use fred::interfaces::{KeysInterface, LuaInterface, SetsInterface, StreamsInterface};
+use fred::types::Value;
+use ordo_core::broker::{Broker, Publication};
+use ordo_core::key::Lane;
+use ordo_redis::{PartitionKeys, Partitions, ReadOutcome, ReapOutcome};
+use ordo_testkit::Redis;
+
+use common::{broker, config, envelope, pool, publication};
+
+#[tokio::test]
+async fn a_publish_writes_the_stream_the_index_and_the_registered_groups() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let a = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let _: Value = client
+        .sadd(format!("{category}:__groups__"), vec!["G1", "G2"])
+        .await?;
+
+    a.publish(&[
+        publication(&category, "k1", 0, Lane::Primary),
+        publication(&category, "k2", 0, Lane::Backfill),
+        Publication {
+            stream: category.clone(),
+            lane: Lane::Primary,
+            envelope: envelope(&category, "Happened", None, 0),
+        },
+    ])
+    .await?;
+
+    let indexed: BTreeSet<String> = client.smembers(format!("{category}:__partitions__")).await?;
+    assert_eq!(indexed, BTreeSet::from(["k1".to_owned(), "k2".to_owned()]));
+    assert_eq!(client.xlen::<u64, _>(format!("{category}:k1")).await?, 1);
+    assert_eq!(client.xlen::<u64, _>(format!("{category}:k2:backfill")).await?, 1);
+    assert_eq!(client.xlen::<u64, _>(&category).await?, 1, "the base stream");
+    assert!(!client.exists::<bool, _>(format!("{category}:k2")).await?);
+    let groups: Value = client.xinfo_groups(format!("{category}:k1")).await?;
+    let text = format!("{groups:?}");
+    assert!(
+        text.contains("G1") && text.contains("G2"),
+        "registered groups created: {text}"
+    );
+    Ok(())
+}
+
+/// LESSONS.md item 5: with SADD and XADD as two steps, a reap between them
+/// left a message on an unindexed stream. Here publishes race reaps of the
+/// same partition; afterwards every message is either consumed or on an
+/// indexed stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_racing_a_reap_never_strands_a_message() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("race");
+    let partition = PartitionKeys::new(&category, "k", "backfill");
+    let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let owner = Partitions::new(pool(&url).await?, "reaper", Duration::from_secs(15));
+    let total = 300u64;
+
+    let publishing = {
+        let category = category.clone();
+        tokio::spawn(async move {
+            for seq in 0..total {
+                publisher
+                    .publish(&[publication(&category, "k", seq, Lane::Primary)])
+                    .await?;
+                // Pacing, so the partition drains (and is reaped) between publishes.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    // A watcher checks, atomically and over and over, that the stream never
+    // exists without its index entry (what a two-step publish racing a reap
+    // produces between its SADD and its XADD).
+    let watching = {
+        let client = pool(&url).await?;
+        let (stream, index) = (partition.primary().to_owned(), partition.index());
+        let publishing_done = publishing.abort_handle();
+        tokio::spawn(async move {
+            let mut checks = 0u64;
+            while !publishing_done.is_finished() {
+                let unindexed: i64 = client
+                    .eval(
+                        "return redis.call('EXISTS', KEYS[1]) == 1 and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 0 and 1 or 0",
+                        vec![stream.clone(), index.clone()],
+                        vec!["k"],
+                    )
+                    .await?;
+                anyhow::ensure!(unindexed == 0, "the stream existed without its index entry");
+                checks += 1;
+            }
+            anyhow::Ok(checks)
+        })
+    };
+    // Like a consumer, find the partition through the index only; consume
+    // everything and reap as soon as it is drained.
+    let mut consumed = Vec::new();
+    let mut reaps = 0;
+    let client = owner.client().clone();
+    loop {
+        if !client.sismember::<bool, _, _>(partition.index(), "k").await? {
+            if publishing.is_finished() {
+                break;
+            }
+            tokio::task::yield_now().await;
+            continue;
+        }
+        let Some(lease) = owner.acquire("G", &partition).await? else {
+            anyhow::bail!("nobody else holds the lease");
+        };
+        match owner.read(&lease, "G", &partition, 100).await? {
+            ReadOutcome::Entries { entries, .. } => {
+                let ids: Vec<&str> = entries.iter().map(|e| e.id()).collect();
+                owner.ack(&lease, "G", &partition, Lane::Primary, &ids).await?;
+                for entry in &entries {
+                    consumed.push(common::seq_of(&entry.decode()?));
+                }
+            }
+            ReadOutcome::Idle(_) | ReadOutcome::Gone => {
+                if owner.reap(&lease, &partition, Duration::from_millis(1)).await? == ReapOutcome::Reaped {
+                    reaps += 1;
+                }
+            }
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    publishing.await??;
+    let checks = watching.await??;
+    assert!(checks > 10, "the watcher ran ({checks} checks)");
+    consumed.sort_unstable();
+    assert_eq!(
+        consumed,
+        (0..total).collect::<Vec<_>>(),
+        "every message consumed exactly once"
+    );
+    assert!(
+        reaps >= 10,
+        "the partition was reaped while publishing went on ({reaps} reaps)"
+    );
+    assert!(
+        !client.exists::<bool, _>(partition.primary()).await?,
+        "no stream is left behind its index entry"
+    );
+    Ok(())
+}
