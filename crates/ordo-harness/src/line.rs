@@ -96,12 +96,18 @@ impl Line {
 
     /// The value of field `name`.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Every field, by name.
     pub fn fields(&self) -> BTreeMap<&str, &str> {
-        self.fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect()
+        self.fields
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect()
     }
 
     /// The `instance` field.
@@ -168,10 +174,15 @@ mod tests {
 
     #[test]
     fn the_reason_runs_to_the_end_of_the_line() {
-        let line = Line::new(FAILED).field("key", "a b").field("reason", "redis command failed: IO");
+        let line = Line::new(FAILED)
+            .field("key", "a b")
+            .field("reason", "redis command failed: IO");
         let text = line.to_string();
         assert_eq!(text, "failed key=a_b reason=redis command failed: IO");
-        assert_eq!(Line::parse(&text).unwrap().get("reason"), Some("redis command failed: IO"));
+        assert_eq!(
+            Line::parse(&text).unwrap().get("reason"),
+            Some("redis command failed: IO")
+        );
     }
 
     #[test]

@@ -84,7 +84,10 @@ pub async fn publish(options: &PublishOptions) -> Result<u64> {
         uow.commit().await.map_err(HarnessError::Commit)?;
     }
     let started = Instant::now();
-    if tokio::time::timeout(options.deadline, domain.settle()).await.is_err() {
+    if tokio::time::timeout(options.deadline, domain.settle())
+        .await
+        .is_err()
+    {
         return Err(HarnessError::PublishTimeout {
             waited_ms: started.elapsed().as_millis(),
         });

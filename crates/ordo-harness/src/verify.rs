@@ -243,7 +243,10 @@ mod tests {
     use super::*;
 
     fn applied(entries: &[(u64, u64)]) -> Vec<Applied> {
-        entries.iter().map(|&(seq, token)| Applied { seq, token }).collect()
+        entries
+            .iter()
+            .map(|&(seq, token)| Applied { seq, token })
+            .collect()
     }
 
     fn report(published: u64, entries: &[(u64, u64)]) -> KeyReport {

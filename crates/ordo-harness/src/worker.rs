@@ -191,21 +191,20 @@ impl TickHandler {
         }
     }
 
-    /// Starts one run on its own task (see the module documentation).
-    fn spawn_run(&self, message: &Envelope, ctx: &HandlerContext) -> Result<tokio::task::JoinHandle<HandlerResult>, HandlerError> {
+    /// Prepares one run of `message`.
+    fn prepare(&self, message: &Envelope, ctx: &HandlerContext) -> Result<Run, HandlerError> {
         let tick: Tick = message.decode()?;
         let fence = RedisFence::from_context(ctx)
             .ok_or("no lease fence on the handler context: not run by the Redis broker")?
             .clone();
         let number = self.inner.runs.fetch_add(1, Ordering::Relaxed);
-        let run = Run {
+        Ok(Run {
             inner: Arc::clone(&self.inner),
             marker: format!("{}:{}:{number}", fence.token(), self.inner.instance),
             attempt: ctx.attempt(),
             tick,
             fence,
-        };
-        Ok(tokio::spawn(run.execute()))
+        })
     }
 }
 
@@ -233,9 +232,11 @@ impl EventHandler for TickHandler {
     }
 
     fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
-        let run = self.spawn_run(message, ctx);
+        let run = self.prepare(message, ctx);
         Box::pin(async move {
-            match run?.await {
+            // On a task of its own, which aborting this future does not stop
+            // (see the module documentation).
+            match tokio::spawn(run?.execute()).await {
                 Ok(result) => result,
                 Err(join) => Err(format!("the run's task failed: {join}").into()),
             }
@@ -289,7 +290,10 @@ impl Run {
             keys::starts(key),
             keys::OVERLAP_LOG.to_owned(),
         ];
-        let args = vec![Value::from(self.marker.as_str()), Value::from(self.tick.seq.to_string())];
+        let args = vec![
+            Value::from(self.marker.as_str()),
+            Value::from(self.tick.seq.to_string()),
+        ];
         let overlap: i64 = self.inner.client.eval(BEGIN, keys, args).await?;
         Ok(overlap == 1)
     }
@@ -323,13 +327,21 @@ impl Run {
             let _: i64 = self
                 .inner
                 .client
-                .eval(CLEAR, vec![keys::marker(&self.tick.key)], vec![self.marker.as_str()])
+                .eval(
+                    CLEAR,
+                    vec![keys::marker(&self.tick.key)],
+                    vec![self.marker.as_str()],
+                )
                 .await?;
             Ok(())
         })
         .await?;
         emit(&self.line(line::FAILED).field("reason", reason));
-        Err(format!("event {} of key {} failed: {reason}", self.tick.seq, self.tick.key).into())
+        Err(format!(
+            "event {} of key {} failed: {reason}",
+            self.tick.seq, self.tick.key
+        )
+        .into())
     }
 
     /// Runs `operation` until it succeeds or [`RETRY_FOR`] passes.

@@ -2,6 +2,7 @@
 //! consumer, behind ordo-core's [`Broker`] contract.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fred::clients::Pool;
@@ -46,6 +47,9 @@ struct Inner {
     url: String,
     settings: Settings,
     partitions: Partitions,
+    /// Whether a consumer runs: two consumers with one instance id would
+    /// both take a lease this instance holds for their own.
+    running: AtomicBool,
 }
 
 /// Configures a [`RedisBroker`].
@@ -157,6 +161,7 @@ impl RedisBrokerBuilder {
                 url: self.url,
                 settings,
                 partitions,
+                running: AtomicBool::new(false),
             }),
         })
     }
@@ -191,6 +196,7 @@ impl RedisBrokerBuilder {
             backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),
             read_batch: self.read_batch,
             wake_block: partitioning.poll_interval().max(Duration::from_millis(1)),
+            max_concurrency: partitioning.max_concurrency(),
         })
     }
 }
@@ -215,15 +221,21 @@ impl Broker for RedisBroker {
     ) -> BoxFuture<'static, Result<(), BrokerError>> {
         let inner = self.inner.clone();
         Box::pin(async move {
-            consumer::run(
+            if inner.running.swap(true, Ordering::SeqCst) {
+                return Err(Box::new(Error::AlreadyRunning {
+                    instance: inner.partitions.instance().to_owned(),
+                }) as BrokerError);
+            }
+            let result = consumer::run(
                 inner.url.clone(),
                 inner.settings.clone(),
                 inner.partitions.clone(),
                 subscriptions,
                 shutdown,
             )
-            .await
-            .map_err(|error| Box::new(error) as BrokerError)
+            .await;
+            inner.running.store(false, Ordering::SeqCst);
+            result.map_err(|error| Box::new(error) as BrokerError)
         })
     }
 }

@@ -58,3 +58,15 @@ pub(crate) fn connect_in_background<C: ClientLike>(client: &C) {
     // on the way are retried by the reconnect policy.
     drop(client.connect());
 }
+
+/// Closes `client`'s connection, waiting at most `patience` (a connection
+/// still blocked in a read may not answer `QUIT` promptly; dropping the
+/// client closes it anyway).
+pub(crate) async fn quit<C: ClientLike>(client: &C, patience: Duration) {
+    if tokio::time::timeout(patience, client.quit()).await.is_err() {
+        tracing::debug!(
+            ?patience,
+            "QUIT did not complete in time; dropping the connection"
+        );
+    }
+}

@@ -57,6 +57,14 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// `run` was called while this broker's consumer already runs: one
+    /// instance id serves one consumer (build another broker for another).
+    #[error("the consumer of instance `{instance}` is already running")]
+    AlreadyRunning {
+        /// The instance id.
+        instance: String,
+    },
+
     /// The broker was configured with an invalid value.
     #[error("invalid broker configuration: `{key}` {reason}")]
     Config {

@@ -51,8 +51,9 @@ pub use error::{Error, Result};
 pub use fence::{FencedWrite, RedisFence};
 pub use keys::{LeaseKeys, PartitionKeys};
 pub use lease::Lease;
-pub use process::RedisProcessStore;
 pub use partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome, StreamEntry};
+pub use process::RedisProcessStore;
 pub use status::{
-    ClusterStatus, DeadLetter, GroupPosition, Instance, LAG_COUNT_LIMIT, LaneStatus, LeaseHolder, PartitionStatus,
+    ClusterStatus, DeadLetter, GroupPosition, Instance, LAG_COUNT_LIMIT, LaneStatus, LeaseHolder,
+    PartitionStatus,
 };

@@ -74,7 +74,10 @@ impl ProcessStore for RedisProcessStore {
                     .await
                     .map_err(|e| storage(manager, correlation, e.into()));
             };
-            match fence.commit(&self.client, &FencedWrite::new().set(key, state)).await {
+            match fence
+                .commit(&self.client, &FencedWrite::new().set(key, state))
+                .await
+            {
                 Ok(_) => Ok(()),
                 Err(Error::Fenced { .. }) => Err(ProcessStoreError::Fenced {
                     manager: manager.to_owned(),

@@ -500,12 +500,28 @@ async fn a_handler_blocking_longer_than_the_lease_does_not_lose_it() -> anyhow::
     let category = common::category("order");
     let ttl_ms = 1_000;
     let recorder = Recorder::with(Arc::new(|_, seq, _| {
-        if seq == 0 { Outcome::Block(Duration::from_millis(2_500)) } else { Outcome::Succeed }
+        if seq == 0 {
+            Outcome::Block(Duration::from_millis(2_500))
+        } else {
+            Outcome::Succeed
+        }
     }));
-    let sub = || subscription("P", HandlerKind::Event, &[&category], true, Arc::new(recorder.clone()));
+    let sub = || {
+        subscription(
+            "P",
+            HandlerKind::Event,
+            &[&category],
+            true,
+            Arc::new(recorder.clone()),
+        )
+    };
     let a = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
-    a.publish(&(0..3).map(|s| publication(&category, "k", s, Lane::Primary)).collect::<Vec<_>>())
-        .await?;
+    a.publish(
+        &(0..3)
+            .map(|s| publication(&category, "k", s, Lane::Primary))
+            .collect::<Vec<_>>(),
+    )
+    .await?;
     let run_a = Running::start(&a, vec![sub()]);
     eventually(Duration::from_secs(10), "the slow message to start", || {
         let recorder = recorder.clone();
@@ -520,12 +536,49 @@ async fn a_handler_blocking_longer_than_the_lease_does_not_lose_it() -> anyhow::
     })
     .await?;
     assert_eq!(recorder.seqs("k"), [0, 1, 2]);
-    let attempts = recorder.record.lock().unwrap().attempts.get(&("k".to_owned(), 0)).copied();
-    assert_eq!(attempts, Some(1), "the slow message ran once: its lease was never lost");
+    let attempts = recorder
+        .record
+        .lock()
+        .unwrap()
+        .attempts
+        .get(&("k".to_owned(), 0))
+        .copied();
+    assert_eq!(
+        attempts,
+        Some(1),
+        "the slow message ran once: its lease was never lost"
+    );
     assert!(recorder.overlaps().is_empty());
     let tokens: std::collections::BTreeSet<u64> = recorder.handled().iter().map(|(_, _, t)| *t).collect();
     assert_eq!(tokens.len(), 1, "one owner handled everything: {tokens:?}");
     run_a.stop().await?;
     run_b.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_broker_runs_one_consumer_at_a_time() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let a = broker(&redis.url(), config(3_000, 3_600_000, 0)).await?;
+    let category = common::category("order");
+    let sub = || {
+        subscription(
+            "P",
+            HandlerKind::Event,
+            &[&category],
+            true,
+            Arc::new(Recorder::new()),
+        )
+    };
+    let first = Running::start(&a, vec![sub()]);
+    let second = a
+        .run(vec![sub()].into(), tokio_util::sync::CancellationToken::new())
+        .await;
+    let error = second.expect_err("a second consumer of one instance is refused");
+    assert!(matches!(
+        error.downcast_ref::<ordo_redis::Error>(),
+        Some(ordo_redis::Error::AlreadyRunning { .. })
+    ));
+    first.stop().await?;
     Ok(())
 }

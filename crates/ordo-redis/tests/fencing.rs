@@ -307,15 +307,24 @@ async fn a_stale_owner_cannot_save_process_state() -> anyhow::Result<()> {
     };
 
     let lease_a = a.acquire_keys(&keys).await?.expect("free");
-    store.save("Fulfilment", &correlation, "a1".into(), &context(&lease_a)).await?;
+    store
+        .save("Fulfilment", &correlation, "a1".into(), &context(&lease_a))
+        .await?;
     wait_expired(&a, &lease_a).await?;
     let lease_b = b.acquire_keys(&keys).await?.expect("free");
-    store.save("Fulfilment", &correlation, "b1".into(), &context(&lease_b)).await?;
-    let stale = store.save("Fulfilment", &correlation, "a2".into(), &context(&lease_a)).await;
+    store
+        .save("Fulfilment", &correlation, "b1".into(), &context(&lease_b))
+        .await?;
+    let stale = store
+        .save("Fulfilment", &correlation, "a2".into(), &context(&lease_a))
+        .await;
     assert!(
         matches!(stale, Err(ordo_core::error::ProcessStoreError::Fenced { fencing_token, .. }) if fencing_token == lease_a.token()),
         "{stale:?}"
     );
-    assert_eq!(store.load("Fulfilment", &correlation).await?.as_deref(), Some("b1"));
+    assert_eq!(
+        store.load("Fulfilment", &correlation).await?.as_deref(),
+        Some("b1")
+    );
     Ok(())
 }

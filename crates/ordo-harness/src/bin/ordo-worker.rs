@@ -22,7 +22,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
-#[command(name = "ordo-worker", about = "An Ordo worker for process-level tests and chaos runs")]
+#[command(
+    name = "ordo-worker",
+    about = "An Ordo worker for process-level tests and chaos runs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -9,7 +9,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fred::clients::Client;
-use fred::prelude::ClientLike;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -59,7 +58,7 @@ pub(crate) fn spawn(
                 };
                 connection::connect_in_background(&client);
                 beat(&client, ttl, interval, &leases, &lost, &stop).await;
-                let _ = client.quit().await;
+                connection::quit(&client, interval).await;
             });
         })
         .map_err(|e| crate::error::Error::Config {

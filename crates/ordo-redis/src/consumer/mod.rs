@@ -28,7 +28,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fred::prelude::ClientLike;
 use ordo_core::backoff::Backoff;
 use ordo_core::broker::Subscription;
 use tokio::sync::mpsc::unbounded_channel;
@@ -52,6 +51,8 @@ pub(crate) struct Settings {
     pub(crate) read_batch: usize,
     /// How long the waker's `XREAD` blocks when nothing changes.
     pub(crate) wake_block: Duration,
+    /// How many handler runs may be in flight at once across partitions.
+    pub(crate) max_concurrency: usize,
 }
 
 /// What every task of a consumer shares.
@@ -61,6 +62,9 @@ pub(crate) struct Shared {
     pub(crate) partitions: Partitions,
     pub(crate) leases: LeaseTable,
     pub(crate) waker: waker::WakerHandle,
+    /// Bounds the handler runs in flight across every partition
+    /// (`max_concurrency`); each partition still runs one at a time.
+    pub(crate) handler_permits: Arc<tokio::sync::Semaphore>,
     /// The broker's Redis URL (the heartbeat and waker open their own connections).
     pub(crate) url: String,
 }
@@ -135,7 +139,9 @@ pub(crate) async fn run(
     let (lost_tx, lost_rx) = unbounded_channel();
     let heartbeat = heartbeat::spawn(&url, &settings, leases.clone(), lost_tx, background.clone())?;
 
+    let handler_permits = Arc::new(tokio::sync::Semaphore::new(settings.max_concurrency));
     let shared = Arc::new(Shared {
+        handler_permits,
         settings,
         partitions,
         leases,
@@ -146,9 +152,13 @@ pub(crate) async fn run(
         .run(shutdown)
         .await;
 
+    tracing::debug!("workers stopped; stopping the waker and the heartbeat");
     background.cancel();
     let _ = waker_task.await;
+    tracing::debug!("waker stopped");
     let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;
-    let _ = waker_client.quit().await;
+    tracing::debug!("heartbeat stopped");
+    connection::quit(&waker_client, Duration::from_secs(1)).await;
+    tracing::debug!("consumer stopped");
     result
 }

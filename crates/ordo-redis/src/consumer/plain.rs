@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use fred::clients::Client;
-use fred::prelude::{ClientLike, StreamsInterface};
+use fred::prelude::StreamsInterface;
 use fred::types::Value;
 use ordo_core::broker::Subscription;
 use ordo_core::handler::HandlerContext;
@@ -65,7 +65,14 @@ impl Plain {
             connection::connect_in_background(&self.reader);
             let mut failures = 0;
             let mut claim_due = tokio::time::Instant::now();
+            let mut group_ready = false;
             while !stop.is_cancelled() {
+                if !group_ready {
+                    match self.ensure_group().await {
+                        Ok(()) => group_ready = true,
+                        Err(error) => warn!(%error, "creating the consumer group failed"),
+                    }
+                }
                 if tokio::time::Instant::now() >= claim_due {
                     claim_due += self.shared.settings.lease_ttl;
                     if let Err(error) = self.claim().await {
@@ -76,12 +83,14 @@ impl Plain {
                     Ok(()) => failures = 0,
                     Err(error) => {
                         failures += 1;
+                        // The stream (and its group) may have been deleted.
+                        group_ready = false;
                         warn!(%error, failures, "base stream read failed; backing off");
                         sleep_unless(&stop, self.shared.settings.backoff.delay(failures)).await;
                     }
                 }
             }
-            let _ = self.reader.quit().await;
+            connection::quit(&self.reader, std::time::Duration::from_secs(1)).await;
         }
         .instrument(span)
         .await
@@ -90,7 +99,6 @@ impl Plain {
     /// Reads this consumer's pending entries, else waits for new ones, and
     /// handles what it got.
     async fn step(&self, stop: &CancellationToken) -> Result<()> {
-        self.ensure_group().await?;
         let settings = &self.shared.settings;
         let count = Some(u64::try_from(settings.read_batch).unwrap_or(64));
         let pending = self.read(count, None, "0").await?;

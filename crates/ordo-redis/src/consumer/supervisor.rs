@@ -65,6 +65,10 @@ pub(crate) struct Supervisor {
     exits: (UnboundedSender<Exited>, UnboundedReceiver<Exited>),
     lost: UnboundedReceiver<LostLease>,
     next_watcher: u64,
+    /// Whether this instance has announced itself once: the first round
+    /// only announces, so instances that start together see each other
+    /// before anyone acquires (rather than the first one taking everything).
+    announced: bool,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -90,6 +94,7 @@ impl Supervisor {
             exits: unbounded_channel(),
             lost,
             next_watcher: 0,
+            announced: false,
         }
     }
 
@@ -150,6 +155,9 @@ impl Supervisor {
             return Ok(());
         }
         let live = self.announce(&partitioned).await?;
+        if !std::mem::replace(&mut self.announced, true) {
+            return Ok(());
+        }
         let indexed = self.discover(&partitioned).await?;
         for (position, plan) in partitioned.into_iter().enumerate() {
             let units = self.plans[plan].units(&indexed, &self.shared.settings.backfill_suffix);

@@ -438,9 +438,18 @@ impl Worker {
             .with_extension(RedisFence::new(&self.lease));
         let handler = self.subscription.handler.clone();
         let message = envelope.clone();
+        let permit = tokio::select! {
+            permit = self.shared.handler_permits.clone().acquire_owned() => permit.ok(),
+            () = self.control.kill.cancelled() => return None,
+        };
         let started = Instant::now();
         let mut task = tokio::spawn(
-            async move { handler.handle(&message, &ctx).await }.instrument(tracing::Span::current()),
+            async move {
+                let result = handler.handle(&message, &ctx).await;
+                drop(permit);
+                result
+            }
+            .instrument(tracing::Span::current()),
         );
         let result = tokio::select! {
             joined = &mut task => joined,

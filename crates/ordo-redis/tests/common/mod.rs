@@ -24,7 +24,10 @@ use ordo_redis::{RedisBroker, RedisFence};
 pub fn logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("ordo_redis=info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
 }
 
 /// A connected pool on `url`.

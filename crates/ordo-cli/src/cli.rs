@@ -1,0 +1,239 @@
+//! The command line, as clap parses it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  ok
+  1  error (Redis unreachable, unexpected data, failed action)
+  2  usage (bad arguments, unknown category, ambiguous or unknown group)
+  3  refused (partition not halted, head changed, not confirmed)
+  4  `status --check`: halted partitions exist
+  5  `status --check`: a warning (too many partitions, partitions nobody consumes)
+
+Redis: --redis-url, else REDIS_URL, else `[redis] url` in the nearest domain.toml
+(current directory upward), else redis://127.0.0.1:6379.";
+
+/// Operate Ordo's Redis runtime: partitions, owners, lag, stuck keys and
+/// dead letters.
+#[derive(Debug, Parser)]
+#[command(name = "ordo", version, after_help = AFTER_HELP)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Where to find Redis and the domain configuration.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// The Redis to operate on (`redis://host:port/db`).
+    #[arg(long, env = "REDIS_URL", global = true, value_name = "URL")]
+    pub(crate) redis_url: Option<String>,
+    /// The domain.toml to read `[redis]`, `[cli]` and `[server.*]` from
+    /// (default: the nearest domain.toml from the current directory upward).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Per category: live partitions, instances and what each owns, lag,
+    /// pending and halted partitions; warnings.
+    Status(StatusArgs),
+    /// One row per partition (and consumer group): owner, generation, lag,
+    /// pending, idle time, lanes, halt.
+    Partitions(PartitionsArgs),
+    /// A partition's head message, its attempts and its halt record.
+    Inspect(InspectArgs),
+    /// Acknowledge a halted head without handling it; the partition resumes
+    /// with the next message.
+    Skip(ActionArgs),
+    /// Run a halted head again, with a fresh set of attempts.
+    Retry(ActionArgs),
+    /// Move a halted head to the partition's dead-letter stream
+    /// (`ordo dlq CATEGORY KEY`), or list / replay that stream.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Dlq(DlqArgs),
+    /// A live view, refreshed in place: lag per category and the halted
+    /// partitions. Ctrl-C to exit.
+    Watch(WatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Only these categories (repeatable); default: every category found
+    /// (a `SCAN` of the keyspace).
+    #[arg(long = "category", value_name = "CATEGORY")]
+    pub(crate) categories: Vec<String>,
+    /// Warn when a category has more live partitions than this (default:
+    /// `[cli] warn_partitions` of domain.toml, else 10000).
+    #[arg(long, value_name = "N")]
+    pub(crate) warn_partitions: Option<u64>,
+    /// Exit 4 when a partition is halted, 5 when there is a warning.
+    #[arg(long)]
+    pub(crate) check: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PartitionsArgs {
+    /// The stream category.
+    pub(crate) category: String,
+    /// Only this consumer group.
+    #[arg(long)]
+    pub(crate) group: Option<String>,
+    /// Only halted partitions.
+    #[arg(long)]
+    pub(crate) halted: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// The stream category.
+    pub(crate) category: String,
+    /// The partition key.
+    pub(crate) key: String,
+    /// The consumer group (handler name); optional when one group consumes
+    /// the category.
+    #[arg(long)]
+    pub(crate) group: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ActionArgs {
+    /// The stream category.
+    pub(crate) category: String,
+    /// The partition key.
+    pub(crate) key: String,
+    /// The consumer group (handler name); optional when one group consumes
+    /// the category.
+    #[arg(long)]
+    pub(crate) group: Option<String>,
+    /// Refuse unless the halted head is this entry id (as printed by
+    /// `ordo inspect`).
+    #[arg(long, value_name = "ID")]
+    pub(crate) expect_head: Option<String>,
+    /// Do not ask for confirmation (required when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DlqArgs {
+    #[command(subcommand)]
+    pub(crate) command: Option<DlqCommand>,
+    #[command(flatten)]
+    pub(crate) action: DlqActionArgs,
+}
+
+/// `ordo dlq CATEGORY KEY`: the same arguments as the other actions, but
+/// optional to clap because `ordo dlq list ...` has none of them.
+#[derive(Debug, Args)]
+pub(crate) struct DlqActionArgs {
+    /// The stream category.
+    #[arg(required = true)]
+    pub(crate) category: Option<String>,
+    /// The partition key.
+    #[arg(required = true)]
+    pub(crate) key: Option<String>,
+    /// The consumer group (handler name); optional when one group consumes
+    /// the category.
+    #[arg(long)]
+    pub(crate) group: Option<String>,
+    /// Refuse unless the halted head is this entry id (as printed by
+    /// `ordo inspect`).
+    #[arg(long, value_name = "ID")]
+    pub(crate) expect_head: Option<String>,
+    /// Do not ask for confirmation (required when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+impl DlqActionArgs {
+    /// The action's arguments, when both positionals were given.
+    pub(crate) fn into_action(self) -> Option<ActionArgs> {
+        Some(ActionArgs {
+            category: self.category?,
+            key: self.key?,
+            group: self.group,
+            expect_head: self.expect_head,
+            yes: self.yes,
+            json: self.json,
+        })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DlqCommand {
+    /// The dead letters of a partition, or of every partition of a category.
+    List(DlqListArgs),
+    /// Re-publish a partition's dead letters to it, oldest first, then remove
+    /// them from the dead-letter stream.
+    Replay(DlqReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DlqListArgs {
+    /// The stream category.
+    pub(crate) category: String,
+    /// The partition key; default: every key of the category with a
+    /// dead-letter stream (a `SCAN` of the keyspace).
+    pub(crate) key: Option<String>,
+    /// Print JSON (with each message's envelope).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DlqReplayArgs {
+    /// The stream category.
+    pub(crate) category: String,
+    /// The partition key.
+    pub(crate) key: String,
+    /// Only the dead letters this consumer group gave up on.
+    #[arg(long)]
+    pub(crate) group: Option<String>,
+    /// Do not ask for confirmation (required when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WatchArgs {
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub(crate) interval: f64,
+    /// Only these categories (repeatable); default: every category found.
+    #[arg(long = "category", value_name = "CATEGORY")]
+    pub(crate) categories: Vec<String>,
+    /// Warn when a category has more live partitions than this.
+    #[arg(long, value_name = "N")]
+    pub(crate) warn_partitions: Option<u64>,
+    /// Stop after this many refreshes (default: until Ctrl-C).
+    #[arg(long, value_name = "N")]
+    pub(crate) count: Option<u64>,
+    /// Print one JSON snapshot per line instead of the live view.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

@@ -1,0 +1,193 @@
+//! `ordo skip | dlq | retry CATEGORY KEY`: an operator's decision on a
+//! halted head.
+//!
+//! The decision is about one message, so it must not land on another one:
+//! the action is refused when the partition is not halted, or when its
+//! halted head is not the one the operator saw (`--expect-head`, or the
+//! head shown in the confirmation question).
+//!
+//! `PartitionAdmin`'s actions resolve whatever head is halted, without an
+//! expected-head argument, so the comparison is a check made immediately
+//! before the action (one round trip earlier), and again on the action's
+//! reply, which names the entry it resolved. For the check to pass on a
+//! head that then changes, within that round trip the halt would have to be
+//! resolved by someone else, the owner would have to notice it (a poll
+//! interval), fail the next message through all its retries and halt
+//! again. If that ever happens, the command exits 1 and names both ids.
+
+use anyhow::anyhow;
+use ordo_redis::{Error, Inspection};
+use serde::Serialize;
+
+use crate::cli::ActionArgs;
+use crate::commands::confirm;
+use crate::context::Context;
+use crate::exit::{Failure, Verdict};
+use crate::format;
+use crate::view::pretty;
+
+/// The decisions on a halted head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    Skip,
+    DeadLetter,
+    Retry,
+}
+
+impl Action {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::DeadLetter => "dlq",
+            Self::Retry => "retry",
+        }
+    }
+
+    /// What it does, for the question and refusals.
+    fn doing(self) -> &'static str {
+        match self {
+            Self::Skip => "skipping",
+            Self::DeadLetter => "moving to the dead-letter stream",
+            Self::Retry => "retrying",
+        }
+    }
+}
+
+/// What an action did.
+#[derive(Debug, Serialize)]
+struct Acted {
+    action: &'static str,
+    category: String,
+    key: String,
+    group: String,
+    /// The entry id the action resolved.
+    head: String,
+    /// The error the head halted with.
+    error: String,
+    /// The dead-letter stream, for `dlq`.
+    dead_letter_stream: Option<String>,
+}
+
+pub(crate) async fn run(ctx: &Context, action: Action, args: &ActionArgs) -> Result<Verdict, Failure> {
+    let (category, key) = (args.category.as_str(), args.key.as_str());
+    let group = ctx.resolve_group(category, key, args.group.as_deref()).await?;
+    let seen = halted(ctx, action, &group, category, key).await?;
+    let expected = seen.halt.head.clone();
+    if let Some(wanted) = &args.expect_head
+        && *wanted != expected
+    {
+        return Err(head_changed(category, key, &group, wanted, &expected));
+    }
+    let type_name = seen
+        .head
+        .as_ref()
+        .and_then(|h| h.type_name())
+        .unwrap_or("unknown type");
+    let entry = format!(
+        "entry {expected} ({type_name}, halted after {}: {}) of `{category}:{key}` for group `{group}`",
+        format::plural(u64::from(seen.halt.attempts), "attempt"),
+        format::truncate(&seen.halt.error, 80),
+    );
+    let question = match action {
+        Action::Skip => format!("Skip {entry}? It is acknowledged without being handled."),
+        Action::DeadLetter => format!(
+            "Move {entry} to the dead-letter stream `{}`?",
+            ctx.partition(category, key).dlq()
+        ),
+        Action::Retry => format!("Retry {entry}?"),
+    };
+    confirm(&question, args.yes, action.doing())?;
+
+    // The question may have been open for a while: compare again right
+    // before acting.
+    let current = halted(ctx, action, &group, category, key).await?;
+    if current.halt.head != expected {
+        return Err(head_changed(category, key, &group, &expected, &current.halt.head));
+    }
+    let resolved = match action {
+        Action::Skip => ctx.admin.skip(&group, category, key).await,
+        Action::DeadLetter => ctx.admin.dead_letter(&group, category, key).await,
+        Action::Retry => ctx.admin.retry(&group, category, key).await,
+    }
+    .map_err(|error| refuse_not_halted(error, action, &group, category, key))?;
+    if resolved != expected {
+        return Err(Failure::Error(anyhow!(
+            "the halted head of `{category}:{key}` for group `{group}` changed between the check and \
+             the action: {} entry {resolved}, not {expected}",
+            action.name()
+        )));
+    }
+    let acted = Acted {
+        action: action.name(),
+        category: category.to_owned(),
+        key: key.to_owned(),
+        group,
+        head: resolved,
+        error: current.halt.error,
+        dead_letter_stream: (action == Action::DeadLetter).then(|| ctx.partition(category, key).dlq()),
+    };
+    if args.json {
+        print!("{}", pretty(&acted)?);
+    } else {
+        println!("{}", describe(action, &acted));
+    }
+    Ok(Verdict::Ok)
+}
+
+/// The halt record and head, or a refusal when the partition is not halted.
+async fn halted(
+    ctx: &Context,
+    action: Action,
+    group: &str,
+    category: &str,
+    key: &str,
+) -> Result<Inspection, Failure> {
+    ctx.admin
+        .inspect(group, category, key)
+        .await
+        .map_err(|error| refuse_not_halted(error, action, group, category, key))
+}
+
+/// [`Error::NotHalted`] as a refusal; anything else as an error.
+fn refuse_not_halted(error: Error, action: Action, group: &str, category: &str, key: &str) -> Failure {
+    match error {
+        Error::NotHalted { .. } => Failure::Refused(format!(
+            "partition `{category}:{key}` is not halted for group `{group}`: nothing to {} \
+             (`ordo status` lists the halted partitions)",
+            action.name()
+        )),
+        other => other.into(),
+    }
+}
+
+fn head_changed(category: &str, key: &str, group: &str, expected: &str, actual: &str) -> Failure {
+    Failure::Refused(format!(
+        "the halted head of `{category}:{key}` for group `{group}` is {actual}, not {expected}: it \
+         changed since it was inspected; inspect it again (`ordo inspect {} {} --group {}`)",
+        format::shell_word(category),
+        format::shell_word(key),
+        format::shell_word(group),
+    ))
+}
+
+fn describe(action: Action, acted: &Acted) -> String {
+    let entry = format!(
+        "entry {} of `{}:{}` for group `{}`",
+        acted.head, acted.category, acted.key, acted.group
+    );
+    match action {
+        Action::Skip => {
+            format!(
+                "skipped {entry} (acknowledged, not handled); the partition resumes with the next message"
+            )
+        }
+        Action::DeadLetter => format!(
+            "moved {entry} to `{}`; the partition resumes with the next message\n\
+             (`ordo dlq list {category} {key}` shows it, `ordo dlq replay {category} {key}` re-publishes it)",
+            acted.dead_letter_stream.as_deref().unwrap_or("?"),
+            category = format::shell_word(&acted.category),
+            key = format::shell_word(&acted.key),
+        ),
+        Action::Retry => format!("released {entry}: it runs again, with a fresh set of attempts"),
+    }
+}

@@ -1,0 +1,277 @@
+//! `ordo status`: the whole cluster on one screen.
+
+use std::collections::BTreeMap;
+
+use crate::cli::StatusArgs;
+use crate::context::Context;
+use crate::exit::{Failure, Verdict};
+use crate::format;
+use crate::table::{Align, Table};
+use crate::view::{CategoryView, GroupView, HaltView, InstanceView, Snapshot, pretty};
+
+/// Errors are cut to this many characters in tables (`inspect` shows them whole).
+const ERROR_WIDTH: usize = 60;
+
+pub(crate) async fn run(ctx: &Context, args: &StatusArgs) -> Result<Verdict, Failure> {
+    for category in &args.categories {
+        ctx.ensure_category(category).await?;
+    }
+    let threshold = args.warn_partitions.unwrap_or(ctx.settings.warn_partitions);
+    let snapshot = snapshot(ctx, &args.categories, threshold).await?;
+    if args.json {
+        print!("{}", pretty(&snapshot)?);
+    } else {
+        print!("{}", render(&snapshot, &ctx.settings.redis_url));
+    }
+    Ok(if !args.check {
+        Verdict::Ok
+    } else if !snapshot.halted.is_empty() {
+        Verdict::Halted
+    } else if !snapshot.warnings.is_empty() {
+        Verdict::Warning
+    } else {
+        Verdict::Ok
+    })
+}
+
+/// The state of `only` (every category found when empty), with warnings
+/// for categories over `threshold` live partitions.
+pub(crate) async fn snapshot(ctx: &Context, only: &[String], threshold: u64) -> Result<Snapshot, Failure> {
+    let server_time_ms = ctx.status.server_time_ms().await?;
+    let categories = if only.is_empty() {
+        ctx.status.categories().await?
+    } else {
+        only.to_vec()
+    };
+    let mut views = Vec::with_capacity(categories.len());
+    let mut warnings = Vec::new();
+    for category in &categories {
+        let view = category_view(ctx, category).await?;
+        warnings.extend(warnings_of(&view, threshold));
+        views.push(view);
+    }
+    let halted = ctx
+        .admin
+        .halted()
+        .await?
+        .iter()
+        .filter(|h| categories.contains(&h.category))
+        .map(HaltView::from)
+        .collect();
+    Ok(Snapshot {
+        server_time_ms,
+        warn_partitions: threshold,
+        categories: views,
+        halted,
+        warnings,
+    })
+}
+
+/// One category: its partitions summed per group, and who owns them.
+async fn category_view(ctx: &Context, category: &str) -> Result<CategoryView, Failure> {
+    let groups = ctx.status.groups(category).await?;
+    let keys = ctx.status.partition_keys(category).await?;
+    let mut views: Vec<GroupView> = groups
+        .iter()
+        .map(|group| GroupView {
+            group: group.clone(),
+            lag: 0,
+            pending: 0,
+            halted: 0,
+            owned: 0,
+            instances: Vec::new(),
+        })
+        .collect();
+    let mut owners: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); groups.len()];
+    if keys.is_empty() {
+        // Not partitioned (or every partition reaped): the base stream.
+        for (view, position) in views
+            .iter_mut()
+            .zip(ctx.status.base_stream(category, &groups).await?)
+        {
+            view.lag = position.lag;
+            view.pending = position.pending;
+        }
+    } else {
+        for partition in ctx.status.partitions_of(category, &keys, &groups).await? {
+            for (i, position) in partition.groups.iter().enumerate() {
+                let view = &mut views[i];
+                view.lag += position.lag;
+                view.pending += position.pending;
+                view.halted += u64::from(position.halt.is_some());
+                if let Some(owner) = &position.owner {
+                    view.owned += 1;
+                    *owners[i].entry(owner.instance.clone()).or_default() += 1;
+                }
+            }
+        }
+    }
+    for (view, mut owned) in views.iter_mut().zip(owners) {
+        for instance in ctx.status.instances(&view.group).await? {
+            let owns = owned.remove(&instance.id).unwrap_or(0);
+            view.instances.push(InstanceView {
+                instance: instance.id,
+                live: true,
+                owns,
+            });
+        }
+        // Lease holders without a live announcement: stalled or gone.
+        view.instances
+            .extend(owned.into_iter().map(|(instance, owns)| InstanceView {
+                instance,
+                live: false,
+                owns,
+            }));
+    }
+    Ok(CategoryView {
+        category: category.to_owned(),
+        partitions: keys.len() as u64,
+        lag: views.iter().map(|v| v.lag).sum(),
+        pending: views.iter().map(|v| v.pending).sum(),
+        halted: views.iter().map(|v| v.halted).sum(),
+        groups: views,
+    })
+}
+
+/// What an operator should look at in `view`.
+fn warnings_of(view: &CategoryView, threshold: u64) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let category = &view.category;
+    if view.partitions > threshold {
+        warnings.push(format!(
+            "category `{category}` has {} live partitions, over the warning threshold of {}: every \
+             partition costs streams and a lease per group in Redis; check that the partition key is \
+             not finer than the ordering needs (or raise --warn-partitions / [cli] warn_partitions)",
+            format::count(view.partitions),
+            format::count(threshold),
+        ));
+    }
+    for group in &view.groups {
+        let live = group.instances.iter().filter(|i| i.live).count();
+        if view.partitions > 0 && live == 0 {
+            warnings.push(format!(
+                "group `{}` has {} partitions of `{category}` and no live instance: nothing is \
+                 consuming them",
+                group.group,
+                format::count(view.partitions),
+            ));
+        }
+        for stale in group.instances.iter().filter(|i| !i.live) {
+            warnings.push(format!(
+                "instance `{}` holds {} leases of group `{}` on `{category}` without a live \
+                 announcement: it is stalled or gone, and its leases expire within the lease TTL",
+                stale.instance, stale.owns, group.group,
+            ));
+        }
+    }
+    warnings
+}
+
+/// The text form of `snapshot`.
+pub(crate) fn render(snapshot: &Snapshot, redis_url: &str) -> String {
+    if snapshot.categories.is_empty() {
+        return format!("no Ordo categories found in {redis_url}\n");
+    }
+    let mut out = String::new();
+    out.push_str(&categories_table(snapshot).render());
+    let instances = instances_table(snapshot);
+    if !instances.is_empty() {
+        out.push('\n');
+        out.push_str(&instances.render());
+    }
+    out.push('\n');
+    out.push_str(&halted_section(snapshot));
+    for warning in &snapshot.warnings {
+        out.push_str(&format!("\nwarning: {warning}\n"));
+    }
+    out
+}
+
+pub(crate) fn categories_table(snapshot: &Snapshot) -> Table {
+    let mut table = Table::new(&[
+        ("CATEGORY", Align::Left),
+        ("PARTITIONS", Align::Right),
+        ("GROUP", Align::Left),
+        ("INSTANCES", Align::Right),
+        ("OWNED", Align::Right),
+        ("LAG", Align::Right),
+        ("PENDING", Align::Right),
+        ("HALTED", Align::Right),
+    ]);
+    for category in &snapshot.categories {
+        let partitions = format::count(category.partitions);
+        if category.groups.is_empty() {
+            table.row(vec![
+                category.category.clone(),
+                partitions.clone(),
+                "-".to_owned(),
+            ]);
+        }
+        for group in &category.groups {
+            let live = group.instances.iter().filter(|i| i.live).count() as u64;
+            table.row(vec![
+                category.category.clone(),
+                partitions.clone(),
+                group.group.clone(),
+                format::count(live),
+                format::count(group.owned),
+                format::count(group.lag),
+                format::count(group.pending),
+                format::count(group.halted),
+            ]);
+        }
+    }
+    table
+}
+
+fn instances_table(snapshot: &Snapshot) -> Table {
+    let mut table = Table::new(&[
+        ("INSTANCE", Align::Left),
+        ("GROUP", Align::Left),
+        ("CATEGORY", Align::Left),
+        ("OWNS", Align::Right),
+        ("LIVE", Align::Left),
+    ]);
+    for category in &snapshot.categories {
+        for group in &category.groups {
+            for instance in &group.instances {
+                table.row(vec![
+                    instance.instance.clone(),
+                    group.group.clone(),
+                    category.category.clone(),
+                    format::count(instance.owns),
+                    if instance.live { "yes" } else { "NO" }.to_owned(),
+                ]);
+            }
+        }
+    }
+    table
+}
+
+/// The halted partitions, or a line saying there are none.
+pub(crate) fn halted_section(snapshot: &Snapshot) -> String {
+    if snapshot.halted.is_empty() {
+        return "halted partitions: none\n".to_owned();
+    }
+    let mut table = Table::new(&[
+        ("CATEGORY", Align::Left),
+        ("KEY", Align::Left),
+        ("GROUP", Align::Left),
+        ("HEAD", Align::Left),
+        ("ATTEMPTS", Align::Right),
+        ("SINCE", Align::Left),
+        ("ERROR", Align::Left),
+    ]);
+    for halt in &snapshot.halted {
+        table.row(vec![
+            halt.category.clone(),
+            halt.key.clone(),
+            halt.group.clone(),
+            halt.head.clone(),
+            halt.attempts.to_string(),
+            format::ago(snapshot.server_time_ms, halt.halted_at_ms),
+            format::truncate(&halt.error, ERROR_WIDTH),
+        ]);
+    }
+    format!("halted partitions: {}\n{}", snapshot.halted.len(), table.render())
+}

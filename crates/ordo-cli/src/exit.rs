@@ -1,0 +1,84 @@
+//! Exit codes scripts can rely on.
+//!
+//! | code | meaning |
+//! |------|---------|
+//! | 0 | ok |
+//! | 1 | error: Redis unreachable, unexpected data, a failed action |
+//! | 2 | usage: bad arguments (clap's own code), unknown category, ambiguous or unknown group |
+//! | 3 | refused: partition not halted, head changed, not confirmed |
+//! | 4 | `status --check`: halted partitions exist |
+//! | 5 | `status --check`: a warning and no halted partition |
+
+use std::fmt;
+use std::process::ExitCode;
+
+/// A command that did not do what was asked.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Something went wrong (exit 1).
+    Error(anyhow::Error),
+    /// The arguments do not name something that exists or are ambiguous
+    /// (exit 2).
+    Usage(String),
+    /// The action was refused: nothing was changed (exit 3).
+    Refused(String),
+}
+
+/// How a command that ran to the end went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Exit 0.
+    Ok,
+    /// `--check` found halted partitions (exit 4).
+    Halted,
+    /// `--check` found a warning (exit 5).
+    Warning,
+}
+
+impl Failure {
+    pub(crate) fn code(&self) -> ExitCode {
+        ExitCode::from(match self {
+            Self::Error(_) => 1,
+            Self::Usage(_) => 2,
+            Self::Refused(_) => 3,
+        })
+    }
+
+    /// Prints the failure to stderr.
+    pub(crate) fn report(&self) {
+        eprintln!("{self}");
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // `{:#}` prints the chain of causes on one line.
+            Self::Error(error) => write!(f, "error: {error:#}"),
+            Self::Usage(message) => write!(f, "error: {message}"),
+            Self::Refused(message) => write!(f, "refused: {message}"),
+        }
+    }
+}
+
+impl Verdict {
+    pub(crate) fn code(self) -> ExitCode {
+        ExitCode::from(match self {
+            Self::Ok => 0,
+            Self::Halted => 4,
+            Self::Warning => 5,
+        })
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Self {
+        Self::Error(error)
+    }
+}
+
+impl From<ordo_redis::Error> for Failure {
+    fn from(error: ordo_redis::Error) -> Self {
+        Self::Error(error.into())
+    }
+}

@@ -1,0 +1,110 @@
+//! Where the CLI finds Redis and its settings.
+//!
+//! The Redis URL comes from `--redis-url`, else `REDIS_URL`, else the
+//! `[redis]` table of the domain.toml, else `redis://127.0.0.1:6379`. The
+//! domain.toml is `--config PATH`, else the nearest `domain.toml` from the
+//! current directory upward. Besides `[server.partitioning]` and
+//! `[server.priority_lanes]` (read by ordo-core's `Config`: the backfill
+//! suffix names the backfill lanes), the CLI reads two tables of its own:
+//!
+//! ```toml
+//! [redis]
+//! url = "redis://127.0.0.1:6379/0"
+//!
+//! [cli]
+//! warn_partitions = 10000   # `ordo status` warns above this many live partitions per category
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use ordo_core::config::Config;
+use serde::Deserialize;
+
+use crate::cli::GlobalArgs;
+use crate::exit::Failure;
+
+/// The file name looked for from the current directory upward.
+const FILE_NAME: &str = "domain.toml";
+/// Redis when nothing names one.
+const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// The partition-count warning threshold when nothing sets one.
+const DEFAULT_WARN_PARTITIONS: u64 = 10_000;
+
+/// The resolved settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) redis_url: String,
+    /// The domain configuration (defaults when no domain.toml was found).
+    pub(crate) config: Config,
+    /// `[cli] warn_partitions`, or the default.
+    pub(crate) warn_partitions: u64,
+}
+
+/// The tables of domain.toml the CLI reads itself; others are ignored.
+#[derive(Debug, Default, Deserialize)]
+struct CliFile {
+    #[serde(default)]
+    redis: RedisTable,
+    #[serde(default)]
+    cli: CliTable,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RedisTable {
+    url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CliTable {
+    warn_partitions: Option<u64>,
+}
+
+impl Settings {
+    /// Resolves the settings from the arguments, the environment (clap reads
+    /// `REDIS_URL`) and the domain.toml.
+    pub(crate) fn load(args: &GlobalArgs) -> Result<Self, Failure> {
+        let path = match &args.config {
+            Some(path) if !path.is_file() => {
+                return Err(Failure::Usage(format!(
+                    "--config {}: no such file",
+                    path.display()
+                )));
+            }
+            Some(path) => Some(path.clone()),
+            None => find_upward(FILE_NAME),
+        };
+        let (file, config) = match &path {
+            Some(path) => read(path)?,
+            None => (CliFile::default(), Config::default()),
+        };
+        Ok(Self {
+            redis_url: args
+                .redis_url
+                .clone()
+                .or(file.redis.url)
+                .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
+            config,
+            warn_partitions: file.cli.warn_partitions.unwrap_or(DEFAULT_WARN_PARTITIONS),
+        })
+    }
+}
+
+/// Reads the CLI's tables and the domain configuration of `path`.
+fn read(path: &Path) -> Result<(CliFile, Config), Failure> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file: CliFile = toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    let config = Config::from_toml_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    Ok((file, config))
+}
+
+/// The nearest `name` from the current directory upward.
+fn find_upward(name: &str) -> Option<PathBuf> {
+    let start = std::env::current_dir().ok()?;
+    start
+        .ancestors()
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+}

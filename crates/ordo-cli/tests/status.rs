@@ -1,0 +1,75 @@
+//! `ClusterStatus` (the queries behind `ordo status` and `ordo partitions`)
+//! on a real Redis, where Redis itself cannot tell a group's lag.
+
+use fred::interfaces::StreamsInterface;
+use fred::types::Value;
+use ordo_core::broker::{Broker, Publication};
+use ordo_core::key::{Lane, stream};
+use ordo_core::message::{Envelope, MessageKind, Metadata};
+use ordo_redis::{ClusterStatus, RedisBroker};
+use ordo_testkit::Redis;
+
+fn publication(category: &str, key: &str, seq: u64) -> Publication {
+    Publication {
+        stream: stream::partition(category, key),
+        lane: Lane::Primary,
+        envelope: Envelope {
+            id: format!("m-{seq}"),
+            kind: MessageKind::Event,
+            type_name: "Noted".to_owned(),
+            category: category.to_owned(),
+            aggregate_id: None,
+            routing_key: None,
+            partition_key: Some(key.to_owned()),
+            metadata: Metadata::new(),
+            payload: format!("{{\"seq\":{seq}}}").into(),
+        },
+    }
+}
+
+/// The `lag` field of `group` in an `XINFO GROUPS` reply.
+fn reported_lag(groups: Value, group: &str) -> Value {
+    let fields = groups
+        .into_array()
+        .into_iter()
+        .map(Value::into_array)
+        .find(|fields| fields.get(1).and_then(Value::as_str).as_deref() == Some(group))
+        .expect("the group");
+    let at = fields
+        .iter()
+        .position(|v| v.as_str().as_deref() == Some("lag"))
+        .expect("a lag field");
+    fields[at + 1].clone()
+}
+
+#[tokio::test]
+async fn lag_is_counted_when_redis_cannot_tell_it() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let broker = RedisBroker::builder(redis.url()).build().await?;
+    let publications: Vec<Publication> = (1..=4).map(|seq| publication("audit", "k", seq)).collect();
+    broker.publish(&publications).await?;
+    let client = broker.client();
+    let _: Value = client.xgroup_create("audit:k", "Auditor", "0", false).await?;
+    let status = ClusterStatus::new(client.clone(), "backfill");
+    let groups = ["Auditor".to_owned()];
+    assert_eq!(status.partitions("audit", &groups).await?[0].groups[0].lag, 4);
+
+    // An entry deleted by hand: Redis can no longer tell the lag.
+    let ids: Value = client.xrange("audit:k", "-", "+", None).await?;
+    let second = ids.into_array()[1].clone().into_array()[0]
+        .as_str()
+        .expect("an id")
+        .into_owned();
+    let _: i64 = client.xdel("audit:k", second.as_str()).await?;
+    assert!(reported_lag(client.xinfo_groups("audit:k").await?, "Auditor").is_null());
+
+    let partitions = status.partitions("audit", &groups).await?;
+    assert_eq!(partitions.len(), 1);
+    assert_eq!(partitions[0].key, "k");
+    assert_eq!(partitions[0].groups[0].lag, 3, "the entries left are counted");
+    assert_eq!(partitions[0].groups[0].pending, 0);
+    assert!(partitions[0].groups[0].owner.is_none());
+    assert_eq!(partitions[0].lanes[0].length, 3);
+    assert!(status.categories().await?.contains(&"audit".to_owned()));
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! Fair share across processes: two workers split 16 partitions evenly, a
+//! third joining gets its share, and one leaving on SIGTERM hands its
+//! partitions over well before its leases could have expired.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use ordo_testkit::wait_until;
+use support::{Env, assert_sound, key_names};
+
+const TTL_MS: u64 = 4_000;
+
+/// Whether `counts` gives each of `workers` its share of 16 partitions,
+/// within `slack`, and leaves none unowned.
+fn fair(counts: &BTreeMap<String, usize>, workers: &[&str], slack: usize) -> bool {
+    let share = 16 / workers.len();
+    let owned: usize = workers.iter().map(|w| counts.get(*w).copied().unwrap_or(0)).sum();
+    owned == 16
+        && workers
+            .iter()
+            .all(|w| counts.get(*w).is_some_and(|n| n.abs_diff(share) <= slack))
+}
+
+#[test]
+fn partitions_spread_evenly_and_a_leaving_worker_hands_over_before_its_ttl() -> anyhow::Result<()> {
+    let env = Env::start()?;
+    let keys = key_names(16);
+    let ttl = TTL_MS.to_string();
+    let timings = ["--lease-ttl-ms", ttl.as_str(), "--heartbeat-ms", "500"];
+    let mut w1 = env.worker("w1", &timings)?;
+    let _w2 = env.worker("w2", &timings)?;
+    env.publish(&["--keys", "16", "--events", "3"])?;
+
+    let mut counts = BTreeMap::new();
+    let two = wait_until(
+        Duration::from_secs(15),
+        "w1 and w2 to own 8±2 partitions each",
+        || {
+            counts = env.lease_counts(&keys).unwrap_or_default();
+            fair(&counts, &["w1", "w2"], 2)
+        },
+    );
+    anyhow::ensure!(two.is_ok(), "{two:?}; last lease counts: {counts:?}");
+
+    let _w3 = env.worker("w3", &timings)?;
+    let three = wait_until(
+        Duration::from_secs(15),
+        "w1, w2 and w3 to own 5±2 partitions each",
+        || {
+            counts = env.lease_counts(&keys).unwrap_or_default();
+            fair(&counts, &["w1", "w2", "w3"], 2)
+        },
+    );
+    anyhow::ensure!(three.is_ok(), "{three:?}; last lease counts: {counts:?}");
+    let w1_owned = counts["w1"];
+
+    // Graceful leave: w1 releases its leases and leaves; the others take
+    // its partitions over at once instead of waiting out the TTL.
+    w1.terminate()?;
+    let terminated_at = Instant::now();
+    let handover = wait_until(
+        Duration::from_secs(15),
+        "w2 and w3 to own all 16 partitions",
+        || {
+            counts = env.lease_counts(&keys).unwrap_or_default();
+            counts.get("w2").copied().unwrap_or(0) + counts.get("w3").copied().unwrap_or(0) == 16
+        },
+    );
+    let took = terminated_at.elapsed();
+    anyhow::ensure!(handover.is_ok(), "{handover:?}; last lease counts: {counts:?}");
+    assert!(
+        took < Duration::from_millis(TTL_MS / 2),
+        "w1's {w1_owned} partitions took {took:?} to be taken over, with a lease TTL of {TTL_MS} ms"
+    );
+    let status = w1.wait_timeout(Duration::from_secs(10))?;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "w1 did not exit cleanly on SIGTERM: {status:?}"
+    );
+    w1.wait_for_line(|l| l.starts_with("stopped "), Duration::from_secs(1))?;
+
+    let rebalanced = wait_until(
+        Duration::from_secs(15),
+        "w2 and w3 to own 8±2 partitions each",
+        || {
+            counts = env.lease_counts(&keys).unwrap_or_default();
+            fair(&counts, &["w2", "w3"], 2)
+        },
+    );
+    anyhow::ensure!(
+        rebalanced.is_ok(),
+        "{rebalanced:?}; last lease counts: {counts:?}"
+    );
+    assert_sound(&env.wait_all_applied(Duration::from_secs(10))?);
+    Ok(())
+}
