@@ -16,6 +16,10 @@ pub const OVERLAPS: &str = "harness:overlaps";
 /// One entry per detected overlap: `{their marker} vs {my marker}`.
 pub const OVERLAP_LOG: &str = "harness:overlap_log";
 
+/// The number of runs that found their lease already lost when they began
+/// (and so did not start): a stale owner invoked its handler.
+pub const STALE_STARTS: &str = "harness:stale_starts";
+
 /// Per key, how many events were published (their seqs are `0..count`).
 pub const PUBLISHED: &str = "harness:published";
 

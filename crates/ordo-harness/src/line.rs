@@ -6,6 +6,7 @@
 //! start instance=w1 key=k3 seq=17 token=1712345678901234 attempt=1 overlap=0
 //! done instance=w1 key=k3 seq=17 token=1712345678901234
 //! fenced instance=w1 key=k3 seq=17 token=1712345678901234
+//! stale instance=w1 key=k3 seq=18 token=1712345678901234
 //! failed instance=w1 key=k3 seq=17 token=1712345678901234 reason=poison
 //! stopped instance=w1
 //! ```
@@ -24,6 +25,8 @@ pub const START: &str = "start";
 pub const DONE: &str = "done";
 /// `fenced`: a run's effect was refused because its lease is gone.
 pub const FENCED: &str = "fenced";
+/// `stale`: a run did not start because its lease was already lost.
+pub const STALE: &str = "stale";
 /// `failed`: a run failed (poison, or Redis errors), with a `reason`.
 pub const FAILED: &str = "failed";
 /// `stopped`: the worker shut down gracefully.

@@ -11,12 +11,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use fred::interfaces::{HashesInterface, KeysInterface, ListInterface};
+use serde::Serialize;
 
 use crate::error::{HarnessError, Result};
 use crate::keys;
 
 /// One applied effect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Applied {
     /// The event's seq.
     pub seq: u64,
@@ -25,7 +26,7 @@ pub struct Applied {
 }
 
 /// What was recorded for one key.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct KeyReport {
     /// Events published (seqs `0..published`).
     pub published: u64,
@@ -57,10 +58,16 @@ impl KeyReport {
     pub fn starts_of(&self, seq: u64) -> u64 {
         self.starts.get(&seq).copied().unwrap_or(0)
     }
+
+    /// Runs that started beyond the first of each event (retries, and
+    /// re-runs after a failover), committed or not.
+    pub fn reruns(&self) -> u64 {
+        self.starts.values().map(|n| n.saturating_sub(1)).sum()
+    }
 }
 
 /// The verdict over every published key.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Verdict {
     /// Events published.
     pub events: u64,
@@ -74,6 +81,9 @@ pub struct Verdict {
     pub order_violations: u64,
     /// Effects applied more than once.
     pub duplicates: u64,
+    /// Handler runs beyond the first of each event (retries and re-runs
+    /// after a failover, committed or not).
+    pub reruns: u64,
     /// Effects of a stale token applied after a newer token's.
     pub token_regressions: u64,
     /// Applied effects of events never published.
@@ -81,6 +91,10 @@ pub struct Verdict {
     /// Runs that started while another run of their key was in flight
     /// under a still-valid lease.
     pub overlaps: u64,
+    /// Handler invocations under a lease that was already lost (they did
+    /// not start; not a breach by themselves: a stalled owner can wake up
+    /// between its last check and the handler's start).
+    pub stale_starts: u64,
     /// The details, per key.
     pub per_key: BTreeMap<String, KeyReport>,
 }
@@ -111,9 +125,11 @@ impl fmt::Display for Verdict {
         writeln!(f, "lost: {}", self.lost)?;
         writeln!(f, "order_violations: {}", self.order_violations)?;
         writeln!(f, "duplicates: {}", self.duplicates)?;
+        writeln!(f, "reruns: {}", self.reruns)?;
         writeln!(f, "token_regressions: {}", self.token_regressions)?;
         writeln!(f, "unexpected: {}", self.unexpected)?;
-        write!(f, "overlaps: {}", self.overlaps)
+        writeln!(f, "overlaps: {}", self.overlaps)?;
+        write!(f, "stale_starts: {}", self.stale_starts)
     }
 }
 
@@ -130,8 +146,13 @@ where
         .get(keys::OVERLAPS)
         .await
         .map_err(HarnessError::redis("read the overlap counter"))?;
+    let stale_starts: Option<u64> = client
+        .get(keys::STALE_STARTS)
+        .await
+        .map_err(HarnessError::redis("read the stale-start counter"))?;
     let mut verdict = Verdict {
         overlaps: overlaps.unwrap_or(0),
+        stale_starts: stale_starts.unwrap_or(0),
         ..Verdict::default()
     };
     for (key, count) in published {
@@ -142,6 +163,7 @@ where
         verdict.lost += report.lost.len() as u64;
         verdict.order_violations += report.order_violations;
         verdict.duplicates += report.duplicates.len() as u64;
+        verdict.reruns += report.reruns();
         verdict.token_regressions += report.token_regressions;
         verdict.unexpected += report.unexpected.len() as u64;
         verdict.per_key.insert(key, report);

@@ -2,9 +2,11 @@
 //! for [`Tick`] events, and the handler itself.
 //!
 //! Each run of the handler
-//! 1. records its start and checks for an overlapping run of the same key
-//!    (`begin.lua`: another run's in-flight marker whose lease is still the
-//!    partition's lease), then marks itself in flight;
+//! 1. begins (`begin.lua`): if its lease is already lost it stops there
+//!    (a stale start, printed as `stale`); otherwise it checks for an
+//!    overlapping run of the same key (another run's in-flight marker under
+//!    the same, still valid, lease), counts its start and marks itself in
+//!    flight;
 //! 2. fails at once if the event is poison;
 //! 3. works for the event's `work_ms`;
 //! 4. commits its effect under the lease's fence ([`RedisFence`] with one
@@ -244,6 +246,15 @@ impl EventHandler for TickHandler {
     }
 }
 
+/// How a run began.
+enum Begin {
+    /// It started; `overlap` when another run of its key was in flight
+    /// under the same lease.
+    Started { overlap: bool },
+    /// Its lease was already lost: it did not start.
+    Stale,
+}
+
 /// One run of the handler on one event.
 struct Run {
     inner: Arc<Inner>,
@@ -256,7 +267,15 @@ struct Run {
 
 impl Run {
     async fn execute(self) -> HandlerResult {
-        let overlap = self.retrying("record the run's start", || self.begin()).await?;
+        let Begin::Started { overlap } = self.retrying("record the run's start", || self.begin()).await?
+        else {
+            emit(&self.line(line::STALE));
+            return Err(format!(
+                "event {} of key {}: the lease was lost before the run began",
+                self.tick.seq, self.tick.key
+            )
+            .into());
+        };
         emit(
             &self
                 .line(line::START)
@@ -280,8 +299,8 @@ impl Run {
         }
     }
 
-    /// `begin.lua`; whether an overlapping run was detected.
-    async fn begin(&self) -> Result<bool, fred::error::Error> {
+    /// `begin.lua`.
+    async fn begin(&self) -> Result<Begin, fred::error::Error> {
         let key = &self.tick.key;
         let keys = vec![
             keys::marker(key),
@@ -289,13 +308,19 @@ impl Run {
             keys::OVERLAPS.to_owned(),
             keys::starts(key),
             keys::OVERLAP_LOG.to_owned(),
+            keys::STALE_STARTS.to_owned(),
         ];
         let args = vec![
             Value::from(self.marker.as_str()),
             Value::from(self.tick.seq.to_string()),
         ];
-        let overlap: i64 = self.inner.client.eval(BEGIN, keys, args).await?;
-        Ok(overlap == 1)
+        let outcome: i64 = self.inner.client.eval(BEGIN, keys, args).await?;
+        Ok(match outcome {
+            2 => Begin::Stale,
+            overlap => Begin::Started {
+                overlap: overlap == 1,
+            },
+        })
     }
 
     /// The fenced commit of the run's effect, retrying while Redis fails

@@ -1,14 +1,16 @@
 //! Fair share across processes: two workers split 16 partitions evenly, a
 //! third joining gets its share, and one leaving on SIGTERM hands its
-//! partitions over well before its leases could have expired.
+//! partitions over well before its leases could have expired, finishing
+//! the run it is in first.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use ordo_harness::line;
 use ordo_testkit::wait_until;
-use support::{Env, assert_sound, key_names};
+use support::{Env, key_names, lines, wait_for_any};
 
 const TTL_MS: u64 = 4_000;
 
@@ -93,6 +95,48 @@ fn partitions_spread_evenly_and_a_leaving_worker_hands_over_before_its_ttl() -> 
         rebalanced.is_ok(),
         "{rebalanced:?}; last lease counts: {counts:?}"
     );
-    assert_sound(&env.wait_all_applied(Duration::from_secs(10))?);
+    env.assert_sound(&env.wait_all_applied(Duration::from_secs(10))?);
+    Ok(())
+}
+
+#[test]
+fn a_worker_stopped_mid_run_finishes_it_before_handing_over() -> anyhow::Result<()> {
+    let env = Env::start()?;
+    let ttl = TTL_MS.to_string();
+    let timings = ["--lease-ttl-ms", ttl.as_str(), "--heartbeat-ms", "500"];
+    let mut workers = [env.worker("w1", &timings)?, env.worker("w2", &timings)?];
+    env.publish(&["--key", "g", "--events", "1", "--work-ms", "1000"])?;
+    env.publish(&["--key", "g", "--first-seq", "1", "--events", "3"])?;
+    let refs: Vec<_> = workers.iter().collect();
+    let (owner, _) = wait_for_any(&refs, Duration::from_secs(15), "a start of g/0", |l| {
+        l.is(line::START, "g", 0)
+    })?;
+
+    // SIGTERM mid-run: the run completes and is acknowledged before the
+    // lease is released, so the next owner starts at g/1.
+    workers[owner].terminate()?;
+    let status = workers[owner].wait_timeout(Duration::from_secs(10))?;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the worker did not exit cleanly: {status:?}"
+    );
+    let output = lines(&workers[owner]);
+    let done = output.iter().position(|l| l.is(line::DONE, "g", 0));
+    let stopped = output.iter().position(|l| l.kind() == line::STOPPED);
+    assert!(
+        done.is_some() && done < stopped,
+        "g/0 did not finish before the worker stopped"
+    );
+
+    let verdict = env.wait_all_applied(Duration::from_secs(15))?;
+    env.assert_sound(&verdict);
+    let g = verdict.key("g");
+    assert_eq!(g.applied_seqs(), [0, 1, 2, 3]);
+    assert_eq!(
+        g.reruns(),
+        0,
+        "a graceful stop made an event run twice: {:?}",
+        g.starts
+    );
     Ok(())
 }

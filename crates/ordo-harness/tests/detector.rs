@@ -2,7 +2,8 @@
 //! runs in process, under leases taken by hand, against a real Redis: two
 //! runs of one key under one valid lease are counted as an overlap, runs
 //! one after another are not, a new owner overwriting a stale owner's
-//! marker is not, and the stale owner's effect is refused by the fence.
+//! marker is not, the stale owner's effect is refused by the fence, and a
+//! run invoked under an already lost lease does not start.
 
 mod support;
 
@@ -119,6 +120,17 @@ fn the_overlap_detector_fires_only_for_runs_under_a_valid_lease() -> anyhow::Res
         [format!("0:{}", fresh.token())],
         "only the new owner's effect may land"
     );
+
+    // Invoked again under the lost lease, the handler does not start: it
+    // neither counts a start nor touches the new owner's marker.
+    let late = envelope("three", 1, 0)?;
+    let marker = env.block_on(marker_of(&env, "three"));
+    let outcome = env.block_on(handler.handle(&late, &context(&late, &stale)));
+    assert!(outcome.is_err(), "a run under a lost lease started");
+    let verdict = env.verify()?;
+    assert_eq!(verdict.stale_starts, 1);
+    assert_eq!(verdict.overlaps, 1);
+    assert_eq!(env.block_on(marker_of(&env, "three")), marker);
     Ok(())
 }
 

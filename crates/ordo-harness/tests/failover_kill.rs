@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use ordo_harness::line::{self, Line};
-use support::{Env, assert_sound, wait_for_any};
+use support::{Env, wait_for_any};
 
 const TTL_MS: u64 = 2_000;
 
@@ -71,7 +71,7 @@ fn a_killed_owner_is_replaced_after_its_lease_expires_and_only_the_in_flight_eve
     );
 
     let verdict = env.wait_all_applied(Duration::from_secs(30))?;
-    assert_sound(&verdict);
+    env.assert_sound(&verdict);
     let x = verdict.key("x");
     assert_eq!(
         x.applied_seqs(),

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{Env, assert_sound, key_names, lines};
+use support::{Env, key_names, lines};
 
 #[test]
 fn three_workers_keep_each_key_in_order_without_overlap() -> anyhow::Result<()> {
@@ -41,7 +41,7 @@ fn three_workers_keep_each_key_in_order_without_overlap() -> anyhow::Result<()> 
 
     let verdict = env.wait_all_applied(Duration::from_secs(60))?;
     assert_eq!(verdict.events, 16 * 50);
-    assert_sound(&verdict);
+    env.assert_sound(&verdict);
     assert_eq!(
         verdict.duplicates, 0,
         "no failover happened, so nothing may run twice:\n{verdict}"

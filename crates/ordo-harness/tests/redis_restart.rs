@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use ordo_testkit::{Redis, wait_until};
-use support::{Env, assert_sound};
+use support::Env;
 
 /// The workers' default lease TTL.
 const TTL_MS: u64 = 2_000;
@@ -29,7 +29,7 @@ fn workers_survive_a_redis_restart_and_lose_nothing() -> anyhow::Result<()> {
 
     env.redis.restart()?;
     env.publish(&["--keys", "8", "--events", "10", "--first-seq", "30"])?;
-    assert_sound(&env.wait_all_applied(Duration::from_secs(45))?);
+    env.assert_sound(&env.wait_all_applied(Duration::from_secs(45))?);
 
     // A crash in the middle of a batch, down for longer than a lease: every
     // lease expires, and the workers must take their partitions back.
@@ -56,12 +56,32 @@ fn workers_survive_a_redis_restart_and_lose_nothing() -> anyhow::Result<()> {
 
     let verdict = env.wait_all_applied(Duration::from_secs(45))?;
     assert_eq!(verdict.events, 8 * 80);
-    assert_sound(&verdict);
+    env.assert_sound(&verdict);
     for worker in &mut workers {
         assert!(
             worker.wait_timeout(Duration::ZERO)?.is_none(),
             "a worker exited across the restart"
         );
     }
+    Ok(())
+}
+
+#[test]
+fn workers_survive_a_redis_stall_longer_than_a_lease() -> anyhow::Result<()> {
+    let mut env = Env::start()?;
+    let _workers = [env.worker("w1", &[])?, env.worker("w2", &[])?];
+    env.publish(&["--keys", "8", "--events", "30", "--work-ms", "20"])?;
+    wait_until(Duration::from_secs(20), "some events to be applied", || {
+        env.verify().is_ok_and(|v| v.applied >= 40)
+    })?;
+    // Redis answers nothing for longer than a lease: every lease lapses.
+    env.redis.pause()?;
+    std::thread::sleep(Duration::from_millis(TTL_MS + 1_000));
+    env.redis.resume()?;
+    env.publish(&["--keys", "8", "--events", "10", "--first-seq", "30"])?;
+
+    let verdict = env.wait_all_applied(Duration::from_secs(45))?;
+    assert_eq!(verdict.events, 8 * 40);
+    env.assert_sound(&verdict);
     Ok(())
 }

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use ordo_harness::line::{self, Line};
-use support::{Env, assert_sound, lines, wait_for_any};
+use support::{Env, lines, wait_for_any};
 
 #[test]
 fn a_stalled_owner_that_wakes_up_is_fenced_and_the_new_owner_keeps_order() -> anyhow::Result<()> {
@@ -62,7 +62,7 @@ fn a_stalled_owner_that_wakes_up_is_fenced_and_the_new_owner_keeps_order() -> an
     env.publish(&["--key", "s", "--first-seq", "8", "--events", "4"])?;
 
     let verdict = env.wait_all_applied(Duration::from_secs(30))?;
-    assert_sound(&verdict);
+    env.assert_sound(&verdict);
     let s = verdict.key("s");
     assert_eq!(
         s.applied_seqs(),
@@ -78,15 +78,54 @@ fn a_stalled_owner_that_wakes_up_is_fenced_and_the_new_owner_keeps_order() -> an
         s.applied
     );
     assert_eq!(s.runs.get(&2), Some(&1), "s/2 committed once, by the new owner");
-    // After waking, the old owner never ran `s` again under its stale token.
+    // After waking, the old owner never invoked its handler on `s` again
+    // under its lost lease (a `start`, or a `stale` refusal at the start).
     let woken: Vec<Line> = lines(&workers[owner]).into_iter().skip(stalled_lines).collect();
     let stale_starts: Vec<&Line> = woken
         .iter()
-        .filter(|l| l.kind() == line::START && l.key() == Some("s") && l.token() == Some(stale_token))
+        .filter(|l| matches!(l.kind(), line::START | line::STALE))
+        .filter(|l| l.key() == Some("s") && l.token() == Some(stale_token))
         .collect();
     assert!(
         stale_starts.is_empty(),
-        "the woken owner ran `s` again under its lost lease: {stale_starts:?}"
+        "the woken owner invoked its handler on `s` again under its lost lease (a retry after the \
+         fenced error?): {stale_starts:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn partitions_of_a_stalled_idle_owner_move_on_and_it_rejoins_after_waking() -> anyhow::Result<()> {
+    let env = Env::start()?;
+    let keys = support::key_names(8);
+    let timings = ["--lease-ttl-ms", "1500", "--heartbeat-ms", "300"];
+    let mut workers = [env.worker("w1", &timings)?, env.worker("w2", &timings)?];
+    env.publish(&["--keys", "8", "--events", "5"])?;
+    env.wait_all_applied(Duration::from_secs(15))?;
+    ordo_testkit::wait_until(Duration::from_secs(10), "both workers to own partitions", || {
+        env.lease_counts(&keys)
+            .is_ok_and(|c| c.contains_key("w1") && c.contains_key("w2"))
+    })?;
+
+    // w1 stalls while idle; events published meanwhile on every key are
+    // handled by w2 once w1's leases expire.
+    workers[0].pause()?;
+    env.publish(&["--keys", "8", "--events", "5", "--first-seq", "5"])?;
+    env.wait_all_applied(Duration::from_secs(20))?;
+    assert_eq!(env.lease_counts(&keys)?.get("w2"), Some(&8));
+
+    // Awake again, w1 gets its share back and handles new events.
+    workers[0].resume()?;
+    ordo_testkit::wait_until(Duration::from_secs(15), "w1 to own partitions again", || {
+        env.lease_counts(&keys).is_ok_and(|c| c.contains_key("w1"))
+    })?;
+    env.publish(&["--keys", "8", "--events", "5", "--first-seq", "10"])?;
+    let verdict = env.wait_all_applied(Duration::from_secs(20))?;
+    env.assert_sound(&verdict);
+    assert_eq!(verdict.events, 8 * 15);
+    assert_eq!(
+        verdict.duplicates, 0,
+        "nothing was in flight at the stall:\n{verdict}"
     );
     Ok(())
 }

@@ -38,7 +38,7 @@ enum Command {
     /// Publish numbered events through the outbox, then exit.
     Publish(PublishArgs),
     /// Check the recorded effects; exits 1 when the guarantee was broken.
-    Verify(RedisArgs),
+    Verify(VerifyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -46,6 +46,15 @@ struct RedisArgs {
     /// The Redis URL.
     #[arg(long, env = "REDIS_URL")]
     redis_url: String,
+}
+
+#[derive(Debug, Args)]
+struct VerifyArgs {
+    #[command(flatten)]
+    redis: RedisArgs,
+    /// Print the verdict, with every key's records, as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -175,13 +184,17 @@ async fn publish(args: PublishArgs) -> Result<()> {
     Ok(())
 }
 
-async fn verify(args: RedisArgs) -> Result<()> {
+async fn verify(args: VerifyArgs) -> Result<()> {
     use fred::prelude::{Builder, ClientLike, Config};
-    let config = Config::from_url(&args.redis_url).context("invalid --redis-url")?;
+    let config = Config::from_url(&args.redis.redis_url).context("invalid --redis-url")?;
     let client = Builder::from_config(config).build()?;
     client.init().await.context("cannot connect to Redis")?;
     let verdict = ordo_harness::verify::verify(&client).await?;
-    println!("{verdict}");
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&verdict)?);
+    } else {
+        println!("{verdict}");
+    }
     if !verdict.is_sound() {
         std::process::exit(1);
     }

@@ -1,29 +1,36 @@
--- The start of a handler run: counts the start, detects an overlapping run
--- of the same key, and marks this run as the one in flight.
+-- The start of a handler run: checks that the run's lease is still held,
+-- detects an overlapping run of the same key, counts the start and marks
+-- this run as the one in flight.
 --
 -- KEYS: in-flight marker, the partition's lease, overlap counter,
---       starts hash, overlap log
+--       starts hash, overlap log, stale-start counter
 -- ARGV: my marker (`{token}:{run id}`), seq
 --
--- A marker left by another run counts as an overlap only if that run's
--- lease is still the partition's lease: the marker's token is the token
--- the lease holds now. A marker of an owner whose lease expired or was
--- superseded (it crashed, or stalled and was fenced) is stale: the new
--- owner taking over is the contract, not an overlap.
+-- A run whose own lease is no longer held (a stale owner, invoked or
+-- resumed after losing the partition) does not start: it is counted as a
+-- stale start and leaves the marker alone. Its effects would be refused by
+-- the fence anyway.
 --
--- Returns 1 when an overlap was detected, else 0.
+-- A marker left by another run counts as an overlap only if that run's
+-- lease is still the partition's lease: the marker's token is the token the
+-- lease holds now. A marker of an owner whose lease expired or was
+-- superseded (it crashed, or stalled and was fenced) is stale: the new owner
+-- taking over is the contract, not an overlap.
+--
+-- Returns 0 (started), 1 (started, overlapping another run) or 2 (stale).
 local mine, seq = ARGV[1], ARGV[2]
+local lease = redis.call('GET', KEYS[2])
+local lease_token = lease and string.match(lease, ':(%d+)$')
+if lease_token ~= string.match(mine, '^(%d+):') then
+  redis.call('INCR', KEYS[6])
+  return 2
+end
 local overlap = 0
 local theirs = redis.call('GET', KEYS[1])
-if theirs and theirs ~= mine then
-  local their_token = string.match(theirs, '^(%d+):')
-  local lease = redis.call('GET', KEYS[2])
-  local lease_token = lease and string.match(lease, ':(%d+)$')
-  if their_token and their_token == lease_token then
-    overlap = 1
-    redis.call('INCR', KEYS[3])
-    redis.call('RPUSH', KEYS[5], theirs .. ' vs ' .. mine)
-  end
+if theirs and theirs ~= mine and string.match(theirs, '^(%d+):') == lease_token then
+  overlap = 1
+  redis.call('INCR', KEYS[3])
+  redis.call('RPUSH', KEYS[5], theirs .. ' vs ' .. mine)
 end
 redis.call('SET', KEYS[1], mine)
 redis.call('HINCRBY', KEYS[4], seq, 1)

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fred::clients::Pool;
-use fred::interfaces::KeysInterface;
+use fred::interfaces::{KeysInterface, ListInterface};
 use fred::prelude::{Builder, ClientLike, Config};
 use fred::types::config::ReconnectPolicy;
 use ordo_harness::keys;
@@ -226,30 +226,55 @@ pub fn holds_for(window: Duration, what: &str, mut condition: impl FnMut() -> bo
     Ok(())
 }
 
-/// Asserts the parts of the guarantee that hold whatever the faults:
-/// nothing lost, reordered, overlapping, applied by a stale owner or invented.
-pub fn assert_sound(verdict: &Verdict) {
-    assert!(
-        verdict.is_sound(),
-        "the guarantee was broken:\n{verdict}\n{:#?}",
-        offenders(verdict)
-    );
+impl Env {
+    /// Asserts the parts of the guarantee that hold whatever the faults:
+    /// nothing lost, reordered, overlapping, applied by a stale owner or
+    /// invented.
+    pub fn assert_sound(&self, verdict: &Verdict) {
+        assert!(
+            verdict.is_sound(),
+            "the guarantee was broken:\n{verdict}\n{}overlap log: {:?}",
+            offenders(verdict),
+            self.overlap_log(),
+        );
+    }
+
+    /// The overlap log: `{their marker} vs {my marker}` per overlap.
+    pub fn overlap_log(&self) -> Vec<String> {
+        self.block_on(self.client.lrange(keys::OVERLAP_LOG, 0, -1))
+            .unwrap_or_default()
+    }
 }
 
-/// The keys whose records show a problem.
-fn offenders(verdict: &Verdict) -> BTreeMap<&str, &ordo_harness::verify::KeyReport> {
-    verdict
-        .per_key
-        .iter()
-        .filter(|(_, r)| {
-            !r.lost.is_empty()
-                || r.order_violations > 0
-                || r.token_regressions > 0
-                || !r.duplicates.is_empty()
-                || !r.unexpected.is_empty()
-        })
-        .map(|(k, r)| (k.as_str(), r))
-        .collect()
+/// The keys whose records show a problem, one line each.
+fn offenders(verdict: &Verdict) -> String {
+    let mut text = String::new();
+    for (key, r) in &verdict.per_key {
+        if r.lost.is_empty()
+            && r.order_violations == 0
+            && r.token_regressions == 0
+            && r.duplicates.is_empty()
+            && r.unexpected.is_empty()
+        {
+            continue;
+        }
+        let applied: Vec<String> = r
+            .applied
+            .iter()
+            .map(|a| format!("{}@{}", a.seq, a.token % 1_000_000))
+            .collect();
+        text.push_str(&format!(
+            "{key}: lost {:?} duplicates {:?} order_violations {} token_regressions {} unexpected {:?}\n  \
+             applied (seq@token mod 1e6) {}\n",
+            r.lost,
+            r.duplicates,
+            r.order_violations,
+            r.token_regressions,
+            r.unexpected,
+            applied.join(" "),
+        ));
+    }
+    text
 }
 
 /// `k0`..`k{count - 1}`.
