@@ -556,24 +556,33 @@ async fn a_handler_blocking_longer_than_the_lease_does_not_lose_it() -> anyhow::
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_broker_runs_one_consumer_at_a_time() -> anyhow::Result<()> {
     let redis = Redis::start()?;
     let a = broker(&redis.url(), config(3_000, 3_600_000, 0)).await?;
     let category = common::category("order");
+    let recorder = Recorder::new();
     let sub = || {
         subscription(
             "P",
             HandlerKind::Event,
             &[&category],
             true,
-            Arc::new(Recorder::new()),
+            Arc::new(recorder.clone()),
         )
     };
     let first = Running::start(&a, vec![sub()]);
-    let second = a
-        .run(vec![sub()].into(), tokio_util::sync::CancellationToken::new())
-        .await;
+    a.publish(&[publication(&category, "k", 0, Lane::Primary)])
+        .await?;
+    eventually(Duration::from_secs(10), "the first consumer to run", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.seqs("k") == [0]) }
+    })
+    .await?;
+    // Already cancelled: were it (wrongly) accepted, it would stop at once.
+    let cancelled = tokio_util::sync::CancellationToken::new();
+    cancelled.cancel();
+    let second = tokio::time::timeout(Duration::from_secs(10), a.run(vec![sub()].into(), cancelled)).await?;
     let error = second.expect_err("a second consumer of one instance is refused");
     assert!(matches!(
         error.downcast_ref::<ordo_redis::Error>(),
