@@ -15,7 +15,7 @@
 //!   work and the outbox, as an application would.
 //! - [`verify`]: reads what the workers recorded and counts lost, reordered,
 //!   duplicated and overlapping runs.
-//! - [`line`]: the machine-readable lines a worker prints on stdout, and
+//! - [`line`](mod@line): the machine-readable lines a worker prints on stdout, and
 //!   their parser.
 //! - [`keys`]: where the harness keeps its records in Redis.
 

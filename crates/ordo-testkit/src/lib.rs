@@ -17,7 +17,7 @@
 //! - `ORDO_REDIS_SERVER=/path/to/redis-server`: the binary to spawn instead of
 //!   `redis-server` from `PATH`.
 //!
-//! Feature `testcontainers`: [`Redis::start_container`] runs `redis:7.2` in Docker.
+//! Feature `testcontainers`: `Redis::start_container` runs `redis:7.2` in Docker.
 //!
 //! This crate is Unix-only: it controls processes with signals.
 
