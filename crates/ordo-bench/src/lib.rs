@@ -24,6 +24,7 @@ pub mod monitor;
 pub mod redis;
 pub mod report;
 pub mod stats;
+pub mod worker;
 pub mod workload;
 
 pub use report::{Figure, Report};

@@ -11,11 +11,12 @@
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use ordo_bench::Report;
 use ordo_bench::baseline::{self, BaselineArgs};
 use ordo_bench::redis::RedisArgs;
+use ordo_bench::worker::{self, WorkerArgs};
 
 #[derive(Debug, Parser)]
 #[command(name = "ordo-bench", version, about = "Ordo's benchmarks and checkers")]
@@ -34,6 +35,10 @@ enum Bench {
     /// Drain a pre-filled backlog with a plain Redis consumer group
     /// (XREADGROUP/XACK, no leases, no ordering): `baseline_msgs_per_s`.
     Baseline(BaselineArgs),
+    /// One engine instance in its own process, until SIGTERM (spawned by
+    /// the benchmarks that kill instances; prints the harness's lines).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,5 +75,9 @@ fn main() -> ExitCode {
 async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
     match bench {
         Bench::Baseline(args) => baseline::run(&args, &redis.start().await?).await,
+        Bench::Worker(args) => {
+            let url = redis.redis_url.as_deref().context("`worker` needs --redis-url or REDIS_URL")?;
+            worker::run(&args, url).await.map(|()| Report::new())
+        }
     }
 }

@@ -1,0 +1,121 @@
+//! `worker` (hidden): one Ordo engine instance in a process of its own, for
+//! the benchmarks and checkers that kill, pause or stop instances.
+//!
+//! It runs the harness's worker ([`ordo_harness::worker::run`]: the `chaos`
+//! category's [`Tick`](ordo_harness::tick::Tick) events on the Redis broker,
+//! one machine-readable line per run on stdout) until SIGTERM or SIGINT,
+//! then shuts down gracefully. Running it as a subcommand of `ordo-bench`
+//! means a run needs no other binary: [`WorkerArgs::command`] spawns the
+//! current executable.
+//!
+//! The timings default to Ordo's own defaults (`Config::default`), not the
+//! harness's short test timings, so what a benchmark measures is what a
+//! deployment gets; only the lease TTL is usually varied, and the heartbeat
+//! follows it (TTL / 5) unless given.
+
+use std::process::Command;
+
+use anyhow::{Context as _, Result};
+use ordo_harness::worker::WorkerOptions;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+/// Options of `ordo-bench worker`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct WorkerArgs {
+    /// This instance's id, unique among live instances.
+    #[arg(long)]
+    pub instance: String,
+    /// `server.partitioning.lease_ttl_ms`.
+    #[arg(long, default_value_t = 15_000)]
+    pub lease_ttl_ms: u64,
+    /// The lease renewal interval in ms (default: the TTL / 5, as in `domain.toml`).
+    #[arg(long)]
+    pub heartbeat_ms: Option<u64>,
+    /// `server.partitioning.poll_interval_seconds`, in ms.
+    #[arg(long, default_value_t = 250)]
+    pub poll_ms: u64,
+    /// `server.partitioning.discovery_interval_seconds`, in ms.
+    #[arg(long, default_value_t = 1_000)]
+    pub discovery_ms: u64,
+    /// `server.partitioning.reap_idle_ms`.
+    #[arg(long, default_value_t = 3_600_000)]
+    pub reap_idle_ms: u64,
+}
+
+impl WorkerArgs {
+    /// Default timings for instance `instance` with lease TTL `lease_ttl_ms`.
+    pub fn new(instance: impl Into<String>, lease_ttl_ms: u64) -> Self {
+        Self {
+            instance: instance.into(),
+            lease_ttl_ms,
+            heartbeat_ms: None,
+            poll_ms: 250,
+            discovery_ms: 1_000,
+            reap_idle_ms: 3_600_000,
+        }
+    }
+
+    /// The harness's options for these arguments on `redis_url`.
+    pub fn options(&self, redis_url: &str) -> WorkerOptions {
+        let mut options = WorkerOptions::new(redis_url, &self.instance);
+        options.lease_ttl_ms = self.lease_ttl_ms;
+        options.heartbeat_ms = self.heartbeat_ms.unwrap_or(self.lease_ttl_ms / 5);
+        options.poll_ms = self.poll_ms;
+        options.discovery_ms = self.discovery_ms;
+        options.reap_idle_ms = self.reap_idle_ms;
+        options
+    }
+
+    /// The command that runs this worker as a child of the current process
+    /// (`<current exe> --redis-url URL worker ...`).
+    pub fn command(&self, redis_url: &str) -> Result<Command> {
+        let exe = std::env::current_exe().context("cannot locate the ordo-bench executable")?;
+        let mut command = Command::new(exe);
+        command
+            .args(["--redis-url", redis_url, "worker", "--instance", &self.instance])
+            .args(["--lease-ttl-ms", &self.lease_ttl_ms.to_string()])
+            .args(["--poll-ms", &self.poll_ms.to_string()])
+            .args(["--discovery-ms", &self.discovery_ms.to_string()])
+            .args(["--reap-idle-ms", &self.reap_idle_ms.to_string()]);
+        if let Some(heartbeat_ms) = self.heartbeat_ms {
+            command.args(["--heartbeat-ms", &heartbeat_ms.to_string()]);
+        }
+        Ok(command)
+    }
+}
+
+/// Runs the worker on `redis_url` until SIGTERM or SIGINT.
+pub async fn run(args: &WorkerArgs, redis_url: &str) -> Result<()> {
+    let options = args.options(redis_url);
+    let shutdown = CancellationToken::new();
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        on_signal.cancel();
+    });
+    ordo_harness::worker::run(&options, shutdown)
+        .await
+        .with_context(|| format!("worker `{}` failed", options.instance))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_heartbeat_follows_the_ttl_unless_given() {
+        let mut args = WorkerArgs::new("w1", 2_000);
+        let options = args.options("redis://127.0.0.1:1");
+        assert_eq!((options.lease_ttl_ms, options.heartbeat_ms), (2_000, 400));
+        assert_eq!((options.poll_ms, options.discovery_ms), (250, 1_000));
+        options.config().unwrap();
+        args.heartbeat_ms = Some(300);
+        assert_eq!(args.options("redis://127.0.0.1:1").heartbeat_ms, 300);
+    }
+}
