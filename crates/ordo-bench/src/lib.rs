@@ -11,19 +11,33 @@
 //! - [`latency`]: a recorder of durations with nearest-rank percentiles.
 //! - [`load`]: a ticker that offers a fixed load (N events/s over K keys).
 //! - [`workload`]: the benchmark event, its keys and its stream entry layout.
+//! - [`engine`]: an Ordo engine instance with a counting handler, and
+//!   Ordo's publish path to fill partition streams.
 //!
-//! Subcommands: [`baseline`] (a plain consumer group draining a backlog).
+//! Subcommands: [`baseline`] (a plain consumer group draining a backlog),
+//! [`throughput`] (publish and ordered drains against the baseline),
+//! [`handler_latency`] (`latency`: commit to handler start at a fixed load),
+//! [`idle`] (commands sent while owning idle partitions), [`failover`]
+//! (SIGKILL of an owner to the next owner's first message), [`chaos`] (the
+//! guarantee checked under injected faults), and the hidden [`worker`] (one
+//! engine instance in a child process).
 //!
 //! Errors are `anyhow` throughout: this library is the inside of one program
 //! whose answer to any failure is to stop and say what went wrong.
 
 pub mod baseline;
+pub mod chaos;
+pub mod engine;
+pub mod failover;
+pub mod handler_latency;
+pub mod idle;
 pub mod latency;
 pub mod load;
 pub mod monitor;
 pub mod redis;
 pub mod report;
 pub mod stats;
+pub mod throughput;
 pub mod worker;
 pub mod workload;
 

@@ -15,7 +15,12 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use ordo_bench::Report;
 use ordo_bench::baseline::{self, BaselineArgs};
+use ordo_bench::chaos::{self, ChaosArgs};
+use ordo_bench::failover::{self, FailoverArgs};
+use ordo_bench::handler_latency::{self, LatencyArgs};
+use ordo_bench::idle::{self, IdleArgs};
 use ordo_bench::redis::RedisArgs;
+use ordo_bench::throughput::{self, ThroughputArgs};
 use ordo_bench::worker::{self, WorkerArgs};
 
 #[derive(Debug, Parser)]
@@ -35,6 +40,24 @@ enum Bench {
     /// Drain a pre-filled backlog with a plain Redis consumer group
     /// (XREADGROUP/XACK, no leases, no ordering): `baseline_msgs_per_s`.
     Baseline(BaselineArgs),
+    /// Publish through the outbox, drain the backlog with Ordo's ordered
+    /// consumer (1 and 2 instances) and with the baseline, in one run:
+    /// `publish_msgs_per_s`, `ordered_msgs_per_s_N`, `baseline_msgs_per_s`,
+    /// `ratio_ordered_to_baseline`.
+    Throughput(ThroughputArgs),
+    /// Commit to handler start at a fixed offered load:
+    /// `latency_p50_ms`, `latency_p99_ms`.
+    Latency(LatencyArgs),
+    /// Commands one instance sends per second while it owns many idle
+    /// partitions: `idle_redis_cmds_per_s`, `owned_partitions`.
+    Idle(IdleArgs),
+    /// SIGKILL of a key's owner to the next owner's first handled message,
+    /// per lease TTL: `failover_ms_ttl_<ttl>`.
+    Failover(FailoverArgs),
+    /// Faults injected into N engine processes and Redis while events flow,
+    /// then the guarantee verified: `overlaps`, `order_violations`, `lost`
+    /// (non-zero fails the run), `duplicates`, `max_failover_ms`, `seed`.
+    Chaos(ChaosArgs),
     /// One engine instance in its own process, until SIGTERM (spawned by
     /// the benchmarks that kill instances; prints the harness's lines).
     #[command(hide = true)]
@@ -43,6 +66,7 @@ enum Bench {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
     let report = match tokio::runtime::Runtime::new()
         .map_err(anyhow::Error::from)
         .and_then(|runtime| runtime.block_on(run(cli.bench, &cli.redis)))
@@ -72,11 +96,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// Warnings and errors of Ordo's runtime on stderr (`RUST_LOG` to change).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
     match bench {
         Bench::Baseline(args) => baseline::run(&args, &redis.start().await?).await,
+        Bench::Throughput(args) => throughput::run(&args, &redis.start().await?).await,
+        Bench::Latency(args) => handler_latency::run(&args, &redis.start().await?).await,
+        Bench::Idle(args) => idle::run(&args, &redis.start().await?).await,
+        Bench::Failover(args) => failover::run(&args, &redis.start().await?).await,
+        Bench::Chaos(args) => chaos::run(&args, redis).await,
         Bench::Worker(args) => {
-            let url = redis.redis_url.as_deref().context("`worker` needs --redis-url or REDIS_URL")?;
+            let url = redis
+                .redis_url
+                .as_deref()
+                .context("`worker` needs --redis-url or REDIS_URL")?;
             worker::run(&args, url).await.map(|()| Report::new())
         }
     }

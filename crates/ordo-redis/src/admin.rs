@@ -127,27 +127,57 @@ impl PartitionAdmin {
         })
     }
 
-    /// Acknowledges the halted head without handling it (recorded in the
-    /// partition's log), then clears the halt: the owner resumes with the
-    /// next message. Returns the skipped entry id.
+    /// The halted head of `group`'s partition `category:key`, to decide on.
+    /// Add [`HeadAction::expecting`] to act only if the partition is still
+    /// halted on the entry the operator inspected:
+    ///
+    /// ```no_run
+    /// # async fn example(admin: &ordo_redis::PartitionAdmin) -> Result<(), ordo_redis::Error> {
+    /// let inspected = admin.inspect("OrderProjector", "order", "bob").await?;
+    /// // ... the operator reads the head and decides ...
+    /// admin
+    ///     .head("OrderProjector", "order", "bob")
+    ///     .expecting(&inspected.halt.head)
+    ///     .dead_letter()
+    ///     .await?; // Error::HeadChanged if it is halted on another entry now
+    /// # Ok(()) }
+    /// ```
+    pub fn head<'a>(&'a self, group: &'a str, category: &'a str, key: &'a str) -> HeadAction<'a> {
+        HeadAction {
+            admin: self,
+            group,
+            category,
+            key,
+            expected: None,
+        }
+    }
+
+    /// Skips whatever head `group`'s partition `category:key` is halted on:
+    /// [`HeadAction::skip`] without an expected head.
     pub async fn skip(&self, group: &str, category: &str, key: &str) -> Result<String> {
-        self.resolve(group, category, key, Action::Skip).await
+        self.head(group, category, key).skip().await
     }
 
-    /// Copies the halted head to the partition's dead-letter stream
-    /// (`{category}:{key}:dlq`, with the error, group and attempts),
-    /// acknowledges it, then clears the halt. Returns the entry id.
+    /// Dead-letters whatever head `group`'s partition `category:key` is
+    /// halted on: [`HeadAction::dead_letter`] without an expected head.
     pub async fn dead_letter(&self, group: &str, category: &str, key: &str) -> Result<String> {
-        self.resolve(group, category, key, Action::DeadLetter).await
+        self.head(group, category, key).dead_letter().await
     }
 
-    /// Clears the halt: the owner runs the head again, with a fresh set of
-    /// attempts. Returns the head's entry id.
+    /// Retries whatever head `group`'s partition `category:key` is halted
+    /// on: [`HeadAction::retry`] without an expected head.
     pub async fn retry(&self, group: &str, category: &str, key: &str) -> Result<String> {
-        self.resolve(group, category, key, Action::Retry).await
+        self.head(group, category, key).retry().await
     }
 
-    async fn resolve(&self, group: &str, category: &str, key: &str, action: Action) -> Result<String> {
+    async fn resolve(&self, target: &HeadAction<'_>, action: Action) -> Result<String> {
+        let HeadAction {
+            group,
+            category,
+            key,
+            expected,
+            ..
+        } = *target;
         let partition = self.partition(category, key);
         let halt_key = partition.halt(group);
         let keys = vec![
@@ -163,12 +193,19 @@ impl PartitionAdmin {
             Value::from(group),
             Value::from(action.name()),
             Value::from(""),
+            Value::from(expected.unwrap_or_default()),
         ];
         let script = &SCRIPTS.resolve;
         let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?;
         match reply.tag() {
             "ok" => reply.string(0),
             "not_halted" => Err(not_halted(group, &partition)),
+            "head_changed" => Err(Error::HeadChanged {
+                group: group.to_owned(),
+                partition: partition.primary().to_owned(),
+                expected: expected.unwrap_or_default().to_owned(),
+                actual: reply.string(0)?,
+            }),
             _ => Err(reply.unexpected("unknown outcome")),
         }
     }
@@ -217,6 +254,51 @@ impl PartitionAdmin {
             .into_iter()
             .next()
             .and_then(|entry| array(entry).get(3).and_then(Value::as_u64)))
+    }
+}
+
+/// An operator decision on the halted head of one partition, made with
+/// [`PartitionAdmin::head`]. Each action checks, in the same atomic step
+/// that applies it, that the partition is halted (else
+/// [`Error::NotHalted`]) and, with [`expecting`](Self::expecting), that it
+/// is halted on that entry (else [`Error::HeadChanged`]); when refused,
+/// nothing is changed.
+#[derive(Debug, Clone, Copy)]
+#[must_use = "nothing happens until `skip`, `dead_letter` or `retry` is awaited"]
+pub struct HeadAction<'a> {
+    admin: &'a PartitionAdmin,
+    group: &'a str,
+    category: &'a str,
+    key: &'a str,
+    expected: Option<&'a str>,
+}
+
+impl<'a> HeadAction<'a> {
+    /// Acts only if the halted head is the entry `head` (an id as
+    /// [`PartitionAdmin::inspect`] and [`PartitionAdmin::halted`] report it).
+    pub fn expecting(mut self, head: &'a str) -> Self {
+        self.expected = Some(head);
+        self
+    }
+
+    /// Acknowledges the halted head without handling it (recorded in the
+    /// partition's log), then clears the halt: the owner resumes with the
+    /// next message. Returns the skipped entry id.
+    pub async fn skip(self) -> Result<String> {
+        self.admin.resolve(&self, Action::Skip).await
+    }
+
+    /// Copies the halted head to the partition's dead-letter stream
+    /// (`{category}:{key}:dlq`, with the error, group and attempts),
+    /// acknowledges it, then clears the halt. Returns the entry id.
+    pub async fn dead_letter(self) -> Result<String> {
+        self.admin.resolve(&self, Action::DeadLetter).await
+    }
+
+    /// Clears the halt: the owner runs the head again, with a fresh set of
+    /// attempts. Returns the head's entry id.
+    pub async fn retry(self) -> Result<String> {
+        self.admin.resolve(&self, Action::Retry).await
     }
 }
 

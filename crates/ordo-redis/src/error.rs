@@ -30,6 +30,24 @@ pub enum Error {
         partition: String,
     },
 
+    /// An operator action expected the partition to be halted on one head
+    /// but it is halted on another (someone acted meanwhile, and the
+    /// partition halted again on a later message). Nothing was changed.
+    #[error(
+        "the halted head of `{partition}` for group `{group}` is {actual}, not the expected {expected}: \
+         it changed since it was inspected"
+    )]
+    HeadChanged {
+        /// The consumer group (handler name).
+        group: String,
+        /// The partition's primary stream.
+        partition: String,
+        /// The head id the action was for.
+        expected: String,
+        /// The head id the partition is halted on now.
+        actual: String,
+    },
+
     /// A fenced commit named a command the commit script does not run.
     #[error("command `{command}` is not allowed in a fenced commit")]
     CommandNotAllowed {

@@ -19,12 +19,14 @@
 //! # Ok(()) }
 //! ```
 
+use std::time::Duration;
+
 use fred::interfaces::LuaInterface;
 use fred::types::Value;
 use ordo_core::handler::HandlerContext;
 
 use crate::error::{Error, Result};
-use crate::lease::Lease;
+use crate::lease::{Lease, millis};
 use crate::scripts::{Reply, SCRIPTS};
 
 /// The commands a fenced commit may run (writes to plain data structures;
@@ -41,15 +43,22 @@ const ALLOWED: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisFence {
     lease_key: String,
+    marker: String,
     value: String,
     token: u64,
 }
+
+/// How long the last commit's marker is kept: far longer than a client
+/// takes to reconnect and resend, and bounded (one small key per lease,
+/// overwritten by each commit, deleted when the partition is reaped).
+const COMMIT_MARKER_TTL: Duration = Duration::from_secs(300);
 
 impl RedisFence {
     /// The fence of `lease`.
     pub fn new(lease: &Lease) -> Self {
         Self {
             lease_key: lease.key().to_owned(),
+            marker: lease.keys().commit.clone(),
             value: lease.value().to_owned(),
             token: lease.token(),
         }
@@ -70,13 +79,41 @@ impl RedisFence {
         self.token
     }
 
-    /// Applies `writes` atomically if the lease is still held at this
-    /// fence's token; otherwise applies nothing and returns
-    /// [`Error::Fenced`]. Returns the reply of each command.
+    /// Applies `writes` if the lease is still held at this fence's token;
+    /// otherwise applies nothing and returns [`Error::Fenced`]. Returns the
+    /// reply of each command.
     ///
     /// `client` must be connected to the broker's Redis: the lease check and
-    /// the writes run in one script.
+    /// the writes run in one script, so no other command runs between them.
+    ///
+    /// Applied at most once per call: when the connection drops with the
+    /// commit in flight, the client sends it again after reconnecting
+    /// without knowing whether it ran; a commit that did run is not applied
+    /// again, and the resent call gets the replies of the first run. (The
+    /// last commit under each lease is remembered for a few minutes; a
+    /// handler running several commits at once could see an early one
+    /// applied twice.)
+    ///
+    /// What this does not make idempotent:
+    /// - **Handler runs.** Delivery is at-least-once: a handler that fails
+    ///   after committing, or whose owner crashes before acknowledging, runs
+    ///   again (on this owner or the next one) and commits again. Write
+    ///   effects that tolerate it (set a value, add to a set, key writes by
+    ///   the message id), or record the message id with the effect and
+    ///   check it first.
+    /// - **A failing command.** Every command is validated before any runs,
+    ///   but a command that fails when it runs (`WRONGTYPE`) stops the
+    ///   script with the writes before it applied, as in any Redis script.
     pub async fn commit<C>(&self, client: &C, writes: &FencedWrite) -> Result<Vec<Value>>
+    where
+        C: LuaInterface + Send + Sync,
+    {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        self.commit_once(client, writes, &id).await
+    }
+
+    /// Runs the commit script for `writes` under the commit id `id`.
+    async fn commit_once<C>(&self, client: &C, writes: &FencedWrite, id: &str) -> Result<Vec<Value>>
     where
         C: LuaInterface + Send + Sync,
     {
@@ -89,10 +126,12 @@ impl RedisFence {
                 command: op.command.clone(),
             });
         }
-        let mut keys = vec![self.lease_key.clone()];
+        let mut keys = vec![self.lease_key.clone(), self.marker.clone()];
         keys.extend(writes.ops.iter().map(|op| op.key.clone()));
         let mut args = vec![
             Value::from(self.value.as_str()),
+            Value::from(id),
+            millis(COMMIT_MARKER_TTL),
             Value::from(i64::try_from(writes.ops.len()).unwrap_or(i64::MAX)),
         ];
         for op in &writes.ops {

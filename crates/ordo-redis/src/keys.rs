@@ -110,6 +110,10 @@ pub struct LeaseKeys {
     pub lease: String,
     /// The last token handed out (expires a while after the lease).
     pub generation: String,
+    /// The last fenced commit made under this lease key (its id and
+    /// replies, short-lived), so a commit the client sends twice is
+    /// applied once.
+    pub commit: String,
 }
 
 impl LeaseKeys {
@@ -118,6 +122,7 @@ impl LeaseKeys {
         Self {
             lease: format!("{{{tag}}}:lease:{group}"),
             generation: format!("{{{tag}}}:gen:{group}"),
+            commit: format!("{{{tag}}}:commit:{group}"),
         }
     }
 
@@ -141,6 +146,7 @@ mod tests {
         assert_eq!(p.index(), "order:__partitions__");
         assert_eq!(p.lease("Projector").lease, "{order:c-1}:lease:Projector");
         assert_eq!(p.lease("Projector").generation, "{order:c-1}:gen:Projector");
+        assert_eq!(p.lease("Projector").commit, "{order:c-1}:commit:Projector");
         assert_eq!(p.halt("Projector"), "{order:c-1}:halt:Projector");
     }
 }

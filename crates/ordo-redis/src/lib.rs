@@ -18,7 +18,8 @@
 //!   `XREAD` waits on every idle stream, one `SMEMBERS` per category and
 //!   interval discovers partitions: independent of the partitions owned.
 //! - **Halts** are recorded and listed; [`PartitionAdmin`] inspects, skips,
-//!   dead-letters or retries a halted head.
+//!   dead-letters or retries a halted head, optionally only if it is still
+//!   the entry the operator inspected ([`HeadAction::expecting`]).
 //! - **Fenced effects**: [`RedisFence`] (attached to every handler context)
 //!   commits a handler's Redis writes only while its lease holds.
 //!
@@ -45,7 +46,7 @@ mod publish;
 mod scripts;
 mod status;
 
-pub use admin::{HaltedPartition, Inspection, PartitionAdmin};
+pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
 pub use broker::{RedisBroker, RedisBrokerBuilder};
 pub use error::{Error, Result};
 pub use fence::{FencedWrite, RedisFence};

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use fred::clients::Pool;
+use fred::interfaces::KeysInterface;
 use fred::types::Value;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
@@ -216,6 +217,22 @@ impl Partitions {
     /// Releases `lease`; returns whether it was still held.
     pub async fn release(&self, lease: &Lease) -> Result<bool> {
         lease::release(&self.client, lease).await
+    }
+
+    /// Checks that `lease` is still held, without touching anything:
+    /// [`Error::Fenced`] when another instance holds it or it expired. A
+    /// worker asks before running a handler again after a failure, so a
+    /// stale owner never re-runs a message the new owner may be running.
+    pub async fn check(&self, lease: &Lease) -> Result<()> {
+        let holder: Option<String> = self.client.get(lease.key()).await?;
+        if holder.as_deref() == Some(lease.value()) {
+            return Ok(());
+        }
+        Err(Error::Fenced {
+            lease: lease.key().to_owned(),
+            expected: lease.value().to_owned(),
+            holder,
+        })
     }
 
     /// The fenced read: up to `count` entries of `partition` for `group`,

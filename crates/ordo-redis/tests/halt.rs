@@ -222,3 +222,106 @@ async fn a_halt_survives_a_failover_and_the_new_owner_does_not_rerun_the_head() 
     run_b.stop().await?;
     Ok(())
 }
+
+/// The operator inspected head H1 and decided to dead-letter it; meanwhile
+/// another operator skipped H1 and the partition halted again on H2. The
+/// decision about H1 must not land on H2: the expected head is compared in
+/// the same atomic step as the action, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_expecting_a_head_that_changed_changes_nothing() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let recorder = Recorder::with(Arc::new(|_, seq, _| {
+        if seq == 1 || seq == 2 {
+            Outcome::Fail
+        } else {
+            Outcome::Succeed
+        }
+    }));
+    let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    a.publish(
+        &(0..4)
+            .map(|s| publication(&category, "bad", s, Lane::Primary))
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    let run = Running::start(
+        &a,
+        vec![subscription(
+            "P",
+            HandlerKind::Event,
+            &[&category],
+            true,
+            Arc::new(recorder.clone()),
+        )],
+    );
+    let admin = a.admin();
+    let first = wait_halted(&admin, "bad").await?.head;
+    let inspected = admin.inspect("P", &category, "bad").await?;
+    assert_eq!(inspected.halt.head, first);
+
+    // Another operator skips H1; the partition halts on H2.
+    let skipped = admin.head("P", &category, "bad").expecting(&first).skip().await?;
+    assert_eq!(skipped, first);
+    eventually(Duration::from_secs(10), "the partition to halt on H2", || async {
+        Ok(halted_on(&admin, "bad").await?.is_some_and(|h| h.head != first))
+    })
+    .await?;
+    let second = halted_on(&admin, "bad").await?.expect("halted");
+
+    // The first operator's decision about H1 is refused as a whole.
+    let refused = admin
+        .head("P", &category, "bad")
+        .expecting(&inspected.halt.head)
+        .dead_letter()
+        .await;
+    match &refused {
+        Err(Error::HeadChanged {
+            group,
+            partition,
+            expected,
+            actual,
+        }) => {
+            assert_eq!((group.as_str(), expected, actual), ("P", &first, &second.head));
+            assert_eq!(partition, &format!("{category}:bad"));
+        }
+        other => panic!("expected HeadChanged, got {other:?}"),
+    }
+    let message = refused.unwrap_err().to_string();
+    assert!(
+        message.contains(&first) && message.contains(&second.head),
+        "{message}"
+    );
+    assert_eq!(
+        halted_on(&admin, "bad").await?,
+        Some(second.clone()),
+        "still halted on H2"
+    );
+    let client = pool(&url).await?;
+    let dlq: Value = client
+        .xrange(format!("{category}:bad:dlq"), "-", "+", None)
+        .await?;
+    assert!(dlq.into_array().is_empty(), "nothing was dead-lettered");
+    let pending: Value = client
+        .xpending(
+            format!("{category}:bad"),
+            "P",
+            (second.head.as_str(), second.head.as_str(), 1),
+        )
+        .await?;
+    assert_eq!(pending.into_array().len(), 1, "H2 is still the pending head");
+
+    // Acting on the head it is halted on now works.
+    assert_eq!(
+        admin
+            .head("P", &category, "bad")
+            .expecting(&second.head)
+            .skip()
+            .await?,
+        second.head
+    );
+    wait_seqs(&recorder, "bad", &[0, 3]).await?;
+    run.stop().await?;
+    Ok(())
+}

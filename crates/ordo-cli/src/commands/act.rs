@@ -6,16 +6,12 @@
 //! halted head is not the one the operator saw (`--expect-head`, or the
 //! head shown in the confirmation question).
 //!
-//! `PartitionAdmin`'s actions resolve whatever head is halted, without an
-//! expected-head argument, so the comparison is a check made immediately
-//! before the action (one round trip earlier), and again on the action's
-//! reply, which names the entry it resolved. For the check to pass on a
-//! head that then changes, within that round trip the halt would have to be
-//! resolved by someone else, the owner would have to notice it (a poll
-//! interval), fail the next message through all its retries and halt
-//! again. If that ever happens, the command exits 1 and names both ids.
+//! The head shown is the expected head of the action itself
+//! ([`ordo_redis::HeadAction::expecting`]): Redis compares it and applies
+//! the decision in one atomic step, so however long the question stays open
+//! and whatever other operators do meanwhile, the action lands on that entry
+//! or changes nothing (exit 3).
 
-use anyhow::anyhow;
 use ordo_redis::{Error, Inspection};
 use serde::Serialize;
 
@@ -73,6 +69,7 @@ pub(crate) async fn run(ctx: &Context, action: Action, args: &ActionArgs) -> Res
     let group = ctx.resolve_group(category, key, args.group.as_deref()).await?;
     let seen = halted(ctx, action, &group, category, key).await?;
     let expected = seen.halt.head.clone();
+    // Refuse before asking about a head the operator did not mean.
     if let Some(wanted) = &args.expect_head
         && *wanted != expected
     {
@@ -98,32 +95,22 @@ pub(crate) async fn run(ctx: &Context, action: Action, args: &ActionArgs) -> Res
     };
     confirm(&question, args.yes, action.doing())?;
 
-    // The question may have been open for a while: compare again right
-    // before acting.
-    let current = halted(ctx, action, &group, category, key).await?;
-    if current.halt.head != expected {
-        return Err(head_changed(category, key, &group, &expected, &current.halt.head));
-    }
+    // The question may have been open for a while: the action applies only
+    // if the partition is still halted on the head it showed.
+    let head = ctx.admin.head(&group, category, key).expecting(&expected);
     let resolved = match action {
-        Action::Skip => ctx.admin.skip(&group, category, key).await,
-        Action::DeadLetter => ctx.admin.dead_letter(&group, category, key).await,
-        Action::Retry => ctx.admin.retry(&group, category, key).await,
+        Action::Skip => head.skip().await,
+        Action::DeadLetter => head.dead_letter().await,
+        Action::Retry => head.retry().await,
     }
-    .map_err(|error| refuse_not_halted(error, action, &group, category, key))?;
-    if resolved != expected {
-        return Err(Failure::Error(anyhow!(
-            "the halted head of `{category}:{key}` for group `{group}` changed between the check and \
-             the action: {} entry {resolved}, not {expected}",
-            action.name()
-        )));
-    }
+    .map_err(|error| refusal(error, action, &group, category, key))?;
     let acted = Acted {
         action: action.name(),
         category: category.to_owned(),
         key: key.to_owned(),
         group,
         head: resolved,
-        error: current.halt.error,
+        error: seen.halt.error,
         dead_letter_stream: (action == Action::DeadLetter).then(|| ctx.partition(category, key).dlq()),
     };
     if args.json {
@@ -145,17 +132,19 @@ async fn halted(
     ctx.admin
         .inspect(group, category, key)
         .await
-        .map_err(|error| refuse_not_halted(error, action, group, category, key))
+        .map_err(|error| refusal(error, action, group, category, key))
 }
 
-/// [`Error::NotHalted`] as a refusal; anything else as an error.
-fn refuse_not_halted(error: Error, action: Action, group: &str, category: &str, key: &str) -> Failure {
+/// [`Error::NotHalted`] and [`Error::HeadChanged`] as refusals (exit 3:
+/// nothing was changed); anything else as an error.
+fn refusal(error: Error, action: Action, group: &str, category: &str, key: &str) -> Failure {
     match error {
         Error::NotHalted { .. } => Failure::Refused(format!(
             "partition `{category}:{key}` is not halted for group `{group}`: nothing to {} \
              (`ordo status` lists the halted partitions)",
             action.name()
         )),
+        Error::HeadChanged { expected, actual, .. } => head_changed(category, key, group, &expected, &actual),
         other => other.into(),
     }
 }
@@ -189,5 +178,50 @@ fn describe(action: Action, acted: &Acted) -> String {
             key = format::shell_word(&acted.key),
         ),
         Action::Retry => format!("released {entry}: it runs again, with a fresh set of attempts"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_changed_under_the_action_is_a_refusal_naming_both_heads() {
+        let error = Error::HeadChanged {
+            group: "Projector".to_owned(),
+            partition: "order:bob".to_owned(),
+            expected: "1-0".to_owned(),
+            actual: "2-0".to_owned(),
+        };
+        match refusal(error, Action::Skip, "Projector", "order", "bob") {
+            Failure::Refused(message) => {
+                assert!(message.contains("is 2-0, not 1-0"), "{message}");
+                assert!(
+                    message.contains("ordo inspect order bob --group Projector"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected a refusal (exit 3), got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_partition_not_halted_is_a_refusal_and_other_errors_are_errors() {
+        let not_halted = Error::NotHalted {
+            group: "Projector".to_owned(),
+            partition: "order:bob".to_owned(),
+        };
+        assert!(matches!(
+            refusal(not_halted, Action::Retry, "Projector", "order", "bob"),
+            Failure::Refused(message) if message.contains("not halted")
+        ));
+        let config = Error::Config {
+            key: "url",
+            reason: "is not valid".to_owned(),
+        };
+        assert!(matches!(
+            refusal(config, Action::Retry, "Projector", "order", "bob"),
+            Failure::Error(_)
+        ));
     }
 }

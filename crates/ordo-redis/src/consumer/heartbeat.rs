@@ -4,12 +4,13 @@
 //! It runs on its own OS thread with its own single-threaded runtime and
 //! its own Redis connection: a handler that blocks every runtime worker
 //! thread, or a blocking read holding a connection, cannot delay a renewal.
+//! It kills the worker of a lease it finds lost, and of every lease when
+//! renewals keep failing, before the leases can expire (see [`must_give_up`]).
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fred::clients::Client;
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -19,25 +20,20 @@ use crate::connection;
 use crate::error::Result;
 use crate::lease;
 
-/// A lease the heartbeat found lost (taken over, expired or reaped).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LostLease {
-    pub(crate) key: String,
-    pub(crate) value: String,
-}
-
 /// Starts the heartbeat thread; it stops when `stop` is cancelled.
 pub(crate) fn spawn(
     url: &str,
     settings: &Settings,
     leases: LeaseTable,
-    lost: UnboundedSender<LostLease>,
     stop: CancellationToken,
 ) -> Result<JoinHandle<()>> {
-    // Renewal commands must finish well within an interval.
-    let builder = connection::builder(url, settings.heartbeat_interval / 2, false)?;
-    let ttl = settings.lease_ttl;
-    let interval = settings.heartbeat_interval;
+    let timing = Timing {
+        ttl: settings.lease_ttl,
+        interval: settings.heartbeat_interval,
+        // Renewal commands must finish well within an interval.
+        call_timeout: settings.heartbeat_interval / 2,
+    };
+    let builder = connection::builder(url, timing.call_timeout, false)?;
     let thread = std::thread::Builder::new()
         .name("ordo-heartbeat".to_owned())
         .spawn(move || {
@@ -57,8 +53,8 @@ pub(crate) fn spawn(
                     }
                 };
                 connection::connect_in_background(&client);
-                beat(&client, ttl, interval, &leases, &lost, &stop).await;
-                connection::quit(&client, interval).await;
+                beat(&client, timing, &leases, &stop).await;
+                connection::quit(&client, timing.interval).await;
             });
         })
         .map_err(|e| crate::error::Error::Config {
@@ -68,19 +64,20 @@ pub(crate) fn spawn(
     Ok(thread)
 }
 
-async fn beat(
-    client: &Client,
+/// The heartbeat's timings.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
     ttl: Duration,
     interval: Duration,
-    leases: &LeaseTable,
-    lost: &UnboundedSender<LostLease>,
-    stop: &CancellationToken,
-) {
-    let mut ticker = tokio::time::interval(interval);
+    /// How long a renewal call may take before it counts as failed.
+    call_timeout: Duration,
+}
+
+async fn beat(client: &Client, timing: Timing, leases: &LeaseTable, stop: &CancellationToken) {
+    let mut ticker = tokio::time::interval(timing.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Leases renewed by a call that started at `renewed` are valid until
-    // `renewed + ttl`; give them up one interval before that when renewals
-    // keep failing, so their workers stop before another owner can start.
+    // at least `renewed + ttl`.
     let mut renewed = Instant::now();
     loop {
         tokio::select! {
@@ -93,20 +90,23 @@ async fn beat(
             renewed = started;
             continue;
         }
+        let ttl = timing.ttl;
         match lease::renew(client, ttl, held.iter().map(|(k, v)| (k.as_str(), v.as_str()))).await {
             Ok(positions) => {
                 renewed = started;
                 debug!(leases = held.len(), lost = positions.len(), "leases renewed");
                 for position in positions {
-                    if let Some((key, value)) = held.get(position) {
-                        give_up(leases, lost, key, value);
+                    if let Some((key, value)) = held.get(position)
+                        && leases.give_up(key, value)
+                    {
+                        warn!(lease = %key, "lease lost; stopping its worker");
                     }
                 }
             }
-            Err(error) if started.duration_since(renewed) + interval >= ttl => {
-                warn!(%error, leases = held.len(), "renewals failed for a lease TTL; giving up every lease");
+            Err(error) if must_give_up(started.duration_since(renewed), timing) => {
+                warn!(%error, leases = held.len(), "renewals failed for most of a lease TTL; giving up every lease");
                 for (key, value) in &held {
-                    give_up(leases, lost, key, value);
+                    leases.give_up(key, value);
                 }
             }
             Err(error) => warn!(%error, leases = held.len(), "lease renewal failed; retrying next beat"),
@@ -114,13 +114,67 @@ async fn beat(
     }
 }
 
-/// Forgets a lost lease and tells the supervisor, unless its worker already
-/// let go of it.
-fn give_up(leases: &LeaseTable, lost: &UnboundedSender<LostLease>, key: &str, value: &str) {
-    if leases.remove(key, value) {
-        let _ = lost.send(LostLease {
-            key: key.to_owned(),
-            value: value.to_owned(),
-        });
+/// Whether a renewal that failed `since_renewed` after the start of the last
+/// successful one must give every lease up now.
+///
+/// The leases are valid until at least `ttl` after that start. The next
+/// chance to renew starts one interval after this one, and its failure is
+/// known only when its call times out; the workers must be stopped before
+/// the leases can expire, with a margin (another call timeout) for their
+/// handlers to be aborted. So give up now unless the next renewal's outcome
+/// is known with that margin to spare.
+fn must_give_up(since_renewed: Duration, timing: Timing) -> bool {
+    since_renewed + timing.interval + 2 * timing.call_timeout >= timing.ttl
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// When every renewal after a successful one fails by timing out: how
+    /// long after that successful one the leases are given up (the failed
+    /// call that decides it has returned).
+    fn give_up_after(timing: Timing) -> Duration {
+        let mut beat = timing.interval;
+        while !must_give_up(beat, timing) {
+            beat += timing.interval;
+        }
+        beat + timing.call_timeout
+    }
+
+    fn timing(ttl_ms: u64, interval_ms: u64) -> Timing {
+        Timing {
+            ttl: Duration::from_millis(ttl_ms),
+            interval: Duration::from_millis(interval_ms),
+            call_timeout: Duration::from_millis(interval_ms) / 2,
+        }
+    }
+
+    /// Every valid configuration (a heartbeat at most a third of the TTL):
+    /// the workers are stopped at least half an interval before the leases
+    /// can expire. (Giving up when `since + interval >= ttl` stopped them
+    /// after expiry when the TTL is not a multiple of the interval, e.g.
+    /// 10.5 s into a 10 s lease with a 3 s heartbeat.)
+    #[test]
+    fn leases_are_given_up_before_they_can_expire() {
+        for ttl_ms in [900, 1_000, 2_500, 3_000, 10_000, 15_000, 15_001, 29_999] {
+            for interval_ms in (100..=ttl_ms / 3).step_by(7) {
+                let timing = timing(ttl_ms, interval_ms);
+                let given_up = give_up_after(timing);
+                assert!(
+                    given_up + timing.interval / 2 <= timing.ttl,
+                    "ttl {ttl_ms} ms, heartbeat {interval_ms} ms: given up after {given_up:?}"
+                );
+            }
+        }
+    }
+
+    /// A single failed renewal is not enough to give up when the TTL spans
+    /// several intervals (the default is five).
+    #[test]
+    fn one_failed_renewal_is_tolerated_with_the_default_timing() {
+        let timing = timing(15_000, 3_000);
+        assert!(!must_give_up(timing.interval, timing));
+        assert_eq!(give_up_after(timing), Duration::from_millis(10_500));
     }
 }

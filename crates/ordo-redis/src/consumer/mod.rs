@@ -12,7 +12,8 @@
 //!   got entries, so idle partitions cost nothing each;
 //! - the **heartbeat** ([`heartbeat`]) renews every held lease in one script
 //!   call per interval, on its own thread, runtime and connection, so no
-//!   handler can starve it;
+//!   handler can starve it, and kills the worker of a lease it lost or
+//!   cannot renew in time;
 //! - **plain consumers** ([`plain`]) read non-partitioned categories' base
 //!   streams through an ordinary consumer group.
 
@@ -30,7 +31,6 @@ use std::time::Duration;
 
 use ordo_core::backoff::Backoff;
 use ordo_core::broker::Subscription;
-use tokio::sync::mpsc::unbounded_channel;
 use tokio_util::sync::CancellationToken;
 
 use crate::connection;
@@ -77,31 +77,65 @@ impl Shared {
 }
 
 /// The leases this instance holds, as the heartbeat renews them: lease key
-/// to expected value.
+/// to expected value, and the kill switch of the worker running under it.
+///
+/// The heartbeat kills a worker whose lease it gave up itself, on its own
+/// thread: going through the supervisor could wait behind a discovery round
+/// stuck on an unreachable Redis, while the lease runs out.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct LeaseTable(Arc<Mutex<HashMap<String, String>>>);
+pub(crate) struct LeaseTable(Arc<Mutex<HashMap<String, Held>>>);
+
+#[derive(Debug)]
+struct Held {
+    value: String,
+    kill: CancellationToken,
+}
 
 impl LeaseTable {
-    pub(crate) fn insert(&self, key: &str, value: &str) {
-        self.lock().insert(key.to_owned(), value.to_owned());
+    /// Renews `key` while it holds `value`; `kill` stops its worker.
+    pub(crate) fn insert(&self, key: &str, value: &str, kill: CancellationToken) {
+        self.lock().insert(
+            key.to_owned(),
+            Held {
+                value: value.to_owned(),
+                kill,
+            },
+        );
     }
 
     /// Removes `key` if it still maps to `value`; returns whether it did.
     pub(crate) fn remove(&self, key: &str, value: &str) -> bool {
-        let mut table = self.lock();
-        if table.get(key).is_some_and(|v| v == value) {
-            table.remove(key);
-            true
-        } else {
-            false
-        }
+        self.take(key, value).is_some()
+    }
+
+    /// Removes `key` if it still maps to `value` and kills its worker at
+    /// once: the lease is lost, or may lapse before it can be renewed.
+    /// Returns whether it did (not when the worker had let go already).
+    pub(crate) fn give_up(&self, key: &str, value: &str) -> bool {
+        let Some(held) = self.take(key, value) else {
+            return false;
+        };
+        held.kill.cancel();
+        true
     }
 
     pub(crate) fn snapshot(&self) -> Vec<(String, String)> {
-        self.lock().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.lock()
+            .iter()
+            .map(|(k, held)| (k.clone(), held.value.clone()))
+            .collect()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, String>> {
+    fn take(&self, key: &str, value: &str) -> Option<Held> {
+        let mut table = self.lock();
+        if table.get(key).is_some_and(|held| held.value == value) {
+            table.remove(key)
+        } else {
+            None
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
         // Single inserts and removals cannot leave the map half-updated.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -109,7 +143,7 @@ impl LeaseTable {
 
 /// Sleeps `duration` unless `token` is cancelled first; returns whether the
 /// full duration elapsed.
-pub(crate) async fn sleep_unless(token: &tokio_util::sync::CancellationToken, duration: Duration) -> bool {
+pub(crate) async fn sleep_unless(token: &CancellationToken, duration: Duration) -> bool {
     tokio::select! {
         () = tokio::time::sleep(duration) => true,
         () = token.cancelled() => false,
@@ -136,8 +170,7 @@ pub(crate) async fn run(
     let waker_task = tokio::spawn(waker.run(background.clone()));
 
     let leases = LeaseTable::default();
-    let (lost_tx, lost_rx) = unbounded_channel();
-    let heartbeat = heartbeat::spawn(&url, &settings, leases.clone(), lost_tx, background.clone())?;
+    let heartbeat = heartbeat::spawn(&url, &settings, leases.clone(), background.clone())?;
 
     let handler_permits = Arc::new(tokio::sync::Semaphore::new(settings.max_concurrency));
     let shared = Arc::new(Shared {
@@ -148,7 +181,7 @@ pub(crate) async fn run(
         waker: waker_handle,
         url,
     });
-    let result = supervisor::Supervisor::new(shared, &subscriptions, lost_rx)
+    let result = supervisor::Supervisor::new(shared, &subscriptions)
         .run(shutdown)
         .await;
 

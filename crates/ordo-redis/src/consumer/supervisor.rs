@@ -9,28 +9,31 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use fred::interfaces::{SetsInterface, SortedSetsInterface};
+use fred::interfaces::{SetsInterface, SortedSetsInterface, StreamsInterface};
 use fred::types::Value;
 use ordo_core::broker::Subscription;
+use ordo_core::key::stream::partitions_index;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use super::heartbeat::LostLease;
 use super::plain::Plain;
 use super::unit::{GroupPlan, Unit};
 use super::worker::{Control, Exit, Worker};
 use super::{SharedRef, balance};
 use crate::error::Result;
-use crate::keys::{group_registry, instances};
+use crate::keys::{PartitionKeys, group_registry, instances};
 use crate::lease::millis;
 use crate::metrics;
 use crate::scripts::{SCRIPTS, array};
 
 /// At most this many candidates are offered to one acquire call.
 const MAX_CANDIDATES: usize = 512;
+
+/// Partitions per pipeline when a new group joins existing partitions.
+const JOIN_CHUNK: usize = 256;
 
 /// Over-share must persist this many discovery rounds before surplus is
 /// released, so a momentary difference of views does not cause churn.
@@ -42,7 +45,6 @@ struct Running {
     plan: usize,
     unit: String,
     token: u64,
-    value: String,
     control: Control,
     stopping: bool,
 }
@@ -63,7 +65,6 @@ pub(crate) struct Supervisor {
     surplus_rounds: HashMap<usize, u32>,
     tracker: TaskTracker,
     exits: (UnboundedSender<Exited>, UnboundedReceiver<Exited>),
-    lost: UnboundedReceiver<LostLease>,
     next_watcher: u64,
     /// Whether this instance has announced itself once: the first round
     /// only announces, so instances that start together see each other
@@ -80,11 +81,7 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    pub(crate) fn new(
-        shared: SharedRef,
-        subscriptions: &[Subscription],
-        lost: UnboundedReceiver<LostLease>,
-    ) -> Self {
+    pub(crate) fn new(shared: SharedRef, subscriptions: &[Subscription]) -> Self {
         Self {
             shared,
             plans: GroupPlan::all(subscriptions),
@@ -92,7 +89,6 @@ impl Supervisor {
             surplus_rounds: HashMap::new(),
             tracker: TaskTracker::new(),
             exits: unbounded_channel(),
-            lost,
             next_watcher: 0,
             announced: false,
         }
@@ -113,7 +109,6 @@ impl Supervisor {
                         warn!(%error, "discovery round failed; retrying next interval");
                     }
                 }
-                Some(lost) = self.lost.recv() => self.on_lost(&lost),
                 Some(exited) = self.exits.1.recv() => self.on_exit(exited),
                 () = shutdown.cancelled() => break,
             }
@@ -126,14 +121,68 @@ impl Supervisor {
 
     /// Adds every group to the registries of the categories it consumes, so
     /// new streams get their consumer groups when first published to.
+    ///
+    /// A group new to a partitioned category first gets its consumer group
+    /// on the partitions that exist already. Otherwise, until one of its
+    /// owners first read a partition, the other groups' trimming and reaping
+    /// would not see it, and drop entries published after it registered.
+    /// Registering comes after (a crash in between redoes it all at the next
+    /// start), then a second pass covers the partitions created meanwhile.
     async fn register_groups(&self) -> Result<()> {
         let client = self.shared.partitions.client();
         for plan in &self.plans {
-            for category in plan.partitioned.iter().chain(&plan.base) {
+            for category in &plan.partitioned {
+                let registry = group_registry(category);
+                if client.sismember(&registry, &*plan.group).await? {
+                    continue;
+                }
+                let joined = self
+                    .join_partitions(&plan.group, category, &BTreeSet::new())
+                    .await?;
+                let _: Value = client.sadd(&registry, &*plan.group).await?;
+                self.join_partitions(&plan.group, category, &joined).await?;
+            }
+            for category in &plan.base {
                 let _: Value = client.sadd(group_registry(category), &*plan.group).await?;
             }
         }
         Ok(())
+    }
+
+    /// Creates `group`'s consumer group, from the start, on both lanes of
+    /// every partition of `category` except `done`; returns the partitions
+    /// found. Lanes that do not exist, and groups that do, are left alone.
+    async fn join_partitions(
+        &self,
+        group: &str,
+        category: &str,
+        done: &BTreeSet<String>,
+    ) -> Result<BTreeSet<String>> {
+        let client = self.shared.partitions.client();
+        let keys: BTreeSet<String> = client.smembers(partitions_index(category)).await?;
+        let suffix = &self.shared.settings.backfill_suffix;
+        let todo: Vec<&String> = keys.difference(done).collect();
+        for chunk in todo.chunks(JOIN_CHUNK) {
+            let pipeline = client.next().pipeline();
+            for key in chunk {
+                let partition = PartitionKeys::new(category, key, suffix);
+                for lane in [partition.primary(), partition.backfill()] {
+                    let _: Value = pipeline.xgroup_create(lane, group, "0", false).await?;
+                }
+            }
+            for created in pipeline.try_all::<Value>().await {
+                match created {
+                    Err(error) if !(error.details().starts_with("BUSYGROUP") || no_such_stream(&error)) => {
+                        return Err(error.into());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if !todo.is_empty() {
+            info!(%group, category, partitions = todo.len(), "joined the existing partitions");
+        }
+        Ok(keys)
     }
 
     fn start_plain_consumers(&self, stop: &CancellationToken) -> Result<()> {
@@ -194,7 +243,7 @@ impl Supervisor {
         let categories: BTreeSet<&String> = plans.iter().flat_map(|p| &self.plans[*p].partitioned).collect();
         let mut indexed = BTreeMap::new();
         for category in categories {
-            let index = ordo_core::key::stream::partitions_index(category);
+            let index = partitions_index(category);
             let keys: BTreeSet<String> = self.shared.partitions.client().smembers(index).await?;
             indexed.insert(category.clone(), keys);
         }
@@ -269,8 +318,10 @@ impl Supervisor {
     fn start_worker(&mut self, plan: usize, unit: Unit, lease: crate::lease::Lease) {
         info!(group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
         metrics::lease_acquired(&unit);
-        self.shared.leases.insert(lease.key(), lease.value());
         let control = Control::default();
+        self.shared
+            .leases
+            .insert(lease.key(), lease.value(), control.kill.clone());
         self.next_watcher += 1;
         self.workers.insert(
             lease.key().to_owned(),
@@ -278,7 +329,6 @@ impl Supervisor {
                 plan,
                 unit: unit.id.clone(),
                 token: lease.token(),
-                value: lease.value().to_owned(),
                 control: control.clone(),
                 stopping: false,
             },
@@ -301,14 +351,6 @@ impl Supervisor {
             let exit = worker.run().await;
             let _ = exits.send(Exited { exit, ..exited });
         });
-    }
-
-    /// The heartbeat lost a lease: kill its worker at once.
-    fn on_lost(&mut self, lost: &LostLease) {
-        if let Some(worker) = self.workers.get(&lost.key).filter(|w| w.value == lost.value) {
-            warn!(unit = %worker.unit, lease = %lost.key, "lease lost; stopping its worker");
-            worker.control.kill.cancel();
-        }
     }
 
     fn on_exit(&mut self, exited: Exited) {
@@ -354,4 +396,9 @@ impl Supervisor {
             }
         }
     }
+}
+
+/// Whether `error` is `XGROUP CREATE` refusing a stream that does not exist.
+fn no_such_stream(error: &fred::error::Error) -> bool {
+    error.details().contains("requires the key to exist")
 }

@@ -167,7 +167,15 @@ impl Waker {
         };
         match result {
             Ok(value) => self.wake(value),
-            Err(error) if interrupted => debug!(%error, "waker read interrupted to watch new streams"),
+            // An UNBLOCKED reply is an interruption even when this read was
+            // not interrupted on purpose: the PING that interrupts a read
+            // can land after that read already returned, and unblock the
+            // next one. The ids are explicit, so reading again loses
+            // nothing; taking it for a failure would stop watching for the
+            // retry delay (a poll interval added to the latency).
+            Err(error) if interrupted || error.details().starts_with("UNBLOCKED") => {
+                debug!(%error, "waker read interrupted to watch new streams");
+            }
             Err(error) => {
                 // The connection may have dropped with entries in flight:
                 // wake everyone (a spurious wake costs one fenced read).

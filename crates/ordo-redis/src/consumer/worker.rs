@@ -11,11 +11,16 @@
 //!
 //! Every Redis operation is fenced: a worker that lost its lease gets
 //! [`Error::Fenced`] and stops at once, without touching the partition again.
+//! The same holds for the handler: a handler error caused by the fence (a
+//! refused [`RedisFence`] commit or fenced state save) stops the worker
+//! instead of being retried, and every retry first confirms the lease, so a
+//! stale owner never runs a message again while the new owner may run it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ordo_core::broker::Subscription;
+use ordo_core::error::ProcessStoreError;
 use ordo_core::handler::{HandlerContext, HandlerError};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
@@ -395,14 +400,20 @@ impl Worker {
         if !self.subscription.handles(&envelope.type_name) {
             return Handled::Done;
         }
-        let settings = &self.shared.settings;
-        let attempts = settings.max_retries.saturating_add(1);
+        let attempts = self.shared.settings.max_retries.saturating_add(1);
         let mut last_error = String::new();
         for attempt in 1..=attempts {
             match self.invoke(&envelope, attempt, partition).await {
                 Some(Ok(())) => {
                     metrics::handled(&self.unit, partition.category());
                     return Handled::Done;
+                }
+                // The handler's fenced commit was refused: another instance
+                // owns the partition now and may be running this very
+                // message. Retrying (or halting) would be a stale owner's act.
+                Some(Err(error)) if fenced_by(&*error, &self.lease) => {
+                    info!(id = entry.id(), attempt, error = %error_chain(&*error), "lease lost during the handler; not retrying");
+                    return Handled::Lost;
                 }
                 Some(Err(error)) => {
                     metrics::failed(&self.unit, partition.category());
@@ -412,15 +423,48 @@ impl Worker {
                 None => return Handled::Lost,
             }
             if attempt < attempts {
-                metrics::retried(&self.unit, partition.category());
-                tokio::select! {
-                    () = tokio::time::sleep(settings.backoff.delay(attempt)) => {}
-                    () = self.control.stop.cancelled() => return Handled::Stop,
-                    () = self.control.kill.cancelled() => return Handled::Lost,
+                if let Some(stopped) = self.before_retry(attempt).await {
+                    return stopped;
                 }
+                metrics::retried(&self.unit, partition.category());
             }
         }
         self.halt(partition, entry, last_error, attempts).await
+    }
+
+    /// Waits out the backoff after failed attempt `attempt`, then confirms
+    /// the lease is still held, so a stale owner never runs the handler
+    /// again (the heartbeat only notices a lost lease at its next beat).
+    /// `Some` when the message must not be retried here.
+    async fn before_retry(&self, attempt: u32) -> Option<Handled> {
+        let backoff = self.shared.settings.backoff;
+        tokio::select! {
+            () = tokio::time::sleep(backoff.delay(attempt)) => {}
+            () = self.control.stop.cancelled() => return Some(Handled::Stop),
+            () = self.control.kill.cancelled() => return Some(Handled::Lost),
+        }
+        let mut failures = 0;
+        loop {
+            match self.shared.partitions.check(&self.lease).await {
+                Ok(()) => return None,
+                Err(error) if error.is_fenced() => {
+                    info!(%error, "lease lost before a retry; not retrying");
+                    return Some(Handled::Lost);
+                }
+                Err(error) => {
+                    // Without an answer the lease may be gone: never retry
+                    // blind. The heartbeat kills this worker if Redis stays
+                    // away for a lease TTL.
+                    failures += 1;
+                    warn!(%error, failures, "cannot confirm the lease before a retry; asking again");
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff.delay(failures)) => {}
+                        () = self.control.stop.cancelled() => return Some(Handled::Stop),
+                        () = self.control.kill.cancelled() => return Some(Handled::Lost),
+                    }
+                }
+            }
+        }
     }
 
     /// Runs the handler once on its own task (a panic is a failure, and a
@@ -512,6 +556,29 @@ enum Pass {
     Idle(Vec<(usize, Idle)>),
     Gone,
     Exit(Exit),
+}
+
+/// Whether `error`, or any error in its source chain, is the fence refusing
+/// `lease`: a [`RedisFence`] commit ([`Error::Fenced`] naming this lease's
+/// value) or a fenced process-state save ([`ProcessStoreError::Fenced`] at
+/// this lease's token). A refusal of some other lease is an ordinary failure.
+fn fenced_by(error: &(dyn std::error::Error + 'static), lease: &Lease) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(Error::Fenced { expected, .. }) = error.downcast_ref::<Error>()
+            && expected == lease.value()
+        {
+            return true;
+        }
+        if let Some(ProcessStoreError::Fenced { fencing_token, .. }) =
+            error.downcast_ref::<ProcessStoreError>()
+            && *fencing_token == lease.token()
+        {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 /// An error and its sources, as one line for the halt record.

@@ -2,10 +2,19 @@
 -- token it handled the message under: a stalled owner that wakes up
 -- mid-handler cannot land an effect after the next owner's.
 --
--- KEYS: lease key, then every key the operations touch (for Redis Cluster
---       routing; the operations name their keys in their arguments)
--- ARGV: lease value, operation count, then per operation: command,
---       argument count, arguments...
+-- Each call carries a fresh commit id. The client may send one call twice
+-- (fred resends the commands in flight when a connection drops, not knowing
+-- whether they ran), so the marker key remembers the last commit applied
+-- under this lease key, with its replies: a call whose id it holds returns
+-- those replies again without applying anything. The marker is checked
+-- before the fence, since the first run was applied under the lease even if
+-- the lease has moved on since.
+--
+-- KEYS: lease key, commit marker, then every key the operations touch (for
+--       Redis Cluster routing; the operations name their keys in their
+--       arguments)
+-- ARGV: lease value, commit id, marker ttl ms, operation count, then per
+--       operation: command, argument count, arguments...
 --
 -- Returns {'fenced', holder} or {'ok', reply...}.
 local allowed = {
@@ -15,14 +24,21 @@ local allowed = {
   SADD = true, SREM = true, ZADD = true, ZREM = true, ZINCRBY = true,
   RPUSH = true, LPUSH = true, LTRIM = true, XADD = true, XTRIM = true,
 }
+local marker = redis.call('GET', KEYS[2])
+if marker then
+  local last = cmsgpack.unpack(marker)
+  if last[1] == ARGV[2] then
+    return last[2]
+  end
+end
 local fenced = fence(KEYS[1], ARGV[1])
 if fenced then
   return fenced
 end
 -- Validate every operation before applying any, so a bad one applies nothing.
 local ops = {}
-local at = 3
-for _ = 1, tonumber(ARGV[2]) do
+local at = 5
+for _ = 1, tonumber(ARGV[4]) do
   local command, argc = string.upper(ARGV[at]), tonumber(ARGV[at + 1])
   if not allowed[command] then
     return redis.error_reply('ORDO command ' .. command .. ' is not allowed in a fenced commit')
@@ -34,4 +50,5 @@ local replies = {'ok'}
 for _, op in ipairs(ops) do
   replies[#replies + 1] = redis.call(op[1], unpack(op[2]))
 end
+redis.call('SET', KEYS[2], cmsgpack.pack({ARGV[2], replies}), 'PX', ARGV[3])
 return replies

@@ -46,7 +46,8 @@ end
 redis.call('DEL', KEYS[2], KEYS[3])
 for group in pairs(groups) do
   local base = '{' .. tag .. '}:'
-  redis.call('DEL', base .. 'lease:' .. group, base .. 'gen:' .. group, base .. 'log:' .. group)
+  redis.call('DEL', base .. 'lease:' .. group, base .. 'gen:' .. group, base .. 'log:' .. group,
+    base .. 'commit:' .. group)
 end
 redis.call('SREM', KEYS[4], ARGV[2])
 return {'reaped'}

@@ -2,7 +2,8 @@
 --
 -- KEYS: halt key, halted set, log stream, primary lane, backfill lane,
 --       dead-letter stream
--- ARGV: halted-set member, group, action, operator note
+-- ARGV: halted-set member, group, action, operator note, expected head id
+--       ('' for whatever head is halted)
 --
 -- Actions:
 --   retry        clear the halt: the owner runs the head again
@@ -11,12 +12,18 @@
 --                acknowledge it, then clear the halt
 -- Every action is written to the (capped) log stream of the partition.
 --
--- Returns {'not_halted'} or {'ok', head id}.
+-- The expected head makes the decision land on the message the operator
+-- saw, or on nothing: the comparison and the action are one step.
+--
+-- Returns {'not_halted'}, {'head_changed', halted head id} or {'ok', head id}.
 local halt = redis.call('HGETALL', KEYS[1])
 if #halt == 0 then
   return {'not_halted'}
 end
 halt = to_map(halt)
+if ARGV[5] ~= '' and ARGV[5] ~= halt['head'] then
+  return {'head_changed', halt['head']}
+end
 local group, action = ARGV[2], ARGV[3]
 local stream = KEYS[4]
 if halt['lane'] == 'backfill' then

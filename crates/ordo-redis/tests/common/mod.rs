@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod proxy;
+
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,449 @@
+//! `chaos`: proves Ordo's guarantee under faults, with real processes.
+//!
+//! A run starts its own Redis (append-only) unless `--redis-url` /
+//! `REDIS_URL` names one, starts `--instances` engine instances as separate
+//! OS processes (`ordo-bench worker`, see [`crate::worker`]), publishes numbered
+//! events over `--keys` keys at a steady `--rate` through the outbox, and
+//! meanwhile injects faults on a schedule seeded by `--seed`: SIGKILL of an
+//! instance (and a fresh one), SIGSTOP for longer than the lease TTL then
+//! SIGCONT (preferably while a handler is mid-run), graceful stops, joins,
+//! and Redis restarts and crashes (skipped on a Redis named by URL). Some
+//! events make their handler work for a while, so faults land mid-handler.
+//!
+//! At the end it stops publishing, lets the instances drain, stops them
+//! gracefully and checks what they recorded with [`ordo_harness::verify`]:
+//! every handler run marks itself in flight atomically (an overlap is a run
+//! that finds another run of its key in flight under a valid lease) and
+//! commits its effect under the lease's fencing token. The run fails if any
+//! event was lost, applied out of order, or overlapped another of its key.
+//!
+//! The sequence of fault kinds and the gaps between them replay from the
+//! seed; which instance a fault hits, and what it is doing then, depend on
+//! timing.
+
+mod controller;
+mod failover;
+mod fault;
+mod fleet;
+mod rng;
+mod traffic;
+
+use std::num::{NonZeroU64, NonZeroUsize};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike as _, ServerInterface as _};
+use fred::types::config::ReconnectPolicy;
+use ordo_harness::verify::{Applied, Verdict};
+use ordo_testkit::Redis;
+
+use self::controller::{Controller, Outcome, Parts, Plan};
+use self::fault::{FaultKind, Schedule};
+use self::fleet::{Fleet, WorkerSpec};
+use self::rng::Rng;
+use self::traffic::TrafficPlan;
+use crate::redis::{BenchRedis, RedisArgs};
+use crate::report::Report;
+
+/// Options of `ordo-bench chaos`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChaosArgs {
+    /// Seconds of faults while traffic flows (then drain, stop, verify).
+    #[arg(long, default_value = "120")]
+    pub duration: NonZeroU64,
+    /// Seed of the fault schedule and of the events' work; random (and
+    /// printed) when not given.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Keys the events are spread over (round-robin), `k0`...
+    #[arg(long, default_value = "32")]
+    pub keys: NonZeroUsize,
+    /// Engine instances at the start (joins add up to two more).
+    #[arg(long, default_value = "3")]
+    pub instances: NonZeroUsize,
+    /// Events published per second, over all keys.
+    #[arg(long, default_value = "200")]
+    pub rate: NonZeroU64,
+    /// The instances' lease TTL, short so that faults cycle quickly.
+    #[arg(long, default_value = "2000")]
+    pub lease_ttl_ms: NonZeroU64,
+    /// Seconds between two faults, drawn uniformly from `MIN..MAX`.
+    #[arg(long, default_value = "2..6", value_parser = parse_range, value_name = "MIN..MAX")]
+    pub faults_every: (Duration, Duration),
+    /// Percent of events whose handler run works for a while (so faults
+    /// land mid-handler).
+    #[arg(long, default_value = "10", value_parser = clap::value_parser!(u64).range(0..=100))]
+    pub slow_percent: u64,
+    /// The longest such work: each slow event works 1..=this many ms.
+    #[arg(long, default_value = "400")]
+    pub slow_work_ms: NonZeroU64,
+    /// Seconds the final publish, and then the drain, may each take.
+    #[arg(long, default_value = "60")]
+    pub drain_timeout: NonZeroU64,
+}
+
+/// Parses `MIN..MAX` seconds (decimals allowed), `0 < MIN <= MAX`.
+fn parse_range(text: &str) -> Result<(Duration, Duration), String> {
+    let (min, max) = text
+        .split_once("..")
+        .ok_or_else(|| format!("`{text}` is not MIN..MAX (seconds), e.g. 2..6"))?;
+    let seconds = |part: &str| -> Result<Duration, String> {
+        let value: f64 = part
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{part}` in `{text}` is not a number of seconds"))?;
+        Duration::try_from_secs_f64(value)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| format!("`{part}` in `{text}` is not a positive number of seconds"))
+    };
+    let (min, max) = (seconds(min)?, seconds(max)?);
+    if min > max {
+        return Err(format!("`{text}`: MIN is above MAX"));
+    }
+    Ok((min, max))
+}
+
+/// Runs the checker and reports what it found.
+pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
+    let seed = args.seed.unwrap_or_else(random_seed);
+    let mut server = redis.start_with(Redis::builder().append_only(true)).await?;
+    let own_redis = server.server_mut().is_some();
+    eprintln!(
+        "chaos: seed {seed}; {} instances, {} keys, {} events/s, lease TTL {} ms, faults every {:?}..{:?}, \
+         for {} s on {} Redis at {}",
+        args.instances,
+        args.keys,
+        args.rate,
+        args.lease_ttl_ms,
+        args.faults_every.0,
+        args.faults_every.1,
+        args.duration,
+        if own_redis {
+            "its own (append-only)"
+        } else {
+            "an external"
+        },
+        server.url(),
+    );
+    let client = connect(&server).await?;
+    if !own_redis {
+        let size: u64 = client.dbsize().await.context("could not read DBSIZE")?;
+        ensure!(
+            size == 0,
+            "the Redis at {} holds {size} keys: a chaos run needs an empty database (its records would \
+             mix with what is there); point it at an empty one or let it start its own",
+            server.url()
+        );
+    }
+    let interrupted = on_interrupt();
+    let parts = parts(args, seed, server, client, own_redis, interrupted)?;
+    let outcome = tokio::task::spawn_blocking(move || Controller::new(parts).run())
+        .await
+        .context("the chaos controller panicked")??;
+    Ok(report(args, seed, own_redis, &outcome))
+}
+
+/// Everything the controller needs.
+fn parts(
+    args: &ChaosArgs,
+    seed: u64,
+    redis: BenchRedis,
+    client: Pool,
+    own_redis: bool,
+    interrupted: Arc<AtomicBool>,
+) -> Result<Parts> {
+    let lease_ttl = Duration::from_millis(args.lease_ttl_ms.get());
+    let keys = ordo_harness::publisher::key_names(args.keys.get());
+    let kinds: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|kind| own_redis || !kind.needs_own_redis())
+        .collect();
+    let spec = WorkerSpec {
+        redis_url: redis.url().to_owned(),
+        lease_ttl_ms: args.lease_ttl_ms.get(),
+    };
+    let drain_within = Duration::from_secs(args.drain_timeout.get());
+    Ok(Parts {
+        plan: Plan {
+            duration: Duration::from_secs(args.duration.get()),
+            lease_ttl,
+            instances: args.instances.get(),
+            keys: keys.clone(),
+            drain_within,
+        },
+        runtime: tokio::runtime::Handle::current(),
+        client,
+        traffic: TrafficPlan {
+            redis_url: redis.url().to_owned(),
+            keys,
+            rate: args.rate.get(),
+            slow_percent: args.slow_percent,
+            slow_work_ms: args.slow_work_ms.get(),
+            rng: Rng::derived(seed, 1),
+            settle_within: drain_within,
+        },
+        redis,
+        fleet: Fleet::new(spec),
+        schedule: Schedule::new(Rng::derived(seed, 2), kinds, args.faults_every),
+        choices: Rng::derived(seed, 3),
+        interrupted,
+    })
+}
+
+/// The figures, and the failures that make the exit status non-zero.
+fn report(args: &ChaosArgs, seed: u64, own_redis: bool, outcome: &Outcome) -> Report {
+    let verdict = &outcome.verdict;
+    let lost = Lost::of(verdict);
+    let mut report = Report::new();
+    report
+        .count("events", verdict.events)
+        .count("keys", verdict.keys)
+        .count("instances", args.instances.get() as u64)
+        .count("instances_started", outcome.instances_started)
+        .count("faults_injected", outcome.faults.total());
+    for kind in FaultKind::ALL {
+        report.count(format!("faults_{kind}"), outcome.faults.of(kind));
+    }
+    report
+        .count("faults_mid_handler", outcome.faults.mid_handler)
+        .count("faults_skipped", outcome.faults.skipped)
+        .text(
+            "redis_faults",
+            if own_redis {
+                "injected (own Redis, appendonly yes, appendfsync everysec)"
+            } else {
+                "skipped (external Redis)"
+            },
+        )
+        .count("overlaps", verdict.overlaps)
+        .count("order_violations", verdict.order_violations)
+        .count("lost", verdict.lost)
+        .count("lost_gaps", lost.gaps)
+        .count("lost_tail", lost.tail)
+        .count("duplicates", verdict.duplicates)
+        .count("duplicates_same_token", outcome.same_token_duplicates)
+        .count("token_regressions", verdict.token_regressions)
+        .count("unexpected", verdict.unexpected)
+        .count("reruns", verdict.reruns)
+        .count("stale_starts", verdict.stale_starts)
+        .count("fenced_commits", outcome.lines.fenced)
+        .count("handler_failures", outcome.lines.failed)
+        .count("unexpected_exits", outcome.unexpected_exits)
+        .count("stop_timeouts", outcome.stop_timeouts)
+        .count("failovers", outcome.failovers.measured)
+        .count("failovers_disturbed", outcome.failovers.disturbed)
+        .count("failovers_open", outcome.failovers.open);
+    let millis = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1_000.0);
+    report
+        .push(
+            "max_failover_ms",
+            crate::Figure::Millis(millis(outcome.failovers.max)),
+        )
+        .push(
+            "median_failover_ms",
+            crate::Figure::Millis(millis(outcome.failovers.median)),
+        )
+        .count("lease_ttl_ms", args.lease_ttl_ms.get())
+        .millis("chaos_ms", outcome.chaos)
+        .millis("drain_ms", outcome.drain)
+        .count("seed", seed);
+    for (name, value) in [
+        ("overlaps", verdict.overlaps),
+        ("order_violations", verdict.order_violations),
+        ("token_regressions", verdict.token_regressions),
+        ("unexpected", verdict.unexpected),
+    ] {
+        if value > 0 {
+            report.fail(format!("{name}: {value} (seed {seed})"));
+        }
+    }
+    if verdict.lost > 0 {
+        report.fail(format!(
+            "lost: {} (seed {seed}): {} gaps (a later event of the key was applied), {} at the tail \
+             (not applied by the drain deadline: a partition stuck, or a backlog too long to drain)",
+            verdict.lost, lost.gaps, lost.tail
+        ));
+    }
+    if outcome.raised != verdict.events {
+        report.fail(format!(
+            "the publisher raised {} events but {} were recorded as published",
+            outcome.raised, verdict.events
+        ));
+    }
+    if !report.failures().is_empty() {
+        describe_problems(outcome);
+    }
+    report
+}
+
+/// Lost events, told apart by where they are in their key's sequence.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Lost {
+    /// Below the key's highest applied seq: a hole in the applied sequence.
+    gaps: u64,
+    /// Above it: the key never got that far.
+    tail: u64,
+}
+
+impl Lost {
+    fn of(verdict: &Verdict) -> Self {
+        let mut lost = Lost::default();
+        for report in verdict.per_key.values() {
+            let highest = report.applied.iter().map(|a| a.seq).max();
+            for &seq in &report.lost {
+                if highest.is_some_and(|highest| seq < highest) {
+                    lost.gaps += 1;
+                } else {
+                    lost.tail += 1;
+                }
+            }
+        }
+        lost
+    }
+}
+
+/// On stderr, the records of every key with a problem, and the overlap log.
+fn describe_problems(outcome: &Outcome) {
+    for (key, r) in &outcome.verdict.per_key {
+        if r.lost.is_empty() && r.order_violations == 0 && r.token_regressions == 0 && r.unexpected.is_empty()
+        {
+            continue;
+        }
+        eprintln!(
+            "{key}: lost {}, order_violations {}, token_regressions {}, duplicates {:?}, unexpected {:?}\n  \
+             applied (runs of seq@token, in commit order): {}",
+            seq_ranges(&r.lost),
+            r.order_violations,
+            r.token_regressions,
+            r.duplicates,
+            r.unexpected,
+            runs(&r.applied)
+        );
+    }
+    for entry in &outcome.overlap_log {
+        eprintln!("overlap: {entry}");
+    }
+}
+
+/// Applied effects as runs of consecutive seqs under one token
+/// (`0..=12@T1 13@T2 12..=20@T2`): short, and every change of owner,
+/// repeat or step back shows.
+fn runs(applied: &[Applied]) -> String {
+    let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+    for a in applied {
+        match runs.last_mut() {
+            Some((_, last, token)) if a.seq == *last + 1 && a.token == *token => *last = a.seq,
+            _ => runs.push((a.seq, a.seq, a.token)),
+        }
+    }
+    let text: Vec<String> = runs
+        .iter()
+        .map(|&(first, last, token)| format!("{}@{token}", range(first, last)))
+        .collect();
+    text.join(" ")
+}
+
+/// Seqs as ranges of consecutive ones: `[1..=4, 9]`.
+fn seq_ranges(seqs: &[u64]) -> String {
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for &seq in seqs {
+        match ranges.last_mut() {
+            Some((_, last)) if seq == *last + 1 => *last = seq,
+            _ => ranges.push((seq, seq)),
+        }
+    }
+    let text: Vec<String> = ranges.iter().map(|&(first, last)| range(first, last)).collect();
+    format!("[{}]", text.join(", "))
+}
+
+fn range(first: u64, last: u64) -> String {
+    if first == last {
+        first.to_string()
+    } else {
+        format!("{first}..={last}")
+    }
+}
+
+/// A client that reconnects across Redis restarts.
+async fn connect(redis: &BenchRedis) -> Result<Pool> {
+    let mut builder = crate::redis::builder(redis.url())?;
+    builder.set_policy(ReconnectPolicy::new_exponential(0, 100, 1_000, 2));
+    let pool = builder.build_pool(2)?;
+    pool.init()
+        .await
+        .with_context(|| format!("could not connect to Redis at {}", redis.url()))?;
+    Ok(pool)
+}
+
+/// A flag set on SIGINT or SIGTERM, so the run stops its processes (and its
+/// Redis) instead of leaving them behind.
+fn on_interrupt() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = Arc::clone(&flag);
+    tokio::spawn(async move {
+        let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        set.store(true, Ordering::Relaxed);
+    });
+    flag
+}
+
+/// A seed from the clock and the process id.
+fn random_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    Rng::new(nanos ^ u64::from(std::process::id()).rotate_left(32)).next_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use ordo_harness::verify::KeyReport;
+
+    use super::*;
+
+    #[test]
+    fn applied_effects_print_as_runs_under_one_token() {
+        let applied = [(0, 1), (1, 1), (2, 1), (3, 5), (3, 5), (2, 5), (3, 5)]
+            .map(|(seq, token)| Applied { seq, token });
+        assert_eq!(runs(&applied), "0..=2@1 3@5 3@5 2..=3@5");
+        assert_eq!(runs(&[]), "");
+        assert_eq!(seq_ranges(&[1, 2, 3, 4, 9, 11, 12]), "[1..=4, 9, 11..=12]");
+    }
+
+    #[test]
+    fn lost_events_below_the_highest_applied_are_gaps_the_rest_a_tail() {
+        let key = |applied: &[u64], lost: &[u64]| KeyReport {
+            applied: applied.iter().map(|&seq| Applied { seq, token: 1 }).collect(),
+            lost: lost.to_vec(),
+            ..KeyReport::default()
+        };
+        let mut verdict = Verdict::default();
+        verdict
+            .per_key
+            .insert("a".to_owned(), key(&[0, 2, 3], &[1, 4, 5]));
+        verdict.per_key.insert("b".to_owned(), key(&[], &[0, 1]));
+        assert_eq!(Lost::of(&verdict), Lost { gaps: 1, tail: 4 });
+    }
+
+    #[test]
+    fn fault_gaps_parse_as_seconds() {
+        let secs = Duration::from_secs_f64;
+        assert_eq!(parse_range("2..6"), Ok((secs(2.0), secs(6.0))));
+        assert_eq!(parse_range("0.5..0.5"), Ok((secs(0.5), secs(0.5))));
+        assert!(parse_range("6..2").unwrap_err().contains("MIN is above MAX"));
+        assert!(parse_range("0..2").unwrap_err().contains("positive"));
+        assert!(parse_range("2-6").unwrap_err().contains("MIN..MAX"));
+        assert!(parse_range("a..6").unwrap_err().contains("not a number"));
+    }
+}

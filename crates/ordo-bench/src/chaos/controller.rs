@@ -1,0 +1,717 @@
+//! The chaos run itself: a control loop on a thread of its own that starts
+//! the instances, injects the scheduled faults, reads the instances' lines
+//! every [`TICK`], then drains, stops everything and verifies.
+//!
+//! The loop never blocks for long: a Redis restart runs on a helper thread
+//! and the loop keeps reading lines meanwhile, so the receipt time stamped
+//! on each `start` line (what failover times are measured with) stays
+//! within a tick of when the instance printed it.
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike as _, KeysInterface as _, ListInterface as _};
+use ordo_harness::keys;
+use ordo_harness::verify::Verdict;
+use tokio::runtime::Handle;
+
+use super::failover::{FailoverStats, Failovers};
+use super::fault::{FaultCounts, FaultKind, Schedule};
+use super::fleet::{Exit, Fleet, LineCounts, State};
+use super::rng::Rng;
+use super::traffic::{Traffic, TrafficPlan};
+use crate::redis::BenchRedis;
+
+/// The control loop's period.
+const TICK: Duration = Duration::from_millis(5);
+/// How long a fresh instance may take to print `ready` at the start.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+/// How long a graceful stop may take before the instance is killed (and
+/// the stop counted as timed out).
+const STOP_WITHIN: Duration = Duration::from_secs(20);
+/// How long a scheduled fault may wait for its precondition (e.g. two
+/// running instances) before it is skipped.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(10);
+/// How long a stop waits for an instance to be mid-handler before it stops
+/// one that is not.
+const MID_HANDLER_PATIENCE: Duration = Duration::from_secs(2);
+/// Instances joins may add above the base count.
+const EXTRA_INSTANCES: usize = 2;
+/// How often the drain checks whether every event was applied.
+const VERIFY_EVERY: Duration = Duration::from_millis(500);
+/// How long reading the leases before a fault may take (Redis may still be
+/// reconnecting after a restart; the instances' lines are the fallback).
+const LEASE_READ_WITHIN: Duration = Duration::from_millis(300);
+/// How long one verification may take.
+const VERIFY_WITHIN: Duration = Duration::from_secs(30);
+/// How long a Redis restart may take.
+const REDIS_BACK_WITHIN: Duration = Duration::from_secs(60);
+
+/// What the run is asked to do.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// How long faults are injected while traffic flows.
+    pub(crate) duration: Duration,
+    /// The instances' lease TTL.
+    pub(crate) lease_ttl: Duration,
+    /// Instances at the start (and the floor graceful stops restore).
+    pub(crate) instances: usize,
+    /// The keys published to.
+    pub(crate) keys: Vec<String>,
+    /// How long the final publish and the drain may each take.
+    pub(crate) drain_within: Duration,
+}
+
+/// What a run observed.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// The verifier's verdict on the final records.
+    pub(crate) verdict: Verdict,
+    /// Applied effects repeated under the token of their first application
+    /// (a re-run by the same owner, not after a failover).
+    pub(crate) same_token_duplicates: u64,
+    /// The overlap log, when there were overlaps.
+    pub(crate) overlap_log: Vec<String>,
+    /// Events the publisher raised.
+    pub(crate) raised: u64,
+    /// The faults injected.
+    pub(crate) faults: FaultCounts,
+    /// The failover windows.
+    pub(crate) failovers: FailoverStats,
+    /// The instances' lines.
+    pub(crate) lines: LineCounts,
+    /// Instances started over the run.
+    pub(crate) instances_started: u64,
+    /// Instances that exited without being asked to.
+    pub(crate) unexpected_exits: u64,
+    /// Graceful stops that did not finish within [`STOP_WITHIN`].
+    pub(crate) stop_timeouts: u64,
+    /// How long the faults phase lasted.
+    pub(crate) chaos: Duration,
+    /// From the end of publishing to every event applied (or the deadline).
+    pub(crate) drain: Duration,
+}
+
+/// What [`Controller::inject`] did.
+enum Injection {
+    /// The fault was injected (or skipped for good).
+    Done,
+    /// Its precondition does not hold yet; try again shortly.
+    NotNow,
+}
+
+/// The run's state.
+#[derive(Debug)]
+pub(crate) struct Controller {
+    plan: Plan,
+    runtime: Handle,
+    client: Pool,
+    redis: Option<BenchRedis>,
+    redis_fault: Option<JoinHandle<(BenchRedis, Result<()>)>>,
+    traffic: Option<TrafficPlan>,
+    fleet: Fleet,
+    schedule: Schedule,
+    /// Targets and durations: kept apart from the schedule's generator so
+    /// the sequence of kinds and gaps depends on the seed alone.
+    choices: Rng,
+    faults: FaultCounts,
+    failovers: Failovers,
+    /// Stopped instances and when to resume them.
+    resumes: Vec<(Instant, String)>,
+    /// Fresh instances to start (deferred while Redis is down).
+    spawns_due: usize,
+    unexpected_exits: u64,
+    stop_timeouts: u64,
+    interrupted: Arc<AtomicBool>,
+    clock: Instant,
+}
+
+/// What the controller is built from.
+#[derive(Debug)]
+pub(crate) struct Parts {
+    pub(crate) plan: Plan,
+    pub(crate) runtime: Handle,
+    pub(crate) client: Pool,
+    pub(crate) redis: BenchRedis,
+    pub(crate) traffic: TrafficPlan,
+    pub(crate) fleet: Fleet,
+    pub(crate) schedule: Schedule,
+    pub(crate) choices: Rng,
+    pub(crate) interrupted: Arc<AtomicBool>,
+}
+
+impl Controller {
+    /// A controller over `parts`; nothing runs yet.
+    pub(crate) fn new(parts: Parts) -> Self {
+        Self {
+            plan: parts.plan,
+            runtime: parts.runtime,
+            client: parts.client,
+            redis: Some(parts.redis),
+            redis_fault: None,
+            traffic: Some(parts.traffic),
+            fleet: parts.fleet,
+            schedule: parts.schedule,
+            choices: parts.choices,
+            faults: FaultCounts::default(),
+            failovers: Failovers::default(),
+            resumes: Vec::new(),
+            spawns_due: 0,
+            unexpected_exits: 0,
+            stop_timeouts: 0,
+            interrupted: parts.interrupted,
+            clock: Instant::now(),
+        }
+    }
+
+    /// Runs the whole thing (blocking): start, chaos, drain, stop, verify.
+    pub(crate) fn run(mut self) -> Result<Outcome> {
+        self.log(format!("starting {} instances", self.plan.instances));
+        for _ in 0..self.plan.instances {
+            self.fleet.spawn()?;
+        }
+        self.wait_until(READY_WITHIN, "every instance to print `ready`", |c| {
+            c.fleet.names(|m| m.state == State::Starting).is_empty()
+        })?;
+        let plan = self.traffic.take().context("the traffic was already started")?;
+        let traffic = self.runtime.block_on(Traffic::start(plan))?;
+        self.log(format!(
+            "publishing; injecting faults for {:?}",
+            self.plan.duration
+        ));
+        let began = Instant::now();
+        self.chaos(began + self.plan.duration)?;
+        let chaos = began.elapsed();
+
+        let raised = self.quiesce(traffic)?;
+        let drain_began = Instant::now();
+        self.drain()?;
+        let drain = drain_began.elapsed();
+        self.stop_all()?;
+        let verdict = self.verify()?;
+        let overlap_log = if verdict.overlaps > 0 {
+            self.runtime
+                .block_on(self.client.lrange(keys::OVERLAP_LOG, 0, -1))
+                .context("could not read the overlap log")?
+        } else {
+            Vec::new()
+        };
+        // Closed before Redis stops, so the client does not report the
+        // connections Redis drops on its way out.
+        let _ = self.runtime.block_on(self.client.quit());
+        self.log("done");
+        Ok(Outcome {
+            same_token_duplicates: same_token_duplicates(&verdict),
+            verdict,
+            overlap_log,
+            raised,
+            faults: self.faults.clone(),
+            failovers: self.failovers.stats(),
+            lines: self.fleet.lines(),
+            instances_started: self.fleet.started() as u64,
+            unexpected_exits: self.unexpected_exits,
+            stop_timeouts: self.stop_timeouts,
+            chaos,
+            drain,
+        })
+    }
+
+    /// The faults phase: faults at the scheduled gaps until `end`.
+    fn chaos(&mut self, end: Instant) -> Result<()> {
+        let mut next = Instant::now() + self.schedule.gap();
+        let mut waiting_since: Option<Instant> = None;
+        while Instant::now() < end {
+            self.tick()?;
+            let now = Instant::now();
+            if now >= next {
+                let waited = now.duration_since(*waiting_since.get_or_insert(now));
+                match self.inject(waited)? {
+                    Injection::Done => {
+                        waiting_since = None;
+                        next = now + self.schedule.gap();
+                    }
+                    Injection::NotNow if waited >= GIVE_UP_AFTER => {
+                        let kind = self.schedule.take();
+                        self.faults.skipped += 1;
+                        self.log(format!("skipped {kind:?}: its precondition never held"));
+                        waiting_since = None;
+                        next = now + self.schedule.gap();
+                    }
+                    Injection::NotNow => {}
+                }
+            }
+            std::thread::sleep(TICK);
+        }
+        Ok(())
+    }
+
+    /// Injects the next scheduled fault if it can run now.
+    fn inject(&mut self, waited: Duration) -> Result<Injection> {
+        let Some(kind) = self.schedule.peek() else {
+            return Ok(Injection::Done);
+        };
+        // Nothing else happens while Redis is away: replacements could not
+        // start, and the fault would measure the outage.
+        if self.redis_fault.is_some() {
+            return Ok(Injection::NotNow);
+        }
+        let running = self.fleet.names(|m| m.state == State::Running);
+        let busy = self
+            .fleet
+            .names(|m| m.state == State::Running && m.mid_handler().is_some());
+        match kind {
+            FaultKind::Kill => {
+                let live = self
+                    .fleet
+                    .names(|m| matches!(m.state, State::Running | State::Paused));
+                let Some(target) = self.target(&busy, &live, 50) else {
+                    return Ok(Injection::NotNow);
+                };
+                self.kill(&target)?;
+            }
+            FaultKind::Stop => {
+                if running.len() < 2 {
+                    return Ok(Injection::NotNow);
+                }
+                let patience_left = waited < MID_HANDLER_PATIENCE;
+                if busy.is_empty() && patience_left {
+                    return Ok(Injection::NotNow);
+                }
+                let Some(target) = self.target(&busy, &running, 100) else {
+                    return Ok(Injection::NotNow);
+                };
+                self.stop(&target)?;
+            }
+            FaultKind::Term => {
+                if running.len() < 2 {
+                    return Ok(Injection::NotNow);
+                }
+                let Some(target) = self.target(&busy, &running, 50) else {
+                    return Ok(Injection::NotNow);
+                };
+                self.term(&target)?;
+            }
+            FaultKind::Join => {
+                if self.fleet.live() >= self.plan.instances + EXTRA_INSTANCES {
+                    self.schedule.take();
+                    self.faults.skipped += 1;
+                    self.log("skipped join: the fleet is at its largest");
+                    return Ok(Injection::Done);
+                }
+                self.join()?;
+            }
+            FaultKind::RedisRestart | FaultKind::RedisCrash => {
+                let settling = self
+                    .fleet
+                    .names(|m| matches!(m.state, State::Starting | State::Stopping { .. }));
+                if !settling.is_empty() || self.spawns_due > 0 {
+                    return Ok(Injection::NotNow);
+                }
+                self.redis_fault(kind)?;
+            }
+        }
+        self.schedule.take();
+        self.faults.record(kind);
+        Ok(Injection::Done)
+    }
+
+    /// One of `preferred` with probability `percent` (when there is one),
+    /// else one of `all`.
+    fn target(&mut self, preferred: &[String], all: &[String], percent: u64) -> Option<String> {
+        if !preferred.is_empty() && self.choices.percent(percent) {
+            return self.choices.pick(preferred).cloned();
+        }
+        self.choices.pick(all).cloned()
+    }
+
+    /// SIGKILL, and a fresh instance.
+    fn kill(&mut self, name: &str) -> Result<()> {
+        let mid = self.note_mid_handler(name);
+        let owned = self.owned(name);
+        self.failovers.disturb();
+        self.fleet.kill(name)?;
+        let at = Instant::now();
+        for (key, token) in &owned {
+            self.failovers.open(key, *token, at, false);
+        }
+        self.resumes.retain(|(_, paused)| paused != name);
+        self.spawns_due += 1;
+        self.log(format!("kill {name}{mid}, owner of {} keys", owned.len()));
+        Ok(())
+    }
+
+    /// SIGSTOP for longer than the lease TTL; SIGCONT later (in `tick`).
+    fn stop(&mut self, name: &str) -> Result<()> {
+        let mid = self.note_mid_handler(name);
+        let owned = self.owned(name);
+        let ttl = self.plan.lease_ttl;
+        let stall = self.choices.duration(ttl * 5 / 4, ttl * 2);
+        self.failovers.disturb();
+        self.fleet.pause(name)?;
+        let at = Instant::now();
+        for (key, token) in &owned {
+            self.failovers.open(key, *token, at, false);
+        }
+        self.resumes.push((at + stall, name.to_owned()));
+        self.log(format!(
+            "stop {name}{mid}, owner of {} keys, for {stall:?}",
+            owned.len()
+        ));
+        Ok(())
+    }
+
+    /// SIGTERM; a fresh instance once it has exited, unless the fleet is
+    /// above its base size.
+    fn term(&mut self, name: &str) -> Result<()> {
+        let mid = self.note_mid_handler(name);
+        let replace = self.fleet.live() <= self.plan.instances;
+        self.failovers.disturb();
+        self.fleet.terminate(name, replace)?;
+        let then = if replace { ", to be replaced" } else { ", leaving" };
+        self.log(format!("term {name}{mid}{then}"));
+        Ok(())
+    }
+
+    /// A new instance.
+    fn join(&mut self) -> Result<()> {
+        self.failovers.disturb();
+        let name = self.fleet.spawn()?;
+        self.log(format!("join {name}"));
+        Ok(())
+    }
+
+    /// A Redis restart or crash, on a helper thread.
+    fn redis_fault(&mut self, kind: FaultKind) -> Result<()> {
+        let mut redis = self.redis.take().context("Redis is already being faulted")?;
+        let ttl = self.plan.lease_ttl;
+        let outage = self
+            .choices
+            .duration(Duration::from_millis(200), ttl + Duration::from_secs(1));
+        self.failovers.disturb();
+        let handle = std::thread::Builder::new()
+            .name("chaos-redis".to_owned())
+            .spawn(move || {
+                let result = fault_redis(&mut redis, kind, outage);
+                (redis, result)
+            })
+            .context("could not start the Redis fault's thread")?;
+        self.redis_fault = Some(handle);
+        match kind {
+            FaultKind::RedisCrash => self.log(format!("redis crash (SIGKILL), down for {outage:?}")),
+            _ => self.log("redis restart (graceful)"),
+        }
+        Ok(())
+    }
+
+    /// Counts a fault on `name` mid-handler; returns a note for the log.
+    fn note_mid_handler(&mut self, name: &str) -> String {
+        match self.fleet.member(name).and_then(|m| m.mid_handler()) {
+            Some(run) => {
+                self.faults.mid_handler += 1;
+                format!(" (mid-handler: {run})")
+            }
+            None => String::new(),
+        }
+    }
+
+    /// The keys `name` owns and their tokens: its leases in Redis, or (if
+    /// Redis does not answer at once) the keys whose latest `start` it printed.
+    fn owned(&self, name: &str) -> Vec<(String, u64)> {
+        match self.read_leases() {
+            Ok(leases) => leases
+                .into_iter()
+                .filter(|(_, owner, _)| owner == name)
+                .map(|(key, _, token)| (key, token))
+                .collect(),
+            Err(error) => {
+                self.log(format!(
+                    "could not read the leases ({error:#}); using the instances' lines"
+                ));
+                self.fleet.owned_by_lines(name)
+            }
+        }
+    }
+
+    /// Every key's lease: `(key, instance, token)`.
+    fn read_leases(&self) -> Result<Vec<(String, String, u64)>> {
+        let lease_keys: Vec<String> = self.plan.keys.iter().map(|k| keys::lease(k)).collect();
+        let values: Vec<Option<String>> = self
+            .runtime
+            .block_on(tokio::time::timeout(
+                LEASE_READ_WITHIN,
+                self.client.mget(lease_keys),
+            ))
+            .context("timed out")??;
+        Ok(self
+            .plan
+            .keys
+            .iter()
+            .zip(values)
+            .filter_map(|(key, value)| {
+                let (owner, token) = value?
+                    .rsplit_once(':')
+                    .map(|(o, t)| (o.to_owned(), t.to_owned()))?;
+                Some((key.clone(), owner, token.parse().ok()?))
+            })
+            .collect())
+    }
+
+    /// One turn of the loop: lines, exits, resumes, overdue stops, Redis,
+    /// replacements.
+    fn tick(&mut self) -> Result<()> {
+        if self.interrupted.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        for start in self.fleet.pump() {
+            self.failovers.on_start(&start.key, start.token, start.at);
+        }
+        for exit in self.fleet.reap()? {
+            match exit {
+                Exit::Graceful { name, replace } => {
+                    self.log(format!("{name} stopped gracefully"));
+                    self.spawns_due += usize::from(replace);
+                }
+                Exit::Unexpected {
+                    name,
+                    status,
+                    ready: false,
+                    ..
+                } => {
+                    // A worker that cannot start would fail again: stop here.
+                    bail!("worker {name} exited before it was ready ({status}); its error is above");
+                }
+                Exit::Unexpected {
+                    name,
+                    status,
+                    last_lines,
+                    ..
+                } => {
+                    self.unexpected_exits += 1;
+                    self.log(format!(
+                        "{name} EXITED UNEXPECTEDLY ({status}); its last lines: {last_lines:?}"
+                    ));
+                    self.spawns_due += 1;
+                }
+            }
+        }
+        self.resume_due(Instant::now())?;
+        self.kill_overdue_stops()?;
+        self.collect_redis_fault()?;
+        while self.spawns_due > 0 && self.redis_fault.is_none() {
+            let name = self.fleet.spawn()?;
+            self.spawns_due -= 1;
+            self.log(format!("started {name}"));
+        }
+        Ok(())
+    }
+
+    /// SIGCONTs the stopped instances due by `now`.
+    fn resume_due(&mut self, now: Instant) -> Result<()> {
+        let (due, later) = std::mem::take(&mut self.resumes)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.resumes = later;
+        for (_, name) in due {
+            if self.fleet.member(&name).is_some_and(|m| m.state == State::Paused) {
+                self.fleet.resume(&name)?;
+                self.log(format!("resume {name}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills instances whose graceful stop takes longer than [`STOP_WITHIN`].
+    fn kill_overdue_stops(&mut self) -> Result<()> {
+        let now = Instant::now();
+        let overdue = self.fleet.names(
+            |m| matches!(m.state, State::Stopping { since, .. } if now.duration_since(since) > STOP_WITHIN),
+        );
+        for name in overdue {
+            let replace = self
+                .fleet
+                .member(&name)
+                .is_some_and(|m| matches!(m.state, State::Stopping { replace: true, .. }));
+            self.fleet.kill(&name)?;
+            self.stop_timeouts += 1;
+            self.spawns_due += usize::from(replace);
+            self.log(format!(
+                "{name} did not stop within {STOP_WITHIN:?} of SIGTERM: killed"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes Redis back from a finished fault.
+    fn collect_redis_fault(&mut self) -> Result<()> {
+        if !self.redis_fault.as_ref().is_some_and(JoinHandle::is_finished) {
+            return Ok(());
+        }
+        let handle = self.redis_fault.take().context("no Redis fault")?;
+        let (redis, result) = handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("the Redis fault's thread panicked"))?;
+        self.redis = Some(redis);
+        result.context("the Redis fault failed")?;
+        self.log("redis is back");
+        Ok(())
+    }
+
+    /// Ends the faults: Redis back, stopped instances resumed, publishing
+    /// stopped and the outbox settled. Returns how many events were raised.
+    fn quiesce(&mut self, traffic: Traffic) -> Result<u64> {
+        self.log("faults over; letting everything settle");
+        self.wait_until(REDIS_BACK_WITHIN, "Redis to be back", |c| c.redis_fault.is_none())?;
+        let paused: Vec<(Instant, String)> = std::mem::take(&mut self.resumes);
+        for (_, name) in paused {
+            if self.fleet.member(&name).is_some_and(|m| m.state == State::Paused) {
+                self.fleet.resume(&name)?;
+                self.log(format!("resume {name}"));
+            }
+        }
+        traffic.stop();
+        let within = self.plan.drain_within;
+        self.wait_until(within, "the publisher to settle the outbox", |_| {
+            traffic.is_finished()
+        })?;
+        let raised = self.runtime.block_on(traffic.join())?;
+        self.log(format!("published {raised} events"));
+        Ok(raised)
+    }
+
+    /// Waits until every published event was applied, or the deadline.
+    fn drain(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.plan.drain_within;
+        let mut last_check = Instant::now();
+        loop {
+            self.tick()?;
+            if last_check.elapsed() >= VERIFY_EVERY {
+                last_check = Instant::now();
+                let verdict = self.verify()?;
+                if verdict.lost == 0 {
+                    self.log("every published event was applied");
+                    return Ok(());
+                }
+                if Instant::now() >= deadline {
+                    self.log(format!(
+                        "drain deadline passed with {} events not applied",
+                        verdict.lost
+                    ));
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(TICK);
+        }
+    }
+
+    /// Stops every instance gracefully and reads their last lines.
+    fn stop_all(&mut self) -> Result<()> {
+        self.spawns_due = 0;
+        let live = self
+            .fleet
+            .names(|m| matches!(m.state, State::Starting | State::Running | State::Paused));
+        self.log(format!("stopping {} instances", live.len()));
+        for name in live {
+            if self.fleet.member(&name).is_some_and(|m| m.state == State::Paused) {
+                self.fleet.resume(&name)?;
+            }
+            self.fleet.terminate(&name, false)?;
+        }
+        self.wait_until(STOP_WITHIN * 2, "every instance to exit", |c| c.fleet.live() == 0)?;
+        self.wait_until(STOP_WITHIN, "the instances' last lines", |c| c.fleet.all_read())
+    }
+
+    /// The verifier's verdict on what the instances recorded.
+    fn verify(&self) -> Result<Verdict> {
+        let verdict = self
+            .runtime
+            .block_on(tokio::time::timeout(
+                VERIFY_WITHIN,
+                ordo_harness::verify::verify(&self.client),
+            ))
+            .context("verifying timed out")??;
+        Ok(verdict)
+    }
+
+    /// Runs the loop until `condition` holds, or fails after `within`.
+    fn wait_until(&mut self, within: Duration, what: &str, condition: impl Fn(&Self) -> bool) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            self.tick()?;
+            if condition(self) {
+                return Ok(());
+            }
+            if started.elapsed() >= within {
+                bail!("timed out after {within:?} waiting for {what}");
+            }
+            std::thread::sleep(TICK);
+        }
+    }
+
+    /// A progress line on stderr, with the time since the run began.
+    fn log(&self, message: impl Display) {
+        eprintln!("chaos [{:>8.3}s] {message}", self.clock.elapsed().as_secs_f64());
+    }
+}
+
+/// Restarts or crashes the run's own Redis.
+fn fault_redis(redis: &mut BenchRedis, kind: FaultKind, outage: Duration) -> Result<()> {
+    let server = redis
+        .server_mut()
+        .context("a Redis named by URL cannot be restarted")?;
+    if kind == FaultKind::RedisCrash {
+        server.kill().context("could not kill Redis")?;
+        // The outage is the fault being injected, not a wait for a condition.
+        std::thread::sleep(outage);
+    }
+    server.restart().context("could not restart Redis")?;
+    Ok(())
+}
+
+/// Duplicates whose token is the token of the seq's first application: the
+/// same owner applied the effect twice (a retry), as opposed to a new owner
+/// re-running the message in flight at a failover.
+pub(crate) fn same_token_duplicates(verdict: &Verdict) -> u64 {
+    let mut count = 0;
+    for report in verdict.per_key.values() {
+        let mut first: BTreeMap<u64, u64> = BTreeMap::new();
+        for applied in &report.applied {
+            match first.get(&applied.seq) {
+                Some(token) if *token == applied.token => count += 1,
+                Some(_) => {}
+                None => {
+                    first.insert(applied.seq, applied.token);
+                }
+            }
+        }
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use ordo_harness::verify::{Applied, KeyReport};
+
+    use super::*;
+
+    #[test]
+    fn only_repeats_under_the_same_token_are_same_token_duplicates() {
+        let applied = [(0, 5), (1, 5), (1, 9), (2, 9), (2, 9), (2, 9)]
+            .map(|(seq, token)| Applied { seq, token })
+            .to_vec();
+        let mut verdict = Verdict::default();
+        verdict.per_key.insert(
+            "k".to_owned(),
+            KeyReport {
+                applied,
+                ..KeyReport::default()
+            },
+        );
+        assert_eq!(same_token_duplicates(&verdict), 2);
+    }
+}

@@ -1,0 +1,410 @@
+//! An Ordo engine instance as the benchmarks run it: the Redis broker, a
+//! domain with one partitioned handler of [`BenchEvent`]s, and Ordo's own
+//! publish path (unit of work, outbox, outbox processor) to fill partition
+//! streams.
+//!
+//! The handler ([`BenchHandler`]) is trivial on purpose: it decodes the
+//! event, checks that each key's events arrive in order, and counts, all in
+//! a [`Tally`] the benchmark reads. It records when the first and the last
+//! message were handled (so a drain's rate excludes start-up), and, for
+//! events whose unit of work carried [`COMMITTED_AT_US`] in its metadata,
+//! the time from commit to handler start.
+//!
+//! Benchmarks that run on a shared Redis clear their keys before and after
+//! ([`delete_matching`]); [`BENCH_KEYS`] are this module's.
+
+use std::num::NonZeroUsize;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result, ensure};
+use fred::clients::Client;
+use fred::prelude::ClientLike as _;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use ordo_core::config::Config;
+use ordo_core::domain::{Domain, RunningDomain};
+use ordo_core::handler::{
+    BoxFuture, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
+    KeyExtractor,
+};
+use ordo_core::message::{Envelope, Message as _};
+use ordo_redis::RedisBroker;
+
+use crate::latency::LatencyRecorder;
+use crate::workload::{BenchAggregate, BenchEvent, CATEGORY};
+
+/// The handler's name: the consumer group of the `bench` partitions.
+pub const GROUP: &str = "OrdoBench";
+
+/// The unit-of-work metadata entry holding the commit time, in µs since the
+/// Unix epoch (the publisher and the handler share the process's clock).
+pub const COMMITTED_AT_US: &str = "bench_committed_at_us";
+
+/// The keys the `bench` category's runs leave in Redis: its streams and
+/// index, every partition's bookkeeping (tagged `{bench:...}`) and the
+/// group's instance set.
+pub const BENCH_KEYS: [&str; 3] = ["bench:*", "{bench:*", "ordo:instances:OrdoBench"];
+
+/// What the handler saw, shared with the benchmark.
+#[derive(Debug)]
+pub struct Tally {
+    /// The origin of the handled-at times.
+    origin: Instant,
+    handled: AtomicU64,
+    /// The sum of the handled events' per-key numbers.
+    checksum: AtomicU64,
+    /// Events that were not their key's next one (a skip or a repeat).
+    out_of_order: AtomicU64,
+    /// Per key index, the number of the event expected next.
+    next: Box<[AtomicU64]>,
+    /// Nanoseconds from `origin` to the first and the last handler start.
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
+    /// Commit to handler start, for events that carried their commit time.
+    latencies: Mutex<LatencyRecorder>,
+}
+
+impl Tally {
+    /// A tally for events over `keys` keys.
+    pub fn new(keys: NonZeroUsize) -> Arc<Self> {
+        Arc::new(Self {
+            origin: Instant::now(),
+            handled: AtomicU64::new(0),
+            checksum: AtomicU64::new(0),
+            out_of_order: AtomicU64::new(0),
+            next: (0..keys.get()).map(|_| AtomicU64::new(0)).collect(),
+            first_ns: AtomicU64::new(u64::MAX),
+            last_ns: AtomicU64::new(0),
+            latencies: Mutex::new(LatencyRecorder::new()),
+        })
+    }
+
+    /// Messages handled so far.
+    pub fn handled(&self) -> u64 {
+        self.handled.load(Ordering::Acquire)
+    }
+
+    /// The sum of the handled events' per-key numbers.
+    pub fn checksum(&self) -> u64 {
+        self.checksum.load(Ordering::Acquire)
+    }
+
+    /// Events that arrived out of their key's order (or twice).
+    pub fn out_of_order(&self) -> u64 {
+        self.out_of_order.load(Ordering::Acquire)
+    }
+
+    /// When the first handler run started; `None` before any.
+    pub fn first_handled(&self) -> Option<Instant> {
+        match self.first_ns.load(Ordering::Acquire) {
+            u64::MAX => None,
+            ns => Some(self.origin + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// When the last handler run so far started; `None` before any.
+    pub fn last_handled(&self) -> Option<Instant> {
+        self.first_handled()?;
+        Some(self.origin + Duration::from_nanos(self.last_ns.load(Ordering::Acquire)))
+    }
+
+    /// The commit-to-handler-start latencies recorded so far (taken out).
+    pub fn take_latencies(&self) -> LatencyRecorder {
+        std::mem::take(&mut *self.latencies.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Waits until `count` messages were handled; fails after `deadline`.
+    /// Polls the counter: the handled-at times come from the handler itself,
+    /// so the poll period does not enter any figure.
+    pub async fn wait_for(&self, count: u64, deadline: Duration) -> Result<()> {
+        let started = Instant::now();
+        while self.handled() < count {
+            ensure!(
+                started.elapsed() < deadline,
+                "handled {} of {count} events within {deadline:?}",
+                self.handled()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
+    /// Counts one handler run of `envelope`.
+    fn record(&self, envelope: &Envelope) -> HandlerResult {
+        let now = SystemTime::now();
+        let at = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if let Some(committed) = envelope.metadata.get(COMMITTED_AT_US) {
+            let committed: u64 = committed.parse()?;
+            let latency = unix_micros(now).saturating_sub(committed);
+            self.latencies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .record(Duration::from_micros(latency));
+        }
+        let event: BenchEvent = envelope.decode()?;
+        let next = key_index(&event.key)
+            .and_then(|index| self.next.get(index))
+            .ok_or_else(|| format!("`{}` is not one of this run's keys", event.key))?;
+        // Ordo runs one message of a key at a time, so load-then-store is
+        // enough; an overlap would show up as a repeat or a skip.
+        if next.load(Ordering::Acquire) != event.seq {
+            self.out_of_order.fetch_add(1, Ordering::AcqRel);
+        }
+        next.store(event.seq + 1, Ordering::Release);
+        self.checksum.fetch_add(event.seq, Ordering::AcqRel);
+        self.first_ns.fetch_min(at, Ordering::AcqRel);
+        self.last_ns.fetch_max(at, Ordering::AcqRel);
+        self.handled.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+/// `k17` -> 17.
+fn key_index(key: &str) -> Option<usize> {
+    key.strip_prefix('k')?.parse().ok()
+}
+
+/// Microseconds since the Unix epoch.
+pub fn unix_micros(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// The benchmark's handler: [`BenchEvent`]s, partitioned by `key`.
+#[derive(Debug, Clone)]
+pub struct BenchHandler {
+    tally: Arc<Tally>,
+}
+
+impl BenchHandler {
+    /// A handler counting into `tally`.
+    pub fn new(tally: Arc<Tally>) -> Self {
+        Self { tally }
+    }
+}
+
+impl EventHandler for BenchHandler {
+    fn descriptor() -> HandlerDescriptor {
+        HandlerDescriptor {
+            name: GROUP,
+            kind: HandlerKind::Event,
+            part_of: Some(CATEGORY),
+            sequential_by: Some("key"),
+            partitioned: true,
+            policy: None,
+            handles: vec![HandledMessage {
+                type_name: BenchEvent::TYPE_NAME,
+                kind: BenchEvent::KIND,
+                category: CATEGORY,
+                method: "on_bench_event",
+                key: Some(KeyExtractor::new("key", |message| {
+                    message
+                        .downcast_ref::<BenchEvent>()
+                        .map(|event| Some(event.key.clone()))
+                })),
+                start: false,
+                policy: None,
+            }],
+        }
+    }
+
+    fn handle<'a>(&'a self, message: &'a Envelope, _ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
+        let result = self.tally.record(message);
+        Box::pin(async move { result })
+    }
+}
+
+/// The configuration of a benchmark instance: Ordo's defaults, with
+/// `reap_idle_ms` when given (as `domain.toml` would set it).
+pub fn config(reap_idle_ms: Option<u64>) -> Result<Config> {
+    let text = reap_idle_ms.map_or_else(String::new, |ms| {
+        format!("[server.partitioning]\nreap_idle_ms = {ms}\n")
+    });
+    Config::from_toml_str(&text).context("invalid benchmark configuration")
+}
+
+/// One engine instance: its broker and its domain.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    /// The instance's broker (its own connections, heartbeat and waker).
+    pub broker: RedisBroker,
+    /// The domain: [`BenchHandler`] on `broker`.
+    pub domain: Domain,
+}
+
+impl Engine {
+    /// Connects an instance named `instance` to `url`, reading `read_batch`
+    /// entries per fenced read, counting into `tally`. Not started.
+    pub async fn connect(
+        url: &str,
+        instance: &str,
+        config: Config,
+        read_batch: usize,
+        tally: Arc<Tally>,
+    ) -> Result<Self> {
+        let broker = RedisBroker::builder(url)
+            .config(config.clone())
+            .instance_id(instance)
+            .read_batch(read_batch)
+            .build()
+            .await
+            .with_context(|| format!("could not start the Redis broker of instance {instance}"))?;
+        let domain = Domain::builder()
+            .aggregate::<BenchAggregate>()
+            .event_handler(BenchHandler::new(tally))
+            .broker(broker.clone())
+            .config(config)
+            .init()
+            .context("the benchmark domain was refused")?;
+        Ok(Self { broker, domain })
+    }
+
+    /// Starts the outbox processor and the consumer.
+    pub fn start(&self) -> RunningDomain {
+        self.domain.start()
+    }
+}
+
+/// How long filling a backlog took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Filled {
+    /// Events committed and published.
+    pub events: u64,
+    /// Committing them to the (in-memory) outbox.
+    pub commit: Duration,
+    /// The outbox processor publishing them to the partition streams.
+    pub publish: Duration,
+}
+
+/// Commits events `seqs` (event `n` is `BenchEvent::nth(n, keys)`) in units
+/// of work of `per_commit`, then has the outbox processor publish them all
+/// to their partition streams, timing the two steps apart.
+pub async fn fill(domain: &Domain, seqs: Range<u64>, keys: usize, per_commit: usize) -> Result<Filled> {
+    let events = seqs.end.saturating_sub(seqs.start);
+    let started = Instant::now();
+    let mut seq = seqs.start;
+    while seq < seqs.end {
+        let end = (seq + per_commit.max(1) as u64).min(seqs.end);
+        let mut uow = domain.unit_of_work();
+        for n in seq..end {
+            uow.raise(BenchEvent::nth(n, keys))?;
+        }
+        uow.commit().await.context("committing a unit of work failed")?;
+        seq = end;
+    }
+    let commit = started.elapsed();
+    let started = Instant::now();
+    let report = domain
+        .publish_pending()
+        .await
+        .context("the outbox processor failed")?;
+    let publish = started.elapsed();
+    ensure!(
+        report.published as u64 == events && report.failed == 0 && report.abandoned == 0,
+        "the outbox processor published {} of {events} events ({} failed, {} abandoned)",
+        report.published,
+        report.failed,
+        report.abandoned
+    );
+    Ok(Filled {
+        events,
+        commit,
+        publish,
+    })
+}
+
+/// Deletes every key matching one of `patterns` (SCAN + UNLINK); returns
+/// how many were deleted.
+pub async fn delete_matching(client: &Client, patterns: &[&str]) -> Result<u64> {
+    let mut deleted = 0;
+    for pattern in patterns {
+        let mut cursor = "0".to_owned();
+        loop {
+            let reply: Value = client
+                .custom(
+                    CustomCommand::new_static("SCAN", ClusterHash::Random, false),
+                    vec![cursor.as_str(), "MATCH", pattern, "COUNT", "1000"],
+                )
+                .await
+                .with_context(|| format!("SCAN for {pattern} failed"))?;
+            let (next, keys): (String, Vec<String>) = reply
+                .convert()
+                .with_context(|| format!("unexpected SCAN reply for {pattern}"))?;
+            if !keys.is_empty() {
+                let unlinked: u64 = client
+                    .custom(
+                        CustomCommand::new_static("UNLINK", ClusterHash::FirstKey, false),
+                        keys,
+                    )
+                    .await
+                    .with_context(|| format!("UNLINK of keys matching {pattern} failed"))?;
+                deleted += unlinked;
+            }
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ordo_core::message::Envelope;
+
+    fn envelope(seq: u64, keys: usize) -> Envelope {
+        crate::workload::envelope(&BenchEvent::nth(seq, keys)).unwrap()
+    }
+
+    #[test]
+    fn counts_checks_order_and_times_the_runs() {
+        let tally = Tally::new(NonZeroUsize::new(2).unwrap());
+        assert_eq!(tally.first_handled(), None);
+        // k0#0, k1#0, k0#1, then k1#0 again (a repeat).
+        for seq in [0, 1, 2, 1] {
+            tally.record(&envelope(seq, 2)).unwrap();
+        }
+        assert_eq!(tally.handled(), 4);
+        assert_eq!(tally.checksum(), 1);
+        assert_eq!(tally.out_of_order(), 1);
+        assert!(tally.first_handled().unwrap() <= tally.last_handled().unwrap());
+        assert!(tally.take_latencies().is_empty());
+    }
+
+    #[test]
+    fn records_commit_to_handler_latency_from_the_metadata() {
+        let tally = Tally::new(NonZeroUsize::new(1).unwrap());
+        let mut message = envelope(0, 1);
+        let committed = unix_micros(SystemTime::now()) - 3_000;
+        message
+            .metadata
+            .insert(COMMITTED_AT_US.to_owned(), committed.to_string());
+        tally.record(&message).unwrap();
+        let mut latencies = tally.take_latencies();
+        let summary = latencies.summary().unwrap();
+        assert_eq!(summary.count, 1);
+        assert!(summary.p50 >= Duration::from_millis(3), "{summary:?}");
+    }
+
+    #[test]
+    fn a_foreign_key_is_an_error() {
+        let tally = Tally::new(NonZeroUsize::new(1).unwrap());
+        assert!(tally.record(&envelope(1, 2)).is_err());
+        assert_eq!(tally.handled(), 0);
+    }
+
+    #[test]
+    fn the_config_keeps_the_defaults_but_the_reap_time() {
+        let config = config(Some(86_400_000)).unwrap();
+        assert_eq!(config.partitioning().reap_idle(), Duration::from_secs(86_400));
+        assert_eq!(
+            config.partitioning().lease_ttl(),
+            Config::default().partitioning().lease_ttl()
+        );
+        assert_eq!(self::config(None).unwrap(), Config::default());
+    }
+}

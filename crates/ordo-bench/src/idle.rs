@@ -1,0 +1,152 @@
+//! `idle`: the commands one instance sends while it owns many idle
+//! partitions.
+//!
+//! One event is published to each of `--partitions` keys; one engine
+//! instance (Ordo's defaults, but `reap_idle_ms` of a day so nothing is
+//! retired during the run) acquires every partition and handles its event.
+//! Once all are handled and every partition's lease is this instance's, the
+//! run waits `--settle-s` for the workers to park on the waker, then counts
+//! for `--window-s`, with [`CommandMonitor`], the commands clients send:
+//! one `EVALSHA` counts once, whatever its script runs (`INFO`'s counters
+//! would count those too; they are printed apart as
+//! `idle_script_cmds_per_s`). Nothing else talks to Redis meanwhile, so
+//! every command counted is the instance's.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use fred::clients::Client;
+use fred::prelude::{ClientLike as _, KeysInterface as _};
+use fred::types::Value;
+use ordo_core::key::DEFAULT_BACKFILL_SUFFIX;
+use ordo_redis::PartitionKeys;
+
+use crate::engine::{self, BENCH_KEYS, Engine, GROUP, Tally};
+use crate::monitor::{CommandCounts, CommandMonitor};
+use crate::redis::BenchRedis;
+use crate::report::Report;
+use crate::workload::{CATEGORY, key_name};
+
+/// A day: no partition is retired during a run.
+const REAP_IDLE_MS: u64 = 86_400_000;
+/// Lease keys read per `MGET` when counting owned partitions.
+const MGET_CHUNK: usize = 1_000;
+
+/// Options of `ordo-bench idle`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IdleArgs {
+    /// Idle partitions the instance owns.
+    #[arg(long, default_value = "5000")]
+    pub partitions: std::num::NonZeroUsize,
+    /// How long commands are counted.
+    #[arg(long, default_value = "10")]
+    pub window_s: f64,
+    /// How long to wait, once every partition is owned and drained, before counting.
+    #[arg(long, default_value = "3")]
+    pub settle_s: f64,
+    /// How long acquiring and draining the partitions may take.
+    #[arg(long, default_value = "180")]
+    pub deadline_s: u64,
+}
+
+/// Sets up the idle partitions and counts the instance's commands.
+pub async fn run(args: &IdleArgs, redis: &BenchRedis) -> Result<Report> {
+    for (name, seconds) in [("--window-s", args.window_s), ("--settle-s", args.settle_s)] {
+        ensure!(
+            seconds.is_finite() && seconds >= 0.0,
+            "{name} must be a number of seconds, not {seconds}"
+        );
+    }
+    let admin = redis.client().await?;
+    engine::delete_matching(&admin, &BENCH_KEYS).await?;
+    let result = measure(args, redis, &admin).await;
+    engine::delete_matching(&admin, &BENCH_KEYS).await?;
+    admin.quit().await?;
+    result
+}
+
+async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<Report> {
+    let partitions = args.partitions.get();
+    let deadline = Duration::from_secs(args.deadline_s);
+    let tally = Tally::new(args.partitions);
+    let instance = format!("bench-idle-{}", std::process::id());
+    let config = engine::config(Some(REAP_IDLE_MS))?;
+    let engine = Engine::connect(redis.url(), &instance, config, 64, tally.clone()).await?;
+    engine::fill(&engine.domain, 0..partitions as u64, partitions, 100).await?;
+
+    let started = Instant::now();
+    let running = engine.start();
+    let counted = async {
+        tally
+            .wait_for(partitions as u64, deadline)
+            .await
+            .context("the partitions' events were not all handled")?;
+        let owned = owned_partitions(admin, partitions, &instance).await?;
+        ensure!(
+            owned == partitions,
+            "the instance owns {owned} of {partitions} partitions after handling their events"
+        );
+        let drained = started.elapsed();
+        tokio::time::sleep(Duration::from_secs_f64(args.settle_s)).await;
+        let url = redis.url().to_owned();
+        let monitor = tokio::task::spawn_blocking(move || CommandMonitor::start(&url))
+            .await
+            .context("the task starting MONITOR panicked")??;
+        let counts = monitor.measure(Duration::from_secs_f64(args.window_s)).await;
+        drop(monitor);
+        anyhow::Ok((owned, drained, counts))
+    }
+    .await;
+    running
+        .shutdown()
+        .await
+        .context("the engine did not shut down cleanly")?;
+    let (owned, drained, counts) = counted?;
+    Ok(report(owned, drained, &counts))
+}
+
+/// How many of the partitions' leases `instance` holds (one `MGET` per
+/// [`MGET_CHUNK`] lease keys).
+async fn owned_partitions(client: &Client, partitions: usize, instance: &str) -> Result<usize> {
+    let prefix = format!("{instance}:");
+    let leases: Vec<String> = (0..partitions)
+        .map(|n| {
+            PartitionKeys::new(CATEGORY, &key_name(n), DEFAULT_BACKFILL_SUFFIX)
+                .lease(GROUP)
+                .lease
+        })
+        .collect();
+    let mut owned = 0;
+    for chunk in leases.chunks(MGET_CHUNK) {
+        let values: Vec<Value> = client
+            .mget(chunk.to_vec())
+            .await
+            .context("MGET of the leases failed")?;
+        owned += values
+            .iter()
+            .filter(|value| value.as_str().is_some_and(|v| v.starts_with(&prefix)))
+            .count();
+    }
+    Ok(owned)
+}
+
+fn report(owned: usize, drained: Duration, counts: &CommandCounts) -> Report {
+    let breakdown: Vec<String> = counts
+        .by_command
+        .iter()
+        .map(|(command, n)| format!("{command}={n}"))
+        .collect();
+    let mut report = Report::new();
+    report
+        .per_second("idle_redis_cmds_per_s", counts.client_commands_per_s())
+        .count("owned_partitions", owned as u64)
+        .millis("idle_window_ms", counts.elapsed)
+        .count("idle_client_commands", counts.client_commands)
+        .per_second(
+            "idle_script_cmds_per_s",
+            crate::report::rate(counts.script_commands, counts.elapsed),
+        )
+        .text("idle_commands", breakdown.join(","))
+        .millis("idle_acquire_and_drain_ms", drained);
+    report
+}

@@ -1,0 +1,195 @@
+//! `throughput`: Ordo's publish path and its ordered consumer against a
+//! plain consumer group, on one Redis, in one run.
+//!
+//! For each instance count in `--instances` (default 1 and 2):
+//! 1. a backlog of `--events` events over `--keys` keys is committed in
+//!    units of work of `--per-commit` events and published by the outbox
+//!    processor into the partition streams (with the index): that step is
+//!    `publish_msgs_per_s` (over every fill of the run);
+//! 2. that many engine instances (each its own `RedisBroker` and `Domain`:
+//!    own connection pool, heartbeat thread, waker and supervisor, in this
+//!    process and its tokio runtime) start together and drain the backlog
+//!    with a trivial handler (decode, check per-key order, count);
+//!    `ordered_msgs_per_s_{n}` is the events over the time from the first
+//!    handler start to the last, so the first discovery round (which only
+//!    announces the instance, one discovery interval) is reported apart as
+//!    `ordered_startup_ms_{n}`.
+//!
+//! Then [`crate::baseline`] drains the same number of events with a plain
+//! consumer group with the same batch size (`baseline_msgs_per_s`), and
+//! `ratio_ordered_to_baseline` is the first instance count's rate over it.
+//!
+//! A run fails if a drain does not finish by `--deadline-s`, or if the
+//! handled events are not exactly the published ones in per-key order.
+
+use std::num::{NonZeroU64, NonZeroUsize};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use fred::prelude::ClientLike as _;
+use ordo_core::domain::RunningDomain;
+
+use crate::baseline::{self, BaselineArgs};
+use crate::engine::{self, BENCH_KEYS, Engine, Filled, Tally};
+use crate::redis::BenchRedis;
+use crate::report::{Figure, Report, rate};
+use crate::workload::BenchEvent;
+
+/// Options of `ordo-bench throughput`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ThroughputArgs {
+    /// Events in each backlog.
+    #[arg(long, default_value = "200000")]
+    pub events: NonZeroU64,
+    /// Keys (partitions) the events are spread over, round-robin.
+    #[arg(long, default_value = "64")]
+    pub keys: NonZeroUsize,
+    /// Entries per read: Ordo's fenced read and the baseline's XREADGROUP.
+    #[arg(long, default_value = "64")]
+    pub batch: NonZeroUsize,
+    /// Events per unit of work when filling the backlog.
+    #[arg(long, default_value = "100")]
+    pub per_commit: NonZeroUsize,
+    /// Engine instance counts to drain a backlog with, one drain each
+    /// (comma-separated); the first is compared with the baseline.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub instances: Vec<NonZeroUsize>,
+    /// How long one drain may take before the run fails.
+    #[arg(long, default_value = "300")]
+    pub deadline_s: u64,
+}
+
+/// One ordered drain's figures.
+#[derive(Debug, Clone, Copy)]
+struct Drain {
+    instances: usize,
+    filled: Filled,
+    /// From the start of the instances to the first handler run.
+    startup: Duration,
+    /// From the first handler run to the last.
+    elapsed: Duration,
+}
+
+/// Runs the drains and the baseline and reports their rates.
+pub async fn run(args: &ThroughputArgs, redis: &BenchRedis) -> Result<Report> {
+    ensure!(!args.instances.is_empty(), "--instances names no instance count");
+    let admin = redis.client().await?;
+    engine::delete_matching(&admin, &BENCH_KEYS).await?;
+    let mut drains = Vec::with_capacity(args.instances.len());
+    for instances in &args.instances {
+        let drain = ordered(args, redis, instances.get()).await;
+        // Every drain starts from empty partitions, and a shared Redis keeps nothing.
+        engine::delete_matching(&admin, &BENCH_KEYS).await?;
+        drains.push(drain?);
+    }
+    let baseline_args = BaselineArgs {
+        events: args.events,
+        keys: args.keys,
+        batch: NonZeroU64::new(args.batch.get() as u64).context("the batch is not zero")?,
+        consumers: NonZeroUsize::MIN,
+    };
+    let baseline = baseline::run(&baseline_args, redis).await?;
+    admin.quit().await?;
+    report(args, &drains, &baseline)
+}
+
+/// Fills a backlog and drains it with `count` instances.
+async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Result<Drain> {
+    let events = args.events.get();
+    let tally = Tally::new(args.keys);
+    let config = engine::config(None)?;
+    let mut engines = Vec::with_capacity(count);
+    for n in 0..count {
+        let instance = format!("bench-{count}-{n}-{}", std::process::id());
+        engines.push(
+            Engine::connect(
+                redis.url(),
+                &instance,
+                config.clone(),
+                args.batch.get(),
+                tally.clone(),
+            )
+            .await?,
+        );
+    }
+    let filled = engine::fill(
+        &engines[0].domain,
+        0..events,
+        args.keys.get(),
+        args.per_commit.get(),
+    )
+    .await?;
+
+    let started = Instant::now();
+    let running: Vec<RunningDomain> = engines.iter().map(Engine::start).collect();
+    let drained = tally
+        .wait_for(events, Duration::from_secs(args.deadline_s))
+        .await
+        .with_context(|| format!("the drain with {count} instance(s) did not finish"));
+    for domain in running {
+        domain
+            .shutdown()
+            .await
+            .context("an engine instance did not shut down cleanly")?;
+    }
+    drained?;
+
+    ensure!(
+        tally.handled() == events,
+        "{count} instance(s) handled {} events, {events} were published",
+        tally.handled()
+    );
+    let expected: u64 = (0..events).map(|n| BenchEvent::nth(n, args.keys.get()).seq).sum();
+    ensure!(
+        tally.checksum() == expected && tally.out_of_order() == 0,
+        "{count} instance(s) handled other events than the published ones, or out of order \
+         (checksum {} != {expected}, {} out of order)",
+        tally.checksum(),
+        tally.out_of_order()
+    );
+    let (Some(first), Some(last)) = (tally.first_handled(), tally.last_handled()) else {
+        anyhow::bail!("no handler run was recorded");
+    };
+    Ok(Drain {
+        instances: count,
+        filled,
+        startup: first.saturating_duration_since(started),
+        elapsed: last.saturating_duration_since(first),
+    })
+}
+
+fn report(args: &ThroughputArgs, drains: &[Drain], baseline: &Report) -> Result<Report> {
+    let Some(Figure::PerSecond(baseline_rate)) = baseline.get("baseline_msgs_per_s").cloned() else {
+        anyhow::bail!("the baseline reported no baseline_msgs_per_s");
+    };
+    let published: u64 = drains.iter().map(|d| d.filled.events).sum();
+    let publishing: Duration = drains.iter().map(|d| d.filled.publish).sum();
+    let committing: Duration = drains.iter().map(|d| d.filled.commit).sum();
+
+    let mut report = Report::new();
+    report.per_second("publish_msgs_per_s", rate(published, publishing));
+    for drain in drains {
+        report.per_second(
+            format!("ordered_msgs_per_s_{}", drain.instances),
+            rate(args.events.get(), drain.elapsed),
+        );
+    }
+    report.per_second("baseline_msgs_per_s", baseline_rate);
+    let compared = rate(args.events.get(), drains[0].elapsed);
+    report.ratio("ratio_ordered_to_baseline", compared / baseline_rate);
+    report
+        .count("events", args.events.get())
+        .count("keys", args.keys.get() as u64)
+        .count("batch", args.batch.get() as u64)
+        .count("per_commit", args.per_commit.get() as u64)
+        .per_second("commit_msgs_per_s", rate(published, committing));
+    for drain in drains {
+        report
+            .millis(format!("ordered_startup_ms_{}", drain.instances), drain.startup)
+            .millis(format!("ordered_elapsed_ms_{}", drain.instances), drain.elapsed);
+    }
+    if let Some(elapsed) = baseline.get("elapsed_ms") {
+        report.push("baseline_elapsed_ms", elapsed.clone());
+    }
+    Ok(report)
+}

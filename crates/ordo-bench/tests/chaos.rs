@@ -1,0 +1,88 @@
+//! The chaos checker end to end: the real `ordo-bench chaos` binary, with a
+//! fixed seed, on its own Redis, for a minute of faults.
+
+use std::fs::File;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use ordo_testkit::Process;
+
+/// The seed of the CI run: its schedule of fault kinds and gaps replays.
+const SEED: &str = "42";
+
+/// Far above the run's own length (60 s of faults, a few seconds of drain),
+/// so only a hang trips it.
+const RUN_WITHIN: Duration = Duration::from_secs(240);
+
+#[test]
+fn a_seeded_chaos_run_keeps_the_guarantee_under_every_kind_of_fault() -> Result<()> {
+    // Progress and worker logs go to a file (a pipe nobody reads could fill
+    // up and block the run), shown when the test fails.
+    let log_path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-seed-{SEED}.log"));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ordo-bench"));
+    command
+        .args(["chaos", "--duration", "60", "--seed", SEED, "--json"])
+        // Its own Redis, which it can restart and crash.
+        .env_remove("REDIS_URL")
+        .stderr(File::create(&log_path)?);
+    let mut chaos = Process::spawn(command)?;
+    let status = chaos.wait_timeout(RUN_WITHIN)?;
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let Some(status) = status else {
+        chaos.kill()?;
+        anyhow::bail!(
+            "the chaos run did not finish within {RUN_WITHIN:?}; its log:\n{}",
+            log()
+        );
+    };
+    let stdout = chaos.lines().join("\n");
+    ensure!(
+        status.success(),
+        "the chaos run failed ({status}):\n{stdout}\n{}",
+        log()
+    );
+    let figures: serde_json::Value = serde_json::from_str(&stdout)
+        .with_context(|| format!("stdout is not JSON: {stdout:?}\n{}", log()))?;
+    let count = |name: &str| {
+        figures[name]
+            .as_u64()
+            .with_context(|| format!("no count `{name}` in {figures}"))
+    };
+
+    for broken in [
+        "overlaps",
+        "order_violations",
+        "lost",
+        "token_regressions",
+        "unexpected",
+    ] {
+        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{}", log());
+    }
+    assert_eq!(figures["seed"], 42, "{figures}");
+    assert_eq!(count("keys")?, 32, "{figures}");
+    assert!(count("events")? > 5_000, "too little traffic: {figures}");
+
+    let kinds = ["kill", "stop", "term", "join", "redis_restart", "redis_crash"];
+    let injected: Vec<&str> = kinds
+        .into_iter()
+        .filter(|kind| count(&format!("faults_{kind}")).is_ok_and(|n| n > 0))
+        .collect();
+    assert!(count("faults_injected")? > 0, "{figures}");
+    assert!(
+        injected.len() >= 5,
+        "only {injected:?} were injected: {figures}\n{}",
+        log()
+    );
+    assert!(
+        count("faults_mid_handler")? > 0,
+        "no fault landed mid-handler: {figures}"
+    );
+    // The kills and stops made other instances take keys over.
+    assert!(count("failovers")? > 0, "no failover was measured: {figures}");
+    assert!(
+        figures["max_failover_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{figures}"
+    );
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! A consumer group that joins a category whose partitions already exist
+//! does not lose what is published after it joined: the other groups'
+//! trimming (and reaping) cannot drop entries it has not read yet.
+//!
+//! The bug: a new group's consumer group was created on an existing
+//! partition stream only when one of its owners first read it. Until then
+//! the trimming after each acknowledgement only saw the other groups, so
+//! entries published after the new group registered were trimmed away.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::SortedSetsInterface;
+use ordo_core::broker::Broker;
+use ordo_core::handler::HandlerKind;
+use ordo_core::key::Lane;
+use ordo_testkit::Redis;
+
+use common::{Recorder, Running, broker, config, eventually, pool, publication, subscription};
+
+/// A group that registers at once but acquires nothing for 20 s (its first
+/// discovery round only announces the instance).
+fn slow_to_acquire() -> ordo_core::config::Config {
+    ordo_core::config::Config::from_toml_str(
+        "[server.partitioning]\n\
+         lease_ttl_ms = 60000\n\
+         discovery_interval_seconds = 20\n",
+    )
+    .expect("test config is valid")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_group_gets_what_was_published_after_it_joined() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let client = pool(&url).await?;
+    let first = Recorder::new();
+    let second = Recorder::new();
+    let sub = |name: &'static str, recorder: &Recorder| {
+        subscription(
+            name,
+            HandlerKind::Event,
+            &[&category],
+            true,
+            Arc::new(recorder.clone()),
+        )
+    };
+
+    // The first group alone: the partition's stream is created without
+    // the second group.
+    let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let run_a = Running::start(&a, vec![sub("First", &first)]);
+    a.publish(&[publication(&category, "k", 0, Lane::Primary)])
+        .await?;
+    eventually(Duration::from_secs(10), "the first group to handle 0", || async {
+        Ok(first.seqs("k") == [0])
+    })
+    .await?;
+
+    // The second group joins: its instance registers it, then announces
+    // itself (so registering is over), but reads nothing yet.
+    let b = broker(&url, slow_to_acquire()).await?;
+    let run_b = Running::start(&b, vec![sub("Second", &second)]);
+    eventually(
+        Duration::from_secs(10),
+        "the second group's instance to announce itself",
+        || async {
+            let score: Option<f64> = client.zscore("ordo:instances:Second", b.instance_id()).await?;
+            Ok(score.is_some())
+        },
+    )
+    .await?;
+
+    // Published after it joined, handled and acknowledged by the first group.
+    a.publish(&[
+        publication(&category, "k", 1, Lane::Primary),
+        publication(&category, "k", 2, Lane::Primary),
+    ])
+    .await?;
+    eventually(
+        Duration::from_secs(10),
+        "the first group to handle 1, 2",
+        || async { Ok(first.seqs("k") == [0, 1, 2]) },
+    )
+    .await?;
+    run_b.stop().await?;
+
+    // The second group's consumer runs for real now: it gets 1 and 2.
+    let c = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let run_c = Running::start(&c, vec![sub("Second", &second)]);
+    eventually(
+        Duration::from_secs(10),
+        "the second group to handle 1, 2",
+        || async {
+            let seqs = second.seqs("k");
+            Ok(seqs.ends_with(&[2]))
+        },
+    )
+    .await?;
+    let seqs = second.seqs("k");
+    assert!(
+        seqs.ends_with(&[1, 2]),
+        "entries published after the group joined were trimmed before it read them: it handled {seqs:?}"
+    );
+    run_c.stop().await?;
+    run_a.stop().await?;
+    Ok(())
+}
