@@ -402,3 +402,16 @@ pub enum ShutdownError {
         task: &'static str,
     },
 }
+
+/// An error and its sources on one line, joined with `: ` (for logs and
+/// halt records, where a source chain would otherwise be lost).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

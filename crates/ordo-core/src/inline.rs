@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
 use crate::config::Config;
+use crate::error::error_chain;
 use crate::executor::KeyedExecutor;
 use crate::handler::{BoxFuture, HandlerContext, HandlerError, HandlerKind};
 use crate::message::Envelope;
-use crate::outbox::error_chain;
 use crate::policy::{ProcessingContext, SequenceId};
 
 /// How many recent failures [`InlineBroker::failures`] keeps.

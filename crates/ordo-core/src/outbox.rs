@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::broker::{Broker, Publication};
 use crate::config::Config;
-use crate::error::OutboxError;
+use crate::error::{OutboxError, error_chain};
 use crate::handler::BoxFuture;
 use crate::key::{InvalidKey, KeyRules, Lane, stream};
 use crate::message::Envelope;
@@ -491,16 +491,4 @@ impl OutboxProcessor {
             envelope,
         })
     }
-}
-
-/// An error and its sources, joined with `: `.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

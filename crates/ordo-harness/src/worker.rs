@@ -29,6 +29,7 @@ use fred::interfaces::LuaInterface;
 use fred::types::Value;
 use ordo_core::config::Config;
 use ordo_core::domain::Domain;
+use ordo_core::error::error_chain;
 use ordo_core::handler::{
     BoxFuture, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind,
     HandlerResult, KeyExtractor,
@@ -400,16 +401,4 @@ impl Run {
             .field("seq", self.tick.seq)
             .field("token", self.fence.token())
     }
-}
-
-/// An error and its sources, on one line.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

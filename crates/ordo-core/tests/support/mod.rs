@@ -662,16 +662,7 @@ pub async fn eventually(what: &str, within: Duration, mut condition: impl FnMut(
 }
 
 /// The text of an error and all its sources.
-pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use ordo_core::error::error_chain as chain;
 
 pub fn placed(order_id: &str, client_id: &str, amount: u64) -> OrderPlaced {
     OrderPlaced {

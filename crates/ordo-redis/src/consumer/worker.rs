@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ordo_core::broker::Subscription;
-use ordo_core::error::ProcessStoreError;
+use ordo_core::error::{ProcessStoreError, error_chain};
 use ordo_core::handler::{HandlerContext, HandlerError};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
@@ -579,16 +579,4 @@ fn fenced_by(error: &(dyn std::error::Error + 'static), lease: &Lease) -> bool {
         next = error.source();
     }
     false
-}
-
-/// An error and its sources, as one line for the halt record.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
