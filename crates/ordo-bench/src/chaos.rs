@@ -22,6 +22,7 @@
 //! timing.
 
 mod controller;
+mod duplicates;
 mod failover;
 mod fault;
 mod fleet;
@@ -225,7 +226,11 @@ fn report(args: &ChaosArgs, seed: u64, own_redis: bool, outcome: &Outcome) -> Re
         .count("lost_gaps", lost.gaps)
         .count("lost_tail", lost.tail)
         .count("duplicates", verdict.duplicates)
-        .count("duplicates_same_token", outcome.same_token_duplicates)
+        .count("duplicates_same_token", outcome.duplicates.same_token())
+        .count("duplicates_failover", outcome.duplicates.failover)
+        .count("duplicates_recommitted", outcome.duplicates.recommitted)
+        .count("duplicates_retried", outcome.duplicates.retried)
+        .count("duplicates_redelivered", outcome.duplicates.redelivered)
         .count("token_regressions", verdict.token_regressions)
         .count("unexpected", verdict.unexpected)
         .count("reruns", verdict.reruns)
@@ -241,7 +246,7 @@ fn report(args: &ChaosArgs, seed: u64, own_redis: bool, outcome: &Outcome) -> Re
     report
         .push(
             "max_failover_ms",
-            crate::Figure::Millis(millis(outcome.failovers.max)),
+            crate::Figure::Millis(millis(outcome.failovers.slowest.as_ref().map(|m| m.took))),
         )
         .push(
             "median_failover_ms",

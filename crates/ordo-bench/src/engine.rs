@@ -176,12 +176,17 @@ pub fn unix_micros(at: SystemTime) -> u64 {
 #[derive(Debug, Clone)]
 pub struct BenchHandler {
     tally: Arc<Tally>,
+    /// What this handler (one instance's) handled, apart from the shared tally.
+    handled: Arc<AtomicU64>,
 }
 
 impl BenchHandler {
     /// A handler counting into `tally`.
     pub fn new(tally: Arc<Tally>) -> Self {
-        Self { tally }
+        Self {
+            tally,
+            handled: Arc::new(AtomicU64::new(0)),
+        }
     }
 }
 
@@ -212,6 +217,9 @@ impl EventHandler for BenchHandler {
 
     fn handle<'a>(&'a self, message: &'a Envelope, _ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
         let result = self.tally.record(message);
+        if result.is_ok() {
+            self.handled.fetch_add(1, Ordering::AcqRel);
+        }
         Box::pin(async move { result })
     }
 }
@@ -225,6 +233,28 @@ pub fn config(reap_idle_ms: Option<u64>) -> Result<Config> {
     Config::from_toml_str(&text).context("invalid benchmark configuration")
 }
 
+/// How a benchmark instance is configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineOptions {
+    /// The domain configuration.
+    pub config: Config,
+    /// Entries per fenced read (`RedisBrokerBuilder::read_batch`).
+    pub read_batch: usize,
+    /// Connections of the broker's command pool (`RedisBrokerBuilder::pool_size`).
+    pub pool_size: usize,
+}
+
+impl EngineOptions {
+    /// `config` with the broker's default read batch (64) and pool size (4).
+    pub fn new(config: Config) -> Self {
+        Self {
+            config,
+            read_batch: 64,
+            pool_size: 4,
+        }
+    }
+}
+
 /// One engine instance: its broker and its domain.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -232,38 +262,61 @@ pub struct Engine {
     pub broker: RedisBroker,
     /// The domain: [`BenchHandler`] on `broker`.
     pub domain: Domain,
+    /// What this instance's handler handled.
+    handled: Arc<AtomicU64>,
 }
 
 impl Engine {
-    /// Connects an instance named `instance` to `url`, reading `read_batch`
-    /// entries per fenced read, counting into `tally`. Not started.
+    /// Connects an instance named `instance` to `url`, counting into
+    /// `tally`. Not started.
     pub async fn connect(
         url: &str,
         instance: &str,
-        config: Config,
-        read_batch: usize,
+        options: &EngineOptions,
         tally: Arc<Tally>,
     ) -> Result<Self> {
+        let config = options.config.clone();
+        let handler = BenchHandler::new(tally);
+        let handled = Arc::clone(&handler.handled);
         let broker = RedisBroker::builder(url)
             .config(config.clone())
             .instance_id(instance)
-            .read_batch(read_batch)
+            .read_batch(options.read_batch)
+            .pool_size(options.pool_size)
             .build()
             .await
             .with_context(|| format!("could not start the Redis broker of instance {instance}"))?;
         let domain = Domain::builder()
             .aggregate::<BenchAggregate>()
-            .event_handler(BenchHandler::new(tally))
+            .event_handler(handler)
             .broker(broker.clone())
             .config(config)
             .init()
             .context("the benchmark domain was refused")?;
-        Ok(Self { broker, domain })
+        Ok(Self {
+            broker,
+            domain,
+            handled,
+        })
+    }
+
+    /// Messages this instance handled.
+    pub fn handled(&self) -> u64 {
+        self.handled.load(Ordering::Acquire)
     }
 
     /// Starts the outbox processor and the consumer.
     pub fn start(&self) -> RunningDomain {
         self.domain.start()
+    }
+
+    /// Closes the broker's connections (after its domain was shut down).
+    pub async fn close(&self) -> Result<()> {
+        self.broker
+            .client()
+            .quit()
+            .await
+            .context("could not close the broker's connections")
     }
 }
 

@@ -55,8 +55,9 @@ pub struct FailoverArgs {
     /// Lease TTLs to measure at, in ms (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "15000,2000")]
     pub ttls: Vec<u64>,
-    /// Kills per TTL; the median is reported (and the maximum).
-    #[arg(long, default_value = "1")]
+    /// Kills per TTL, each at a different phase of the instances' heartbeat
+    /// and discovery cycles; the median is reported (and the maximum).
+    #[arg(long, default_value = "3")]
     pub trials: NonZeroUsize,
     /// Keys with traffic, split between the two instances.
     #[arg(long, default_value = "8")]
@@ -144,7 +145,7 @@ async fn trial(
         workers.push((instance, spawn(command)?));
     }
     let publisher = tokio::spawn(publish(redis.url().to_owned(), args.keys, args.rate));
-    let result = kill_and_take_over(admin, &mut workers, ttl_ms).await;
+    let result = kill_and_take_over(admin, &mut workers, ttl_ms, trial).await;
     publisher.abort();
     let published = publisher.await;
     for (_, worker) in workers {
@@ -162,11 +163,15 @@ async fn kill_and_take_over(
     admin: &Client,
     workers: &mut Vec<(String, Process)>,
     ttl_ms: u64,
+    trial: usize,
 ) -> Result<Takeover> {
     for (_, worker) in workers.iter_mut() {
         wait_for_line(worker, STARTUP_DEADLINE, |line| line.kind() == line::START).await?;
     }
     let lease_key = ordo_harness::keys::lease(WATCHED_KEY);
+    // Kill at a different moment of the heartbeat and discovery cycles in
+    // each trial, not right after an acquisition or a renewal.
+    tokio::time::sleep(kill_delay(ttl_ms, trial)).await;
     let lease: Option<String> = admin.get(&lease_key).await?;
     let (owner, token) = lease
         .as_deref()
@@ -204,6 +209,16 @@ async fn kill_and_take_over(
         failover: taken_at.saturating_duration_since(killed_at),
         lease_remaining,
     })
+}
+
+/// How long trial `trial` lets traffic flow before the kill: a second, plus
+/// a fraction of the longer of the heartbeat (TTL / 5) and discovery (1 s)
+/// periods that differs between trials (golden-ratio steps), so the kills
+/// sample the cycles' phases evenly and reproducibly.
+fn kill_delay(ttl_ms: u64, trial: usize) -> Duration {
+    let period = Duration::from_millis((ttl_ms / 5).max(1_000));
+    let phase = (0.5 + trial as f64 * 0.618_033_988_75).fract();
+    Duration::from_secs(1) + period.mul_f64(phase)
 }
 
 fn spawn(command: Command) -> Result<Process> {
@@ -271,4 +286,23 @@ async fn publish(url: String, keys: NonZeroUsize, rate: f64) -> Result<()> {
     })
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kill_delays_spread_over_the_longer_cycle() {
+        let ms = |trial| kill_delay(15_000, trial).as_millis();
+        // Heartbeat every 3 s: delays between 1 s and 4 s, all different.
+        let delays: Vec<u128> = (0..5).map(ms).collect();
+        assert!(delays.iter().all(|d| (1_000..4_000).contains(d)), "{delays:?}");
+        let mut distinct = delays.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), delays.len(), "{delays:?}");
+        // Heartbeat every 0.4 s: the 1 s discovery period is the longer one.
+        assert_eq!(kill_delay(2_000, 0), Duration::from_millis(1_500));
+    }
 }

@@ -20,10 +20,11 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, Result, ensure};
 
-use crate::engine::{self, BENCH_KEYS, COMMITTED_AT_US, Engine, Tally};
+use crate::engine::{self, BENCH_KEYS, COMMITTED_AT_US, Engine, EngineOptions, Tally};
 use crate::load::OfferedLoad;
 use crate::redis::BenchRedis;
 use crate::report::Report;
+use crate::workload::BenchEvent;
 
 /// Options of `ordo-bench latency`.
 #[derive(Debug, Clone, clap::Args)]
@@ -61,13 +62,19 @@ async fn measure(args: &LatencyArgs, redis: &BenchRedis) -> Result<Report> {
     let deadline = Duration::from_secs(args.deadline_s);
     let tally = Tally::new(args.keys);
     let instance = format!("bench-latency-{}", std::process::id());
-    let engine = Engine::connect(redis.url(), &instance, engine::config(None)?, 64, tally.clone()).await?;
+    let engine = Engine::connect(
+        redis.url(),
+        &instance,
+        &EngineOptions::new(engine::config(None)?),
+        tally.clone(),
+    )
+    .await?;
     let running = engine.start();
 
     // One event per key, handled before the clock starts.
     let mut uow = engine.domain.unit_of_work();
     for n in 0..keys as u64 {
-        uow.raise(crate::workload::BenchEvent::nth(n, keys))?;
+        uow.raise(BenchEvent::nth(n, keys))?;
     }
     uow.commit()
         .await
@@ -89,7 +96,7 @@ async fn measure(args: &LatencyArgs, redis: &BenchRedis) -> Result<Report> {
             let domain = domain.clone();
             async move {
                 // Continues every key's numbering after its warm-up event.
-                let event = crate::workload::BenchEvent::nth(keys as u64 + tick.seq, keys);
+                let event = BenchEvent::nth(keys as u64 + tick.seq, keys);
                 let mut uow = domain.unit_of_work();
                 uow.raise(event)?;
                 uow.with_metadata(
@@ -107,6 +114,7 @@ async fn measure(args: &LatencyArgs, redis: &BenchRedis) -> Result<Report> {
         .shutdown()
         .await
         .context("the engine did not shut down cleanly")?;
+    engine.close().await?;
     handled?;
     ensure!(
         tally.handled() == expected && tally.out_of_order() == 0,

@@ -11,17 +11,23 @@
 //! would count those too; they are printed apart as
 //! `idle_script_cmds_per_s`). Nothing else talks to Redis meanwhile, so
 //! every command counted is the instance's.
+//!
+//! Commands are not the whole idle cost: a blocking `XREAD` over thousands
+//! of streams and a renewal of thousands of leases cost Redis CPU time in
+//! proportion to the partitions. `idle_redis_cpu_ms_per_s` is the CPU time
+//! Redis used per second (its `INFO cpu`) over a window of the same length
+//! just before the counted one, without `MONITOR` running.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use fred::clients::Client;
 use fred::prelude::{ClientLike as _, KeysInterface as _};
-use fred::types::Value;
+use fred::types::{ClusterHash, CustomCommand, Value};
 use ordo_core::key::DEFAULT_BACKFILL_SUFFIX;
 use ordo_redis::PartitionKeys;
 
-use crate::engine::{self, BENCH_KEYS, Engine, GROUP, Tally};
+use crate::engine::{self, BENCH_KEYS, Engine, EngineOptions, GROUP, Tally};
 use crate::monitor::{CommandCounts, CommandMonitor};
 use crate::redis::BenchRedis;
 use crate::report::Report;
@@ -38,7 +44,7 @@ pub struct IdleArgs {
     /// Idle partitions the instance owns.
     #[arg(long, default_value = "5000")]
     pub partitions: std::num::NonZeroUsize,
-    /// How long commands are counted.
+    /// How long Redis's CPU is measured, and then how long commands are counted.
     #[arg(long, default_value = "10")]
     pub window_s: f64,
     /// How long to wait, once every partition is owned and drained, before counting.
@@ -71,7 +77,7 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
     let tally = Tally::new(args.partitions);
     let instance = format!("bench-idle-{}", std::process::id());
     let config = engine::config(Some(REAP_IDLE_MS))?;
-    let engine = Engine::connect(redis.url(), &instance, config, 64, tally.clone()).await?;
+    let engine = Engine::connect(redis.url(), &instance, &EngineOptions::new(config), tally.clone()).await?;
     engine::fill(&engine.domain, 0..partitions as u64, partitions, 100).await?;
 
     let started = Instant::now();
@@ -88,21 +94,61 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
         );
         let drained = started.elapsed();
         tokio::time::sleep(Duration::from_secs_f64(args.settle_s)).await;
+        // Redis's own CPU first, without MONITOR (which costs Redis a line
+        // per command, script commands included).
+        let window = Duration::from_secs_f64(args.window_s);
+        let cpu_before = redis_cpu(admin).await?;
+        tokio::time::sleep(window).await;
+        let cpu = CpuUse {
+            used: redis_cpu(admin).await?.saturating_sub(cpu_before),
+            over: window,
+        };
         let url = redis.url().to_owned();
         let monitor = tokio::task::spawn_blocking(move || CommandMonitor::start(&url))
             .await
             .context("the task starting MONITOR panicked")??;
-        let counts = monitor.measure(Duration::from_secs_f64(args.window_s)).await;
+        let counts = monitor.measure(window).await;
         drop(monitor);
-        anyhow::Ok((owned, drained, counts))
+        anyhow::Ok((owned, drained, cpu, counts))
     }
     .await;
     running
         .shutdown()
         .await
         .context("the engine did not shut down cleanly")?;
-    let (owned, drained, counts) = counted?;
-    Ok(report(owned, drained, &counts))
+    engine.close().await?;
+    let (owned, drained, cpu, counts) = counted?;
+    Ok(report(owned, drained, cpu, &counts))
+}
+
+/// CPU time Redis used over a window.
+#[derive(Debug, Clone, Copy)]
+struct CpuUse {
+    used: Duration,
+    over: Duration,
+}
+
+/// The CPU time the Redis server has used so far (`used_cpu_sys` +
+/// `used_cpu_user` of `INFO cpu`, its main thread and any others).
+async fn redis_cpu(client: &Client) -> Result<Duration> {
+    let info: String = client
+        .custom(
+            CustomCommand::new_static("INFO", ClusterHash::FirstKey, false),
+            vec!["cpu"],
+        )
+        .await
+        .context("INFO cpu failed")?;
+    let mut seconds = 0.0;
+    for name in ["used_cpu_sys:", "used_cpu_user:"] {
+        let value = info
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(name))
+            .with_context(|| format!("INFO cpu has no {name}"))?;
+        seconds += value
+            .parse::<f64>()
+            .with_context(|| format!("bad INFO line {name}{value}"))?;
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// How many of the partitions' leases `instance` holds (one `MGET` per
@@ -130,7 +176,7 @@ async fn owned_partitions(client: &Client, partitions: usize, instance: &str) ->
     Ok(owned)
 }
 
-fn report(owned: usize, drained: Duration, counts: &CommandCounts) -> Report {
+fn report(owned: usize, drained: Duration, cpu: CpuUse, counts: &CommandCounts) -> Report {
     let breakdown: Vec<String> = counts
         .by_command
         .iter()
@@ -147,6 +193,10 @@ fn report(owned: usize, drained: Duration, counts: &CommandCounts) -> Report {
             crate::report::rate(counts.script_commands, counts.elapsed),
         )
         .text("idle_commands", breakdown.join(","))
+        .millis(
+            "idle_redis_cpu_ms_per_s",
+            cpu.used.div_f64(cpu.over.as_secs_f64().max(f64::MIN_POSITIVE)),
+        )
         .millis("idle_acquire_and_drain_ms", drained);
     report
 }

@@ -96,10 +96,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Warnings and errors of Ordo's runtime on stderr (`RUST_LOG` to change).
+/// Warnings and errors of Ordo's runtime on stderr (`RUST_LOG` to change);
+/// the Redis client's warnings only from `error` up, since it warns about
+/// every connection a Redis restart drops.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fred=error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -13,7 +13,12 @@
 //!    `ordered_msgs_per_s_{n}` is the events over the time from the first
 //!    handler start to the last, so the first discovery round (which only
 //!    announces the instance, one discovery interval) is reported apart as
-//!    `ordered_startup_ms_{n}`.
+//!    `ordered_startup_ms_{n}`; `ordered_max_share_{n}` is the largest share
+//!    of the events one instance handled (0.5 when two split the keys
+//!    evenly). Each instance's command pool has `--pool-size` connections
+//!    (Ordo's default, 4, unless given): every message costs one fenced
+//!    acknowledgement round trip, and more connections let more of the
+//!    partitions' round trips be in flight at once.
 //!
 //! Then [`crate::baseline`] drains the same number of events with a plain
 //! consumer group with the same batch size (`baseline_msgs_per_s`), and
@@ -30,7 +35,7 @@ use fred::prelude::ClientLike as _;
 use ordo_core::domain::RunningDomain;
 
 use crate::baseline::{self, BaselineArgs};
-use crate::engine::{self, BENCH_KEYS, Engine, Filled, Tally};
+use crate::engine::{self, BENCH_KEYS, Engine, EngineOptions, Filled, Tally};
 use crate::redis::BenchRedis;
 use crate::report::{Figure, Report, rate};
 use crate::workload::BenchEvent;
@@ -47,6 +52,9 @@ pub struct ThroughputArgs {
     /// Entries per read: Ordo's fenced read and the baseline's XREADGROUP.
     #[arg(long, default_value = "64")]
     pub batch: NonZeroUsize,
+    /// Connections of each instance's command pool (Ordo's default: 4).
+    #[arg(long, default_value = "4")]
+    pub pool_size: NonZeroUsize,
     /// Events per unit of work when filling the backlog.
     #[arg(long, default_value = "100")]
     pub per_commit: NonZeroUsize,
@@ -68,6 +76,8 @@ struct Drain {
     startup: Duration,
     /// From the first handler run to the last.
     elapsed: Duration,
+    /// The largest share of the events one instance handled.
+    max_share: f64,
 }
 
 /// Runs the drains and the baseline and reports their rates.
@@ -97,20 +107,15 @@ pub async fn run(args: &ThroughputArgs, redis: &BenchRedis) -> Result<Report> {
 async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Result<Drain> {
     let events = args.events.get();
     let tally = Tally::new(args.keys);
-    let config = engine::config(None)?;
+    let options = EngineOptions {
+        read_batch: args.batch.get(),
+        pool_size: args.pool_size.get(),
+        ..EngineOptions::new(engine::config(None)?)
+    };
     let mut engines = Vec::with_capacity(count);
     for n in 0..count {
         let instance = format!("bench-{count}-{n}-{}", std::process::id());
-        engines.push(
-            Engine::connect(
-                redis.url(),
-                &instance,
-                config.clone(),
-                args.batch.get(),
-                tally.clone(),
-            )
-            .await?,
-        );
+        engines.push(Engine::connect(redis.url(), &instance, &options, tally.clone()).await?);
     }
     let filled = engine::fill(
         &engines[0].domain,
@@ -132,6 +137,9 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
             .await
             .context("an engine instance did not shut down cleanly")?;
     }
+    for engine in &engines {
+        engine.close().await?;
+    }
     drained?;
 
     ensure!(
@@ -150,7 +158,9 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
     let (Some(first), Some(last)) = (tally.first_handled(), tally.last_handled()) else {
         anyhow::bail!("no handler run was recorded");
     };
+    let busiest = engines.iter().map(Engine::handled).max().unwrap_or(0);
     Ok(Drain {
+        max_share: busiest as f64 / events as f64,
         instances: count,
         filled,
         startup: first.saturating_duration_since(started),
@@ -182,11 +192,13 @@ fn report(args: &ThroughputArgs, drains: &[Drain], baseline: &Report) -> Result<
         .count("keys", args.keys.get() as u64)
         .count("batch", args.batch.get() as u64)
         .count("per_commit", args.per_commit.get() as u64)
+        .count("pool_size", args.pool_size.get() as u64)
         .per_second("commit_msgs_per_s", rate(published, committing));
     for drain in drains {
         report
             .millis(format!("ordered_startup_ms_{}", drain.instances), drain.startup)
-            .millis(format!("ordered_elapsed_ms_{}", drain.instances), drain.elapsed);
+            .millis(format!("ordered_elapsed_ms_{}", drain.instances), drain.elapsed)
+            .ratio(format!("ordered_max_share_{}", drain.instances), drain.max_share);
     }
     if let Some(elapsed) = baseline.get("elapsed_ms") {
         report.push("baseline_elapsed_ms", elapsed.clone());

@@ -7,7 +7,6 @@
 //! on each `start` line (what failover times are measured with) stays
 //! within a tick of when the instance printed it.
 
-use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +20,7 @@ use ordo_harness::keys;
 use ordo_harness::verify::Verdict;
 use tokio::runtime::Handle;
 
+use super::duplicates::{self, Causes, Duplicate};
 use super::failover::{FailoverStats, Failovers};
 use super::fault::{FaultCounts, FaultKind, Schedule};
 use super::fleet::{Exit, Fleet, LineCounts, State};
@@ -52,6 +52,8 @@ const LEASE_READ_WITHIN: Duration = Duration::from_millis(300);
 const VERIFY_WITHIN: Duration = Duration::from_secs(30);
 /// How long a Redis restart may take.
 const REDIS_BACK_WITHIN: Duration = Duration::from_secs(60);
+/// A failover slower than the lease TTL plus this is logged with its cause.
+const SLOW_FAILOVER_MARGIN: Duration = Duration::from_secs(1);
 
 /// What the run is asked to do.
 #[derive(Debug, Clone)]
@@ -73,9 +75,8 @@ pub(crate) struct Plan {
 pub(crate) struct Outcome {
     /// The verifier's verdict on the final records.
     pub(crate) verdict: Verdict,
-    /// Applied effects repeated under the token of their first application
-    /// (a re-run by the same owner, not after a failover).
-    pub(crate) same_token_duplicates: u64,
+    /// The duplicates by cause.
+    pub(crate) duplicates: Causes,
     /// The overlap log, when there were overlaps.
     pub(crate) overlap_log: Vec<String>,
     /// Events the publisher raised.
@@ -130,6 +131,8 @@ pub(crate) struct Controller {
     stop_timeouts: u64,
     interrupted: Arc<AtomicBool>,
     clock: Instant,
+    /// Everything logged, with its time: what explains a duplicate.
+    timeline: Vec<(Instant, String)>,
 }
 
 /// What the controller is built from.
@@ -167,6 +170,7 @@ impl Controller {
             stop_timeouts: 0,
             interrupted: parts.interrupted,
             clock: Instant::now(),
+            timeline: Vec::new(),
         }
     }
 
@@ -205,14 +209,25 @@ impl Controller {
         // Closed before Redis stops, so the client does not report the
         // connections Redis drops on its way out.
         let _ = self.runtime.block_on(self.client.quit());
+        let failovers = self.failovers.stats();
+        if let Some(slowest) = &failovers.slowest {
+            self.log(format!(
+                "slowest failover: {} taken over {:?} after {}",
+                slowest.key, slowest.took, slowest.cause
+            ));
+        }
+        let (duplicates, found) = duplicates::classify(&verdict, |key, seq| self.fleet.runs_of(key, seq));
+        for line in self.explain(&found) {
+            self.log(format!("duplicate {line}"));
+        }
         self.log("done");
         Ok(Outcome {
-            same_token_duplicates: same_token_duplicates(&verdict),
+            duplicates,
             verdict,
             overlap_log,
             raised,
             faults: self.faults.clone(),
-            failovers: self.failovers.stats(),
+            failovers,
             lines: self.fleet.lines(),
             instances_started: self.fleet.started() as u64,
             unexpected_exits: self.unexpected_exits,
@@ -237,9 +252,12 @@ impl Controller {
                         next = now + self.schedule.gap();
                     }
                     Injection::NotNow if waited >= GIVE_UP_AFTER => {
-                        let kind = self.schedule.take();
-                        self.faults.skipped += 1;
-                        self.log(format!("skipped {kind:?}: its precondition never held"));
+                        if let Some(kind) = self.schedule.take() {
+                            self.faults.skipped += 1;
+                            self.log(format!(
+                                "skipped {kind}: its precondition never held for {waited:?}"
+                            ));
+                        }
                         waiting_since = None;
                         next = now + self.schedule.gap();
                     }
@@ -337,8 +355,9 @@ impl Controller {
         self.failovers.disturb();
         self.fleet.kill(name)?;
         let at = Instant::now();
+        let cause = format!("kill {name} at{}", self.at(at));
         for (key, token) in &owned {
-            self.failovers.open(key, *token, at, false);
+            self.failovers.open(key, *token, at, &cause);
         }
         self.resumes.retain(|(_, paused)| paused != name);
         self.spawns_due += 1;
@@ -355,8 +374,9 @@ impl Controller {
         self.failovers.disturb();
         self.fleet.pause(name)?;
         let at = Instant::now();
+        let cause = format!("stop {name} at{}", self.at(at));
         for (key, token) in &owned {
-            self.failovers.open(key, *token, at, false);
+            self.failovers.open(key, *token, at, &cause);
         }
         self.resumes.push((at + stall, name.to_owned()));
         self.log(format!(
@@ -422,7 +442,7 @@ impl Controller {
 
     /// The keys `name` owns and their tokens: its leases in Redis, or (if
     /// Redis does not answer at once) the keys whose latest `start` it printed.
-    fn owned(&self, name: &str) -> Vec<(String, u64)> {
+    fn owned(&mut self, name: &str) -> Vec<(String, u64)> {
         match self.read_leases() {
             Ok(leases) => leases
                 .into_iter()
@@ -468,8 +488,15 @@ impl Controller {
         if self.interrupted.load(Ordering::Relaxed) {
             bail!("interrupted");
         }
+        let slow = self.plan.lease_ttl + SLOW_FAILOVER_MARGIN;
         for start in self.fleet.pump() {
-            self.failovers.on_start(&start.key, start.token, start.at);
+            let measured = self.failovers.on_start(&start.key, start.token, start.at);
+            if let Some(m) = measured.filter(|m| m.took > slow).cloned() {
+                self.log(format!(
+                    "slow failover: {} taken over {:?} after {} (over TTL + {SLOW_FAILOVER_MARGIN:?})",
+                    m.key, m.took, m.cause
+                ));
+            }
         }
         for exit in self.fleet.reap()? {
             match exit {
@@ -654,8 +681,60 @@ impl Controller {
     }
 
     /// A progress line on stderr, with the time since the run began.
-    fn log(&self, message: impl Display) {
-        eprintln!("chaos [{:>8.3}s] {message}", self.clock.elapsed().as_secs_f64());
+    fn log(&mut self, message: impl Display) {
+        let now = Instant::now();
+        let message = message.to_string();
+        eprintln!("chaos [{}] {message}", self.at(now));
+        self.timeline.push((now, message));
+    }
+
+    /// `instant` as the time since the run began.
+    fn at(&self, instant: Instant) -> String {
+        format!(
+            "{:>8.3}s",
+            instant.saturating_duration_since(self.clock).as_secs_f64()
+        )
+    }
+
+    /// One line per event applied more than once: its tokens, the cause
+    /// of each repeat, every run of it (time, instance, token, attempt),
+    /// and what happened just before its last run.
+    fn explain(&self, duplicates: &[Duplicate]) -> Vec<String> {
+        duplicates
+            .iter()
+            .map(|d| {
+                let runs = self.fleet.runs_of(&d.key, d.seq);
+                let described: Vec<String> = runs
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "[{}] {} token {} attempt {}",
+                            self.at(r.at),
+                            r.instance,
+                            r.token,
+                            r.attempt
+                        )
+                    })
+                    .collect();
+                let before = runs.last().and_then(|last| {
+                    self.timeline
+                        .iter()
+                        .rev()
+                        .find(|(at, _)| *at <= last.at)
+                        .map(|(at, event)| format!("[{}] {event}", self.at(*at)))
+                });
+                let tokens: Vec<String> = d.tokens.iter().map(u64::to_string).collect();
+                format!(
+                    "{}/{} applied under tokens {} ({}); runs: {}; last event before its last run: {}",
+                    d.key,
+                    d.seq,
+                    tokens.join(", "),
+                    d.causes.join(", "),
+                    described.join(", "),
+                    before.unwrap_or_else(|| "none".to_owned()),
+                )
+            })
+            .collect()
     }
 }
 
@@ -671,47 +750,4 @@ fn fault_redis(redis: &mut BenchRedis, kind: FaultKind, outage: Duration) -> Res
     }
     server.restart().context("could not restart Redis")?;
     Ok(())
-}
-
-/// Duplicates whose token is the token of the seq's first application: the
-/// same owner applied the effect twice (a retry), as opposed to a new owner
-/// re-running the message in flight at a failover.
-pub(crate) fn same_token_duplicates(verdict: &Verdict) -> u64 {
-    let mut count = 0;
-    for report in verdict.per_key.values() {
-        let mut first: BTreeMap<u64, u64> = BTreeMap::new();
-        for applied in &report.applied {
-            match first.get(&applied.seq) {
-                Some(token) if *token == applied.token => count += 1,
-                Some(_) => {}
-                None => {
-                    first.insert(applied.seq, applied.token);
-                }
-            }
-        }
-    }
-    count
-}
-
-#[cfg(test)]
-mod tests {
-    use ordo_harness::verify::{Applied, KeyReport};
-
-    use super::*;
-
-    #[test]
-    fn only_repeats_under_the_same_token_are_same_token_duplicates() {
-        let applied = [(0, 5), (1, 5), (1, 9), (2, 9), (2, 9), (2, 9)]
-            .map(|(seq, token)| Applied { seq, token })
-            .to_vec();
-        let mut verdict = Verdict::default();
-        verdict.per_key.insert(
-            "k".to_owned(),
-            KeyReport {
-                applied,
-                ..KeyReport::default()
-            },
-        );
-        assert_eq!(same_token_duplicates(&verdict), 2);
-    }
 }

@@ -18,14 +18,26 @@ struct Window {
     key: String,
     token: u64,
     since: Instant,
+    cause: String,
     disturbed: bool,
+}
+
+/// One failover measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Measured {
+    /// The key taken over.
+    pub(crate) key: String,
+    /// From the fault to the new owner's first `start`.
+    pub(crate) took: Duration,
+    /// The fault, as given to [`Failovers::open`].
+    pub(crate) cause: String,
 }
 
 /// The failover windows of a run.
 #[derive(Debug, Default)]
 pub(crate) struct Failovers {
     open: Vec<Window>,
-    measured: Vec<Duration>,
+    measured: Vec<Measured>,
     disturbed: u64,
 }
 
@@ -35,10 +47,10 @@ pub(crate) struct FailoverStats {
     /// Undisturbed failovers measured.
     pub(crate) measured: u64,
     /// The longest of them.
-    pub(crate) max: Option<Duration>,
-    /// The median of them.
+    pub(crate) slowest: Option<Measured>,
+    /// The median time.
     pub(crate) median: Option<Duration>,
-    /// Failovers another fault overlapped (not in `max`).
+    /// Failovers another fault overlapped (not in `slowest`).
     pub(crate) disturbed: u64,
     /// Windows still open at the end: keys nobody handled again under a
     /// newer lease.
@@ -54,11 +66,11 @@ impl Failovers {
         }
     }
 
-    /// Opens a window for `key`, owned under `token` until the fault at `since`.
-    /// `disturbed` when the fault lands during another (a Redis outage).
-    pub(crate) fn open(&mut self, key: &str, token: u64, since: Instant, disturbed: bool) {
+    /// Opens a window for `key`, owned under `token` until the fault
+    /// `cause` at `since`.
+    pub(crate) fn open(&mut self, key: &str, token: u64, since: Instant, cause: &str) {
         // A key already failing over keeps its earlier window (the second
-        // fault disturbs it).
+        // fault disturbed it).
         if self.open.iter().any(|w| w.key == key) {
             return;
         }
@@ -66,31 +78,36 @@ impl Failovers {
             key: key.to_owned(),
             token,
             since,
-            disturbed,
+            cause: cause.to_owned(),
+            disturbed: false,
         });
     }
 
-    /// A handler run of `key` under `token` started, seen at `at`.
-    pub(crate) fn on_start(&mut self, key: &str, token: u64, at: Instant) {
-        let Some(index) = self.open.iter().position(|w| w.key == key && token > w.token) else {
-            return;
-        };
+    /// A handler run of `key` under `token` started, seen at `at`; returns
+    /// the failover it ends, if it ends an undisturbed one.
+    pub(crate) fn on_start(&mut self, key: &str, token: u64, at: Instant) -> Option<&Measured> {
+        let index = self.open.iter().position(|w| w.key == key && token > w.token)?;
         let window = self.open.swap_remove(index);
         if window.disturbed {
             self.disturbed += 1;
-        } else {
-            self.measured.push(at.saturating_duration_since(window.since));
+            return None;
         }
+        self.measured.push(Measured {
+            key: window.key,
+            took: at.saturating_duration_since(window.since),
+            cause: window.cause,
+        });
+        self.measured.last()
     }
 
     /// The figures.
     pub(crate) fn stats(&self) -> FailoverStats {
-        let mut sorted = self.measured.clone();
-        sorted.sort_unstable();
+        let mut times: Vec<Duration> = self.measured.iter().map(|m| m.took).collect();
+        times.sort_unstable();
         FailoverStats {
-            measured: sorted.len() as u64,
-            max: sorted.last().copied(),
-            median: sorted.get(sorted.len().saturating_sub(1) / 2).copied(),
+            measured: times.len() as u64,
+            slowest: self.measured.iter().max_by_key(|m| m.took).cloned(),
+            median: times.get(times.len().saturating_sub(1) / 2).copied(),
             disturbed: self.disturbed,
             open: self.open.len() as u64,
         }
@@ -107,16 +124,24 @@ mod tests {
     fn a_window_closes_at_the_first_start_under_a_newer_token() {
         let t0 = Instant::now();
         let mut f = Failovers::default();
-        f.open("k1", 10, t0, false);
-        f.open("k2", 11, t0, false);
+        f.open("k1", 10, t0, "kill w1");
+        f.open("k2", 11, t0, "kill w1");
         // The dead owner's own lines under its old token do not close it.
         f.on_start("k1", 10, t0 + 5 * MS);
         f.on_start("k3", 99, t0 + 6 * MS);
-        f.on_start("k1", 12, t0 + 2_100 * MS);
-        f.on_start("k1", 13, t0 + 2_500 * MS);
+        let measured = f.on_start("k1", 12, t0 + 2_100 * MS).cloned();
+        assert_eq!(
+            measured,
+            Some(Measured {
+                key: "k1".to_owned(),
+                took: 2_100 * MS,
+                cause: "kill w1".to_owned()
+            })
+        );
+        assert_eq!(f.on_start("k1", 13, t0 + 2_500 * MS), None);
         let stats = f.stats();
         assert_eq!(stats.measured, 1);
-        assert_eq!(stats.max, Some(2_100 * MS));
+        assert_eq!(stats.slowest, measured);
         assert_eq!(stats.open, 1, "k2 was never handled again");
     }
 
@@ -124,18 +149,20 @@ mod tests {
     fn disturbed_windows_are_counted_apart() {
         let t0 = Instant::now();
         let mut f = Failovers::default();
-        f.open("k1", 1, t0, false);
+        f.open("k1", 1, t0, "stop w1");
         f.disturb();
-        f.open("k2", 1, t0 + 100 * MS, false);
-        f.open("k3", 1, t0 + 100 * MS, true);
+        f.open("k2", 1, t0 + 100 * MS, "kill w2");
         // k1 is already failing over: its first window stays.
-        f.open("k1", 5, t0 + 100 * MS, false);
-        for key in ["k1", "k2", "k3"] {
+        f.open("k1", 5, t0 + 100 * MS, "kill w2");
+        for key in ["k1", "k2"] {
             f.on_start(key, 7, t0 + 3_000 * MS);
         }
         let stats = f.stats();
-        assert_eq!((stats.measured, stats.disturbed, stats.open), (1, 2, 0));
-        assert_eq!(stats.max, Some(2_900 * MS));
+        assert_eq!((stats.measured, stats.disturbed, stats.open), (1, 1, 0));
+        assert_eq!(
+            stats.slowest.map(|m| (m.key, m.took)),
+            Some(("k2".to_owned(), 2_900 * MS))
+        );
         assert_eq!(stats.median, Some(2_900 * MS));
     }
 
@@ -145,12 +172,12 @@ mod tests {
         let mut f = Failovers::default();
         for (i, ms) in [300_u64, 100, 200].into_iter().enumerate() {
             let key = format!("k{i}");
-            f.open(&key, 1, t0, false);
+            f.open(&key, 1, t0, "kill w1");
             f.on_start(&key, 2, t0 + Duration::from_millis(ms));
         }
         let stats = f.stats();
         assert_eq!(stats.median, Some(200 * MS));
-        assert_eq!(stats.max, Some(300 * MS));
-        assert_eq!(Failovers::default().stats().max, None);
+        assert_eq!(stats.slowest.map(|m| m.took), Some(300 * MS));
+        assert_eq!(Failovers::default().stats().slowest, None);
     }
 }

@@ -1,10 +1,10 @@
 //! The engine instances of a chaos run: `ordo-bench worker` processes
-//! ([`crate::worker`]), what
-//! their stdout lines say (stamped when the controller receives them), and
-//! the signals the controller sends them.
+//! ([`crate::worker`]), what their stdout lines say (stamped when the
+//! controller receives them), and the signals the controller sends them.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::process::ExitStatus;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
@@ -122,6 +122,15 @@ pub(crate) enum Exit {
     },
 }
 
+/// One handler run's `start` line, as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RunStart {
+    pub(crate) at: Instant,
+    pub(crate) instance: String,
+    pub(crate) token: u64,
+    pub(crate) attempt: u32,
+}
+
 /// Every instance started during a run.
 #[derive(Debug)]
 pub(crate) struct Fleet {
@@ -129,6 +138,8 @@ pub(crate) struct Fleet {
     members: Vec<Member>,
     /// Per key, the instance and token of the `start` with the highest token.
     owners: BTreeMap<String, (String, u64)>,
+    /// Every run's start, per key and seq: what explains a duplicate.
+    history: HashMap<(String, u64), Vec<RunStart>>,
     lines: LineCounts,
 }
 
@@ -139,6 +150,7 @@ impl Fleet {
             spec,
             members: Vec::new(),
             owners: BTreeMap::new(),
+            history: HashMap::new(),
             lines: LineCounts::default(),
         }
     }
@@ -151,7 +163,7 @@ impl Fleet {
         // Discovery must stay under the TTL (an instance's announcement
         // lives one TTL); Ordo's default otherwise.
         args.discovery_ms = args.discovery_ms.min(self.spec.lease_ttl_ms / 2);
-        let mut command = args.command(&self.spec.redis_url)?;
+        let mut command = running_executable(args.command(&self.spec.redis_url)?);
         command.env("RUST_LOG", log);
         let process = Process::spawn(command).with_context(|| format!("could not start worker {name}"))?;
         self.members.push(Member {
@@ -202,6 +214,13 @@ impl Fleet {
             .collect()
     }
 
+    /// The runs of event `seq` of `key` that started, in order.
+    pub(crate) fn runs_of(&self, key: &str, seq: u64) -> &[RunStart] {
+        self.history
+            .get(&(key.to_owned(), seq))
+            .map_or(&[], Vec::as_slice)
+    }
+
     /// Reads every line printed since the last call; returns the `start`s.
     pub(crate) fn pump(&mut self) -> Vec<Start> {
         let now = Instant::now();
@@ -217,7 +236,12 @@ impl Fleet {
                 let Some(line) = Line::parse(&text) else {
                     continue;
                 };
-                if let Some(start) = observe(member, &mut self.lines, &mut self.owners, &line, at) {
+                let tracking = Tracking {
+                    counts: &mut self.lines,
+                    owners: &mut self.owners,
+                    history: &mut self.history,
+                };
+                if let Some(start) = observe(member, tracking, &line, at) {
                     starts.push(start);
                 }
             }
@@ -323,15 +347,36 @@ impl Fleet {
     }
 }
 
-/// Applies one line of `member` to the tracking state; returns it as a
-/// [`Start`] if it is one.
-fn observe(
-    member: &mut Member,
-    counts: &mut LineCounts,
-    owners: &mut BTreeMap<String, (String, u64)>,
-    line: &Line,
-    at: Instant,
-) -> Option<Start> {
+/// `command` with its program replaced by `/proc/self/exe` where there is
+/// one: the executable this process runs, even after a rebuild replaced the
+/// file on disk (a long run would otherwise start new instances of another
+/// build, or fail to start them).
+fn running_executable(command: Command) -> Command {
+    if !Path::new(SELF_EXE).exists() {
+        return command;
+    }
+    let mut running = Command::new(SELF_EXE);
+    running.args(command.get_args());
+    running
+}
+
+/// The running executable, on Linux.
+const SELF_EXE: &str = "/proc/self/exe";
+
+/// What the lines update, besides their member.
+struct Tracking<'a> {
+    counts: &'a mut LineCounts,
+    owners: &'a mut BTreeMap<String, (String, u64)>,
+    history: &'a mut HashMap<(String, u64), Vec<RunStart>>,
+}
+
+/// Applies one line of `member`; returns it as a [`Start`] if it is one.
+fn observe(member: &mut Member, tracking: Tracking<'_>, line: &Line, at: Instant) -> Option<Start> {
+    let Tracking {
+        counts,
+        owners,
+        history,
+    } = tracking;
     match line.kind() {
         line::READY if member.state == State::Starting => member.state = State::Running,
         line::STOPPED => member.said_stopped = true,
@@ -343,6 +388,12 @@ fn observe(
             if newer {
                 owners.insert(key.to_owned(), (member.name.clone(), token));
             }
+            history.entry((key.to_owned(), seq)).or_default().push(RunStart {
+                at,
+                instance: member.name.clone(),
+                token,
+                attempt: line.get("attempt").and_then(|a| a.parse().ok()).unwrap_or(0),
+            });
             return Some(Start {
                 key: key.to_owned(),
                 token,

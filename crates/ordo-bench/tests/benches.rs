@@ -1,0 +1,161 @@
+//! `throughput`, `latency`, `idle` and `failover` with tiny parameters
+//! against a real Redis: each one runs to the end, prints JSON, and its
+//! counts add up. No timing is asserted: these are programs that measure,
+//! and a test machine's timings mean nothing.
+//!
+//! Each test has a `redis-server` of its own (never `REDIS_URL`): the
+//! benchmarks clear their keys, so two of them must not share a database.
+
+use std::process::Command;
+
+use anyhow::{Context as _, Result, ensure};
+use ordo_testkit::Redis;
+use serde_json::Value;
+
+/// Runs `ordo-bench <args> --json` against `redis` and parses its figures.
+fn bench(redis: &Redis, args: &[&str]) -> Result<Value> {
+    let output = Command::new(env!("CARGO_BIN_EXE_ordo-bench"))
+        .args(args)
+        .args(["--json", "--redis-url"])
+        .arg(redis.url())
+        .output()?;
+    let stdout = String::from_utf8(output.stdout)?;
+    ensure!(
+        output.status.success(),
+        "ordo-bench {args:?} failed: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout).with_context(|| format!("stdout is not JSON: {stdout:?}"))
+}
+
+fn number(figures: &Value, name: &str) -> f64 {
+    figures[name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number {name} in {figures}"))
+}
+
+#[test]
+fn throughput_drains_every_backlog_and_compares_with_the_baseline() -> Result<()> {
+    let redis = Redis::start_local()?;
+    let figures = bench(
+        &redis,
+        &[
+            "throughput",
+            "--events",
+            "600",
+            "--keys",
+            "4",
+            "--batch",
+            "8",
+            "--per-commit",
+            "50",
+            "--instances",
+            "1,2",
+        ],
+    )?;
+    assert_eq!(figures["events"], 600, "{figures}");
+    assert_eq!(figures["keys"], 4, "{figures}");
+    assert_eq!(figures["batch"], 8, "{figures}");
+    for rate in [
+        "publish_msgs_per_s",
+        "ordered_msgs_per_s_1",
+        "ordered_msgs_per_s_2",
+        "baseline_msgs_per_s",
+    ] {
+        assert!(number(&figures, rate) > 0.0, "{rate}: {figures}");
+    }
+    assert_eq!(figures["ordered_max_share_1"], 1.0, "{figures}");
+    let share = number(&figures, "ordered_max_share_2");
+    assert!((0.5..=1.0).contains(&share), "{figures}");
+    let ratio = number(&figures, "ordered_msgs_per_s_1") / number(&figures, "baseline_msgs_per_s");
+    // Both rates are rounded to whole messages per second before printing.
+    assert!(
+        (number(&figures, "ratio_ordered_to_baseline") - ratio).abs() < 0.01,
+        "{figures}"
+    );
+    Ok(())
+}
+
+#[test]
+fn latency_has_one_sample_per_offered_event() -> Result<()> {
+    let redis = Redis::start_local()?;
+    let figures = bench(
+        &redis,
+        &["latency", "--rate", "200", "--keys", "4", "--duration-s", "0.5"],
+    )?;
+    // Due at 0, 5, ..., 500 ms.
+    assert_eq!(figures["latency_events"], 101, "{figures}");
+    assert_eq!(figures["latency_samples"], 101, "{figures}");
+    let (p50, p99, max) = (
+        number(&figures, "latency_p50_ms"),
+        number(&figures, "latency_p99_ms"),
+        number(&figures, "latency_max_ms"),
+    );
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{figures}");
+    Ok(())
+}
+
+#[test]
+fn idle_owns_every_partition_and_counts_its_commands() -> Result<()> {
+    let redis = Redis::start_local()?;
+    let figures = bench(
+        &redis,
+        &[
+            "idle",
+            "--partitions",
+            "20",
+            "--window-s",
+            "1",
+            "--settle-s",
+            "0.2",
+        ],
+    )?;
+    assert_eq!(figures["owned_partitions"], 20, "{figures}");
+    let commands = number(&figures, "idle_client_commands");
+    let seconds = number(&figures, "idle_window_ms") / 1_000.0;
+    assert!(seconds >= 1.0, "{figures}");
+    // At least the waker's blocking reads ran in the window.
+    assert!(commands > 0.0, "{figures}");
+    assert!(
+        (number(&figures, "idle_redis_cmds_per_s") - commands / seconds).abs() <= 0.5,
+        "{figures}"
+    );
+    let breakdown: f64 = figures["idle_commands"]
+        .as_str()
+        .context("idle_commands is text")?
+        .split(',')
+        .map(|entry| {
+            entry
+                .split_once('=')
+                .map_or(0.0, |(_, n)| n.parse().unwrap_or(f64::NAN))
+        })
+        .sum();
+    assert_eq!(breakdown, commands, "{figures}");
+    Ok(())
+}
+
+#[test]
+fn failover_measures_a_takeover_per_ttl() -> Result<()> {
+    let redis = Redis::start_local()?;
+    let figures = bench(
+        &redis,
+        &[
+            "failover", "--ttls", "1500", "--trials", "1", "--keys", "2", "--rate", "50",
+        ],
+    )?;
+    assert_eq!(figures["failover_trials"], 1, "{figures}");
+    assert_eq!(figures["failover_keys"], 2, "{figures}");
+    let failover = number(&figures, "failover_ms_ttl_1500");
+    assert_eq!(
+        failover,
+        number(&figures, "failover_max_ms_ttl_1500"),
+        "{figures}"
+    );
+    // The survivor cannot start before the dead owner's lease expired.
+    assert!(
+        failover + 2.0 >= number(&figures, "lease_remaining_ms_ttl_1500"),
+        "{figures}"
+    );
+    Ok(())
+}
