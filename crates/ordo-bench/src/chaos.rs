@@ -27,6 +27,7 @@ mod failover;
 mod fault;
 mod fleet;
 mod rng;
+mod stuck;
 mod traffic;
 
 use std::num::{NonZeroU64, NonZeroUsize};
@@ -42,7 +43,8 @@ use ordo_harness::verify::{Applied, Verdict};
 use ordo_testkit::Redis;
 
 use self::controller::{Controller, Outcome, Parts, Plan};
-use self::fault::{FaultKind, Schedule};
+pub use self::fault::FaultKind;
+use self::fault::Schedule;
 use self::fleet::{Fleet, WorkerSpec};
 use self::rng::Rng;
 use self::traffic::TrafficPlan;
@@ -81,9 +83,25 @@ pub struct ChaosArgs {
     /// The longest such work: each slow event works 1..=this many ms.
     #[arg(long, default_value = "400")]
     pub slow_work_ms: NonZeroU64,
+    /// The kinds of fault to inject, comma-separated (default: all of
+    /// kill, stop, term, join, redis_restart, redis_crash), to aim a run at one
+    /// mechanism.
+    #[arg(long, value_delimiter = ',', value_parser = parse_kind, value_name = "KIND,...")]
+    pub faults: Vec<FaultKind>,
     /// Seconds the final publish, and then the drain, may each take.
     #[arg(long, default_value = "60")]
     pub drain_timeout: NonZeroU64,
+}
+
+/// Parses a fault kind by its report name.
+fn parse_kind(text: &str) -> Result<FaultKind, String> {
+    FaultKind::ALL
+        .into_iter()
+        .find(|kind| kind.name() == text.trim())
+        .ok_or_else(|| {
+            let names: Vec<&str> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+            format!("`{text}` is not a fault kind; the kinds are {}", names.join(", "))
+        })
 }
 
 /// Parses `MIN..MAX` seconds (decimals allowed), `0 < MIN <= MAX`.
@@ -161,8 +179,13 @@ fn parts(
     let keys = ordo_harness::publisher::key_names(args.keys.get());
     let kinds: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
+        .filter(|kind| args.faults.is_empty() || args.faults.contains(kind))
         .filter(|kind| own_redis || !kind.needs_own_redis())
         .collect();
+    ensure!(
+        !kinds.is_empty(),
+        "no fault left to inject: Redis faults need a Redis of the run's own (no --redis-url)"
+    );
     let spec = WorkerSpec {
         redis_url: redis.url().to_owned(),
         lease_ttl_ms: args.lease_ttl_ms.get(),
@@ -439,6 +462,13 @@ mod tests {
             .insert("a".to_owned(), key(&[0, 2, 3], &[1, 4, 5]));
         verdict.per_key.insert("b".to_owned(), key(&[], &[0, 1]));
         assert_eq!(Lost::of(&verdict), Lost { gaps: 1, tail: 4 });
+    }
+
+    #[test]
+    fn fault_kinds_parse_by_name() {
+        assert_eq!(parse_kind("redis_crash"), Ok(FaultKind::RedisCrash));
+        assert_eq!(parse_kind(" kill"), Ok(FaultKind::Kill));
+        assert!(parse_kind("nap").unwrap_err().contains("kill, stop, term"));
     }
 
     #[test]

@@ -245,12 +245,12 @@ pub struct EngineOptions {
 }
 
 impl EngineOptions {
-    /// `config` with the broker's default read batch (64) and pool size (4).
+    /// `config` with the broker's default read batch (64) and pool size (8).
     pub fn new(config: Config) -> Self {
         Self {
             config,
             read_batch: 64,
-            pool_size: 4,
+            pool_size: 8,
         }
     }
 }

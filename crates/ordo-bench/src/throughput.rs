@@ -52,8 +52,8 @@ pub struct ThroughputArgs {
     /// Entries per read: Ordo's fenced read and the baseline's XREADGROUP.
     #[arg(long, default_value = "64")]
     pub batch: NonZeroUsize,
-    /// Connections of each instance's command pool (Ordo's default: 4).
-    #[arg(long, default_value = "4")]
+    /// Connections of each instance's command pool (Ordo's default: 8).
+    #[arg(long, default_value = "8")]
     pub pool_size: NonZeroUsize,
     /// Events per unit of work when filling the backlog.
     #[arg(long, default_value = "100")]

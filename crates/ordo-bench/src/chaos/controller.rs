@@ -25,6 +25,7 @@ use super::failover::{FailoverStats, Failovers};
 use super::fault::{FaultCounts, FaultKind, Schedule};
 use super::fleet::{Exit, Fleet, LineCounts, State};
 use super::rng::Rng;
+use super::stuck;
 use super::traffic::{Traffic, TrafficPlan};
 use crate::redis::BenchRedis;
 
@@ -52,6 +53,8 @@ const LEASE_READ_WITHIN: Duration = Duration::from_millis(300);
 const VERIFY_WITHIN: Duration = Duration::from_secs(30);
 /// How long a Redis restart may take.
 const REDIS_BACK_WITHIN: Duration = Duration::from_secs(60);
+/// How many undrained keys the log describes.
+const STUCK_KEYS_SHOWN: usize = 8;
 /// A failover slower than the lease TTL plus this is logged with its cause.
 const SLOW_FAILOVER_MARGIN: Duration = Duration::from_secs(1);
 
@@ -629,10 +632,35 @@ impl Controller {
                         "drain deadline passed with {} events not applied",
                         verdict.lost
                     ));
+                    self.describe_stuck(&verdict);
                     return Ok(());
                 }
             }
             std::thread::sleep(TICK);
+        }
+    }
+
+    /// Logs what Redis holds for the first keys that did not drain.
+    fn describe_stuck(&mut self, verdict: &Verdict) {
+        let stuck: Vec<String> = verdict
+            .per_key
+            .iter()
+            .filter(|(_, report)| !report.lost.is_empty())
+            .map(|(key, _)| key.clone())
+            .take(STUCK_KEYS_SHOWN)
+            .collect();
+        let described = self.runtime.block_on(tokio::time::timeout(
+            VERIFY_WITHIN,
+            stuck::describe(&self.client, &stuck),
+        ));
+        match described {
+            Ok(Ok(lines)) => {
+                for line in lines {
+                    self.log(format!("stuck {line}"));
+                }
+            }
+            Ok(Err(error)) => self.log(format!("could not describe the stuck partitions: {error:#}")),
+            Err(_) => self.log("describing the stuck partitions timed out"),
         }
     }
 

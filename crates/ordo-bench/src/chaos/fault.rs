@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use super::rng::Rng;
 
-/// One kind of fault.
+/// One kind of fault a chaos run injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum FaultKind {
+#[non_exhaustive]
+pub enum FaultKind {
     /// SIGKILL of an instance (preferably mid-handler), and a fresh one started.
     Kill,
     /// SIGSTOP of an instance (preferably mid-handler) for longer than the
@@ -28,7 +29,7 @@ pub(crate) enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub(crate) const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Term,
@@ -38,7 +39,7 @@ impl FaultKind {
     ];
 
     /// The name in reports: `faults_{name}`.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
             FaultKind::Stop => "stop",
