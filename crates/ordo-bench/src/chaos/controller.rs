@@ -53,6 +53,8 @@ const LEASE_READ_WITHIN: Duration = Duration::from_millis(300);
 const VERIFY_WITHIN: Duration = Duration::from_secs(30);
 /// How long a Redis restart may take.
 const REDIS_BACK_WITHIN: Duration = Duration::from_secs(60);
+/// How often a long drain logs how much is left.
+const DRAIN_REPORT_EVERY: Duration = Duration::from_secs(10);
 /// How many undrained keys the log describes.
 const STUCK_KEYS_SHOWN: usize = 8;
 /// A failover slower than the lease TTL plus this is logged with its cause.
@@ -69,7 +71,8 @@ pub(crate) struct Plan {
     pub(crate) instances: usize,
     /// The keys published to.
     pub(crate) keys: Vec<String>,
-    /// How long the final publish and the drain may each take.
+    /// How long the final publish may take, and the drain may go without
+    /// an event applied.
     pub(crate) drain_within: Duration,
 }
 
@@ -98,7 +101,7 @@ pub(crate) struct Outcome {
     pub(crate) stop_timeouts: u64,
     /// How long the faults phase lasted.
     pub(crate) chaos: Duration,
-    /// From the end of publishing to every event applied (or the deadline).
+    /// From the end of publishing to every event applied (or to giving up).
     pub(crate) drain: Duration,
 }
 
@@ -614,10 +617,16 @@ impl Controller {
         Ok(raised)
     }
 
-    /// Waits until every published event was applied, or the deadline.
+    /// Waits until every published event was applied, or until none has
+    /// been for the drain timeout: a backlog that drains slowly (a run
+    /// publishing faster than the instances can apply under faults) is not
+    /// mistaken for a stuck partition.
     fn drain(&mut self) -> Result<()> {
-        let deadline = Instant::now() + self.plan.drain_within;
+        let patience = self.plan.drain_within;
         let mut last_check = Instant::now();
+        let mut last_progress = Instant::now();
+        let mut last_report = Instant::now();
+        let mut left = u64::MAX;
         loop {
             self.tick()?;
             if last_check.elapsed() >= VERIFY_EVERY {
@@ -627,13 +636,21 @@ impl Controller {
                     self.log("every published event was applied");
                     return Ok(());
                 }
-                if Instant::now() >= deadline {
+                if verdict.lost < left {
+                    left = verdict.lost;
+                    last_progress = Instant::now();
+                }
+                if last_progress.elapsed() >= patience {
                     self.log(format!(
-                        "drain deadline passed with {} events not applied",
+                        "no event applied for {patience:?}: {} events not applied",
                         verdict.lost
                     ));
                     self.describe_stuck(&verdict);
                     return Ok(());
+                }
+                if last_report.elapsed() >= DRAIN_REPORT_EVERY {
+                    last_report = Instant::now();
+                    self.log(format!("draining: {} events left", verdict.lost));
                 }
             }
             std::thread::sleep(TICK);
