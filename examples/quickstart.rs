@@ -124,7 +124,7 @@ async fn main() -> anyhow::Result<()> {
     uow.raise(placed("o-5", "bob", 2_500))?;
     uow.raise(placed("o-6", "alice", 700))?;
     uow.commit().await?;
-    domain.settle().await;
+    domain.settle().await?;
 
     println!("2. a bad key fails the whole commit, and nothing is written");
     let mut uow = domain.unit_of_work();
@@ -134,7 +134,7 @@ async fn main() -> anyhow::Result<()> {
         Ok(_) => anyhow::bail!("a key containing ':' must be rejected"),
         Err(error) => println!("  rejected: {error}"),
     }
-    domain.settle().await;
+    domain.settle().await?;
 
     println!("3. a command, sequenced by its routing key");
     domain

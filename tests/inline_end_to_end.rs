@@ -76,7 +76,8 @@ fn deposit(owner: Option<&str>, seq: u64) -> Deposited {
 async fn settle(domain: &Domain) {
     tokio::time::timeout(Duration::from_secs(30), domain.settle())
         .await
-        .expect("the inline broker settles");
+        .expect("the inline broker settles")
+        .expect("settle() is called outside handlers");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

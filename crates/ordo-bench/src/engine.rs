@@ -27,7 +27,7 @@ use ordo_core::config::Config;
 use ordo_core::domain::{Domain, RunningDomain};
 use ordo_core::handler::{
     BoxFuture, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
-    KeyExtractor,
+    KeyExtractor, RustType,
 };
 use ordo_core::message::{Envelope, Message as _};
 use ordo_redis::RedisBroker;
@@ -203,6 +203,7 @@ impl EventHandler for BenchHandler {
                 type_name: BenchEvent::TYPE_NAME,
                 kind: BenchEvent::KIND,
                 category: CATEGORY,
+                rust_type: Some(RustType::of::<BenchEvent>()),
                 method: "on_bench_event",
                 key: Some(KeyExtractor::new("key", |message| {
                     message

@@ -156,17 +156,19 @@ impl Subscription {
         self.descriptor.categories()
     }
 
-    /// Whether the handler handles messages of `type_name`.
-    pub fn handles(&self, type_name: &str) -> bool {
-        self.descriptor.handled(type_name).is_some()
+    /// Whether the handler handles the message `envelope` holds (same
+    /// category and type name).
+    pub fn handles(&self, envelope: &Envelope) -> bool {
+        self.descriptor.handled_envelope(envelope).is_some()
     }
 
-    /// The policy that sequences `type_name` for this handler.
-    pub fn policy_for(&self, type_name: &str) -> &dyn SequencingPolicy {
+    /// The policy that sequences the message type `type_name` of `category`
+    /// for this handler.
+    pub fn policy_for(&self, category: &str, type_name: &str) -> &dyn SequencingPolicy {
         if !self.policy_overridden
             && let Some(policy) = self
                 .descriptor
-                .handled(type_name)
+                .handled(category, type_name)
                 .and_then(|h| h.policy.as_deref())
         {
             return policy;

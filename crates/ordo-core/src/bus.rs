@@ -5,6 +5,7 @@ use std::any::Any;
 use std::collections::HashMap;
 
 use crate::broker::Subscription;
+use crate::context::{self, Running};
 use crate::error::DispatchError;
 use crate::executor::KeyedExecutor;
 use crate::handler::HandlerContext;
@@ -18,12 +19,18 @@ use crate::policy::ProcessingContext;
 /// commands with the same id are handled one after another in dispatch
 /// order, others in parallel. Sequence ids are not scoped to the handler,
 /// so two handlers of one aggregate's commands also take turns per routing
-/// key. A handler must not dispatch, and await, a command with its own
-/// sequence id: that command waits for the handler, which waits for it.
+/// key.
+///
+/// A command dispatched from inside a command handler is nested: it still
+/// waits for its turn in its sequence, but runs on the slot of the handler
+/// that awaits it (so handlers dispatching sub-commands cannot take every
+/// slot and wait for each other). A nested command of a sequence its chain
+/// of callers holds would wait for itself: it is refused with
+/// [`DispatchError::Reentrant`].
 #[derive(Debug)]
 pub(crate) struct CommandBus {
     executor: KeyedExecutor,
-    routes: HashMap<&'static str, Subscription>,
+    routes: HashMap<(&'static str, &'static str), Subscription>,
     rules: KeyRules,
 }
 
@@ -33,7 +40,12 @@ impl CommandBus {
     pub(crate) fn new(subscriptions: &[Subscription], rules: KeyRules, max_concurrency: usize) -> Self {
         let routes = subscriptions
             .iter()
-            .flat_map(|s| s.descriptor.handles.iter().map(move |h| (h.type_name, s.clone())))
+            .flat_map(|s| {
+                s.descriptor
+                    .handles
+                    .iter()
+                    .map(move |h| ((h.category, h.type_name), s.clone()))
+            })
             .collect();
         Self {
             executor: KeyedExecutor::new(max_concurrency),
@@ -47,7 +59,7 @@ impl CommandBus {
         let type_name = C::TYPE_NAME;
         let route = self
             .routes
-            .get(type_name)
+            .get(&(C::CATEGORY, type_name))
             .ok_or(DispatchError::NoHandler { type_name })?;
         let handler = route.name();
         let mut envelope = Envelope::command(&command)
@@ -55,13 +67,25 @@ impl CommandBus {
         envelope.partition_key = self.partition_key(route, &command)?;
         let context = ProcessingContext::new(handler).with_typed(&command);
         let sequence = route
-            .policy_for(type_name)
+            .policy_for(C::CATEGORY, type_name)
             .sequence_identifier(&envelope, &context);
+        if let Some(sequence) = sequence.as_ref().filter(|s| context::holds(s)) {
+            return Err(DispatchError::Reentrant {
+                type_name,
+                sequence: sequence.to_string(),
+            });
+        }
+        let running = Running::command(handler, sequence.clone());
         let dyn_handler = route.handler.clone();
-        let outcome = self.executor.submit(sequence, async move {
+        let task = context::scope(running, async move {
             let ctx = HandlerContext::new(&envelope);
             dyn_handler.handle(&envelope, &ctx).await
         });
+        let outcome = if context::on_bus() {
+            self.executor.submit_nested(sequence, task)
+        } else {
+            self.executor.submit(sequence, task)
+        };
         match outcome.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(source)) => Err(DispatchError::Handler {
@@ -82,7 +106,11 @@ impl CommandBus {
         if !route.partitioned() {
             return Ok(None);
         }
-        let Some(extractor) = route.descriptor.handled(C::TYPE_NAME).and_then(|h| h.key) else {
+        let Some(extractor) = route
+            .descriptor
+            .handled(C::CATEGORY, C::TYPE_NAME)
+            .and_then(|h| h.key)
+        else {
             return Ok(None);
         };
         let value = extractor.extract(command as &dyn Any).flatten();

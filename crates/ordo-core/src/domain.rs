@@ -5,6 +5,7 @@
 mod registry;
 
 use std::any::{Any, TypeId};
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::broker::{Broker, BrokerError, DynHandler, Subscription};
 use crate::bus::CommandBus;
 use crate::config::Config;
-use crate::error::{DispatchError, IncorrectUsageError, OutboxError, ShutdownError};
+use crate::error::{DispatchError, IncorrectUsageError, OutboxError, SettleError, ShutdownError};
 use crate::handler::{
     BoxFuture, CommandHandler, EventHandler, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
     ProcessManager,
@@ -28,7 +29,7 @@ use crate::process::{CorrelationPolicy, InMemoryProcessStore, ProcessManagerHand
 use crate::uow::UnitOfWork;
 
 use registry::AggregateInfo;
-pub(crate) use registry::Partitioning;
+pub(crate) use registry::{MessageTypes, Partitioning};
 
 /// Registers aggregates, handlers and infrastructure, then checks them all
 /// with [`DomainBuilder::init`].
@@ -206,6 +207,8 @@ impl DomainBuilder {
             broker.capabilities(),
         )
         .map_err(IncorrectUsageError::new)?;
+        let message_types = registry::message_types(&descriptors);
+        let aggregate_categories = self.aggregates.iter().map(|a| a.category).collect();
 
         let process_store = self
             .process_store
@@ -241,6 +244,8 @@ impl DomainBuilder {
                 subscriptions,
                 command_handlers: commands.into(),
                 partitioning,
+                message_types,
+                aggregate_categories,
                 processor: Arc::new(processor),
                 bus,
             }),
@@ -332,6 +337,10 @@ struct Inner {
     subscriptions: Arc<[Subscription]>,
     command_handlers: Arc<[Subscription]>,
     partitioning: Partitioning,
+    /// The Rust type of each handled (category, type name).
+    message_types: MessageTypes,
+    /// The categories of the registered aggregates (empty: none registered).
+    aggregate_categories: HashSet<&'static str>,
     processor: Arc<OutboxProcessor>,
     bus: CommandBus,
 }
@@ -394,7 +403,15 @@ impl Domain {
     ///
     /// With another broker this waits for the outbox only. It does not return
     /// while rows keep failing to publish: bound it with a timeout.
-    pub async fn settle(&self) {
+    ///
+    /// # Errors
+    ///
+    /// [`SettleError::InsideHandler`] when called from inside a handler (it
+    /// would wait for that handler, which waits for it).
+    pub async fn settle(&self) -> Result<(), SettleError> {
+        if let Some(handler) = crate::context::current_handler() {
+            return Err(SettleError::InsideHandler { handler });
+        }
         let retry_wait = self.inner.config.partitioning().poll_interval();
         loop {
             match self.publish_pending().await {
@@ -408,7 +425,7 @@ impl Domain {
                 inline.idle().await;
             }
             if matches!(self.inner.outbox.pending(1).await, Ok(rows) if rows.is_empty()) {
-                return;
+                return Ok(());
             }
         }
     }
@@ -456,6 +473,16 @@ impl Domain {
 
     pub(crate) fn partitioning(&self) -> &Partitioning {
         &self.inner.partitioning
+    }
+
+    pub(crate) fn message_types(&self) -> &MessageTypes {
+        &self.inner.message_types
+    }
+
+    /// Whether events of `category` may be raised: any category when no
+    /// aggregate is registered, else only registered aggregates' ones.
+    pub(crate) fn owns_category(&self, category: &str) -> bool {
+        self.inner.aggregate_categories.is_empty() || self.inner.aggregate_categories.contains(category)
     }
 
     /// Wakes the outbox processor after a commit.

@@ -99,22 +99,21 @@ pub enum UsageProblem {
         /// The message type without a key.
         type_name: &'static str,
     },
-    /// Two different message types share one `TYPE_NAME`.
+    /// Two different Rust types share one type name in one category.
     #[error(
-        "type name `{type_name}` names two different message types: {first_kind} of category \
-         `{first_category}` and {second_kind} of category `{second_category}`"
+        "`{first}` and `{second}` are both called `{type_name}` in category `{category}`; a type \
+         name must identify one type within its category (payloads of one would be decoded as the \
+         other): rename one with `#[event(name = \"...\")]` (or `#[command(name = \"...\")]`)"
     )]
     DuplicateTypeName {
         /// The shared type name.
         type_name: &'static str,
-        /// The first type's kind.
-        first_kind: MessageKind,
-        /// The first type's category.
-        first_category: &'static str,
-        /// The second type's kind.
-        second_kind: MessageKind,
-        /// The second type's category.
-        second_category: &'static str,
+        /// The category both types belong to.
+        category: &'static str,
+        /// The first type's Rust path.
+        first: &'static str,
+        /// The second type's Rust path.
+        second: &'static str,
     },
     /// One handler name registered twice.
     #[error(
@@ -205,7 +204,8 @@ pub enum CommitError {
         /// The field, value and rule.
         key: InvalidKey,
     },
-    /// A key field holds a JSON value that cannot be a key (an object or array).
+    /// A key field holds a JSON value that cannot be a key (an object,
+    /// array, floating-point number or boolean).
     #[error(
         "cannot commit event `{type_name}` (message {message_id}): key field `{field}` holds {found}, \
          which cannot be a partition key"
@@ -217,8 +217,61 @@ pub enum CommitError {
         type_name: String,
         /// The key field.
         field: &'static str,
-        /// What the field holds (`a JSON object`, `a JSON array`).
+        /// What the field holds (`a JSON object`, `a boolean`, ...).
         found: &'static str,
+    },
+    /// An event of a partitioned category has no key field at all.
+    #[error(
+        "cannot commit event `{type_name}` (message {message_id}): it has no field `{field}`, the \
+         partition key of category `{category}`"
+    )]
+    MissingKeyField {
+        /// The message id of the offending event.
+        message_id: String,
+        /// Its type name.
+        type_name: String,
+        /// The category's key field.
+        field: &'static str,
+        /// The partitioned category.
+        category: String,
+    },
+    /// An event's JSON does not decode back into its type, so no handler
+    /// could ever receive it (for example, nested deeper than the decoder's
+    /// recursion limit of 128).
+    #[error("cannot commit event `{type_name}`: its serialised form cannot be decoded back into it")]
+    Undecodable {
+        /// The event type.
+        type_name: &'static str,
+        /// The decoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Aggregates are registered, but not the one this event is part of.
+    #[error(
+        "cannot commit event `{type_name}`: its category `{category}` belongs to no registered \
+         aggregate (register it with `.aggregate::<...>()`)"
+    )]
+    UnknownCategory {
+        /// The event type.
+        type_name: &'static str,
+        /// Its category.
+        category: &'static str,
+    },
+    /// The event shares its type name and category with another Rust type
+    /// that the domain's handlers handle.
+    #[error(
+        "cannot commit event `{raised}`: handlers of category `{category}` expect `{handled}` under \
+         the type name `{type_name}`; rename one with `#[event(name = \"...\")]`"
+    )]
+    AmbiguousTypeName {
+        /// The shared type name.
+        type_name: &'static str,
+        /// The category.
+        category: &'static str,
+        /// The raised type's Rust path.
+        raised: &'static str,
+        /// The handled type's Rust path.
+        handled: &'static str,
     },
     /// An event could not be serialised.
     #[error("cannot serialize event `{type_name}`")]
@@ -274,6 +327,20 @@ pub enum DispatchError {
         #[source]
         source: HandlerError,
     },
+    /// A command handler dispatched, and awaited, a command of a sequence
+    /// it is itself holding: the inner command would wait for the outer
+    /// one forever.
+    #[error(
+        "cannot dispatch command `{type_name}` from inside a handler of sequence `{sequence}`: it \
+         belongs to the same sequence and would wait for the handler that awaits it; dispatch it \
+         after the handler returns"
+    )]
+    Reentrant {
+        /// The command type.
+        type_name: &'static str,
+        /// The sequence identifier both share.
+        sequence: String,
+    },
     /// The handler task ended without a result (it panicked).
     #[error("command handler `{handler}` stopped without a result on `{type_name}` (it panicked)")]
     Aborted {
@@ -281,6 +348,22 @@ pub enum DispatchError {
         handler: &'static str,
         /// The command type.
         type_name: &'static str,
+    },
+}
+
+/// Why [`Domain::settle`](crate::Domain::settle) cannot wait.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettleError {
+    /// `settle()` was called from inside a handler: it would wait for the
+    /// handler that is waiting for it.
+    #[error(
+        "`settle()` was called from inside handler `{handler}`; it waits until every handler has \
+         run, this one included, so it would never return: call it outside handlers"
+    )]
+    InsideHandler {
+        /// The handler that called it.
+        handler: &'static str,
     },
 }
 

@@ -13,12 +13,27 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Poll;
 
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use crate::policy::SequenceId;
 
 /// A submitted task with its result channel, type-erased.
-type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
+struct Job {
+    task: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Whether the executor holds a permit while the task runs; `false` for
+    /// nested tasks (their caller's permit is waiting for them) and for
+    /// tasks that take their own permits.
+    permit: bool,
+}
+
+/// How a submitted task is bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    /// Under one of the executor's permits, for its whole run.
+    Permit,
+    /// Without a permit.
+    Unbounded,
+}
 
 /// Runs tasks one after another per sequence identifier, and concurrently
 /// across identifiers, with a bound on the total number running.
@@ -57,7 +72,7 @@ pub struct KeyedExecutor {
 
 struct Inner {
     /// Bounds how many tasks run at once, across all ids.
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     max_concurrency: usize,
     /// Ids with a worker, and the tasks queued behind the running one.
     queues: Mutex<HashMap<SequenceId, VecDeque<Job>>>,
@@ -76,7 +91,7 @@ impl KeyedExecutor {
         let max_concurrency = max_concurrency.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             inner: Arc::new(Inner {
-                permits: Semaphore::new(max_concurrency),
+                permits: Arc::new(Semaphore::new(max_concurrency)),
                 max_concurrency,
                 queues: Mutex::new(HashMap::new()),
                 unfinished: AtomicUsize::new(0),
@@ -100,11 +115,57 @@ impl KeyedExecutor {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        self.submit_bounded(id, task, Bound::Permit)
+    }
+
+    /// Like [`KeyedExecutor::submit`], but the task runs without a permit
+    /// once its turn in its sequence comes.
+    ///
+    /// For work submitted by a task that holds a permit and awaits the result
+    /// (a command dispatched from a command handler): waiting for a second
+    /// permit could deadlock once every permit is held by such a caller,
+    /// while the caller's own permit stays taken meanwhile, so the bound
+    /// still holds for independent work.
+    pub fn submit_nested<F>(&self, id: Option<SequenceId>, task: F) -> oneshot::Receiver<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.submit_bounded(id, task, Bound::Unbounded)
+    }
+
+    /// Like [`KeyedExecutor::submit`], but the task takes permits itself,
+    /// through the [`Permits`] it receives, only for the parts that count
+    /// against the bound. Its sequence still waits for it as a whole.
+    ///
+    /// For tasks that wait between attempts (a retry backoff): a waiting
+    /// task keeps its place in its sequence without holding a slot that other
+    /// sequences could use.
+    pub fn submit_with_permits<T, F>(&self, id: Option<SequenceId>, task: T) -> oneshot::Receiver<F::Output>
+    where
+        T: FnOnce(Permits) -> F,
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let permits = Permits {
+            semaphore: Arc::clone(&self.inner.permits),
+        };
+        self.submit_bounded(id, task(permits), Bound::Unbounded)
+    }
+
+    fn submit_bounded<F>(&self, id: Option<SequenceId>, task: F, bound: Bound) -> oneshot::Receiver<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
         let (sender, receiver) = oneshot::channel();
-        let job: Job = Box::pin(async move {
-            // The submitter may have stopped waiting; the task still ran.
-            let _ = sender.send(task.await);
-        });
+        let job = Job {
+            task: Box::pin(async move {
+                // The submitter may have stopped waiting; the task still ran.
+                let _ = sender.send(task.await);
+            }),
+            permit: bound == Bound::Permit,
+        };
         self.inner.unfinished.fetch_add(1, Ordering::SeqCst);
         match id {
             None => {
@@ -193,12 +254,18 @@ impl Inner {
         }
     }
 
-    /// Runs one job under a concurrency permit, catching a panic.
-    async fn run(&self, mut job: Job, id: Option<&SequenceId>) {
+    /// Runs one job, under a concurrency permit unless it is unbounded,
+    /// catching a panic.
+    async fn run(&self, job: Job, id: Option<&SequenceId>) {
         // The semaphore is never closed, so acquiring cannot fail.
-        let _permit = self.permits.acquire().await;
+        let _permit = if job.permit {
+            self.permits.acquire().await.ok()
+        } else {
+            None
+        };
+        let mut task = job.task;
         let outcome = poll_fn(
-            |cx| match panic::catch_unwind(AssertUnwindSafe(|| job.as_mut().poll(cx))) {
+            |cx| match panic::catch_unwind(AssertUnwindSafe(|| task.as_mut().poll(cx))) {
                 Ok(poll) => poll.map(Ok),
                 Err(payload) => Poll::Ready(Err(payload)),
             },
@@ -220,8 +287,27 @@ impl Inner {
     }
 }
 
+/// The executor's concurrency permits, for a task submitted with
+/// [`KeyedExecutor::submit_with_permits`].
+#[derive(Debug, Clone)]
+pub struct Permits {
+    semaphore: Arc<Semaphore>,
+}
+
+impl Permits {
+    /// Waits for one of the executor's permits (FIFO); the slot is free
+    /// again when the permit is dropped.
+    pub async fn acquire(&self) -> OwnedSemaphorePermit {
+        // The semaphore is never closed.
+        Arc::clone(&self.semaphore)
+            .acquire_owned()
+            .await
+            .expect("the executor's semaphore is never closed")
+    }
+}
+
 /// The text of a panic payload, when it has one.
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
     payload
         .downcast_ref::<&str>()
         .copied()

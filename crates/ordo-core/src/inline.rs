@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
 use crate::config::Config;
+use crate::context::{self, Running};
 use crate::error::error_chain;
-use crate::executor::KeyedExecutor;
+use crate::executor::{KeyedExecutor, Permits, panic_message};
 use crate::handler::{BoxFuture, HandlerContext, HandlerError, HandlerKind};
 use crate::message::Envelope;
 use crate::policy::{ProcessingContext, SequenceId};
@@ -156,12 +157,19 @@ impl InlineBroker {
             let envelope = &publication.envelope;
             let consumers = subscriptions
                 .iter()
-                .filter(|s| s.kind() != HandlerKind::Command && s.handles(&envelope.type_name));
+                .filter(|s| s.kind() != HandlerKind::Command && s.handles(envelope));
             for subscription in consumers {
                 let sequence = sequence_id(subscription, envelope);
-                let delivery = Arc::clone(&self.inner).deliver(subscription.clone(), envelope.clone());
+                let inner = Arc::clone(&self.inner);
+                let (subscription, envelope) = (subscription.clone(), envelope.clone());
+                // Each attempt takes a permit; the backoff between attempts holds none,
+                // while the sequence still waits for the delivery as a whole.
+                let delivery = self
+                    .inner
+                    .executor
+                    .submit_with_permits(sequence, |permits| inner.deliver(subscription, envelope, permits));
                 // The executor runs the delivery even though its result is not awaited.
-                drop(self.inner.executor.submit(sequence, delivery));
+                drop(delivery);
             }
         }
         Ok(())
@@ -172,7 +180,7 @@ impl InlineBroker {
 fn sequence_id(subscription: &Subscription, envelope: &Envelope) -> Option<SequenceId> {
     let context = ProcessingContext::new(subscription.name());
     let id = subscription
-        .policy_for(&envelope.type_name)
+        .policy_for(&envelope.category, &envelope.type_name)
         .sequence_identifier(envelope, &context)?;
     Some(SequenceId::new(format!("{}\u{1f}{id}", subscription.name())))
 }
@@ -185,11 +193,14 @@ impl Inner {
 
     /// Runs the handler until it succeeds or its retries are spent.
     #[tracing::instrument(skip_all, fields(handler = subscription.name(), message_id = %envelope.id))]
-    async fn deliver(self: Arc<Self>, subscription: Subscription, envelope: Envelope) {
+    async fn deliver(self: Arc<Self>, subscription: Subscription, envelope: Envelope, permits: Permits) {
         let envelope = Arc::new(envelope);
         let mut attempt = 1;
         loop {
-            let Err(error) = run_attempt(&subscription, &envelope, attempt).await else {
+            let permit = permits.acquire().await;
+            let outcome = run_attempt(&subscription, &envelope, attempt).await;
+            drop(permit);
+            let Err(error) = outcome else {
                 return;
             };
             let error = error_chain(&*error);
@@ -232,13 +243,17 @@ async fn run_attempt(
 ) -> Result<(), HandlerError> {
     let handler = Arc::clone(&subscription.handler);
     let envelope = Arc::clone(envelope);
-    let task = tokio::spawn(async move {
+    let running = Running::handler(subscription.name());
+    let task = tokio::spawn(context::scope(running, async move {
         let ctx = HandlerContext::new(&envelope).with_attempt(attempt);
         handler.handle(&envelope, &ctx).await
-    });
+    }));
     match task.await {
         Ok(result) => result,
-        Err(join) if join.is_panic() => Err("the handler panicked".into()),
+        Err(join) if join.is_panic() => {
+            let payload = join.into_panic();
+            Err(format!("the handler panicked: {}", panic_message(&*payload)).into())
+        }
         Err(join) => Err(join.into()),
     }
 }

@@ -7,9 +7,11 @@ pub mod backoff;
 pub mod broker;
 pub mod bus;
 pub mod config;
+mod context;
 pub mod domain;
 pub mod error;
 pub mod executor;
+mod field;
 pub mod handler;
 pub mod inline;
 pub mod key;
@@ -22,11 +24,11 @@ pub mod uow;
 pub use broker::{Broker, BrokerError, Capabilities, DynHandler, Publication, PublishError, Subscription};
 pub use handler::{
     BoxFuture, CommandHandler, EventHandler, Extensions, HandledMessage, HandlerContext, HandlerDescriptor,
-    HandlerError, HandlerKind, HandlerResult, KeyExtractor, ProcessManager,
+    HandlerError, HandlerKind, HandlerResult, KeyExtractor, ProcessManager, RustType,
 };
 pub use key::{InvalidKey, KeyRule, KeyRules, Lane, PartitionKey};
 pub use message::{Aggregate, Command, DecodeError, Envelope, Event, Message, MessageKind, Metadata, PartOf};
-pub use policy::{ProcessingContext, SequenceId, SequencingPolicy};
+pub use policy::{ProcessingContext, SequenceId, SequenceText, SequencingPolicy};
 
 // Re-exports of the runtime modules (domain, outbox, executor, policies, ...)
 // are added below by the modules' authors.
@@ -35,9 +37,9 @@ pub use config::{Config, PartitioningConfig, PriorityLanesConfig};
 pub use domain::{Domain, DomainBuilder, RunningDomain};
 pub use error::{
     BackoffError, CommitError, ConfigError, DispatchError, IncorrectUsageError, OutboxError,
-    ProcessStoreError, ShutdownError, UsageProblem,
+    ProcessStoreError, SettleError, ShutdownError, UsageProblem,
 };
-pub use executor::KeyedExecutor;
+pub use executor::{KeyedExecutor, Permits};
 pub use inline::{HandlerFailure, InlineBroker};
 pub use outbox::{
     InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus, PublishReport,

@@ -162,9 +162,10 @@ impl Envelope {
         })
     }
 
-    /// Whether this envelope holds a `M`.
+    /// Whether this envelope holds a `M`: the same type name, category and
+    /// kind (two aggregates may each have a message called `Placed`).
     pub fn is<M: Message>(&self) -> bool {
-        self.type_name == M::TYPE_NAME
+        self.type_name == M::TYPE_NAME && self.category == M::CATEGORY && self.kind == M::KIND
     }
 }
 

@@ -8,6 +8,9 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::field::read_field;
+use crate::handler::KeyExtractor;
+use crate::key::PartitionKey;
 use crate::message::Envelope;
 
 /// A sequence identifier: messages sharing one are handled one at a time.
@@ -136,15 +139,37 @@ impl SequencingPolicy for PerAggregatePolicy {
 /// let id = policy.sequence_identifier(&envelope, &ProcessingContext::new("projector"));
 /// assert_eq!(id.unwrap().as_str(), "42");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PropertyPolicy {
     field: Arc<str>,
+    /// Typed readers of the field, by message type (what the macros give).
+    typed: Vec<KeyExtractor>,
 }
+
+impl PartialEq for PropertyPolicy {
+    fn eq(&self, other: &Self) -> bool {
+        self.field == other.field
+    }
+}
+
+impl Eq for PropertyPolicy {}
 
 impl PropertyPolicy {
     /// A policy reading the payload field `field`.
     pub fn new(field: impl Into<Arc<str>>) -> Self {
-        Self { field: field.into() }
+        Self {
+            field: field.into(),
+            typed: Vec::new(),
+        }
+    }
+
+    /// Reads the field through the typed message for the types `extractor`
+    /// knows (the macros add one per handled type), so that a serde rename
+    /// of the field, or a number beyond 2^53, does not change the sequence.
+    #[must_use]
+    pub fn with_typed(mut self, extractor: KeyExtractor) -> Self {
+        self.typed.push(extractor);
+        self
     }
 
     /// The payload field this policy reads.
@@ -154,16 +179,49 @@ impl PropertyPolicy {
 }
 
 impl SequencingPolicy for PropertyPolicy {
-    fn sequence_identifier(&self, message: &Envelope, _: &ProcessingContext<'_>) -> Option<SequenceId> {
-        let payload: serde_json::Value = serde_json::from_str(&message.payload).ok()?;
-        match payload.get(&*self.field)? {
-            serde_json::Value::String(text) => Some(SequenceId::from(text.as_str())),
-            serde_json::Value::Number(number) => Some(SequenceId::from(number.to_string())),
-            serde_json::Value::Bool(flag) => Some(SequenceId::from(flag.to_string())),
-            serde_json::Value::Null | serde_json::Value::Array(_) | serde_json::Value::Object(_) => None,
+    fn sequence_identifier(&self, message: &Envelope, context: &ProcessingContext<'_>) -> Option<SequenceId> {
+        for extractor in &self.typed {
+            let typed = context.typed().and_then(|typed| extractor.extract(typed));
+            if let Some(value) = typed.or_else(|| extractor.decode(message)) {
+                return value.map(SequenceId::from);
+            }
         }
+        read_field(&message.payload, &self.field)
+            .ok()?
+            .into_text()
+            .map(SequenceId::from)
     }
 }
+
+/// A field type a `#[sequencing_policy(property = "..")]` can read: every
+/// [`PartitionKey`] type, and floats, `bool` and `char`. Used by the macros.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot give a sequence identifier",
+    label = "a `property` policy reads this field",
+    note = "a `property` field is a string, an integer, a `uuid::Uuid`, a float, a `bool`, a `char`, or an \
+            `Option` of a string, integer or `Uuid`; for another type implement `ordo::PartitionKey` for it"
+)]
+pub trait SequenceText {
+    /// The value's text, or `None` for a null value.
+    fn sequence_text(&self) -> Option<String>;
+}
+
+impl<K: PartitionKey + ?Sized> SequenceText for K {
+    fn sequence_text(&self) -> Option<String> {
+        self.key_value().map(std::borrow::Cow::into_owned)
+    }
+}
+
+macro_rules! display_sequence_text {
+    ($($t:ty),*) => {$(
+        impl SequenceText for $t {
+            fn sequence_text(&self) -> Option<String> {
+                Some(self.to_string())
+            }
+        }
+    )*};
+}
+display_sequence_text!(f32, f64, bool, char);
 
 /// Sequences messages by one entry of their [`Envelope::metadata`]; messages
 /// without that entry get `None`.

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::broker::DynHandler;
 use crate::error::ProcessStoreError;
+use crate::field::read_field;
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerResult, ProcessManager};
 use crate::message::Envelope;
 use crate::policy::{ProcessingContext, SequenceId, SequencingPolicy};
-use crate::uow::read_key_field;
 
 /// Storage of process-manager instances: one JSON document per manager and
 /// correlation value.
@@ -120,19 +120,27 @@ impl ProcessStore for InMemoryProcessStore {
 ///
 /// A partitioned manager's categories are keyed by its correlate fields (the
 /// registry enforces it), so the envelope's validated partition key is the
-/// value. Otherwise the handled type's `correlate` field is read from the
-/// JSON payload (strings, numbers and booleans as text). `None` when the
-/// manager does not handle the type or the field is missing or null.
+/// value. Otherwise the handled type's `correlate` field is read through the
+/// typed message (so serde renames and integers above 2^53 give the same
+/// text as everywhere else), or, for hand-written descriptors, from the JSON
+/// payload with integers kept exact. `None` when the manager does not handle
+/// the type or the field is missing or null.
 pub fn correlation_value(descriptor: &HandlerDescriptor, message: &Envelope) -> Option<String> {
-    let handled = descriptor.handled(&message.type_name)?;
+    let handled = descriptor.handled_envelope(message)?;
     if descriptor.partitioned
         && let Some(key) = &message.partition_key
     {
         return Some(key.clone());
     }
-    read_key_field(&message.payload, handled.key?.field())
-        .ok()
-        .flatten()
+    let key = handled.key?;
+    match key.decode(message) {
+        Some(value) => value,
+        None => read_field(&message.payload, key.field())
+            .ok()?
+            .into_key()
+            .ok()
+            .flatten(),
+    }
 }
 
 /// Sequences a process manager's messages by correlation value, so one
@@ -177,7 +185,7 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
     /// succeeds, so a retry starts again from the saved state.
     #[tracing::instrument(skip_all, fields(manager = self.descriptor.name, message_id = %message.id))]
     async fn run(&self, message: &Envelope, ctx: &HandlerContext) -> HandlerResult {
-        let Some(handled) = self.descriptor.handled(&message.type_name) else {
+        let Some(handled) = self.descriptor.handled_envelope(message) else {
             return Ok(());
         };
         let name = self.descriptor.name;

@@ -1,7 +1,7 @@
 //! The unit of work: events raised by one operation, committed to the outbox
 //! together or not at all.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::fmt;
 
 use crate::domain::Domain;
@@ -97,10 +97,32 @@ impl UnitOfWork {
     }
 
     fn push<E: Event>(&mut self, event: E, lane: Lane) -> Result<(), CommitError> {
+        if !self.domain.owns_category(E::CATEGORY) {
+            return Err(CommitError::UnknownCategory {
+                type_name: E::TYPE_NAME,
+                category: E::CATEGORY,
+            });
+        }
+        let handled = self.domain.message_types().get(&(E::CATEGORY, E::TYPE_NAME));
+        if let Some(handled) = handled.filter(|handled| handled.id != TypeId::of::<E>()) {
+            return Err(CommitError::AmbiguousTypeName {
+                type_name: E::TYPE_NAME,
+                category: E::CATEGORY,
+                raised: std::any::type_name::<E>(),
+                handled: handled.path,
+            });
+        }
         let envelope = Envelope::new(&event).map_err(|source| CommitError::Serialization {
             type_name: E::TYPE_NAME,
             source,
         })?;
+        // What cannot be decoded could never be handled: refuse it now, with the decoder's reason.
+        if let Err(source) = serde_json::from_str::<E>(&envelope.payload) {
+            return Err(CommitError::Undecodable {
+                type_name: E::TYPE_NAME,
+                source,
+            });
+        }
         self.raised.push(Raised {
             envelope,
             typed: Box::new(event),
@@ -165,21 +187,5 @@ impl fmt::Debug for UnitOfWork {
             .field("raised", &types)
             .field("metadata", &self.metadata)
             .finish_non_exhaustive()
-    }
-}
-
-/// Reads the top-level field `field` of a JSON payload as key text: strings,
-/// numbers and booleans as text, `Ok(None)` when missing or null,
-/// `Err(what)` when it holds an object or array.
-pub(crate) fn read_key_field(payload: &str, field: &str) -> Result<Option<String>, &'static str> {
-    use serde_json::Value;
-    let payload: Value = serde_json::from_str(payload).map_err(|_| "a payload that is not JSON")?;
-    match payload.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => Ok(Some(text.clone())),
-        Some(Value::Number(number)) => Ok(Some(number.to_string())),
-        Some(Value::Bool(flag)) => Ok(Some(flag.to_string())),
-        Some(Value::Array(_)) => Err("a JSON array"),
-        Some(Value::Object(_)) => Err("a JSON object"),
     }
 }

@@ -51,8 +51,8 @@ spec!(ForeignHandler => handler("ForeignHandler", HandlerKind::Event, "order", N
     on::<CustomerRegistered>(None),
 ]));
 spec!(KeylessPartitioned => partitioned_without_key());
-spec!(ClashingTypeName => handler("ClashingTypeName", HandlerKind::Event, "customer", None, vec![
-    ordo_core::handler::HandledMessage { category: "customer", ..on::<OrderPlaced>(None) },
+spec!(ClashingTypeName => handler("ClashingTypeName", HandlerKind::Event, "order", None, vec![
+    ordo_core::handler::HandledMessage { type_name: "OrderPlaced", ..on::<OrderShipped>(None) },
 ]));
 
 /// A partitioned handler whose descriptor names no key field.
@@ -339,7 +339,7 @@ fn every_problem_is_reported_at_once() {
         p,
         UsageProblem::DuplicateTypeName {
             type_name: "OrderPlaced",
-            second_category: "customer",
+            category: "order",
             ..
         }
     )));
@@ -423,7 +423,7 @@ fn sequence(domain: &Domain, handler: &str, envelope: &Envelope) -> Option<Strin
         .find(|s| s.name() == handler)
         .unwrap();
     subscription
-        .policy_for(&envelope.type_name)
+        .policy_for(&envelope.category, &envelope.type_name)
         .sequence_identifier(envelope, &ProcessingContext::new(handler))
         .map(|id| id.as_str().to_owned())
 }
@@ -505,7 +505,7 @@ async fn settle_publishes_and_waits_for_handlers_without_start() {
         uow.raise(placed(&format!("o-{amount}"), "c-1", amount)).unwrap();
     }
     uow.commit().await.unwrap();
-    domain.settle().await;
+    domain.settle().await.unwrap();
     assert_eq!(p.runs(), 10);
     assert!(domain.outbox().pending(10).await.unwrap().is_empty());
 }

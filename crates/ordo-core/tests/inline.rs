@@ -59,7 +59,7 @@ async fn same_key_events_run_in_commit_order_and_never_overlap() {
         .await;
         domain.publish_pending().await.unwrap();
     }
-    domain.settle().await;
+    domain.settle().await.unwrap();
     assert_eq!(probe.runs(), 30);
     assert_eq!(probe.overlaps(), 0, "two runs of one key overlapped");
     for key in ["a", "b", "c"] {
@@ -91,7 +91,7 @@ async fn different_keys_run_in_parallel() {
         ],
     )
     .await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     assert_eq!(probe.runs(), 3);
     assert_eq!(
         probe.barrier_timeouts(),
@@ -111,7 +111,7 @@ async fn handlers_do_not_wait_for_each_other() {
         .init()
         .unwrap();
     commit(&domain, [placed("o-1", "a", 1)]).await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     assert_eq!(probe.runs(), 2);
     assert_eq!(probe.barrier_timeouts(), 0);
 }
@@ -121,7 +121,7 @@ async fn a_failing_handler_is_retried_until_it_succeeds() {
     let probe = Probe::new("client_id").failing_first(2).shared();
     let domain = keyed_domain(&probe, fast_retries(3));
     commit(&domain, [placed("o-1", "a", 1)]).await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     let attempts: Vec<u32> = probe.seen().iter().map(|s| s.attempt).collect();
     assert_eq!(attempts, vec![1, 2, 3]);
     assert!(domain.inline_broker().unwrap().failures().is_empty());
@@ -132,7 +132,7 @@ async fn a_handler_failing_every_retry_is_recorded_and_its_key_moves_on() {
     let probe = Probe::new("client_id").failing_first(3).shared();
     let domain = keyed_domain(&probe, fast_retries(2));
     commit(&domain, [placed("o-1", "a", 1), placed("o-2", "a", 2)]).await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     let runs: Vec<(u64, u32)> = probe.seen().iter().map(|s| (s.amount, s.attempt)).collect();
     assert_eq!(runs, vec![(1, 1), (1, 2), (1, 3), (2, 1)]);
     let inline = domain.inline_broker().unwrap();
@@ -152,10 +152,13 @@ async fn a_panicking_handler_counts_as_a_failed_attempt() {
     let probe = Probe::new("client_id").panicking_first(1).shared();
     let domain = keyed_domain(&probe, fast_retries(0));
     commit(&domain, [placed("o-1", "a", 1), placed("o-2", "a", 2)]).await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     let failures = domain.inline_broker().unwrap().failures();
     assert_eq!(failures.len(), 1);
-    assert_eq!(failures[0].error, "the handler panicked");
+    assert_eq!(
+        failures[0].error,
+        "the handler panicked: induced panic in ByClient"
+    );
     assert_eq!(probe.amounts_for("a"), vec![1, 2]);
 }
 

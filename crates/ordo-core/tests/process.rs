@@ -69,13 +69,13 @@ async fn a_start_message_creates_an_instance_that_later_messages_continue() {
         .init()
         .unwrap();
     commit(&domain, vec![raise_placed("pm-start-1", "c-1", 10)]).await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     let started = state(&store, "PlainFulfillment", "pm-start-1").expect("started");
     assert_eq!(started["placed"], 1);
     assert_eq!(started["order_id"], "pm-start-1");
 
     commit(&domain, vec![raise_shipped("pm-start-1", "c-1", 11)]).await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     let continued = state(&store, "PlainFulfillment", "pm-start-1").unwrap();
     assert_eq!(
         (continued["placed"].as_u64(), continued["shipped"].as_u64()),
@@ -94,7 +94,7 @@ async fn a_message_for_an_instance_that_never_started_is_skipped() {
         .init()
         .unwrap();
     commit(&domain, vec![raise_shipped("pm-skip-1", "c-1", 1)]).await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     assert!(store.is_empty());
     assert!(
         domain.inline_broker().unwrap().failures().is_empty(),
@@ -119,7 +119,7 @@ async fn a_partitioned_manager_correlates_by_the_validated_partition_key() {
         ],
     )
     .await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     let saved = state(&store, "KeyedFulfillment", "pm-keyed-1").unwrap();
     assert_eq!(saved["amounts"], serde_json::json!([1, 2]));
 }
@@ -146,7 +146,7 @@ async fn one_instance_never_handles_two_messages_at_once() {
         events.push(raise_shipped("pm-serial-2", "c-2", amount));
     }
     commit(&domain, events).await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     assert_eq!(pm_overlaps(), overlaps_before, "one instance ran twice at once");
     for order in ["pm-serial-1", "pm-serial-2"] {
         let saved = state(&store, "PlainFulfillment", order).unwrap();
@@ -197,7 +197,7 @@ async fn a_handler_failure_leaves_the_saved_state_untouched() {
         .init()
         .unwrap();
     commit(&domain, vec![raise_placed("pm-fail-1", "c-1", 1)]).await;
-    domain.settle().await;
+    domain.settle().await.unwrap();
     let before = store.state("PlainFulfillment", "pm-fail-1").unwrap();
     // A payload the manager cannot decode makes its handler fail.
     let mut envelope = Envelope::new(&shipped("pm-fail-1", "c-1", 2)).unwrap();

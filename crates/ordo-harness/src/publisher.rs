@@ -84,10 +84,10 @@ pub async fn publish(options: &PublishOptions) -> Result<u64> {
         uow.commit().await.map_err(HarnessError::Commit)?;
     }
     let started = Instant::now();
-    if tokio::time::timeout(options.deadline, domain.settle())
-        .await
-        .is_err()
-    {
+    if !matches!(
+        tokio::time::timeout(options.deadline, domain.settle()).await,
+        Ok(Ok(()))
+    ) {
         return Err(HarnessError::PublishTimeout {
             waited_ms: started.elapsed().as_millis(),
         });

@@ -32,7 +32,7 @@ use ordo_core::domain::Domain;
 use ordo_core::error::error_chain;
 use ordo_core::handler::{
     BoxFuture, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind,
-    HandlerResult, KeyExtractor,
+    HandlerResult, KeyExtractor, RustType,
 };
 use ordo_core::message::{Envelope, Message};
 use ordo_redis::{FencedWrite, RedisBroker, RedisFence};
@@ -224,6 +224,7 @@ impl EventHandler for TickHandler {
                 type_name: Tick::TYPE_NAME,
                 kind: Tick::KIND,
                 category: CATEGORY,
+                rust_type: Some(RustType::of::<Tick>()),
                 method: "on_tick",
                 key: Some(KeyExtractor::new("key", |message| {
                     message.downcast_ref::<Tick>().map(|tick| Some(tick.key.clone()))

@@ -219,8 +219,8 @@ pub mod __private {
         Aggregate, BoxFuture, Command, CommandHandler, Envelope, Event, EventHandler, FullConcurrencyPolicy,
         HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind, HandlerResult,
         KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf, PartitionKey, PartitionKeyPolicy,
-        PerAggregatePolicy, ProcessManager, PropertyPolicy, RoutingKeyPolicy, SequencingPolicy,
-        SequentialPolicy,
+        PerAggregatePolicy, ProcessManager, PropertyPolicy, RoutingKeyPolicy, RustType, SequenceText,
+        SequencingPolicy, SequentialPolicy,
     };
     pub use serde;
 
@@ -236,6 +236,20 @@ pub mod __private {
     /// The text of a key field; `None` for a null key.
     pub fn key_of<K: PartitionKey + ?Sized>(key: &K) -> Option<String> {
         key.key_value().map(Cow::into_owned)
+    }
+
+    /// The sequence text of a `property` policy's field; `None` for a null.
+    pub fn sequence_text_of<K: SequenceText + ?Sized>(value: &K) -> Option<String> {
+        value.sequence_text()
+    }
+
+    /// The message `envelope` holds, when it holds an `M` that decodes.
+    pub fn decode_as<M: Message>(envelope: &Envelope) -> Option<M> {
+        if envelope.is::<M>() {
+            envelope.decode().ok()
+        } else {
+            None
+        }
     }
 
     /// Decodes an envelope's payload for a handler.

@@ -294,7 +294,7 @@ fn event_handler_descriptor_lists_every_handled_message() {
 #[test]
 fn key_extractors_read_the_field_of_their_own_type_only() {
     let descriptor = OrderProjector::descriptor();
-    let key = descriptor.handled("OrderPlaced").unwrap().key.unwrap();
+    let key = descriptor.handled("order", "OrderPlaced").unwrap().key.unwrap();
     assert_eq!(
         key.extract(&placed("o-1", "client-9")),
         Some(Some("client-9".to_owned()))
@@ -329,9 +329,15 @@ fn policies_on_the_impl_and_on_methods_are_kept_apart() {
     let id = impl_policy.sequence_identifier(&placed_envelope, &context);
     assert_eq!(id.unwrap().as_str(), "o-7", "per-aggregate");
 
-    assert!(descriptor.handled("OrderPlaced").unwrap().policy.is_none());
+    assert!(
+        descriptor
+            .handled("order", "OrderPlaced")
+            .unwrap()
+            .policy
+            .is_none()
+    );
     let method_policy = descriptor
-        .handled("InvoiceIssued")
+        .handled("billing.invoices", "InvoiceIssued")
         .unwrap()
         .policy
         .as_ref()
@@ -362,7 +368,12 @@ fn with_policies_take_any_expression() {
         client_id: "c-3".into(),
     })
     .unwrap();
-    let routing = descriptor.handled("PlaceOrder").unwrap().policy.as_ref().unwrap();
+    let routing = descriptor
+        .handled("order", "PlaceOrder")
+        .unwrap()
+        .policy
+        .as_ref()
+        .unwrap();
     assert_eq!(
         routing.sequence_identifier(&place, &context).unwrap().as_str(),
         "o-2"
@@ -379,7 +390,11 @@ fn process_manager_descriptor_has_correlation_keys_and_start_flags() {
     assert!(descriptor.partitioned, "the bare `sequential_by` flag");
     let starts: Vec<_> = descriptor.handles.iter().map(|h| (h.method, h.start)).collect();
     assert_eq!(starts, [("on_placed", true), ("on_issued", false)]);
-    let key = descriptor.handled("InvoiceIssued").unwrap().key.unwrap();
+    let key = descriptor
+        .handled("billing.invoices", "InvoiceIssued")
+        .unwrap()
+        .key
+        .unwrap();
     assert_eq!(key.field(), "order_id");
     assert_eq!(key.extract(&issued(None)), Some(Some("o-1".to_owned())));
 }

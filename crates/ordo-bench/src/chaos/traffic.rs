@@ -132,7 +132,8 @@ async fn publish(
                 "the outbox still had unpublished events after {:?}",
                 plan.settle_within
             )
-        })?;
+        })?
+        .context("settling the outbox failed")?;
     let published: BTreeMap<String, u64> = plan.keys.iter().cloned().zip(next_seq).collect();
     let _: i64 = client
         .hset(keys::PUBLISHED, published)

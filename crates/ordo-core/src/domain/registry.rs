@@ -8,9 +8,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::broker::Capabilities;
 use crate::error::{CommitError, UsageProblem};
-use crate::handler::{HandlerDescriptor, HandlerKind, KeyExtractor};
+use crate::field::{KeyFieldError, KeyReadError, read_key};
+use crate::handler::{HandlerDescriptor, HandlerKind, KeyExtractor, RustType};
 use crate::message::{Envelope, MessageKind};
-use crate::uow::read_key_field;
 
 /// A registered aggregate type.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +35,9 @@ impl CategoryKey {
     }
 
     /// The key value of a raised event: from a handler's typed extractor
-    /// when one handles the type, else from the payload's top-level field.
+    /// when one handles the type, else from the payload's top-level field
+    /// (integers keep their exact text; floats, booleans, arrays and objects
+    /// are refused, as the macros refuse them at compile time).
     pub(crate) fn key_value(
         &self,
         envelope: &Envelope,
@@ -48,13 +50,39 @@ impl CategoryKey {
         if let Some(value) = extracted {
             return Ok(value);
         }
-        read_key_field(&envelope.payload, self.field).map_err(|found| CommitError::UnsupportedKeyValue {
-            message_id: envelope.id.clone(),
-            type_name: envelope.type_name.clone(),
-            field: self.field,
-            found,
+        read_key(&envelope.payload, self.field).map_err(|error| match error {
+            KeyReadError::Field(KeyFieldError::Missing) => CommitError::MissingKeyField {
+                message_id: envelope.id.clone(),
+                type_name: envelope.type_name.clone(),
+                field: self.field,
+                category: envelope.category.clone(),
+            },
+            KeyReadError::Field(KeyFieldError::Unsupported(found)) => CommitError::UnsupportedKeyValue {
+                message_id: envelope.id.clone(),
+                type_name: envelope.type_name.clone(),
+                field: self.field,
+                found,
+            },
+            KeyReadError::NotAnObject(_) => CommitError::UnsupportedKeyValue {
+                message_id: envelope.id.clone(),
+                type_name: envelope.type_name.clone(),
+                field: self.field,
+                found: "a payload that is not a JSON object",
+            },
         })
     }
+}
+
+/// The Rust type behind each handled (category, type name).
+pub(crate) type MessageTypes = HashMap<(&'static str, &'static str), RustType>;
+
+/// The handled message types whose Rust type is known.
+pub(super) fn message_types(descriptors: &[&HandlerDescriptor]) -> MessageTypes {
+    descriptors
+        .iter()
+        .flat_map(|d| &d.handles)
+        .filter_map(|h| Some(((h.category, h.type_name), h.rust_type?)))
+        .collect()
 }
 
 /// Partitioned event categories and their keys.
@@ -126,37 +154,32 @@ fn check_names(descriptors: &[&HandlerDescriptor], problems: &mut Vec<UsageProbl
     }
 }
 
-/// Distinct types are told apart by kind and category: two handled types
-/// with one name but a different kind or category are two types.
+/// A type name identifies one Rust type within its category: the payload is
+/// decoded by name, so two types sharing one would be confused. The same name
+/// in two categories is fine (delivery matches category and name).
 fn check_type_names(descriptors: &[&HandlerDescriptor], problems: &mut Vec<UsageProblem>) {
-    let mut known: HashMap<&str, (MessageKind, &'static str)> = HashMap::new();
+    let mut known: HashMap<(&str, &str), RustType> = HashMap::new();
     let mut reported = HashSet::new();
     for handled in descriptors.iter().flat_map(|d| &d.handles) {
-        let this = (handled.kind, handled.category);
-        match known.get(handled.type_name) {
-            None => {
-                known.insert(handled.type_name, this);
-            }
-            Some(&first) if first != this && reported.insert((handled.type_name, this)) => {
-                problems.push(UsageProblem::DuplicateTypeName {
-                    type_name: handled.type_name,
-                    first_kind: first.0,
-                    first_category: first.1,
-                    second_kind: this.0,
-                    second_category: this.1,
-                });
-            }
-            Some(_) => {}
+        let Some(this) = handled.rust_type else { continue };
+        let first = *known.entry((handled.category, handled.type_name)).or_insert(this);
+        if first.id != this.id && reported.insert((handled.category, handled.type_name, this.id)) {
+            problems.push(UsageProblem::DuplicateTypeName {
+                type_name: handled.type_name,
+                category: handled.category,
+                first: first.path,
+                second: this.path,
+            });
         }
     }
 }
 
 fn check_command_routes(descriptors: &[&HandlerDescriptor], problems: &mut Vec<UsageProblem>) {
-    let mut routes: HashMap<&str, &str> = HashMap::new();
+    let mut routes: HashMap<(&str, &str), &str> = HashMap::new();
     let command_handlers = descriptors.iter().filter(|d| d.kind == HandlerKind::Command);
     for descriptor in command_handlers {
         for handled in &descriptor.handles {
-            match routes.get(handled.type_name) {
+            match routes.get(&(handled.category, handled.type_name)) {
                 Some(&first) if first != descriptor.name => {
                     problems.push(UsageProblem::DuplicateCommandHandler {
                         type_name: handled.type_name,
@@ -166,7 +189,7 @@ fn check_command_routes(descriptors: &[&HandlerDescriptor], problems: &mut Vec<U
                 }
                 Some(_) => {}
                 None => {
-                    routes.insert(handled.type_name, descriptor.name);
+                    routes.insert((handled.category, handled.type_name), descriptor.name);
                 }
             }
         }

@@ -170,6 +170,7 @@ pub fn on<M: Message>(key: Option<KeyExtractor>) -> HandledMessage {
         type_name: M::TYPE_NAME,
         kind: M::KIND,
         category: M::CATEGORY,
+        rust_type: Some(ordo_core::RustType::of::<M>()),
         method: "handle",
         key,
         start: false,

@@ -12,6 +12,7 @@ use syn::spanned::Spanned;
 
 use super::Flavor;
 use super::model::{HandleMethod, HandlerModel};
+use super::policy::Policy;
 use crate::names::FieldName;
 
 /// The trait impl for the handler type.
@@ -39,7 +40,18 @@ pub(super) fn generate(model: &HandlerModel) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let partitioned = model.args.partitioned();
-    let policy = optional_policy(model.policy.as_ref().map(|policy| policy.tokens()));
+    let unruled: Vec<&syn::Type> = model
+        .methods
+        .iter()
+        .filter(|method| method.policy.is_none())
+        .map(|method| &method.message)
+        .collect();
+    let policy = optional_policy(
+        model
+            .policy
+            .as_ref()
+            .map(|policy| policy_tokens(policy, &unruled)),
+    );
     let handles = model.methods.iter().map(|method| handled_message(model, method));
     let handle = handle_fn(model);
     quote! {
@@ -64,8 +76,8 @@ pub(super) fn generate(model: &HandlerModel) -> TokenStream {
 }
 
 /// Compile-time assertions about one handled type: that it is an event (or
-/// command), that it is part of the `part_of` aggregate, and that it has the
-/// field a `property` policy reads.
+/// command) and that it is part of the `part_of` aggregate. (The field a
+/// `property` policy reads is checked by the policy's typed extractor.)
 fn checks(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
     let ty = &method.message;
     let assertion = match model.flavor {
@@ -76,16 +88,23 @@ fn checks(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
     let part_of_check = model.args.part_of.as_ref().map(|aggregate| {
         quote_spanned! {ty.span()=> let _ = ::ordo::__private::assert_part_of::<#ty, #aggregate>; }
     });
-    let property = method
-        .policy
-        .as_ref()
-        .or(model.policy.as_ref())
-        .and_then(|policy| policy.property());
-    let property_check = property.map(|field| {
-        let access = field_access(field);
-        quote! { let _ = |message: &#ty| { let _ = &#access; }; }
+    quote! { #kind_check #part_of_check }
+}
+
+/// A policy's tokens; a `property` policy reads its field through typed
+/// extractors of `types` (the handled types in its scope).
+fn policy_tokens(policy: &Policy, types: &[&syn::Type]) -> TokenStream {
+    let Some(field) = policy.property() else {
+        return policy.tokens();
+    };
+    let lit = &field.lit;
+    let typed = types.iter().map(|ty| {
+        let extractor = typed_extractor(ty, field, Reader::SequenceText);
+        quote!(.with_typed(#extractor))
     });
-    quote! { #kind_check #part_of_check #property_check }
+    quote!(::ordo::__private::policy(
+        ::ordo::__private::PropertyPolicy::new(#lit) #(#typed)*
+    ))
 }
 
 /// One `HandledMessage` literal.
@@ -95,18 +114,19 @@ fn handled_message(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
     let key_field = method.correlate.as_ref().or(model.args.sequential_by.as_ref());
     let key = match key_field {
         Some(field) => {
-            let extractor = key_extractor(ty, field);
+            let extractor = typed_extractor(ty, field, Reader::PartitionKey);
             quote!(::core::option::Option::Some(#extractor))
         }
         None => quote!(::core::option::Option::None),
     };
     let start = method.start;
-    let policy = optional_policy(method.policy.as_ref().map(|policy| policy.tokens()));
+    let policy = optional_policy(method.policy.as_ref().map(|policy| policy_tokens(policy, &[ty])));
     quote! {
         ::ordo::__private::HandledMessage {
             type_name: <#ty as ::ordo::__private::Message>::TYPE_NAME,
             kind: <#ty as ::ordo::__private::Message>::KIND,
             category: <#ty as ::ordo::__private::Message>::CATEGORY,
+            rust_type: ::core::option::Option::Some(::ordo::__private::RustType::of::<#ty>()),
             method: #method_name,
             key: #key,
             start: #start,
@@ -115,75 +135,92 @@ fn handled_message(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
     }
 }
 
-/// A `KeyExtractor` reading `field` from a `ty`. Doubles as the compile-time
-/// check that `ty` has the field and that its type can be a partition key,
-/// both reported at the attribute's literal.
-fn key_extractor(ty: &syn::Type, field: &FieldName) -> TokenStream {
+/// How a typed extractor turns the field into text.
+#[derive(Clone, Copy)]
+enum Reader {
+    /// `PartitionKey`: the field's type must be able to be a key.
+    PartitionKey,
+    /// Sequence text: any key type, or a float, `bool` or `char`.
+    SequenceText,
+}
+
+/// A `KeyExtractor` reading `field` from a `ty`, from the typed value or
+/// from an envelope holding one. Doubles as the compile-time check that `ty`
+/// has the field (and, for keys, that its type can be a partition key), both
+/// reported at the attribute's literal.
+fn typed_extractor(ty: &syn::Type, field: &FieldName, reader: Reader) -> TokenStream {
     let name = field.value();
     let ident = &field.ident;
-    let key = quote_spanned! {field.span()=> ::ordo::__private::key_of(&(*message).#ident) };
+    let read = match reader {
+        Reader::PartitionKey => quote!(key_of),
+        Reader::SequenceText => quote!(sequence_text_of),
+    };
+    let key = quote_spanned! {field.span()=> ::ordo::__private::#read(&(*__ordo_message).#ident) };
     quote! {
         ::ordo::__private::KeyExtractor::new(#name, {
             fn extract(
-                message: &dyn ::core::any::Any,
+                __ordo_message: &dyn ::core::any::Any,
             ) -> ::core::option::Option<::core::option::Option<::std::string::String>> {
-                let message = message.downcast_ref::<#ty>()?;
+                let __ordo_message = __ordo_message.downcast_ref::<#ty>()?;
                 ::core::option::Option::Some(#key)
             }
             extract
         })
+        .with_decode({
+            fn decode(
+                __ordo_envelope: &::ordo::__private::Envelope,
+            ) -> ::core::option::Option<::core::option::Option<::std::string::String>> {
+                let __ordo_message = &::ordo::__private::decode_as::<#ty>(__ordo_envelope)?;
+                ::core::option::Option::Some(#key)
+            }
+            decode
+        })
     }
-}
-
-/// `(*message).field`, the field spanned at the literal naming it. The
-/// explicit deref makes rustc name the message type itself (not `&T`) when
-/// the field is missing.
-fn field_access(field: &FieldName) -> TokenStream {
-    let ident = &field.ident;
-    quote!((*message).#ident)
 }
 
 fn optional_policy(policy: Option<TokenStream>) -> TokenStream {
     policy.unwrap_or_else(|| quote!(::core::option::Option::None))
 }
 
-/// `handle()`: dispatch on the envelope's type name, decode, await the
-/// method, convert its error. Other types are not this handler's: `Ok(())`.
+/// `handle()`: dispatch on the envelope's category and type name, decode,
+/// await the method, convert its error. Other types are not this handler's:
+/// `Ok(())`. Generated names (`'__ordo`, `__ordo_envelope`, ...) cannot meet
+/// a user's lifetimes, consts or unit structs.
 fn handle_fn(model: &HandlerModel) -> TokenStream {
     let receiver = if model.flavor == Flavor::ProcessManager {
-        quote!(&'a mut self)
+        quote!(&'__ordo mut self)
     } else {
-        quote!(&'a self)
+        quote!(&'__ordo self)
     };
     let ctx_used = model.methods.iter().any(|method| method.takes_ctx);
-    let ctx = if ctx_used { quote!(ctx) } else { quote!(_ctx) };
+    let ctx = if ctx_used { quote!(__ordo_ctx) } else { quote!(_) };
     let arms = model.methods.iter().map(|method| {
         let ty = &method.message;
         let ident = &method.ident;
         let args = if method.takes_ctx {
-            quote!(&message, ctx)
+            quote!(&__ordo_message, __ordo_ctx)
         } else {
-            quote!(&message)
+            quote!(&__ordo_message)
         };
         let result = quote_spanned! {method.output_span=>
             ::ordo::__private::IntoHandlerResult::into_handler_result(self.#ident(#args).await)
         };
         quote! {
-            if envelope.type_name == <#ty as ::ordo::__private::Message>::TYPE_NAME {
-                let message = match ::ordo::__private::decode::<#ty>(envelope) {
-                    ::core::result::Result::Ok(message) => message,
-                    ::core::result::Result::Err(error) => return ::core::result::Result::Err(error),
+            if ::ordo::__private::Envelope::is::<#ty>(__ordo_envelope) {
+                let __ordo_message = match ::ordo::__private::decode::<#ty>(__ordo_envelope) {
+                    ::core::result::Result::Ok(__ordo_message) => __ordo_message,
+                    ::core::result::Result::Err(__ordo_error) => return ::core::result::Result::Err(__ordo_error),
                 };
                 return #result;
             }
         }
     });
     quote! {
-        fn handle<'a>(
+        fn handle<'__ordo>(
             #receiver,
-            envelope: &'a ::ordo::__private::Envelope,
-            #ctx: &'a ::ordo::__private::HandlerContext,
-        ) -> ::ordo::__private::BoxFuture<'a, ::ordo::__private::HandlerResult> {
+            __ordo_envelope: &'__ordo ::ordo::__private::Envelope,
+            #ctx: &'__ordo ::ordo::__private::HandlerContext,
+        ) -> ::ordo::__private::BoxFuture<'__ordo, ::ordo::__private::HandlerResult> {
             ::std::boxed::Box::pin(async move {
                 #(#arms)*
                 ::core::result::Result::Ok(())

@@ -160,7 +160,7 @@ impl Plain {
     async fn handle(&self, raw: RawEntry) -> Result<()> {
         let entry = StreamEntry::from_raw(raw, ordo_core::key::Lane::Primary);
         let outcome = match entry.decode() {
-            Ok(envelope) if self.subscription.handles(&envelope.type_name) => {
+            Ok(envelope) if self.subscription.handles(&envelope) => {
                 let attempts = self.shared.settings.max_retries.saturating_add(1);
                 let mut last = None;
                 for attempt in 1..=attempts {

@@ -397,7 +397,7 @@ impl Worker {
             // A message that cannot be decoded will never succeed: halt now.
             Err(error) => return self.halt(partition, entry, error.to_string(), 1).await,
         };
-        if !self.subscription.handles(&envelope.type_name) {
+        if !self.subscription.handles(&envelope) {
             return Handled::Done;
         }
         let attempts = self.shared.settings.max_retries.saturating_add(1);

@@ -239,6 +239,7 @@ pub fn subscription(
             type_name: "Happened",
             kind: MessageKind::Event,
             category: Box::leak(category.to_string().into_boxed_str()),
+            rust_type: None,
             method: "on_happened",
             key: None,
             start: true,
