@@ -157,24 +157,20 @@ fn typed_extractor(ty: &syn::Type, field: &FieldName, reader: Reader) -> TokenSt
     };
     let key = quote_spanned! {field.span()=> ::ordo::__private::#read(&(*__ordo_message).#ident) };
     quote! {
-        ::ordo::__private::KeyExtractor::new(#name, {
+        {
             fn extract(
                 __ordo_message: &dyn ::core::any::Any,
             ) -> ::core::option::Option<::core::option::Option<::std::string::String>> {
                 let __ordo_message = __ordo_message.downcast_ref::<#ty>()?;
                 ::core::option::Option::Some(#key)
             }
-            extract
-        })
-        .with_decode({
             fn decode(
                 __ordo_envelope: &::ordo::__private::Envelope,
             ) -> ::core::option::Option<::core::option::Option<::std::string::String>> {
-                let __ordo_message = &::ordo::__private::decode_as::<#ty>(__ordo_envelope)?;
-                ::core::option::Option::Some(#key)
+                extract(&::ordo::__private::decode_as::<#ty>(__ordo_envelope)?)
             }
-            decode
-        })
+            ::ordo::__private::KeyExtractor::new(#name, extract).with_decode(decode)
+        }
     }
 }
 
