@@ -57,8 +57,11 @@ impl fmt::Display for HandlerKind {
 pub struct KeyExtractor {
     field: &'static str,
     extract: fn(&dyn Any) -> Option<Option<String>>,
-    decode: Option<fn(&Envelope) -> Option<Option<String>>>,
+    decode: Option<DecodeKey>,
 }
+
+/// Reads a key from an envelope through its typed message.
+type DecodeKey = fn(&Envelope) -> Option<Option<String>>;
 
 impl KeyExtractor {
     /// An extractor of `field` implemented by `extract`.
@@ -73,7 +76,7 @@ impl KeyExtractor {
     /// An extractor that can also read the key from an envelope: `decode`
     /// returns `None` when the envelope does not hold the extractor's type or
     /// its payload does not decode.
-    pub const fn with_decode(mut self, decode: fn(&Envelope) -> Option<Option<String>>) -> Self {
+    pub const fn with_decode(mut self, decode: DecodeKey) -> Self {
         self.decode = Some(decode);
         self
     }
