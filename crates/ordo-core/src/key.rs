@@ -107,7 +107,8 @@ impl KeyRules {
 
     /// Validates a key value taken from `field`; `None` is a null key.
     ///
-    /// Rejected: null or empty; containing `:`; longer than
+    /// Rejected: null or empty; containing `:` or a control character
+    /// (a newline, a tab, NUL, ...); longer than
     /// [`MAX_KEY_LEN`] bytes; equal to `dlq` or the backfill suffix; of the
     /// reserved sentinel form `__name__`.
     pub fn validate(&self, field: &str, value: Option<&str>) -> Result<String, InvalidKey> {
@@ -124,6 +125,9 @@ impl KeyRules {
         }
         if value.contains(':') {
             return Err(reject(KeyRule::ContainsColon));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(reject(KeyRule::ControlCharacter));
         }
         if value.len() > MAX_KEY_LEN {
             return Err(reject(KeyRule::TooLong { len: value.len() }));
@@ -153,6 +157,10 @@ pub enum KeyRule {
     Empty,
     /// The value contains `:`, the stream-name separator.
     ContainsColon,
+    /// The value contains a control character (a newline, a tab, NUL, ...):
+    /// it would make stream names, logs and operator commands ambiguous.
+    /// Spaces, `/` and other printable characters are fine.
+    ControlCharacter,
     /// The value is longer than [`MAX_KEY_LEN`] bytes.
     TooLong {
         /// The value's length in bytes.
@@ -170,6 +178,9 @@ impl fmt::Display for KeyRule {
             Self::Null => f.write_str("a partition key must not be null"),
             Self::Empty => f.write_str("a partition key must not be empty"),
             Self::ContainsColon => f.write_str("a partition key must not contain ':'"),
+            Self::ControlCharacter => {
+                f.write_str("a partition key must not contain control characters (such as a newline or a tab)")
+            }
             Self::TooLong { len } => write!(
                 f,
                 "a partition key must be at most {MAX_KEY_LEN} bytes (this one is {len})"
