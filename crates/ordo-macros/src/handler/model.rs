@@ -15,7 +15,8 @@ use crate::value::{field_name, flag};
 /// Everything the generator needs.
 pub(super) struct HandlerModel {
     pub(super) flavor: Flavor,
-    /// The handler type's name (the last path segment of the self type).
+    /// The handler's name: `name = "..."`, else the last path segment of
+    /// the self type.
     pub(super) name: String,
     pub(super) self_ty: Box<Type>,
     pub(super) generics: syn::Generics,
@@ -90,7 +91,10 @@ pub(super) fn parse(
     }
     let model = HandlerModel {
         flavor,
-        name: type_name(&imp.self_ty),
+        name: args
+            .name
+            .as_ref()
+            .map_or_else(|| type_name(&imp.self_ty), syn::LitStr::value),
         self_ty: imp.self_ty.clone(),
         generics: imp.generics.clone(),
         args,

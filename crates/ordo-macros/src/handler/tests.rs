@@ -330,3 +330,51 @@ fn sequential_by_and_a_policy_conflict() {
         "`sequential_by = \"client_id\"` already is this handler's sequencing policy",
     );
 }
+
+#[test]
+fn name_overrides_the_handler_name() {
+    for flavor in [Flavor::Event, Flavor::Command] {
+        let out = expand(flavor, quote!(name = "billing.projector-2"), projector());
+        assert!(compile_errors(&out).is_empty(), "{out}");
+        assert!(out.to_string().contains("name : \"billing.projector-2\""), "{out}");
+    }
+    let out = expand(
+        Flavor::ProcessManager,
+        quote!(sequential_by, name = "fulfillment_v2"),
+        quote! {
+            impl Fulfillment {
+                #[handle(start, correlate = "order_id")]
+                async fn on_placed(&mut self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+            }
+        },
+    );
+    assert!(compile_errors(&out).is_empty(), "{out}");
+    assert!(out.to_string().contains("name : \"fulfillment_v2\""), "{out}");
+    let out = expand(Flavor::Event, quote!(), projector());
+    assert!(out.to_string().contains("name : \"Projector\""), "{out}");
+}
+
+#[test]
+fn names_are_checked() {
+    for (name, why) in [
+        (quote!(""), "`name` cannot be empty"),
+        (quote!("billing:projector"), "a handler's `name` contains ':'"),
+        (quote!("two words"), "a handler's `name` contains ' '"),
+        (quote!("line\n"), "a handler's `name` contains '\\n'"),
+        (quote!("{tag}"), "a handler's `name` contains '{'"),
+        (quote!(Projector), "`name` takes a string"),
+    ] {
+        let errors = errors(Flavor::Event, quote!(name = #name), projector());
+        assert_eq!(errors.len(), 1, "{name}: {errors:?}");
+        assert_has(&errors, why);
+    }
+    let long = "p".repeat(101);
+    let errors = errors(Flavor::Event, quote!(name = #long), projector());
+    assert_has(&errors, "is 101 bytes long (at most 100)");
+    let errors = errors_of_duplicate_name();
+    assert_has(&errors, "duplicate `name` argument");
+}
+
+fn errors_of_duplicate_name() -> Vec<String> {
+    errors(Flavor::Event, quote!(name = "a", name = "b"), projector())
+}
