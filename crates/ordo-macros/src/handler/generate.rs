@@ -85,7 +85,8 @@ fn checks(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
         let access = field_access(field);
         quote! { let _ = |message: &#ty| { let _ = &#access; }; }
     });
-    quote! { #kind_check #part_of_check #property_check }
+    let cfgs = &method.cfgs;
+    quote! { #(#cfgs)* let _ = { #kind_check #part_of_check #property_check }; }
 }
 
 /// One `HandledMessage` literal.
@@ -102,7 +103,9 @@ fn handled_message(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
     };
     let start = method.start;
     let policy = optional_policy(method.policy.as_ref().map(|policy| policy.tokens()));
+    let cfgs = &method.cfgs;
     quote! {
+        #(#cfgs)*
         ::ordo::__private::HandledMessage {
             type_name: <#ty as ::ordo::__private::Message>::TYPE_NAME,
             kind: <#ty as ::ordo::__private::Message>::KIND,
@@ -168,7 +171,9 @@ fn handle_fn(model: &HandlerModel) -> TokenStream {
         let result = quote_spanned! {method.output_span=>
             ::ordo::__private::IntoHandlerResult::into_handler_result(self.#ident(#args).await)
         };
+        let cfgs = &method.cfgs;
         quote! {
+            #(#cfgs)*
             if envelope.type_name == <#ty as ::ordo::__private::Message>::TYPE_NAME {
                 let message = match ::ordo::__private::decode::<#ty>(envelope) {
                     ::core::result::Result::Ok(message) => message,

@@ -40,6 +40,10 @@ pub(super) struct HandleMethod {
     pub(super) correlate: Option<FieldName>,
     /// `#[sequencing_policy]` on the method.
     pub(super) policy: Option<Policy>,
+    /// The method's `#[cfg(...)]` attributes: the generated descriptor
+    /// entry, checks and dispatch arm carry them too, so a method compiled
+    /// out is not referenced.
+    pub(super) cfgs: Vec<syn::Attribute>,
 }
 
 /// Parses the impl block, strips the helper attributes from it and records
@@ -119,10 +123,20 @@ fn type_name(ty: &Type) -> String {
 
 /// Checks that need the whole model.
 fn validate(model: &HandlerModel, errors: &mut Errors) {
-    let mut seen: Vec<(String, &Ident)> = Vec::new();
+    // Two methods for one type are duplicates unless their `#[cfg]`s
+    // differ (cfg alternatives: at most one is compiled in).
+    let mut seen: Vec<(String, Vec<String>, &Ident)> = Vec::new();
     for method in &model.methods {
         let ty = method.message.to_token_stream().to_string();
-        if let Some((_, first)) = seen.iter().find(|(seen, _)| *seen == ty) {
+        let cfgs: Vec<String> = method
+            .cfgs
+            .iter()
+            .map(|cfg| cfg.to_token_stream().to_string())
+            .collect();
+        if let Some((_, _, first)) = seen
+            .iter()
+            .find(|(seen, seen_cfgs, _)| *seen == ty && *seen_cfgs == cfgs)
+        {
             errors.push(syn::Error::new_spanned(
                 &method.message,
                 format_args!(
@@ -131,7 +145,7 @@ fn validate(model: &HandlerModel, errors: &mut Errors) {
                 ),
             ));
         } else {
-            seen.push((ty, &method.ident));
+            seen.push((ty, cfgs, &method.ident));
         }
     }
     let policies = model
@@ -234,6 +248,12 @@ fn parse_method(flavor: Flavor, method: &mut syn::ImplItemFn, errors: &mut Error
         start,
         correlate,
         policy,
+        cfgs: method
+            .attrs
+            .iter()
+            .filter(|attr| attr.path().is_ident("cfg"))
+            .cloned()
+            .collect(),
     }))
 }
 

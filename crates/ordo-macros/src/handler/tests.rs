@@ -378,3 +378,45 @@ fn names_are_checked() {
 fn errors_of_duplicate_name() -> Vec<String> {
     errors(Flavor::Event, quote!(name = "a", name = "b"), projector())
 }
+
+#[test]
+fn cfg_alternatives_are_not_duplicates_and_carry_their_cfg() {
+    let out = expand(
+        Flavor::Event,
+        quote!(),
+        quote! {
+            impl Projector {
+                #[handle]
+                #[cfg(feature = "v2")]
+                async fn v2(&self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+                #[cfg(not(feature = "v2"))]
+                #[handle]
+                async fn v1(&self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+            }
+        },
+    );
+    assert!(compile_errors(&out).is_empty(), "{out}");
+    let text = out.to_string();
+    // The method, its checks, its descriptor entry and its dispatch arm.
+    assert_eq!(text.matches("# [cfg (feature = \"v2\")]").count(), 4, "{text}");
+    assert_eq!(text.matches("# [cfg (not (feature = \"v2\"))]").count(), 4, "{text}");
+
+    let errors = errors(
+        Flavor::Event,
+        quote!(),
+        quote! {
+            impl Projector {
+                #[handle]
+                #[cfg(feature = "v2")]
+                async fn a(&self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+                #[handle]
+                #[cfg(feature = "v2")]
+                async fn b(&self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+            }
+        },
+    );
+    assert_eq!(
+        errors,
+        ["`OrderPlaced` is already handled by `a`: one method per message type"]
+    );
+}
