@@ -214,6 +214,26 @@ impl fmt::Debug for Extensions {
     }
 }
 
+/// The type of a `#[handle]` method's context parameter: only
+/// [`HandlerContext`] (or an alias of it). The handler macros use it to
+/// report any other type at the parameter.
+#[diagnostic::on_unimplemented(
+    message = "the context parameter is `ctx: &HandlerContext`, not `&{Self}`",
+    label = "expected `HandlerContext` here",
+    note = "a `#[handle]` method is `async fn name(&self, event: &SomeEvent, ctx: &HandlerContext)`; `ctx` is optional"
+)]
+pub trait ContextParameter {
+    /// The handler context, as the method's parameter type.
+    fn from_context(ctx: &HandlerContext) -> &Self;
+}
+
+#[diagnostic::do_not_recommend]
+impl ContextParameter for HandlerContext {
+    fn from_context(ctx: &HandlerContext) -> &Self {
+        ctx
+    }
+}
+
 /// What a handler knows about the message it is handling.
 #[derive(Debug, Clone)]
 pub struct HandlerContext {

@@ -18,7 +18,10 @@ pub const DEFAULT_BACKFILL_SUFFIX: &str = "backfill";
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a partition key",
     label = "this field's type cannot be a partition key",
-    note = "a partition key field is a string, an integer, a `uuid::Uuid`, or an `Option` of one of those"
+    note = "a partition key field is a string (`String`, `Box<str>`, `Cow<str>`), an integer (`u8` to `u128`, \
+            `i8` to `i128`, `usize`, `isize`), a `uuid::Uuid`, or an `Option` of one of those",
+    note = "for a newtype, implement `ordo::PartitionKey` for it: `impl ordo::PartitionKey for ClientId {{ fn \
+            key_value(&self) -> Option<std::borrow::Cow<'_, str>> {{ self.0.key_value() }} }}`"
 )]
 pub trait PartitionKey {
     /// The key's text, or `None` for a null key.
@@ -178,9 +181,9 @@ impl fmt::Display for KeyRule {
             Self::Null => f.write_str("a partition key must not be null"),
             Self::Empty => f.write_str("a partition key must not be empty"),
             Self::ContainsColon => f.write_str("a partition key must not contain ':'"),
-            Self::ControlCharacter => {
-                f.write_str("a partition key must not contain control characters (such as a newline or a tab)")
-            }
+            Self::ControlCharacter => f.write_str(
+                "a partition key must not contain control characters (such as a newline or a tab)",
+            ),
             Self::TooLong { len } => write!(
                 f,
                 "a partition key must be at most {MAX_KEY_LEN} bytes (this one is {len})"

@@ -77,7 +77,13 @@ pub trait Command: Message {
     label = "handled here, but part of another aggregate",
     note = "a handler declared `part_of = {A}` can only handle messages declared `part_of = {A}`"
 )]
-pub trait PartOf<A: Aggregate> {}
+pub trait PartOf<A> {
+    /// Names the proof in the macros' compile-time check
+    /// (`<M as PartOf<A>>::PROOF`), which rustc reports at the handled type
+    /// without pointing into Ordo's source. Not meant to be set.
+    #[doc(hidden)]
+    const PROOF: () = ();
+}
 
 /// Whether a message is an event or a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

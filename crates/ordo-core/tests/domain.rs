@@ -607,7 +607,10 @@ fn two_same_named_aggregates_are_told_apart_with_a_fix() {
         "{problems:?}"
     );
     assert!(message.contains("sales::Order` and `"), "{message}");
-    assert!(message.contains("billing::Order` both claim category `order`"), "{message}");
+    assert!(
+        message.contains("billing::Order` both claim category `order`"),
+        "{message}"
+    );
     assert!(
         message.contains("give one of them its own with `#[aggregate(category = \"...\")]`"),
         "{message}"

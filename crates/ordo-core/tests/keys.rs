@@ -186,7 +186,16 @@ fn a_colon_is_rejected() {
 #[test]
 fn control_characters_are_rejected_spaces_and_slashes_are_not() {
     let rules = KeyRules::default();
-    for bad in ["a\nb", "line\n", "\r", "tab\there", "nul\0", "esc\u{1b}[0m", "del\u{7f}", "c1\u{85}"] {
+    for bad in [
+        "a\nb",
+        "line\n",
+        "\r",
+        "tab\there",
+        "nul\0",
+        "esc\u{1b}[0m",
+        "del\u{7f}",
+        "c1\u{85}",
+    ] {
         assert_eq!(rule_of(&rules, Some(bad)), KeyRule::ControlCharacter, "{bad:?}");
     }
     let error = rules.validate("client_id", Some("a\nb")).unwrap_err();
@@ -195,7 +204,15 @@ fn control_characters_are_rejected_spaces_and_slashes_are_not() {
         "invalid partition key in field `client_id` (value \"a\\nb\"): a partition key must not contain \
          control characters (such as a newline or a tab)"
     );
-    for fine in ["a b", "  padded  ", "tenant/42", "/", "a/b/c", "é ü", "emoji \u{1F600}"] {
+    for fine in [
+        "a b",
+        "  padded  ",
+        "tenant/42",
+        "/",
+        "a/b/c",
+        "é ü",
+        "emoji \u{1F600}",
+    ] {
         assert_eq!(rules.validate("f", Some(fine)), Ok(fine.to_owned()), "{fine:?}");
     }
 }

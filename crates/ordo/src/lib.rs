@@ -216,26 +216,36 @@ pub mod __private {
     use std::sync::Arc;
 
     pub use ordo_core::{
-        Aggregate, BoxFuture, Command, CommandHandler, Envelope, Event, EventHandler, FullConcurrencyPolicy,
-        HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind, HandlerResult,
-        KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf, PartitionKey, PartitionKeyPolicy,
-        PerAggregatePolicy, ProcessManager, PropertyPolicy, RoutingKeyPolicy, SequencingPolicy,
-        SequentialPolicy,
+        Aggregate, BoxFuture, Command, CommandHandler, ContextParameter, Envelope, Event, EventHandler,
+        FullConcurrencyPolicy, HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind,
+        HandlerResult, KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf, PartitionKey,
+        PartitionKeyPolicy, PerAggregatePolicy, ProcessManager, PropertyPolicy, RoutingKeyPolicy,
+        SequencingPolicy, SequentialPolicy,
     };
     pub use serde;
 
-    /// Fails to compile unless `T` is an event.
-    pub fn assert_event<T: Event>() {}
+    /// The text of a key field; `None` for a null key. The generated code
+    /// calls it as `key_text(<_ as PartitionKey>::key_value(&field))`: a
+    /// field type that is not a key is then reported at the attribute by
+    /// `PartitionKey`'s own message, with no note pointing here.
+    pub fn key_text(key: Option<Cow<'_, str>>) -> Option<String> {
+        key.map(Cow::into_owned)
+    }
 
-    /// Fails to compile unless `T` is a command.
-    pub fn assert_command<T: Command>() {}
-
-    /// Fails to compile unless `T` is part of aggregate `A`.
-    pub fn assert_part_of<T: PartOf<A>, A: Aggregate>() {}
-
-    /// The text of a key field; `None` for a null key.
-    pub fn key_of<K: PartitionKey + ?Sized>(key: &K) -> Option<String> {
-        key.key_value().map(Cow::into_owned)
+    /// Whether two categories are the same (`==` for `&str` in constants).
+    pub const fn same_category(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
     }
 
     /// Decodes an envelope's payload for a handler.

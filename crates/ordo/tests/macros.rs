@@ -521,7 +521,10 @@ impl<W> Projector<W> {
 impl Projector<Stdout> {
     #[handle]
     async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
-        self.seen.lock().unwrap().push(format!("stdout {}", event.order_id));
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("stdout {}", event.order_id));
         Ok(())
     }
 }
@@ -530,7 +533,10 @@ impl Projector<Stdout> {
 impl Projector<Stderr> {
     #[handle]
     async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
-        self.seen.lock().unwrap().push(format!("stderr {}", event.order_id));
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("stderr {}", event.order_id));
         Ok(())
     }
 }
@@ -600,7 +606,10 @@ fn name_sets_the_handler_name_of_every_handler_kind() {
         "billing-fulfillment"
     );
     // Without `name`, the last path segment of the type.
-    assert_eq!(<billing::Projector as EventHandler>::descriptor().name, "Projector");
+    assert_eq!(
+        <billing::Projector as EventHandler>::descriptor().name,
+        "Projector"
+    );
 }
 
 #[tokio::test]

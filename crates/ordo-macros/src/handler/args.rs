@@ -39,7 +39,8 @@ pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) ->
     let parser = syn::meta::parser(|meta| {
         match flavor {
             _ if meta.path.is_ident("name") => {
-                let lit = non_empty_str(&meta, "name", errors)?.filter(|lit| errors.ok(check_name(lit)).is_some());
+                let lit =
+                    non_empty_str(&meta, "name", errors)?.filter(|lit| errors.ok(check_name(lit)).is_some());
                 errors.ok(name.set(&meta, lit));
             }
             Flavor::Event | Flavor::Command if meta.path.is_ident("part_of") => {
@@ -66,7 +67,11 @@ pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) ->
                 }
             }
             Flavor::Event | Flavor::Command => {
-                errors.push(unknown_key(&meta, &attribute, &["part_of", "sequential_by", "name"]));
+                errors.push(unknown_key(
+                    &meta,
+                    &attribute,
+                    &["part_of", "sequential_by", "name"],
+                ));
                 skip_value(&meta)?;
             }
             Flavor::ProcessManager => {

@@ -68,13 +68,17 @@ pub(super) fn generate(model: &HandlerModel) -> TokenStream {
 /// field a `property` policy reads.
 fn checks(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
     let ty = &method.message;
-    let assertion = match model.flavor {
-        Flavor::Event | Flavor::ProcessManager => quote!(assert_event),
-        Flavor::Command => quote!(assert_command),
+    // Qualified paths, not calls of bounded helpers: rustc then reports the
+    // trait's own message at the type, with no note pointing into Ordo.
+    let kind = match model.flavor {
+        Flavor::Event | Flavor::ProcessManager => quote!(Event),
+        Flavor::Command => quote!(Command),
     };
-    let kind_check = quote_spanned! {ty.span()=> let _ = ::ordo::__private::#assertion::<#ty>; };
+    let kind_check = quote_spanned! {ty.span()=>
+        let _ = ::core::marker::PhantomData::<<#ty as ::ordo::__private::#kind>::Aggregate>;
+    };
     let part_of_check = model.args.part_of.as_ref().map(|aggregate| {
-        quote_spanned! {ty.span()=> let _ = ::ordo::__private::assert_part_of::<#ty, #aggregate>; }
+        quote_spanned! {ty.span()=> let _ = <#ty as ::ordo::__private::PartOf<#aggregate>>::PROOF; }
     });
     let property = method
         .policy
@@ -124,7 +128,9 @@ fn handled_message(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
 fn key_extractor(ty: &syn::Type, field: &FieldName) -> TokenStream {
     let name = field.value();
     let ident = &field.ident;
-    let key = quote_spanned! {field.span()=> ::ordo::__private::key_of(&(*message).#ident) };
+    let key = quote_spanned! {field.span()=>
+        ::ordo::__private::key_text(<_ as ::ordo::__private::PartitionKey>::key_value(&(*message).#ident))
+    };
     quote! {
         ::ordo::__private::KeyExtractor::new(#name, {
             fn extract(
@@ -158,13 +164,17 @@ fn handle_fn(model: &HandlerModel) -> TokenStream {
     } else {
         quote!(&'a self)
     };
-    let ctx_used = model.methods.iter().any(|method| method.takes_ctx);
+    let ctx_used = model.methods.iter().any(|method| method.ctx.is_some());
     let ctx = if ctx_used { quote!(ctx) } else { quote!(_ctx) };
     let arms = model.methods.iter().map(|method| {
         let ty = &method.message;
         let ident = &method.ident;
-        let args = if method.takes_ctx {
-            quote!(&message, ctx)
+        let args = if let Some(ctx_ty) = &method.ctx {
+            // Spanned at the parameter's type: another type is reported there.
+            let ctx = quote_spanned! {ctx_ty.span()=>
+                <#ctx_ty as ::ordo::__private::ContextParameter>::from_context(ctx)
+            };
+            quote!(&message, #ctx)
         } else {
             quote!(&message)
         };

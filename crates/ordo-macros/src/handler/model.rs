@@ -31,7 +31,8 @@ pub(super) struct HandleMethod {
     pub(super) ident: Ident,
     /// `T` in `event: &T`.
     pub(super) message: Type,
-    pub(super) takes_ctx: bool,
+    /// `C` in `ctx: &C`, when the method takes the context.
+    pub(super) ctx: Option<Type>,
     /// Where a return type that is not a handler result is reported.
     pub(super) output_span: Span,
     /// Process managers: `#[handle(start)]`.
@@ -243,7 +244,7 @@ fn parse_method(flavor: Flavor, method: &mut syn::ImplItemFn, errors: &mut Error
     Method::Handler(Box::new(HandleMethod {
         ident: method.sig.ident.clone(),
         message: signature.message,
-        takes_ctx: signature.takes_ctx,
+        ctx: signature.ctx,
         output_span: signature.output_span,
         start,
         correlate,
@@ -320,7 +321,7 @@ fn parse_handle_args(
 /// What the signature of a `#[handle]` method tells.
 struct Signature {
     message: Type,
-    takes_ctx: bool,
+    ctx: Option<Type>,
     output_span: Span,
 }
 
@@ -378,16 +379,25 @@ fn parse_signature(flavor: Flavor, sig: &syn::Signature) -> syn::Result<Signatur
             None
         }
     };
-    let takes_ctx = match inputs.next() {
-        Some(FnArg::Typed(arg)) if matches!(&*arg.ty, Type::Reference(r) if r.mutability.is_none()) => true,
+    let ctx = match inputs.next() {
+        Some(FnArg::Typed(arg)) => match &*arg.ty {
+            Type::Reference(reference) if reference.mutability.is_none() => Some((*reference.elem).clone()),
+            other => {
+                errors.push(syn::Error::new_spanned(
+                    other,
+                    "the context parameter is `ctx: &HandlerContext`",
+                ));
+                None
+            }
+        },
         Some(other) => {
             errors.push(syn::Error::new_spanned(
                 other,
                 "the context parameter is `ctx: &HandlerContext`",
             ));
-            false
+            None
         }
-        None => false,
+        None => None,
     };
     if let Some(extra) = inputs.next() {
         errors.push(syn::Error::new_spanned(
@@ -403,7 +413,7 @@ fn parse_signature(flavor: Flavor, sig: &syn::Signature) -> syn::Result<Signatur
     let message = message.ok_or_else(|| syn::Error::new(sig.ident.span(), "missing message parameter"))?;
     Ok(Signature {
         message,
-        takes_ctx,
+        ctx,
         output_span,
     })
 }

@@ -336,7 +336,10 @@ fn name_overrides_the_handler_name() {
     for flavor in [Flavor::Event, Flavor::Command] {
         let out = expand(flavor, quote!(name = "billing.projector-2"), projector());
         assert!(compile_errors(&out).is_empty(), "{out}");
-        assert!(out.to_string().contains("name : \"billing.projector-2\""), "{out}");
+        assert!(
+            out.to_string().contains("name : \"billing.projector-2\""),
+            "{out}"
+        );
     }
     let out = expand(
         Flavor::ProcessManager,
@@ -399,7 +402,11 @@ fn cfg_alternatives_are_not_duplicates_and_carry_their_cfg() {
     let text = out.to_string();
     // The method, its checks, its descriptor entry and its dispatch arm.
     assert_eq!(text.matches("# [cfg (feature = \"v2\")]").count(), 4, "{text}");
-    assert_eq!(text.matches("# [cfg (not (feature = \"v2\"))]").count(), 4, "{text}");
+    assert_eq!(
+        text.matches("# [cfg (not (feature = \"v2\"))]").count(),
+        4,
+        "{text}"
+    );
 
     let errors = errors(
         Flavor::Event,
@@ -419,4 +426,28 @@ fn cfg_alternatives_are_not_duplicates_and_carry_their_cfg() {
         errors,
         ["`OrderPlaced` is already handled by `a`: one method per message type"]
     );
+}
+
+#[test]
+fn a_partitioned_process_manager_checks_correlation_per_category_at_compile_time() {
+    let item = quote! {
+        impl Fulfillment {
+            #[handle(start, correlate = "order_id")]
+            async fn on_placed(&mut self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+            #[handle(correlate = "id")]
+            async fn on_shipped(&mut self, event: &OrderShipped) -> anyhow::Result<()> { Ok(()) }
+            #[handle(correlate = "order_id")]
+            async fn on_paid(&mut self, event: &OrderPaid) -> anyhow::Result<()> { Ok(()) }
+        }
+    };
+    let out = expand(Flavor::ProcessManager, quote!(sequential_by), item.clone()).to_string();
+    // Pairs with different fields only: placed/shipped and shipped/paid.
+    assert_eq!(out.matches("same_category").count(), 2, "{out}");
+    assert!(
+        out.contains("correlates `OrderPlaced` by `order_id` (in `on_placed`) and `OrderShipped` by `id`"),
+        "{out}"
+    );
+    // Unpartitioned: different fields per category are allowed.
+    let out = expand(Flavor::ProcessManager, quote!(), item).to_string();
+    assert!(!out.contains("same_category"), "{out}");
 }
