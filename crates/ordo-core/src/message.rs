@@ -82,7 +82,7 @@ pub trait PartOf<A> {
     /// (`<M as PartOf<A>>::PROOF`), which rustc reports at the handled type
     /// without pointing into Ordo's source. Not meant to be set.
     #[doc(hidden)]
-    const PROOF: () = ();
+    const PROOF: std::marker::PhantomData<A> = std::marker::PhantomData;
 }
 
 /// Whether a message is an event or a command.

@@ -55,7 +55,8 @@
 //!
 //! Implements [`Aggregate`]. The stream category defaults to the type's name
 //! in snake case (`OrderLine` → `order_line`); `#[aggregate(category =
-//! "orders")]` overrides it. A category cannot be empty or contain `:`.
+//! "orders")]` overrides it. A category cannot be empty, contain `:` or a
+//! control character, be `dlq`, or have the reserved form `__name__`.
 //!
 //! ## `#[derive(Event)]` and `#[derive(Command)]`
 //!
@@ -69,7 +70,9 @@
 //! - `#[routing_key]` (commands): the field returned by
 //!   [`Command::routing_key`] (default: the aggregate id).
 //!
-//! Both fields must have a partition-key type ([`PartitionKey`]).
+//! Both fields must have a partition-key type ([`PartitionKey`]). A message is
+//! decoded from JSON into an owned value, so its fields own their data: a
+//! borrowed field (`&'static str`) is rejected; use `String`.
 //!
 //! ```
 //! use ordo::prelude::*;
@@ -99,13 +102,50 @@
 //! On an inherent `impl` block. Arguments, all optional:
 //! - `part_of = Order`: every handled message must be part of `Order`;
 //! - `sequential_by = "field"`: the partition key; every handled message must
-//!   have that field, of a [`PartitionKey`] type.
+//!   have that field, of a [`PartitionKey`] type;
+//! - `name = "billing_projector"`: the handler's name (default: the type's
+//!   last path segment, so `Projector<Stdout>` and `Projector<Stderr>`, or
+//!   `billing::Projector` and `shipping::Projector`, need one each). It names
+//!   the handler's consumer groups and state, must be unique in a domain and
+//!   is made of ASCII letters, digits, `_`, `-` and `.`.
+//!   `#[process_manager]` takes it too.
 //!
 //! Each handler method is marked `#[handle]` and has the shape
 //! `async fn name(&self, event: &SomeEvent, ctx: &HandlerContext) -> Result<(), E>`
 //! where `ctx` is optional and `E` converts into [`HandlerError`]
 //! (`anyhow::Error` does). The macro implements [`EventHandler`] (or
-//! [`CommandHandler`]) for the type.
+//! [`CommandHandler`]) for the type. A `#[cfg(...)]` on a method applies to
+//! its registration too, so cfg alternatives may handle one type.
+//!
+//! ```
+//! use ordo::prelude::*;
+//!
+//! # #[derive(Aggregate)] struct Order;
+//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
+//! # struct OrderPlaced { order_id: String }
+//! struct Stdout;
+//! struct Stderr;
+//! struct Printer<W>(std::marker::PhantomData<W>);
+//!
+//! #[event_handler(part_of = Order, name = "printer.stdout")]
+//! impl Printer<Stdout> {
+//!     #[handle]
+//!     async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
+//!         println!("{}", event.order_id);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[event_handler(part_of = Order, name = "printer.stderr")]
+//! impl Printer<Stderr> {
+//!     #[handle]
+//!     async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
+//!         eprintln!("{}", event.order_id);
+//!         Ok(())
+//!     }
+//! }
+//! # assert_eq!(Printer::<Stdout>::descriptor().name, "printer.stdout");
+//! ```
 //!
 //! ## `#[process_manager]`
 //!

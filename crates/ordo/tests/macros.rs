@@ -633,12 +633,13 @@ async fn two_instantiations_of_one_generic_handler_run_side_by_side_under_their_
 
 #[test]
 fn same_named_handlers_without_name_are_reported_at_init_with_the_fix() {
-    let error = Domain::builder()
+    let Err(error) = Domain::builder()
         .event_handler(billing::Projector)
         .event_handler(shipping::Projector)
         .init()
-        .err()
-        .expect("two handlers named `Projector`");
+    else {
+        panic!("two handlers named `Projector` were accepted");
+    };
     let message = error.to_string();
     assert!(
         message.contains("the name `Projector` is registered more than once"),

@@ -90,7 +90,7 @@ fn checks(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
         quote! { let _ = |message: &#ty| { let _ = &#access; }; }
     });
     let cfgs = &method.cfgs;
-    quote! { #(#cfgs)* let _ = { #kind_check #part_of_check #property_check }; }
+    quote! { #(#cfgs)* { #kind_check #part_of_check #property_check } }
 }
 
 /// One `HandledMessage` literal.
