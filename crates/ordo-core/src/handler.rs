@@ -234,6 +234,25 @@ impl ContextParameter for HandlerContext {
     }
 }
 
+/// What a `#[handle]` method may return: `Result<(), E>` where `E` converts
+/// into [`HandlerError`] (as `anyhow::Error` does).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a handler result",
+    label = "a `#[handle]` method returns `Result<(), E>` here",
+    note = "`E` must convert into `Box<dyn std::error::Error + Send + Sync>`, as `anyhow::Error` does"
+)]
+pub trait IntoHandlerResult {
+    /// Converts the method's result.
+    fn into_handler_result(self) -> HandlerResult;
+}
+
+#[diagnostic::do_not_recommend]
+impl<E: Into<HandlerError>> IntoHandlerResult for Result<(), E> {
+    fn into_handler_result(self) -> HandlerResult {
+        self.map_err(Into::into)
+    }
+}
+
 /// What a handler knows about the message it is handling.
 #[derive(Debug, Clone)]
 pub struct HandlerContext {

@@ -258,9 +258,9 @@ pub mod __private {
     pub use ordo_core::{
         Aggregate, BoxFuture, Command, CommandHandler, ContextParameter, Envelope, Event, EventHandler,
         FullConcurrencyPolicy, HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind,
-        HandlerResult, KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf, PartitionKey,
-        PartitionKeyPolicy, PerAggregatePolicy, ProcessManager, PropertyPolicy, RoutingKeyPolicy,
-        SequencingPolicy, SequentialPolicy,
+        HandlerResult, IntoHandlerResult, KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf,
+        PartitionKey, PartitionKeyPolicy, PerAggregatePolicy, ProcessManager, PropertyPolicy,
+        RoutingKeyPolicy, SequencingPolicy, SequentialPolicy,
     };
     pub use serde;
 
@@ -296,22 +296,5 @@ pub mod __private {
     /// A sequencing policy as the descriptors store it.
     pub fn policy<P: SequencingPolicy>(policy: P) -> Option<Arc<dyn SequencingPolicy>> {
         Some(Arc::new(policy))
-    }
-
-    /// What a `#[handle]` method may return.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` is not a handler result",
-        label = "a `#[handle]` method returns `Result<(), E>` here",
-        note = "`E` must convert into `Box<dyn std::error::Error + Send + Sync>`, as `anyhow::Error` does"
-    )]
-    pub trait IntoHandlerResult {
-        /// Converts the method's result.
-        fn into_handler_result(self) -> HandlerResult;
-    }
-
-    impl<E: Into<HandlerError>> IntoHandlerResult for Result<(), E> {
-        fn into_handler_result(self) -> HandlerResult {
-            self.map_err(Into::into)
-        }
     }
 }
