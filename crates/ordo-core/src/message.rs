@@ -23,6 +23,11 @@ pub trait Aggregate: 'static {
 }
 
 /// What every event and command has in common.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a message",
+    label = "not an event or a command",
+    note = "derive it with `#[derive(Event)]` or `#[derive(Command)]`, with `part_of = SomeAggregate`"
+)]
 pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The stable type name written into every envelope (`OrderPlaced`).
     const TYPE_NAME: &'static str;
