@@ -119,10 +119,10 @@ pub enum UsageProblem {
     /// One handler name registered twice.
     #[error(
         "{handler_kind} `{handler}`: the name `{handler}` is registered more than once (handler names \
-         must be unique: they name consumer groups and process state); a handler's name is its type's \
-         last path segment, so two types such as `Projector<A>` and `Projector<B>`, or \
-         `billing::Projector` and `shipping::Projector`, need distinct names: give each one with \
-         `name = \"...\"` on its handler attribute (`#[event_handler(name = \"billing_projector\")]`)"
+         must be unique: they name consumer groups and process state); a name defaults to the type's \
+         last path segment, so if these are two types such as `Projector<A>` and `Projector<B>`, or \
+         `billing::Projector` and `shipping::Projector`, give each its own with `name = \"...\"` on \
+         its handler attribute (`#[event_handler(name = \"billing_projector\")]`)"
     )]
     DuplicateHandler {
         /// The handler.
