@@ -118,7 +118,10 @@ pub enum UsageProblem {
     /// One handler name registered twice.
     #[error(
         "{handler_kind} `{handler}`: the name `{handler}` is registered more than once (handler names \
-         must be unique: they name consumer groups and process state)"
+         must be unique: they name consumer groups and process state); a name defaults to the type's \
+         last path segment, so if these are two types such as `Projector<A>` and `Projector<B>`, or \
+         `billing::Projector` and `shipping::Projector`, give each its own with `name = \"...\"` on \
+         its handler attribute (`#[event_handler(name = \"billing_projector\")]`)"
     )]
     DuplicateHandler {
         /// The handler.
@@ -170,7 +173,10 @@ pub enum UsageProblem {
         category: &'static str,
     },
     /// Two different aggregate types claim one category.
-    #[error("aggregates `{first}` and `{second}` both claim category `{category}`")]
+    #[error(
+        "aggregates `{first}` and `{second}` both claim category `{category}` (two types with one name \
+         get one default category); give one of them its own with `#[aggregate(category = \"...\")]`"
+    )]
     DuplicateCategory {
         /// The category.
         category: &'static str,
@@ -178,6 +184,17 @@ pub enum UsageProblem {
         first: &'static str,
         /// The second aggregate's Rust type name.
         second: &'static str,
+    },
+    /// An aggregate's category cannot name streams (hand-written `Aggregate`
+    /// impls; the derive checks at compile time).
+    #[error("aggregate `{aggregate}` has category {category:?}, which {reason}")]
+    InvalidCategory {
+        /// The aggregate's Rust type name.
+        aggregate: &'static str,
+        /// The category.
+        category: &'static str,
+        /// The rule it breaks.
+        reason: &'static str,
     },
     /// A process manager carries a `#[sequencing_policy]`.
     #[error(

@@ -272,6 +272,45 @@ impl fmt::Debug for Extensions {
     }
 }
 
+/// The type of a `#[handle]` method's context parameter: only
+/// [`HandlerContext`] (or an alias of it). The handler macros use it to
+/// report any other type at the parameter.
+#[diagnostic::on_unimplemented(
+    message = "the context parameter is `ctx: &HandlerContext`, not `&{Self}`",
+    label = "expected `HandlerContext` here",
+    note = "a `#[handle]` method is `async fn name(&self, event: &SomeEvent, ctx: &HandlerContext)`; `ctx` is optional"
+)]
+pub trait ContextParameter {
+    /// The handler context, as the method's parameter type.
+    fn from_context(ctx: &HandlerContext) -> &Self;
+}
+
+#[diagnostic::do_not_recommend]
+impl ContextParameter for HandlerContext {
+    fn from_context(ctx: &HandlerContext) -> &Self {
+        ctx
+    }
+}
+
+/// What a `#[handle]` method may return: `Result<(), E>` where `E` converts
+/// into [`HandlerError`] (as `anyhow::Error` does).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a handler result",
+    label = "a `#[handle]` method returns `Result<(), E>` here",
+    note = "`E` must convert into `Box<dyn std::error::Error + Send + Sync>`, as `anyhow::Error` does"
+)]
+pub trait IntoHandlerResult {
+    /// Converts the method's result.
+    fn into_handler_result(self) -> HandlerResult;
+}
+
+#[diagnostic::do_not_recommend]
+impl<E: Into<HandlerError>> IntoHandlerResult for Result<(), E> {
+    fn into_handler_result(self) -> HandlerResult {
+        self.map_err(Into::into)
+    }
+}
+
 /// What a handler knows about the message it is handling.
 #[derive(Debug, Clone)]
 pub struct HandlerContext {

@@ -18,7 +18,10 @@ pub const DEFAULT_BACKFILL_SUFFIX: &str = "backfill";
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a partition key",
     label = "this field's type cannot be a partition key",
-    note = "a partition key field is a string, an integer, a `uuid::Uuid`, or an `Option` of one of those"
+    note = "a partition key field is a string (`String`, `Box<str>`, `Cow<str>`), an integer (`u8` to `u128`, \
+            `i8` to `i128`, `usize`, `isize`), a `uuid::Uuid`, or an `Option` of one of those",
+    note = "for a newtype, implement `ordo::PartitionKey` for it: `impl ordo::PartitionKey for ClientId {{ fn \
+            key_value(&self) -> Option<std::borrow::Cow<'_, str>> {{ self.0.key_value() }} }}`"
 )]
 pub trait PartitionKey {
     /// The key's text, or `None` for a null key.
@@ -107,7 +110,8 @@ impl KeyRules {
 
     /// Validates a key value taken from `field`; `None` is a null key.
     ///
-    /// Rejected: null or empty; containing `:`; longer than
+    /// Rejected: null or empty; containing `:` or a control character
+    /// (a newline, a tab, NUL, ...); longer than
     /// [`MAX_KEY_LEN`] bytes; equal to `dlq` or the backfill suffix; of the
     /// reserved sentinel form `__name__`.
     pub fn validate(&self, field: &str, value: Option<&str>) -> Result<String, InvalidKey> {
@@ -124,6 +128,9 @@ impl KeyRules {
         }
         if value.contains(':') {
             return Err(reject(KeyRule::ContainsColon));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(reject(KeyRule::ControlCharacter));
         }
         if value.len() > MAX_KEY_LEN {
             return Err(reject(KeyRule::TooLong { len: value.len() }));
@@ -153,6 +160,10 @@ pub enum KeyRule {
     Empty,
     /// The value contains `:`, the stream-name separator.
     ContainsColon,
+    /// The value contains a control character (a newline, a tab, NUL, ...):
+    /// it would make stream names, logs and operator commands ambiguous.
+    /// Spaces, `/` and other printable characters are fine.
+    ControlCharacter,
     /// The value is longer than [`MAX_KEY_LEN`] bytes.
     TooLong {
         /// The value's length in bytes.
@@ -170,6 +181,9 @@ impl fmt::Display for KeyRule {
             Self::Null => f.write_str("a partition key must not be null"),
             Self::Empty => f.write_str("a partition key must not be empty"),
             Self::ContainsColon => f.write_str("a partition key must not contain ':'"),
+            Self::ControlCharacter => f.write_str(
+                "a partition key must not contain control characters (such as a newline or a tab)",
+            ),
             Self::TooLong { len } => write!(
                 f,
                 "a partition key must be at most {MAX_KEY_LEN} bytes (this one is {len})"

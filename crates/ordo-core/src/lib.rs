@@ -23,8 +23,9 @@ pub mod uow;
 
 pub use broker::{Broker, BrokerError, Capabilities, DynHandler, Publication, PublishError, Subscription};
 pub use handler::{
-    BoxFuture, CommandHandler, EventHandler, Extensions, HandledMessage, HandlerContext, HandlerDescriptor,
-    HandlerError, HandlerKind, HandlerResult, KeyExtractor, ProcessManager, RustType,
+    BoxFuture, CommandHandler, ContextParameter, EventHandler, Extensions, HandledMessage, HandlerContext,
+    HandlerDescriptor, HandlerError, HandlerKind, HandlerResult, IntoHandlerResult, KeyExtractor,
+    ProcessManager, RustType,
 };
 pub use key::{InvalidKey, KeyRule, KeyRules, Lane, PartitionKey};
 pub use message::{Aggregate, Command, DecodeError, Envelope, Event, Message, MessageKind, Metadata, PartOf};

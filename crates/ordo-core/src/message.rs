@@ -23,6 +23,11 @@ pub trait Aggregate: 'static {
 }
 
 /// What every event and command has in common.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a message",
+    label = "not an event or a command",
+    note = "derive it with `#[derive(Event)]` or `#[derive(Command)]`, with `part_of = SomeAggregate`"
+)]
 pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The stable type name written into every envelope (`OrderPlaced`).
     const TYPE_NAME: &'static str;
@@ -77,7 +82,13 @@ pub trait Command: Message {
     label = "handled here, but part of another aggregate",
     note = "a handler declared `part_of = {A}` can only handle messages declared `part_of = {A}`"
 )]
-pub trait PartOf<A: Aggregate> {}
+pub trait PartOf<A> {
+    /// Names the proof in the macros' compile-time check
+    /// (`<M as PartOf<A>>::PROOF`), which rustc reports at the handled type
+    /// without pointing into Ordo's source. Not meant to be set.
+    #[doc(hidden)]
+    const PROOF: std::marker::PhantomData<A> = std::marker::PhantomData;
+}
 
 /// Whether a message is an event or a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -5,6 +5,7 @@
 //! message with none has no ordering constraint.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -203,20 +204,20 @@ impl SequencingPolicy for PropertyPolicy {
 )]
 pub trait SequenceText {
     /// The value's text, or `None` for a null value.
-    fn sequence_text(&self) -> Option<String>;
+    fn sequence_text(&self) -> Option<Cow<'_, str>>;
 }
 
 impl<K: PartitionKey + ?Sized> SequenceText for K {
-    fn sequence_text(&self) -> Option<String> {
-        self.key_value().map(std::borrow::Cow::into_owned)
+    fn sequence_text(&self) -> Option<Cow<'_, str>> {
+        self.key_value()
     }
 }
 
 macro_rules! display_sequence_text {
     ($($t:ty),*) => {$(
         impl SequenceText for $t {
-            fn sequence_text(&self) -> Option<String> {
-                Some(self.to_string())
+            fn sequence_text(&self) -> Option<Cow<'_, str>> {
+                Some(Cow::Owned(self.to_string()))
             }
         }
     )*};

@@ -526,3 +526,93 @@ async fn shutdown_reports_a_broker_that_stopped_with_an_error() {
         "broker `broken` stopped with an error: lost the connection"
     );
 }
+
+/// Hand-written aggregates are held to the rules `#[derive(Aggregate)]`
+/// checks at compile time: a category names streams (`{category}:{key}`).
+#[test]
+fn reserved_or_malformed_categories_are_rejected_at_init() {
+    macro_rules! aggregate {
+        ($name:ident, $category:expr) => {
+            struct $name;
+            impl ordo_core::message::Aggregate for $name {
+                const CATEGORY: &'static str = $category;
+            }
+        };
+    }
+    aggregate!(DeadLetters, "dlq");
+    aggregate!(Partitions, "__partitions__");
+    aggregate!(Multiline, "order\nline");
+    aggregate!(WithColon, "shop:order");
+    aggregate!(Empty, "");
+    aggregate!(Spaced, "order line");
+    let builder = Domain::builder()
+        .aggregate::<DeadLetters>()
+        .aggregate::<Partitions>()
+        .aggregate::<Multiline>()
+        .aggregate::<WithColon>()
+        .aggregate::<Empty>()
+        .aggregate::<Spaced>();
+    let (problems, message) = problems(builder);
+    let rejected: Vec<(&str, &str)> = problems
+        .iter()
+        .map(|problem| match problem {
+            UsageProblem::InvalidCategory { category, reason, .. } => (*category, *reason),
+            other => panic!("unexpected problem: {other}"),
+        })
+        .collect();
+    assert_eq!(
+        rejected,
+        [
+            ("dlq", "is the reserved dead-letter lane token `dlq`"),
+            ("__partitions__", "has the reserved sentinel form `__name__`"),
+            ("order\nline", "contains control characters"),
+            ("shop:order", "contains `:` (the stream-name separator)"),
+            ("", "is empty"),
+        ]
+    );
+    assert!(
+        message.contains("aggregate `domain::reserved_or_malformed_categories_are_rejected_at_init::Multiline` has category \"order\\nline\", which contains control characters"),
+        "{message}"
+    );
+}
+
+/// Two aggregate types with one name get one default category; the error
+/// says so and how to fix it.
+#[test]
+fn two_same_named_aggregates_are_told_apart_with_a_fix() {
+    mod sales {
+        pub(super) struct Order;
+        impl ordo_core::message::Aggregate for Order {
+            const CATEGORY: &'static str = "order";
+        }
+    }
+    mod billing {
+        pub(super) struct Order;
+        impl ordo_core::message::Aggregate for Order {
+            const CATEGORY: &'static str = "order";
+        }
+    }
+    let builder = Domain::builder()
+        .aggregate::<sales::Order>()
+        .aggregate::<billing::Order>();
+    let (problems, message) = problems(builder);
+    assert!(
+        matches!(
+            problems.as_slice(),
+            [UsageProblem::DuplicateCategory {
+                category: "order",
+                ..
+            }]
+        ),
+        "{problems:?}"
+    );
+    assert!(message.contains("sales::Order` and `"), "{message}");
+    assert!(
+        message.contains("billing::Order` both claim category `order`"),
+        "{message}"
+    );
+    assert!(
+        message.contains("give one of them its own with `#[aggregate(category = \"...\")]`"),
+        "{message}"
+    );
+}

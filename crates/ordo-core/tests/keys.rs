@@ -16,9 +16,10 @@ fn identifier_key() -> impl Strategy<Value = String> {
     "[A-Za-z0-9_.@/+-]{1,100}".prop_filter("reserved", |k| !reserved(k, DEFAULT_BACKFILL_SUFFIX))
 }
 
-/// Any text without `:` that fits the length limit and is not reserved.
+/// Any text without `:` or control characters that fits the length limit
+/// and is not reserved (spaces and `/` included).
 fn any_valid_key() -> impl Strategy<Value = String> {
-    "[^:]{1,60}".prop_filter("valid", |k| {
+    "[^:\\p{Cc}]{1,60}".prop_filter("valid", |k| {
         k.len() <= MAX_KEY_LEN && !reserved(k, DEFAULT_BACKFILL_SUFFIX)
     })
 }
@@ -37,6 +38,7 @@ fn rejected_value() -> impl Strategy<Value = String> {
         Just(DLQ_TOKEN.to_owned()),
         Just(DEFAULT_BACKFILL_SUFFIX.to_owned()),
         "__[^:]{1,40}__",
+        "[^:]{0,20}[\\p{Cc}][^:]{0,20}",
     ]
 }
 
@@ -179,6 +181,40 @@ fn a_colon_is_rejected() {
     assert_eq!(error.rule, KeyRule::ContainsColon);
     assert!(error.to_string().contains("\"a:b\""), "{error}");
     assert_eq!(rule_of(&KeyRules::default(), Some(":")), KeyRule::ContainsColon);
+}
+
+#[test]
+fn control_characters_are_rejected_spaces_and_slashes_are_not() {
+    let rules = KeyRules::default();
+    for bad in [
+        "a\nb",
+        "line\n",
+        "\r",
+        "tab\there",
+        "nul\0",
+        "esc\u{1b}[0m",
+        "del\u{7f}",
+        "c1\u{85}",
+    ] {
+        assert_eq!(rule_of(&rules, Some(bad)), KeyRule::ControlCharacter, "{bad:?}");
+    }
+    let error = rules.validate("client_id", Some("a\nb")).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid partition key in field `client_id` (value \"a\\nb\"): a partition key must not contain \
+         control characters (such as a newline or a tab)"
+    );
+    for fine in [
+        "a b",
+        "  padded  ",
+        "tenant/42",
+        "/",
+        "a/b/c",
+        "é ü",
+        "emoji \u{1F600}",
+    ] {
+        assert_eq!(rules.validate("f", Some(fine)), Ok(fine.to_owned()), "{fine:?}");
+    }
 }
 
 #[test]

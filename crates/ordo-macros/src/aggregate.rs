@@ -53,33 +53,64 @@ fn parse(input: &DeriveInput) -> syn::Result<AggregateDef> {
         });
         errors.ok(parsed);
     }
+    let category = category.into_inner();
+    if category.is_none() {
+        let default = snake_case(&input.ident.unraw().to_string());
+        if let Some(why) = category_problem(&default) {
+            errors.error(
+                input.ident.span(),
+                format_args!(
+                    "the default category of `{}` is `{default}`, which {why}; choose another with \
+                     `#[aggregate(category = \"...\")]`",
+                    input.ident.unraw()
+                ),
+            );
+        }
+    }
     errors.finish()?;
-    let category = category
-        .into_inner()
-        .map_or_else(|| snake_case(&input.ident.unraw().to_string()), |lit| lit.value());
+    let category = category.map_or_else(|| snake_case(&input.ident.unraw().to_string()), |lit| lit.value());
     Ok(AggregateDef {
         ident: input.ident.clone(),
         category,
     })
 }
 
-/// A category becomes the first part of every stream name: it cannot be
-/// empty or contain the separator.
+/// A category becomes the first part of every stream name: see
+/// [`category_problem`].
 fn validate_category(lit: &LitStr) -> syn::Result<()> {
-    let value = lit.value();
-    if value.is_empty() {
-        return Err(syn::Error::new(
+    match category_problem(&lit.value()) {
+        Some(why) if lit.value().is_empty() => Err(syn::Error::new(
             lit.span(),
-            "an aggregate's category cannot be empty",
-        ));
-    }
-    if value.contains(':') {
-        return Err(syn::Error::new(
+            format_args!("an aggregate's category {why}"),
+        )),
+        Some(why) => Err(syn::Error::new(
             lit.span(),
-            format_args!("an aggregate's category cannot contain `:` (the stream-name separator): `{value}`"),
-        ));
+            format_args!("an aggregate's category {why}: `{}`", lit.value().escape_debug()),
+        )),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Why `category` cannot name a stream category, if it cannot: it is the
+/// first part of every stream name (`{category}:{key}`), so it cannot be
+/// empty, contain the separator `:` or a control character, be the reserved
+/// lane token `dlq`, or have the reserved sentinel form `__name__` (which
+/// Ordo's own keys, such as `__partitions__`, use). The same rules are
+/// checked at `init()` for hand-written `Aggregate` impls.
+fn category_problem(category: &str) -> Option<&'static str> {
+    if category.is_empty() {
+        Some("cannot be empty")
+    } else if category.contains(':') {
+        Some("cannot contain `:` (the stream-name separator)")
+    } else if category.chars().any(char::is_control) {
+        Some("cannot contain control characters (such as a newline or a tab)")
+    } else if category == "dlq" {
+        Some("cannot be `dlq` (the reserved dead-letter lane token)")
+    } else if category.len() > 4 && category.starts_with("__") && category.ends_with("__") {
+        Some("cannot have the reserved sentinel form `__name__`")
+    } else {
+        None
+    }
 }
 
 fn generate(def: &AggregateDef) -> TokenStream {
@@ -126,6 +157,42 @@ mod tests {
             struct Order;
         )));
         assert!(errors[0].contains("cannot be empty"), "{errors:?}");
+        for (bad, why) in [
+            ("dlq", "reserved dead-letter lane token"),
+            ("__partitions__", "reserved sentinel form"),
+            ("__x__", "reserved sentinel form"),
+            ("order\nline", "control characters"),
+            ("tab\there", "control characters"),
+        ] {
+            let lit = syn::LitStr::new(bad, proc_macro2::Span::call_site());
+            let errors = compile_errors(&expand(quote!(
+                #[aggregate(category = #lit)]
+                struct Order;
+            )));
+            assert_eq!(errors.len(), 1, "{bad:?}: {errors:?}");
+            assert!(errors[0].contains(why), "{bad:?}: {errors:?}");
+        }
+        for fine in ["orders", "order_line", "__x", "x__", "shop.orders", "a b"] {
+            let out = expand(quote!(
+                #[aggregate(category = #fine)]
+                struct Order;
+            ))
+            .to_string();
+            assert!(!out.contains("compile_error"), "{fine:?}: {out}");
+        }
+    }
+
+    #[test]
+    fn a_default_category_is_checked_too() {
+        let errors = compile_errors(&expand(quote!(
+            struct Dlq;
+        )));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("the default category of `Dlq` is `dlq`"),
+            "{errors:?}"
+        );
+        assert!(errors[0].contains("#[aggregate(category = "), "{errors:?}");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `#[derive(Event)]` and `#[derive(Command)]`.
 
 use proc_macro2::{Ident, TokenStream};
+use quote::ToTokens;
 use quote::{quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, LitStr};
 
@@ -145,6 +147,18 @@ fn parse_fields(fields: &Fields, errors: &mut Errors) -> (Option<KeyMember>, Opt
     let mut routing_key: Option<KeyMember> = None;
     for field in fields {
         let Some(ident) = &field.ident else { continue };
+        if let Some(reference) = borrowed(&field.ty) {
+            errors.spanned(
+                reference,
+                format_args!(
+                    "field `{}` borrows (`{}`): a message is decoded from JSON into an owned value and may \
+                     outlive the code that raised it, so it owns its data; use {}",
+                    ident.unraw(),
+                    shown_reference(reference),
+                    owned_alternative(reference),
+                ),
+            );
+        }
         for attr in &field.attrs {
             let slot = if attr.path().is_ident("aggregate_id") {
                 &mut aggregate_id
@@ -170,6 +184,62 @@ fn parse_fields(fields: &Fields, errors: &mut Errors) -> (Option<KeyMember>, Opt
         }
     }
     (aggregate_id, routing_key)
+}
+
+/// The first reference inside `ty` (`&'static str`, `Option<&str>`,
+/// `Vec<&[u8]>`), which a message cannot hold.
+fn borrowed(ty: &syn::Type) -> Option<&syn::TypeReference> {
+    match ty {
+        syn::Type::Reference(reference) => Some(reference),
+        syn::Type::Array(array) => borrowed(&array.elem),
+        syn::Type::Slice(slice) => borrowed(&slice.elem),
+        syn::Type::Paren(paren) => borrowed(&paren.elem),
+        syn::Type::Group(group) => borrowed(&group.elem),
+        syn::Type::Tuple(tuple) => tuple.elems.iter().find_map(borrowed),
+        syn::Type::Path(path) => path
+            .path
+            .segments
+            .iter()
+            .find_map(|segment| match &segment.arguments {
+                syn::PathArguments::AngleBracketed(args) => args.args.iter().find_map(|arg| match arg {
+                    syn::GenericArgument::Type(ty) => borrowed(ty),
+                    _ => None,
+                }),
+                _ => None,
+            }),
+        _ => None,
+    }
+}
+
+/// `&'static str` as written (`to_string` spaces every token).
+fn shown_reference(reference: &syn::TypeReference) -> String {
+    let lifetime = reference
+        .lifetime
+        .as_ref()
+        .map(|lifetime| format!("{lifetime} "))
+        .unwrap_or_default();
+    let mutability = if reference.mutability.is_some() {
+        "mut "
+    } else {
+        ""
+    };
+    let elem = reference.elem.to_token_stream().to_string().replace(' ', "");
+    format!("&{lifetime}{mutability}{elem}")
+}
+
+/// What to write instead of a reference type.
+fn owned_alternative(reference: &syn::TypeReference) -> String {
+    match &*reference.elem {
+        syn::Type::Path(path) if path.path.is_ident("str") => "`String` (or `Box<str>`) instead".to_owned(),
+        syn::Type::Slice(slice) => format!(
+            "`Vec<{}>` instead",
+            slice.elem.to_token_stream().to_string().replace(' ', "")
+        ),
+        other => format!(
+            "`{}` (or `Box<{0}>`) instead",
+            other.to_token_stream().to_string().replace(' ', "")
+        ),
+    }
 }
 
 fn generate(kind: MessageKind, def: &MessageDef) -> TokenStream {
@@ -222,7 +292,9 @@ fn generate(kind: MessageKind, def: &MessageDef) -> TokenStream {
 /// reported at the field's type.
 fn key_of_self(member: &KeyMember) -> TokenStream {
     let KeyMember { ident, ty } = member;
-    quote_spanned! {ty.span()=> ::ordo::__private::key_of::<#ty>(&self.#ident) }
+    quote_spanned! {ty.span()=>
+        ::ordo::__private::key_text(<#ty as ::ordo::__private::PartitionKey>::key_value(&self.#ident))
+    }
 }
 
 #[cfg(test)]
@@ -300,6 +372,33 @@ mod tests {
             );
         }
         assert_eq!(errors.len(), expected.len(), "{errors:#?}");
+    }
+
+    #[test]
+    fn borrowed_fields_are_rejected_with_the_owned_alternative() {
+        let errors = compile_errors(&expand(
+            MessageKind::Event,
+            quote!(
+                #[event(part_of = Order)]
+                struct Placed {
+                    order_id: &'static str,
+                    tags: Option<Vec<&'static [u8]>>,
+                    owned: String,
+                    pair: (u8, &'static u64),
+                }
+            ),
+        ));
+        assert_eq!(
+            errors,
+            [
+                "field `order_id` borrows (`&'static str`): a message is decoded from JSON into an owned value \
+                 and may outlive the code that raised it, so it owns its data; use `String` (or `Box<str>`) instead",
+                "field `tags` borrows (`&'static [u8]`): a message is decoded from JSON into an owned value \
+                 and may outlive the code that raised it, so it owns its data; use `Vec<u8>` instead",
+                "field `pair` borrows (`&'static u64`): a message is decoded from JSON into an owned value \
+                 and may outlive the code that raised it, so it owns its data; use `u64` (or `Box<u64>`) instead",
+            ]
+        );
     }
 
     #[test]

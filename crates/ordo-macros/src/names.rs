@@ -43,7 +43,7 @@ impl FieldName {
     /// Validates that `lit` names one direct field.
     pub(crate) fn parse(lit: LitStr, key: &str) -> syn::Result<Self> {
         let value = lit.value();
-        let ident = field_ident(&value, lit.span()).ok_or_else(|| {
+        let ident = field_ident(&value, Span::mixed_site().located_at(lit.span())).ok_or_else(|| {
             let why = if value.is_empty() {
                 "is empty".to_owned()
             } else if value.contains('.') {

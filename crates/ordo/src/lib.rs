@@ -55,7 +55,8 @@
 //!
 //! Implements [`Aggregate`]. The stream category defaults to the type's name
 //! in snake case (`OrderLine` → `order_line`); `#[aggregate(category =
-//! "orders")]` overrides it. A category cannot be empty or contain `:`.
+//! "orders")]` overrides it. A category cannot be empty, contain `:` or a
+//! control character, be `dlq`, or have the reserved form `__name__`.
 //!
 //! ## `#[derive(Event)]` and `#[derive(Command)]`
 //!
@@ -69,7 +70,9 @@
 //! - `#[routing_key]` (commands): the field returned by
 //!   [`Command::routing_key`] (default: the aggregate id).
 //!
-//! Both fields must have a partition-key type ([`PartitionKey`]).
+//! Both fields must have a partition-key type ([`PartitionKey`]). A message is
+//! decoded from JSON into an owned value, so its fields own their data: a
+//! borrowed field (`&'static str`) is rejected; use `String`.
 //!
 //! ```
 //! use ordo::prelude::*;
@@ -99,13 +102,50 @@
 //! On an inherent `impl` block. Arguments, all optional:
 //! - `part_of = Order`: every handled message must be part of `Order`;
 //! - `sequential_by = "field"`: the partition key; every handled message must
-//!   have that field, of a [`PartitionKey`] type.
+//!   have that field, of a [`PartitionKey`] type;
+//! - `name = "billing_projector"`: the handler's name (default: the type's
+//!   last path segment, so `Projector<Stdout>` and `Projector<Stderr>`, or
+//!   `billing::Projector` and `shipping::Projector`, need one each). It names
+//!   the handler's consumer groups and state, must be unique in a domain and
+//!   is made of ASCII letters, digits, `_`, `-` and `.`.
+//!   `#[process_manager]` takes it too.
 //!
 //! Each handler method is marked `#[handle]` and has the shape
 //! `async fn name(&self, event: &SomeEvent, ctx: &HandlerContext) -> Result<(), E>`
 //! where `ctx` is optional and `E` converts into [`HandlerError`]
 //! (`anyhow::Error` does). The macro implements [`EventHandler`] (or
-//! [`CommandHandler`]) for the type.
+//! [`CommandHandler`]) for the type. A `#[cfg(...)]` on a method applies to
+//! its registration too, so cfg alternatives may handle one type.
+//!
+//! ```
+//! use ordo::prelude::*;
+//!
+//! # #[derive(Aggregate)] struct Order;
+//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
+//! # struct OrderPlaced { order_id: String }
+//! struct Stdout;
+//! struct Stderr;
+//! struct Printer<W>(std::marker::PhantomData<W>);
+//!
+//! #[event_handler(part_of = Order, name = "printer.stdout")]
+//! impl Printer<Stdout> {
+//!     #[handle]
+//!     async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
+//!         println!("{}", event.order_id);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[event_handler(part_of = Order, name = "printer.stderr")]
+//! impl Printer<Stderr> {
+//!     #[handle]
+//!     async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
+//!         eprintln!("{}", event.order_id);
+//!         Ok(())
+//!     }
+//! }
+//! # assert_eq!(Printer::<Stdout>::descriptor().name, "printer.stdout");
+//! ```
 //!
 //! ## `#[process_manager]`
 //!
@@ -216,31 +256,36 @@ pub mod __private {
     use std::sync::Arc;
 
     pub use ordo_core::{
-        Aggregate, BoxFuture, Command, CommandHandler, Envelope, Event, EventHandler, FullConcurrencyPolicy,
-        HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind, HandlerResult,
-        KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf, PartitionKey, PartitionKeyPolicy,
-        PerAggregatePolicy, ProcessManager, PropertyPolicy, RoutingKeyPolicy, RustType, SequenceText,
-        SequencingPolicy, SequentialPolicy,
+        Aggregate, BoxFuture, Command, CommandHandler, ContextParameter, Envelope, Event, EventHandler,
+        FullConcurrencyPolicy, HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind,
+        HandlerResult, IntoHandlerResult, KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf,
+        PartitionKey, PartitionKeyPolicy, PerAggregatePolicy, ProcessManager, PropertyPolicy,
+        RoutingKeyPolicy, RustType, SequenceText, SequencingPolicy, SequentialPolicy,
     };
     pub use serde;
 
-    /// Fails to compile unless `T` is an event.
-    pub fn assert_event<T: Event>() {}
-
-    /// Fails to compile unless `T` is a command.
-    pub fn assert_command<T: Command>() {}
-
-    /// Fails to compile unless `T` is part of aggregate `A`.
-    pub fn assert_part_of<T: PartOf<A>, A: Aggregate>() {}
-
-    /// The text of a key field; `None` for a null key.
-    pub fn key_of<K: PartitionKey + ?Sized>(key: &K) -> Option<String> {
-        key.key_value().map(Cow::into_owned)
+    /// The text of a key field; `None` for a null key. The generated code
+    /// calls it as `key_text(<_ as PartitionKey>::key_value(&field))`: a
+    /// field type that is not a key is then reported at the attribute by
+    /// `PartitionKey`'s own message, with no note pointing here.
+    pub fn key_text(key: Option<Cow<'_, str>>) -> Option<String> {
+        key.map(Cow::into_owned)
     }
 
-    /// The sequence text of a `property` policy's field; `None` for a null.
-    pub fn sequence_text_of<K: SequenceText + ?Sized>(value: &K) -> Option<String> {
-        value.sequence_text()
+    /// Whether two categories are the same (`==` for `&str` in constants).
+    pub const fn same_category(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
     }
 
     /// The message `envelope` holds, when it holds an `M` that decodes.
@@ -260,22 +305,5 @@ pub mod __private {
     /// A sequencing policy as the descriptors store it.
     pub fn policy<P: SequencingPolicy>(policy: P) -> Option<Arc<dyn SequencingPolicy>> {
         Some(Arc::new(policy))
-    }
-
-    /// What a `#[handle]` method may return.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` is not a handler result",
-        label = "a `#[handle]` method returns `Result<(), E>` here",
-        note = "`E` must convert into `Box<dyn std::error::Error + Send + Sync>`, as `anyhow::Error` does"
-    )]
-    pub trait IntoHandlerResult {
-        /// Converts the method's result.
-        fn into_handler_result(self) -> HandlerResult;
-    }
-
-    impl<E: Into<HandlerError>> IntoHandlerResult for Result<(), E> {
-        fn into_handler_result(self) -> HandlerResult {
-            self.map_err(Into::into)
-        }
     }
 }

@@ -512,3 +512,157 @@ async fn command_handlers_dispatch_commands() {
         .unwrap();
     assert_eq!(*commands.placed.lock().unwrap(), ["o-5"]);
 }
+
+/// One handler type per output stream: `Projector<Stdout>` and
+/// `Projector<Stderr>` share the last path segment `Projector`.
+struct Stdout;
+struct Stderr;
+
+struct Projector<W> {
+    seen: std::sync::Arc<Mutex<Vec<String>>>,
+    _writer: std::marker::PhantomData<fn() -> W>,
+}
+
+impl<W> Projector<W> {
+    fn new(seen: &std::sync::Arc<Mutex<Vec<String>>>) -> Self {
+        Self {
+            seen: seen.clone(),
+            _writer: std::marker::PhantomData,
+        }
+    }
+}
+
+#[event_handler(part_of = Order, name = "projector.stdout")]
+impl Projector<Stdout> {
+    #[handle]
+    async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("stdout {}", event.order_id));
+        Ok(())
+    }
+}
+
+#[event_handler(part_of = Order, name = "projector.stderr")]
+impl Projector<Stderr> {
+    #[handle]
+    async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("stderr {}", event.order_id));
+        Ok(())
+    }
+}
+
+mod billing {
+    use ordo::prelude::*;
+
+    #[derive(Default)]
+    pub(super) struct Projector;
+
+    #[event_handler(part_of = super::Order)]
+    impl Projector {
+        #[handle]
+        async fn on_placed(&self, _event: &super::OrderPlaced) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[derive(Default)]
+    pub(super) struct NamedProjector;
+
+    #[derive(Default, Serialize, Deserialize)]
+    pub(super) struct Fulfillment;
+
+    #[process_manager(name = "billing-fulfillment")]
+    impl Fulfillment {
+        #[handle(start, correlate = "order_id")]
+        async fn on_cancelled(&mut self, _event: &super::OrderCancelled) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[command_handler(part_of = super::Order, name = "billing_commands")]
+    impl NamedProjector {
+        #[handle]
+        async fn place(&self, _command: &super::PlaceOrder) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+}
+
+mod shipping {
+    use ordo::prelude::*;
+
+    #[derive(Default)]
+    pub(super) struct Projector;
+
+    #[event_handler(part_of = super::Order)]
+    impl Projector {
+        #[handle]
+        async fn on_placed(&self, _event: &super::OrderPlaced) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn name_sets_the_handler_name_of_every_handler_kind() {
+    assert_eq!(Projector::<Stdout>::descriptor().name, "projector.stdout");
+    assert_eq!(Projector::<Stderr>::descriptor().name, "projector.stderr");
+    assert_eq!(
+        <billing::NamedProjector as CommandHandler>::descriptor().name,
+        "billing_commands"
+    );
+    assert_eq!(
+        <billing::Fulfillment as ProcessManager>::descriptor().name,
+        "billing-fulfillment"
+    );
+    // Without `name`, the last path segment of the type.
+    assert_eq!(
+        <billing::Projector as EventHandler>::descriptor().name,
+        "Projector"
+    );
+}
+
+#[tokio::test]
+async fn two_instantiations_of_one_generic_handler_run_side_by_side_under_their_names() {
+    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let domain = Domain::builder()
+        .event_handler(Projector::<Stdout>::new(&seen))
+        .event_handler(Projector::<Stderr>::new(&seen))
+        .init()
+        .expect("distinct names register side by side");
+    let mut uow = domain.unit_of_work();
+    uow.raise(placed("o-1", "c-1")).unwrap();
+    uow.commit().await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), domain.settle())
+        .await
+        .expect("settles")
+        .expect("settle() outside handlers");
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(seen, ["stderr o-1", "stdout o-1"]);
+}
+
+#[test]
+fn same_named_handlers_without_name_are_reported_at_init_with_the_fix() {
+    let Err(error) = Domain::builder()
+        .event_handler(billing::Projector)
+        .event_handler(shipping::Projector)
+        .init()
+    else {
+        panic!("two handlers named `Projector` were accepted");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("the name `Projector` is registered more than once"),
+        "{message}"
+    );
+    assert!(
+        message.contains("`name = \"...\"` on its handler attribute"),
+        "{message}"
+    );
+}

@@ -126,6 +126,15 @@ pub(super) fn check(
 fn check_aggregates(aggregates: &[AggregateInfo], problems: &mut Vec<UsageProblem>) {
     let mut owners: HashMap<&str, &AggregateInfo> = HashMap::new();
     for aggregate in aggregates {
+        if let Some(reason) = category_problem(aggregate.category)
+            && !owners.contains_key(aggregate.category)
+        {
+            problems.push(UsageProblem::InvalidCategory {
+                aggregate: aggregate.type_name,
+                category: aggregate.category,
+                reason,
+            });
+        }
         match owners.get(aggregate.category) {
             Some(first) if first.type_id != aggregate.type_id => {
                 problems.push(UsageProblem::DuplicateCategory {
@@ -139,6 +148,24 @@ fn check_aggregates(aggregates: &[AggregateInfo], problems: &mut Vec<UsageProble
                 owners.insert(aggregate.category, aggregate);
             }
         }
+    }
+}
+
+/// Why `category` cannot name streams (`{category}:{key}`), if it cannot;
+/// the rules `#[derive(Aggregate)]` checks at compile time.
+fn category_problem(category: &str) -> Option<&'static str> {
+    if category.is_empty() {
+        Some("is empty")
+    } else if category.contains(':') {
+        Some("contains `:` (the stream-name separator)")
+    } else if category.chars().any(char::is_control) {
+        Some("contains control characters")
+    } else if category == crate::key::DLQ_TOKEN {
+        Some("is the reserved dead-letter lane token `dlq`")
+    } else if category.len() > 4 && category.starts_with("__") && category.ends_with("__") {
+        Some("has the reserved sentinel form `__name__`")
+    } else {
+        None
     }
 }
 

@@ -1,15 +1,16 @@
 //! The handler attribute's own arguments.
 
 use proc_macro2::{Span, TokenStream};
+use syn::LitStr;
 use syn::parse::Parser;
 
 use super::Flavor;
 use crate::diag::{Errors, Once, skip_value, unknown_key};
 use crate::names::FieldName;
-use crate::value::{aggregate_path, field_name};
+use crate::value::{aggregate_path, field_name, non_empty_str};
 
 /// `#[event_handler(part_of = Order, sequential_by = "client_id")]`, or
-/// `#[process_manager(sequential_by)]`.
+/// `#[process_manager(sequential_by)]`; each may carry `name = "..."`.
 #[derive(Default)]
 pub(super) struct HandlerArgs {
     /// The aggregate every handled message must be part of.
@@ -18,6 +19,8 @@ pub(super) struct HandlerArgs {
     pub(super) sequential_by: Option<FieldName>,
     /// Process managers: the bare `sequential_by` flag, with its span.
     pub(super) partitioned_flag: Option<Span>,
+    /// `name = "billing_projector"`: the handler's name, validated.
+    pub(super) name: Option<LitStr>,
 }
 
 impl HandlerArgs {
@@ -32,8 +35,14 @@ pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) ->
     let attribute = format!("#[{}]", flavor.attribute());
     let mut part_of = Once::new("part_of");
     let mut sequential_by = Once::new("sequential_by");
+    let mut name = Once::new("name");
     let parser = syn::meta::parser(|meta| {
         match flavor {
+            _ if meta.path.is_ident("name") => {
+                let lit =
+                    non_empty_str(&meta, "name", errors)?.filter(|lit| errors.ok(check_name(lit)).is_some());
+                errors.ok(name.set(&meta, lit));
+            }
             Flavor::Event | Flavor::Command if meta.path.is_ident("part_of") => {
                 let path = aggregate_path(&meta, errors)?;
                 errors.ok(part_of.set(&meta, path));
@@ -58,15 +67,19 @@ pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) ->
                 }
             }
             Flavor::Event | Flavor::Command => {
-                errors.push(unknown_key(&meta, &attribute, &["part_of", "sequential_by"]));
+                errors.push(unknown_key(
+                    &meta,
+                    &attribute,
+                    &["part_of", "sequential_by", "name"],
+                ));
                 skip_value(&meta)?;
             }
             Flavor::ProcessManager => {
-                let mut error = unknown_key(&meta, &attribute, &["sequential_by"]);
+                let mut error = unknown_key(&meta, &attribute, &["sequential_by", "name"]);
                 if meta.path.is_ident("part_of") {
                     error = meta.error(format_args!(
                         "unknown `{attribute}` argument `part_of`: a process manager may follow several \
-                         aggregates; expected one of: `sequential_by`"
+                         aggregates; expected one of: `sequential_by`, `name`"
                     ));
                 }
                 errors.push(error);
@@ -79,6 +92,7 @@ pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) ->
     errors.ok(parsed);
     let mut args = HandlerArgs {
         part_of: part_of.into_inner().flatten(),
+        name: name.into_inner().flatten(),
         ..HandlerArgs::default()
     };
     match sequential_by.into_inner().flatten() {
@@ -87,6 +101,34 @@ pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) ->
         None => {}
     }
     args
+}
+
+/// The longest handler name accepted, in bytes.
+const MAX_NAME_LEN: usize = 100;
+
+/// A handler's name names its consumer groups, leases and process state in
+/// the broker: ASCII letters, digits, `_`, `-` and `.` only (no `:`, the
+/// separator of stream names, no `{`/`}`, Redis Cluster hash-tag braces, no
+/// spaces or control characters), at most [`MAX_NAME_LEN`] bytes.
+fn check_name(lit: &LitStr) -> syn::Result<()> {
+    let value = lit.value();
+    let bad = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')));
+    let why = if let Some(bad) = bad {
+        format!("contains {:?}", bad)
+    } else if value.len() > MAX_NAME_LEN {
+        format!("is {} bytes long (at most {MAX_NAME_LEN})", value.len())
+    } else {
+        return Ok(());
+    };
+    Err(syn::Error::new(
+        lit.span(),
+        format_args!(
+            "a handler's `name` {why}: it names the handler's consumer groups and state in the broker, so it \
+             is made of ASCII letters, digits, `_`, `-` and `.`, such as `name = \"billing_projector\"`"
+        ),
+    ))
 }
 
 /// What `sequential_by` was given as.

@@ -40,11 +40,11 @@ pub(super) fn generate(model: &HandlerModel) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let partitioned = model.args.partitioned();
-    let unruled: Vec<&syn::Type> = model
+    let unruled: Vec<(&syn::Type, &[syn::Attribute])> = model
         .methods
         .iter()
         .filter(|method| method.policy.is_none())
-        .map(|method| &method.message)
+        .map(|method| (&method.message, &method.cfgs[..]))
         .collect();
     let policy = optional_policy(
         model
@@ -80,31 +80,42 @@ pub(super) fn generate(model: &HandlerModel) -> TokenStream {
 /// `property` policy reads is checked by the policy's typed extractor.)
 fn checks(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
     let ty = &method.message;
-    let assertion = match model.flavor {
-        Flavor::Event | Flavor::ProcessManager => quote!(assert_event),
-        Flavor::Command => quote!(assert_command),
+    // Qualified paths, not calls of bounded helpers: rustc then reports the
+    // trait's own message at the type, with no note pointing into Ordo.
+    let kind = match model.flavor {
+        Flavor::Event | Flavor::ProcessManager => quote!(Event),
+        Flavor::Command => quote!(Command),
     };
-    let kind_check = quote_spanned! {ty.span()=> let _ = ::ordo::__private::#assertion::<#ty>; };
+    let kind_check = quote_spanned! {ty.span()=>
+        let _ = ::core::marker::PhantomData::<<#ty as ::ordo::__private::#kind>::Aggregate>;
+    };
     let part_of_check = model.args.part_of.as_ref().map(|aggregate| {
-        quote_spanned! {ty.span()=> let _ = ::ordo::__private::assert_part_of::<#ty, #aggregate>; }
+        quote_spanned! {ty.span()=> let _ = <#ty as ::ordo::__private::PartOf<#aggregate>>::PROOF; }
     });
-    quote! { #kind_check #part_of_check }
+    let cfgs = &method.cfgs;
+    quote! { #(#cfgs)* { #kind_check #part_of_check } }
 }
 
 /// A policy's tokens; a `property` policy reads its field through typed
-/// extractors of `types` (the handled types in its scope).
-fn policy_tokens(policy: &Policy, types: &[&syn::Type]) -> TokenStream {
+/// extractors of `types` (the handled types in its scope, each with its
+/// method's `#[cfg]` attributes).
+fn policy_tokens(policy: &Policy, types: &[(&syn::Type, &[syn::Attribute])]) -> TokenStream {
     let Some(field) = policy.property() else {
         return policy.tokens();
     };
     let lit = &field.lit;
-    let typed = types.iter().map(|ty| {
+    let typed = types.iter().map(|(ty, cfgs)| {
         let extractor = typed_extractor(ty, field, Reader::SequenceText);
-        quote!(.with_typed(#extractor))
+        quote! {
+            #(#cfgs)*
+            let __ordo_policy = __ordo_policy.with_typed(#extractor);
+        }
     });
-    quote!(::ordo::__private::policy(
-        ::ordo::__private::PropertyPolicy::new(#lit) #(#typed)*
-    ))
+    quote!({
+        let __ordo_policy = ::ordo::__private::PropertyPolicy::new(#lit);
+        #(#typed)*
+        ::ordo::__private::policy(__ordo_policy)
+    })
 }
 
 /// One `HandledMessage` literal.
@@ -120,8 +131,15 @@ fn handled_message(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let start = method.start;
-    let policy = optional_policy(method.policy.as_ref().map(|policy| policy_tokens(policy, &[ty])));
+    let cfgs = &method.cfgs;
+    let policy = optional_policy(
+        method
+            .policy
+            .as_ref()
+            .map(|policy| policy_tokens(policy, &[(ty, &method.cfgs[..])])),
+    );
     quote! {
+        #(#cfgs)*
         ::ordo::__private::HandledMessage {
             type_name: <#ty as ::ordo::__private::Message>::TYPE_NAME,
             kind: <#ty as ::ordo::__private::Message>::KIND,
@@ -151,11 +169,15 @@ enum Reader {
 fn typed_extractor(ty: &syn::Type, field: &FieldName, reader: Reader) -> TokenStream {
     let name = field.value();
     let ident = &field.ident;
-    let read = match reader {
-        Reader::PartitionKey => quote!(key_of),
-        Reader::SequenceText => quote!(sequence_text_of),
+    let (read, method) = match reader {
+        Reader::PartitionKey => (quote!(PartitionKey), quote!(key_value)),
+        Reader::SequenceText => (quote!(SequenceText), quote!(sequence_text)),
     };
-    let key = quote_spanned! {field.span()=> ::ordo::__private::#read(&(*__ordo_message).#ident) };
+    // Qualified trait calls, not bounded helpers: a field type that is neither
+    // is reported at the attribute by the trait's own message.
+    let key = quote_spanned! {field.span()=>
+        ::ordo::__private::key_text(<_ as ::ordo::__private::#read>::#method(&(*__ordo_message).#ident))
+    };
     quote! {
         {
             fn extract(
@@ -188,21 +210,30 @@ fn handle_fn(model: &HandlerModel) -> TokenStream {
     } else {
         quote!(&'__ordo self)
     };
-    let ctx_used = model.methods.iter().any(|method| method.takes_ctx);
+    let ctx_used = model.methods.iter().any(|method| method.ctx.is_some());
     let ctx = if ctx_used { quote!(__ordo_ctx) } else { quote!(_) };
     let arms = model.methods.iter().map(|method| {
         let ty = &method.message;
         let ident = &method.ident;
-        let args = if method.takes_ctx {
-            quote!(&__ordo_message, __ordo_ctx)
+        let args = if let Some(ctx_ty) = &method.ctx {
+            // Spanned at the parameter's type: another type is reported there.
+            let ctx = quote_spanned! {ctx_ty.span()=>
+                <#ctx_ty as ::ordo::__private::ContextParameter>::from_context(__ordo_ctx)
+            };
+            quote!(&__ordo_message, #ctx)
         } else {
             quote!(&__ordo_message)
         };
         let result = quote_spanned! {method.output_span=>
             ::ordo::__private::IntoHandlerResult::into_handler_result(self.#ident(#args).await)
         };
+        let cfgs = &method.cfgs;
         quote! {
-            if ::ordo::__private::Envelope::is::<#ty>(__ordo_envelope) {
+            #(#cfgs)*
+            if __ordo_envelope.type_name == <#ty as ::ordo::__private::Message>::TYPE_NAME
+                && __ordo_envelope.category == <#ty as ::ordo::__private::Message>::CATEGORY
+                && __ordo_envelope.kind == <#ty as ::ordo::__private::Message>::KIND
+            {
                 let __ordo_message = match ::ordo::__private::decode::<#ty>(__ordo_envelope) {
                     ::core::result::Result::Ok(__ordo_message) => __ordo_message,
                     ::core::result::Result::Err(__ordo_error) => return ::core::result::Result::Err(__ordo_error),

@@ -7,6 +7,7 @@
 //! while errors are shown.
 
 mod args;
+mod correlation;
 mod generate;
 mod model;
 mod policy;
@@ -73,7 +74,8 @@ pub(crate) fn expand(flavor: Flavor, args: TokenStream, item: TokenStream) -> To
     match errors.finish() {
         Ok(()) => {
             let generated = generate::generate(&model);
-            quote!(#imp #generated)
+            let correlation = correlation::generate(&model);
+            quote!(#imp #generated #correlation)
         }
         Err(error) => with_errors(&imp, &error),
     }

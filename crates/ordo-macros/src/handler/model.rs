@@ -15,7 +15,8 @@ use crate::value::{field_name, flag};
 /// Everything the generator needs.
 pub(super) struct HandlerModel {
     pub(super) flavor: Flavor,
-    /// The handler type's name (the last path segment of the self type).
+    /// The handler's name: `name = "..."`, else the last path segment of
+    /// the self type.
     pub(super) name: String,
     pub(super) self_ty: Box<Type>,
     pub(super) generics: syn::Generics,
@@ -30,7 +31,8 @@ pub(super) struct HandleMethod {
     pub(super) ident: Ident,
     /// `T` in `event: &T`.
     pub(super) message: Type,
-    pub(super) takes_ctx: bool,
+    /// `C` in `ctx: &C`, when the method takes the context.
+    pub(super) ctx: Option<Type>,
     /// Where a return type that is not a handler result is reported.
     pub(super) output_span: Span,
     /// Process managers: `#[handle(start)]`.
@@ -39,6 +41,10 @@ pub(super) struct HandleMethod {
     pub(super) correlate: Option<FieldName>,
     /// `#[sequencing_policy]` on the method.
     pub(super) policy: Option<Policy>,
+    /// The method's `#[cfg(...)]` attributes: the generated descriptor
+    /// entry, checks and dispatch arm carry them too, so a method compiled
+    /// out is not referenced.
+    pub(super) cfgs: Vec<syn::Attribute>,
 }
 
 /// Parses the impl block, strips the helper attributes from it and records
@@ -90,7 +96,10 @@ pub(super) fn parse(
     }
     let model = HandlerModel {
         flavor,
-        name: type_name(&imp.self_ty),
+        name: args
+            .name
+            .as_ref()
+            .map_or_else(|| type_name(&imp.self_ty), syn::LitStr::value),
         self_ty: imp.self_ty.clone(),
         generics: imp.generics.clone(),
         args,
@@ -115,10 +124,20 @@ fn type_name(ty: &Type) -> String {
 
 /// Checks that need the whole model.
 fn validate(model: &HandlerModel, errors: &mut Errors) {
-    let mut seen: Vec<(String, &Ident)> = Vec::new();
+    // Two methods for one type are duplicates unless their `#[cfg]`s
+    // differ (cfg alternatives: at most one is compiled in).
+    let mut seen: Vec<(String, Vec<String>, &Ident)> = Vec::new();
     for method in &model.methods {
         let ty = method.message.to_token_stream().to_string();
-        if let Some((_, first)) = seen.iter().find(|(seen, _)| *seen == ty) {
+        let cfgs: Vec<String> = method
+            .cfgs
+            .iter()
+            .map(|cfg| cfg.to_token_stream().to_string())
+            .collect();
+        if let Some((_, _, first)) = seen
+            .iter()
+            .find(|(seen, seen_cfgs, _)| *seen == ty && *seen_cfgs == cfgs)
+        {
             errors.push(syn::Error::new_spanned(
                 &method.message,
                 format_args!(
@@ -127,7 +146,7 @@ fn validate(model: &HandlerModel, errors: &mut Errors) {
                 ),
             ));
         } else {
-            seen.push((ty, &method.ident));
+            seen.push((ty, cfgs, &method.ident));
         }
     }
     let policies = model
@@ -225,11 +244,17 @@ fn parse_method(flavor: Flavor, method: &mut syn::ImplItemFn, errors: &mut Error
     Method::Handler(Box::new(HandleMethod {
         ident: method.sig.ident.clone(),
         message: signature.message,
-        takes_ctx: signature.takes_ctx,
+        ctx: signature.ctx,
         output_span: signature.output_span,
         start,
         correlate,
         policy,
+        cfgs: method
+            .attrs
+            .iter()
+            .filter(|attr| attr.path().is_ident("cfg"))
+            .cloned()
+            .collect(),
     }))
 }
 
@@ -296,7 +321,7 @@ fn parse_handle_args(
 /// What the signature of a `#[handle]` method tells.
 struct Signature {
     message: Type,
-    takes_ctx: bool,
+    ctx: Option<Type>,
     output_span: Span,
 }
 
@@ -354,16 +379,25 @@ fn parse_signature(flavor: Flavor, sig: &syn::Signature) -> syn::Result<Signatur
             None
         }
     };
-    let takes_ctx = match inputs.next() {
-        Some(FnArg::Typed(arg)) if matches!(&*arg.ty, Type::Reference(r) if r.mutability.is_none()) => true,
+    let ctx = match inputs.next() {
+        Some(FnArg::Typed(arg)) => match &*arg.ty {
+            Type::Reference(reference) if reference.mutability.is_none() => Some((*reference.elem).clone()),
+            other => {
+                errors.push(syn::Error::new_spanned(
+                    other,
+                    "the context parameter is `ctx: &HandlerContext`",
+                ));
+                None
+            }
+        },
         Some(other) => {
             errors.push(syn::Error::new_spanned(
                 other,
                 "the context parameter is `ctx: &HandlerContext`",
             ));
-            false
+            None
         }
-        None => false,
+        None => None,
     };
     if let Some(extra) = inputs.next() {
         errors.push(syn::Error::new_spanned(
@@ -379,7 +413,7 @@ fn parse_signature(flavor: Flavor, sig: &syn::Signature) -> syn::Result<Signatur
     let message = message.ok_or_else(|| syn::Error::new(sig.ident.span(), "missing message parameter"))?;
     Ok(Signature {
         message,
-        takes_ctx,
+        ctx,
         output_span,
     })
 }

@@ -136,7 +136,13 @@ impl Policy {
             PolicyKind::Metadata(lit) => {
                 quote!(::ordo::__private::policy(::ordo::__private::MetadataPolicy::new(#lit)))
             }
-            PolicyKind::With(expr) => quote_spanned! {expr.span()=> ::ordo::__private::policy(#expr) },
+            // A cast, not a call of a bounded helper: a value that is not a
+            // policy is reported at it without a note pointing into Ordo.
+            PolicyKind::With(expr) => quote_spanned! {expr.span()=>
+                ::core::option::Option::Some(
+                    ::std::sync::Arc::new(#expr) as ::std::sync::Arc<dyn ::ordo::__private::SequencingPolicy>
+                )
+            },
         }
     }
 }

@@ -330,3 +330,124 @@ fn sequential_by_and_a_policy_conflict() {
         "`sequential_by = \"client_id\"` already is this handler's sequencing policy",
     );
 }
+
+#[test]
+fn name_overrides_the_handler_name() {
+    for flavor in [Flavor::Event, Flavor::Command] {
+        let out = expand(flavor, quote!(name = "billing.projector-2"), projector());
+        assert!(compile_errors(&out).is_empty(), "{out}");
+        assert!(
+            out.to_string().contains("name : \"billing.projector-2\""),
+            "{out}"
+        );
+    }
+    let out = expand(
+        Flavor::ProcessManager,
+        quote!(sequential_by, name = "fulfillment_v2"),
+        quote! {
+            impl Fulfillment {
+                #[handle(start, correlate = "order_id")]
+                async fn on_placed(&mut self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+            }
+        },
+    );
+    assert!(compile_errors(&out).is_empty(), "{out}");
+    assert!(out.to_string().contains("name : \"fulfillment_v2\""), "{out}");
+    let out = expand(Flavor::Event, quote!(), projector());
+    assert!(out.to_string().contains("name : \"Projector\""), "{out}");
+}
+
+#[test]
+fn names_are_checked() {
+    for (name, why) in [
+        (quote!(""), "`name` cannot be empty"),
+        (quote!("billing:projector"), "a handler's `name` contains ':'"),
+        (quote!("two words"), "a handler's `name` contains ' '"),
+        (quote!("line\n"), "a handler's `name` contains '\\n'"),
+        (quote!("{tag}"), "a handler's `name` contains '{'"),
+        (quote!(Projector), "`name` takes a string"),
+    ] {
+        let errors = errors(Flavor::Event, quote!(name = #name), projector());
+        assert_eq!(errors.len(), 1, "{name}: {errors:?}");
+        assert_has(&errors, why);
+    }
+    let long = "p".repeat(101);
+    let errors = errors(Flavor::Event, quote!(name = #long), projector());
+    assert_has(&errors, "is 101 bytes long (at most 100)");
+    let errors = errors_of_duplicate_name();
+    assert_has(&errors, "duplicate `name` argument");
+}
+
+fn errors_of_duplicate_name() -> Vec<String> {
+    errors(Flavor::Event, quote!(name = "a", name = "b"), projector())
+}
+
+#[test]
+fn cfg_alternatives_are_not_duplicates_and_carry_their_cfg() {
+    let out = expand(
+        Flavor::Event,
+        quote!(),
+        quote! {
+            impl Projector {
+                #[handle]
+                #[cfg(feature = "v2")]
+                async fn v2(&self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+                #[cfg(not(feature = "v2"))]
+                #[handle]
+                async fn v1(&self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+            }
+        },
+    );
+    assert!(compile_errors(&out).is_empty(), "{out}");
+    let text = out.to_string();
+    // The method, its checks, its descriptor entry and its dispatch arm.
+    assert_eq!(text.matches("# [cfg (feature = \"v2\")]").count(), 4, "{text}");
+    assert_eq!(
+        text.matches("# [cfg (not (feature = \"v2\"))]").count(),
+        4,
+        "{text}"
+    );
+
+    let errors = errors(
+        Flavor::Event,
+        quote!(),
+        quote! {
+            impl Projector {
+                #[handle]
+                #[cfg(feature = "v2")]
+                async fn a(&self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+                #[handle]
+                #[cfg(feature = "v2")]
+                async fn b(&self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+            }
+        },
+    );
+    assert_eq!(
+        errors,
+        ["`OrderPlaced` is already handled by `a`: one method per message type"]
+    );
+}
+
+#[test]
+fn a_partitioned_process_manager_checks_correlation_per_category_at_compile_time() {
+    let item = quote! {
+        impl Fulfillment {
+            #[handle(start, correlate = "order_id")]
+            async fn on_placed(&mut self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
+            #[handle(correlate = "id")]
+            async fn on_shipped(&mut self, event: &OrderShipped) -> anyhow::Result<()> { Ok(()) }
+            #[handle(correlate = "order_id")]
+            async fn on_paid(&mut self, event: &OrderPaid) -> anyhow::Result<()> { Ok(()) }
+        }
+    };
+    let out = expand(Flavor::ProcessManager, quote!(sequential_by), item.clone()).to_string();
+    // Pairs with different fields only: placed/shipped and shipped/paid.
+    assert_eq!(out.matches("same_category").count(), 2, "{out}");
+    assert!(
+        out.contains("correlates `OrderPlaced` by `order_id` (in `on_placed`) and `OrderShipped` by `id`"),
+        "{out}"
+    );
+    // Unpartitioned: different fields per category are allowed.
+    let out = expand(Flavor::ProcessManager, quote!(), item).to_string();
+    assert!(!out.contains("same_category"), "{out}");
+}
