@@ -1,0 +1,226 @@
+//! An executable model of Ordo's lease/fence protocol, checked exhaustively
+//! with [stateright](https://docs.rs/stateright).
+//!
+//! [`protocol`] describes one partition: Redis as a state machine whose
+//! operations are the scripts' effects, instances running the partition
+//! worker's loop, the outbox publisher, and the faults of the environment.
+//! [`check`] explores every interleaving of a [`Config`] and reports the
+//! properties of CONTRACT.md §1 that some history breaks. Seeded
+//! [`Mutant`]s, each a hole the real protocol closes, prove the properties
+//! have teeth: each must yield a counterexample.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Model};
+
+pub mod protocol;
+
+pub use protocol::{Action, Protocol, State};
+
+/// What is explored: instances × messages × faults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Engine instances (processes).
+    pub instances: u8,
+    /// Messages published to the partition, in order.
+    pub messages: u8,
+    /// SIGKILLs the environment may inject.
+    pub crashes: u8,
+    /// SIGSTOPs past the TTL.
+    pub stalls: u8,
+    /// Client timeouts or lost replies (each followed by a resend or a retry).
+    pub timeouts: u8,
+    /// Workers killed mid-handler by a shutdown past its grace period.
+    pub kills: u8,
+}
+
+impl Config {
+    /// The configuration `ordo-model check` explores by default.
+    pub const FULL: Self = Self {
+        instances: 2,
+        messages: 2,
+        crashes: 1,
+        stalls: 1,
+        timeouts: 2,
+        kills: 1,
+    };
+
+    /// A smaller configuration for the test suite (seconds in a debug build).
+    pub const SMALL: Self = Self {
+        instances: 2,
+        messages: 2,
+        crashes: 0,
+        stalls: 1,
+        timeouts: 1,
+        kills: 1,
+    };
+}
+
+impl Config {
+    /// The smallest configuration whose faults can expose `mutant`: what the
+    /// test suite checks each mutant with.
+    pub fn exposing(mutant: Mutant) -> Self {
+        let quiet = Self {
+            crashes: 0,
+            stalls: 0,
+            timeouts: 0,
+            kills: 0,
+            ..Self::SMALL
+        };
+        match mutant {
+            Mutant::AckWithoutToken | Mutant::ReclaimWithoutLease => Self { stalls: 1, ..quiet },
+            Mutant::CommitFromOlderAttempt => Self { timeouts: 1, ..quiet },
+            Mutant::ReleaseWhileRunning => Self { kills: 1, ..quiet },
+            Mutant::ReapNotAtomicWithPublish | Mutant::LeaseWithoutNonce => quiet,
+        }
+    }
+}
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} instances × {} messages × faults (crashes {}, stalls {}, timeouts/lost replies {}, kills {}) \
+             with commands delivered in any order",
+            self.instances, self.messages, self.crashes, self.stalls, self.timeouts, self.kills
+        )
+    }
+}
+
+/// A seeded defect: each is a hole the real protocol closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mutant {
+    /// The acknowledgement does not check the lease token.
+    AckWithoutToken,
+    /// The read that reclaims pending entries does not check the lease.
+    ReclaimWithoutLease,
+    /// A commit of an attempt the partition has moved past is applied (the
+    /// late-commit reorder).
+    CommitFromOlderAttempt,
+    /// Publishing writes the index and appends in two steps, so a reap can
+    /// run between them.
+    ReapNotAtomicWithPublish,
+    /// A killed worker releases its lease while its handler is still running.
+    ReleaseWhileRunning,
+    /// A lease is adopted by instance id alone, without the process's nonce.
+    LeaseWithoutNonce,
+}
+
+impl Mutant {
+    /// Every mutant.
+    pub const ALL: [Self; 6] = [
+        Self::AckWithoutToken,
+        Self::ReclaimWithoutLease,
+        Self::CommitFromOlderAttempt,
+        Self::ReapNotAtomicWithPublish,
+        Self::ReleaseWhileRunning,
+        Self::LeaseWithoutNonce,
+    ];
+
+    /// The mutant's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AckWithoutToken => "ack-without-token",
+            Self::ReclaimWithoutLease => "reclaim-without-lease",
+            Self::CommitFromOlderAttempt => "commit-from-older-attempt",
+            Self::ReapNotAtomicWithPublish => "reap-not-atomic-with-publish",
+            Self::ReleaseWhileRunning => "release-while-running",
+            Self::LeaseWithoutNonce => "lease-without-nonce",
+        }
+    }
+}
+
+impl fmt::Display for Mutant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A mutant name that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownMutant(pub String);
+
+impl fmt::Display for UnknownMutant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.name()).collect();
+        write!(
+            f,
+            "unknown mutant `{}`; expected one of: {}",
+            self.0,
+            names.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownMutant {}
+
+impl FromStr for Mutant {
+    type Err = UnknownMutant;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| UnknownMutant(name.to_owned()))
+    }
+}
+
+/// A property some history breaks, with that history.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// The property.
+    pub property: &'static str,
+    /// The actions from the initial state to the violating one.
+    pub trace: Vec<Action>,
+    /// The violating state.
+    pub state: State,
+}
+
+/// The outcome of one exhaustive check.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Distinct states explored.
+    pub states: usize,
+    /// The deepest history explored.
+    pub max_depth: usize,
+    /// What was explored.
+    pub config: Config,
+    /// The seeded defect, if any.
+    pub mutant: Option<Mutant>,
+    /// Properties broken, each with a shortest counterexample.
+    pub violations: Vec<Violation>,
+    /// How long the check took.
+    pub elapsed: Duration,
+}
+
+/// Explores every history of `config` (with `mutant` seeded) breadth-first,
+/// so each counterexample is a shortest one.
+pub fn check(config: Config, mutant: Option<Mutant>) -> Report {
+    let started = Instant::now();
+    let model = Protocol { config, mutant };
+    let properties: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
+    let checker = model.checker().spawn_bfs().join();
+    let mut discoveries = checker.discoveries();
+    let violations = properties
+        .into_iter()
+        .filter_map(|property| {
+            let path = discoveries.remove(property)?;
+            let state = path.last_state().clone();
+            Some(Violation {
+                property,
+                trace: path.into_actions(),
+                state,
+            })
+        })
+        .collect();
+    Report {
+        states: checker.unique_state_count(),
+        max_depth: checker.max_depth(),
+        config,
+        mutant,
+        violations,
+        elapsed: started.elapsed(),
+    }
+}

@@ -1,0 +1,818 @@
+//! The lease/fence protocol of one partition as a state machine.
+//!
+//! Redis is one atomic state machine whose operations are the scripts'
+//! effects (acquire, renew by expiry, read, commit, acknowledge, release,
+//! reap, publish). Instances are processes running the partition worker's
+//! loop. Commands travel through an unordered network: Redis may apply any
+//! command in flight next, so a command delayed on its connection can land
+//! after later commands of the same process. The environment crashes and
+//! restarts instances, stalls them (a lease expires only when its holder is
+//! stalled, down, or gone: a live process keeps renewing it whatever its
+//! handler does), loses replies (the client then resends the same command),
+//! times commands out (the worker retries the handler as a new attempt), and
+//! kills a worker mid-handler (shutdown past its grace period).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use stateright::{Model, Property};
+
+use crate::{Config, Mutant};
+
+/// A process identity: its configured instance id and the nonce of this
+/// start of it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Identity {
+    /// The configured instance id.
+    pub instance: u8,
+    /// Which start of the process (a random nonce in the real system).
+    pub nonce: u8,
+}
+
+/// A lease value: who holds the partition, at which fencing token.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LeaseValue {
+    /// The holder.
+    pub holder: Identity,
+    /// The fencing token (grows at every change of owner).
+    pub token: u8,
+}
+
+/// A command, as sent by a process.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Op {
+    /// Take the lease if it is free (or this process's own).
+    Acquire,
+    /// The fenced read of the partition's head.
+    Read(LeaseValue),
+    /// The fenced commit of a handler's effect for `msg`, made by `attempt`.
+    Commit {
+        /// The lease the handler ran under.
+        lease: LeaseValue,
+        /// The message handled.
+        msg: u8,
+        /// The lease-scoped attempt number.
+        attempt: u8,
+        /// The commit id (a resend carries the same one).
+        id: u8,
+    },
+    /// The fenced acknowledgement of `msg`, closing `attempt`.
+    Ack {
+        /// The lease.
+        lease: LeaseValue,
+        /// The message.
+        msg: u8,
+        /// The attempt that handled it.
+        attempt: u8,
+    },
+    /// Give the lease back (only if still held at this value).
+    Release(LeaseValue),
+    /// Retire the drained partition: delete its stream and index entry.
+    Reap(LeaseValue),
+}
+
+/// A command in flight.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Command {
+    /// The sender.
+    pub from: Identity,
+    /// Which request of the sender this is (replies to older ones are ignored).
+    pub request: u8,
+    /// The operation.
+    pub op: Op,
+}
+
+/// What Redis answered.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Reply {
+    /// The lease is held at this value.
+    Acquired(LeaseValue),
+    /// Someone else holds the lease.
+    Busy,
+    /// The lease moved on: stop.
+    Fenced,
+    /// The head message to handle; `authorized` is whether the lease was
+    /// really held at the read (only a mutant reads without holding it).
+    Entry {
+        /// The message.
+        msg: u8,
+        /// Whether the read was made under the current lease.
+        authorized: bool,
+    },
+    /// Nothing to handle; `drained` when every published message is acknowledged.
+    Idle {
+        /// Whether the partition may be reaped.
+        drained: bool,
+    },
+    /// The attempt was closed already: a later attempt moved past it.
+    Stale,
+    /// Done.
+    Ok,
+}
+
+/// What a worker is doing.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Work {
+    /// No lease: may try to acquire.
+    Idle,
+    /// Waiting for a reply to `request`.
+    Waiting {
+        /// The request's number.
+        request: u8,
+        /// The command (resent as is after a lost reply).
+        op: Op,
+        /// The run in progress, if any.
+        run: Option<Run>,
+    },
+    /// Holding the lease with nothing to do.
+    Holding(LeaseValue),
+    /// Running the handler of `run`.
+    Running(Run),
+    /// The process has stopped its worker for good (shut down).
+    Stopped,
+}
+
+/// One handler run: a message, an attempt, under a lease.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Run {
+    /// The lease the message was read under.
+    pub lease: LeaseValue,
+    /// The message.
+    pub msg: u8,
+    /// The lease-scoped attempt number.
+    pub attempt: u8,
+}
+
+/// One process.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Process {
+    /// The configured instance id (two processes may share one in a rolling
+    /// deploy with a fixed id).
+    pub instance: u8,
+    /// Which start of the process this is.
+    pub nonce: u8,
+    /// Whether the process runs at all.
+    pub up: bool,
+    /// Whether the process is paused (SIGSTOP).
+    pub stalled: bool,
+    /// Shutdown was asked: the lease goes back once the run in progress ends.
+    pub stopping: bool,
+    /// The worker.
+    pub work: Work,
+    /// The next request number.
+    pub next_request: u8,
+    /// The next attempt number (per process start; attempts of one lease grow).
+    pub next_attempt: u8,
+    /// The next commit id.
+    pub next_commit: u8,
+    /// The reply waiting to be read, for a request.
+    pub inbox: Option<(u8, Reply)>,
+    /// The lease this process works under expired while it was paused or
+    /// gone: whatever it does under it from now on is fenced.
+    pub orphaned: bool,
+}
+
+impl Process {
+    fn identity(&self) -> Identity {
+        Identity {
+            instance: self.instance,
+            nonce: self.nonce,
+        }
+    }
+
+    /// The lease the worker works under, if any.
+    fn lease(&self) -> Option<LeaseValue> {
+        match self.work {
+            Work::Holding(lease) => Some(lease),
+            Work::Running(run) => Some(run.lease),
+            Work::Waiting { run: Some(run), .. } => Some(run.lease),
+            Work::Waiting {
+                op: Op::Read(lease) | Op::Reap(lease) | Op::Release(lease),
+                ..
+            } => Some(lease),
+            _ => None,
+        }
+    }
+
+    /// The run in progress, whether executing or waiting for a command of it.
+    fn run(&self) -> Option<Run> {
+        match self.work {
+            Work::Running(run) => Some(run),
+            Work::Waiting { run, .. } => run,
+            _ => None,
+        }
+    }
+
+    /// Whether the process executes (up, not paused).
+    fn live(&self) -> bool {
+        self.up && !self.stalled
+    }
+}
+
+/// The whole system.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct State {
+    /// The partition's lease.
+    pub lease: Option<LeaseValue>,
+    /// The generation counter behind fencing tokens.
+    pub generation: u8,
+    /// How many messages were appended to the stream (in publish order).
+    pub published: u8,
+    /// Which messages were acknowledged (bit per message).
+    pub acked: u8,
+    /// Whether the key is in the category index (discovery finds it).
+    pub indexed: bool,
+    /// Whether the stream exists.
+    pub stream: bool,
+    /// Split-publish mutant: the index entry of the next message is written,
+    /// its append is not yet.
+    pub half_published: bool,
+    /// The highest closed attempt per lease value.
+    pub closed: Option<(LeaseValue, u8)>,
+    /// The last commit id applied (idempotent resends).
+    pub marker: Option<(Identity, u8)>,
+    /// The committed effects: message numbers, in the order they landed.
+    pub effects: Vec<u8>,
+    /// Commands in flight, in no particular order.
+    pub network: BTreeSet<Command>,
+    /// The processes.
+    pub processes: Vec<Process>,
+    /// Fault budget left.
+    pub faults: Faults,
+    /// A run was started from a read made without holding the lease.
+    pub unauthorized_run: bool,
+    /// A message was run after it had been acknowledged.
+    pub rerun_after_ack: bool,
+}
+
+/// The faults the environment may still inject.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Faults {
+    /// Crashes (SIGKILL) left.
+    pub crashes: u8,
+    /// Stalls (SIGSTOP past the TTL) left.
+    pub stalls: u8,
+    /// Client timeouts or lost replies left.
+    pub timeouts: u8,
+    /// Shutdowns (a worker killed mid-handler) left.
+    pub kills: u8,
+}
+
+/// What can happen next.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Action {
+    /// The outbox publishes the next message (atomically with the index).
+    Publish,
+    /// Split-publish mutant: the index entry first.
+    PublishIndex,
+    /// Split-publish mutant: then the append.
+    PublishAppend,
+    /// Process `p` sends a command (acquire, read, commit, ack, reap, release).
+    Step(usize),
+    /// Process `p` reads its reply.
+    Receive(usize),
+    /// Redis applies a command in flight; `lose_reply` drops its reply.
+    Apply(Command, bool),
+    /// Process `p` stops waiting for its reply and resends the command.
+    Resend(usize),
+    /// Process `p` gives up on its commit (client timeout) and runs the
+    /// handler again as a new attempt.
+    Retry(usize),
+    /// The lease expires (its holder is down, stalled or gone).
+    Expire,
+    /// SIGKILL of process `p`.
+    Crash(usize),
+    /// Process `p` starts again with a new nonce.
+    Restart(usize),
+    /// SIGSTOP of process `p`.
+    Stall(usize),
+    /// SIGCONT of process `p`.
+    Resume(usize),
+    /// Shutdown of process `p` past its grace period: the worker is killed
+    /// while its handler may still be running.
+    Kill(usize),
+}
+
+/// The protocol model for one configuration and mutant.
+#[derive(Clone, Debug)]
+pub struct Protocol {
+    /// The configuration.
+    pub config: Config,
+    /// The seeded defect, if any.
+    pub mutant: Option<Mutant>,
+}
+
+impl Protocol {
+    fn has(&self, mutant: Mutant) -> bool {
+        self.mutant == Some(mutant)
+    }
+
+    fn messages(&self) -> u8 {
+        self.config.messages
+    }
+
+    /// The lowest message not acknowledged among those published.
+    fn head(state: &State) -> Option<u8> {
+        (0..state.published).find(|m| state.acked & (1 << m) == 0)
+    }
+
+    fn send(process: &mut Process, network: &mut BTreeSet<Command>, op: Op, run: Option<Run>) {
+        let request = process.next_request;
+        process.next_request += 1;
+        network.insert(Command {
+            from: process.identity(),
+            request,
+            op,
+        });
+        process.work = Work::Waiting { request, op, run };
+    }
+
+    /// What the process sends next, if anything, from where it stands.
+    fn step(&self, state: &mut State, p: usize) -> bool {
+        let process = &mut state.processes[p];
+        match process.work {
+            Work::Idle if state.indexed && !process.stopping => {
+                Self::send(process, &mut state.network, Op::Acquire, None);
+            }
+            Work::Holding(lease) if process.stopping => {
+                Self::send(process, &mut state.network, Op::Release(lease), None);
+            }
+            Work::Holding(lease) => {
+                Self::send(process, &mut state.network, Op::Read(lease), None);
+            }
+            Work::Running(run) => {
+                let id = process.next_commit;
+                process.next_commit += 1;
+                let op = Op::Commit {
+                    lease: run.lease,
+                    msg: run.msg,
+                    attempt: run.attempt,
+                    id,
+                };
+                Self::send(process, &mut state.network, op, Some(run));
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Redis applies `command`.
+    fn apply(&self, state: &mut State, command: Command) -> Reply {
+        let holds = |state: &State, lease: LeaseValue| state.lease == Some(lease);
+        match command.op {
+            Op::Acquire => match state.lease {
+                None => {
+                    state.generation += 1;
+                    let lease = LeaseValue {
+                        holder: command.from,
+                        token: state.generation,
+                    };
+                    state.lease = Some(lease);
+                    Reply::Acquired(lease)
+                }
+                Some(lease) if lease.holder == command.from => Reply::Acquired(lease),
+                // The hole of issue 8 point 4: adopting a lease by instance id alone.
+                Some(lease)
+                    if self.has(Mutant::LeaseWithoutNonce)
+                        && lease.holder.instance == command.from.instance =>
+                {
+                    Reply::Acquired(lease)
+                }
+                Some(_) => Reply::Busy,
+            },
+            Op::Read(lease) => {
+                let authorized = holds(state, lease);
+                if !authorized && !self.has(Mutant::ReclaimWithoutLease) {
+                    return Reply::Fenced;
+                }
+                match Self::head(state) {
+                    Some(msg) => Reply::Entry { msg, authorized },
+                    None => Reply::Idle {
+                        drained: state.stream,
+                    },
+                }
+            }
+            Op::Commit {
+                lease,
+                msg,
+                attempt,
+                id,
+            } => {
+                if state.marker == Some((command.from, id)) {
+                    return Reply::Ok;
+                }
+                if !holds(state, lease) {
+                    return Reply::Fenced;
+                }
+                let closed = state.closed.filter(|(l, _)| *l == lease).map(|(_, a)| a);
+                if !self.has(Mutant::CommitFromOlderAttempt) && closed.is_some_and(|c| c >= attempt) {
+                    return Reply::Stale;
+                }
+                state.effects.push(msg);
+                state.marker = Some((command.from, id));
+                // A commit of an attempt closes the attempts before it.
+                Self::close(state, lease, attempt.saturating_sub(1));
+                Reply::Ok
+            }
+            Op::Ack { lease, msg, attempt } => {
+                if !holds(state, lease) && !self.has(Mutant::AckWithoutToken) {
+                    return Reply::Fenced;
+                }
+                state.acked |= 1 << msg;
+                Self::close(state, lease, attempt);
+                Reply::Ok
+            }
+            Op::Release(lease) => {
+                if holds(state, lease) {
+                    state.lease = None;
+                }
+                Reply::Ok
+            }
+            Op::Reap(lease) => {
+                if !holds(state, lease) {
+                    return Reply::Fenced;
+                }
+                // The stream is empty: retire it. (A publish half done, in
+                // the split-publish mutant, is invisible here.)
+                if Self::head(state).is_none() {
+                    state.stream = false;
+                    state.indexed = false;
+                    state.lease = None;
+                }
+                Reply::Ok
+            }
+        }
+    }
+
+    fn close(state: &mut State, lease: LeaseValue, attempt: u8) {
+        match &mut state.closed {
+            Some((held, closed)) if *held == lease => *closed = (*closed).max(attempt),
+            other => *other = Some((lease, attempt)),
+        }
+    }
+
+    /// The process reads the reply to its request.
+    fn receive(&self, state: &mut State, p: usize) {
+        let acked = state.acked;
+        let process = &mut state.processes[p];
+        let Some((_, reply)) = process.inbox.take() else {
+            return;
+        };
+        let Work::Waiting { op, run, .. } = process.work else {
+            return;
+        };
+        process.work = match (op, reply) {
+            (Op::Acquire, Reply::Acquired(lease)) => {
+                process.orphaned = false;
+                Work::Holding(lease)
+            }
+            (Op::Acquire, _) => Work::Idle,
+            (Op::Read(lease), Reply::Entry { msg, authorized }) => {
+                if !authorized {
+                    state.unauthorized_run = true;
+                }
+                // A stale owner may run the in-flight message again: its
+                // effects are fenced. A current owner must never rerun.
+                if acked & (1 << msg) != 0 && !process.orphaned {
+                    state.rerun_after_ack = true;
+                }
+                let attempt = process.next_attempt;
+                process.next_attempt += 1;
+                Work::Running(Run { lease, msg, attempt })
+            }
+            (Op::Read(lease), Reply::Idle { drained: true }) if !process.stopping => {
+                let request = process.next_request;
+                process.next_request += 1;
+                state.network.insert(Command {
+                    from: process.identity(),
+                    request,
+                    op: Op::Reap(lease),
+                });
+                Work::Waiting {
+                    request,
+                    op: Op::Reap(lease),
+                    run: None,
+                }
+            }
+            (Op::Read(lease), Reply::Idle { .. }) => Work::Holding(lease),
+            (
+                Op::Commit {
+                    lease, msg, attempt, ..
+                },
+                Reply::Ok,
+            ) => {
+                let request = process.next_request;
+                process.next_request += 1;
+                let ack = Op::Ack { lease, msg, attempt };
+                state.network.insert(Command {
+                    from: process.identity(),
+                    request,
+                    op: ack,
+                });
+                Work::Waiting {
+                    request,
+                    op: ack,
+                    run,
+                }
+            }
+            (Op::Ack { lease, .. }, Reply::Ok) => {
+                process.orphaned = false;
+                Work::Holding(lease)
+            }
+            (Op::Reap(_), Reply::Ok) => Work::Idle,
+            (Op::Release(_), _) => Work::Stopped,
+            // Fenced, stale or busy: the lease (or the attempt) moved on.
+            _ => {
+                process.orphaned = false;
+                if process.stopping {
+                    Work::Stopped
+                } else {
+                    Work::Idle
+                }
+            }
+        };
+    }
+
+    /// Whether the lease may expire now: its holder is down, paused, or a
+    /// process start that no longer exists. A live holder renews it.
+    fn may_expire(state: &State) -> bool {
+        let Some(lease) = state.lease else { return false };
+        !state
+            .processes
+            .iter()
+            .any(|p| p.identity() == lease.holder && p.live() && !matches!(p.work, Work::Stopped))
+    }
+}
+
+impl Model for Protocol {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let processes = (0..self.config.instances)
+            .map(|i| Process {
+                instance: if self.has(Mutant::LeaseWithoutNonce) { 0 } else { i },
+                nonce: i,
+                up: true,
+                stalled: false,
+                stopping: false,
+                work: Work::Idle,
+                next_request: 0,
+                next_attempt: 1,
+                next_commit: 0,
+                inbox: None,
+                orphaned: false,
+            })
+            .collect();
+        vec![State {
+            lease: None,
+            generation: 0,
+            published: 0,
+            acked: 0,
+            indexed: false,
+            stream: false,
+            half_published: false,
+            closed: None,
+            marker: None,
+            effects: Vec::new(),
+            network: BTreeSet::new(),
+            processes,
+            faults: Faults {
+                crashes: self.config.crashes,
+                stalls: self.config.stalls,
+                timeouts: self.config.timeouts,
+                kills: self.config.kills,
+            },
+            unauthorized_run: false,
+            rerun_after_ack: false,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        if state.published < self.messages() {
+            if self.has(Mutant::ReapNotAtomicWithPublish) {
+                actions.push(if state.half_published {
+                    Action::PublishAppend
+                } else {
+                    Action::PublishIndex
+                });
+            } else {
+                actions.push(Action::Publish);
+            }
+        }
+        for command in &state.network {
+            actions.push(Action::Apply(*command, false));
+            if state.faults.timeouts > 0 {
+                actions.push(Action::Apply(*command, true));
+            }
+        }
+        if Self::may_expire(state) {
+            actions.push(Action::Expire);
+        }
+        for (p, process) in state.processes.iter().enumerate() {
+            if !process.up {
+                actions.push(Action::Restart(p));
+                continue;
+            }
+            if process.stalled {
+                actions.push(Action::Resume(p));
+                continue;
+            }
+            let waiting = matches!(process.work, Work::Waiting { .. });
+            // Abstractions of discovery and of the waker: a worker tries to
+            // acquire only a lease that may be free (or its own), and reads
+            // only when there is something to read or to reap. This keeps the
+            // state space finite without removing any race.
+            let stepping = match process.work {
+                Work::Idle => {
+                    state.indexed
+                        && !process.stopping
+                        && state.lease.is_none_or(|l| l.holder == process.identity())
+                }
+                Work::Holding(_) if process.stopping => true,
+                Work::Holding(_) => Self::head(state).is_some() || state.stream,
+                Work::Running(_) => true,
+                _ => false,
+            };
+            if stepping {
+                actions.push(Action::Step(p));
+            }
+            if process.inbox.is_some() {
+                actions.push(Action::Receive(p));
+            }
+            if waiting && process.inbox.is_none() && state.faults.timeouts > 0 {
+                actions.push(Action::Resend(p));
+                if matches!(
+                    process.work,
+                    Work::Waiting {
+                        op: Op::Commit { .. },
+                        ..
+                    }
+                ) {
+                    actions.push(Action::Retry(p));
+                }
+            }
+            if state.faults.crashes > 0 {
+                actions.push(Action::Crash(p));
+            }
+            if state.faults.stalls > 0 {
+                actions.push(Action::Stall(p));
+            }
+            if state.faults.kills > 0 && process.run().is_some() && !process.stopping {
+                actions.push(Action::Kill(p));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        match action {
+            Action::Publish => {
+                state.published += 1;
+                state.stream = true;
+                state.indexed = true;
+            }
+            Action::PublishIndex => {
+                state.indexed = true;
+                state.half_published = true;
+            }
+            Action::PublishAppend => {
+                state.published += 1;
+                state.stream = true;
+                state.half_published = false;
+            }
+            Action::Step(p) => {
+                if !self.step(&mut state, p) {
+                    return None;
+                }
+            }
+            Action::Receive(p) => self.receive(&mut state, p),
+            Action::Apply(command, lose_reply) => {
+                state.network.remove(&command);
+                let reply = self.apply(&mut state, command);
+                if lose_reply {
+                    state.faults.timeouts -= 1;
+                } else if let Some(process) = state
+                    .processes
+                    .iter_mut()
+                    .find(|p| p.up && p.identity() == command.from)
+                    && matches!(process.work, Work::Waiting { request, .. } if request == command.request)
+                {
+                    process.inbox = Some((command.request, reply));
+                }
+            }
+            Action::Resend(p) => {
+                state.faults.timeouts -= 1;
+                let process = &mut state.processes[p];
+                let Work::Waiting { op, run, .. } = process.work else {
+                    return None;
+                };
+                Self::send(process, &mut state.network, op, run);
+            }
+            Action::Retry(p) => {
+                state.faults.timeouts -= 1;
+                let process = &mut state.processes[p];
+                let Work::Waiting { run: Some(run), .. } = process.work else {
+                    return None;
+                };
+                let attempt = process.next_attempt;
+                process.next_attempt += 1;
+                process.work = Work::Running(Run { attempt, ..run });
+            }
+            Action::Expire => {
+                let expired = state.lease.take()?;
+                for process in &mut state.processes {
+                    if process.lease() == Some(expired) {
+                        process.orphaned = true;
+                    }
+                }
+            }
+            Action::Crash(p) => {
+                state.faults.crashes -= 1;
+                let process = &mut state.processes[p];
+                process.up = false;
+                process.stalled = false;
+                process.stopping = false;
+                process.work = Work::Idle;
+                process.inbox = None;
+                process.orphaned = false;
+            }
+            Action::Restart(p) => {
+                let nonce = state.processes.iter().map(|p| p.nonce).max().unwrap_or(0) + 1;
+                let process = &mut state.processes[p];
+                process.up = true;
+                process.nonce = nonce;
+                process.next_request = 0;
+                process.next_attempt = 1;
+                process.next_commit = 0;
+            }
+            Action::Stall(p) => {
+                state.faults.stalls -= 1;
+                state.processes[p].stalled = true;
+            }
+            Action::Resume(p) => state.processes[p].stalled = false,
+            Action::Kill(p) => {
+                state.faults.kills -= 1;
+                let process = &mut state.processes[p];
+                process.stopping = true;
+                let run = process.run()?;
+                // The hole of issue 8 point 3: releasing at once while the
+                // handler, in blocking code, goes on running.
+                if self.has(Mutant::ReleaseWhileRunning) {
+                    state.network.insert(Command {
+                        from: process.identity(),
+                        request: u8::MAX,
+                        op: Op::Release(run.lease),
+                    });
+                }
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("effects land in publish order", |_, state: &State| {
+                state.effects.windows(2).all(|pair| pair[0] <= pair[1])
+            }),
+            Property::always("an acknowledged message has its effect", |_, state: &State| {
+                (0..8u8)
+                    .filter(|m| state.acked & (1 << m) != 0)
+                    .all(|m| state.effects.contains(&m))
+            }),
+            Property::always("a run starts only under the lease", |_, state: &State| {
+                !state.unauthorized_run
+            }),
+            Property::always("only the unacknowledged head is run", |_, state: &State| {
+                !state.rerun_after_ack
+            }),
+            Property::always("at most one live run holds the key", |_, state: &State| {
+                state
+                    .processes
+                    .iter()
+                    .filter(|p| p.live() && !p.orphaned && p.run().is_some())
+                    .count()
+                    <= 1
+            }),
+            Property::always("no published message is stranded", |_, state: &State| {
+                Protocol::head(state).is_none() || state.indexed
+            }),
+        ]
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Apply(command, lose) => write!(
+                f,
+                "redis applies {:?} from instance {} (start {}){}",
+                command.op,
+                command.from.instance,
+                command.from.nonce,
+                if *lose { ", reply lost" } else { "" }
+            ),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}

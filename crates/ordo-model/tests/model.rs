@@ -1,0 +1,59 @@
+//! The protocol model in the normal test suite: a smaller configuration is
+//! clean, and every seeded mutant is caught with a counterexample.
+
+use ordo_model::{Config, Mutant, check};
+
+#[test]
+fn the_protocol_keeps_every_property_in_the_small_configuration() {
+    let report = check(Config::SMALL, None);
+    let broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
+    assert!(
+        broken.is_empty(),
+        "{broken:?} broken after {} states",
+        report.states
+    );
+    assert!(report.states > 100_000, "only {} states explored", report.states);
+}
+
+#[test]
+fn every_mutant_yields_a_counterexample() {
+    for mutant in Mutant::ALL {
+        let report = check(Config::exposing(mutant), Some(mutant));
+        let violation = report
+            .violations
+            .first()
+            .unwrap_or_else(|| panic!("mutant {mutant} was not caught ({} states)", report.states));
+        assert!(!violation.trace.is_empty(), "{mutant}: an empty trace");
+    }
+}
+
+#[test]
+fn each_mutant_breaks_the_property_it_is_about() {
+    let expect = [
+        (Mutant::CommitFromOlderAttempt, "effects land in publish order"),
+        (Mutant::ReclaimWithoutLease, "a run starts only under the lease"),
+        (
+            Mutant::ReapNotAtomicWithPublish,
+            "no published message is stranded",
+        ),
+        (Mutant::ReleaseWhileRunning, "at most one live run holds the key"),
+        (Mutant::LeaseWithoutNonce, "at most one live run holds the key"),
+    ];
+    for (mutant, property) in expect {
+        let report = check(Config::exposing(mutant), Some(mutant));
+        let broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
+        assert!(
+            broken.contains(&property),
+            "{mutant}: broke {broken:?}, not {property:?}"
+        );
+    }
+}
+
+#[test]
+fn mutant_names_round_trip_and_unknown_names_list_the_known_ones() {
+    for mutant in Mutant::ALL {
+        assert_eq!(mutant.name().parse::<Mutant>(), Ok(mutant));
+    }
+    let error = "no-such".parse::<Mutant>().unwrap_err().to_string();
+    assert!(error.contains("commit-from-older-attempt"), "{error}");
+}
