@@ -498,5 +498,31 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
         "{}",
         typo.stderr
     );
+    // So is a misspelled table of the domain configuration, at any level,
+    // through --config too: it names the key and lists the valid ones.
+    let typo_file = fixture.dir.path().join("typo.toml");
+    for (text, expected) in [
+        (
+            "[server.partioning]\nlease_ttl_ms = 6000\n",
+            "unknown key `server.partioning` in the domain configuration; valid keys in [server]: \
+             partitioning, priority_lanes",
+        ),
+        (
+            "lease_ttl_ms = 6000\n",
+            "unknown key `lease_ttl_ms` in the domain configuration; valid keys at the top level: \
+             server, redis, cli",
+        ),
+    ] {
+        std::fs::write(&typo_file, text)?;
+        let config = typo_file.to_str().expect("a UTF-8 path");
+        let typo = ordo_in(&nested, &["status", "--config", config], &[])
+            .await?
+            .expect_code(1)?;
+        assert!(
+            typo.stderr.contains("typo.toml") && typo.stderr.contains(expected),
+            "{}",
+            typo.stderr
+        );
+    }
     fixture.stop().await
 }

@@ -297,10 +297,28 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The text is not valid TOML, has a value of the wrong type, or an
-    /// unknown key in a table Ordo owns (the parser's message names it).
+    /// The text is not valid TOML or has a value of the wrong type (the
+    /// parser's message names it).
     #[error("cannot parse the domain configuration")]
     Parse(#[source] toml::de::Error),
+    /// A key that `domain.toml` does not have, at any level.
+    #[error("unknown key `{key}` in the domain configuration; valid keys {}: {}", unknown_key_place(key), valid.join(", "))]
+    UnknownKey {
+        /// The full dotted key, like `server.partioning`.
+        key: String,
+        /// The valid keys at that level.
+        valid: Vec<&'static str>,
+    },
+    /// A table where a value belongs, or a value where a table belongs.
+    #[error("`{key}` in the domain configuration must be {expected}, got {found}")]
+    WrongType {
+        /// The full dotted key.
+        key: String,
+        /// What belongs there (`a table`, `a value`).
+        expected: &'static str,
+        /// The TOML type found, with its article (`an integer`).
+        found: &'static str,
+    },
     /// A value is out of range.
     #[error("{key} {reason}")]
     Invalid {
@@ -309,6 +327,15 @@ pub enum ConfigError {
         /// What is wrong, with the value found.
         reason: String,
     },
+}
+
+/// Where the valid keys of an unknown key's level are: `at the top level`
+/// or `in [server]`.
+fn unknown_key_place(key: &str) -> String {
+    match key.rsplit_once('.') {
+        Some((table, _)) => format!("in [{table}]"),
+        None => "at the top level".to_owned(),
+    }
 }
 
 impl ConfigError {
