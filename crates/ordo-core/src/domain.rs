@@ -7,6 +7,7 @@ mod registry;
 use std::any::{Any, TypeId};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -362,28 +363,53 @@ impl Domain {
 
     /// Starts the outbox processor and the broker's consumer in the
     /// background. Must be called inside a tokio runtime.
+    ///
+    /// A process that only publishes (commits events, handles nothing) calls
+    /// [`Domain::start_publisher`] instead, so it never joins the consumer
+    /// groups of the handlers it registered for their keys.
     pub fn start(&self) -> RunningDomain {
+        self.start_with(true)
+    }
+
+    /// Starts only the outbox processor: committed events are published, and
+    /// no handler of this process consumes anything from the broker.
+    ///
+    /// For a publishing-only process on a distributing broker (Redis): it
+    /// registers the same handlers as the workers (the registrations give
+    /// each category its partition key) but must not consume. On the inline
+    /// broker handlers run in this process whatever is started, since that
+    /// is where published events are delivered.
+    /// [`RunningDomain::shutdown`] publishes what is still pending.
+    pub fn start_publisher(&self) -> RunningDomain {
+        self.start_with(false)
+    }
+
+    fn start_with(&self, consume: bool) -> RunningDomain {
         let shutdown = CancellationToken::new();
+        let consumer_shutdown = shutdown.child_token();
         let tracker = TaskTracker::new();
         let processor = Arc::clone(&self.inner.processor);
         let token = shutdown.child_token();
         let processor = tracker.spawn(async move { processor.run(token).await });
-        let broker = Arc::clone(&self.inner.broker);
-        let consumer = broker.run(Arc::clone(&self.inner.subscriptions), shutdown.child_token());
-        let broker = tracker.spawn(async move {
-            let result = consumer.await;
-            if let Err(error) = &result {
-                tracing::error!(broker = broker.name(), error = %error, "the broker's consumer stopped with an error");
-            }
-            result
+        let broker = consume.then(|| {
+            let broker = Arc::clone(&self.inner.broker);
+            let consumer = broker.run(Arc::clone(&self.inner.subscriptions), consumer_shutdown.clone());
+            tracker.spawn(async move {
+                let result = consumer.await;
+                if let Err(error) = &result {
+                    tracing::error!(broker = broker.name(), error = %error, "the broker's consumer stopped with an error");
+                }
+                result
+            })
         });
         tracker.close();
         RunningDomain {
             domain: self.clone(),
             shutdown,
+            consumer_shutdown,
             tracker,
             processor: Some(processor),
-            broker: Some(broker),
+            broker,
         }
     }
 
@@ -477,13 +503,17 @@ impl fmt::Debug for Domain {
     }
 }
 
+/// How long [`RunningDomain::shutdown`] keeps publishing pending outbox rows.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A started domain: the outbox processor and the broker's consumer run in
 /// the background until [`RunningDomain::shutdown`]. Dropping it cancels
-/// them without waiting.
+/// them without waiting, and without publishing what is still pending.
 #[derive(Debug)]
 pub struct RunningDomain {
     domain: Domain,
     shutdown: CancellationToken,
+    consumer_shutdown: CancellationToken,
     tracker: TaskTracker,
     processor: Option<JoinHandle<()>>,
     broker: Option<JoinHandle<Result<(), BrokerError>>>,
@@ -500,20 +530,24 @@ impl RunningDomain {
         self.shutdown.child_token()
     }
 
-    /// Stops the outbox processor and the broker, and waits for both. Rows
-    /// still pending stay in the outbox for the next start.
-    pub async fn shutdown(mut self) -> Result<(), ShutdownError> {
-        self.shutdown.cancel();
-        let processor = self.processor.take();
-        let broker = self.broker.take();
-        self.tracker.wait().await;
-        let processor_result = match processor {
-            Some(handle) => handle.await.map_err(|_| ShutdownError::Panicked {
-                task: "outbox processor",
-            }),
-            None => Ok(()),
-        };
-        let broker_result = match broker {
+    /// [`RunningDomain::shutdown_within`] [`DEFAULT_DRAIN_TIMEOUT`].
+    pub async fn shutdown(self) -> Result<(), ShutdownError> {
+        self.shutdown_within(DEFAULT_DRAIN_TIMEOUT).await
+    }
+
+    /// Stops the broker's consumer (in-flight handlers finish), then
+    /// publishes every outbox row still pending, including the events those
+    /// handlers committed, for up to `drain_timeout`, then stops the outbox
+    /// processor.
+    ///
+    /// Returns [`ShutdownError::Unpublished`] with the number of rows left
+    /// pending when the outbox could not be drained in time (the broker kept
+    /// refusing them): with an in-memory outbox those events are lost when
+    /// the process exits. With a shared outbox the count includes rows other
+    /// processes committed meanwhile.
+    pub async fn shutdown_within(mut self, drain_timeout: Duration) -> Result<(), ShutdownError> {
+        self.consumer_shutdown.cancel();
+        let broker_result = match self.broker.take() {
             Some(handle) => match handle.await {
                 Ok(result) => result.map_err(|source| ShutdownError::Broker {
                     broker: self.domain.broker().name().to_owned(),
@@ -523,7 +557,47 @@ impl RunningDomain {
             },
             None => Ok(()),
         };
-        broker_result.and(processor_result)
+        let drained = self.drain(drain_timeout).await;
+        self.shutdown.cancel();
+        let processor = self.processor.take();
+        self.tracker.wait().await;
+        let processor_result = match processor {
+            Some(handle) => handle.await.map_err(|_| ShutdownError::Panicked {
+                task: "outbox processor",
+            }),
+            None => Ok(()),
+        };
+        drained.and(broker_result).and(processor_result)
+    }
+
+    /// Publishes pending rows (and, inline, waits for the handlers they
+    /// start, which may commit more) until none is left or `timeout` passes.
+    async fn drain(&self, timeout: Duration) -> Result<(), ShutdownError> {
+        let domain = &self.domain;
+        let drained = tokio::time::timeout(timeout, domain.settle()).await;
+        if drained.is_ok() {
+            return Ok(());
+        }
+        let rows = match domain.outbox().pending(usize::MAX).await {
+            Ok(rows) => rows.len(),
+            Err(error) => {
+                tracing::error!(error = %crate::error::error_chain(&error),
+                    "cannot count the outbox rows left pending at shutdown");
+                return Err(ShutdownError::Unpublished {
+                    rows: None,
+                    timeout,
+                });
+            }
+        };
+        let last_error = match domain.outbox().pending(1).await {
+            Ok(rows) => rows.into_iter().next().and_then(|row| row.last_error),
+            Err(_) => None,
+        };
+        tracing::error!(rows, last_error, ?timeout, "outbox rows left unpublished at shutdown");
+        Err(ShutdownError::Unpublished {
+            rows: Some(rows),
+            timeout,
+        })
     }
 }
 

@@ -422,6 +422,19 @@ pub enum ShutdownError {
         #[source]
         source: BrokerError,
     },
+    /// Outbox rows were still pending when the drain timeout ran out (the
+    /// broker kept refusing them). With an in-memory outbox they are lost
+    /// when the process exits.
+    #[error(
+        "{} left unpublished in the outbox after draining for {timeout:?}",
+        match rows { Some(1) => "1 row".to_owned(), Some(n) => format!("{n} rows"), None => "rows (how many is unknown: the outbox cannot be read)".to_owned() }
+    )]
+    Unpublished {
+        /// How many rows were left pending (`None` when the outbox could not be read).
+        rows: Option<usize>,
+        /// How long the drain tried.
+        timeout: Duration,
+    },
     /// A background task panicked.
     #[error("the {task} task panicked")]
     Panicked {

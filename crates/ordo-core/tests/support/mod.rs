@@ -553,6 +553,8 @@ struct RecordingInner {
     capabilities: Capabilities,
     published: Mutex<Vec<Publication>>,
     fail_after: Mutex<Option<usize>>,
+    refuse_all: std::sync::atomic::AtomicBool,
+    runs: std::sync::atomic::AtomicUsize,
     run_error: Option<&'static str>,
 }
 
@@ -583,6 +585,8 @@ impl RecordingBroker {
                 capabilities,
                 published: Mutex::new(Vec::new()),
                 fail_after: Mutex::new(None),
+                refuse_all: std::sync::atomic::AtomicBool::new(false),
+                runs: std::sync::atomic::AtomicUsize::new(0),
                 run_error,
             }),
         }
@@ -591,6 +595,16 @@ impl RecordingBroker {
     /// The next publish publishes `n` publications, then fails.
     pub fn fail_next_after(&self, n: usize) {
         *self.inner.fail_after.lock().unwrap() = Some(n);
+    }
+
+    /// Every publish from now on fails before publishing anything.
+    pub fn refuse_all(&self) {
+        self.inner.refuse_all.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many times the consumer was started.
+    pub fn runs(&self) -> usize {
+        self.inner.runs.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn published(&self) -> Vec<Publication> {
@@ -612,7 +626,11 @@ impl Broker for RecordingBroker {
     }
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
-        let fail_after = self.inner.fail_after.lock().unwrap().take();
+        let fail_after = if self.inner.refuse_all.load(std::sync::atomic::Ordering::SeqCst) {
+            Some(0)
+        } else {
+            self.inner.fail_after.lock().unwrap().take()
+        };
         let mut published = self.inner.published.lock().unwrap();
         let result = match fail_after {
             Some(n) if n < publications.len() => {
@@ -636,6 +654,7 @@ impl Broker for RecordingBroker {
         shutdown: CancellationToken,
     ) -> BoxFuture<'static, Result<(), BrokerError>> {
         let run_error = self.inner.run_error;
+        self.inner.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Box::pin(async move {
             if let Some(error) = run_error {
                 return Err(error.into());
