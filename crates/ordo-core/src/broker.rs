@@ -10,6 +10,7 @@ use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, 
 use crate::key::Lane;
 use crate::message::Envelope;
 use crate::policy::SequencingPolicy;
+use crate::process::ProcessStore;
 
 /// What a broker can do, checked by `Domain::init()`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -88,6 +89,15 @@ pub trait Broker: Send + Sync + fmt::Debug + 'static {
         subscriptions: Arc<[Subscription]>,
         shutdown: CancellationToken,
     ) -> BoxFuture<'static, Result<(), BrokerError>>;
+
+    /// The process store that process managers must use on this broker, when
+    /// it moves their ownership between instances (the Redis broker's store,
+    /// which every instance reads and which fences saves). `Domain::init()`
+    /// uses it unless another store is set; `None` (the default) keeps the
+    /// in-memory store.
+    fn process_store(&self) -> Option<Arc<dyn ProcessStore>> {
+        None
+    }
 }
 
 impl<B: Broker + ?Sized> Broker for Arc<B> {
@@ -109,6 +119,10 @@ impl<B: Broker + ?Sized> Broker for Arc<B> {
         shutdown: CancellationToken,
     ) -> BoxFuture<'static, Result<(), BrokerError>> {
         (**self).run(subscriptions, shutdown)
+    }
+
+    fn process_store(&self) -> Option<Arc<dyn ProcessStore>> {
+        (**self).process_store()
     }
 }
 

@@ -34,8 +34,9 @@ pub(crate) use registry::Partitioning;
 /// Registers aggregates, handlers and infrastructure, then checks them all
 /// with [`DomainBuilder::init`].
 ///
-/// Defaults: the [`InlineBroker`], an [`InMemoryOutbox`], an
-/// [`InMemoryProcessStore`] and [`Config::default`].
+/// Defaults: the [`InlineBroker`], an [`InMemoryOutbox`], the broker's
+/// process store (an [`InMemoryProcessStore`] for the inline broker) and
+/// [`Config::default`].
 ///
 /// Registering aggregates is optional (messages name their categories
 /// themselves). Once at least one is registered, every category a handler
@@ -157,7 +158,9 @@ impl DomainBuilder {
         self
     }
 
-    /// Sets the process store (default: an [`InMemoryProcessStore`]).
+    /// Sets the process store (default: the broker's
+    /// [`Broker::process_store`], such as the Redis broker's store, else an
+    /// [`InMemoryProcessStore`]).
     pub fn process_store<S: ProcessStore>(mut self, store: S) -> Self {
         self.process_store = Some(Arc::new(store));
         self
@@ -210,6 +213,7 @@ impl DomainBuilder {
 
         let process_store = self
             .process_store
+            .or_else(|| broker.process_store())
             .unwrap_or_else(|| Arc::new(InMemoryProcessStore::new()));
         let (commands, consumers): (Vec<_>, Vec<_>) = self
             .registrations

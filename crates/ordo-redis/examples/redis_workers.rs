@@ -82,7 +82,6 @@ async fn main() -> anyhow::Result<()> {
             instance: instance.clone(),
         })
         .broker(broker.clone())
-        .process_store(broker.process_store())
         .config(config()?)
         .init()?;
 

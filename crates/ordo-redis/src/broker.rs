@@ -218,6 +218,13 @@ impl Broker for RedisBroker {
         Box::pin(publish::publish(self.client(), publications))
     }
 
+    /// The broker's [`RedisProcessStore`](crate::RedisProcessStore): process
+    /// managers move between instances with their leases, so their state
+    /// must live in Redis and be saved under the lease fence.
+    fn process_store(&self) -> Option<Arc<dyn ordo_core::process::ProcessStore>> {
+        Some(Arc::new(RedisBroker::process_store(self)))
+    }
+
     fn run(
         &self,
         subscriptions: Arc<[Subscription]>,

@@ -1,0 +1,78 @@
+//! A domain on the Redis broker, as a new user wires it: what it does
+//! without being told (process store, publishing-only processes, shutdown).
+
+mod common;
+
+use std::time::Duration;
+
+use fred::interfaces::KeysInterface;
+use ordo::prelude::*;
+use ordo_redis::RedisProcessStore;
+use ordo_testkit::Redis;
+
+use common::{broker, config, eventually, pool};
+
+#[derive(Aggregate)]
+struct Shipment;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Shipment)]
+struct ShipmentBooked {
+    #[aggregate_id]
+    shipment_id: String,
+    order_id: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Tracking {
+    booked: u32,
+}
+
+#[process_manager]
+impl Tracking {
+    #[handle(start, correlate = "order_id")]
+    async fn on_booked(&mut self, _event: &ShipmentBooked, _ctx: &HandlerContext) -> anyhow::Result<()> {
+        self.booked += 1;
+        Ok(())
+    }
+}
+
+fn booked(shipment_id: &str, order_id: &str) -> ShipmentBooked {
+    ShipmentBooked {
+        shipment_id: shipment_id.into(),
+        order_id: order_id.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_managers_keep_their_state_in_redis_without_being_told() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let broker = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    // No `.process_store(broker.process_store())`: the broker's store is the default.
+    let domain = Domain::builder()
+        .aggregate::<Shipment>()
+        .process_manager::<Tracking>()
+        .broker(broker)
+        .config(config(3_000, 3_600_000, 0))
+        .init()?;
+    let running = domain.start();
+    let mut uow = domain.unit_of_work();
+    uow.raise(booked("s-1", "o-1"))?;
+    uow.raise(booked("s-2", "o-1"))?;
+    uow.commit().await?;
+
+    let client = pool(&url).await?;
+    let key = RedisProcessStore::key("Tracking", "o-1");
+    eventually(Duration::from_secs(20), "the instance state saved in Redis", || {
+        let client = client.clone();
+        let key = key.clone();
+        async move {
+            let state: Option<String> = client.get(&key).await?;
+            Ok(state.as_deref() == Some(r#"{"booked":2}"#))
+        }
+    })
+    .await?;
+    running.shutdown().await?;
+    Ok(())
+}
