@@ -526,3 +526,45 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
     }
     fixture.stop().await
 }
+
+/// A category with partitions but no registered consumer group (what Redis
+/// looks like after losing its data while no worker runs to register
+/// again): `status --check` reports it instead of exiting 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_check_reports_partitions_without_a_registered_group() -> anyhow::Result<()> {
+    let redis = ordo_testkit::Redis::start_local()?;
+    let broker = ordo_redis::RedisBroker::builder(redis.url()).build().await?;
+    let envelope = ordo_core::message::Envelope {
+        id: "m-1".to_owned(),
+        kind: ordo_core::message::MessageKind::Event,
+        type_name: "Noted".to_owned(),
+        category: "ledger".to_owned(),
+        aggregate_id: None,
+        routing_key: None,
+        partition_key: Some("acct-1".to_owned()),
+        metadata: ordo_core::message::Metadata::new(),
+        payload: "{}".into(),
+    };
+    ordo_core::broker::Broker::publish(
+        &broker,
+        &[ordo_core::broker::Publication {
+            stream: ordo_core::key::stream::partition("ledger", "acct-1"),
+            lane: ordo_core::key::Lane::Primary,
+            envelope,
+        }],
+    )
+    .await?;
+    let dir = tempfile::tempdir()?;
+    let url = redis.url();
+    let checked = ordo_in(dir.path(), &["status", "--check", "--redis-url", &url], &[])
+        .await?
+        .expect_code(5)?;
+    assert!(
+        checked
+            .stdout
+            .contains("category `ledger` has 1 partition but no registered consumer group"),
+        "{}",
+        checked.stdout
+    );
+    Ok(())
+}
