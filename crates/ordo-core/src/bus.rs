@@ -5,12 +5,21 @@ use std::any::Any;
 use std::collections::HashMap;
 
 use crate::broker::Subscription;
-use crate::error::DispatchError;
+use crate::domain::Domain;
+use crate::error::{CommitError, DispatchError};
+use crate::handler::HandlerError;
+use crate::uow::ContextUnitOfWork;
 use crate::executor::KeyedExecutor;
 use crate::handler::HandlerContext;
 use crate::key::KeyRules;
 use crate::message::{Command, Envelope, Message};
 use crate::policy::ProcessingContext;
+
+/// Why a command's run failed.
+enum Failed {
+    Handler(HandlerError),
+    Commit(CommitError),
+}
 
 /// Routes each command to its one handler through a [`KeyedExecutor`].
 ///
@@ -42,8 +51,10 @@ impl CommandBus {
         }
     }
 
-    /// Handles `command` and returns the handler's outcome.
-    pub(crate) async fn dispatch<C: Command>(&self, command: C) -> Result<(), DispatchError> {
+    /// Handles `command` and returns the handler's outcome. The events the
+    /// handler raised through its context are committed, in `domain`'s
+    /// outbox, when it succeeds, before the next command of its sequence runs.
+    pub(crate) async fn dispatch<C: Command>(&self, domain: &Domain, command: C) -> Result<(), DispatchError> {
         let type_name = C::TYPE_NAME;
         let route = self
             .routes
@@ -58,13 +69,25 @@ impl CommandBus {
             .policy_for(type_name)
             .sequence_identifier(&envelope, &context);
         let dyn_handler = route.handler.clone();
+        let uow = ContextUnitOfWork::new(domain.unit_of_work());
         let outcome = self.executor.submit(sequence, async move {
-            let ctx = HandlerContext::new(&envelope);
-            dyn_handler.handle(&envelope, &ctx).await
+            let ctx = HandlerContext::new(&envelope).with_unit_of_work(uow.clone());
+            let handled = dyn_handler.handle(&envelope, &ctx).await;
+            drop(ctx);
+            match (handled, uow.take()) {
+                (Ok(()), Some(uow)) => uow.commit().await.map(drop).map_err(Failed::Commit),
+                (Ok(()), None) => Ok(()),
+                (Err(error), _) => Err(Failed::Handler(error)),
+            }
         });
         match outcome.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(source)) => Err(DispatchError::Handler {
+            Ok(Err(Failed::Handler(source))) => Err(DispatchError::Handler {
+                handler,
+                type_name,
+                source,
+            }),
+            Ok(Err(Failed::Commit(source))) => Err(DispatchError::Commit {
                 handler,
                 type_name,
                 source,

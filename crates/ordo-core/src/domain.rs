@@ -65,8 +65,22 @@ enum HandlerFactory {
     ProcessManager(MakeProcessManager),
 }
 
-/// Builds a process manager's handler from its descriptor and the store.
-type MakeProcessManager = fn(Arc<HandlerDescriptor>, Arc<dyn ProcessStore>) -> Arc<dyn DynHandler>;
+/// Builds a process manager's handler from its descriptor, the store and
+/// the domain it runs in (set once `init()` has built it).
+type MakeProcessManager = fn(Arc<HandlerDescriptor>, Arc<dyn ProcessStore>, DomainRef) -> Arc<dyn DynHandler>;
+
+/// The domain, for handlers built before it (process managers raise events
+/// in its units of work). Weak: the domain owns its handlers.
+#[derive(Clone, Default)]
+pub(crate) struct DomainRef(Arc<std::sync::OnceLock<std::sync::Weak<Inner>>>);
+
+impl DomainRef {
+    /// The domain, while it exists.
+    pub(crate) fn get(&self) -> Option<Domain> {
+        let inner = self.0.get()?.upgrade()?;
+        Some(Domain { inner })
+    }
+}
 
 impl DomainBuilder {
     fn new() -> Self {
@@ -215,10 +229,11 @@ impl DomainBuilder {
             .process_store
             .or_else(|| broker.process_store())
             .unwrap_or_else(|| Arc::new(InMemoryProcessStore::new()));
+        let domain_ref = DomainRef::default();
         let (commands, consumers): (Vec<_>, Vec<_>) = self
             .registrations
             .into_iter()
-            .map(|registration| subscription(registration, &process_store))
+            .map(|registration| subscription(registration, &process_store, &domain_ref))
             .partition(|s| s.kind() == HandlerKind::Command);
         let subscriptions: Arc<[Subscription]> = consumers.into();
         if let Some(inline) = &inline {
@@ -236,7 +251,7 @@ impl DomainBuilder {
             config.key_rules(),
             config.partitioning().max_concurrency(),
         );
-        Ok(Domain {
+        let domain = Domain {
             inner: Arc::new(Inner {
                 config,
                 broker,
@@ -249,7 +264,10 @@ impl DomainBuilder {
                 processor: Arc::new(processor),
                 bus,
             }),
-        })
+        };
+        // Only this `init()` sets it, once.
+        let _ = domain_ref.0.set(Arc::downgrade(&domain.inner));
+        Ok(domain)
     }
 }
 
@@ -269,11 +287,11 @@ impl fmt::Debug for DomainBuilder {
 /// registration override, else the impl's `#[sequencing_policy]`, else
 /// `sequential_by` (the validated partition key), else the kind's default.
 /// A process manager is always sequenced by correlation value.
-fn subscription(registration: Registration, store: &Arc<dyn ProcessStore>) -> Subscription {
+fn subscription(registration: Registration, store: &Arc<dyn ProcessStore>, domain: &DomainRef) -> Subscription {
     let descriptor = Arc::new(registration.descriptor);
     let handler = match registration.handler {
         HandlerFactory::Ready(handler) => handler,
-        HandlerFactory::ProcessManager(make) => make(Arc::clone(&descriptor), Arc::clone(store)),
+        HandlerFactory::ProcessManager(make) => make(Arc::clone(&descriptor), Arc::clone(store), domain.clone()),
     };
     let (policy, policy_overridden): (Arc<dyn SequencingPolicy>, bool) =
         match (registration.policy, descriptor.kind) {
@@ -302,8 +320,9 @@ fn subscription(registration: Registration, store: &Arc<dyn ProcessStore>) -> Su
 fn process_manager_handler<P: ProcessManager>(
     descriptor: Arc<HandlerDescriptor>,
     store: Arc<dyn ProcessStore>,
+    domain: DomainRef,
 ) -> Arc<dyn DynHandler> {
-    Arc::new(ProcessManagerHandler::<P>::new(descriptor, store))
+    Arc::new(ProcessManagerHandler::<P>::new(descriptor, store).with_domain(domain))
 }
 
 struct EventHandlerAdapter<H>(H);
@@ -355,8 +374,12 @@ impl Domain {
     /// Handles `command` with its handler and returns the outcome. Commands
     /// with the same sequence id (by default the routing key) are handled
     /// one after another, in dispatch order.
+    ///
+    /// The events the handler raised with [`HandlerContext::raise`] are
+    /// committed to the outbox together when it succeeds (before the next
+    /// command of its sequence runs) and discarded when it fails.
     pub async fn dispatch<C: Command>(&self, command: C) -> Result<(), DispatchError> {
-        self.inner.bus.dispatch(command).await
+        self.inner.bus.dispatch(self, command).await
     }
 
     /// Publishes every pending outbox row now (what the background loop of

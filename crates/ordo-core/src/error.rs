@@ -232,6 +232,14 @@ pub enum CommitError {
     /// The outbox refused the rows.
     #[error("the outbox refused the commit")]
     Outbox(#[source] OutboxError),
+    /// `HandlerContext::raise` on a context without an open unit of work:
+    /// an event handler's, or after the handler returned.
+    #[error(
+        "this handler context has no open unit of work: command handlers and process managers raise \
+         events through their context while they run; an event handler opens one with \
+         `Domain::unit_of_work()`"
+    )]
+    NoUnitOfWork,
 }
 
 /// A command that was not handled successfully.
@@ -273,6 +281,18 @@ pub enum DispatchError {
         /// The handler's error.
         #[source]
         source: HandlerError,
+    },
+    /// The handler succeeded, but the events it raised through its context
+    /// could not be committed (nothing of them was written).
+    #[error("command handler `{handler}` succeeded on `{type_name}` but its events were not committed")]
+    Commit {
+        /// The handler.
+        handler: &'static str,
+        /// The command type.
+        type_name: &'static str,
+        /// Why the commit failed.
+        #[source]
+        source: CommitError,
     },
     /// The handler task ended without a result (it panicked).
     #[error("command handler `{handler}` stopped without a result on `{type_name}` (it panicked)")]
