@@ -90,7 +90,7 @@ impl CommandBus {
             Ok(Err(Failed::Commit(source))) => Err(DispatchError::Commit {
                 handler,
                 type_name,
-                source,
+                source: Box::new(source),
             }),
             Err(_) => Err(DispatchError::Aborted { handler, type_name }),
         }

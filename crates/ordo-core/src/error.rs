@@ -292,7 +292,7 @@ pub enum DispatchError {
         type_name: &'static str,
         /// Why the commit failed.
         #[source]
-        source: CommitError,
+        source: Box<CommitError>,
     },
     /// The handler task ended without a result (it panicked).
     #[error("command handler `{handler}` stopped without a result on `{type_name}` (it panicked)")]
