@@ -38,7 +38,7 @@ pub use error::{
     ProcessStoreError, ShutdownError, UsageProblem,
 };
 pub use executor::KeyedExecutor;
-pub use inline::{HandlerFailure, InlineBroker};
+pub use inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};
 pub use outbox::{
     InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus, PublishReport,
 };

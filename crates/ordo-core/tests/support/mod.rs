@@ -261,6 +261,8 @@ pub struct Probe {
     barrier: Option<Arc<tokio::sync::Barrier>>,
     fail_first: AtomicU32,
     panic_first: AtomicU32,
+    /// Runs of the message with this amount fail (0: none).
+    poison_amount: std::sync::atomic::AtomicU64,
     seen: Mutex<Vec<Seen>>,
     active: Mutex<HashMap<String, usize>>,
     overlaps: AtomicUsize,
@@ -277,6 +279,7 @@ impl Probe {
             barrier: None,
             fail_first: AtomicU32::new(0),
             panic_first: AtomicU32::new(0),
+            poison_amount: std::sync::atomic::AtomicU64::new(0),
             seen: Mutex::new(Vec::new()),
             active: Mutex::new(HashMap::new()),
             overlaps: AtomicUsize::new(0),
@@ -302,6 +305,17 @@ impl Probe {
     pub fn failing_first(self, n: u32) -> Self {
         self.fail_first.store(n, Ordering::SeqCst);
         self
+    }
+
+    /// Every run of a message with `amount` fails, until [`Probe::cure`].
+    pub fn poisoned_by(self, amount: u64) -> Self {
+        self.poison_amount.store(amount, Ordering::SeqCst);
+        self
+    }
+
+    /// The poison message of [`Probe::poisoned_by`] succeeds from now on.
+    pub fn cure(&self) {
+        self.poison_amount.store(0, Ordering::SeqCst);
     }
 
     /// The first `n` runs panic.
@@ -359,6 +373,10 @@ impl Probe {
         }
         if take_one(&self.fail_first) {
             return Err(format!("induced failure in {handler}").into());
+        }
+        let amount = payload["amount"].as_u64().unwrap_or_default();
+        if amount != 0 && amount == self.poison_amount.load(Ordering::SeqCst) {
+            return Err(format!("poison message {amount} in {handler}").into());
         }
         Ok(())
     }
