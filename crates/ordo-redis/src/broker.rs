@@ -158,7 +158,10 @@ impl RedisBrokerBuilder {
         }
         let pool =
             connection::builder(&self.url, settings.lease_ttl / 3, true)?.build_pool(self.pool_size)?;
-        pool.init().await?;
+        pool.init().await.map_err(|source| Error::Connect {
+            url: crate::error::redacted_url(&self.url),
+            source,
+        })?;
         let partitions = Partitions::new(pool, instance, settings.lease_ttl);
         Ok(RedisBroker {
             inner: Arc::new(Inner {

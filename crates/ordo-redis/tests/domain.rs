@@ -76,3 +76,19 @@ async fn process_managers_keep_their_state_in_redis_without_being_told() -> anyh
     running.shutdown().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_connection_error_names_the_url_it_tried() -> anyhow::Result<()> {
+    // Port 1 on loopback: nothing listens there.
+    let url = "redis://127.0.0.1:1/0";
+    let error = ordo_redis::RedisBroker::builder(url)
+        .build()
+        .await
+        .expect_err("nothing listens on port 1");
+    let text = ordo_core::error::error_chain(&error);
+    assert!(
+        text.starts_with("cannot connect to Redis at redis://127.0.0.1:1/0: "),
+        "{text}"
+    );
+    Ok(())
+}
