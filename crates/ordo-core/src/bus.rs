@@ -82,15 +82,15 @@ impl CommandBus {
         });
         match outcome.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(Failed::Handler(source))) => Err(DispatchError::Handler {
+            Ok(Err(Failed::Handler(error))) => Err(DispatchError::Handler {
                 handler,
                 type_name,
-                source,
+                error,
             }),
-            Ok(Err(Failed::Commit(source))) => Err(DispatchError::Commit {
+            Ok(Err(Failed::Commit(error))) => Err(DispatchError::Commit {
                 handler,
                 type_name,
-                source: Box::new(source),
+                error: Box::new(error),
             }),
             Err(_) => Err(DispatchError::Aborted { handler, type_name }),
         }

@@ -271,28 +271,32 @@ pub enum DispatchError {
         /// The field, value and rule.
         key: InvalidKey,
     },
-    /// The handler returned an error.
-    #[error("command handler `{handler}` failed on `{type_name}`")]
+    /// The handler returned an error. The message includes the error and
+    /// its sources (a caller printing `{error}` sees why), so the error is
+    /// not also exposed as [`std::error::Error::source`].
+    #[error("command handler `{handler}` failed on `{type_name}`: {}", error_chain(&**error))]
     Handler {
         /// The handler.
         handler: &'static str,
         /// The command type.
         type_name: &'static str,
         /// The handler's error.
-        #[source]
-        source: HandlerError,
+        error: HandlerError,
     },
     /// The handler succeeded, but the events it raised through its context
-    /// could not be committed (nothing of them was written).
-    #[error("command handler `{handler}` succeeded on `{type_name}` but its events were not committed")]
+    /// could not be committed (nothing of them was written). The message
+    /// includes why.
+    #[error(
+        "command handler `{handler}` succeeded on `{type_name}` but its events were not committed: {}",
+        error_chain(&**error)
+    )]
     Commit {
         /// The handler.
         handler: &'static str,
         /// The command type.
         type_name: &'static str,
         /// Why the commit failed.
-        #[source]
-        source: Box<CommitError>,
+        error: Box<CommitError>,
     },
     /// The handler task ended without a result (it panicked).
     #[error("command handler `{handler}` stopped without a result on `{type_name}` (it panicked)")]

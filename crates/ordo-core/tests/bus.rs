@@ -85,6 +85,11 @@ async fn a_failing_handler_returns_its_error_as_the_source() {
         chain(&error),
         "command handler `OrderCommands` failed on `PlaceOrder`: induced failure in OrderCommands"
     );
+    // The message alone says why: a caller printing `{error}` is told.
+    assert_eq!(
+        error.to_string(),
+        "command handler `OrderCommands` failed on `PlaceOrder`: induced failure in OrderCommands"
+    );
 }
 
 #[tokio::test]

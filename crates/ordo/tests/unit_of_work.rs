@@ -160,7 +160,7 @@ async fn a_bad_key_raised_by_a_command_handler_fails_the_command() -> anyhow::Re
     let domain = Domain::builder().command_handler(Bank).event_handler(Ledger).init()?;
     let error = domain.dispatch(open("acct:1", false)).await.unwrap_err();
     assert!(
-        matches!(&error, DispatchError::Commit { source, .. } if matches!(**source, CommitError::InvalidKey { .. })),
+        matches!(&error, DispatchError::Commit { error, .. } if matches!(**error, CommitError::InvalidKey { .. })),
         "{error:?}"
     );
     assert!(domain.outbox().pending(10).await?.is_empty());
