@@ -13,7 +13,7 @@ use crate::executor::KeyedExecutor;
 use crate::handler::HandlerContext;
 use crate::key::KeyRules;
 use crate::message::{Command, Envelope, Message};
-use crate::policy::ProcessingContext;
+use crate::policy::{ProcessingContext, SequenceId};
 
 /// Why a command's run failed.
 enum Failed {
@@ -68,6 +68,18 @@ impl CommandBus {
         let sequence = route
             .policy_for(type_name)
             .sequence_identifier(&envelope, &context);
+        // A routing key used as the sequence key obeys the partition-key rules.
+        if let Some(routing_key) = envelope.routing_key.as_deref()
+            && sequence.as_ref().map(SequenceId::as_str) == Some(routing_key)
+        {
+            self.rules
+                .validate("routing_key", Some(routing_key))
+                .map_err(|key| DispatchError::InvalidKey {
+                    type_name,
+                    handler,
+                    key,
+                })?;
+        }
         let dyn_handler = route.handler.clone();
         let uow = ContextUnitOfWork::new(domain.unit_of_work());
         let outcome = self.executor.submit(sequence, async move {

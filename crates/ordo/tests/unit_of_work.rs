@@ -140,8 +140,9 @@ async fn a_bad_key_raised_by_a_command_handler_fails_the_command() -> anyhow::Re
     impl Bank {
         #[handle]
         async fn open(&self, command: &OpenAccount, ctx: &HandlerContext) -> anyhow::Result<()> {
+            // A key with ':' cannot name a partition stream.
             ctx.raise(Deposited {
-                account_id: command.account_id.clone(),
+                account_id: format!("{}:savings", command.account_id),
             })?;
             Ok(())
         }
@@ -158,7 +159,7 @@ async fn a_bad_key_raised_by_a_command_handler_fails_the_command() -> anyhow::Re
     }
 
     let domain = Domain::builder().command_handler(Bank).event_handler(Ledger).init()?;
-    let error = domain.dispatch(open("acct:1", false)).await.unwrap_err();
+    let error = domain.dispatch(open("acct-1", false)).await.unwrap_err();
     assert!(
         matches!(&error, DispatchError::Commit { error, .. } if matches!(**error, CommitError::InvalidKey { .. })),
         "{error:?}"
