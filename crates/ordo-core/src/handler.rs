@@ -302,7 +302,14 @@ impl HandlerContext {
         self.correlation_id.as_deref()
     }
 
-    /// The delivery attempt, starting at 1.
+    /// The attempt of this run by the current owner, starting at 1 and
+    /// growing with each retry (up to `max_retries + 1`).
+    ///
+    /// It is not a count of every delivery: a message redelivered to a new
+    /// owner after a failover, a restart or an operator's `retry` starts at 1
+    /// again. To recognise a redelivery use [`HandlerContext::message_id`]
+    /// (the same on every delivery) and [`HandlerContext::fencing_token`]
+    /// (larger under a new owner).
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
