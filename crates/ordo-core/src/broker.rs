@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Config;
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult};
 use crate::key::Lane;
 use crate::message::Envelope;
@@ -98,6 +99,14 @@ pub trait Broker: Send + Sync + fmt::Debug + 'static {
     fn process_store(&self) -> Option<Arc<dyn ProcessStore>> {
         None
     }
+
+    /// The configuration the broker was built with, when it has one (the
+    /// Redis broker's). `Domain::init()` uses it when the domain is given no
+    /// configuration, and refuses a different one: the broker's leases and
+    /// the domain's outbox and key rules must agree.
+    fn config(&self) -> Option<Config> {
+        None
+    }
 }
 
 impl<B: Broker + ?Sized> Broker for Arc<B> {
@@ -123,6 +132,10 @@ impl<B: Broker + ?Sized> Broker for Arc<B> {
 
     fn process_store(&self) -> Option<Arc<dyn ProcessStore>> {
         (**self).process_store()
+    }
+
+    fn config(&self) -> Option<Config> {
+        (**self).config()
     }
 }
 

@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::broker::{Broker, BrokerError, DynHandler, Subscription};
 use crate::bus::CommandBus;
 use crate::config::Config;
-use crate::error::{DispatchError, IncorrectUsageError, OutboxError, ShutdownError};
+use crate::error::{DispatchError, IncorrectUsageError, OutboxError, ShutdownError, UsageProblem};
 use crate::handler::{
     BoxFuture, CommandHandler, EventHandler, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
     ProcessManager,
@@ -180,7 +180,10 @@ impl DomainBuilder {
         self
     }
 
-    /// Sets the configuration (default: [`Config::default`]).
+    /// Sets the configuration (default: the broker's [`Broker::config`],
+    /// such as the one the Redis broker was built with, else
+    /// [`Config::default`]). `init()` refuses a configuration that differs
+    /// from the broker's.
     pub fn config(mut self, config: Config) -> Self {
         self.config = Some(config);
         self
@@ -211,7 +214,15 @@ impl DomainBuilder {
     /// handler without a key field, a process manager with a sequencing
     /// policy.
     pub fn init(self) -> Result<Domain, IncorrectUsageError> {
-        let config = self.config.unwrap_or_default();
+        let broker_config = self.broker.as_ref().and_then(|(broker, _)| broker.config());
+        let config = match (self.config, broker_config) {
+            (Some(domain), Some(broker)) if domain != broker => {
+                let broker = self.broker.as_ref().map_or("", |(b, _)| b.name()).to_owned();
+                return Err(IncorrectUsageError::new(vec![UsageProblem::ConfigMismatch { broker }]));
+            }
+            (Some(config), _) | (None, Some(config)) => config,
+            (None, None) => Config::default(),
+        };
         let (broker, inline) = self.broker.unwrap_or_else(|| {
             let inline = InlineBroker::with_config(&config);
             (Arc::new(inline.clone()), Some(inline))

@@ -180,6 +180,17 @@ pub enum UsageProblem {
         /// The second aggregate's Rust type name.
         second: &'static str,
     },
+    /// The domain was given a configuration that differs from the one its
+    /// broker was built with.
+    #[error(
+        "the domain's Config differs from the one broker `{broker}` was built with; the broker's \
+         leases and the domain's outbox and key rules must agree: pass the Config to the broker's \
+         builder only (the domain then uses the broker's), or the same one to both"
+    )]
+    ConfigMismatch {
+        /// The broker's name.
+        broker: String,
+    },
     /// A process manager carries a `#[sequencing_policy]`.
     #[error(
         "process manager `{handler}` declares a sequencing policy; process managers are always \

@@ -49,6 +49,7 @@ pub struct RedisBroker {
 #[derive(Debug)]
 struct Inner {
     url: String,
+    config: Config,
     settings: Settings,
     partitions: Partitions,
     /// Whether a consumer runs: two consumers with one instance id would
@@ -107,7 +108,9 @@ impl RedisBroker {
 
 impl RedisBrokerBuilder {
     /// The domain configuration (`[server.partitioning]`,
-    /// `[server.priority_lanes]`); default: [`Config::default`].
+    /// `[server.priority_lanes]`); default: [`Config::default`]. A domain
+    /// on this broker uses it too (`Domain::builder().config(..)` is then
+    /// unnecessary, and refused if different).
     #[must_use]
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
@@ -166,6 +169,7 @@ impl RedisBrokerBuilder {
         Ok(RedisBroker {
             inner: Arc::new(Inner {
                 url: self.url,
+                config: self.config,
                 settings,
                 partitions,
                 running: AtomicBool::new(false),
@@ -219,6 +223,11 @@ impl Broker for RedisBroker {
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(publish::publish(self.client(), publications))
+    }
+
+    /// The configuration the broker was built with: the domain's default.
+    fn config(&self) -> Option<Config> {
+        Some(self.inner.config.clone())
     }
 
     /// The broker's [`RedisProcessStore`](crate::RedisProcessStore): process

@@ -92,3 +92,34 @@ async fn a_connection_error_names_the_url_it_tried() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_domain_uses_the_config_the_broker_was_built_with_and_refuses_another() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let built_with = config(3_000, 60_000, 1);
+    let broker = broker(&url, built_with.clone()).await?;
+    let domain = Domain::builder()
+        .process_manager::<Tracking>()
+        .broker(broker.clone())
+        .init()?;
+    assert_eq!(domain.config(), &built_with);
+
+    // The same Config again is fine; a different one is refused, naming why.
+    Domain::builder()
+        .broker(broker.clone())
+        .config(built_with)
+        .init()?;
+    let error = Domain::builder()
+        .broker(broker)
+        .config(ordo::Config::default())
+        .init()
+        .expect_err("a Config different from the broker's");
+    assert!(
+        error
+            .to_string()
+            .contains("the domain's Config differs from the one broker `redis` was built with"),
+        "{error}"
+    );
+    Ok(())
+}
