@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use crate::broker::Subscription;
 use crate::domain::Domain;
 use crate::error::{CommitError, DispatchError};
-use crate::handler::HandlerError;
-use crate::uow::ContextUnitOfWork;
 use crate::executor::KeyedExecutor;
 use crate::handler::HandlerContext;
+use crate::handler::HandlerError;
 use crate::key::KeyRules;
 use crate::message::{Command, Envelope, Message};
 use crate::policy::{ProcessingContext, SequenceId};
+use crate::uow::ContextUnitOfWork;
 
 /// Why a command's run failed.
 enum Failed {
@@ -54,7 +54,11 @@ impl CommandBus {
     /// Handles `command` and returns the handler's outcome. The events the
     /// handler raised through its context are committed, in `domain`'s
     /// outbox, when it succeeds, before the next command of its sequence runs.
-    pub(crate) async fn dispatch<C: Command>(&self, domain: &Domain, command: C) -> Result<(), DispatchError> {
+    pub(crate) async fn dispatch<C: Command>(
+        &self,
+        domain: &Domain,
+        command: C,
+    ) -> Result<(), DispatchError> {
         let type_name = C::TYPE_NAME;
         let route = self
             .routes

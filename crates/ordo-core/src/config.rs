@@ -210,7 +210,11 @@ const SCHEMA: &[(&str, Node)] = &[
 
 /// Rejects a key of `table` (at dotted path `path`) that `schema` does not
 /// list, and a table where a value belongs or the reverse.
-fn check_keys(table: &toml::Table, path: &str, schema: &'static [(&'static str, Node)]) -> Result<(), ConfigError> {
+fn check_keys(
+    table: &toml::Table,
+    path: &str,
+    schema: &'static [(&'static str, Node)],
+) -> Result<(), ConfigError> {
     for (key, value) in table {
         let full = if path.is_empty() {
             key.clone()
@@ -275,7 +279,10 @@ struct RawFile {
 /// `[redis]`: read by the `ordo` tool; checked here so a typo is caught.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "the [redis] table")]
-#[expect(dead_code, reason = "the value is read by the `ordo` tool; only its type is checked here")]
+#[expect(
+    dead_code,
+    reason = "the value is read by the `ordo` tool; only its type is checked here"
+)]
 struct RawRedis {
     url: Option<String>,
 }
@@ -283,7 +290,10 @@ struct RawRedis {
 /// `[cli]`: read by the `ordo` tool; checked here so a typo is caught.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "the [cli] table")]
-#[expect(dead_code, reason = "the value is read by the `ordo` tool; only its type is checked here")]
+#[expect(
+    dead_code,
+    reason = "the value is read by the `ordo` tool; only its type is checked here"
+)]
 struct RawCli {
     warn_partitions: Option<u64>,
 }

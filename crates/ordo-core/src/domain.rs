@@ -218,7 +218,9 @@ impl DomainBuilder {
         let config = match (self.config, broker_config) {
             (Some(domain), Some(broker)) if domain != broker => {
                 let broker = self.broker.as_ref().map_or("", |(b, _)| b.name()).to_owned();
-                return Err(IncorrectUsageError::new(vec![UsageProblem::ConfigMismatch { broker }]));
+                return Err(IncorrectUsageError::new(vec![UsageProblem::ConfigMismatch {
+                    broker,
+                }]));
             }
             (Some(config), _) | (None, Some(config)) => config,
             (None, None) => Config::default(),
@@ -298,11 +300,17 @@ impl fmt::Debug for DomainBuilder {
 /// registration override, else the impl's `#[sequencing_policy]`, else
 /// `sequential_by` (the validated partition key), else the kind's default.
 /// A process manager is always sequenced by correlation value.
-fn subscription(registration: Registration, store: &Arc<dyn ProcessStore>, domain: &DomainRef) -> Subscription {
+fn subscription(
+    registration: Registration,
+    store: &Arc<dyn ProcessStore>,
+    domain: &DomainRef,
+) -> Subscription {
     let descriptor = Arc::new(registration.descriptor);
     let handler = match registration.handler {
         HandlerFactory::Ready(handler) => handler,
-        HandlerFactory::ProcessManager(make) => make(Arc::clone(&descriptor), Arc::clone(store), domain.clone()),
+        HandlerFactory::ProcessManager(make) => {
+            make(Arc::clone(&descriptor), Arc::clone(store), domain.clone())
+        }
     };
     let (policy, policy_overridden): (Arc<dyn SequencingPolicy>, bool) =
         match (registration.policy, descriptor.kind) {
@@ -621,17 +629,19 @@ impl RunningDomain {
             Err(error) => {
                 tracing::error!(error = %crate::error::error_chain(&error),
                     "cannot count the outbox rows left pending at shutdown");
-                return Err(ShutdownError::Unpublished {
-                    rows: None,
-                    timeout,
-                });
+                return Err(ShutdownError::Unpublished { rows: None, timeout });
             }
         };
         let last_error = match domain.outbox().pending(1).await {
             Ok(rows) => rows.into_iter().next().and_then(|row| row.last_error),
             Err(_) => None,
         };
-        tracing::error!(rows, last_error, ?timeout, "outbox rows left unpublished at shutdown");
+        tracing::error!(
+            rows,
+            last_error,
+            ?timeout,
+            "outbox rows left unpublished at shutdown"
+        );
         Err(ShutdownError::Unpublished {
             rows: Some(rows),
             timeout,

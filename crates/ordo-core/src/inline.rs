@@ -367,7 +367,12 @@ impl Inner {
     /// Handles `envelope` in its sequence's turn: parks it behind the head
     /// when the key is halted, else runs it, halting the key (or
     /// dead-lettering the message) when every attempt fails.
-    async fn deliver(self: Arc<Self>, subscription: Subscription, envelope: Envelope, sequence: Option<SequenceId>) {
+    async fn deliver(
+        self: Arc<Self>,
+        subscription: Subscription,
+        envelope: Envelope,
+        sequence: Option<SequenceId>,
+    ) {
         let envelope = Arc::new(envelope);
         if let Some(sequence) = &sequence
             && let Some(halt) = self.halts().get_mut(sequence)
@@ -463,7 +468,11 @@ impl Inner {
     /// Runs the handler until it succeeds or its retries are spent; the
     /// attempts made and the last error when they are.
     #[tracing::instrument(skip_all, fields(handler = subscription.name(), message_id = %envelope.id))]
-    async fn attempts(&self, subscription: &Subscription, envelope: &Arc<Envelope>) -> Result<(), (u32, String)> {
+    async fn attempts(
+        &self,
+        subscription: &Subscription,
+        envelope: &Arc<Envelope>,
+    ) -> Result<(), (u32, String)> {
         let mut attempt = 1;
         loop {
             let Err(error) = run_attempt(subscription, envelope, attempt).await else {

@@ -7,11 +7,11 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::broker::DynHandler;
+use crate::domain::DomainRef;
 use crate::error::ProcessStoreError;
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerResult, ProcessManager};
 use crate::message::Envelope;
 use crate::policy::{ProcessingContext, SequenceId, SequencingPolicy};
-use crate::domain::DomainRef;
 use crate::uow::{ContextUnitOfWork, read_key_field};
 
 /// Storage of process-manager instances: one JSON document per manager and

@@ -202,7 +202,9 @@ impl ContextUnitOfWork {
 impl fmt::Debug for ContextUnitOfWork {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_tuple("ContextUnitOfWork").field(&guard.as_ref().map(UnitOfWork::len)).finish()
+        f.debug_tuple("ContextUnitOfWork")
+            .field(&guard.as_ref().map(UnitOfWork::len))
+            .finish()
     }
 }
 

@@ -250,7 +250,10 @@ async fn a_routing_key_used_as_the_sequence_key_is_validated_like_a_partition_ke
 
     // Not used as a key (full concurrency): nothing to validate.
     let domain = Domain::builder()
-        .command_handler_with_policy(CommandRecorder::<OrderCommands>::new(&probe), FullConcurrencyPolicy)
+        .command_handler_with_policy(
+            CommandRecorder::<OrderCommands>::new(&probe),
+            FullConcurrencyPolicy,
+        )
         .init()
         .unwrap();
     domain.dispatch(place("o:1", "c-1", 1)).await.unwrap();

@@ -134,7 +134,11 @@ async fn a_handler_failing_every_retry_is_recorded_and_halts_its_key() {
     commit(&domain, [placed("o-1", "a", 1), placed("o-2", "a", 2)]).await;
     domain.settle().await;
     let runs: Vec<(u64, u32)> = probe.seen().iter().map(|s| (s.amount, s.attempt)).collect();
-    assert_eq!(runs, vec![(1, 1), (1, 2), (1, 3)], "o-2 waits behind the halted o-1");
+    assert_eq!(
+        runs,
+        vec![(1, 1), (1, 2), (1, 3)],
+        "o-2 waits behind the halted o-1"
+    );
     let inline = domain.inline_broker().unwrap();
     let failures = inline.failures();
     assert_eq!(inline.failure_count(), 1);
@@ -242,7 +246,10 @@ async fn dead_lettering_the_head_keeps_it_and_resumes_the_key() {
     assert_eq!(probe.amounts_for("a"), vec![1, 2, 2, 3]);
     let dead = inline.dead_letters();
     assert_eq!(dead.len(), 1);
-    assert_eq!((dead[0].handler, dead[0].message.id.as_str()), ("ByClient", head.as_str()));
+    assert_eq!(
+        (dead[0].handler, dead[0].message.id.as_str()),
+        ("ByClient", head.as_str())
+    );
     assert_eq!(dead[0].error, "poison message 2 in ByClient");
 }
 
@@ -269,7 +276,15 @@ async fn a_handler_without_a_key_dead_letters_a_poison_message_and_goes_on() {
         .event_handler(Recorder::<PerAggregateA>::new(&probe))
         .init()
         .unwrap();
-    commit(&domain, [placed("o-1", "a", 1), placed("o-2", "a", 2), placed("o-3", "a", 3)]).await;
+    commit(
+        &domain,
+        [
+            placed("o-1", "a", 1),
+            placed("o-2", "a", 2),
+            placed("o-3", "a", 3),
+        ],
+    )
+    .await;
     domain.settle().await;
     let inline = domain.inline_broker().unwrap();
     assert!(inline.halted().is_empty());

@@ -162,9 +162,18 @@ mod tests {
 
     #[test]
     fn passwords_are_masked_in_urls() {
-        assert_eq!(redacted_url("redis://127.0.0.1:6379/0"), "redis://127.0.0.1:6379/0");
-        assert_eq!(redacted_url("redis://:s3cret@host:6379"), "redis://:***@host:6379");
-        assert_eq!(redacted_url("redis://app:s3cret@host/1"), "redis://app:***@host/1");
+        assert_eq!(
+            redacted_url("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redacted_url("redis://:s3cret@host:6379"),
+            "redis://:***@host:6379"
+        );
+        assert_eq!(
+            redacted_url("redis://app:s3cret@host/1"),
+            "redis://app:***@host/1"
+        );
         assert_eq!(redacted_url("redis://token@host"), "redis://***@host");
         assert_eq!(redacted_url("not a url"), "not a url");
     }

@@ -64,14 +64,18 @@ async fn process_managers_keep_their_state_in_redis_without_being_told() -> anyh
 
     let client = pool(&url).await?;
     let key = RedisProcessStore::key("Tracking", "o-1");
-    eventually(Duration::from_secs(20), "the instance state saved in Redis", || {
-        let client = client.clone();
-        let key = key.clone();
-        async move {
-            let state: Option<String> = client.get(&key).await?;
-            Ok(state.as_deref() == Some(r#"{"booked":2}"#))
-        }
-    })
+    eventually(
+        Duration::from_secs(20),
+        "the instance state saved in Redis",
+        || {
+            let client = client.clone();
+            let key = key.clone();
+            async move {
+                let state: Option<String> = client.get(&key).await?;
+                Ok(state.as_deref() == Some(r#"{"booked":2}"#))
+            }
+        },
+    )
     .await?;
     running.shutdown().await?;
     Ok(())

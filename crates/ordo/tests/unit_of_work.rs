@@ -76,7 +76,10 @@ struct Journal {
 impl Journal {
     #[handle]
     async fn on_opened(&self, event: &AccountOpened, ctx: &HandlerContext) -> anyhow::Result<()> {
-        self.seen.lock().unwrap().push(format!("opened {}", event.account_id));
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("opened {}", event.account_id));
         if let Err(error) = ctx.raise(WelcomeSent {
             account_id: event.account_id.clone(),
         }) {
@@ -87,7 +90,10 @@ impl Journal {
 
     #[handle]
     async fn on_welcome(&self, event: &WelcomeSent, _ctx: &HandlerContext) -> anyhow::Result<()> {
-        self.seen.lock().unwrap().push(format!("welcomed {}", event.account_id));
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("welcomed {}", event.account_id));
         Ok(())
     }
 }
@@ -122,7 +128,10 @@ async fn a_command_handler_raises_events_committed_with_its_success() -> anyhow:
     assert!(domain.outbox().pending(10).await?.is_empty());
     let raise_errors = journal.raise_errors.lock().unwrap().clone();
     assert_eq!(raise_errors.len(), 1);
-    assert!(raise_errors[0].contains("no open unit of work"), "{raise_errors:?}");
+    assert!(
+        raise_errors[0].contains("no open unit of work"),
+        "{raise_errors:?}"
+    );
     Ok(())
 }
 
@@ -158,7 +167,10 @@ async fn a_bad_key_raised_by_a_command_handler_fails_the_command() -> anyhow::Re
         }
     }
 
-    let domain = Domain::builder().command_handler(Bank).event_handler(Ledger).init()?;
+    let domain = Domain::builder()
+        .command_handler(Bank)
+        .event_handler(Ledger)
+        .init()?;
     let error = domain.dispatch(open("acct-1", false)).await.unwrap_err();
     assert!(
         matches!(&error, DispatchError::Commit { error, .. } if matches!(**error, CommitError::InvalidKey { .. })),

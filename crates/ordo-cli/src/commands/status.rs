@@ -153,7 +153,11 @@ fn warnings_of(view: &CategoryView, threshold: u64) -> Vec<String> {
              to register again); nothing consumes its partitions, and `ordo inspect/skip` cannot name a \
              group until one registers",
             format::count(view.partitions),
-            if view.partitions == 1 { "partition" } else { "partitions" },
+            if view.partitions == 1 {
+                "partition"
+            } else {
+                "partitions"
+            },
         ));
     }
     for group in &view.groups {

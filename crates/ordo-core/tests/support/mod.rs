@@ -617,7 +617,9 @@ impl RecordingBroker {
 
     /// Every publish from now on fails before publishing anything.
     pub fn refuse_all(&self) {
-        self.inner.refuse_all.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner
+            .refuse_all
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// How many times the consumer was started.
