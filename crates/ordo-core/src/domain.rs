@@ -462,7 +462,8 @@ impl Domain {
     /// Waits until the outbox has no pending rows and, on the inline broker,
     /// no handler is queued or running, publishing pending rows itself (the
     /// domain need not be started). Events that handlers commit meanwhile are
-    /// waited for too.
+    /// waited for too. Messages waiting behind a halted key are not waited
+    /// for (see [`InlineBroker::halted`]).
     ///
     /// With another broker this waits for the outbox only. It does not return
     /// while rows keep failing to publish: bound it with a timeout.
