@@ -127,3 +127,35 @@ async fn the_domain_uses_the_config_the_broker_was_built_with_and_refuses_anothe
     );
     Ok(())
 }
+
+/// The new user's publisher: start, commit, shut down at once. Every
+/// committed event reaches Redis, and the publisher never joined a group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_that_shuts_down_right_after_committing_loses_nothing() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let url = redis.url();
+    let broker = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let domain = Domain::builder()
+        .aggregate::<Shipment>()
+        .process_manager::<Tracking>()
+        .broker(broker)
+        .init()?;
+    let publisher = domain.start_publisher();
+    for n in 0..50 {
+        let mut uow = domain.unit_of_work();
+        uow.raise(booked(&format!("s-{n}"), &format!("o-{}", n % 5)))?;
+        uow.commit().await?;
+    }
+    publisher.shutdown().await?;
+
+    let client = pool(&url).await?;
+    let length: u64 = fred::interfaces::StreamsInterface::xlen(&client, "shipment").await?;
+    assert_eq!(length, 50, "every committed event is in the stream");
+    let groups: Vec<String> =
+        fred::interfaces::SetsInterface::smembers(&client, "shipment:__groups__").await?;
+    assert!(
+        groups.is_empty(),
+        "a publisher registers no consumer group: {groups:?}"
+    );
+    Ok(())
+}
