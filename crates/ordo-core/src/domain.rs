@@ -507,7 +507,8 @@ impl Domain {
         &self.inner.broker
     }
 
-    /// The inline broker, when it is the domain's broker (for its failures).
+    /// The inline broker, when it is the domain's broker (for its failures,
+    /// halted keys and dead letters).
     pub fn inline_broker(&self) -> Option<&InlineBroker> {
         self.inner.inline.as_ref()
     }
