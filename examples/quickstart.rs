@@ -7,7 +7,11 @@
 //! 3. a bad partition key rejected at commit, with nothing written;
 //! 4. per-key ordered handling: one client's orders in publish order, while
 //!    different clients run in parallel;
-//! 5. a process manager and a command, sequenced the same way.
+//! 5. a process manager and a command, sequenced the same way; the command
+//!    handler raises an event through its context, committed with its success.
+//!
+//! Ordo logs through `tracing`: nothing is printed unless the application
+//! installs a subscriber, as `main` does here (`RUST_LOG=debug` for more).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,11 +30,20 @@ struct OrderPlaced {
     amount: u64,
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Order)]
+struct OrderCancelled {
+    #[aggregate_id]
+    order_id: String,
+    client_id: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, Command)]
 #[command(part_of = Order)]
 struct CancelOrder {
     #[routing_key]
     order_id: String,
+    client_id: String,
 }
 
 /// Keeps the (client, order) pairs in the order it handled them.
@@ -57,6 +70,16 @@ impl OrderProjector {
             .lock()
             .expect("not poisoned")
             .push((event.client_id.clone(), event.order_id.clone()));
+        Ok(())
+    }
+
+    #[handle]
+    async fn on_cancelled(&self, event: &OrderCancelled, _ctx: &HandlerContext) -> anyhow::Result<()> {
+        println!("  {} cancelled {}", event.client_id, event.order_id);
+        self.seen
+            .lock()
+            .expect("not poisoned")
+            .push((event.client_id.clone(), format!("{} (cancelled)", event.order_id)));
         Ok(())
     }
 }
@@ -89,6 +112,12 @@ impl OrderCommands {
     #[handle]
     async fn cancel(&self, command: &CancelOrder, ctx: &HandlerContext) -> anyhow::Result<()> {
         println!("  cancelling {} (message {})", command.order_id, ctx.message_id());
+        // Committed to the outbox when this handler returns Ok, discarded if
+        // it fails: command → events, no domain handle needed.
+        ctx.raise(OrderCancelled {
+            order_id: command.order_id.clone(),
+            client_id: command.client_id.clone(),
+        })?;
         Ok(())
     }
 }
@@ -103,6 +132,11 @@ fn placed(order_id: &str, client_id: &str, amount: u64) -> OrderPlaced {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Ordo reports retries, skipped messages and failures through `tracing`.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+
     let projector = OrderProjector::default();
     let domain = Domain::builder()
         .aggregate::<Order>()
@@ -136,12 +170,14 @@ async fn main() -> anyhow::Result<()> {
     }
     domain.settle().await?;
 
-    println!("3. a command, sequenced by its routing key");
+    println!("3. a command, sequenced by its routing key, raising an event");
     domain
         .dispatch(CancelOrder {
             order_id: "o-1".into(),
+            client_id: "alice".into(),
         })
         .await?;
+    domain.settle().await?;
 
     let seen = projector.seen.lock().expect("not poisoned").clone();
     for client in ["alice", "bob", "carol"] {
@@ -153,8 +189,8 @@ async fn main() -> anyhow::Result<()> {
         println!("{client}'s orders, in handling order: {}", orders.join(", "));
     }
     anyhow::ensure!(
-        seen.len() == 6,
-        "o-7 must not have been handled: its unit of work was rejected"
+        seen.len() == 7,
+        "six orders and one cancellation; o-7 must not have been handled: its unit of work was rejected"
     );
     Ok(())
 }

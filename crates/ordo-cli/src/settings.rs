@@ -41,7 +41,8 @@ pub(crate) struct Settings {
     pub(crate) warn_partitions: u64,
 }
 
-/// The tables of domain.toml the CLI reads itself; others are ignored.
+/// The tables of domain.toml the CLI reads itself (the whole file, unknown
+/// keys included, is checked by `Config::from_toml_str`).
 #[derive(Debug, Default, Deserialize)]
 struct CliFile {
     #[serde(default)]

@@ -498,5 +498,73 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
         "{}",
         typo.stderr
     );
+    // So is a misspelled table of the domain configuration, at any level,
+    // through --config too: it names the key and lists the valid ones.
+    let typo_file = fixture.dir.path().join("typo.toml");
+    for (text, expected) in [
+        (
+            "[server.partioning]\nlease_ttl_ms = 6000\n",
+            "unknown key `server.partioning` in the domain configuration; valid keys in [server]: \
+             partitioning, priority_lanes",
+        ),
+        (
+            "lease_ttl_ms = 6000\n",
+            "unknown key `lease_ttl_ms` in the domain configuration; valid keys at the top level: \
+             server, redis, cli",
+        ),
+    ] {
+        std::fs::write(&typo_file, text)?;
+        let config = typo_file.to_str().expect("a UTF-8 path");
+        let typo = ordo_in(&nested, &["status", "--config", config], &[])
+            .await?
+            .expect_code(1)?;
+        assert!(
+            typo.stderr.contains("typo.toml") && typo.stderr.contains(expected),
+            "{}",
+            typo.stderr
+        );
+    }
     fixture.stop().await
+}
+
+/// A category with partitions but no registered consumer group (what Redis
+/// looks like after losing its data while no worker runs to register
+/// again): `status --check` reports it instead of exiting 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_check_reports_partitions_without_a_registered_group() -> anyhow::Result<()> {
+    let redis = ordo_testkit::Redis::start_local()?;
+    let broker = ordo_redis::RedisBroker::builder(redis.url()).build().await?;
+    let envelope = ordo_core::message::Envelope {
+        id: "m-1".to_owned(),
+        kind: ordo_core::message::MessageKind::Event,
+        type_name: "Noted".to_owned(),
+        category: "ledger".to_owned(),
+        aggregate_id: None,
+        routing_key: None,
+        partition_key: Some("acct-1".to_owned()),
+        metadata: ordo_core::message::Metadata::new(),
+        payload: "{}".into(),
+    };
+    ordo_core::broker::Broker::publish(
+        &broker,
+        &[ordo_core::broker::Publication {
+            stream: ordo_core::key::stream::partition("ledger", "acct-1"),
+            lane: ordo_core::key::Lane::Primary,
+            envelope,
+        }],
+    )
+    .await?;
+    let dir = tempfile::tempdir()?;
+    let url = redis.url();
+    let checked = ordo_in(dir.path(), &["status", "--check", "--redis-url", &url], &[])
+        .await?
+        .expect_code(5)?;
+    assert!(
+        checked
+            .stdout
+            .contains("category `ledger` has 1 partition but no registered consumer group"),
+        "{}",
+        checked.stdout
+    );
+    Ok(())
 }

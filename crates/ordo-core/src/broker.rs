@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Config;
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult};
 use crate::key::Lane;
 use crate::message::Envelope;
 use crate::policy::SequencingPolicy;
+use crate::process::ProcessStore;
 
 /// What a broker can do, checked by `Domain::init()`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -88,6 +90,23 @@ pub trait Broker: Send + Sync + fmt::Debug + 'static {
         subscriptions: Arc<[Subscription]>,
         shutdown: CancellationToken,
     ) -> BoxFuture<'static, Result<(), BrokerError>>;
+
+    /// The process store that process managers must use on this broker, when
+    /// it moves their ownership between instances (the Redis broker's store,
+    /// which every instance reads and which fences saves). `Domain::init()`
+    /// uses it unless another store is set; `None` (the default) keeps the
+    /// in-memory store.
+    fn process_store(&self) -> Option<Arc<dyn ProcessStore>> {
+        None
+    }
+
+    /// The configuration the broker was built with, when it has one (the
+    /// Redis broker's). `Domain::init()` uses it when the domain is given no
+    /// configuration, and refuses a different one: the broker's leases and
+    /// the domain's outbox and key rules must agree.
+    fn config(&self) -> Option<Config> {
+        None
+    }
 }
 
 impl<B: Broker + ?Sized> Broker for Arc<B> {
@@ -109,6 +128,14 @@ impl<B: Broker + ?Sized> Broker for Arc<B> {
         shutdown: CancellationToken,
     ) -> BoxFuture<'static, Result<(), BrokerError>> {
         (**self).run(subscriptions, shutdown)
+    }
+
+    fn process_store(&self) -> Option<Arc<dyn ProcessStore>> {
+        (**self).process_store()
+    }
+
+    fn config(&self) -> Option<Config> {
+        (**self).config()
     }
 }
 

@@ -6,12 +6,21 @@ use std::collections::HashMap;
 
 use crate::broker::Subscription;
 use crate::context::{self, Running};
-use crate::error::DispatchError;
+use crate::domain::Domain;
+use crate::error::{CommitError, DispatchError};
 use crate::executor::KeyedExecutor;
 use crate::handler::HandlerContext;
+use crate::handler::HandlerError;
 use crate::key::KeyRules;
 use crate::message::{Command, Envelope, Message};
-use crate::policy::ProcessingContext;
+use crate::policy::{ProcessingContext, SequenceId};
+use crate::uow::ContextUnitOfWork;
+
+/// Why a command's run failed.
+enum Failed {
+    Handler(HandlerError),
+    Commit(CommitError),
+}
 
 /// Routes each command to its one handler through a [`KeyedExecutor`].
 ///
@@ -54,8 +63,14 @@ impl CommandBus {
         }
     }
 
-    /// Handles `command` and returns the handler's outcome.
-    pub(crate) async fn dispatch<C: Command>(&self, command: C) -> Result<(), DispatchError> {
+    /// Handles `command` and returns the handler's outcome. The events the
+    /// handler raised through its context are committed, in `domain`'s
+    /// outbox, when it succeeds, before the next command of its sequence runs.
+    pub(crate) async fn dispatch<C: Command>(
+        &self,
+        domain: &Domain,
+        command: C,
+    ) -> Result<(), DispatchError> {
         let type_name = C::TYPE_NAME;
         let route = self
             .routes
@@ -69,6 +84,18 @@ impl CommandBus {
         let sequence = route
             .policy_for(C::CATEGORY, type_name)
             .sequence_identifier(&envelope, &context);
+        // A routing key used as the sequence key obeys the partition-key rules.
+        if let Some(routing_key) = envelope.routing_key.as_deref()
+            && sequence.as_ref().map(SequenceId::as_str) == Some(routing_key)
+        {
+            self.rules
+                .validate("routing_key", Some(routing_key))
+                .map_err(|key| DispatchError::InvalidKey {
+                    type_name,
+                    handler,
+                    key,
+                })?;
+        }
         if let Some(sequence) = sequence.as_ref().filter(|s| context::holds(s)) {
             return Err(DispatchError::Reentrant {
                 type_name,
@@ -77,9 +104,16 @@ impl CommandBus {
         }
         let running = Running::command(handler, sequence.clone());
         let dyn_handler = route.handler.clone();
+        let uow = ContextUnitOfWork::new(domain.unit_of_work());
         let task = context::scope(running, async move {
-            let ctx = HandlerContext::new(&envelope);
-            dyn_handler.handle(&envelope, &ctx).await
+            let ctx = HandlerContext::new(&envelope).with_unit_of_work(uow.clone());
+            let handled = dyn_handler.handle(&envelope, &ctx).await;
+            drop(ctx);
+            match (handled, uow.take()) {
+                (Ok(()), Some(uow)) => uow.commit().await.map(drop).map_err(Failed::Commit),
+                (Ok(()), None) => Ok(()),
+                (Err(error), _) => Err(Failed::Handler(error)),
+            }
         });
         let outcome = if context::on_bus() {
             self.executor.submit_nested(sequence, task)
@@ -88,10 +122,15 @@ impl CommandBus {
         };
         match outcome.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(source)) => Err(DispatchError::Handler {
+            Ok(Err(Failed::Handler(error))) => Err(DispatchError::Handler {
                 handler,
                 type_name,
-                source,
+                error,
+            }),
+            Ok(Err(Failed::Commit(error))) => Err(DispatchError::Commit {
+                handler,
+                type_name,
+                error: Box::new(error),
             }),
             Err(_) => Err(DispatchError::Aborted { handler, type_name }),
         }

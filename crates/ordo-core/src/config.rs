@@ -18,9 +18,11 @@
 //! backfill_suffix = "backfill"        # the lane's stream suffix (reserved as a key value)
 //! ```
 //!
-//! Every key is optional. Other tables of the file are ignored; an unknown
-//! key inside these two tables is an error, so a typo is never silently
-//! dropped.
+//! Every key is optional. The file may also hold the `[redis]` table (`url`)
+//! and the `[cli]` table (`warn_partitions`) that the `ordo` operator tool
+//! reads. Any other key, at any level, is an error naming the key and
+//! listing the valid keys at its level, so a typo (`[server.partioning]`, a
+//! top-level `lease_ttl_ms`) is never silently dropped.
 
 use std::path::Path;
 use std::time::Duration;
@@ -76,6 +78,9 @@ impl Default for Config {
 impl Config {
     /// Parses and validates the text of a `domain.toml`.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        let table: toml::Table = toml::from_str(text).map_err(ConfigError::Parse)?;
+        check_keys(&table, "", SCHEMA)?;
+        // Parsed again from the text so that a type error points at its line.
         let raw: RawFile = toml::from_str(text).map_err(ConfigError::Parse)?;
         Self::from_raw(raw)
     }
@@ -167,13 +172,134 @@ impl PriorityLanesConfig {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct RawFile {
-    #[serde(default)]
-    server: RawServer,
+/// The keys `domain.toml` may hold, table by table: the tables are checked
+/// by [`check_keys`] before the values are read, so an unknown key gets a
+/// message naming it and its valid siblings.
+enum Node {
+    Table(&'static [(&'static str, Node)]),
+    Value,
+}
+
+const SCHEMA: &[(&str, Node)] = &[
+    (
+        "server",
+        Node::Table(&[
+            (
+                "partitioning",
+                Node::Table(&[
+                    ("lease_ttl_ms", Node::Value),
+                    ("heartbeat_interval_seconds", Node::Value),
+                    ("poll_interval_seconds", Node::Value),
+                    ("reap_idle_ms", Node::Value),
+                    ("discovery_interval_seconds", Node::Value),
+                    ("max_retries", Node::Value),
+                    ("retry_backoff_initial_ms", Node::Value),
+                    ("retry_backoff_max_ms", Node::Value),
+                    ("max_concurrency", Node::Value),
+                ]),
+            ),
+            (
+                "priority_lanes",
+                Node::Table(&[("enabled", Node::Value), ("backfill_suffix", Node::Value)]),
+            ),
+        ]),
+    ),
+    ("redis", Node::Table(&[("url", Node::Value)])),
+    ("cli", Node::Table(&[("warn_partitions", Node::Value)])),
+];
+
+/// Rejects a key of `table` (at dotted path `path`) that `schema` does not
+/// list, and a table where a value belongs or the reverse.
+fn check_keys(
+    table: &toml::Table,
+    path: &str,
+    schema: &'static [(&'static str, Node)],
+) -> Result<(), ConfigError> {
+    for (key, value) in table {
+        let full = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        let Some((_, node)) = schema.iter().find(|(name, _)| name == key) else {
+            return Err(ConfigError::UnknownKey {
+                key: full,
+                valid: schema.iter().map(|(name, _)| *name).collect(),
+            });
+        };
+        match (node, value) {
+            (Node::Table(children), toml::Value::Table(inner)) => check_keys(inner, &full, children)?,
+            (Node::Table(_), other) => {
+                return Err(ConfigError::WrongType {
+                    key: full,
+                    expected: "a table",
+                    found: with_article(other.type_str()),
+                });
+            }
+            (Node::Value, toml::Value::Table(_)) => {
+                return Err(ConfigError::WrongType {
+                    key: full,
+                    expected: "a value",
+                    found: "a table",
+                });
+            }
+            (Node::Value, _) => {}
+        }
+    }
+    Ok(())
+}
+
+/// `integer` → `an integer`, for messages.
+fn with_article(type_name: &'static str) -> &'static str {
+    match type_name {
+        "string" => "a string",
+        "integer" => "an integer",
+        "float" => "a float",
+        "boolean" => "a boolean",
+        "datetime" => "a datetime",
+        "array" => "an array",
+        "table" => "a table",
+        _ => "another type",
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
+    redis: RawRedis,
+    #[serde(default)]
+    #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
+    cli: RawCli,
+}
+
+/// `[redis]`: read by the `ordo` tool; checked here so a typo is caught.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "the [redis] table")]
+#[expect(
+    dead_code,
+    reason = "the value is read by the `ordo` tool; only its type is checked here"
+)]
+struct RawRedis {
+    url: Option<String>,
+}
+
+/// `[cli]`: read by the `ordo` tool; checked here so a typo is caught.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "the [cli] table")]
+#[expect(
+    dead_code,
+    reason = "the value is read by the `ordo` tool; only its type is checked here"
+)]
+struct RawCli {
+    warn_partitions: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "the [server] table")]
 struct RawServer {
     #[serde(default)]
     partitioning: RawPartitioning,
@@ -184,7 +310,7 @@ struct RawServer {
 /// Integers are read signed so that a negative value gets a message naming
 /// its key rather than a type error.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "the [server.partitioning] table")]
 struct RawPartitioning {
     lease_ttl_ms: Option<i64>,
     heartbeat_interval_seconds: Option<f64>,
@@ -198,7 +324,7 @@ struct RawPartitioning {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "the [server.priority_lanes] table")]
 struct RawPriorityLanes {
     enabled: Option<bool>,
     backfill_suffix: Option<String>,

@@ -8,6 +8,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -16,7 +17,9 @@ use tokio_util::task::TaskTracker;
 use crate::broker::{Broker, BrokerError, DynHandler, Subscription};
 use crate::bus::CommandBus;
 use crate::config::Config;
-use crate::error::{DispatchError, IncorrectUsageError, OutboxError, SettleError, ShutdownError};
+use crate::error::{
+    DispatchError, IncorrectUsageError, OutboxError, SettleError, ShutdownError, UsageProblem,
+};
 use crate::handler::{
     BoxFuture, CommandHandler, EventHandler, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
     ProcessManager,
@@ -34,8 +37,9 @@ pub(crate) use registry::{MessageTypes, Partitioning};
 /// Registers aggregates, handlers and infrastructure, then checks them all
 /// with [`DomainBuilder::init`].
 ///
-/// Defaults: the [`InlineBroker`], an [`InMemoryOutbox`], an
-/// [`InMemoryProcessStore`] and [`Config::default`].
+/// Defaults: the [`InlineBroker`], an [`InMemoryOutbox`], the broker's
+/// process store (an [`InMemoryProcessStore`] for the inline broker) and
+/// [`Config::default`].
 ///
 /// Registering aggregates is optional (messages name their categories
 /// themselves). Once at least one is registered, every category a handler
@@ -64,8 +68,22 @@ enum HandlerFactory {
     ProcessManager(MakeProcessManager),
 }
 
-/// Builds a process manager's handler from its descriptor and the store.
-type MakeProcessManager = fn(Arc<HandlerDescriptor>, Arc<dyn ProcessStore>) -> Arc<dyn DynHandler>;
+/// Builds a process manager's handler from its descriptor, the store and
+/// the domain it runs in (set once `init()` has built it).
+type MakeProcessManager = fn(Arc<HandlerDescriptor>, Arc<dyn ProcessStore>, DomainRef) -> Arc<dyn DynHandler>;
+
+/// The domain, for handlers built before it (process managers raise events
+/// in its units of work). Weak: the domain owns its handlers.
+#[derive(Clone, Default)]
+pub(crate) struct DomainRef(Arc<std::sync::OnceLock<std::sync::Weak<Inner>>>);
+
+impl DomainRef {
+    /// The domain, while it exists.
+    pub(crate) fn get(&self) -> Option<Domain> {
+        let inner = self.0.get()?.upgrade()?;
+        Some(Domain { inner })
+    }
+}
 
 impl DomainBuilder {
     fn new() -> Self {
@@ -157,13 +175,18 @@ impl DomainBuilder {
         self
     }
 
-    /// Sets the process store (default: an [`InMemoryProcessStore`]).
+    /// Sets the process store (default: the broker's
+    /// [`Broker::process_store`], such as the Redis broker's store, else an
+    /// [`InMemoryProcessStore`]).
     pub fn process_store<S: ProcessStore>(mut self, store: S) -> Self {
         self.process_store = Some(Arc::new(store));
         self
     }
 
-    /// Sets the configuration (default: [`Config::default`]).
+    /// Sets the configuration (default: the broker's [`Broker::config`],
+    /// such as the one the Redis broker was built with, else
+    /// [`Config::default`]). `init()` refuses a configuration that differs
+    /// from the broker's.
     pub fn config(mut self, config: Config) -> Self {
         self.config = Some(config);
         self
@@ -194,7 +217,17 @@ impl DomainBuilder {
     /// handler without a key field, a process manager with a sequencing
     /// policy.
     pub fn init(self) -> Result<Domain, IncorrectUsageError> {
-        let config = self.config.unwrap_or_default();
+        let broker_config = self.broker.as_ref().and_then(|(broker, _)| broker.config());
+        let config = match (self.config, broker_config) {
+            (Some(domain), Some(broker)) if domain != broker => {
+                let broker = self.broker.as_ref().map_or("", |(b, _)| b.name()).to_owned();
+                return Err(IncorrectUsageError::new(vec![UsageProblem::ConfigMismatch {
+                    broker,
+                }]));
+            }
+            (Some(config), _) | (None, Some(config)) => config,
+            (None, None) => Config::default(),
+        };
         let (broker, inline) = self.broker.unwrap_or_else(|| {
             let inline = InlineBroker::with_config(&config);
             (Arc::new(inline.clone()), Some(inline))
@@ -212,11 +245,13 @@ impl DomainBuilder {
 
         let process_store = self
             .process_store
+            .or_else(|| broker.process_store())
             .unwrap_or_else(|| Arc::new(InMemoryProcessStore::new()));
+        let domain_ref = DomainRef::default();
         let (commands, consumers): (Vec<_>, Vec<_>) = self
             .registrations
             .into_iter()
-            .map(|registration| subscription(registration, &process_store))
+            .map(|registration| subscription(registration, &process_store, &domain_ref))
             .partition(|s| s.kind() == HandlerKind::Command);
         let subscriptions: Arc<[Subscription]> = consumers.into();
         if let Some(inline) = &inline {
@@ -234,7 +269,7 @@ impl DomainBuilder {
             config.key_rules(),
             config.partitioning().max_concurrency(),
         );
-        Ok(Domain {
+        let domain = Domain {
             inner: Arc::new(Inner {
                 config,
                 broker,
@@ -249,7 +284,10 @@ impl DomainBuilder {
                 processor: Arc::new(processor),
                 bus,
             }),
-        })
+        };
+        // Only this `init()` sets it, once.
+        let _ = domain_ref.0.set(Arc::downgrade(&domain.inner));
+        Ok(domain)
     }
 }
 
@@ -269,11 +307,17 @@ impl fmt::Debug for DomainBuilder {
 /// registration override, else the impl's `#[sequencing_policy]`, else
 /// `sequential_by` (the validated partition key), else the kind's default.
 /// A process manager is always sequenced by correlation value.
-fn subscription(registration: Registration, store: &Arc<dyn ProcessStore>) -> Subscription {
+fn subscription(
+    registration: Registration,
+    store: &Arc<dyn ProcessStore>,
+    domain: &DomainRef,
+) -> Subscription {
     let descriptor = Arc::new(registration.descriptor);
     let handler = match registration.handler {
         HandlerFactory::Ready(handler) => handler,
-        HandlerFactory::ProcessManager(make) => make(Arc::clone(&descriptor), Arc::clone(store)),
+        HandlerFactory::ProcessManager(make) => {
+            make(Arc::clone(&descriptor), Arc::clone(store), domain.clone())
+        }
     };
     let (policy, policy_overridden): (Arc<dyn SequencingPolicy>, bool) =
         match (registration.policy, descriptor.kind) {
@@ -302,8 +346,9 @@ fn subscription(registration: Registration, store: &Arc<dyn ProcessStore>) -> Su
 fn process_manager_handler<P: ProcessManager>(
     descriptor: Arc<HandlerDescriptor>,
     store: Arc<dyn ProcessStore>,
+    domain: DomainRef,
 ) -> Arc<dyn DynHandler> {
-    Arc::new(ProcessManagerHandler::<P>::new(descriptor, store))
+    Arc::new(ProcessManagerHandler::<P>::new(descriptor, store).with_domain(domain))
 }
 
 struct EventHandlerAdapter<H>(H);
@@ -359,8 +404,12 @@ impl Domain {
     /// Handles `command` with its handler and returns the outcome. Commands
     /// with the same sequence id (by default the routing key) are handled
     /// one after another, in dispatch order.
+    ///
+    /// The events the handler raised with [`HandlerContext::raise`] are
+    /// committed to the outbox together when it succeeds (before the next
+    /// command of its sequence runs) and discarded when it fails.
     pub async fn dispatch<C: Command>(&self, command: C) -> Result<(), DispatchError> {
-        self.inner.bus.dispatch(command).await
+        self.inner.bus.dispatch(self, command).await
     }
 
     /// Publishes every pending outbox row now (what the background loop of
@@ -371,35 +420,61 @@ impl Domain {
 
     /// Starts the outbox processor and the broker's consumer in the
     /// background. Must be called inside a tokio runtime.
+    ///
+    /// A process that only publishes (commits events, handles nothing) calls
+    /// [`Domain::start_publisher`] instead, so it never joins the consumer
+    /// groups of the handlers it registered for their keys.
     pub fn start(&self) -> RunningDomain {
+        self.start_with(true)
+    }
+
+    /// Starts only the outbox processor: committed events are published, and
+    /// no handler of this process consumes anything from the broker.
+    ///
+    /// For a publishing-only process on a distributing broker (Redis): it
+    /// registers the same handlers as the workers (the registrations give
+    /// each category its partition key) but must not consume. On the inline
+    /// broker handlers run in this process whatever is started, since that
+    /// is where published events are delivered.
+    /// [`RunningDomain::shutdown`] publishes what is still pending.
+    pub fn start_publisher(&self) -> RunningDomain {
+        self.start_with(false)
+    }
+
+    fn start_with(&self, consume: bool) -> RunningDomain {
         let shutdown = CancellationToken::new();
+        let consumer_shutdown = shutdown.child_token();
         let tracker = TaskTracker::new();
         let processor = Arc::clone(&self.inner.processor);
         let token = shutdown.child_token();
         let processor = tracker.spawn(async move { processor.run(token).await });
-        let broker = Arc::clone(&self.inner.broker);
-        let consumer = broker.run(Arc::clone(&self.inner.subscriptions), shutdown.child_token());
-        let broker = tracker.spawn(async move {
-            let result = consumer.await;
-            if let Err(error) = &result {
-                tracing::error!(broker = broker.name(), error = %error, "the broker's consumer stopped with an error");
-            }
-            result
+        let broker = consume.then(|| {
+            let broker = Arc::clone(&self.inner.broker);
+            let consumer = broker.run(Arc::clone(&self.inner.subscriptions), consumer_shutdown.clone());
+            tracker.spawn(async move {
+                let result = consumer.await;
+                if let Err(error) = &result {
+                    tracing::error!(broker = broker.name(), error = %error, "the broker's consumer stopped with an error");
+                }
+                result
+            })
         });
         tracker.close();
         RunningDomain {
             domain: self.clone(),
             shutdown,
+            consumer_shutdown,
             tracker,
             processor: Some(processor),
-            broker: Some(broker),
+            broker,
         }
     }
 
     /// Waits until the outbox has no pending rows and, on the inline broker,
     /// no handler is queued or running, publishing pending rows itself (the
     /// domain need not be started). Events that handlers commit meanwhile are
-    /// waited for too.
+    /// waited for too. Messages waiting behind a halted key are not waited
+    /// for (see [`InlineBroker::halted`]).
     ///
     /// With another broker this waits for the outbox only. It does not return
     /// while rows keep failing to publish: bound it with a timeout.
@@ -451,7 +526,8 @@ impl Domain {
         &self.inner.broker
     }
 
-    /// The inline broker, when it is the domain's broker (for its failures).
+    /// The inline broker, when it is the domain's broker (for its failures,
+    /// halted keys and dead letters).
     pub fn inline_broker(&self) -> Option<&InlineBroker> {
         self.inner.inline.as_ref()
     }
@@ -504,13 +580,17 @@ impl fmt::Debug for Domain {
     }
 }
 
+/// How long [`RunningDomain::shutdown`] keeps publishing pending outbox rows.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A started domain: the outbox processor and the broker's consumer run in
 /// the background until [`RunningDomain::shutdown`]. Dropping it cancels
-/// them without waiting.
+/// them without waiting, and without publishing what is still pending.
 #[derive(Debug)]
 pub struct RunningDomain {
     domain: Domain,
     shutdown: CancellationToken,
+    consumer_shutdown: CancellationToken,
     tracker: TaskTracker,
     processor: Option<JoinHandle<()>>,
     broker: Option<JoinHandle<Result<(), BrokerError>>>,
@@ -527,20 +607,24 @@ impl RunningDomain {
         self.shutdown.child_token()
     }
 
-    /// Stops the outbox processor and the broker, and waits for both. Rows
-    /// still pending stay in the outbox for the next start.
-    pub async fn shutdown(mut self) -> Result<(), ShutdownError> {
-        self.shutdown.cancel();
-        let processor = self.processor.take();
-        let broker = self.broker.take();
-        self.tracker.wait().await;
-        let processor_result = match processor {
-            Some(handle) => handle.await.map_err(|_| ShutdownError::Panicked {
-                task: "outbox processor",
-            }),
-            None => Ok(()),
-        };
-        let broker_result = match broker {
+    /// [`RunningDomain::shutdown_within`] [`DEFAULT_DRAIN_TIMEOUT`].
+    pub async fn shutdown(self) -> Result<(), ShutdownError> {
+        self.shutdown_within(DEFAULT_DRAIN_TIMEOUT).await
+    }
+
+    /// Stops the broker's consumer (in-flight handlers finish), then
+    /// publishes every outbox row still pending, including the events those
+    /// handlers committed, for up to `drain_timeout`, then stops the outbox
+    /// processor.
+    ///
+    /// Returns [`ShutdownError::Unpublished`] with the number of rows left
+    /// pending when the outbox could not be drained in time (the broker kept
+    /// refusing them): with an in-memory outbox those events are lost when
+    /// the process exits. With a shared outbox the count includes rows other
+    /// processes committed meanwhile.
+    pub async fn shutdown_within(mut self, drain_timeout: Duration) -> Result<(), ShutdownError> {
+        self.consumer_shutdown.cancel();
+        let broker_result = match self.broker.take() {
             Some(handle) => match handle.await {
                 Ok(result) => result.map_err(|source| ShutdownError::Broker {
                     broker: self.domain.broker().name().to_owned(),
@@ -550,7 +634,49 @@ impl RunningDomain {
             },
             None => Ok(()),
         };
-        broker_result.and(processor_result)
+        let drained = self.drain(drain_timeout).await;
+        self.shutdown.cancel();
+        let processor = self.processor.take();
+        self.tracker.wait().await;
+        let processor_result = match processor {
+            Some(handle) => handle.await.map_err(|_| ShutdownError::Panicked {
+                task: "outbox processor",
+            }),
+            None => Ok(()),
+        };
+        drained.and(broker_result).and(processor_result)
+    }
+
+    /// Publishes pending rows (and, inline, waits for the handlers they
+    /// start, which may commit more) until none is left or `timeout` passes.
+    async fn drain(&self, timeout: Duration) -> Result<(), ShutdownError> {
+        let domain = &self.domain;
+        let drained = tokio::time::timeout(timeout, domain.settle()).await;
+        if drained.is_ok() {
+            return Ok(());
+        }
+        let rows = match domain.outbox().pending(usize::MAX).await {
+            Ok(rows) => rows.len(),
+            Err(error) => {
+                tracing::error!(error = %crate::error::error_chain(&error),
+                    "cannot count the outbox rows left pending at shutdown");
+                return Err(ShutdownError::Unpublished { rows: None, timeout });
+            }
+        };
+        let last_error = match domain.outbox().pending(1).await {
+            Ok(rows) => rows.into_iter().next().and_then(|row| row.last_error),
+            Err(_) => None,
+        };
+        tracing::error!(
+            rows,
+            last_error,
+            ?timeout,
+            "outbox rows left unpublished at shutdown"
+        );
+        Err(ShutdownError::Unpublished {
+            rows: Some(rows),
+            timeout,
+        })
     }
 }
 

@@ -196,6 +196,17 @@ pub enum UsageProblem {
         /// The rule it breaks.
         reason: &'static str,
     },
+    /// The domain was given a configuration that differs from the one its
+    /// broker was built with.
+    #[error(
+        "the domain's Config differs from the one broker `{broker}` was built with; the broker's \
+         leases and the domain's outbox and key rules must agree: pass the Config to the broker's \
+         builder only (the domain then uses the broker's), or the same one to both"
+    )]
+    ConfigMismatch {
+        /// The broker's name.
+        broker: String,
+    },
     /// A process manager carries a `#[sequencing_policy]`.
     #[error(
         "process manager `{handler}` declares a sequencing policy; process managers are always \
@@ -302,6 +313,14 @@ pub enum CommitError {
     /// The outbox refused the rows.
     #[error("the outbox refused the commit")]
     Outbox(#[source] OutboxError),
+    /// `HandlerContext::raise` on a context without an open unit of work:
+    /// an event handler's, or after the handler returned.
+    #[error(
+        "this handler context has no open unit of work: command handlers and process managers raise \
+         events through their context while they run; an event handler opens one with \
+         `Domain::unit_of_work()`"
+    )]
+    NoUnitOfWork,
 }
 
 /// A command that was not handled successfully.
@@ -333,16 +352,32 @@ pub enum DispatchError {
         /// The field, value and rule.
         key: InvalidKey,
     },
-    /// The handler returned an error.
-    #[error("command handler `{handler}` failed on `{type_name}`")]
+    /// The handler returned an error. The message includes the error and
+    /// its sources (a caller printing `{error}` sees why), so the error is
+    /// not also exposed as [`std::error::Error::source`].
+    #[error("command handler `{handler}` failed on `{type_name}`: {}", error_chain(&**error))]
     Handler {
         /// The handler.
         handler: &'static str,
         /// The command type.
         type_name: &'static str,
         /// The handler's error.
-        #[source]
-        source: HandlerError,
+        error: HandlerError,
+    },
+    /// The handler succeeded, but the events it raised through its context
+    /// could not be committed (nothing of them was written). The message
+    /// includes why.
+    #[error(
+        "command handler `{handler}` succeeded on `{type_name}` but its events were not committed: {}",
+        error_chain(&**error)
+    )]
+    Commit {
+        /// The handler.
+        handler: &'static str,
+        /// The command type.
+        type_name: &'static str,
+        /// Why the commit failed.
+        error: Box<CommitError>,
     },
     /// A command handler dispatched, and awaited, a command of a sequence
     /// it is itself holding: the inner command would wait for the outer
@@ -397,10 +432,28 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The text is not valid TOML, has a value of the wrong type, or an
-    /// unknown key in a table Ordo owns (the parser's message names it).
+    /// The text is not valid TOML or has a value of the wrong type (the
+    /// parser's message names it).
     #[error("cannot parse the domain configuration")]
     Parse(#[source] toml::de::Error),
+    /// A key that `domain.toml` does not have, at any level.
+    #[error("unknown key `{key}` in the domain configuration; valid keys {}: {}", unknown_key_place(key), valid.join(", "))]
+    UnknownKey {
+        /// The full dotted key, like `server.partioning`.
+        key: String,
+        /// The valid keys at that level.
+        valid: Vec<&'static str>,
+    },
+    /// A table where a value belongs, or a value where a table belongs.
+    #[error("`{key}` in the domain configuration must be {expected}, got {found}")]
+    WrongType {
+        /// The full dotted key.
+        key: String,
+        /// What belongs there (`a table`, `a value`).
+        expected: &'static str,
+        /// The TOML type found, with its article (`an integer`).
+        found: &'static str,
+    },
     /// A value is out of range.
     #[error("{key} {reason}")]
     Invalid {
@@ -409,6 +462,15 @@ pub enum ConfigError {
         /// What is wrong, with the value found.
         reason: String,
     },
+}
+
+/// Where the valid keys of an unknown key's level are: `at the top level`
+/// or `in [server]`.
+fn unknown_key_place(key: &str) -> String {
+    match key.rsplit_once('.') {
+        Some((table, _)) => format!("in [{table}]"),
+        None => "at the top level".to_owned(),
+    }
 }
 
 impl ConfigError {
@@ -494,6 +556,19 @@ pub enum ShutdownError {
         /// Its error.
         #[source]
         source: BrokerError,
+    },
+    /// Outbox rows were still pending when the drain timeout ran out (the
+    /// broker kept refusing them). With an in-memory outbox they are lost
+    /// when the process exits.
+    #[error(
+        "{} left unpublished in the outbox after draining for {timeout:?}",
+        match rows { Some(1) => "1 row".to_owned(), Some(n) => format!("{n} rows"), None => "rows (how many is unknown: the outbox cannot be read)".to_owned() }
+    )]
+    Unpublished {
+        /// How many rows were left pending (`None` when the outbox could not be read).
+        rows: Option<usize>,
+        /// How long the drain tried.
+        timeout: Duration,
     },
     /// A background task panicked.
     #[error("the {task} task panicked")]

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::message::{Envelope, MessageKind, Metadata};
+use crate::error::CommitError;
+use crate::message::{Envelope, Event, MessageKind, Metadata};
 use crate::policy::SequencingPolicy;
+use crate::uow::ContextUnitOfWork;
 
 /// A boxed, sendable future (what object-safe async traits return).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -323,6 +325,7 @@ pub struct HandlerContext {
     fencing_token: u64,
     metadata: Metadata,
     extensions: Extensions,
+    unit_of_work: Option<ContextUnitOfWork>,
 }
 
 impl HandlerContext {
@@ -339,6 +342,7 @@ impl HandlerContext {
             fencing_token: 0,
             metadata: message.metadata.clone(),
             extensions: Extensions::default(),
+            unit_of_work: None,
         }
     }
 
@@ -395,7 +399,14 @@ impl HandlerContext {
         self.correlation_id.as_deref()
     }
 
-    /// The delivery attempt, starting at 1.
+    /// The attempt of this run by the current owner, starting at 1 and
+    /// growing with each retry (up to `max_retries + 1`).
+    ///
+    /// It is not a count of every delivery: a message redelivered to a new
+    /// owner after a failover, a restart or an operator's `retry` starts at 1
+    /// again. To recognise a redelivery use [`HandlerContext::message_id`]
+    /// (the same on every delivery) and [`HandlerContext::fencing_token`]
+    /// (larger under a new owner).
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
@@ -414,5 +425,32 @@ impl HandlerContext {
     /// A broker-specific value of type `T`, such as the Redis lease fence.
     pub fn extension<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.extensions.get::<T>()
+    }
+
+    /// Raises `event` in the handler's unit of work (command handlers and
+    /// process managers). The events are committed to the outbox together
+    /// when the handler succeeds (for a process manager, before its state is
+    /// saved), and discarded when it fails; a bad partition key fails the
+    /// command or the process manager's message.
+    ///
+    /// Fails with [`CommitError::NoUnitOfWork`] in an event handler (open
+    /// one with `Domain::unit_of_work()`), or after the handler returned.
+    pub fn raise<E: Event>(&self, event: E) -> Result<(), CommitError> {
+        self.open_unit_of_work()?.with(|uow| uow.raise(event))
+    }
+
+    /// Like [`HandlerContext::raise`], on the backfill lane (see
+    /// `UnitOfWork::raise_backfill`).
+    pub fn raise_backfill<E: Event>(&self, event: E) -> Result<(), CommitError> {
+        self.open_unit_of_work()?.with(|uow| uow.raise_backfill(event))
+    }
+
+    fn open_unit_of_work(&self) -> Result<&ContextUnitOfWork, CommitError> {
+        self.unit_of_work.as_ref().ok_or(CommitError::NoUnitOfWork)
+    }
+
+    pub(crate) fn with_unit_of_work(mut self, uow: ContextUnitOfWork) -> Self {
+        self.unit_of_work = Some(uow);
+        self
     }
 }

@@ -1,8 +1,9 @@
 //! The inline broker: runs handlers in this process, no server needed.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::SystemTime;
 
 use tokio_util::sync::CancellationToken;
 
@@ -33,8 +34,17 @@ const FAILURE_LOG_LEN: usize = 1024;
 /// The broker advertises in-process ordering, so `sequential_by` is accepted
 /// and means "sequence by the partition key" here. A failing handler is
 /// retried `max_retries` times with the configured backoff (its sequence
-/// waits meanwhile), then logged, counted and skipped: unlike a partitioned
-/// Redis consumer, the inline broker does not halt a sequence on poison.
+/// waits meanwhile). What happens next is what the Redis broker does:
+///
+/// - a partitioned handler (`sequential_by`) **halts the key**: the message
+///   stays the key's head, later messages of the key wait behind it (other
+///   keys go on), the halt is logged at error level and listed by
+///   [`InlineBroker::halted`], and an operator resolves it with
+///   [`InlineBroker::skip`], [`InlineBroker::retry`] or
+///   [`InlineBroker::dead_letter`]. `Domain::settle()` does not wait for
+///   halted keys. Halts live in memory: they end with the process.
+/// - any other handler dead-letters the message (logged at error level,
+///   listed by [`InlineBroker::dead_letters`]) and goes on.
 ///
 /// Commands never pass through here; the domain's command bus runs them.
 #[derive(Clone)]
@@ -48,6 +58,81 @@ struct Inner {
     backoff: Backoff,
     subscriptions: RwLock<Option<Arc<[Subscription]>>>,
     failures: Mutex<FailureLog>,
+    halts: Mutex<HashMap<SequenceId, Halt>>,
+    dead_letters: Mutex<Vec<InlineDeadLetter>>,
+}
+
+/// A halted key: its poison head, and the messages parked behind it.
+struct Halt {
+    subscription: Subscription,
+    key: String,
+    head: Arc<Envelope>,
+    error: String,
+    attempts: u32,
+    halted_at: SystemTime,
+    parked: VecDeque<Arc<Envelope>>,
+    /// A resolution is replaying the parked messages.
+    draining: bool,
+}
+
+/// A key of a partitioned handler halted on a message that failed every
+/// attempt (see [`InlineBroker::halted`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct InlineHalt {
+    /// The handler's name.
+    pub handler: &'static str,
+    /// The key (the handler's sequence identifier, by default the partition key).
+    pub key: String,
+    /// The category of the head message.
+    pub category: String,
+    /// The head message: the one that failed.
+    pub head: Envelope,
+    /// The last error, with its sources.
+    pub error: String,
+    /// How many attempts were made.
+    pub attempts: u32,
+    /// When the key halted.
+    pub halted_at: SystemTime,
+    /// How many later messages of the key wait behind the head.
+    pub waiting: usize,
+}
+
+/// A message given up on: failed by a handler without a key, or moved aside
+/// from a halted key with [`InlineBroker::dead_letter`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct InlineDeadLetter {
+    /// The handler's name.
+    pub handler: &'static str,
+    /// The message.
+    pub message: Envelope,
+    /// The last error, with its sources.
+    pub error: String,
+    /// How many attempts were made.
+    pub attempts: u32,
+}
+
+/// Why a halt could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// The key is not halted for the handler (never was, or already resolved).
+    #[error("key `{key}` of handler `{handler}` is not halted")]
+    NotHalted {
+        /// The handler asked for.
+        handler: String,
+        /// The key asked for.
+        key: String,
+    },
+}
+
+/// What to do with a halted key's head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resolution {
+    Skip,
+    Retry,
+    DeadLetter,
 }
 
 #[derive(Default)]
@@ -105,6 +190,8 @@ impl InlineBroker {
                 backoff: partitioning.backoff(),
                 subscriptions: RwLock::new(None),
                 failures: Mutex::new(FailureLog::default()),
+                halts: Mutex::new(HashMap::new()),
+                dead_letters: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -137,6 +224,87 @@ impl InlineBroker {
         self.inner.failures().total
     }
 
+    /// The halted keys, by handler then key.
+    pub fn halted(&self) -> Vec<InlineHalt> {
+        let halts = self.inner.halts();
+        let mut halted: Vec<InlineHalt> = halts
+            .values()
+            .filter(|halt| !halt.draining)
+            .map(|halt| InlineHalt {
+                handler: halt.subscription.name(),
+                key: halt.key.clone(),
+                category: halt.head.category.clone(),
+                head: Envelope::clone(&halt.head),
+                error: halt.error.clone(),
+                attempts: halt.attempts,
+                halted_at: halt.halted_at,
+                waiting: halt.parked.len(),
+            })
+            .collect();
+        halted.sort_by(|a, b| (a.handler, &a.key).cmp(&(b.handler, &b.key)));
+        halted
+    }
+
+    /// Every dead-lettered message, oldest first (kept until the process ends).
+    pub fn dead_letters(&self) -> Vec<InlineDeadLetter> {
+        self.inner.dead_letters().clone()
+    }
+
+    /// Drops the head of `handler`'s halted `key` without handling it; the
+    /// key resumes with the next message. Returns the dropped message's id.
+    pub fn skip(&self, handler: &str, key: &str) -> Result<String, ResolveError> {
+        self.resolve(handler, key, Resolution::Skip)
+    }
+
+    /// Runs the head of `handler`'s halted `key` again, with a fresh set of
+    /// attempts, then the messages behind it. Returns the head's id.
+    pub fn retry(&self, handler: &str, key: &str) -> Result<String, ResolveError> {
+        self.resolve(handler, key, Resolution::Retry)
+    }
+
+    /// Moves the head of `handler`'s halted `key` to the dead letters
+    /// ([`InlineBroker::dead_letters`]); the key resumes with the next
+    /// message. Returns the head's id.
+    pub fn dead_letter(&self, handler: &str, key: &str) -> Result<String, ResolveError> {
+        self.resolve(handler, key, Resolution::DeadLetter)
+    }
+
+    fn resolve(&self, handler: &str, key: &str, resolution: Resolution) -> Result<String, ResolveError> {
+        let sequence = scoped(handler, key);
+        let head = {
+            let mut halts = self.inner.halts();
+            let Some(halt) = halts.get_mut(&sequence).filter(|halt| !halt.draining) else {
+                return Err(ResolveError::NotHalted {
+                    handler: handler.to_owned(),
+                    key: key.to_owned(),
+                });
+            };
+            let head = Arc::clone(&halt.head);
+            match resolution {
+                Resolution::Skip => {}
+                Resolution::Retry => halt.parked.push_front(Arc::clone(&head)),
+                Resolution::DeadLetter => self.inner.dead_letters().push(InlineDeadLetter {
+                    handler: halt.subscription.name(),
+                    message: Envelope::clone(&head),
+                    error: halt.error.clone(),
+                    attempts: halt.attempts,
+                }),
+            }
+            halt.draining = true;
+            head
+        };
+        tracing::info!(handler, key, message_id = %head.id, ?resolution, "halted key resolved; resuming");
+        let inner = Arc::clone(&self.inner);
+        let key = sequence.clone();
+        // The drain runs in the key's turn: after what is queued for it already.
+        drop(
+            self.inner
+                .executor
+                .submit_with_permits(Some(sequence), |permits| inner.drain(key, permits)),
+        );
+        Ok(head.id.clone())
+    }
+
     fn subscriptions(&self) -> Option<Arc<[Subscription]>> {
         self.inner
             .subscriptions
@@ -161,13 +329,13 @@ impl InlineBroker {
             for subscription in consumers {
                 let sequence = sequence_id(subscription, envelope);
                 let inner = Arc::clone(&self.inner);
-                let (subscription, envelope) = (subscription.clone(), envelope.clone());
+                let (subscription, envelope, key) =
+                    (subscription.clone(), envelope.clone(), sequence.clone());
                 // Each attempt takes a permit; the backoff between attempts holds none,
                 // while the sequence still waits for the delivery as a whole.
-                let delivery = self
-                    .inner
-                    .executor
-                    .submit_with_permits(sequence, |permits| inner.deliver(subscription, envelope, permits));
+                let delivery = self.inner.executor.submit_with_permits(sequence, |permits| {
+                    inner.deliver(subscription, envelope, key, permits)
+                });
                 // The executor runs the delivery even though its result is not awaited.
                 drop(delivery);
             }
@@ -182,8 +350,16 @@ fn sequence_id(subscription: &Subscription, envelope: &Envelope) -> Option<Seque
     let id = subscription
         .policy_for(&envelope.category, &envelope.type_name)
         .sequence_identifier(envelope, &context)?;
-    Some(SequenceId::new(format!("{}\u{1f}{id}", subscription.name())))
+    Some(scoped(subscription.name(), id.as_str()))
 }
+
+/// The executor's sequence id of `handler`'s sequence `key`.
+fn scoped(handler: &str, key: &str) -> SequenceId {
+    SequenceId::new(format!("{handler}{SCOPE}{key}"))
+}
+
+/// Separates the handler from its sequence id in the executor's ids.
+const SCOPE: char = '\u{1f}';
 
 impl Inner {
     fn failures(&self) -> MutexGuard<'_, FailureLog> {
@@ -191,31 +367,137 @@ impl Inner {
         self.failures.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs the handler until it succeeds or its retries are spent.
-    #[tracing::instrument(skip_all, fields(handler = subscription.name(), message_id = %envelope.id))]
-    async fn deliver(self: Arc<Self>, subscription: Subscription, envelope: Envelope, permits: Permits) {
+    fn halts(&self) -> MutexGuard<'_, HashMap<SequenceId, Halt>> {
+        // Every update completes under the lock, so a poisoned map is consistent.
+        self.halts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn dead_letters(&self) -> MutexGuard<'_, Vec<InlineDeadLetter>> {
+        self.dead_letters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Handles `envelope` in its sequence's turn: parks it behind the head
+    /// when the key is halted, else runs it, halting the key (or
+    /// dead-lettering the message) when every attempt fails.
+    async fn deliver(
+        self: Arc<Self>,
+        subscription: Subscription,
+        envelope: Envelope,
+        sequence: Option<SequenceId>,
+        permits: Permits,
+    ) {
         let envelope = Arc::new(envelope);
+        if let Some(sequence) = &sequence
+            && let Some(halt) = self.halts().get_mut(sequence)
+        {
+            halt.parked.push_back(envelope);
+            return;
+        }
+        if let Err((attempts, error)) = self.attempts(&subscription, &envelope, &permits).await {
+            self.poisoned(subscription, envelope, sequence, attempts, error);
+        }
+    }
+
+    /// After a resolution: runs the halted key's parked messages in order,
+    /// halting it again on the next poison message.
+    async fn drain(self: Arc<Self>, sequence: SequenceId, permits: Permits) {
+        loop {
+            let (subscription, next) = {
+                let mut halts = self.halts();
+                let Some(halt) = halts.get_mut(&sequence) else {
+                    return;
+                };
+                match halt.parked.pop_front() {
+                    Some(next) => (halt.subscription.clone(), next),
+                    None => {
+                        halts.remove(&sequence);
+                        return;
+                    }
+                }
+            };
+            if let Err((attempts, error)) = self.attempts(&subscription, &next, &permits).await {
+                self.poisoned(subscription, next, Some(sequence), attempts, error);
+                return;
+            }
+        }
+    }
+
+    /// A message failed every attempt: a partitioned handler halts its key,
+    /// another handler dead-letters the message.
+    fn poisoned(
+        &self,
+        subscription: Subscription,
+        envelope: Arc<Envelope>,
+        sequence: Option<SequenceId>,
+        attempts: u32,
+        error: String,
+    ) {
+        self.record(HandlerFailure {
+            handler: subscription.name(),
+            message_id: envelope.id.clone(),
+            type_name: envelope.type_name.clone(),
+            attempts,
+            error: error.clone(),
+        });
+        let Some(sequence) = sequence.filter(|_| subscription.partitioned()) else {
+            tracing::error!(handler = subscription.name(), message_id = %envelope.id,
+                type_name = %envelope.type_name, attempts, error = %error,
+                "handler failed after all retries; message dead-lettered (InlineBroker::dead_letters)");
+            self.dead_letters().push(InlineDeadLetter {
+                handler: subscription.name(),
+                message: Envelope::clone(&envelope),
+                error,
+                attempts,
+            });
+            return;
+        };
+        let key = sequence
+            .as_str()
+            .split_once(SCOPE)
+            .map_or(sequence.as_str(), |(_, key)| key)
+            .to_owned();
+        tracing::error!(handler = subscription.name(), key = %key, message_id = %envelope.id,
+            type_name = %envelope.type_name, attempts, error = %error,
+            "handler failed after all retries; key halted until resolved \
+             (InlineBroker::halted, then skip, retry or dead_letter)");
+        let mut halts = self.halts();
+        let halt = halts.entry(sequence).or_insert_with(|| Halt {
+            subscription: subscription.clone(),
+            key,
+            head: Arc::clone(&envelope),
+            error: String::new(),
+            attempts: 0,
+            halted_at: SystemTime::now(),
+            parked: VecDeque::new(),
+            draining: false,
+        });
+        halt.head = envelope;
+        halt.error = error;
+        halt.attempts = attempts;
+        halt.halted_at = SystemTime::now();
+        halt.draining = false;
+    }
+
+    /// Runs the handler until it succeeds or its retries are spent; the
+    /// attempts made and the last error when they are.
+    #[tracing::instrument(skip_all, fields(handler = subscription.name(), message_id = %envelope.id))]
+    async fn attempts(
+        &self,
+        subscription: &Subscription,
+        envelope: &Arc<Envelope>,
+        permits: &Permits,
+    ) -> Result<(), (u32, String)> {
         let mut attempt = 1;
         loop {
             let permit = permits.acquire().await;
-            let outcome = run_attempt(&subscription, &envelope, attempt).await;
+            let outcome = run_attempt(subscription, envelope, attempt).await;
             drop(permit);
             let Err(error) = outcome else {
-                return;
+                return Ok(());
             };
             let error = error_chain(&*error);
             if attempt > self.max_retries {
-                tracing::error!(handler = subscription.name(), message_id = %envelope.id,
-                    type_name = %envelope.type_name, attempts = attempt, error = %error,
-                    "handler failed after all retries; message skipped");
-                self.record(HandlerFailure {
-                    handler: subscription.name(),
-                    message_id: envelope.id.clone(),
-                    type_name: envelope.type_name.clone(),
-                    attempts: attempt,
-                    error,
-                });
-                return;
+                return Err((attempt, error));
             }
             tracing::warn!(handler = subscription.name(), message_id = %envelope.id, attempt,
                 error = %error, "handler failed; retrying");

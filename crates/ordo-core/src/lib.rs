@@ -41,7 +41,7 @@ pub use error::{
     ProcessStoreError, SettleError, ShutdownError, UsageProblem,
 };
 pub use executor::{KeyedExecutor, Permits};
-pub use inline::{HandlerFailure, InlineBroker};
+pub use inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};
 pub use outbox::{
     InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus, PublishReport,
 };

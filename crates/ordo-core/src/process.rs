@@ -7,11 +7,13 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::broker::DynHandler;
+use crate::domain::DomainRef;
 use crate::error::ProcessStoreError;
 use crate::field::read_field;
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerResult, ProcessManager};
 use crate::message::Envelope;
 use crate::policy::{ProcessingContext, SequenceId, SequencingPolicy};
+use crate::uow::ContextUnitOfWork;
 
 /// Storage of process-manager instances: one JSON document per manager and
 /// correlation value.
@@ -167,6 +169,7 @@ impl SequencingPolicy for CorrelationPolicy {
 pub(crate) struct ProcessManagerHandler<P> {
     descriptor: Arc<HandlerDescriptor>,
     store: Arc<dyn ProcessStore>,
+    domain: DomainRef,
     manager: PhantomData<fn() -> P>,
 }
 
@@ -175,8 +178,15 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
         Self {
             descriptor,
             store,
+            domain: DomainRef::default(),
             manager: PhantomData,
         }
+    }
+
+    /// The domain whose units of work the instances raise events in.
+    pub(crate) fn with_domain(mut self, domain: DomainRef) -> Self {
+        self.domain = domain;
+        self
     }
 
     /// Loads the instance (or starts one on a `start` message), runs it and
@@ -210,9 +220,21 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
                 return Ok(());
             }
         };
-        let ctx = ctx.clone().with_correlation_id(Some(correlation.clone()));
+        let mut ctx = ctx.clone().with_correlation_id(Some(correlation.clone()));
+        let uow = self
+            .domain
+            .get()
+            .map(|domain| ContextUnitOfWork::new(domain.unit_of_work()));
+        if let Some(uow) = &uow {
+            ctx = ctx.with_unit_of_work(uow.clone());
+        }
         instance.handle(message, &ctx).await?;
         let state = serde_json::to_string(&instance).map_err(|e| codec_error("encode", e))?;
+        // Events first: a failed save retries the message (at least once),
+        // where a save before a failed commit would lose the events.
+        if let Some(raised) = uow.and_then(|uow| uow.take()) {
+            raised.commit().await?;
+        }
         self.store.save(name, &correlation, state, &ctx).await?;
         Ok(())
     }

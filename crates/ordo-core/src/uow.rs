@@ -3,6 +3,7 @@
 
 use std::any::{Any, TypeId};
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::domain::Domain;
 use crate::error::CommitError;
@@ -187,5 +188,44 @@ impl fmt::Debug for UnitOfWork {
             .field("raised", &types)
             .field("metadata", &self.metadata)
             .finish_non_exhaustive()
+    }
+}
+
+/// The unit of work a handler context carries: command handlers and
+/// process managers raise events into it through the context, and the
+/// runtime commits it when the handler succeeds.
+#[derive(Clone)]
+pub(crate) struct ContextUnitOfWork(Arc<Mutex<Option<UnitOfWork>>>);
+
+impl ContextUnitOfWork {
+    pub(crate) fn new(uow: UnitOfWork) -> Self {
+        Self(Arc::new(Mutex::new(Some(uow))))
+    }
+
+    /// Runs `f` on the open unit of work, or fails when it was taken.
+    pub(crate) fn with<T>(
+        &self,
+        f: impl FnOnce(&mut UnitOfWork) -> Result<T, CommitError>,
+    ) -> Result<T, CommitError> {
+        // `f` only pushes to a vector: a poisoned lock still holds a consistent unit.
+        let mut guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match guard.as_mut() {
+            Some(uow) => f(uow),
+            None => Err(CommitError::NoUnitOfWork),
+        }
+    }
+
+    /// Takes the unit of work out, for its commit; later raises fail.
+    pub(crate) fn take(&self) -> Option<UnitOfWork> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+impl fmt::Debug for ContextUnitOfWork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_tuple("ContextUnitOfWork")
+            .field(&guard.as_ref().map(UnitOfWork::len))
+            .finish()
     }
 }

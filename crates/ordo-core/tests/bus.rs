@@ -85,6 +85,11 @@ async fn a_failing_handler_returns_its_error_as_the_source() {
         chain(&error),
         "command handler `OrderCommands` failed on `PlaceOrder`: induced failure in OrderCommands"
     );
+    // The message alone says why: a caller printing `{error}` is told.
+    assert_eq!(
+        error.to_string(),
+        "command handler `OrderCommands` failed on `PlaceOrder`: induced failure in OrderCommands"
+    );
 }
 
 #[tokio::test]
@@ -228,4 +233,29 @@ async fn sequential_by_sequences_commands_by_their_validated_key() {
     );
     assert!(error.to_string().contains("\"bad:key\""), "{error}");
     assert_eq!(probe.runs(), 10, "the invalid command never ran");
+}
+
+#[tokio::test]
+async fn a_routing_key_used_as_the_sequence_key_is_validated_like_a_partition_key() {
+    let probe = Probe::new("order_id").shared();
+    let error = domain(&probe).dispatch(place("o:1", "c-1", 1)).await.unwrap_err();
+    let DispatchError::InvalidKey { key, handler, .. } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(
+        (key.field.as_str(), key.rule.clone(), *handler),
+        ("routing_key", KeyRule::ContainsColon, "OrderCommands")
+    );
+    assert_eq!(probe.runs(), 0, "the invalid command never ran");
+
+    // Not used as a key (full concurrency): nothing to validate.
+    let domain = Domain::builder()
+        .command_handler_with_policy(
+            CommandRecorder::<OrderCommands>::new(&probe),
+            FullConcurrencyPolicy,
+        )
+        .init()
+        .unwrap();
+    domain.dispatch(place("o:1", "c-1", 1)).await.unwrap();
+    assert_eq!(probe.runs(), 1);
 }

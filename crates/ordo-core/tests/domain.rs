@@ -616,3 +616,72 @@ fn two_same_named_aggregates_are_told_apart_with_a_fix() {
         "{message}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_publishes_what_is_still_pending() {
+    let broker = RecordingBroker::partitioning();
+    let domain = Domain::builder()
+        .broker(broker.clone())
+        .event_handler(Recorder::<ByClient>::new(&probe()))
+        .init()
+        .unwrap();
+    let running = domain.start();
+    // The first publish fails: the processor waits out its backoff, and the
+    // rows are still pending when shutdown begins.
+    broker.fail_next_after(0);
+    let mut uow = domain.unit_of_work();
+    for amount in 0..3 {
+        uow.raise(placed(&format!("o-{amount}"), "c-1", amount)).unwrap();
+    }
+    uow.commit().await.unwrap();
+    running.shutdown().await.expect("the outbox drains");
+    assert_eq!(broker.published().len(), 3);
+    assert!(domain.outbox().pending(10).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_names_how_many_rows_it_could_not_publish() {
+    let broker = RecordingBroker::partitioning();
+    broker.refuse_all();
+    let domain = Domain::builder()
+        .broker(broker.clone())
+        .event_handler(Recorder::<ByClient>::new(&probe()))
+        .init()
+        .unwrap();
+    let running = domain.start();
+    let mut uow = domain.unit_of_work();
+    uow.raise(placed("o-1", "c-1", 1)).unwrap();
+    uow.raise(placed("o-2", "c-2", 2)).unwrap();
+    uow.commit().await.unwrap();
+    let error = running
+        .shutdown_within(Duration::from_millis(300))
+        .await
+        .expect_err("the broker refuses every row");
+    assert!(
+        matches!(error, ShutdownError::Unpublished { rows: Some(2), .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        chain(&error),
+        "2 rows left unpublished in the outbox after draining for 300ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_publishes_and_shuts_down_without_consuming() {
+    let broker = RecordingBroker::partitioning();
+    let domain = Domain::builder()
+        .broker(broker.clone())
+        .event_handler(Recorder::<ByClient>::new(&probe()))
+        .init()
+        .unwrap();
+    let publisher = domain.start_publisher();
+    let mut uow = domain.unit_of_work();
+    uow.raise(placed("o-1", "c-1", 1)).unwrap();
+    uow.commit().await.unwrap();
+    publisher.shutdown().await.expect("clean shutdown");
+    assert_eq!(broker.published().len(), 1);
+    assert_eq!(broker.runs(), 0, "a publisher never starts the consumer");
+    domain.start().shutdown().await.unwrap();
+    assert_eq!(broker.runs(), 1);
+}

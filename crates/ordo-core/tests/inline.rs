@@ -128,13 +128,17 @@ async fn a_failing_handler_is_retried_until_it_succeeds() {
 }
 
 #[tokio::test]
-async fn a_handler_failing_every_retry_is_recorded_and_its_key_moves_on() {
+async fn a_handler_failing_every_retry_is_recorded_and_halts_its_key() {
     let probe = Probe::new("client_id").failing_first(3).shared();
     let domain = keyed_domain(&probe, fast_retries(2));
     commit(&domain, [placed("o-1", "a", 1), placed("o-2", "a", 2)]).await;
     domain.settle().await.unwrap();
     let runs: Vec<(u64, u32)> = probe.seen().iter().map(|s| (s.amount, s.attempt)).collect();
-    assert_eq!(runs, vec![(1, 1), (1, 2), (1, 3), (2, 1)]);
+    assert_eq!(
+        runs,
+        vec![(1, 1), (1, 2), (1, 3)],
+        "o-2 waits behind the halted o-1"
+    );
     let inline = domain.inline_broker().unwrap();
     let failures = inline.failures();
     assert_eq!(inline.failure_count(), 1);
@@ -145,6 +149,13 @@ async fn a_handler_failing_every_retry_is_recorded_and_its_key_moves_on() {
     assert_eq!(failures[0].error, "induced failure in ByClient");
     let rows = domain.outbox().pending(10).await.unwrap();
     assert!(rows.is_empty(), "handler failures do not keep rows pending");
+
+    // A retry runs the head again (it succeeds now), then the key resumes.
+    inline.retry("ByClient", "a").unwrap();
+    domain.settle().await.unwrap();
+    let runs: Vec<(u64, u32)> = probe.seen().iter().map(|s| (s.amount, s.attempt)).collect();
+    assert_eq!(runs, vec![(1, 1), (1, 2), (1, 3), (1, 1), (2, 1)]);
+    assert!(inline.halted().is_empty());
 }
 
 #[tokio::test]
@@ -153,13 +164,143 @@ async fn a_panicking_handler_counts_as_a_failed_attempt() {
     let domain = keyed_domain(&probe, fast_retries(0));
     commit(&domain, [placed("o-1", "a", 1), placed("o-2", "a", 2)]).await;
     domain.settle().await.unwrap();
-    let failures = domain.inline_broker().unwrap().failures();
+    let inline = domain.inline_broker().unwrap();
+    let failures = inline.failures();
     assert_eq!(failures.len(), 1);
     assert_eq!(
         failures[0].error,
         "the handler panicked: induced panic in ByClient"
     );
-    assert_eq!(probe.amounts_for("a"), vec![1, 2]);
+    assert_eq!(
+        inline.halted()[0].error,
+        "the handler panicked: induced panic in ByClient"
+    );
+    assert_eq!(probe.amounts_for("a"), vec![1]);
+}
+
+/// A domain whose `ByClient` handler fails on the message of amount 2 for
+/// key `a`: a:1, a:2 (poison), a:3, and b:10, b:11 interleaved.
+async fn poisoned_domain() -> (Arc<Probe>, Domain) {
+    let probe = Probe::new("client_id").poisoned_by(2).shared();
+    let domain = keyed_domain(&probe, fast_retries(1));
+    commit(
+        &domain,
+        [
+            placed("o-1", "a", 1),
+            placed("o-10", "b", 10),
+            placed("o-2", "a", 2),
+            placed("o-11", "b", 11),
+            placed("o-3", "a", 3),
+        ],
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(10), domain.settle())
+        .await
+        .expect("settle returns while a key is halted")
+        .expect("settle() outside handlers");
+    (probe, domain)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_halts_its_key_while_other_keys_go_on() {
+    let (probe, domain) = poisoned_domain().await;
+    assert_eq!(probe.amounts_for("b"), vec![10, 11]);
+    assert_eq!(probe.amounts_for("a"), vec![1, 2, 2], "a:3 never overtakes a:2");
+    let inline = domain.inline_broker().unwrap();
+    let halted = inline.halted();
+    assert_eq!(halted.len(), 1);
+    let halt = &halted[0];
+    assert_eq!((halt.handler, halt.key.as_str()), ("ByClient", "a"));
+    assert_eq!(halt.category, "order");
+    assert_eq!(halt.head.aggregate_id.as_deref(), Some("o-2"));
+    assert_eq!(halt.attempts, 2);
+    assert_eq!(halt.error, "poison message 2 in ByClient");
+    assert_eq!(halt.waiting, 1);
+
+    // Later messages of the halted key wait too.
+    commit(&domain, [placed("o-4", "a", 4)]).await;
+    domain.settle().await.unwrap();
+    assert_eq!(probe.amounts_for("a"), vec![1, 2, 2]);
+    assert_eq!(inline.halted()[0].waiting, 2);
+    assert!(matches!(
+        inline.skip("ByClient", "b"),
+        Err(ordo_core::ResolveError::NotHalted { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_the_head_resumes_the_key_in_order() {
+    let (probe, domain) = poisoned_domain().await;
+    let inline = domain.inline_broker().unwrap();
+    let head = inline.halted()[0].head.id.clone();
+    assert_eq!(inline.skip("ByClient", "a").unwrap(), head);
+    domain.settle().await.unwrap();
+    assert_eq!(probe.amounts_for("a"), vec![1, 2, 2, 3]);
+    assert!(inline.halted().is_empty());
+    assert!(inline.dead_letters().is_empty());
+    assert!(matches!(
+        inline.skip("ByClient", "a"),
+        Err(ordo_core::ResolveError::NotHalted { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_lettering_the_head_keeps_it_and_resumes_the_key() {
+    let (probe, domain) = poisoned_domain().await;
+    let inline = domain.inline_broker().unwrap();
+    let head = inline.dead_letter("ByClient", "a").unwrap();
+    domain.settle().await.unwrap();
+    assert_eq!(probe.amounts_for("a"), vec![1, 2, 2, 3]);
+    let dead = inline.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].handler, dead[0].message.id.as_str()),
+        ("ByClient", head.as_str())
+    );
+    assert_eq!(dead[0].error, "poison message 2 in ByClient");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_a_head_that_fails_again_halts_the_key_again() {
+    let (probe, domain) = poisoned_domain().await;
+    let inline = domain.inline_broker().unwrap();
+    inline.retry("ByClient", "a").unwrap();
+    domain.settle().await.unwrap();
+    assert_eq!(probe.amounts_for("a"), vec![1, 2, 2, 2, 2]);
+    assert_eq!(inline.halted().len(), 1, "halted again, a:3 still waiting");
+    probe.cure();
+    inline.retry("ByClient", "a").unwrap();
+    domain.settle().await.unwrap();
+    assert_eq!(probe.amounts_for("a"), vec![1, 2, 2, 2, 2, 2, 3]);
+    assert!(inline.halted().is_empty());
+}
+
+#[tokio::test]
+async fn a_handler_without_a_key_dead_letters_a_poison_message_and_goes_on() {
+    let probe = Probe::new("client_id").poisoned_by(2).shared();
+    let domain = Domain::builder()
+        .config(fast_retries(0))
+        .event_handler(Recorder::<PerAggregateA>::new(&probe))
+        .init()
+        .unwrap();
+    commit(
+        &domain,
+        [
+            placed("o-1", "a", 1),
+            placed("o-2", "a", 2),
+            placed("o-3", "a", 3),
+        ],
+    )
+    .await;
+    domain.settle().await.unwrap();
+    let inline = domain.inline_broker().unwrap();
+    assert!(inline.halted().is_empty());
+    let dead = inline.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].message.aggregate_id.as_deref(), Some("o-2"));
+    let mut amounts: Vec<u64> = probe.seen().iter().map(|s| s.amount).collect();
+    amounts.sort_unstable();
+    assert_eq!(amounts, vec![1, 2, 3]);
 }
 
 fn publication() -> Publication {

@@ -72,6 +72,10 @@ fn config() -> anyhow::Result<ordo::Config> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Ordo logs leases, hand-overs, halts and failures through `tracing`.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let mut args = std::env::args().skip(1);
     let broker = RedisBroker::builder(&url).config(config()?).build().await?;
@@ -81,9 +85,7 @@ async fn main() -> anyhow::Result<()> {
         .event_handler(OrderPrinter {
             instance: instance.clone(),
         })
-        .broker(broker.clone())
-        .process_store(broker.process_store())
-        .config(config()?)
+        .broker(broker.clone()) // the domain uses the broker's Config
         .init()?;
 
     match args.next().as_deref() {
@@ -96,6 +98,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Some("publish") => {
             let count: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(100);
+            // Publishes what is committed; never consumes (it registered the
+            // handler only for its partition key).
+            let publisher = domain.start_publisher();
             let mut uow = domain.unit_of_work();
             for number in 0..count {
                 uow.raise(OrderPlaced {
@@ -105,8 +110,9 @@ async fn main() -> anyhow::Result<()> {
                 })?;
             }
             uow.commit().await?;
-            let report = domain.publish_pending().await?;
-            println!("published {report:?}");
+            // Publishes everything committed, or fails naming what was left.
+            publisher.shutdown().await?;
+            println!("published {count} orders");
         }
         _ => anyhow::bail!("usage: redis_workers work | publish [COUNT]"),
     }

@@ -49,6 +49,7 @@ pub struct RedisBroker {
 #[derive(Debug)]
 struct Inner {
     url: String,
+    config: Config,
     settings: Settings,
     partitions: Partitions,
     /// Whether a consumer runs: two consumers with one instance id would
@@ -107,7 +108,9 @@ impl RedisBroker {
 
 impl RedisBrokerBuilder {
     /// The domain configuration (`[server.partitioning]`,
-    /// `[server.priority_lanes]`); default: [`Config::default`].
+    /// `[server.priority_lanes]`); default: [`Config::default`]. A domain
+    /// on this broker uses it too (`Domain::builder().config(..)` is then
+    /// unnecessary, and refused if different).
     #[must_use]
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
@@ -158,11 +161,15 @@ impl RedisBrokerBuilder {
         }
         let pool =
             connection::builder(&self.url, settings.lease_ttl / 3, true)?.build_pool(self.pool_size)?;
-        pool.init().await?;
+        pool.init().await.map_err(|source| Error::Connect {
+            url: crate::error::redacted_url(&self.url),
+            source,
+        })?;
         let partitions = Partitions::new(pool, instance, settings.lease_ttl);
         Ok(RedisBroker {
             inner: Arc::new(Inner {
                 url: self.url,
+                config: self.config,
                 settings,
                 partitions,
                 running: AtomicBool::new(false),
@@ -216,6 +223,18 @@ impl Broker for RedisBroker {
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(publish::publish(self.client(), publications))
+    }
+
+    /// The configuration the broker was built with: the domain's default.
+    fn config(&self) -> Option<Config> {
+        Some(self.inner.config.clone())
+    }
+
+    /// The broker's [`RedisProcessStore`](crate::RedisProcessStore): process
+    /// managers move between instances with their leases, so their state
+    /// must live in Redis and be saved under the lease fence.
+    fn process_store(&self) -> Option<Arc<dyn ordo_core::process::ProcessStore>> {
+        Some(Arc::new(RedisBroker::process_store(self)))
     }
 
     fn run(

@@ -8,6 +8,17 @@ pub enum Error {
     #[error("redis command failed")]
     Redis(#[source] fred::error::Error),
 
+    /// The first connection to Redis failed (unreachable, refused, bad
+    /// credentials).
+    #[error("cannot connect to Redis at {url}")]
+    Connect {
+        /// The URL tried, with any password replaced by `***`.
+        url: String,
+        /// The client's error.
+        #[source]
+        source: fred::error::Error,
+    },
+
     /// The lease this operation was fenced by is no longer held at the
     /// expected value: another instance owns the partition now (or it
     /// expired). The caller must stop touching the partition.
@@ -122,3 +133,48 @@ impl Error {
 
 /// The result of the broker's operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `url` with the password of its user info, if any, replaced by `***`,
+/// for messages.
+pub(crate) fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user_info = &rest[..at];
+            let user = user_info.split_once(':').map_or(user_info, |(user, _)| user);
+            let masked = if user_info.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{scheme}://{masked}{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted_url;
+
+    #[test]
+    fn passwords_are_masked_in_urls() {
+        assert_eq!(
+            redacted_url("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redacted_url("redis://:s3cret@host:6379"),
+            "redis://:***@host:6379"
+        );
+        assert_eq!(
+            redacted_url("redis://app:s3cret@host/1"),
+            "redis://app:***@host/1"
+        );
+        assert_eq!(redacted_url("redis://token@host"), "redis://***@host");
+        assert_eq!(redacted_url("not a url"), "not a url");
+    }
+}

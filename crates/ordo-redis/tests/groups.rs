@@ -109,3 +109,56 @@ async fn a_new_group_gets_what_was_published_after_it_joined() -> anyhow::Result
     run_a.stop().await?;
     Ok(())
 }
+
+/// Redis restarted without persistence loses the group registries; the
+/// workers keep running and must restore them, or the operator tool shows no
+/// group (and `ordo inspect/skip` refuse) and a new stream gets no consumer
+/// group for a second handler before the first one trims it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_restore_the_group_registries_after_redis_loses_its_data() -> anyhow::Result<()> {
+    let mut redis = Redis::builder().start()?;
+    let url = redis.url();
+    let partitioned = common::category("order");
+    let plain = common::category("audit");
+    let recorder = Recorder::new();
+    let a = broker(&url, config(2_000, 3_600_000, 0)).await?;
+    let run = Running::start(
+        &a,
+        vec![
+            subscription(
+                "P",
+                HandlerKind::Event,
+                &[&partitioned],
+                true,
+                Arc::new(recorder.clone()),
+            ),
+            subscription(
+                "B",
+                HandlerKind::Event,
+                &[&plain],
+                false,
+                Arc::new(Recorder::new()),
+            ),
+        ],
+    );
+    a.publish(&[publication(&partitioned, "k", 0, Lane::Primary)])
+        .await?;
+    eventually(Duration::from_secs(10), "the first message", || {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.seqs("k") == [0]) }
+    })
+    .await?;
+
+    redis.restart()?;
+    let status = ordo_redis::ClusterStatus::new(pool(&url).await?, "backfill");
+    eventually(Duration::from_secs(10), "both registries restored", || {
+        let status = status.clone();
+        let (partitioned, plain) = (partitioned.clone(), plain.clone());
+        async move {
+            Ok(status.groups(&partitioned).await? == ["P"] && status.groups(&plain).await? == ["B"])
+        }
+    })
+    .await?;
+    run.stop().await?;
+    Ok(())
+}

@@ -146,6 +146,20 @@ fn warnings_of(view: &CategoryView, threshold: u64) -> Vec<String> {
             format::count(threshold),
         ));
     }
+    if view.partitions > 0 && view.groups.is_empty() {
+        warnings.push(format!(
+            "category `{category}` has {} {} but no registered consumer group: no worker has \
+             registered for it (workers not started yet, or Redis lost its data and no worker is running \
+             to register again); nothing consumes its partitions, and `ordo inspect/skip` cannot name a \
+             group until one registers",
+            format::count(view.partitions),
+            if view.partitions == 1 {
+                "partition"
+            } else {
+                "partitions"
+            },
+        ));
+    }
     for group in &view.groups {
         let live = group.instances.iter().filter(|i| i.live).count();
         if view.partitions > 0 && live == 0 {

@@ -262,6 +262,8 @@ pub struct Probe {
     barrier: Option<Arc<tokio::sync::Barrier>>,
     fail_first: AtomicU32,
     panic_first: AtomicU32,
+    /// Runs of the message with this amount fail (0: none).
+    poison_amount: std::sync::atomic::AtomicU64,
     seen: Mutex<Vec<Seen>>,
     active: Mutex<HashMap<String, usize>>,
     overlaps: AtomicUsize,
@@ -278,6 +280,7 @@ impl Probe {
             barrier: None,
             fail_first: AtomicU32::new(0),
             panic_first: AtomicU32::new(0),
+            poison_amount: std::sync::atomic::AtomicU64::new(0),
             seen: Mutex::new(Vec::new()),
             active: Mutex::new(HashMap::new()),
             overlaps: AtomicUsize::new(0),
@@ -303,6 +306,17 @@ impl Probe {
     pub fn failing_first(self, n: u32) -> Self {
         self.fail_first.store(n, Ordering::SeqCst);
         self
+    }
+
+    /// Every run of a message with `amount` fails, until [`Probe::cure`].
+    pub fn poisoned_by(self, amount: u64) -> Self {
+        self.poison_amount.store(amount, Ordering::SeqCst);
+        self
+    }
+
+    /// The poison message of [`Probe::poisoned_by`] succeeds from now on.
+    pub fn cure(&self) {
+        self.poison_amount.store(0, Ordering::SeqCst);
     }
 
     /// The first `n` runs panic.
@@ -360,6 +374,10 @@ impl Probe {
         }
         if take_one(&self.fail_first) {
             return Err(format!("induced failure in {handler}").into());
+        }
+        let amount = payload["amount"].as_u64().unwrap_or_default();
+        if amount != 0 && amount == self.poison_amount.load(Ordering::SeqCst) {
+            return Err(format!("poison message {amount} in {handler}").into());
         }
         Ok(())
     }
@@ -554,6 +572,8 @@ struct RecordingInner {
     capabilities: Capabilities,
     published: Mutex<Vec<Publication>>,
     fail_after: Mutex<Option<usize>>,
+    refuse_all: std::sync::atomic::AtomicBool,
+    runs: std::sync::atomic::AtomicUsize,
     run_error: Option<&'static str>,
 }
 
@@ -584,6 +604,8 @@ impl RecordingBroker {
                 capabilities,
                 published: Mutex::new(Vec::new()),
                 fail_after: Mutex::new(None),
+                refuse_all: std::sync::atomic::AtomicBool::new(false),
+                runs: std::sync::atomic::AtomicUsize::new(0),
                 run_error,
             }),
         }
@@ -592,6 +614,18 @@ impl RecordingBroker {
     /// The next publish publishes `n` publications, then fails.
     pub fn fail_next_after(&self, n: usize) {
         *self.inner.fail_after.lock().unwrap() = Some(n);
+    }
+
+    /// Every publish from now on fails before publishing anything.
+    pub fn refuse_all(&self) {
+        self.inner
+            .refuse_all
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many times the consumer was started.
+    pub fn runs(&self) -> usize {
+        self.inner.runs.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn published(&self) -> Vec<Publication> {
@@ -613,7 +647,11 @@ impl Broker for RecordingBroker {
     }
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
-        let fail_after = self.inner.fail_after.lock().unwrap().take();
+        let fail_after = if self.inner.refuse_all.load(std::sync::atomic::Ordering::SeqCst) {
+            Some(0)
+        } else {
+            self.inner.fail_after.lock().unwrap().take()
+        };
         let mut published = self.inner.published.lock().unwrap();
         let result = match fail_after {
             Some(n) if n < publications.len() => {
@@ -637,6 +675,7 @@ impl Broker for RecordingBroker {
         shutdown: CancellationToken,
     ) -> BoxFuture<'static, Result<(), BrokerError>> {
         let run_error = self.inner.run_error;
+        self.inner.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Box::pin(async move {
             if let Some(error) = run_error {
                 return Err(error.into());

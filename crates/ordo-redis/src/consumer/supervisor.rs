@@ -105,6 +105,16 @@ impl Supervisor {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
+                    // Redis may have lost its data (a restart without
+                    // persistence): the operator tool and the publish script
+                    // rely on the registries, so they are restored.
+                    match self.register_groups().await {
+                        Ok(0) => {}
+                        Ok(restored) => warn!(restored,
+                            "consumer groups were missing from their categories' registries \
+                             (did Redis lose its data?); registered them again"),
+                        Err(error) => warn!(%error, "checking the group registries failed; retrying next interval"),
+                    }
                     if let Err(error) = self.round().await {
                         warn!(%error, "discovery round failed; retrying next interval");
                     }
@@ -128,8 +138,13 @@ impl Supervisor {
     /// would not see it, and drop entries published after it registered.
     /// Registering comes after (a crash in between redoes it all at the next
     /// start), then a second pass covers the partitions created meanwhile.
-    async fn register_groups(&self) -> Result<()> {
+    ///
+    /// Runs at start and at every discovery round (one `SISMEMBER` or
+    /// `SADD` per group and category): returns how many registrations were
+    /// missing and made.
+    async fn register_groups(&self) -> Result<usize> {
         let client = self.shared.partitions.client();
+        let mut registered = 0;
         for plan in &self.plans {
             for category in &plan.partitioned {
                 let registry = group_registry(category);
@@ -141,12 +156,14 @@ impl Supervisor {
                     .await?;
                 let _: Value = client.sadd(&registry, &*plan.group).await?;
                 self.join_partitions(&plan.group, category, &joined).await?;
+                registered += 1;
             }
             for category in &plan.base {
-                let _: Value = client.sadd(group_registry(category), &*plan.group).await?;
+                let added: u64 = client.sadd(group_registry(category), &*plan.group).await?;
+                registered += usize::try_from(added).unwrap_or(0);
             }
         }
-        Ok(())
+        Ok(registered)
     }
 
     /// Creates `group`'s consumer group, from the start, on both lanes of

@@ -1,0 +1,181 @@
+//! Command handlers and process managers raise events through their
+//! context; the events are committed when the handler succeeds and
+//! discarded when it fails. No `OnceLock<Domain>` trick needed.
+
+use std::sync::{Arc, Mutex};
+
+use ordo::prelude::*;
+use ordo::{CommitError, DispatchError};
+
+#[derive(Aggregate)]
+struct Account;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Command)]
+#[command(part_of = Account)]
+struct OpenAccount {
+    #[routing_key]
+    account_id: String,
+    fail_after_raising: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Account)]
+struct AccountOpened {
+    #[aggregate_id]
+    account_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Account)]
+struct WelcomeSent {
+    #[aggregate_id]
+    account_id: String,
+}
+
+struct AccountCommands;
+
+#[command_handler(part_of = Account)]
+impl AccountCommands {
+    #[handle]
+    async fn open(&self, command: &OpenAccount, ctx: &HandlerContext) -> anyhow::Result<()> {
+        ctx.raise(AccountOpened {
+            account_id: command.account_id.clone(),
+        })?;
+        anyhow::ensure!(!command.fail_after_raising, "refused after raising");
+        Ok(())
+    }
+}
+
+/// Sends one welcome per opened account.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Onboarding {
+    welcomed: bool,
+}
+
+#[process_manager]
+impl Onboarding {
+    #[handle(start, correlate = "account_id")]
+    async fn on_opened(&mut self, event: &AccountOpened, ctx: &HandlerContext) -> anyhow::Result<()> {
+        ctx.raise(WelcomeSent {
+            account_id: event.account_id.clone(),
+        })?;
+        self.welcomed = true;
+        Ok(())
+    }
+}
+
+/// Records what it sees, and whether an event handler may raise through
+/// its context.
+#[derive(Clone, Default)]
+struct Journal {
+    seen: Arc<Mutex<Vec<String>>>,
+    raise_errors: Arc<Mutex<Vec<String>>>,
+}
+
+#[event_handler(part_of = Account)]
+impl Journal {
+    #[handle]
+    async fn on_opened(&self, event: &AccountOpened, ctx: &HandlerContext) -> anyhow::Result<()> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("opened {}", event.account_id));
+        if let Err(error) = ctx.raise(WelcomeSent {
+            account_id: event.account_id.clone(),
+        }) {
+            self.raise_errors.lock().unwrap().push(error.to_string());
+        }
+        Ok(())
+    }
+
+    #[handle]
+    async fn on_welcome(&self, event: &WelcomeSent, _ctx: &HandlerContext) -> anyhow::Result<()> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("welcomed {}", event.account_id));
+        Ok(())
+    }
+}
+
+fn open(account_id: &str, fail_after_raising: bool) -> OpenAccount {
+    OpenAccount {
+        account_id: account_id.into(),
+        fail_after_raising,
+    }
+}
+
+#[tokio::test]
+async fn a_command_handler_raises_events_committed_with_its_success() -> anyhow::Result<()> {
+    let journal = Journal::default();
+    let domain = Domain::builder()
+        .aggregate::<Account>()
+        .command_handler(AccountCommands)
+        .process_manager::<Onboarding>()
+        .event_handler(journal.clone())
+        .init()?;
+
+    domain.dispatch(open("a-1", false)).await?;
+    let failed = domain.dispatch(open("a-2", true)).await.unwrap_err();
+    assert!(matches!(failed, DispatchError::Handler { .. }), "{failed:?}");
+    domain.settle().await?;
+
+    let mut seen = journal.seen.lock().unwrap().clone();
+    seen.sort();
+    // a-2's event was discarded with its failed command; the process
+    // manager's event was committed with its state.
+    assert_eq!(seen, ["opened a-1", "welcomed a-1"]);
+    assert!(domain.outbox().pending(10).await?.is_empty());
+    let raise_errors = journal.raise_errors.lock().unwrap().clone();
+    assert_eq!(raise_errors.len(), 1);
+    assert!(
+        raise_errors[0].contains("no open unit of work"),
+        "{raise_errors:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bad_key_raised_by_a_command_handler_fails_the_command() -> anyhow::Result<()> {
+    #[derive(Debug, Clone, Serialize, Deserialize, Event)]
+    #[event(part_of = Account)]
+    struct Deposited {
+        account_id: String,
+    }
+
+    struct Bank;
+
+    #[command_handler(part_of = Account)]
+    impl Bank {
+        #[handle]
+        async fn open(&self, command: &OpenAccount, ctx: &HandlerContext) -> anyhow::Result<()> {
+            // A key with ':' cannot name a partition stream.
+            ctx.raise(Deposited {
+                account_id: format!("{}:savings", command.account_id),
+            })?;
+            Ok(())
+        }
+    }
+
+    struct Ledger;
+
+    #[event_handler(part_of = Account, sequential_by = "account_id")]
+    impl Ledger {
+        #[handle]
+        async fn on_deposit(&self, _event: &Deposited, _ctx: &HandlerContext) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    let domain = Domain::builder()
+        .command_handler(Bank)
+        .event_handler(Ledger)
+        .init()?;
+    let error = domain.dispatch(open("acct-1", false)).await.unwrap_err();
+    assert!(
+        matches!(&error, DispatchError::Commit { error, .. } if matches!(**error, CommitError::InvalidKey { .. })),
+        "{error:?}"
+    );
+    assert!(domain.outbox().pending(10).await?.is_empty());
+    Ok(())
+}
