@@ -114,6 +114,11 @@ pub struct LeaseKeys {
     /// replies, short-lived), so a commit the client sends twice is
     /// applied once.
     pub commit: String,
+    /// The attempt sequence of the lease's holder: the lease value it
+    /// belongs to and the last attempt the holder closed (acknowledged,
+    /// retried or halted). A late command of a closed attempt is refused,
+    /// so it can never land after the effects of a later one.
+    pub sequence: String,
 }
 
 impl LeaseKeys {
@@ -123,6 +128,7 @@ impl LeaseKeys {
             lease: format!("{{{tag}}}:lease:{group}"),
             generation: format!("{{{tag}}}:gen:{group}"),
             commit: format!("{{{tag}}}:commit:{group}"),
+            sequence: format!("{{{tag}}}:seq:{group}"),
         }
     }
 
@@ -147,6 +153,7 @@ mod tests {
         assert_eq!(p.lease("Projector").lease, "{order:c-1}:lease:Projector");
         assert_eq!(p.lease("Projector").generation, "{order:c-1}:gen:Projector");
         assert_eq!(p.lease("Projector").commit, "{order:c-1}:commit:Projector");
+        assert_eq!(p.lease("Projector").sequence, "{order:c-1}:seq:Projector");
         assert_eq!(p.halt("Projector"), "{order:c-1}:halt:Projector");
     }
 }

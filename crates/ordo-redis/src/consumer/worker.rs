@@ -17,6 +17,7 @@
 //! stale owner never runs a message again while the new owner may run it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ordo_core::broker::Subscription;
@@ -91,6 +92,12 @@ pub(crate) struct Worker {
     control: Control,
     watcher: WatcherId,
     wake: Arc<Notify>,
+    /// The last handler attempt started under the lease (attempts are
+    /// numbered per lease from 1; see [`RedisFence::for_attempt`]).
+    attempts: AtomicU64,
+    /// Set when a killed handler run did not end: the lease is then left to
+    /// expire rather than released, so nobody else runs the key meanwhile.
+    unfinished: AtomicBool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -119,7 +126,19 @@ impl Worker {
             control,
             watcher,
             wake: Arc::new(Notify::new()),
+            attempts: AtomicU64::new(0),
+            unfinished: AtomicBool::new(false),
         }
+    }
+
+    /// Numbers a new attempt.
+    fn next_attempt(&self) -> u64 {
+        self.attempts.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The last attempt numbered.
+    fn last_attempt(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
     }
 
     /// Runs until stopped, killed, or the unit is gone; the lease is
@@ -136,15 +155,23 @@ impl Worker {
             let exit = self.work().await;
             self.shared.waker.unwatch(self.watcher);
             self.shared.leases.remove(self.lease.key(), self.lease.value());
-            // Release even after a kill: the kill aborted the handler, so
-            // nothing runs under the lease any more, and releasing it (if it
-            // is still ours) lets another instance take over without waiting
-            // for the TTL. The release is fenced, so it is harmless otherwise.
-            let released = match self.shared.partitions.release(&self.lease).await {
-                Ok(released) => released,
-                Err(error) => {
-                    warn!(%error, "releasing the lease failed; it will expire");
-                    false
+            // Release even after a kill when the killed handler run has
+            // ended: nothing runs under the lease any more, and releasing it
+            // (if it is still ours) lets another instance take over without
+            // waiting for the TTL. The release is fenced, so it is harmless
+            // otherwise. A run that did not end (blocking code ignores the
+            // abort) keeps the lease until it expires: released now, another
+            // instance would run the same key alongside it.
+            let released = if self.unfinished.load(Ordering::SeqCst) {
+                warn!("the aborted handler run has not ended; leaving the lease to expire");
+                false
+            } else {
+                match self.shared.partitions.release(&self.lease).await {
+                    Ok(released) => released,
+                    Err(error) => {
+                        warn!(%error, "releasing the lease failed; it will expire");
+                        false
+                    }
                 }
             };
             match (exit, released) {
@@ -370,7 +397,14 @@ impl Worker {
             let acked = self
                 .shared
                 .partitions
-                .ack(&self.lease, &self.unit.group, partition, lane, &[entry.id()])
+                .ack_attempt(
+                    &self.lease,
+                    &self.unit.group,
+                    partition,
+                    lane,
+                    &[entry.id()],
+                    self.last_attempt(),
+                )
                 .await;
             match acked {
                 Ok(waiting) => return Some(waiting),
@@ -395,15 +429,20 @@ impl Worker {
         let envelope = match entry.decode() {
             Ok(envelope) => envelope,
             // A message that cannot be decoded will never succeed: halt now.
-            Err(error) => return self.halt(partition, entry, error.to_string(), 1).await,
+            Err(error) => {
+                let attempt = self.next_attempt();
+                return self.halt(partition, entry, error.to_string(), 1, attempt).await;
+            }
         };
         if !self.subscription.handles(&envelope.type_name) {
             return Handled::Done;
         }
         let attempts = self.shared.settings.max_retries.saturating_add(1);
         let mut last_error = String::new();
+        let mut sequence = 0;
         for attempt in 1..=attempts {
-            match self.invoke(&envelope, attempt, partition).await {
+            sequence = self.next_attempt();
+            match self.invoke(&envelope, attempt, sequence, partition).await {
                 Some(Ok(())) => {
                     metrics::handled(&self.unit, partition.category());
                     return Handled::Done;
@@ -423,20 +462,22 @@ impl Worker {
                 None => return Handled::Lost,
             }
             if attempt < attempts {
-                if let Some(stopped) = self.before_retry(attempt).await {
+                if let Some(stopped) = self.before_retry(attempt, sequence).await {
                     return stopped;
                 }
                 metrics::retried(&self.unit, partition.category());
             }
         }
-        self.halt(partition, entry, last_error, attempts).await
+        self.halt(partition, entry, last_error, attempts, sequence).await
     }
 
-    /// Waits out the backoff after failed attempt `attempt`, then confirms
-    /// the lease is still held, so a stale owner never runs the handler
-    /// again (the heartbeat only notices a lost lease at its next beat).
-    /// `Some` when the message must not be retried here.
-    async fn before_retry(&self, attempt: u32) -> Option<Handled> {
+    /// Waits out the backoff after failed attempt `attempt`, then closes it
+    /// (numbered `sequence` under the lease) under the fence: a late commit
+    /// of that attempt is refused from now on, and the lease is confirmed,
+    /// so a stale owner never runs the handler again (the heartbeat only
+    /// notices a lost lease at its next beat). `Some` when the message must
+    /// not be retried here.
+    async fn before_retry(&self, attempt: u32, sequence: u64) -> Option<Handled> {
         let backoff = self.shared.settings.backoff;
         tokio::select! {
             () = tokio::time::sleep(backoff.delay(attempt)) => {}
@@ -445,7 +486,7 @@ impl Worker {
         }
         let mut failures = 0;
         loop {
-            match self.shared.partitions.check(&self.lease).await {
+            match self.shared.partitions.close_attempt(&self.lease, sequence).await {
                 Ok(()) => return None,
                 Err(error) if error.is_fenced() => {
                     info!(%error, "lease lost before a retry; not retrying");
@@ -473,13 +514,14 @@ impl Worker {
         &self,
         envelope: &Envelope,
         attempt: u32,
+        sequence: u64,
         partition: &PartitionKeys,
     ) -> Option<Result<(), HandlerError>> {
         let ctx = HandlerContext::new(envelope)
             .with_attempt(attempt)
             .with_fencing_token(self.lease.token())
             .with_correlation_id(self.unit.correlation.clone())
-            .with_extension(RedisFence::new(&self.lease));
+            .with_extension(RedisFence::for_attempt(&self.lease, sequence));
         let handler = self.subscription.handler.clone();
         let message = envelope.clone();
         let permit = tokio::select! {
@@ -499,6 +541,12 @@ impl Worker {
             joined = &mut task => joined,
             () = self.control.kill.cancelled() => {
                 task.abort();
+                // An abort ends a run at its next await; a run in blocking
+                // code goes on. Only a run that ended lets the lease go.
+                let grace = self.shared.settings.heartbeat_interval;
+                if tokio::time::timeout(grace, &mut task).await.is_err() {
+                    self.unfinished.store(true, Ordering::SeqCst);
+                }
                 return None;
             }
         };
@@ -516,6 +564,7 @@ impl Worker {
         entry: &StreamEntry,
         error: String,
         attempts: u32,
+        sequence: u64,
     ) -> Handled {
         let reason = HaltReason {
             lane: entry.lane(),
@@ -528,7 +577,7 @@ impl Worker {
             match self
                 .shared
                 .partitions
-                .halt(&self.lease, &self.unit.group, partition, &reason)
+                .halt_attempt(&self.lease, &self.unit.group, partition, &reason, sequence)
                 .await
             {
                 Ok(()) => {
@@ -536,6 +585,9 @@ impl Worker {
                     metrics::halted(&self.unit, partition.category());
                     return Handled::Halted;
                 }
+                // An earlier try of this very halt landed (its reply was
+                // lost): the partition is halted, or resolved since.
+                Err(Error::Stale { .. }) => return Handled::Halted,
                 Err(error) if error.is_fenced() => return Handled::Lost,
                 Err(error) => {
                     failures += 1;

@@ -1,8 +1,9 @@
 -- The fenced acknowledgement of handled entries of one lane, with trimming
 -- at the end of each batch.
 --
--- KEYS: lease key, acknowledged lane, primary lane
--- ARGV: lease value, group, id...
+-- KEYS: lease key, acknowledged lane, primary lane, attempt sequence
+-- ARGV: lease value, group, attempt of the handled message (closed by the
+--       acknowledgement), sequence ttl ms, id...
 --
 -- Returns {'fenced', holder} or {'ok', primary_waiting}: whether the primary
 -- lane has entries this group has not handled yet, so that the owner of a
@@ -13,7 +14,8 @@ if fenced then
   return fenced
 end
 local group = ARGV[2]
-redis.call('XACK', KEYS[2], group, unpack(ARGV, 3))
+redis.call('XACK', KEYS[2], group, unpack(ARGV, 5))
+close_attempt(KEYS[4], ARGV[1], ARGV[3], ARGV[4])
 -- Trimming reads every group's position (XINFO GROUPS, XPENDING per group,
 -- XTRIM): about half the cost of this script. Do it once this group has
 -- acknowledged everything it was delivered (the end of a read batch), not

@@ -73,3 +73,33 @@ local function has_unread(stream, group)
   return redis.call('XLEN', stream) > 0
 end
 
+
+-- The attempt sequence of a lease (see `close_attempt`): whether attempt
+-- `attempt` of the holder of `lease_value` is closed already. Attempt 0 is
+-- unsequenced (a fence built outside the consumer) and never closed.
+local function attempt_closed(sequence_key, lease_value, attempt)
+  attempt = tonumber(attempt)
+  if attempt == 0 then
+    return false
+  end
+  local held = redis.call('HMGET', sequence_key, 'lease', 'closed')
+  return held[1] == lease_value and tonumber(held[2]) >= attempt
+end
+
+-- Closes every attempt up to `attempt` of the holder of `lease_value`: a
+-- command of those attempts that reaches Redis late (delayed on one
+-- connection past its client's timeout) is refused from now on. Kept for
+-- `ttl` ms after the last change (a lease TTL multiple: a command cannot
+-- stay in flight that long).
+local function close_attempt(sequence_key, lease_value, attempt, ttl)
+  attempt = tonumber(attempt)
+  if attempt == 0 then
+    return
+  end
+  local held = redis.call('HMGET', sequence_key, 'lease', 'closed')
+  if held[1] == lease_value and tonumber(held[2]) >= attempt then
+    return
+  end
+  redis.call('HSET', sequence_key, 'lease', lease_value, 'closed', attempt)
+  redis.call('PEXPIRE', sequence_key, ttl)
+end
