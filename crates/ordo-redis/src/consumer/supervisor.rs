@@ -105,8 +105,13 @@ impl Supervisor {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
-                    if let Err(error) = self.round().await {
-                        warn!(%error, "discovery round failed; retrying next interval");
+                    match self.round().await {
+                        Ok(()) => {}
+                        Err(error @ crate::error::Error::DuplicateInstance { .. }) => {
+                            tracing::error!(%error, "another live process uses this instance id; acquiring nothing until it is gone");
+                            metrics::duplicate_instance();
+                        }
+                        Err(error) => warn!(%error, "discovery round failed; retrying next interval"),
                     }
                 }
                 Some(exited) = self.exits.1.recv() => self.on_exit(exited),
