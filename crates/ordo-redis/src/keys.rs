@@ -23,6 +23,13 @@ pub(crate) fn instances(group: &str) -> String {
     format!("ordo:instances:{group}")
 }
 
+/// The message ids recently appended to `stream` (a sorted set scored by
+/// the time they were appended), so a publish retried within the window is
+/// not appended twice. Tagged with the stream's name: same slot.
+pub(crate) fn recently_published(stream: &str) -> String {
+    format!("{{{stream}}}:published")
+}
+
 /// The set of consumer groups that consume `category`; a new stream of the
 /// category gets each of them at id 0 when its first entry is published.
 pub(crate) fn group_registry(category: &str) -> String {

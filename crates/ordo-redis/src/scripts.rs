@@ -47,7 +47,7 @@ pub(crate) struct Scripts {
 
 /// The scripts, shared by every client and runtime in the process.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    publish: Script::new("publish", include_str!("lua/publish.lua")),
+    publish: Script::new("publish", with_common!("lua/publish.lua")),
     acquire: Script::new("acquire", include_str!("lua/acquire.lua")),
     renew: Script::new("renew", include_str!("lua/renew.lua")),
     release: Script::new("release", include_str!("lua/release.lua")),

@@ -132,7 +132,7 @@ impl Supervisor {
     /// owners first read a partition, the other groups' trimming and reaping
     /// would not see it, and drop entries published after it registered.
     /// Registering comes after (a crash in between redoes it all at the next
-    /// start), then a second pass covers the partitions created meanwhile.
+    /// start), then a second pass covers the lanes created meanwhile.
     async fn register_groups(&self) -> Result<()> {
         let client = self.shared.partitions.client();
         for plan in &self.plans {
@@ -141,13 +141,27 @@ impl Supervisor {
                 if client.sismember(&registry, &*plan.group).await? {
                     continue;
                 }
-                let joined = self
-                    .join_partitions(&plan.group, category, &BTreeSet::new())
+                self.join_partitions(&plan.group, category, &BTreeSet::new())
                     .await?;
                 let _: Value = client.sadd(&registry, &*plan.group).await?;
-                self.join_partitions(&plan.group, category, &joined).await?;
+                // Every lane again, not only the partitions the first pass
+                // missed: a lane of a known partition (its backfill lane)
+                // may have been created in between. Lanes created after the
+                // registration get the group when they are created, and
+                // any lane still without it gets it at its next publish.
+                self.join_partitions(&plan.group, category, &BTreeSet::new())
+                    .await?;
             }
             for category in &plan.base {
+                // The group on the base stream first (from the start), so
+                // the other groups' trimming keeps what it has not read.
+                let created: std::result::Result<Value, _> =
+                    client.xgroup_create(category, &*plan.group, "0", true).await;
+                if let Err(error) = created
+                    && !error.details().starts_with("BUSYGROUP")
+                {
+                    return Err(error.into());
+                }
                 let _: Value = client.sadd(group_registry(category), &*plan.group).await?;
             }
         }

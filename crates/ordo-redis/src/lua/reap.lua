@@ -43,7 +43,7 @@ for group in pairs(groups) do
     return {'busy', idle_ms}
   end
 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3], '{' .. KEYS[2] .. '}:published', '{' .. KEYS[3] .. '}:published')
 for group in pairs(groups) do
   local base = '{' .. tag .. '}:'
   -- The operator action log stays: it is the record of what was decided.
