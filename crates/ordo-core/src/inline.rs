@@ -3,8 +3,11 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+
+use crate::attempt::{Attempt, Outcome};
 
 use crate::backoff::Backoff;
 use crate::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
@@ -230,16 +233,12 @@ async fn run_attempt(
     envelope: &Arc<Envelope>,
     attempt: u32,
 ) -> Result<(), HandlerError> {
-    let handler = Arc::clone(&subscription.handler);
-    let envelope = Arc::clone(envelope);
-    let task = tokio::spawn(async move {
-        let ctx = HandlerContext::new(&envelope).with_attempt(attempt);
-        handler.handle(&envelope, &ctx).await
-    });
-    match task.await {
-        Ok(result) => result,
-        Err(join) if join.is_panic() => Err("the handler panicked".into()),
-        Err(join) => Err(join.into()),
+    let ctx = HandlerContext::new(envelope).with_attempt(attempt);
+    let run = Attempt::new(Arc::clone(&subscription.handler), Arc::clone(envelope), ctx);
+    match run.run((), &CancellationToken::new(), Duration::ZERO).await {
+        Outcome::Succeeded => Ok(()),
+        Outcome::Failed(failure) => Err(failure.into_error()),
+        Outcome::Cancelled(_) => Err("the handler run was cancelled".into()),
     }
 }
 

@@ -104,6 +104,13 @@ impl PartitionKeys {
         format!("{{{}}}:halt:{group}", self.primary)
     }
 
+    /// How many attempts of each pending entry of `group` failed (a hash:
+    /// entry id to count), so a worker stopped during the backoff does not
+    /// give the entry a fresh retry budget to its successor.
+    pub fn attempts(&self, group: &str) -> String {
+        format!("{{{}}}:attempts:{group}", self.primary)
+    }
+
     /// The capped log of operator actions of `group` on this partition.
     pub fn log(&self, group: &str) -> String {
         format!("{{{}}}:log:{group}", self.primary)

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::KeysInterface;
+use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::Value;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
@@ -340,6 +340,7 @@ impl Partitions {
             partition.lane(lane).to_owned(),
             partition.primary().to_owned(),
             lease.keys().sequence.clone(),
+            partition.attempts(group),
         ];
         let mut args = vec![
             Value::from(lease.value()),
@@ -359,19 +360,52 @@ impl Partitions {
     /// Closes every attempt up to `attempt` of `lease`'s holder, under the
     /// fence ([`Error::Fenced`] when the lease is no longer held): a
     /// [`RedisFence`](crate::RedisFence) commit of a closed attempt that
-    /// reaches Redis late is refused. The worker calls it before each retry.
+    /// reaches Redis late is refused.
     pub async fn close_attempt(&self, lease: &Lease, attempt: u64) -> Result<()> {
+        self.close(lease, attempt, None).await.map(|_| ())
+    }
+
+    /// Records that attempt `attempt` (numbered per lease) on the entry
+    /// `id` of `partition` failed: closes it like
+    /// [`Partitions::close_attempt`] and counts the failure with the
+    /// pending entry, so the next owner (or this one after a restart) goes
+    /// on with the retry budget left. Returns how many attempts on the
+    /// entry failed so far.
+    pub async fn attempt_failed(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        id: &str,
+        attempt: u64,
+    ) -> Result<u32> {
+        self.close(lease, attempt, Some((partition.attempts(group), id)))
+            .await
+    }
+
+    /// How many attempts on the pending entry `id` of `partition` failed
+    /// (recorded by [`Partitions::attempt_failed`], cleared by the
+    /// acknowledgement and by an operator's decision on a halted head).
+    pub async fn failed_attempts(&self, group: &str, partition: &PartitionKeys, id: &str) -> Result<u32> {
+        let count: Option<u32> = self.client.hget(partition.attempts(group), id).await?;
+        Ok(count.unwrap_or(0))
+    }
+
+    async fn close(&self, lease: &Lease, attempt: u64, entry: Option<(String, &str)>) -> Result<u32> {
         let script = &SCRIPTS.close;
-        let keys = vec![lease.key().to_owned(), lease.keys().sequence.clone()];
+        // Without an entry the sequence key stands in (same slot, unused).
+        let (counts, id) = entry.unwrap_or_else(|| (lease.keys().sequence.clone(), ""));
+        let keys = vec![lease.key().to_owned(), lease.keys().sequence.clone(), counts];
         let args = vec![
             Value::from(lease.value()),
             attempt_value(attempt),
             millis(self.sequence_ttl()),
+            Value::from(id),
         ];
         let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
-            "ok" => Ok(()),
+            "ok" => Ok(u32::try_from(reply.integer(0)?).unwrap_or(u32::MAX)),
             _ => Err(reply.unexpected("unknown outcome")),
         }
     }

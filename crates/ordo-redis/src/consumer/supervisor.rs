@@ -216,14 +216,25 @@ impl Supervisor {
 
     /// One discovery and balancing round.
     async fn round(&mut self) -> Result<()> {
-        let partitioned: Vec<usize> = (0..self.plans.len())
-            .filter(|i| !self.plans[*i].partitioned.is_empty())
+        // Every group is announced: partitioned groups share their
+        // partitions among the live instances, plain consumers claim
+        // entries only from instances that are no longer live.
+        let announced: Vec<usize> = (0..self.plans.len())
+            .filter(|i| !self.plans[*i].partitioned.is_empty() || !self.plans[*i].base.is_empty())
             .collect();
-        if partitioned.is_empty() {
+        if announced.is_empty() {
             return Ok(());
         }
-        let live = self.announce(&partitioned).await?;
+        let live = self.announce(&announced).await?;
         if !std::mem::replace(&mut self.announced, true) {
+            return Ok(());
+        }
+        let (partitioned, live): (Vec<usize>, Vec<Vec<String>>) = announced
+            .into_iter()
+            .zip(live)
+            .filter(|(plan, _)| !self.plans[*plan].partitioned.is_empty())
+            .unzip();
+        if partitioned.is_empty() {
             return Ok(());
         }
         let indexed = self.discover(&partitioned).await?;
@@ -234,7 +245,7 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Announces this instance to every partitioned group; returns each
+    /// Announces this instance to every group in `plans`; returns each
     /// group's live instances.
     async fn announce(&self, plans: &[usize]) -> Result<Vec<Vec<String>>> {
         let keys = plans.iter().map(|p| instances(&self.plans[*p].group)).collect();
@@ -407,7 +418,11 @@ impl Supervisor {
     /// Leaves the instance sets, so the others' shares grow at once.
     async fn leave(&self) {
         let client = self.shared.partitions.client();
-        for plan in self.plans.iter().filter(|p| !p.partitioned.is_empty()) {
+        for plan in self
+            .plans
+            .iter()
+            .filter(|p| !p.partitioned.is_empty() || !p.base.is_empty())
+        {
             let left: std::result::Result<Value, _> =
                 client.zrem(instances(&plan.group), self.shared.instance()).await;
             if let Err(error) = left {

@@ -16,10 +16,12 @@
 //! instead of being retried, and every retry first confirms the lease, so a
 //! stale owner never runs a message again while the new owner may run it.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use ordo_core::attempt::{Attempt, Outcome};
 use ordo_core::broker::Subscription;
 use ordo_core::error::{ProcessStoreError, error_chain};
 use ordo_core::handler::{HandlerContext, HandlerError};
@@ -31,7 +33,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::unit::Unit;
 use super::waker::WatcherId;
-use super::{SharedRef, sleep_unless};
+use super::SharedRef;
 use crate::error::Error;
 use crate::fence::RedisFence;
 use crate::keys::PartitionKeys;
@@ -267,7 +269,7 @@ impl Worker {
                         );
                         metrics::reclaimed(&self.unit, partition.category(), entries.len());
                     }
-                    match self.handle_batch(partition, lane, entries).await {
+                    match self.handle_batch(partition, lane, entries, pending).await {
                         Flow::Continue => worked = true,
                         Flow::Halted => return Ok(Pass::Halted),
                         Flow::Stop => return Ok(Pass::Exit(Exit::Released)),
@@ -364,7 +366,15 @@ impl Worker {
     }
 
     /// Handles a batch in order, acknowledging each message before the next.
-    async fn handle_batch(&self, partition: &PartitionKeys, lane: Lane, entries: Vec<StreamEntry>) -> Flow {
+    /// `pending`: the entries were delivered before (and may have failed
+    /// attempts on record).
+    async fn handle_batch(
+        &self,
+        partition: &PartitionKeys,
+        lane: Lane,
+        entries: Vec<StreamEntry>,
+        pending: bool,
+    ) -> Flow {
         let mut primary_waiting = false;
         for entry in entries {
             if self.control.stop.is_cancelled() {
@@ -375,7 +385,7 @@ impl Worker {
             if lane == Lane::Backfill && primary_waiting {
                 return Flow::Continue;
             }
-            match self.handle_entry(partition, &entry).await {
+            match self.handle_entry(partition, &entry, pending).await {
                 Handled::Done => {}
                 Handled::Halted => return Flow::Halted,
                 Handled::Stop => return Flow::Stop,
@@ -389,45 +399,78 @@ impl Worker {
         Flow::Continue
     }
 
-    /// Acknowledges one handled entry, retrying transient failures; `None`
-    /// when the lease is gone.
-    async fn ack(&self, partition: &PartitionKeys, lane: Lane, entry: &StreamEntry) -> Option<bool> {
+    /// Runs a fenced operation until Redis answers it: transient failures
+    /// (a connection down, a timeout) are retried with backoff, forever (the
+    /// heartbeat kills this worker if Redis stays away for a lease TTL).
+    /// Returns the answer (a success or a refusal: fenced, stale), or the
+    /// reason to stop asking: killed (`Lost`), or asked to stop between
+    /// messages (`Stop`, only when `stoppable`).
+    async fn until_answered<T, F, Fut>(
+        &self,
+        what: &'static str,
+        stoppable: bool,
+        mut operation: F,
+    ) -> Result<Result<T, Error>, Handled>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
         let mut failures = 0;
         loop {
-            let acked = self
-                .shared
-                .partitions
-                .ack_attempt(
-                    &self.lease,
-                    &self.unit.group,
-                    partition,
-                    lane,
-                    &[entry.id()],
-                    self.last_attempt(),
-                )
-                .await;
-            match acked {
-                Ok(waiting) => return Some(waiting),
-                Err(error) if error.is_fenced() => {
-                    info!(%error, id = entry.id(), "acknowledgement refused: lease lost");
-                    return None;
+            let error = match operation().await {
+                Err(error) if !error.is_fenced() && !matches!(error, Error::Stale { .. }) => error,
+                answer => return Ok(answer),
+            };
+            failures += 1;
+            warn!(%error, failures, "{what} failed; retrying");
+            let stop = async {
+                if stoppable {
+                    self.control.stop.cancelled().await;
+                } else {
+                    std::future::pending::<()>().await;
                 }
-                Err(error) => {
-                    failures += 1;
-                    warn!(%error, id = entry.id(), failures, "acknowledgement failed; retrying");
-                    if !sleep_unless(&self.control.kill, self.shared.settings.backoff.delay(failures)).await {
-                        return None;
-                    }
-                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(self.shared.settings.backoff.delay(failures)) => {}
+                () = stop => return Err(Handled::Stop),
+                () = self.control.kill.cancelled() => return Err(Handled::Lost),
             }
         }
     }
 
+    /// Acknowledges one handled entry (closing its last attempt); `None`
+    /// when the lease is gone.
+    async fn ack(&self, partition: &PartitionKeys, lane: Lane, entry: &StreamEntry) -> Option<bool> {
+        let ids = [entry.id()];
+        let acked = self
+            .until_answered("acknowledgement", false, || {
+                self.shared.partitions.ack_attempt(
+                    &self.lease,
+                    &self.unit.group,
+                    partition,
+                    lane,
+                    &ids,
+                    self.last_attempt(),
+                )
+            })
+            .await;
+        match acked {
+            Ok(Ok(waiting)) => Some(waiting),
+            Ok(Err(error)) => {
+                info!(%error, id = entry.id(), "acknowledgement refused: lease lost");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     /// Runs the handler on one entry with retries; halts the partition when
-    /// every attempt failed.
-    async fn handle_entry(&self, partition: &PartitionKeys, entry: &StreamEntry) -> Handled {
+    /// every attempt failed. Failed attempts are counted with the pending
+    /// entry, so a worker stopped during the backoff leaves its successor
+    /// only the retry budget that is left.
+    async fn handle_entry(&self, partition: &PartitionKeys, entry: &StreamEntry, pending: bool) -> Handled {
         let envelope = match entry.decode() {
-            Ok(envelope) => envelope,
+            Ok(envelope) => Arc::new(envelope),
             // A message that cannot be decoded will never succeed: halt now.
             Err(error) => {
                 let attempt = self.next_attempt();
@@ -438,10 +481,25 @@ impl Worker {
             return Handled::Done;
         }
         let attempts = self.shared.settings.max_retries.saturating_add(1);
-        let mut last_error = String::new();
-        let mut sequence = 0;
-        for attempt in 1..=attempts {
-            sequence = self.next_attempt();
+        let mut failed = 0;
+        if pending {
+            match self
+                .until_answered("reading the failed attempts", true, || {
+                    self.shared
+                        .partitions
+                        .failed_attempts(&self.unit.group, partition, entry.id())
+                })
+                .await
+            {
+                Ok(Ok(count)) => failed = count,
+                Ok(Err(_)) => return Handled::Lost,
+                Err(stopped) => return stopped,
+            }
+        }
+        let mut last_error = format!("{failed} attempts failed before this owner (see the earlier logs)");
+        while failed < attempts {
+            let attempt = failed + 1;
+            let sequence = self.next_attempt();
             match self.invoke(&envelope, attempt, sequence, partition).await {
                 Some(Ok(())) => {
                     metrics::handled(&self.unit, partition.category());
@@ -456,63 +514,75 @@ impl Worker {
                 }
                 Some(Err(error)) => {
                     metrics::failed(&self.unit, partition.category());
-                    warn!(id = entry.id(), attempt, error = %error, "handler failed");
                     last_error = error_chain(&*error);
+                    warn!(id = entry.id(), attempt, error = %last_error, "handler failed");
                 }
                 None => return Handled::Lost,
             }
-            if attempt < attempts {
-                if let Some(stopped) = self.before_retry(attempt, sequence).await {
+            failed = match self.attempt_failed(partition, entry, sequence).await {
+                Ok(count) => count.max(attempt),
+                Err(stopped) => return stopped,
+            };
+            if failed < attempts {
+                if let Some(stopped) = self.before_retry(failed).await {
                     return stopped;
                 }
                 metrics::retried(&self.unit, partition.category());
             }
         }
-        self.halt(partition, entry, last_error, attempts, sequence).await
+        // The halt is an act of its own (the failed attempts are closed).
+        let halt = self.next_attempt();
+        self.halt(partition, entry, last_error, failed, halt).await
     }
 
-    /// Waits out the backoff after failed attempt `attempt`, then closes it
-    /// (numbered `sequence` under the lease) under the fence: a late commit
-    /// of that attempt is refused from now on, and the lease is confirmed,
-    /// so a stale owner never runs the handler again (the heartbeat only
-    /// notices a lost lease at its next beat). `Some` when the message must
-    /// not be retried here.
-    async fn before_retry(&self, attempt: u32, sequence: u64) -> Option<Handled> {
-        let backoff = self.shared.settings.backoff;
+    /// Closes the failed attempt `sequence` on `entry` and counts the
+    /// failure with the pending entry; returns the entry's failed attempts.
+    async fn attempt_failed(&self, partition: &PartitionKeys, entry: &StreamEntry, sequence: u64) -> Result<u32, Handled> {
+        let recorded = self
+            .until_answered("recording the failed attempt", true, || {
+                self.shared
+                    .partitions
+                    .attempt_failed(&self.lease, &self.unit.group, partition, entry.id(), sequence)
+            })
+            .await?;
+        recorded.map_err(|error| {
+            info!(%error, "lease lost after a failed attempt; not retrying");
+            Handled::Lost
+        })
+    }
+
+    /// Waits out the backoff after `failed` failed attempts, then confirms
+    /// the lease is still held, so a stale owner never runs the handler
+    /// again (the heartbeat only notices a lost lease at its next beat).
+    /// `Some` when the message must not be retried here.
+    async fn before_retry(&self, failed: u32) -> Option<Handled> {
         tokio::select! {
-            () = tokio::time::sleep(backoff.delay(attempt)) => {}
+            () = tokio::time::sleep(self.shared.settings.backoff.delay(failed)) => {}
             () = self.control.stop.cancelled() => return Some(Handled::Stop),
             () = self.control.kill.cancelled() => return Some(Handled::Lost),
         }
-        let mut failures = 0;
-        loop {
-            match self.shared.partitions.close_attempt(&self.lease, sequence).await {
-                Ok(()) => return None,
-                Err(error) if error.is_fenced() => {
-                    info!(%error, "lease lost before a retry; not retrying");
-                    return Some(Handled::Lost);
-                }
-                Err(error) => {
-                    // Without an answer the lease may be gone: never retry
-                    // blind. The heartbeat kills this worker if Redis stays
-                    // away for a lease TTL.
-                    failures += 1;
-                    warn!(%error, failures, "cannot confirm the lease before a retry; asking again");
-                    tokio::select! {
-                        () = tokio::time::sleep(backoff.delay(failures)) => {}
-                        () = self.control.stop.cancelled() => return Some(Handled::Stop),
-                        () = self.control.kill.cancelled() => return Some(Handled::Lost),
-                    }
-                }
+        // Without an answer the lease may be gone: never retry blind.
+        match self
+            .until_answered("confirming the lease before a retry", true, || {
+                self.shared.partitions.check(&self.lease)
+            })
+            .await
+        {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => {
+                info!(%error, "lease lost before a retry; not retrying");
+                Some(Handled::Lost)
             }
+            Err(stopped) => Some(stopped),
         }
     }
 
-    /// Runs the handler once on its own task (a panic is a failure, and a
-    /// lost lease aborts it); `None` when the lease was lost meanwhile.
+    /// Runs the handler once through the shared attempt runner (its own
+    /// task: a panic is a failure; a kill aborts it). `None` when the lease
+    /// was lost meanwhile.
     async fn invoke(
         &self,
-        envelope: &Envelope,
+        envelope: &Arc<Envelope>,
         attempt: u32,
         sequence: u64,
         partition: &PartitionKeys,
@@ -522,39 +592,28 @@ impl Worker {
             .with_fencing_token(self.lease.token())
             .with_correlation_id(self.unit.correlation.clone())
             .with_extension(RedisFence::for_attempt(&self.lease, sequence));
-        let handler = self.subscription.handler.clone();
-        let message = envelope.clone();
         let permit = tokio::select! {
             permit = self.shared.handler_permits.clone().acquire_owned() => permit.ok(),
             () = self.control.kill.cancelled() => return None,
         };
         let started = Instant::now();
-        let mut task = tokio::spawn(
-            async move {
-                let result = handler.handle(&message, &ctx).await;
-                drop(permit);
-                result
-            }
-            .instrument(tracing::Span::current()),
-        );
-        let result = tokio::select! {
-            joined = &mut task => joined,
-            () = self.control.kill.cancelled() => {
-                task.abort();
-                // An abort ends a run at its next await; a run in blocking
-                // code goes on. Only a run that ended lets the lease go.
-                let grace = self.shared.settings.heartbeat_interval;
-                if tokio::time::timeout(grace, &mut task).await.is_err() {
+        // An abort ends a run at its next await; a run in blocking code goes
+        // on, and then only the lease's expiry may let the key go.
+        let outcome = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx)
+            .run(permit, &self.control.kill, self.shared.settings.heartbeat_interval)
+            .await;
+        metrics::handler_duration(&self.unit, partition.category(), started.elapsed());
+        match outcome {
+            Outcome::Succeeded => Some(Ok(())),
+            Outcome::Failed(failure) => Some(Err(failure.into_error())),
+            Outcome::Cancelled(cancelled) => {
+                if !cancelled.ended() {
                     self.unfinished.store(true, Ordering::SeqCst);
                 }
-                return None;
+                None
             }
-        };
-        metrics::handler_duration(&self.unit, partition.category(), started.elapsed());
-        Some(match result {
-            Ok(result) => result,
-            Err(join) => Err(format!("handler panicked: {join}").into()),
-        })
+            _ => None,
+        }
     }
 
     /// Records the halt under the fence, retrying transient failures.
@@ -572,31 +631,23 @@ impl Worker {
             error,
             attempts,
         };
-        let mut failures = 0;
-        loop {
-            match self
-                .shared
-                .partitions
-                .halt_attempt(&self.lease, &self.unit.group, partition, &reason, sequence)
-                .await
-            {
-                Ok(()) => {
-                    warn!(head = %reason.head, error = %reason.error, attempts, "partition halted on a poison message");
-                    metrics::halted(&self.unit, partition.category());
-                    return Handled::Halted;
-                }
-                // An earlier try of this very halt landed (its reply was
-                // lost): the partition is halted, or resolved since.
-                Err(Error::Stale { .. }) => return Handled::Halted,
-                Err(error) if error.is_fenced() => return Handled::Lost,
-                Err(error) => {
-                    failures += 1;
-                    warn!(%error, failures, "recording the halt failed; retrying");
-                    if !sleep_unless(&self.control.kill, self.shared.settings.backoff.delay(failures)).await {
-                        return Handled::Lost;
-                    }
-                }
+        let halted = self
+            .until_answered("recording the halt", false, || {
+                self.shared
+                    .partitions
+                    .halt_attempt(&self.lease, &self.unit.group, partition, &reason, sequence)
+            })
+            .await;
+        match halted {
+            Ok(Ok(())) => {
+                warn!(head = %reason.head, error = %reason.error, attempts, "partition halted on a poison message");
+                metrics::halted(&self.unit, partition.category());
+                Handled::Halted
             }
+            // An earlier try of this very halt landed (its reply was lost):
+            // the partition is halted, or resolved since.
+            Ok(Err(Error::Stale { .. })) => Handled::Halted,
+            Ok(Err(_)) | Err(_) => Handled::Lost,
         }
     }
 }

@@ -1,7 +1,8 @@
 -- The fenced acknowledgement of handled entries of one lane, with trimming
 -- at the end of each batch.
 --
--- KEYS: lease key, acknowledged lane, primary lane, attempt sequence
+-- KEYS: lease key, acknowledged lane, primary lane, attempt sequence,
+--       failed-attempt counts
 -- ARGV: lease value, group, attempt of the handled message (closed by the
 --       acknowledgement), sequence ttl ms, id...
 --
@@ -16,6 +17,7 @@ end
 local group = ARGV[2]
 redis.call('XACK', KEYS[2], group, unpack(ARGV, 5))
 close_attempt(KEYS[4], ARGV[1], ARGV[3], ARGV[4])
+redis.call('HDEL', KEYS[5], unpack(ARGV, 5))
 -- Trimming reads every group's position (XINFO GROUPS, XPENDING per group,
 -- XTRIM): about half the cost of this script. Do it once this group has
 -- acknowledged everything it was delivered (the end of a read batch), not

@@ -48,7 +48,7 @@ for group in pairs(groups) do
   local base = '{' .. tag .. '}:'
   -- The operator action log stays: it is the record of what was decided.
   redis.call('DEL', base .. 'lease:' .. group, base .. 'gen:' .. group, base .. 'commit:' .. group,
-    base .. 'seq:' .. group)
+    base .. 'seq:' .. group, base .. 'attempts:' .. group)
 end
 redis.call('SREM', KEYS[4], ARGV[2])
 return {'reaped'}
