@@ -280,7 +280,10 @@ mod tests {
             panic!("expected a failure, got {outcome:?}");
         };
         assert!(failure.panicked());
-        assert_eq!(failure.text(), "the handler panicked: balance for c-1 went negative");
+        assert_eq!(
+            failure.text(),
+            "the handler panicked: balance for c-1 went negative"
+        );
     }
 
     #[tokio::test]
@@ -322,11 +325,7 @@ mod tests {
     async fn cancelling_reports_whether_the_run_ended() {
         let cancel = CancellationToken::new();
         cancel.cancel();
-        let outcome = run(
-            Handler(|| Box::pin(std::future::pending())),
-            &cancel,
-        )
-        .await;
+        let outcome = run(Handler(|| Box::pin(std::future::pending())), &cancel).await;
         assert!(matches!(outcome, Outcome::Cancelled(c) if c.ended()));
 
         static RELEASED: AtomicBool = AtomicBool::new(false);
@@ -351,7 +350,10 @@ mod tests {
         )
         .await;
         RELEASED.store(true, Ordering::SeqCst);
-        assert!(matches!(outcome, Outcome::Cancelled(c) if !c.ended()), "{outcome:?}");
+        assert!(
+            matches!(outcome, Outcome::Cancelled(c) if !c.ended()),
+            "{outcome:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

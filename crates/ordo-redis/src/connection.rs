@@ -75,10 +75,7 @@ pub(crate) async fn quit<C: ClientLike>(client: &C, patience: Duration) {
 /// Refuses a Redis whose `maxmemory-policy` may evict keys: Ordo's leases,
 /// halt records and pending entries must never vanish under memory pressure.
 pub(crate) async fn check_no_eviction(pool: &Pool) -> Result<()> {
-    let info: String = pool
-        .next()
-        .info(Some(fred::types::InfoKind::Memory))
-        .await?;
+    let info: String = pool.next().info(Some(fred::types::InfoKind::Memory)).await?;
     let policy = info
         .lines()
         .find_map(|line| line.trim().strip_prefix("maxmemory_policy:"))

@@ -29,7 +29,10 @@ async fn a_redis_that_may_evict_keys_is_refused_unless_allowed() -> anyhow::Resu
     match refused {
         Err(Error::Config { key, reason }) => {
             assert_eq!(key, "maxmemory-policy");
-            assert!(reason.contains("allkeys-lru") && reason.contains("noeviction"), "{reason}");
+            assert!(
+                reason.contains("allkeys-lru") && reason.contains("noeviction"),
+                "{reason}"
+            );
         }
         other => panic!("expected the eviction policy to be refused, got {other:?}"),
     }

@@ -147,7 +147,11 @@ async fn a_commit_retried_under_its_id_is_applied_once() -> anyhow::Result<()> {
     let writes = FencedWrite::new().incr_by(&counter, 5);
     let first = fence.commit_as(&direct, &writes, "order-1-effects").await?;
     let retried = fence.commit_as(&direct, &writes, "order-1-effects").await?;
-    assert_eq!(direct.get::<i64, _>(&counter).await?, 5, "the retry applied again");
+    assert_eq!(
+        direct.get::<i64, _>(&counter).await?,
+        5,
+        "the retry applied again"
+    );
     assert_eq!(first, retried, "the retry answers what the first run did");
     fence.commit_as(&direct, &writes, "order-2-effects").await?;
     assert_eq!(direct.get::<i64, _>(&counter).await?, 10);

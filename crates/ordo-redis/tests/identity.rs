@@ -75,12 +75,20 @@ async fn instance_ids_with_colons_or_common_prefixes_stay_apart() -> anyhow::Res
 
     let one = PartitionKeys::new(&category, "one", "backfill");
     let held = long.acquire("G", &one).await?.expect("free");
-    assert_eq!(short.acquire("G", &one).await?, None, "`a` took the lease of `a:b`");
+    assert_eq!(
+        short.acquire("G", &one).await?,
+        None,
+        "`a` took the lease of `a:b`"
+    );
     assert_eq!(long.acquire("G", &one).await?, Some(held));
 
     let two = PartitionKeys::new(&category, "two", "backfill");
     let held = short.acquire("G", &two).await?.expect("free");
-    assert_eq!(long.acquire("G", &two).await?, None, "`a:b` took the lease of `a`");
+    assert_eq!(
+        long.acquire("G", &two).await?,
+        None,
+        "`a:b` took the lease of `a`"
+    );
     // Several candidates in one call: a foreign lease among them does not
     // disturb the others.
     let three = PartitionKeys::new(&category, "three", "backfill");

@@ -61,13 +61,17 @@ async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_expires() -> any
     let run_b = Running::start(&b, vec![sub()]);
     // A's shutdown waits a TTL for the run, then kills it.
     run_a.stop().await?;
-    eventually(Duration::from_secs(15), "the other instance to handle both", || {
-        let recorder = recorder.clone();
-        async move {
-            let record = recorder.record.lock().unwrap();
-            Ok(record.attempts.get(&("k".to_owned(), 1)).is_some() && record.in_flight.is_empty())
-        }
-    })
+    eventually(
+        Duration::from_secs(15),
+        "the other instance to handle both",
+        || {
+            let recorder = recorder.clone();
+            async move {
+                let record = recorder.record.lock().unwrap();
+                Ok(record.attempts.contains_key(&("k".to_owned(), 1)) && record.in_flight.is_empty())
+            }
+        },
+    )
     .await?;
     assert!(
         recorder.overlaps().is_empty(),

@@ -75,7 +75,13 @@ async fn a_commit_delayed_past_its_timeout_never_lands_after_later_messages() ->
     });
     let running = Running::start(
         &broker,
-        vec![subscription("Committer", HandlerKind::Event, &[&category], true, handler)],
+        vec![subscription(
+            "Committer",
+            HandlerKind::Event,
+            &[&category],
+            true,
+            handler,
+        )],
     );
     let publications: Vec<_> = (0..3)
         .map(|seq| publication(&category, "k", seq, Lane::Primary))
@@ -86,9 +92,11 @@ async fn a_commit_delayed_past_its_timeout_never_lands_after_later_messages() ->
         Ok(direct.llen::<u64, _>(&list).await? >= 3)
     })
     .await?;
-    eventually(Duration::from_secs(10), "the held commit to reach Redis", || async {
-        Ok(proxy.delayed_delivered())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the held commit to reach Redis",
+        || async { Ok(proxy.delayed_delivered()) },
+    )
     .await?;
     // The held commit is ahead of this on its connection: once this answers,
     // Redis has run it.
@@ -130,10 +138,7 @@ async fn a_late_halt_cannot_halt_a_resolved_partition_again() -> anyhow::Result<
         attempts: 1,
     };
     owner.halt_attempt(&lease, "G", &partition, &reason, 1).await?;
-    broker
-        .admin()
-        .retry("G", &category, "k")
-        .await?;
+    broker.admin().retry("G", &category, "k").await?;
     let again = owner.halt_attempt(&lease, "G", &partition, &reason, 1).await;
     assert!(matches!(again, Err(Error::Stale { .. })), "{again:?}");
     assert!(

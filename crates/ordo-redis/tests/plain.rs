@@ -115,7 +115,13 @@ async fn a_panicking_plain_handler_does_not_end_its_consumer() -> anyhow::Result
     let a = broker(&url, config(3_000, 3_600_000, 2)).await?;
     let run = Running::start(
         &a,
-        vec![subscription("Plain", HandlerKind::Event, &[&category], false, handler.clone())],
+        vec![subscription(
+            "Plain",
+            HandlerKind::Event,
+            &[&category],
+            false,
+            handler.clone(),
+        )],
     );
     a.publish(&[base(&category, 0), base(&category, 1)]).await?;
     eventually(Duration::from_secs(10), "both handled", || async {
@@ -167,7 +173,11 @@ async fn a_plain_retry_backoff_ends_at_shutdown_and_leaves_the_entry_pending() -
         .map_err(|_| anyhow::anyhow!("the retry's backoff held the shutdown"))??;
     let client = pool(&url).await?;
     let summary: Value = client.xpending(&category, "Plain", ()).await?;
-    assert_eq!(summary.into_array().first().and_then(Value::as_i64), Some(1), "left pending");
+    assert_eq!(
+        summary.into_array().first().and_then(Value::as_i64),
+        Some(1),
+        "left pending"
+    );
     assert!(!client.exists::<bool, _>(format!("{category}:dlq")).await?);
     Ok(())
 }

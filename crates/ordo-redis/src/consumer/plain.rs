@@ -22,8 +22,8 @@ use tracing::{Instrument, info_span, warn};
 
 use super::{SharedRef, sleep_unless};
 use crate::connection;
-use crate::keys::instances;
 use crate::error::Result;
+use crate::keys::instances;
 use crate::lease::millis;
 use crate::partition::StreamEntry;
 use crate::scripts::{RawEntry, SCRIPTS, array, parse_entries};

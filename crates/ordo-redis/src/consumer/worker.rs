@@ -31,9 +31,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::SharedRef;
 use super::unit::Unit;
 use super::waker::WatcherId;
-use super::SharedRef;
 use crate::error::Error;
 use crate::fence::RedisFence;
 use crate::keys::PartitionKeys;
@@ -537,12 +537,21 @@ impl Worker {
 
     /// Closes the failed attempt `sequence` on `entry` and counts the
     /// failure with the pending entry; returns the entry's failed attempts.
-    async fn attempt_failed(&self, partition: &PartitionKeys, entry: &StreamEntry, sequence: u64) -> Result<u32, Handled> {
+    async fn attempt_failed(
+        &self,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        sequence: u64,
+    ) -> Result<u32, Handled> {
         let recorded = self
             .until_answered("recording the failed attempt", true, || {
-                self.shared
-                    .partitions
-                    .attempt_failed(&self.lease, &self.unit.group, partition, entry.id(), sequence)
+                self.shared.partitions.attempt_failed(
+                    &self.lease,
+                    &self.unit.group,
+                    partition,
+                    entry.id(),
+                    sequence,
+                )
             })
             .await?;
         recorded.map_err(|error| {
@@ -600,7 +609,11 @@ impl Worker {
         // An abort ends a run at its next await; a run in blocking code goes
         // on, and then only the lease's expiry may let the key go.
         let outcome = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx)
-            .run(permit, &self.control.kill, self.shared.settings.heartbeat_interval)
+            .run(
+                permit,
+                &self.control.kill,
+                self.shared.settings.heartbeat_interval,
+            )
             .await;
         metrics::handler_duration(&self.unit, partition.category(), started.elapsed());
         match outcome {
@@ -633,9 +646,13 @@ impl Worker {
         };
         let halted = self
             .until_answered("recording the halt", false, || {
-                self.shared
-                    .partitions
-                    .halt_attempt(&self.lease, &self.unit.group, partition, &reason, sequence)
+                self.shared.partitions.halt_attempt(
+                    &self.lease,
+                    &self.unit.group,
+                    partition,
+                    &reason,
+                    sequence,
+                )
             })
             .await;
         match halted {

@@ -153,9 +153,15 @@ async fn pipe(
             let hold = {
                 let mut pending = delay.pending.lock().unwrap();
                 let matches = pending.as_ref().is_some_and(|(pattern, _)| {
-                    buffer[..read].windows(pattern.len()).any(|w| w == pattern.as_slice())
+                    buffer[..read]
+                        .windows(pattern.len())
+                        .any(|w| w == pattern.as_slice())
                 });
-                if matches { pending.take().map(|(_, d)| d) } else { None }
+                if matches {
+                    pending.take().map(|(_, d)| d)
+                } else {
+                    None
+                }
             };
             if let Some(duration) = hold {
                 tokio::time::sleep(duration).await;
