@@ -36,7 +36,7 @@
 //!     match run.run((), &cancel, Duration::from_millis(100)).await {
 //!         Outcome::Succeeded => return,
 //!         Outcome::Failed(failure) => eprintln!("attempt {number}: {}", failure.text()),
-//!         Outcome::Cancelled(_) => return,
+//!         _ => return, // cancelled
 //!     }
 //!     if !attempt::backoff(&backoff, number, &cancel).await {
 //!         return;
