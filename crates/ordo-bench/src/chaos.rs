@@ -85,8 +85,8 @@ pub struct ChaosArgs {
     #[arg(long, default_value = "400")]
     pub slow_work_ms: NonZeroU64,
     /// The kinds of fault to inject, comma-separated (default: all of
-    /// kill, stop, term, join, redis_restart, redis_crash), to aim a run at one
-    /// mechanism.
+    /// kill, stop, term, join, redis_restart, redis_crash, conn_delay), to aim
+    /// a run at one mechanism.
     #[arg(long, value_delimiter = ',', value_parser = parse_kind, value_name = "KIND,...")]
     pub faults: Vec<FaultKind>,
     /// Seconds the final publish may take, and the drain may go without an

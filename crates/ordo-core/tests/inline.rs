@@ -155,7 +155,10 @@ async fn a_panicking_handler_counts_as_a_failed_attempt() {
     domain.settle().await;
     let failures = domain.inline_broker().unwrap().failures();
     assert_eq!(failures.len(), 1);
-    assert_eq!(failures[0].error, "the handler panicked: induced panic in ByClient");
+    assert_eq!(
+        failures[0].error,
+        "the handler panicked: induced panic in ByClient"
+    );
     assert_eq!(probe.amounts_for("a"), vec![1, 2]);
 }
 

@@ -30,6 +30,13 @@ pub(crate) fn recently_published(stream: &str) -> String {
     format!("{{{stream}}}:published")
 }
 
+/// Exists while a new consumer group joins the existing lanes of
+/// `category`: publishes then give every lane the registered groups it
+/// lacks. Tagged with the category's name.
+pub(crate) fn joining(category: &str) -> String {
+    format!("{{{category}}}:__joining__")
+}
+
 /// The set of consumer groups that consume `category`; a new stream of the
 /// category gets each of them at id 0 when its first entry is published.
 pub(crate) fn group_registry(category: &str) -> String {

@@ -10,7 +10,7 @@ use ordo_core::broker::{Publication, PublishError};
 use ordo_core::key::stream;
 
 use crate::error::Error;
-use crate::keys::{group_registry, recently_published};
+use crate::keys::{group_registry, joining, recently_published};
 use crate::scripts::{Reply, SCRIPTS};
 
 /// Publications per script call: large enough to amortise the round trip,
@@ -50,7 +50,7 @@ pub(crate) async fn publish(
 
 /// Publishes one chunk; on failure says how many of it were published.
 async fn publish_chunk(client: &Pool, dedup: Dedup, chunk: &[Publication]) -> Result<(), (usize, Error)> {
-    let mut keys = Vec::with_capacity(chunk.len() * 4);
+    let mut keys = Vec::with_capacity(chunk.len() * 5);
     let mut args = Vec::with_capacity(chunk.len() * 4 + 2);
     args.push(crate::lease::millis(dedup.window));
     if dedup.window.is_zero() {
@@ -72,6 +72,7 @@ async fn publish_chunk(client: &Pool, dedup: Dedup, chunk: &[Publication]) -> Re
         keys.push(stream::partitions_index(&envelope.category));
         keys.push(group_registry(&envelope.category));
         keys.push(recently_published(&publication.stream));
+        keys.push(joining(&envelope.category));
         args.push(Value::from(index_member(publication).unwrap_or_default()));
         args.push(Value::from(envelope.type_name.as_str()));
         args.push(Value::from(json));

@@ -129,7 +129,18 @@ async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> any
     publisher
         .publish(&[publication(&category, "k", 0, Lane::Backfill)])
         .await?;
-    // The second group registers; the lane was missed by its passes.
+    // The second group registers (and marks the category as joining, as
+    // its first instance does for the time of its passes over the lanes);
+    // the lane was missed by its passes.
+    let _: () = fred::interfaces::KeysInterface::set(
+        &client,
+        format!("{{{category}}}:__joining__"),
+        "Second",
+        None,
+        None,
+        false,
+    )
+    .await?;
     let _: i64 = client.sadd(&registry, "Second").await?;
     publisher
         .publish(&[

@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use fred::interfaces::{SetsInterface, SortedSetsInterface, StreamsInterface};
+use fred::interfaces::{KeysInterface, SetsInterface, SortedSetsInterface, StreamsInterface};
+use fred::types::Expiration;
 use fred::types::Value;
 use ordo_core::broker::Subscription;
 use ordo_core::key::stream::partitions_index;
@@ -24,13 +25,17 @@ use super::unit::{GroupPlan, Unit};
 use super::worker::{Control, Exit, Worker};
 use super::{SharedRef, balance};
 use crate::error::Result;
-use crate::keys::{PartitionKeys, group_registry, instances};
+use crate::keys::{PartitionKeys, group_registry, instances, joining};
 use crate::lease::millis;
 use crate::metrics;
 use crate::scripts::{SCRIPTS, array};
 
 /// At most this many candidates are offered to one acquire call.
 const MAX_CANDIDATES: usize = 512;
+
+/// How long a category stays marked as joining after a new group started
+/// joining its lanes: far longer than the two passes over them take.
+const JOINING_TTL_MS: i64 = 600_000;
 
 /// Partitions per pipeline when a new group joins existing partitions.
 const JOIN_CHUNK: usize = 256;
@@ -138,9 +143,25 @@ impl Supervisor {
         for plan in &self.plans {
             for category in &plan.partitioned {
                 let registry = group_registry(category);
-                if client.sismember(&registry, &*plan.group).await? {
+                let marker = joining(category);
+                // A registration still marked as joining may have stopped
+                // between its passes: redo them.
+                if client.sismember(&registry, &*plan.group).await?
+                    && !client.exists::<bool, _>(&marker).await?
+                {
                     continue;
                 }
+                // While it exists, publishes give every lane the registered
+                // groups it lacks (a lane created between the passes below).
+                let _: Value = client
+                    .set(
+                        &marker,
+                        &*plan.group,
+                        Some(Expiration::PX(JOINING_TTL_MS)),
+                        None,
+                        false,
+                    )
+                    .await?;
                 self.join_partitions(&plan.group, category, &BTreeSet::new())
                     .await?;
                 let _: Value = client.sadd(&registry, &*plan.group).await?;

@@ -44,7 +44,7 @@ if fenced then
   return fenced
 end
 if attempt_closed(KEYS[3], ARGV[1], ARGV[4]) then
-  return {'stale', redis.call('HGET', KEYS[3], 'closed')}
+  return {'stale', closed_attempt(KEYS[3], ARGV[1])}
 end
 -- Validate every operation before applying any, so a bad one applies nothing.
 local ops = {}

@@ -74,16 +74,28 @@ local function has_unread(stream, group)
 end
 
 
--- The attempt sequence of a lease (see `close_attempt`): whether attempt
--- `attempt` of the holder of `lease_value` is closed already. Attempt 0 is
--- unsequenced (a fence built outside the consumer) and never closed.
+-- The attempt sequence of a lease, one string `{closed attempt}:{lease
+-- value}`: the last handler attempt the holder of that lease value closed.
+
+-- The last attempt closed by the holder of `lease_value` (0 when none).
+local function closed_attempt(sequence_key, lease_value)
+  local held = redis.call('GET', sequence_key)
+  if not held then
+    return 0
+  end
+  local closed, value = string.match(held, '^(%d+):(.*)$')
+  if value ~= lease_value then
+    return 0
+  end
+  return tonumber(closed)
+end
+
+-- Whether attempt `attempt` of the holder of `lease_value` is closed
+-- already. Attempt 0 is unsequenced (a fence built outside the consumer)
+-- and never closed.
 local function attempt_closed(sequence_key, lease_value, attempt)
   attempt = tonumber(attempt)
-  if attempt == 0 then
-    return false
-  end
-  local held = redis.call('HMGET', sequence_key, 'lease', 'closed')
-  return held[1] == lease_value and tonumber(held[2]) >= attempt
+  return attempt ~= 0 and closed_attempt(sequence_key, lease_value) >= attempt
 end
 
 -- Closes every attempt up to `attempt` of the holder of `lease_value`: a
@@ -93,13 +105,8 @@ end
 -- stay in flight that long).
 local function close_attempt(sequence_key, lease_value, attempt, ttl)
   attempt = tonumber(attempt)
-  if attempt == 0 then
+  if attempt == 0 or closed_attempt(sequence_key, lease_value) >= attempt then
     return
   end
-  local held = redis.call('HMGET', sequence_key, 'lease', 'closed')
-  if held[1] == lease_value and tonumber(held[2]) >= attempt then
-    return
-  end
-  redis.call('HSET', sequence_key, 'lease', lease_value, 'closed', attempt)
-  redis.call('PEXPIRE', sequence_key, ttl)
+  redis.call('SET', sequence_key, string.format('%.0f', attempt) .. ':' .. lease_value, 'PX', ttl)
 end

@@ -1,17 +1,19 @@
 -- Publishes a batch of messages, each atomically with its index entry, so a
 -- publish can never interleave with a reap of the same partition.
 --
--- KEYS, four per publication: stream, partition index, group registry,
---       the stream's set of recently published message ids
+-- KEYS, five per publication: stream, partition index, group registry,
+--       the stream's set of recently published message ids, the category's
+--       joining marker (set while a new group joins its existing lanes)
 -- ARGV: dedup window ms (0: off), dedup cap per stream, then four per
 --       publication: index member ('' when not partitioned), type name,
 --       envelope JSON, message id
 --
 -- Every registered group exists on the stream before the entry is added: a
--- new stream gets them all at id 0, and an existing stream that lacks one
--- (a lane created while a new group was joining) gets it at id 0, so no
--- group can miss an entry published after it registered, whatever the
--- lane, even if another group acknowledges and trims it first.
+-- new stream gets them all at id 0, and while a group is joining the
+-- category (its joining marker exists) an existing stream that lacks one (a
+-- lane created between the joining group's passes over the lanes) gets it
+-- at id 0, so no group can miss an entry published after it registered,
+-- whatever the lane, even if another group acknowledges and trims it first.
 --
 -- Idempotent within the window: a message id already appended to the
 -- stream in the last `window` ms (at most `cap` ids per stream are kept)
@@ -26,8 +28,10 @@ if window > 0 then
   now = now_ms()
 end
 local ids = {'ok'}
-for i = 0, #KEYS / 4 - 1 do
-  local stream, index, registry, recent = KEYS[4 * i + 1], KEYS[4 * i + 2], KEYS[4 * i + 3], KEYS[4 * i + 4]
+local trimmed = {}
+for i = 0, #KEYS / 5 - 1 do
+  local stream, index, registry, recent, joining =
+    KEYS[5 * i + 1], KEYS[5 * i + 2], KEYS[5 * i + 3], KEYS[5 * i + 4], KEYS[5 * i + 5]
   local member, type_name, envelope, message_id = ARGV[4 * i + 3], ARGV[4 * i + 4], ARGV[4 * i + 5], ARGV[4 * i + 6]
   if window > 0 and redis.call('ZSCORE', recent, message_id) then
     ids[#ids + 1] = 'dup'
@@ -36,7 +40,7 @@ for i = 0, #KEYS / 4 - 1 do
       for _, group in ipairs(redis.call('SMEMBERS', registry)) do
         redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
       end
-    else
+    elseif redis.call('EXISTS', joining) == 1 then
       local registered = redis.call('SCARD', registry)
       if registered > 0 then
         local groups = redis.call('XINFO', 'GROUPS', stream)
@@ -62,11 +66,13 @@ for i = 0, #KEYS / 4 - 1 do
     end
     if window > 0 then
       redis.call('ZADD', recent, now, message_id)
-      redis.call('ZREMRANGEBYSCORE', recent, '-inf', now - window)
-      if redis.call('ZCARD', recent) > cap then
+      -- Expired and surplus ids go once per stream and call.
+      if not trimmed[recent] then
+        trimmed[recent] = true
+        redis.call('ZREMRANGEBYSCORE', recent, '-inf', now - window)
         redis.call('ZREMRANGEBYRANK', recent, 0, -cap - 1)
+        redis.call('PEXPIRE', recent, window)
       end
-      redis.call('PEXPIRE', recent, window)
     end
     ids[#ids + 1] = id
   end
