@@ -19,6 +19,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fred::interfaces::LuaInterface;
@@ -48,7 +50,22 @@ pub struct RedisFence {
     value: String,
     token: u64,
     attempt: u64,
+    used: Used,
 }
+
+/// Set when a fenced command was sent: the worker closes an attempt in its
+/// acknowledgement only when the attempt may have commands in flight.
+#[derive(Debug, Clone, Default)]
+struct Used(Arc<AtomicBool>);
+
+impl PartialEq for Used {
+    fn eq(&self, _: &Self) -> bool {
+        // Bookkeeping, not part of what a fence is.
+        true
+    }
+}
+
+impl Eq for Used {}
 
 /// How long the last commit's marker is kept: far longer than a client
 /// takes to reconnect and resend, and bounded (one small key per lease,
@@ -70,6 +87,11 @@ impl RedisFence {
     /// delayed on its connection past its client's timeout, or resent after
     /// a reconnect, can never land after a later attempt's effects.
     pub fn for_attempt(lease: &Lease, attempt: u64) -> Self {
+        Self::tracked(lease, attempt, Arc::default())
+    }
+
+    /// [`RedisFence::for_attempt`] that sets `used` when it sends a command.
+    pub(crate) fn tracked(lease: &Lease, attempt: u64, used: Arc<AtomicBool>) -> Self {
         Self {
             lease_key: lease.key().to_owned(),
             marker: lease.keys().commit.clone(),
@@ -77,6 +99,7 @@ impl RedisFence {
             value: lease.value().to_owned(),
             token: lease.token(),
             attempt,
+            used: Used(used),
         }
     }
 
@@ -182,6 +205,7 @@ impl RedisFence {
             args.extend(op.args.iter().map(|a| Value::from(a.as_str())));
         }
         let script = &SCRIPTS.commit;
+        self.used.0.store(true, Ordering::SeqCst);
         let reply = Reply::parse(script, script.run(client, keys, args).await?)?
             .unfenced(&self.lease_key, &self.value)?;
         match reply.tag() {

@@ -334,6 +334,23 @@ impl Partitions {
         ids: &[&str],
         attempt: u64,
     ) -> Result<bool> {
+        self.ack_handled(lease, group, partition, lane, ids, attempt, true)
+            .await
+    }
+
+    /// [`Partitions::ack_attempt`]; `had_failures`: whether the ids may have
+    /// failed attempts on record (to clear).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn ack_handled(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        lane: Lane,
+        ids: &[&str],
+        attempt: u64,
+        had_failures: bool,
+    ) -> Result<bool> {
         let script = &SCRIPTS.ack;
         let keys = vec![
             lease.key().to_owned(),
@@ -347,6 +364,7 @@ impl Partitions {
             Value::from(group),
             attempt_value(attempt),
             millis(self.sequence_ttl()),
+            Value::from(i64::from(had_failures)),
         ];
         args.extend(ids.iter().map(|id| Value::from(*id)));
         let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?

@@ -100,6 +100,11 @@ pub(crate) struct Worker {
     /// Set when a killed handler run did not end: the lease is then left to
     /// expire rather than released, so nobody else runs the key meanwhile.
     unfinished: AtomicBool,
+    /// Set by the fences of this worker's attempts when they send a command:
+    /// only then does the acknowledgement need to close the attempt.
+    fence_used: Arc<AtomicBool>,
+    /// Whether the entry being handled has failed attempts on record.
+    had_failures: AtomicBool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -130,6 +135,8 @@ impl Worker {
             wake: Arc::new(Notify::new()),
             attempts: AtomicU64::new(0),
             unfinished: AtomicBool::new(false),
+            fence_used: Arc::default(),
+            had_failures: AtomicBool::new(false),
         }
     }
 
@@ -442,15 +449,23 @@ impl Worker {
     /// when the lease is gone.
     async fn ack(&self, partition: &PartitionKeys, lane: Lane, entry: &StreamEntry) -> Option<bool> {
         let ids = [entry.id()];
+        // Only an attempt that sent fenced commands can have one arrive late.
+        let close = if self.fence_used.swap(false, Ordering::SeqCst) {
+            self.last_attempt()
+        } else {
+            0
+        };
+        let had_failures = self.had_failures.swap(false, Ordering::SeqCst);
         let acked = self
             .until_answered("acknowledgement", false, || {
-                self.shared.partitions.ack_attempt(
+                self.shared.partitions.ack_handled(
                     &self.lease,
                     &self.unit.group,
                     partition,
                     lane,
                     &ids,
-                    self.last_attempt(),
+                    close,
+                    had_failures,
                 )
             })
             .await;
@@ -491,7 +506,12 @@ impl Worker {
                 })
                 .await
             {
-                Ok(Ok(count)) => failed = count,
+                Ok(Ok(count)) => {
+                    failed = count;
+                    if count > 0 {
+                        self.had_failures.store(true, Ordering::SeqCst);
+                    }
+                }
                 Ok(Err(_)) => return Handled::Lost,
                 Err(stopped) => return stopped,
             }
@@ -519,6 +539,7 @@ impl Worker {
                 }
                 None => return Handled::Lost,
             }
+            self.had_failures.store(true, Ordering::SeqCst);
             failed = match self.attempt_failed(partition, entry, sequence).await {
                 Ok(count) => count.max(attempt),
                 Err(stopped) => return stopped,
@@ -600,7 +621,11 @@ impl Worker {
             .with_attempt(attempt)
             .with_fencing_token(self.lease.token())
             .with_correlation_id(self.unit.correlation.clone())
-            .with_extension(RedisFence::for_attempt(&self.lease, sequence));
+            .with_extension(RedisFence::tracked(
+                &self.lease,
+                sequence,
+                self.fence_used.clone(),
+            ));
         let permit = tokio::select! {
             permit = self.shared.handler_permits.clone().acquire_owned() => permit.ok(),
             () = self.control.kill.cancelled() => return None,

@@ -29,20 +29,26 @@ if window > 0 then
 end
 local ids = {'ok'}
 local trimmed = {}
+local joining_now = {}
 for i = 0, #KEYS / 5 - 1 do
   local stream, index, registry, recent, joining =
     KEYS[5 * i + 1], KEYS[5 * i + 2], KEYS[5 * i + 3], KEYS[5 * i + 4], KEYS[5 * i + 5]
   local member, type_name, envelope, message_id = ARGV[4 * i + 3], ARGV[4 * i + 4], ARGV[4 * i + 5], ARGV[4 * i + 6]
-  if window > 0 and redis.call('ZSCORE', recent, message_id) then
+  -- Recorded first (one command checks and records); taken back if the
+  -- XADD fails, so a failed publish is never taken for a done one.
+  if window > 0 and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
     ids[#ids + 1] = 'dup'
   else
     if redis.call('EXISTS', stream) == 0 then
       for _, group in ipairs(redis.call('SMEMBERS', registry)) do
         redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
       end
-    elseif redis.call('EXISTS', joining) == 1 then
-      local registered = redis.call('SCARD', registry)
-      if registered > 0 then
+    else
+      if joining_now[joining] == nil then
+        joining_now[joining] = redis.call('EXISTS', joining) == 1
+      end
+      if joining_now[joining] then
+        local registered = redis.call('SCARD', registry)
         local groups = redis.call('XINFO', 'GROUPS', stream)
         if #groups < registered then
           local present = {}
@@ -59,20 +65,20 @@ for i = 0, #KEYS / 5 - 1 do
     end
     local id = redis.pcall('XADD', stream, '*', 'type', type_name, 'envelope', envelope)
     if type(id) == 'table' and id.err then
+      if window > 0 then
+        redis.call('ZREM', recent, message_id)
+      end
       return {'error', i, id.err}
     end
     if member ~= '' then
       redis.call('SADD', index, member)
     end
-    if window > 0 then
-      redis.call('ZADD', recent, now, message_id)
+    if window > 0 and not trimmed[recent] then
       -- Expired and surplus ids go once per stream and call.
-      if not trimmed[recent] then
-        trimmed[recent] = true
-        redis.call('ZREMRANGEBYSCORE', recent, '-inf', now - window)
-        redis.call('ZREMRANGEBYRANK', recent, 0, -cap - 1)
-        redis.call('PEXPIRE', recent, window)
-      end
+      trimmed[recent] = true
+      redis.call('ZREMRANGEBYSCORE', recent, '-inf', now - window)
+      redis.call('ZREMRANGEBYRANK', recent, 0, -cap - 1)
+      redis.call('PEXPIRE', recent, window)
     end
     ids[#ids + 1] = id
   end
