@@ -509,10 +509,12 @@ impl Controller {
             .iter()
             .zip(values)
             .filter_map(|(key, value)| {
+                // `{instance}:{nonce}:{token}`
                 let (owner, token) = value?
                     .rsplit_once(':')
                     .map(|(o, t)| (o.to_owned(), t.to_owned()))?;
-                Some((key.clone(), owner, token.parse().ok()?))
+                let (instance, _nonce) = owner.rsplit_once(':')?;
+                Some((key.clone(), instance.to_owned(), token.parse().ok()?))
             })
             .collect())
     }
