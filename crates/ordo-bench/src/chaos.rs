@@ -26,6 +26,7 @@ mod duplicates;
 mod failover;
 mod fault;
 mod fleet;
+mod proxy;
 mod rng;
 mod stuck;
 mod traffic;
@@ -84,8 +85,8 @@ pub struct ChaosArgs {
     #[arg(long, default_value = "400")]
     pub slow_work_ms: NonZeroU64,
     /// The kinds of fault to inject, comma-separated (default: all of
-    /// kill, stop, term, join, redis_restart, redis_crash), to aim a run at one
-    /// mechanism.
+    /// kill, stop, term, join, redis_restart, redis_crash, conn_delay), to aim
+    /// a run at one mechanism.
     #[arg(long, value_delimiter = ',', value_parser = parse_kind, value_name = "KIND,...")]
     pub faults: Vec<FaultKind>,
     /// Seconds the final publish may take, and the drain may go without an
@@ -187,8 +188,12 @@ fn parts(
         !kinds.is_empty(),
         "no fault left to inject: Redis faults need a Redis of the run's own (no --redis-url)"
     );
+    // The instances reach Redis through the per-connection fault's proxy;
+    // the publisher and the checker's own client go direct.
+    let runtime = tokio::runtime::Handle::current();
+    let proxy = self::proxy::ConnProxy::start(&runtime, redis.url())?;
     let spec = WorkerSpec {
-        redis_url: redis.url().to_owned(),
+        redis_url: proxy.url_for(redis.url())?,
         lease_ttl_ms: args.lease_ttl_ms.get(),
     };
     let drain_within = Duration::from_secs(args.drain_timeout.get());
@@ -200,8 +205,9 @@ fn parts(
             keys: keys.clone(),
             drain_within,
         },
-        runtime: tokio::runtime::Handle::current(),
+        runtime,
         client,
+        proxy,
         traffic: TrafficPlan {
             redis_url: redis.url().to_owned(),
             keys,

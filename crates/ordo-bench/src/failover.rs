@@ -175,8 +175,9 @@ async fn kill_and_take_over(
     let lease: Option<String> = admin.get(&lease_key).await?;
     let (owner, token) = lease
         .as_deref()
+        // `{instance}:{nonce}:{token}`
         .and_then(|value| value.rsplit_once(':'))
-        .and_then(|(owner, token)| Some((owner.to_owned(), token.parse::<u64>().ok()?)))
+        .and_then(|(owner, token)| Some((owner.rsplit_once(':')?.0.to_owned(), token.parse::<u64>().ok()?)))
         .with_context(|| format!("{WATCHED_KEY} has no lease while both workers run: {lease:?}"))?;
     let Some(victim) = workers.iter().position(|(instance, _)| *instance == owner) else {
         bail!("{WATCHED_KEY} is owned by {owner}, not by one of this trial's workers");

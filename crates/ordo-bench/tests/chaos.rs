@@ -63,7 +63,15 @@ fn a_seeded_chaos_run_keeps_the_guarantee_under_every_kind_of_fault() -> Result<
     assert_eq!(count("keys")?, 32, "{figures}");
     assert!(count("events")? > 5_000, "too little traffic: {figures}");
 
-    let kinds = ["kill", "stop", "term", "join", "redis_restart", "redis_crash"];
+    let kinds = [
+        "kill",
+        "stop",
+        "term",
+        "join",
+        "redis_restart",
+        "redis_crash",
+        "conn_delay",
+    ];
     let injected: Vec<&str> = kinds
         .into_iter()
         .filter(|kind| count(&format!("faults_{kind}")).is_ok_and(|n| n > 0))

@@ -3,16 +3,17 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use tokio_util::sync::CancellationToken;
+
+use crate::attempt::{Attempt, Outcome};
 
 use crate::backoff::Backoff;
 use crate::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
 use crate::config::Config;
-use crate::context::{self, Running};
 use crate::error::error_chain;
-use crate::executor::{KeyedExecutor, Permits, panic_message};
+use crate::executor::{KeyedExecutor, Permits};
 use crate::handler::{BoxFuture, HandlerContext, HandlerError, HandlerKind};
 use crate::message::Envelope;
 use crate::policy::{ProcessingContext, SequenceId};
@@ -523,20 +524,13 @@ async fn run_attempt(
     envelope: &Arc<Envelope>,
     attempt: u32,
 ) -> Result<(), HandlerError> {
-    let handler = Arc::clone(&subscription.handler);
-    let envelope = Arc::clone(envelope);
-    let running = Running::handler(subscription.name());
-    let task = tokio::spawn(context::scope(running, async move {
-        let ctx = HandlerContext::new(&envelope).with_attempt(attempt);
-        handler.handle(&envelope, &ctx).await
-    }));
-    match task.await {
-        Ok(result) => result,
-        Err(join) if join.is_panic() => {
-            let payload = join.into_panic();
-            Err(format!("the handler panicked: {}", panic_message(&*payload)).into())
-        }
-        Err(join) => Err(join.into()),
+    let ctx = HandlerContext::new(envelope).with_attempt(attempt);
+    let run = Attempt::new(Arc::clone(&subscription.handler), Arc::clone(envelope), ctx)
+        .in_handler(subscription.name());
+    match run.run((), &CancellationToken::new(), Duration::ZERO).await {
+        Outcome::Succeeded => Ok(()),
+        Outcome::Failed(failure) => Err(failure.into_error()),
+        Outcome::Cancelled(_) => Err("the handler run was cancelled".into()),
     }
 }
 

@@ -3,6 +3,7 @@
 //!
 //! Most users depend on the `ordo` facade instead of this crate.
 
+pub mod attempt;
 pub mod backoff;
 pub mod broker;
 pub mod bus;

@@ -45,6 +45,13 @@ pub fn marker(key: &str) -> String {
     format!("harness:inflight:{key}")
 }
 
+/// The runs of `key` that have ended (committed or failed): a command of
+/// such a run that reaches Redis late (delayed on its connection after its
+/// client gave up on it and retried) must not mark it in flight again.
+pub fn ended(key: &str) -> String {
+    format!("harness:ended:{key}")
+}
+
 /// The streams and Ordo bookkeeping keys of `key`'s partition.
 pub fn partition(key: &str) -> PartitionKeys {
     PartitionKeys::new(CATEGORY, key, ordo_core::key::DEFAULT_BACKFILL_SUFFIX)

@@ -54,6 +54,9 @@ const RETRY_FOR: Duration = Duration::from_secs(30);
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 const BEGIN: &str = include_str!("lua/begin.lua");
+/// How long the ended runs of a key are remembered (far longer than any
+/// command stays in flight).
+const ENDED_TTL_S: u64 = 600;
 const CLEAR: &str = include_str!("lua/clear.lua");
 
 /// How a worker runs: where, as whom, and its timings.
@@ -311,6 +314,7 @@ impl Run {
             keys::starts(key),
             keys::OVERLAP_LOG.to_owned(),
             keys::STALE_STARTS.to_owned(),
+            keys::ended(key),
         ];
         let args = vec![
             Value::from(self.marker.as_str()),
@@ -318,7 +322,8 @@ impl Run {
         ];
         let outcome: i64 = self.inner.client.eval(BEGIN, keys, args).await?;
         Ok(match outcome {
-            2 => Begin::Stale,
+            // 3 (a late copy of an ended run) cannot answer a live caller.
+            2 | 3 => Begin::Stale,
             overlap => Begin::Started {
                 overlap: overlap == 1,
             },
@@ -333,10 +338,18 @@ impl Run {
         let writes = FencedWrite::new()
             .rpush(keys::applied(key), format!("{seq}:{}", self.fence.token()))
             .command("HINCRBY", keys::runs(key), [seq, "1".to_owned()])
-            .del(keys::marker(key));
+            .del(keys::marker(key))
+            .sadd(keys::ended(key), self.marker.as_str())
+            .command("EXPIRE", keys::ended(key), [ENDED_TTL_S.to_string()]);
         let started = Instant::now();
         loop {
-            match self.fence.commit(&self.inner.client, &writes).await {
+            // One commit id for every try: a try that timed out but reaches
+            // Redis later is not applied a second time.
+            match self
+                .fence
+                .commit_as(&self.inner.client, &writes, &self.marker)
+                .await
+            {
                 Err(ordo_redis::Error::Redis(error)) if started.elapsed() < RETRY_FOR => {
                     tracing::warn!(%error, key, "committing the effect failed; retrying");
                     tokio::time::sleep(RETRY_PAUSE).await;
@@ -356,8 +369,8 @@ impl Run {
                 .client
                 .eval(
                     CLEAR,
-                    vec![keys::marker(&self.tick.key)],
-                    vec![self.marker.as_str()],
+                    vec![keys::marker(&self.tick.key), keys::ended(&self.tick.key)],
+                    vec![self.marker.clone(), ENDED_TTL_S.to_string()],
                 )
                 .await?;
             Ok(())

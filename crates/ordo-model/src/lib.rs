@@ -43,7 +43,7 @@ impl Config {
         messages: 2,
         crashes: 1,
         stalls: 1,
-        timeouts: 2,
+        timeouts: 1,
         kills: 1,
     };
 

@@ -187,6 +187,7 @@ impl PartitionAdmin {
             partition.primary().to_owned(),
             partition.backfill().to_owned(),
             partition.dlq(),
+            partition.attempts(group),
         ];
         let args = vec![
             Value::from(halt_key),

@@ -27,6 +27,11 @@ const DEFAULT_READ_BATCH: usize = 64;
 /// connections drain about 50,000 msgs/s, 8 about 62,000–68,000 (see
 /// docs/PERFORMANCE.md).
 const DEFAULT_POOL_SIZE: usize = 8;
+/// How long a published message id is remembered per stream by default, so
+/// a publish retried after a lost reply is not appended twice.
+const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(60);
+/// At most this many message ids are remembered per stream.
+const DEDUP_CAP: usize = 10_000;
 
 /// The Redis broker.
 ///
@@ -52,6 +57,7 @@ struct Inner {
     config: Config,
     settings: Settings,
     partitions: Partitions,
+    dedup: publish::Dedup,
     /// Whether a consumer runs: two consumers with one instance id would
     /// both take a lease this instance holds for their own.
     running: AtomicBool,
@@ -65,6 +71,8 @@ pub struct RedisBrokerBuilder {
     instance_id: Option<String>,
     pool_size: usize,
     read_batch: usize,
+    dedup_window: Duration,
+    allow_eviction: bool,
 }
 
 impl RedisBroker {
@@ -76,6 +84,8 @@ impl RedisBroker {
             instance_id: None,
             pool_size: DEFAULT_POOL_SIZE,
             read_batch: DEFAULT_READ_BATCH,
+            dedup_window: DEFAULT_DEDUP_WINDOW,
+            allow_eviction: false,
         }
     }
 
@@ -140,6 +150,28 @@ impl RedisBrokerBuilder {
         self
     }
 
+    /// How long each stream remembers the message ids appended to it
+    /// (default 60 s; zero turns it off): a publish of a message id the
+    /// stream already got within the window is skipped, so a relay that
+    /// publishes again after a lost reply (a timeout, a Redis restart) does
+    /// not duplicate it. Costs one sorted-set member per message published
+    /// within the window (at most 10,000 per stream).
+    #[must_use]
+    pub fn publish_dedup_window(mut self, window: Duration) -> Self {
+        self.dedup_window = window;
+        self
+    }
+
+    /// Runs even on a Redis whose `maxmemory-policy` may evict keys (default:
+    /// refused). An evicted lease, halt record or pending stream entry breaks
+    /// the ordering guarantee silently; only opt out where something else
+    /// guarantees Ordo's keys are never evicted.
+    #[must_use]
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
     /// Validates the settings and connects.
     pub async fn build(self) -> Result<RedisBroker> {
         let settings = self.settings()?;
@@ -165,6 +197,9 @@ impl RedisBrokerBuilder {
             url: crate::error::redacted_url(&self.url),
             source,
         })?;
+        if !self.allow_eviction {
+            connection::check_no_eviction(&pool).await?;
+        }
         let partitions = Partitions::new(pool, instance, settings.lease_ttl);
         Ok(RedisBroker {
             inner: Arc::new(Inner {
@@ -172,6 +207,10 @@ impl RedisBrokerBuilder {
                 config: self.config,
                 settings,
                 partitions,
+                dedup: publish::Dedup {
+                    window: self.dedup_window,
+                    cap: DEDUP_CAP,
+                },
                 running: AtomicBool::new(false),
             }),
         })
@@ -222,7 +261,7 @@ impl Broker for RedisBroker {
     }
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
-        Box::pin(publish::publish(self.client(), publications))
+        Box::pin(publish::publish(self.client(), self.inner.dedup, publications))
     }
 
     /// The configuration the broker was built with: the domain's default.

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use fred::clients::Pool;
 use fred::prelude::{Builder, ClientLike};
 use fred::types::config::{Blocking, Config as FredConfig, ReconnectPolicy};
 
@@ -68,5 +69,27 @@ pub(crate) async fn quit<C: ClientLike>(client: &C, patience: Duration) {
             ?patience,
             "QUIT did not complete in time; dropping the connection"
         );
+    }
+}
+
+/// Refuses a Redis whose `maxmemory-policy` may evict keys: Ordo's leases,
+/// halt records and pending entries must never vanish under memory pressure.
+pub(crate) async fn check_no_eviction(pool: &Pool) -> Result<()> {
+    let info: String = pool.next().info(Some(fred::types::InfoKind::Memory)).await?;
+    let policy = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("maxmemory_policy:"))
+        .map(str::to_owned);
+    match policy.as_deref() {
+        Some("noeviction") => Ok(()),
+        Some(policy) => Err(Error::Config {
+            key: "maxmemory-policy",
+            reason: format!(
+                "is `{policy}` on this Redis, which can evict Ordo's leases, halt records and pending \
+                 entries and silently break per-key ordering: set `maxmemory-policy noeviction`, or \
+                 opt out with `RedisBrokerBuilder::allow_eviction(true)`"
+            ),
+        }),
+        None => Err(Error::protocol("INFO memory", "no `maxmemory_policy` line")),
     }
 }

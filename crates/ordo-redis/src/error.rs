@@ -32,6 +32,20 @@ pub enum Error {
         holder: Option<String>,
     },
 
+    /// A command of a handler attempt the partition has moved past: the
+    /// holder of the lease closed that attempt (acknowledged its message,
+    /// started another attempt, or halted), so the command reached Redis
+    /// late (delayed on its connection past the client's timeout, or resent
+    /// after a reconnect). Nothing was applied: applying it now would land
+    /// it after the effects of later attempts.
+    #[error("stale: attempt {attempt} under lease `{lease}` was closed before this command arrived")]
+    Stale {
+        /// The lease key.
+        lease: String,
+        /// The attempt the command belongs to.
+        attempt: u64,
+    },
+
     /// An operator action on a partition that is not halted.
     #[error("partition `{partition}` is not halted for group `{group}`")]
     NotHalted {
@@ -84,6 +98,21 @@ pub enum Error {
         /// The serializer's error.
         #[source]
         source: serde_json::Error,
+    },
+
+    /// A lease is held by another process configured with this instance id
+    /// (another process start, with another nonce): two live processes
+    /// share one instance id. Nothing was acquired; give each process its
+    /// own id (or leave it unset for a fresh one per start).
+    #[error(
+        "lease `{lease}` is held by another process with instance id `{instance}`: \
+         instance ids must be unique among live processes"
+    )]
+    DuplicateInstance {
+        /// The shared instance id.
+        instance: String,
+        /// The lease the other process holds.
+        lease: String,
     },
 
     /// `run` was called while this broker's consumer already runs: one

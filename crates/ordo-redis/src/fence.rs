@@ -19,6 +19,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fred::interfaces::LuaInterface;
@@ -44,9 +46,26 @@ const ALLOWED: &[&str] = &[
 pub struct RedisFence {
     lease_key: String,
     marker: String,
+    sequence: String,
     value: String,
     token: u64,
+    attempt: u64,
+    used: Used,
 }
+
+/// Set when a fenced command was sent: the worker closes an attempt in its
+/// acknowledgement only when the attempt may have commands in flight.
+#[derive(Debug, Clone, Default)]
+struct Used(Arc<AtomicBool>);
+
+impl PartialEq for Used {
+    fn eq(&self, _: &Self) -> bool {
+        // Bookkeeping, not part of what a fence is.
+        true
+    }
+}
+
+impl Eq for Used {}
 
 /// How long the last commit's marker is kept: far longer than a client
 /// takes to reconnect and resend, and bounded (one small key per lease,
@@ -54,14 +73,39 @@ pub struct RedisFence {
 const COMMIT_MARKER_TTL: Duration = Duration::from_secs(300);
 
 impl RedisFence {
-    /// The fence of `lease`.
+    /// The fence of `lease`, for commits outside any numbered attempt
+    /// (they are checked against the lease only).
     pub fn new(lease: &Lease) -> Self {
+        Self::for_attempt(lease, 0)
+    }
+
+    /// The fence of attempt `attempt` under `lease` (the partition worker
+    /// numbers the handler attempts it runs under a lease from 1). Its
+    /// commits are refused with [`Error::Stale`] once the lease's holder
+    /// closed the attempt ([`Partitions::close_attempt`](crate::Partitions::close_attempt),
+    /// [`Partitions::ack_attempt`](crate::Partitions::ack_attempt)): a commit
+    /// delayed on its connection past its client's timeout, or resent after
+    /// a reconnect, can never land after a later attempt's effects.
+    pub fn for_attempt(lease: &Lease, attempt: u64) -> Self {
+        Self::tracked(lease, attempt, Arc::default())
+    }
+
+    /// [`RedisFence::for_attempt`] that sets `used` when it sends a command.
+    pub(crate) fn tracked(lease: &Lease, attempt: u64, used: Arc<AtomicBool>) -> Self {
         Self {
             lease_key: lease.key().to_owned(),
             marker: lease.keys().commit.clone(),
+            sequence: lease.keys().sequence.clone(),
             value: lease.value().to_owned(),
             token: lease.token(),
+            attempt,
+            used: Used(used),
         }
+    }
+
+    /// The attempt this fence belongs to (0: none).
+    pub fn attempt(&self) -> u64 {
+        self.attempt
     }
 
     /// The fence attached to `ctx`, when the message came from the Redis broker.
@@ -104,19 +148,38 @@ impl RedisFence {
     /// - **A failing command.** Every command is validated before any runs,
     ///   but a command that fails when it runs (`WRONGTYPE`) stops the
     ///   script with the writes before it applied, as in any Redis script.
+    ///
+    /// A commit of an attempt the worker has closed (see
+    /// [`RedisFence::for_attempt`]) is refused with [`Error::Stale`].
+    ///
+    /// To retry a commit whose outcome is unknown (a timeout, a lost reply),
+    /// use [`RedisFence::commit_as`] with one id for every try.
     pub async fn commit<C>(&self, client: &C, writes: &FencedWrite) -> Result<Vec<Value>>
     where
         C: LuaInterface + Send + Sync,
     {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        self.commit_once(client, writes, &id).await
+        self.commit_as(client, writes, &id).await
     }
 
-    /// Runs the commit script for `writes` under the commit id `id`.
-    async fn commit_once<C>(&self, client: &C, writes: &FencedWrite, id: &str) -> Result<Vec<Value>>
+    /// [`RedisFence::commit`] under the caller's commit id `commit_id`: a
+    /// caller that retries after an error whose outcome it cannot know (a
+    /// timeout, a reply lost with its connection) passes the same id again,
+    /// and the writes are applied at most once; the retry gets the replies
+    /// of the run that applied them. Use a fresh id (a UUID) per logical
+    /// commit; only the last commit under each lease is remembered (for a
+    /// few minutes).
+    pub async fn commit_as<C>(&self, client: &C, writes: &FencedWrite, commit_id: &str) -> Result<Vec<Value>>
     where
         C: LuaInterface + Send + Sync,
     {
+        if commit_id.is_empty() {
+            return Err(Error::Config {
+                key: "commit_id",
+                reason: "must not be empty".to_owned(),
+            });
+        }
+        let id = commit_id;
         if let Some(op) = writes
             .ops
             .iter()
@@ -126,12 +189,13 @@ impl RedisFence {
                 command: op.command.clone(),
             });
         }
-        let mut keys = vec![self.lease_key.clone(), self.marker.clone()];
+        let mut keys = vec![self.lease_key.clone(), self.marker.clone(), self.sequence.clone()];
         keys.extend(writes.ops.iter().map(|op| op.key.clone()));
         let mut args = vec![
             Value::from(self.value.as_str()),
             Value::from(id),
             millis(COMMIT_MARKER_TTL),
+            Value::from(i64::try_from(self.attempt).unwrap_or(i64::MAX)),
             Value::from(i64::try_from(writes.ops.len()).unwrap_or(i64::MAX)),
         ];
         for op in &writes.ops {
@@ -141,10 +205,15 @@ impl RedisFence {
             args.extend(op.args.iter().map(|a| Value::from(a.as_str())));
         }
         let script = &SCRIPTS.commit;
+        self.used.0.store(true, Ordering::SeqCst);
         let reply = Reply::parse(script, script.run(client, keys, args).await?)?
             .unfenced(&self.lease_key, &self.value)?;
         match reply.tag() {
             "ok" => Ok(reply.into_rest()),
+            "stale" => Err(Error::Stale {
+                lease: self.lease_key.clone(),
+                attempt: self.attempt,
+            }),
             _ => Err(reply.unexpected("unknown outcome")),
         }
     }

@@ -23,6 +23,20 @@ pub(crate) fn instances(group: &str) -> String {
     format!("ordo:instances:{group}")
 }
 
+/// The message ids recently appended to `stream` (a sorted set scored by
+/// the time they were appended), so a publish retried within the window is
+/// not appended twice. Tagged with the stream's name: same slot.
+pub(crate) fn recently_published(stream: &str) -> String {
+    format!("{{{stream}}}:published")
+}
+
+/// Exists while a new consumer group joins the existing lanes of
+/// `category`: publishes then give every lane the registered groups it
+/// lacks. Tagged with the category's name.
+pub(crate) fn joining(category: &str) -> String {
+    format!("{{{category}}}:__joining__")
+}
+
 /// The set of consumer groups that consume `category`; a new stream of the
 /// category gets each of them at id 0 when its first entry is published.
 pub(crate) fn group_registry(category: &str) -> String {
@@ -97,6 +111,13 @@ impl PartitionKeys {
         format!("{{{}}}:halt:{group}", self.primary)
     }
 
+    /// How many attempts of each pending entry of `group` failed (a hash:
+    /// entry id to count), so a worker stopped during the backoff does not
+    /// give the entry a fresh retry budget to its successor.
+    pub fn attempts(&self, group: &str) -> String {
+        format!("{{{}}}:attempts:{group}", self.primary)
+    }
+
     /// The capped log of operator actions of `group` on this partition.
     pub fn log(&self, group: &str) -> String {
         format!("{{{}}}:log:{group}", self.primary)
@@ -114,6 +135,11 @@ pub struct LeaseKeys {
     /// replies, short-lived), so a commit the client sends twice is
     /// applied once.
     pub commit: String,
+    /// The attempt sequence of the lease's holder: the lease value it
+    /// belongs to and the last attempt the holder closed (acknowledged,
+    /// retried or halted). A late command of a closed attempt is refused,
+    /// so it can never land after the effects of a later one.
+    pub sequence: String,
 }
 
 impl LeaseKeys {
@@ -123,6 +149,7 @@ impl LeaseKeys {
             lease: format!("{{{tag}}}:lease:{group}"),
             generation: format!("{{{tag}}}:gen:{group}"),
             commit: format!("{{{tag}}}:commit:{group}"),
+            sequence: format!("{{{tag}}}:seq:{group}"),
         }
     }
 
@@ -147,6 +174,7 @@ mod tests {
         assert_eq!(p.lease("Projector").lease, "{order:c-1}:lease:Projector");
         assert_eq!(p.lease("Projector").generation, "{order:c-1}:gen:Projector");
         assert_eq!(p.lease("Projector").commit, "{order:c-1}:commit:Projector");
+        assert_eq!(p.lease("Projector").sequence, "{order:c-1}:seq:Projector");
         assert_eq!(p.halt("Projector"), "{order:c-1}:halt:Projector");
     }
 }

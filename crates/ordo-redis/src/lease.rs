@@ -1,6 +1,10 @@
 //! Ownership leases: acquire, renew and release, each one atomic script.
 //!
-//! A lease key holds `{instance}:{token}` with a TTL. The token (the fencing
+//! A lease key holds `{instance}:{nonce}:{token}` with a TTL. The nonce is
+//! drawn once per [`Partitions`](crate::Partitions) (one per process start),
+//! so two processes configured with the same instance id are two different
+//! owners: neither can adopt or pass the fence of the other's lease, and the
+//! second one is reported ([`Error::DuplicateInstance`]). The token (the fencing
 //! token) is `max(previous + 1, server time in µs)`, so it grows at every
 //! change of owner and stays monotonic even after the partition is reaped
 //! and its generation counter deleted: a stalled owner from before a reap can
@@ -21,6 +25,11 @@ use crate::scripts::{SCRIPTS, array};
 /// clock alone keeps tokens increasing.
 const GENERATION_TTL_FACTOR: u32 = 10;
 
+/// How much longer than the lease a lease's attempt sequence is kept after
+/// its last change: far longer than any command stays in flight (commands
+/// time out after a third of the TTL, reconnections resend within seconds).
+pub(crate) const SEQUENCE_TTL_FACTOR: u32 = 10;
+
 /// A lease this instance holds.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Lease {
@@ -30,9 +39,9 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(keys: LeaseKeys, instance: &str, token: u64) -> Self {
+    pub(crate) fn new(keys: LeaseKeys, owner: &str, token: u64) -> Self {
         Self {
-            value: format!("{instance}:{token}"),
+            value: format!("{owner}:{token}"),
             keys,
             token,
         }
@@ -44,7 +53,7 @@ impl Lease {
     }
 
     /// The value the lease key holds while this lease is valid:
-    /// `{instance}:{token}`.
+    /// `{instance}:{nonce}:{token}`.
     pub fn value(&self) -> &str {
         &self.value
     }
@@ -69,12 +78,43 @@ impl fmt::Debug for Lease {
     }
 }
 
+/// Who takes leases: the configured instance id and this process's nonce.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Owner {
+    instance: String,
+    /// `{instance}:{nonce}`: a lease value without its token.
+    identity: String,
+}
+
+impl Owner {
+    /// `instance`, with a fresh nonce.
+    pub(crate) fn new(instance: &str) -> Self {
+        let nonce = &uuid::Uuid::new_v4().simple().to_string()[..16];
+        Self {
+            instance: instance.to_owned(),
+            identity: format!("{instance}:{nonce}"),
+        }
+    }
+
+    /// The configured instance id.
+    pub(crate) fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// `{instance}:{nonce}`.
+    pub(crate) fn identity(&self) -> &str {
+        &self.identity
+    }
+}
+
 /// Acquires up to `limit` of the free leases among `candidates`, in order,
 /// in one script call. Returns, per candidate, the lease now held by
-/// `instance` (newly acquired, or already its own), or `None`.
+/// `owner` (newly acquired, or already its own, whose TTL is then renewed),
+/// or `None`. A lease held by another process under the same instance id is
+/// [`Error::DuplicateInstance`].
 pub(crate) async fn acquire<C>(
     client: &C,
-    instance: &str,
+    owner: &Owner,
     ttl: Duration,
     candidates: &[LeaseKeys],
     limit: usize,
@@ -91,7 +131,8 @@ where
         .flat_map(|k| [k.lease.clone(), k.generation.clone()])
         .collect();
     let args = vec![
-        Value::from(instance),
+        Value::from(owner.identity()),
+        Value::from(owner.instance()),
         millis(ttl),
         millis(ttl * GENERATION_TTL_FACTOR),
         Value::from(i64::try_from(limit).unwrap_or(i64::MAX)),
@@ -103,9 +144,15 @@ where
     tokens
         .iter()
         .zip(candidates)
-        .map(|(token, keys)| match token.as_u64() {
+        .map(|(token, keys)| match token.as_i64() {
             Some(0) => Ok(None),
-            Some(token) => Ok(Some(Lease::new(keys.clone(), instance, token))),
+            Some(-1) => Err(Error::DuplicateInstance {
+                instance: owner.instance().to_owned(),
+                lease: keys.lease.clone(),
+            }),
+            Some(token) => u64::try_from(token)
+                .map(|token| Some(Lease::new(keys.clone(), owner.identity(), token)))
+                .map_err(|_| Error::protocol(script.name(), "token is negative")),
             None => Err(Error::protocol(script.name(), "token is not an integer")),
         })
         .collect()

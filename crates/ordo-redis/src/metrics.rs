@@ -63,3 +63,9 @@ pub(crate) fn reclaimed(unit: &Unit, category: &str, count: usize) {
 pub(crate) fn partition_reaped(unit: &Unit) {
     metrics::counter!("ordo_partitions_reaped_total", &labels(unit, &unit.label)).increment(1);
 }
+
+/// A discovery round found a lease held by another process with this
+/// process's instance id.
+pub(crate) fn duplicate_instance() {
+    metrics::counter!("ordo_duplicate_instance_total").increment(1);
+}

@@ -8,14 +8,14 @@
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::KeysInterface;
+use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::Value;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 
 use crate::error::{Error, Result};
 use crate::keys::{CONSUMER, HALTED, LeaseKeys, PartitionKeys};
-use crate::lease::{self, Lease, millis};
+use crate::lease::{self, Lease, Owner, millis};
 use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
 /// An entry of a partition lane, read under a lease.
@@ -149,24 +149,34 @@ pub struct HaltReason {
 #[derive(Debug, Clone)]
 pub struct Partitions {
     client: Pool,
-    instance: String,
+    owner: Owner,
     lease_ttl: Duration,
 }
 
 impl Partitions {
     /// Operations on `client` for the instance `instance`, whose leases live
-    /// `lease_ttl` without renewal.
+    /// `lease_ttl` without renewal. Each call draws a fresh nonce: its
+    /// leases (and those of its clones) are `{instance}:{nonce}:{token}`, so
+    /// two `Partitions` built with one instance id are two owners (two
+    /// processes), and each reports the other's leases as
+    /// [`Error::DuplicateInstance`].
     pub fn new(client: Pool, instance: impl Into<String>, lease_ttl: Duration) -> Self {
         Self {
             client,
-            instance: instance.into(),
+            owner: Owner::new(&instance.into()),
             lease_ttl,
         }
     }
 
-    /// The instance id (the first half of every lease value it holds).
+    /// The instance id (the first part of every lease value it holds).
     pub fn instance(&self) -> &str {
-        &self.instance
+        self.owner.instance()
+    }
+
+    /// `{instance}:{nonce}`: every lease value this owner holds, without
+    /// its token.
+    pub fn identity(&self) -> &str {
+        self.owner.identity()
     }
 
     /// The client.
@@ -179,7 +189,13 @@ impl Partitions {
         self.lease_ttl
     }
 
-    /// Acquires `group`'s lease on `partition` if it is free.
+    /// How long a lease's attempt sequence is kept after its last change.
+    fn sequence_ttl(&self) -> Duration {
+        self.lease_ttl * crate::lease::SEQUENCE_TTL_FACTOR
+    }
+
+    /// Acquires `group`'s lease on `partition` if it is free (or renews it
+    /// when this owner holds it already).
     pub async fn acquire(&self, group: &str, partition: &PartitionKeys) -> Result<Option<Lease>> {
         self.acquire_keys(&partition.lease(group)).await
     }
@@ -188,7 +204,7 @@ impl Partitions {
     pub async fn acquire_keys(&self, keys: &LeaseKeys) -> Result<Option<Lease>> {
         let mut leases = lease::acquire(
             &self.client,
-            &self.instance,
+            &self.owner,
             self.lease_ttl,
             std::slice::from_ref(keys),
             1,
@@ -200,7 +216,7 @@ impl Partitions {
     /// Acquires up to `limit` free leases among `candidates`, in order, in
     /// one call.
     pub async fn acquire_many(&self, candidates: &[LeaseKeys], limit: usize) -> Result<Vec<Option<Lease>>> {
-        lease::acquire(&self.client, &self.instance, self.lease_ttl, candidates, limit).await
+        lease::acquire(&self.client, &self.owner, self.lease_ttl, candidates, limit).await
     }
 
     /// Renews `leases` in one call; returns those that were lost.
@@ -302,18 +318,112 @@ impl Partitions {
         lane: Lane,
         ids: &[&str],
     ) -> Result<bool> {
+        self.ack_attempt(lease, group, partition, lane, ids, 0).await
+    }
+
+    /// [`Partitions::ack`] that also closes every attempt up to `attempt`
+    /// (numbered per lease, from 1, by its holder; 0 closes nothing): a
+    /// [`RedisFence`](crate::RedisFence) commit of a closed attempt that
+    /// reaches Redis late is refused ([`Error::Stale`]).
+    pub async fn ack_attempt(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        lane: Lane,
+        ids: &[&str],
+        attempt: u64,
+    ) -> Result<bool> {
+        self.ack_handled(lease, group, partition, lane, ids, attempt, true)
+            .await
+    }
+
+    /// [`Partitions::ack_attempt`]; `had_failures`: whether the ids may have
+    /// failed attempts on record (to clear).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn ack_handled(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        lane: Lane,
+        ids: &[&str],
+        attempt: u64,
+        had_failures: bool,
+    ) -> Result<bool> {
         let script = &SCRIPTS.ack;
         let keys = vec![
             lease.key().to_owned(),
             partition.lane(lane).to_owned(),
             partition.primary().to_owned(),
+            lease.keys().sequence.clone(),
+            partition.attempts(group),
         ];
-        let mut args = vec![Value::from(lease.value()), Value::from(group)];
+        let mut args = vec![
+            Value::from(lease.value()),
+            Value::from(group),
+            attempt_value(attempt),
+            millis(self.sequence_ttl()),
+            Value::from(i64::from(had_failures)),
+        ];
         args.extend(ids.iter().map(|id| Value::from(*id)));
         let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
             "ok" => Ok(reply.integer(0)? == 1),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
+    }
+
+    /// Closes every attempt up to `attempt` of `lease`'s holder, under the
+    /// fence ([`Error::Fenced`] when the lease is no longer held): a
+    /// [`RedisFence`](crate::RedisFence) commit of a closed attempt that
+    /// reaches Redis late is refused.
+    pub async fn close_attempt(&self, lease: &Lease, attempt: u64) -> Result<()> {
+        self.close(lease, attempt, None).await.map(|_| ())
+    }
+
+    /// Records that attempt `attempt` (numbered per lease) on the entry
+    /// `id` of `partition` failed: closes it like
+    /// [`Partitions::close_attempt`] and counts the failure with the
+    /// pending entry, so the next owner (or this one after a restart) goes
+    /// on with the retry budget left. Returns how many attempts on the
+    /// entry failed so far.
+    pub async fn attempt_failed(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        id: &str,
+        attempt: u64,
+    ) -> Result<u32> {
+        self.close(lease, attempt, Some((partition.attempts(group), id)))
+            .await
+    }
+
+    /// How many attempts on the pending entry `id` of `partition` failed
+    /// (recorded by [`Partitions::attempt_failed`], cleared by the
+    /// acknowledgement and by an operator's decision on a halted head).
+    pub async fn failed_attempts(&self, group: &str, partition: &PartitionKeys, id: &str) -> Result<u32> {
+        let count: Option<u32> = self.client.hget(partition.attempts(group), id).await?;
+        Ok(count.unwrap_or(0))
+    }
+
+    async fn close(&self, lease: &Lease, attempt: u64, entry: Option<(String, &str)>) -> Result<u32> {
+        let script = &SCRIPTS.close;
+        // Without an entry the sequence key stands in (same slot, unused).
+        let (counts, id) = entry.unwrap_or_else(|| (lease.keys().sequence.clone(), ""));
+        let keys = vec![lease.key().to_owned(), lease.keys().sequence.clone(), counts];
+        let args = vec![
+            Value::from(lease.value()),
+            attempt_value(attempt),
+            millis(self.sequence_ttl()),
+            Value::from(id),
+        ];
+        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
+        match reply.tag() {
+            "ok" => Ok(u32::try_from(reply.integer(0)?).unwrap_or(u32::MAX)),
             _ => Err(reply.unexpected("unknown outcome")),
         }
     }
@@ -326,9 +436,30 @@ impl Partitions {
         partition: &PartitionKeys,
         reason: &HaltReason,
     ) -> Result<()> {
+        self.halt_attempt(lease, group, partition, reason, 0).await
+    }
+
+    /// [`Partitions::halt`] by attempt `attempt` of the lease's holder (the
+    /// one that failed last), which it closes: the same halt arriving again
+    /// later (resent, or delayed on its connection) is refused with
+    /// [`Error::Stale`] and cannot halt a partition an operator resolved
+    /// meanwhile.
+    pub async fn halt_attempt(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        reason: &HaltReason,
+        attempt: u64,
+    ) -> Result<()> {
         let script = &SCRIPTS.halt;
         let halt_key = partition.halt(group);
-        let keys = vec![lease.key().to_owned(), halt_key.clone(), HALTED.to_owned()];
+        let keys = vec![
+            lease.key().to_owned(),
+            halt_key.clone(),
+            HALTED.to_owned(),
+            lease.keys().sequence.clone(),
+        ];
         let args = vec![
             Value::from(lease.value()),
             Value::from(halt_key),
@@ -339,12 +470,18 @@ impl Partitions {
             Value::from(reason.head.as_str()),
             Value::from(reason.error.as_str()),
             Value::from(reason.attempts),
-            Value::from(self.instance.as_str()),
+            Value::from(self.owner.instance()),
+            attempt_value(attempt),
+            millis(self.sequence_ttl()),
         ];
         let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
             "ok" => Ok(()),
+            "stale" => Err(Error::Stale {
+                lease: lease.key().to_owned(),
+                attempt,
+            }),
             _ => Err(reply.unexpected("unknown outcome")),
         }
     }
@@ -380,6 +517,11 @@ impl Partitions {
             _ => Err(reply.unexpected("unknown outcome")),
         }
     }
+}
+
+/// An attempt number as a script argument.
+fn attempt_value(attempt: u64) -> Value {
+    Value::from(i64::try_from(attempt).unwrap_or(i64::MAX))
 }
 
 /// How a lane is written in halt records.

@@ -2,24 +2,39 @@
 //! category index in one atomic script step, so a publish can never race a
 //! reap and leave a message on an unindexed stream.
 
+use std::time::Duration;
+
 use fred::clients::Pool;
 use fred::types::Value;
 use ordo_core::broker::{Publication, PublishError};
 use ordo_core::key::stream;
 
 use crate::error::Error;
-use crate::keys::group_registry;
+use crate::keys::{group_registry, joining, recently_published};
 use crate::scripts::{Reply, SCRIPTS};
 
 /// Publications per script call: large enough to amortise the round trip,
 /// small enough to keep each script short.
 const CHUNK: usize = 128;
 
+/// How publishes are deduplicated: a message id appended to a stream is not
+/// appended again within `window` (zero: off); at most `cap` ids are kept
+/// per stream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dedup {
+    pub(crate) window: Duration,
+    pub(crate) cap: usize,
+}
+
 /// Publishes `publications` in order, [`CHUNK`] per script call.
-pub(crate) async fn publish(client: &Pool, publications: &[Publication]) -> Result<(), PublishError> {
+pub(crate) async fn publish(
+    client: &Pool,
+    dedup: Dedup,
+    publications: &[Publication],
+) -> Result<(), PublishError> {
     let mut published = 0;
     for chunk in publications.chunks(CHUNK) {
-        let written = publish_chunk(client, chunk).await;
+        let written = publish_chunk(client, dedup, chunk).await;
         match written {
             Ok(()) => published += chunk.len(),
             Err((written, error)) => {
@@ -34,9 +49,14 @@ pub(crate) async fn publish(client: &Pool, publications: &[Publication]) -> Resu
 }
 
 /// Publishes one chunk; on failure says how many of it were published.
-async fn publish_chunk(client: &Pool, chunk: &[Publication]) -> Result<(), (usize, Error)> {
-    let mut keys = Vec::with_capacity(chunk.len() * 3);
-    let mut args = Vec::with_capacity(chunk.len() * 3);
+async fn publish_chunk(client: &Pool, dedup: Dedup, chunk: &[Publication]) -> Result<(), (usize, Error)> {
+    let mut keys = Vec::with_capacity(chunk.len() * 5);
+    let mut args = Vec::with_capacity(chunk.len() * 4 + 2);
+    args.push(crate::lease::millis(dedup.window));
+    if dedup.window.is_zero() {
+        args[0] = Value::from(0);
+    }
+    args.push(Value::from(i64::try_from(dedup.cap).unwrap_or(i64::MAX)));
     for publication in chunk {
         let envelope = &publication.envelope;
         let json = serde_json::to_string(envelope).map_err(|source| {
@@ -51,9 +71,12 @@ async fn publish_chunk(client: &Pool, chunk: &[Publication]) -> Result<(), (usiz
         keys.push(publication.stream.clone());
         keys.push(stream::partitions_index(&envelope.category));
         keys.push(group_registry(&envelope.category));
+        keys.push(recently_published(&publication.stream));
+        keys.push(joining(&envelope.category));
         args.push(Value::from(index_member(publication).unwrap_or_default()));
         args.push(Value::from(envelope.type_name.as_str()));
         args.push(Value::from(json));
+        args.push(Value::from(envelope.id.as_str()));
     }
     let script = &SCRIPTS.publish;
     let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;

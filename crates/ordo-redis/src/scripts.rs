@@ -36,6 +36,7 @@ pub(crate) struct Scripts {
     pub(crate) read: Script,
     pub(crate) ack: Script,
     pub(crate) halt: Script,
+    pub(crate) close: Script,
     pub(crate) reap: Script,
     pub(crate) resolve: Script,
     pub(crate) commit: Script,
@@ -46,13 +47,14 @@ pub(crate) struct Scripts {
 
 /// The scripts, shared by every client and runtime in the process.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    publish: Script::new("publish", include_str!("lua/publish.lua")),
+    publish: Script::new("publish", with_common!("lua/publish.lua")),
     acquire: Script::new("acquire", include_str!("lua/acquire.lua")),
     renew: Script::new("renew", include_str!("lua/renew.lua")),
     release: Script::new("release", include_str!("lua/release.lua")),
     read: Script::new("read", with_common!("lua/read.lua")),
     ack: Script::new("ack", with_common!("lua/ack.lua")),
     halt: Script::new("halt", with_common!("lua/halt.lua")),
+    close: Script::new("close", with_common!("lua/close.lua")),
     reap: Script::new("reap", with_common!("lua/reap.lua")),
     resolve: Script::new("resolve", with_common!("lua/resolve.lua")),
     commit: Script::new("commit", with_common!("lua/commit.lua")),

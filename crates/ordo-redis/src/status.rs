@@ -49,7 +49,7 @@ pub struct ClusterStatus {
     backfill_suffix: String,
 }
 
-/// Who holds a lease: `{instance}:{token}`.
+/// Who holds a lease: `{instance}:{nonce}:{token}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseHolder {
     /// The owning instance's id.
@@ -555,10 +555,11 @@ fn lane_position(info: &Value, group: &str, length: u64) -> Result<LanePosition>
     Ok(LanePosition::unread(length))
 }
 
-/// The holder in a lease value `{instance}:{token}`.
+/// The holder in a lease value `{instance}:{nonce}:{token}`.
 fn holder(value: Value) -> Option<LeaseHolder> {
     let value = text(value)?;
-    let (instance, token) = value.rsplit_once(':')?;
+    let (owner, token) = value.rsplit_once(':')?;
+    let (instance, _nonce) = owner.rsplit_once(':')?;
     Some(LeaseHolder {
         instance: instance.to_owned(),
         token: token.parse().ok()?,
@@ -646,7 +647,7 @@ mod tests {
 
     #[test]
     fn lease_values_name_instance_and_token() {
-        let parsed = holder(Value::from("3f1c:ab:1764438000000123"));
+        let parsed = holder(Value::from("3f1c:ab:9e2d41c07a5b6f18:1764438000000123"));
         assert_eq!(
             parsed,
             Some(LeaseHolder {

@@ -131,3 +131,30 @@ async fn a_resent_commit_answers_the_same_after_the_lease_moved_on() -> anyhow::
     client.quit().await?;
     Ok(())
 }
+
+/// A caller retrying a commit whose reply it never got (its own retry, not
+/// the client's resend) passes the same commit id: applied once.
+#[tokio::test]
+async fn a_commit_retried_under_its_id_is_applied_once() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let direct = pool(&redis.url()).await?;
+    let category = common::category("commit");
+    let partition = PartitionKeys::new(&category, "k", "backfill");
+    let owner = Partitions::new(direct.clone(), "a", Duration::from_secs(30));
+    let lease = owner.acquire("G", &partition).await?.expect("free");
+    let fence = RedisFence::new(&lease);
+    let counter = format!("{category}:counter");
+    let writes = FencedWrite::new().incr_by(&counter, 5);
+    let first = fence.commit_as(&direct, &writes, "order-1-effects").await?;
+    let retried = fence.commit_as(&direct, &writes, "order-1-effects").await?;
+    assert_eq!(
+        direct.get::<i64, _>(&counter).await?,
+        5,
+        "the retry applied again"
+    );
+    assert_eq!(first, retried, "the retry answers what the first run did");
+    fence.commit_as(&direct, &writes, "order-2-effects").await?;
+    assert_eq!(direct.get::<i64, _>(&counter).await?, 10);
+    assert!(fence.commit_as(&direct, &writes, "").await.is_err());
+    Ok(())
+}

@@ -162,3 +162,68 @@ async fn workers_restore_the_group_registries_after_redis_loses_its_data() -> an
     run.stop().await?;
     Ok(())
 }
+
+/// A lane that exists without a registered group (created between the
+/// joining group's two passes over the partitions, while publishes create
+/// backfill lanes) gets the group at its next publish: what is published
+/// after the registration is not trimmed away by the other groups.
+#[tokio::test]
+async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> anyhow::Result<()> {
+    use fred::interfaces::SetsInterface;
+    use ordo_redis::{PartitionKeys, Partitions, ReadOutcome};
+
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("lanes");
+    let client = pool(&url).await?;
+    let registry = format!("{category}:__groups__");
+    let _: i64 = client.sadd(&registry, "First").await?;
+    let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    publisher
+        .publish(&[publication(&category, "k", 0, Lane::Backfill)])
+        .await?;
+    // The second group registers (and marks the category as joining, as
+    // its first instance does for the time of its passes over the lanes);
+    // the lane was missed by its passes.
+    let _: () = fred::interfaces::KeysInterface::set(
+        &client,
+        format!("{{{category}}}:__joining__"),
+        "Second",
+        None,
+        None,
+        false,
+    )
+    .await?;
+    let _: i64 = client.sadd(&registry, "Second").await?;
+    publisher
+        .publish(&[
+            publication(&category, "k", 1, Lane::Backfill),
+            publication(&category, "k", 2, Lane::Backfill),
+        ])
+        .await?;
+
+    let partition = PartitionKeys::new(&category, "k", "backfill");
+    let owner = Partitions::new(client.clone(), "a", Duration::from_secs(15));
+    let first = owner.acquire("First", &partition).await?.expect("free");
+    let ReadOutcome::Entries { entries, .. } = owner.read(&first, "First", &partition, 10).await? else {
+        anyhow::bail!("the first group reads its entries");
+    };
+    let ids: Vec<&str> = entries.iter().map(|e| e.id()).collect();
+    owner
+        .ack(&first, "First", &partition, Lane::Backfill, &ids)
+        .await?;
+
+    let second = owner.acquire("Second", &partition).await?.expect("free");
+    let seqs = match owner.read(&second, "Second", &partition, 10).await? {
+        ReadOutcome::Entries { entries, .. } => entries
+            .iter()
+            .map(|e| Ok(common::seq_of(&e.decode()?)))
+            .collect::<anyhow::Result<Vec<u64>>>()?,
+        other => anyhow::bail!("expected entries, got {other:?}"),
+    };
+    assert!(
+        seqs.ends_with(&[1, 2]),
+        "entries published after the group registered were trimmed before it read them: it got {seqs:?}"
+    );
+    Ok(())
+}

@@ -153,3 +153,40 @@ async fn a_publish_racing_a_reap_never_strands_a_message() -> anyhow::Result<()>
     );
     Ok(())
 }
+
+/// A publish retried after its reply was lost is not appended twice: the
+/// proxy forwards the publish to Redis, swallows the reply and drops the
+/// connection; the client resends it after reconnecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_resent_after_a_lost_reply_is_appended_once() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let proxy = common::proxy::Proxy::start(redis.port()).await?;
+    let category = common::category("dedup");
+    let client = pool(&redis.url()).await?;
+    let through_proxy = ordo_redis::RedisBroker::builder(proxy.url())
+        .config(config(15_000, 3_600_000, 0))
+        .pool_size(1)
+        .build()
+        .await?;
+    // Loads the script through the proxy first.
+    through_proxy
+        .publish(&[publication(&category, "warm", 0, Lane::Primary)])
+        .await?;
+    proxy.lose_next_reply();
+    let once = publication(&category, "k", 1, Lane::Primary);
+    through_proxy.publish(std::slice::from_ref(&once)).await?;
+    assert!(proxy.reply_lost());
+    assert_eq!(
+        client.xlen::<u64, _>(format!("{category}:k")).await?,
+        1,
+        "the resent publish was appended again"
+    );
+    // A relay publishing the same message again (its mark failed) too.
+    let publisher = broker(&redis.url(), config(15_000, 3_600_000, 0)).await?;
+    publisher.publish(std::slice::from_ref(&once)).await?;
+    publisher
+        .publish(&[publication(&category, "k", 2, Lane::Primary)])
+        .await?;
+    assert_eq!(client.xlen::<u64, _>(format!("{category}:k")).await?, 2);
+    Ok(())
+}

@@ -24,6 +24,7 @@ use super::duplicates::{self, Causes, Duplicate};
 use super::failover::{FailoverStats, Failovers};
 use super::fault::{FaultCounts, FaultKind, Schedule};
 use super::fleet::{Exit, Fleet, LineCounts, State};
+use super::proxy::ConnProxy;
 use super::rng::Rng;
 use super::stuck;
 use super::traffic::{Traffic, TrafficPlan};
@@ -119,6 +120,7 @@ pub(crate) struct Controller {
     plan: Plan,
     runtime: Handle,
     client: Pool,
+    proxy: ConnProxy,
     redis: Option<BenchRedis>,
     redis_fault: Option<JoinHandle<(BenchRedis, Result<()>)>>,
     traffic: Option<TrafficPlan>,
@@ -147,6 +149,7 @@ pub(crate) struct Parts {
     pub(crate) plan: Plan,
     pub(crate) runtime: Handle,
     pub(crate) client: Pool,
+    pub(crate) proxy: ConnProxy,
     pub(crate) redis: BenchRedis,
     pub(crate) traffic: TrafficPlan,
     pub(crate) fleet: Fleet,
@@ -162,6 +165,7 @@ impl Controller {
             plan: parts.plan,
             runtime: parts.runtime,
             client: parts.client,
+            proxy: parts.proxy,
             redis: Some(parts.redis),
             redis_fault: None,
             traffic: Some(parts.traffic),
@@ -339,10 +343,35 @@ impl Controller {
                 }
                 self.redis_fault(kind)?;
             }
+            FaultKind::ConnDelay => {
+                if running.is_empty() || !self.conn_delay() {
+                    return Ok(Injection::NotNow);
+                }
+            }
         }
         self.schedule.take();
         self.faults.record(kind);
         Ok(Injection::Done)
+    }
+
+    /// Holds back one instance connection's commands for longer than the
+    /// command timeout (a third of the lease TTL), up to a lease TTL: the
+    /// client gives up on them, and they run late. Returns whether there
+    /// was a connection to delay.
+    fn conn_delay(&mut self) -> bool {
+        let ttl = self.plan.lease_ttl;
+        let hold = self.choices.duration(ttl / 2, ttl);
+        let pick = usize::try_from(self.choices.next_u64() % 1_000_000).unwrap_or(0);
+        let connections = self.proxy.connections();
+        match self.proxy.delay_one(pick, hold) {
+            Some(id) => {
+                self.log(format!(
+                    "conn delay: connection {id} of {connections} held back {hold:?}"
+                ));
+                true
+            }
+            None => false,
+        }
     }
 
     /// One of `preferred` with probability `percent` (when there is one),
@@ -480,10 +509,12 @@ impl Controller {
             .iter()
             .zip(values)
             .filter_map(|(key, value)| {
+                // `{instance}:{nonce}:{token}`
                 let (owner, token) = value?
                     .rsplit_once(':')
                     .map(|(o, t)| (o.to_owned(), t.to_owned()))?;
-                Some((key.clone(), owner, token.parse().ok()?))
+                let (instance, _nonce) = owner.rsplit_once(':')?;
+                Some((key.clone(), instance.to_owned(), token.parse().ok()?))
             })
             .collect())
     }

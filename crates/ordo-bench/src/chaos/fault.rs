@@ -25,17 +25,23 @@ pub enum FaultKind {
     /// Redis is SIGKILLed, stays down for a while (up to longer than a
     /// lease), and starts again on its append-only file.
     RedisCrash,
+    /// One connection between an instance and Redis (through the run's
+    /// proxy) has what it sends held back for longer than the command
+    /// timeout, while the instance's other connections flow: a command the
+    /// client gave up on runs late.
+    ConnDelay,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Term,
         FaultKind::Join,
         FaultKind::RedisRestart,
         FaultKind::RedisCrash,
+        FaultKind::ConnDelay,
     ];
 
     /// The name in reports: `faults_{name}`.
@@ -47,6 +53,7 @@ impl FaultKind {
             FaultKind::Join => "join",
             FaultKind::RedisRestart => "redis_restart",
             FaultKind::RedisCrash => "redis_crash",
+            FaultKind::ConnDelay => "conn_delay",
         }
     }
 
@@ -59,7 +66,7 @@ impl FaultKind {
     /// crashes and stalls are what failover is about, so they come twice.
     fn per_round(self) -> usize {
         match self {
-            FaultKind::Kill | FaultKind::Stop => 2,
+            FaultKind::Kill | FaultKind::Stop | FaultKind::ConnDelay => 2,
             FaultKind::Term | FaultKind::Join | FaultKind::RedisRestart | FaultKind::RedisCrash => 1,
         }
     }

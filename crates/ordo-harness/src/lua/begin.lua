@@ -3,8 +3,12 @@
 -- this run as the one in flight.
 --
 -- KEYS: in-flight marker, the partition's lease, overlap counter,
---       starts hash, overlap log, stale-start counter
+--       starts hash, overlap log, stale-start counter, ended runs
 -- ARGV: my marker (`{token}:{run id}`), seq
+--
+-- A begin of a run that has ended already is a copy that reached Redis
+-- late (its connection held it past the client's timeout; the client
+-- retried on another connection and the run went on): it changes nothing.
 --
 -- A run whose own lease is no longer held (a stale owner, invoked or
 -- resumed after losing the partition) does not start: it is counted as a
@@ -17,8 +21,12 @@
 -- superseded (it crashed, or stalled and was fenced) is stale: the new owner
 -- taking over is the contract, not an overlap.
 --
--- Returns 0 (started), 1 (started, overlapping another run) or 2 (stale).
+-- Returns 0 (started), 1 (started, overlapping another run), 2 (stale) or
+-- 3 (late copy of a run that ended).
 local mine, seq = ARGV[1], ARGV[2]
+if redis.call('SISMEMBER', KEYS[7], mine) == 1 then
+  return 3
+end
 local lease = redis.call('GET', KEYS[2])
 local lease_token = lease and string.match(lease, ':(%d+)$')
 if lease_token ~= string.match(mine, '^(%d+):') then

@@ -141,7 +141,9 @@ impl Env {
     pub fn lease_holder(&self, key: &str) -> anyhow::Result<Option<(String, u64)>> {
         let value: Option<String> = self.block_on(self.client.get(keys::lease(key)))?;
         Ok(value.and_then(|v| {
-            let (instance, token) = v.rsplit_once(':')?;
+            // `{instance}:{nonce}:{token}`
+            let (owner, token) = v.rsplit_once(':')?;
+            let (instance, _nonce) = owner.rsplit_once(':')?;
             Some((instance.to_owned(), token.parse().ok()?))
         }))
     }

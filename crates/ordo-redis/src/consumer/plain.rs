@@ -3,16 +3,18 @@
 //! no cross-instance ordering: that is what partitioning is for).
 //!
 //! Each (group, category) gets one task with its own connection for the
-//! blocking read. Entries pending on a consumer that has been silent for a
-//! lease TTL (a dead instance) are claimed; a message that fails every
+//! blocking read. Entries pending on a consumer whose instance stopped
+//! announcing itself a lease TTL ago (a dead instance) are claimed; a message that fails every
 //! attempt is copied to `{category}:dlq` and acknowledged, since a base
 //! stream has no per-key order to protect.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use fred::clients::Client;
 use fred::prelude::StreamsInterface;
 use fred::types::Value;
+use ordo_core::attempt::{self, Attempt, Outcome};
 use ordo_core::broker::Subscription;
 use ordo_core::handler::HandlerContext;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +23,7 @@ use tracing::{Instrument, info_span, warn};
 use super::{SharedRef, sleep_unless};
 use crate::connection;
 use crate::error::Result;
+use crate::keys::instances;
 use crate::lease::millis;
 use crate::partition::StreamEntry;
 use crate::scripts::{RawEntry, SCRIPTS, array, parse_entries};
@@ -115,7 +118,7 @@ impl Plain {
             if stop.is_cancelled() {
                 break;
             }
-            self.handle(raw).await?;
+            self.handle(raw, stop).await?;
         }
         Ok(())
     }
@@ -155,28 +158,41 @@ impl Plain {
         parse_entries("XREADGROUP", entries)
     }
 
-    /// Handles one entry with retries, dead-lettering it when every attempt
-    /// failed, then acknowledges it.
-    async fn handle(&self, raw: RawEntry) -> Result<()> {
+    /// Handles one entry with retries through the shared attempt runner (a
+    /// panic is a failed attempt), dead-lettering it when every attempt
+    /// failed, then acknowledges it. Stopped during a retry's backoff, it
+    /// leaves the entry pending (this instance reads it again at its next
+    /// start; another one claims it once this one is gone).
+    async fn handle(&self, raw: RawEntry, stop: &CancellationToken) -> Result<()> {
         let entry = StreamEntry::from_raw(raw, ordo_core::key::Lane::Primary);
         let outcome = match entry.decode() {
             Ok(envelope) if self.subscription.handles(&envelope) => {
+                let envelope = Arc::new(envelope);
                 let attempts = self.shared.settings.max_retries.saturating_add(1);
+                let never = CancellationToken::new();
                 let mut last = None;
                 for attempt in 1..=attempts {
                     let ctx = HandlerContext::new(&envelope).with_attempt(attempt);
-                    match self.subscription.handler.handle(&envelope, &ctx).await {
-                        Ok(()) => {
+                    let permit = self.shared.handler_permits.clone().acquire_owned().await.ok();
+                    let run = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx);
+                    match run.run(permit, &never, Duration::ZERO).await {
+                        Outcome::Succeeded => {
                             last = None;
                             break;
                         }
-                        Err(error) => {
+                        Outcome::Failed(failure) => {
+                            let error = failure.text();
                             warn!(id = entry.id(), attempt, %error, "handler failed");
-                            last = Some(error.to_string());
+                            last = Some(error);
+                        }
+                        _ => {
+                            last = Some("the handler run was cancelled".to_owned());
                         }
                     }
-                    if attempt < attempts {
-                        tokio::time::sleep(self.shared.settings.backoff.delay(attempt)).await;
+                    if attempt < attempts
+                        && !attempt::backoff(&self.shared.settings.backoff, attempt, stop).await
+                    {
+                        return Ok(());
                     }
                 }
                 last
@@ -224,17 +240,19 @@ impl Plain {
         Ok(())
     }
 
+    /// Takes over the entries pending on instances whose liveness lapsed
+    /// (not announced for a lease TTL): never from a live instance that is
+    /// slowly working through its batch.
     async fn claim(&self) -> Result<()> {
         let settings = &self.shared.settings;
         SCRIPTS
             .claim_plain
             .run(
                 self.shared.partitions.client(),
-                vec![self.stream.clone()],
+                vec![self.stream.clone(), instances(&self.group)],
                 vec![
                     Value::from(&*self.group),
                     Value::from(self.shared.instance()),
-                    millis(settings.lease_ttl),
                     Value::from(CLAIM_COUNT),
                     millis(settings.lease_ttl * 10),
                 ],

@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use fred::interfaces::{SetsInterface, SortedSetsInterface, StreamsInterface};
+use fred::interfaces::{KeysInterface, SetsInterface, SortedSetsInterface, StreamsInterface};
+use fred::types::Expiration;
 use fred::types::Value;
 use ordo_core::broker::Subscription;
 use ordo_core::key::stream::partitions_index;
@@ -24,13 +25,17 @@ use super::unit::{GroupPlan, Unit};
 use super::worker::{Control, Exit, Worker};
 use super::{SharedRef, balance};
 use crate::error::Result;
-use crate::keys::{PartitionKeys, group_registry, instances};
+use crate::keys::{PartitionKeys, group_registry, instances, joining};
 use crate::lease::millis;
 use crate::metrics;
 use crate::scripts::{SCRIPTS, array};
 
 /// At most this many candidates are offered to one acquire call.
 const MAX_CANDIDATES: usize = 512;
+
+/// How long a category stays marked as joining after a new group started
+/// joining its lanes: far longer than the two passes over them take.
+const JOINING_TTL_MS: i64 = 600_000;
 
 /// Partitions per pipeline when a new group joins existing partitions.
 const JOIN_CHUNK: usize = 256;
@@ -97,7 +102,7 @@ impl Supervisor {
     /// Runs until `shutdown` is cancelled, then stops every worker (letting
     /// in-flight messages finish for up to a lease TTL) and releases leases.
     pub(crate) async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
-        self.register_groups().await?;
+        self.register_groups(Registration::Start).await?;
         let plain_stop = CancellationToken::new();
         self.start_plain_consumers(&plain_stop)?;
         let mut ticker = tokio::time::interval(self.shared.settings.discovery_interval);
@@ -108,15 +113,20 @@ impl Supervisor {
                     // Redis may have lost its data (a restart without
                     // persistence): the operator tool and the publish script
                     // rely on the registries, so they are restored.
-                    match self.register_groups().await {
+                    match self.register_groups(Registration::Restore).await {
                         Ok(0) => {}
                         Ok(restored) => warn!(restored,
                             "consumer groups were missing from their categories' registries \
                              (did Redis lose its data?); registered them again"),
                         Err(error) => warn!(%error, "checking the group registries failed; retrying next interval"),
                     }
-                    if let Err(error) = self.round().await {
-                        warn!(%error, "discovery round failed; retrying next interval");
+                    match self.round().await {
+                        Ok(()) => {}
+                        Err(error @ crate::error::Error::DuplicateInstance { .. }) => {
+                            tracing::error!(%error, "another live process uses this instance id; acquiring nothing until it is gone");
+                            metrics::duplicate_instance();
+                        }
+                        Err(error) => warn!(%error, "discovery round failed; retrying next interval"),
                     }
                 }
                 Some(exited) = self.exits.1.recv() => self.on_exit(exited),
@@ -137,30 +147,64 @@ impl Supervisor {
     /// owners first read a partition, the other groups' trimming and reaping
     /// would not see it, and drop entries published after it registered.
     /// Registering comes after (a crash in between redoes it all at the next
-    /// start), then a second pass covers the partitions created meanwhile.
+    /// start), then a second pass covers the lanes created meanwhile.
     ///
-    /// Runs at start and at every discovery round (one `SISMEMBER` or
-    /// `SADD` per group and category): returns how many registrations were
-    /// missing and made.
-    async fn register_groups(&self) -> Result<usize> {
+    /// Runs at start and at every discovery round (one `SISMEMBER` per group
+    /// and category, plus an `EXISTS` of the joining marker for partitioned
+    /// ones): returns how many registrations were missing and made.
+    async fn register_groups(&self, when: Registration) -> Result<usize> {
         let client = self.shared.partitions.client();
         let mut registered = 0;
         for plan in &self.plans {
             for category in &plan.partitioned {
                 let registry = group_registry(category);
-                if client.sismember(&registry, &*plan.group).await? {
+                let marker = joining(category);
+                // At start, a registration still marked as joining may have
+                // stopped between its passes: redo them. Later rounds only
+                // restore a registration Redis lost.
+                if client.sismember(&registry, &*plan.group).await?
+                    && (when == Registration::Restore || !client.exists::<bool, _>(&marker).await?)
+                {
                     continue;
                 }
-                let joined = self
-                    .join_partitions(&plan.group, category, &BTreeSet::new())
+                // While it exists, publishes give every lane the registered
+                // groups it lacks (a lane created between the passes below).
+                let _: Value = client
+                    .set(
+                        &marker,
+                        &*plan.group,
+                        Some(Expiration::PX(JOINING_TTL_MS)),
+                        None,
+                        false,
+                    )
+                    .await?;
+                self.join_partitions(&plan.group, category, &BTreeSet::new())
                     .await?;
                 let _: Value = client.sadd(&registry, &*plan.group).await?;
-                self.join_partitions(&plan.group, category, &joined).await?;
+                // Every lane again, not only the partitions the first pass
+                // missed: a lane of a known partition (its backfill lane)
+                // may have been created in between. Lanes created after the
+                // registration get the group when they are created, and
+                // any lane still without it gets it at its next publish.
+                self.join_partitions(&plan.group, category, &BTreeSet::new())
+                    .await?;
                 registered += 1;
             }
             for category in &plan.base {
-                let added: u64 = client.sadd(group_registry(category), &*plan.group).await?;
-                registered += usize::try_from(added).unwrap_or(0);
+                if client.sismember(group_registry(category), &*plan.group).await? {
+                    continue;
+                }
+                // The group on the base stream first (from the start), so
+                // the other groups' trimming keeps what it has not read.
+                let created: std::result::Result<Value, _> =
+                    client.xgroup_create(category, &*plan.group, "0", true).await;
+                if let Err(error) = created
+                    && !error.details().starts_with("BUSYGROUP")
+                {
+                    return Err(error.into());
+                }
+                let _: Value = client.sadd(group_registry(category), &*plan.group).await?;
+                registered += 1;
             }
         }
         Ok(registered)
@@ -214,14 +258,25 @@ impl Supervisor {
 
     /// One discovery and balancing round.
     async fn round(&mut self) -> Result<()> {
-        let partitioned: Vec<usize> = (0..self.plans.len())
-            .filter(|i| !self.plans[*i].partitioned.is_empty())
+        // Every group is announced: partitioned groups share their
+        // partitions among the live instances, plain consumers claim
+        // entries only from instances that are no longer live.
+        let announced: Vec<usize> = (0..self.plans.len())
+            .filter(|i| !self.plans[*i].partitioned.is_empty() || !self.plans[*i].base.is_empty())
             .collect();
-        if partitioned.is_empty() {
+        if announced.is_empty() {
             return Ok(());
         }
-        let live = self.announce(&partitioned).await?;
+        let live = self.announce(&announced).await?;
         if !std::mem::replace(&mut self.announced, true) {
+            return Ok(());
+        }
+        let (partitioned, live): (Vec<usize>, Vec<Vec<String>>) = announced
+            .into_iter()
+            .zip(live)
+            .filter(|(plan, _)| !self.plans[*plan].partitioned.is_empty())
+            .unzip();
+        if partitioned.is_empty() {
             return Ok(());
         }
         let indexed = self.discover(&partitioned).await?;
@@ -232,7 +287,7 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Announces this instance to every partitioned group; returns each
+    /// Announces this instance to every group in `plans`; returns each
     /// group's live instances.
     async fn announce(&self, plans: &[usize]) -> Result<Vec<Vec<String>>> {
         let keys = plans.iter().map(|p| instances(&self.plans[*p].group)).collect();
@@ -405,7 +460,11 @@ impl Supervisor {
     /// Leaves the instance sets, so the others' shares grow at once.
     async fn leave(&self) {
         let client = self.shared.partitions.client();
-        for plan in self.plans.iter().filter(|p| !p.partitioned.is_empty()) {
+        for plan in self
+            .plans
+            .iter()
+            .filter(|p| !p.partitioned.is_empty() || !p.base.is_empty())
+        {
             let left: std::result::Result<Value, _> =
                 client.zrem(instances(&plan.group), self.shared.instance()).await;
             if let Err(error) = left {
@@ -418,4 +477,13 @@ impl Supervisor {
 /// Whether `error` is `XGROUP CREATE` refusing a stream that does not exist.
 fn no_such_stream(error: &fred::error::Error) -> bool {
     error.details().contains("requires the key to exist")
+}
+
+/// When [`Supervisor::register_groups`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Registration {
+    /// At start: also redo a registration interrupted between its passes.
+    Start,
+    /// At a discovery round: restore registrations Redis lost.
+    Restore,
 }

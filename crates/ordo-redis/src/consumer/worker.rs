@@ -16,9 +16,12 @@
 //! instead of being retried, and every retry first confirms the lease, so a
 //! stale owner never runs a message again while the new owner may run it.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use ordo_core::attempt::{Attempt, Outcome};
 use ordo_core::broker::Subscription;
 use ordo_core::error::{ProcessStoreError, error_chain};
 use ordo_core::handler::{HandlerContext, HandlerError};
@@ -28,9 +31,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::SharedRef;
 use super::unit::Unit;
 use super::waker::WatcherId;
-use super::{SharedRef, sleep_unless};
 use crate::error::Error;
 use crate::fence::RedisFence;
 use crate::keys::PartitionKeys;
@@ -91,6 +94,17 @@ pub(crate) struct Worker {
     control: Control,
     watcher: WatcherId,
     wake: Arc<Notify>,
+    /// The last handler attempt started under the lease (attempts are
+    /// numbered per lease from 1; see [`RedisFence::for_attempt`]).
+    attempts: AtomicU64,
+    /// Set when a killed handler run did not end: the lease is then left to
+    /// expire rather than released, so nobody else runs the key meanwhile.
+    unfinished: AtomicBool,
+    /// Set by the fences of this worker's attempts when they send a command:
+    /// only then does the acknowledgement need to close the attempt.
+    fence_used: Arc<AtomicBool>,
+    /// Whether the entry being handled has failed attempts on record.
+    had_failures: AtomicBool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -119,7 +133,21 @@ impl Worker {
             control,
             watcher,
             wake: Arc::new(Notify::new()),
+            attempts: AtomicU64::new(0),
+            unfinished: AtomicBool::new(false),
+            fence_used: Arc::default(),
+            had_failures: AtomicBool::new(false),
         }
+    }
+
+    /// Numbers a new attempt.
+    fn next_attempt(&self) -> u64 {
+        self.attempts.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The last attempt numbered.
+    fn last_attempt(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
     }
 
     /// Runs until stopped, killed, or the unit is gone; the lease is
@@ -136,15 +164,23 @@ impl Worker {
             let exit = self.work().await;
             self.shared.waker.unwatch(self.watcher);
             self.shared.leases.remove(self.lease.key(), self.lease.value());
-            // Release even after a kill: the kill aborted the handler, so
-            // nothing runs under the lease any more, and releasing it (if it
-            // is still ours) lets another instance take over without waiting
-            // for the TTL. The release is fenced, so it is harmless otherwise.
-            let released = match self.shared.partitions.release(&self.lease).await {
-                Ok(released) => released,
-                Err(error) => {
-                    warn!(%error, "releasing the lease failed; it will expire");
-                    false
+            // Release even after a kill when the killed handler run has
+            // ended: nothing runs under the lease any more, and releasing it
+            // (if it is still ours) lets another instance take over without
+            // waiting for the TTL. The release is fenced, so it is harmless
+            // otherwise. A run that did not end (blocking code ignores the
+            // abort) keeps the lease until it expires: released now, another
+            // instance would run the same key alongside it.
+            let released = if self.unfinished.load(Ordering::SeqCst) {
+                warn!("the aborted handler run has not ended; leaving the lease to expire");
+                false
+            } else {
+                match self.shared.partitions.release(&self.lease).await {
+                    Ok(released) => released,
+                    Err(error) => {
+                        warn!(%error, "releasing the lease failed; it will expire");
+                        false
+                    }
                 }
             };
             match (exit, released) {
@@ -240,7 +276,7 @@ impl Worker {
                         );
                         metrics::reclaimed(&self.unit, partition.category(), entries.len());
                     }
-                    match self.handle_batch(partition, lane, entries).await {
+                    match self.handle_batch(partition, lane, entries, pending).await {
                         Flow::Continue => worked = true,
                         Flow::Halted => return Ok(Pass::Halted),
                         Flow::Stop => return Ok(Pass::Exit(Exit::Released)),
@@ -337,7 +373,15 @@ impl Worker {
     }
 
     /// Handles a batch in order, acknowledging each message before the next.
-    async fn handle_batch(&self, partition: &PartitionKeys, lane: Lane, entries: Vec<StreamEntry>) -> Flow {
+    /// `pending`: the entries were delivered before (and may have failed
+    /// attempts on record).
+    async fn handle_batch(
+        &self,
+        partition: &PartitionKeys,
+        lane: Lane,
+        entries: Vec<StreamEntry>,
+        pending: bool,
+    ) -> Flow {
         let mut primary_waiting = false;
         for entry in entries {
             if self.control.stop.is_cancelled() {
@@ -348,7 +392,7 @@ impl Worker {
             if lane == Lane::Backfill && primary_waiting {
                 return Flow::Continue;
             }
-            match self.handle_entry(partition, &entry).await {
+            match self.handle_entry(partition, &entry, pending).await {
                 Handled::Done => {}
                 Handled::Halted => return Flow::Halted,
                 Handled::Stop => return Flow::Stop,
@@ -362,48 +406,121 @@ impl Worker {
         Flow::Continue
     }
 
-    /// Acknowledges one handled entry, retrying transient failures; `None`
-    /// when the lease is gone.
-    async fn ack(&self, partition: &PartitionKeys, lane: Lane, entry: &StreamEntry) -> Option<bool> {
+    /// Runs a fenced operation until Redis answers it: transient failures
+    /// (a connection down, a timeout) are retried with backoff, forever (the
+    /// heartbeat kills this worker if Redis stays away for a lease TTL).
+    /// Returns the answer (a success or a refusal: fenced, stale), or the
+    /// reason to stop asking: killed (`Lost`), or asked to stop between
+    /// messages (`Stop`, only when `stoppable`).
+    async fn until_answered<T, F, Fut>(
+        &self,
+        what: &'static str,
+        stoppable: bool,
+        mut operation: F,
+    ) -> Result<Result<T, Error>, Handled>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
         let mut failures = 0;
         loop {
-            let acked = self
-                .shared
-                .partitions
-                .ack(&self.lease, &self.unit.group, partition, lane, &[entry.id()])
-                .await;
-            match acked {
-                Ok(waiting) => return Some(waiting),
-                Err(error) if error.is_fenced() => {
-                    info!(%error, id = entry.id(), "acknowledgement refused: lease lost");
-                    return None;
+            let error = match operation().await {
+                Err(error) if !error.is_fenced() && !matches!(error, Error::Stale { .. }) => error,
+                answer => return Ok(answer),
+            };
+            failures += 1;
+            warn!(%error, failures, "{what} failed; retrying");
+            let stop = async {
+                if stoppable {
+                    self.control.stop.cancelled().await;
+                } else {
+                    std::future::pending::<()>().await;
                 }
-                Err(error) => {
-                    failures += 1;
-                    warn!(%error, id = entry.id(), failures, "acknowledgement failed; retrying");
-                    if !sleep_unless(&self.control.kill, self.shared.settings.backoff.delay(failures)).await {
-                        return None;
-                    }
-                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(self.shared.settings.backoff.delay(failures)) => {}
+                () = stop => return Err(Handled::Stop),
+                () = self.control.kill.cancelled() => return Err(Handled::Lost),
             }
         }
     }
 
+    /// Acknowledges one handled entry (closing its last attempt); `None`
+    /// when the lease is gone.
+    async fn ack(&self, partition: &PartitionKeys, lane: Lane, entry: &StreamEntry) -> Option<bool> {
+        let ids = [entry.id()];
+        // Only an attempt that sent fenced commands can have one arrive late.
+        let close = if self.fence_used.swap(false, Ordering::SeqCst) {
+            self.last_attempt()
+        } else {
+            0
+        };
+        let had_failures = self.had_failures.swap(false, Ordering::SeqCst);
+        let acked = self
+            .until_answered("acknowledgement", false, || {
+                self.shared.partitions.ack_handled(
+                    &self.lease,
+                    &self.unit.group,
+                    partition,
+                    lane,
+                    &ids,
+                    close,
+                    had_failures,
+                )
+            })
+            .await;
+        match acked {
+            Ok(Ok(waiting)) => Some(waiting),
+            Ok(Err(error)) => {
+                info!(%error, id = entry.id(), "acknowledgement refused: lease lost");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     /// Runs the handler on one entry with retries; halts the partition when
-    /// every attempt failed.
-    async fn handle_entry(&self, partition: &PartitionKeys, entry: &StreamEntry) -> Handled {
+    /// every attempt failed. Failed attempts are counted with the pending
+    /// entry, so a worker stopped during the backoff leaves its successor
+    /// only the retry budget that is left.
+    async fn handle_entry(&self, partition: &PartitionKeys, entry: &StreamEntry, pending: bool) -> Handled {
         let envelope = match entry.decode() {
-            Ok(envelope) => envelope,
+            Ok(envelope) => Arc::new(envelope),
             // A message that cannot be decoded will never succeed: halt now.
-            Err(error) => return self.halt(partition, entry, error.to_string(), 1).await,
+            Err(error) => {
+                let attempt = self.next_attempt();
+                return self.halt(partition, entry, error.to_string(), 1, attempt).await;
+            }
         };
         if !self.subscription.handles(&envelope) {
             return Handled::Done;
         }
         let attempts = self.shared.settings.max_retries.saturating_add(1);
-        let mut last_error = String::new();
-        for attempt in 1..=attempts {
-            match self.invoke(&envelope, attempt, partition).await {
+        let mut failed = 0;
+        if pending {
+            match self
+                .until_answered("reading the failed attempts", true, || {
+                    self.shared
+                        .partitions
+                        .failed_attempts(&self.unit.group, partition, entry.id())
+                })
+                .await
+            {
+                Ok(Ok(count)) => {
+                    failed = count;
+                    if count > 0 {
+                        self.had_failures.store(true, Ordering::SeqCst);
+                    }
+                }
+                Ok(Err(_)) => return Handled::Lost,
+                Err(stopped) => return stopped,
+            }
+        }
+        let mut last_error = format!("{failed} attempts failed before this owner (see the earlier logs)");
+        while failed < attempts {
+            let attempt = failed + 1;
+            let sequence = self.next_attempt();
+            match self.invoke(&envelope, attempt, sequence, partition).await {
                 Some(Ok(())) => {
                     metrics::handled(&self.unit, partition.category());
                     return Handled::Done;
@@ -417,96 +534,124 @@ impl Worker {
                 }
                 Some(Err(error)) => {
                     metrics::failed(&self.unit, partition.category());
-                    warn!(id = entry.id(), attempt, error = %error, "handler failed");
                     last_error = error_chain(&*error);
+                    warn!(id = entry.id(), attempt, error = %last_error, "handler failed");
                 }
                 None => return Handled::Lost,
             }
-            if attempt < attempts {
-                if let Some(stopped) = self.before_retry(attempt).await {
+            self.had_failures.store(true, Ordering::SeqCst);
+            failed = match self.attempt_failed(partition, entry, sequence).await {
+                Ok(count) => count.max(attempt),
+                Err(stopped) => return stopped,
+            };
+            if failed < attempts {
+                if let Some(stopped) = self.before_retry(failed).await {
                     return stopped;
                 }
                 metrics::retried(&self.unit, partition.category());
             }
         }
-        self.halt(partition, entry, last_error, attempts).await
+        // The halt is an act of its own (the failed attempts are closed).
+        let halt = self.next_attempt();
+        self.halt(partition, entry, last_error, failed, halt).await
     }
 
-    /// Waits out the backoff after failed attempt `attempt`, then confirms
+    /// Closes the failed attempt `sequence` on `entry` and counts the
+    /// failure with the pending entry; returns the entry's failed attempts.
+    async fn attempt_failed(
+        &self,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        sequence: u64,
+    ) -> Result<u32, Handled> {
+        let recorded = self
+            .until_answered("recording the failed attempt", true, || {
+                self.shared.partitions.attempt_failed(
+                    &self.lease,
+                    &self.unit.group,
+                    partition,
+                    entry.id(),
+                    sequence,
+                )
+            })
+            .await?;
+        recorded.map_err(|error| {
+            info!(%error, "lease lost after a failed attempt; not retrying");
+            Handled::Lost
+        })
+    }
+
+    /// Waits out the backoff after `failed` failed attempts, then confirms
     /// the lease is still held, so a stale owner never runs the handler
     /// again (the heartbeat only notices a lost lease at its next beat).
     /// `Some` when the message must not be retried here.
-    async fn before_retry(&self, attempt: u32) -> Option<Handled> {
-        let backoff = self.shared.settings.backoff;
+    async fn before_retry(&self, failed: u32) -> Option<Handled> {
         tokio::select! {
-            () = tokio::time::sleep(backoff.delay(attempt)) => {}
+            () = tokio::time::sleep(self.shared.settings.backoff.delay(failed)) => {}
             () = self.control.stop.cancelled() => return Some(Handled::Stop),
             () = self.control.kill.cancelled() => return Some(Handled::Lost),
         }
-        let mut failures = 0;
-        loop {
-            match self.shared.partitions.check(&self.lease).await {
-                Ok(()) => return None,
-                Err(error) if error.is_fenced() => {
-                    info!(%error, "lease lost before a retry; not retrying");
-                    return Some(Handled::Lost);
-                }
-                Err(error) => {
-                    // Without an answer the lease may be gone: never retry
-                    // blind. The heartbeat kills this worker if Redis stays
-                    // away for a lease TTL.
-                    failures += 1;
-                    warn!(%error, failures, "cannot confirm the lease before a retry; asking again");
-                    tokio::select! {
-                        () = tokio::time::sleep(backoff.delay(failures)) => {}
-                        () = self.control.stop.cancelled() => return Some(Handled::Stop),
-                        () = self.control.kill.cancelled() => return Some(Handled::Lost),
-                    }
-                }
+        // Without an answer the lease may be gone: never retry blind.
+        match self
+            .until_answered("confirming the lease before a retry", true, || {
+                self.shared.partitions.check(&self.lease)
+            })
+            .await
+        {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => {
+                info!(%error, "lease lost before a retry; not retrying");
+                Some(Handled::Lost)
             }
+            Err(stopped) => Some(stopped),
         }
     }
 
-    /// Runs the handler once on its own task (a panic is a failure, and a
-    /// lost lease aborts it); `None` when the lease was lost meanwhile.
+    /// Runs the handler once through the shared attempt runner (its own
+    /// task: a panic is a failure; a kill aborts it). `None` when the lease
+    /// was lost meanwhile.
     async fn invoke(
         &self,
-        envelope: &Envelope,
+        envelope: &Arc<Envelope>,
         attempt: u32,
+        sequence: u64,
         partition: &PartitionKeys,
     ) -> Option<Result<(), HandlerError>> {
         let ctx = HandlerContext::new(envelope)
             .with_attempt(attempt)
             .with_fencing_token(self.lease.token())
             .with_correlation_id(self.unit.correlation.clone())
-            .with_extension(RedisFence::new(&self.lease));
-        let handler = self.subscription.handler.clone();
-        let message = envelope.clone();
+            .with_extension(RedisFence::tracked(
+                &self.lease,
+                sequence,
+                self.fence_used.clone(),
+            ));
         let permit = tokio::select! {
             permit = self.shared.handler_permits.clone().acquire_owned() => permit.ok(),
             () = self.control.kill.cancelled() => return None,
         };
         let started = Instant::now();
-        let mut task = tokio::spawn(
-            async move {
-                let result = handler.handle(&message, &ctx).await;
-                drop(permit);
-                result
-            }
-            .instrument(tracing::Span::current()),
-        );
-        let result = tokio::select! {
-            joined = &mut task => joined,
-            () = self.control.kill.cancelled() => {
-                task.abort();
-                return None;
-            }
-        };
+        // An abort ends a run at its next await; a run in blocking code goes
+        // on, and then only the lease's expiry may let the key go.
+        let outcome = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx)
+            .run(
+                permit,
+                &self.control.kill,
+                self.shared.settings.heartbeat_interval,
+            )
+            .await;
         metrics::handler_duration(&self.unit, partition.category(), started.elapsed());
-        Some(match result {
-            Ok(result) => result,
-            Err(join) => Err(format!("handler panicked: {join}").into()),
-        })
+        match outcome {
+            Outcome::Succeeded => Some(Ok(())),
+            Outcome::Failed(failure) => Some(Err(failure.into_error())),
+            Outcome::Cancelled(cancelled) => {
+                if !cancelled.ended() {
+                    self.unfinished.store(true, Ordering::SeqCst);
+                }
+                None
+            }
+            _ => None,
+        }
     }
 
     /// Records the halt under the fence, retrying transient failures.
@@ -516,6 +661,7 @@ impl Worker {
         entry: &StreamEntry,
         error: String,
         attempts: u32,
+        sequence: u64,
     ) -> Handled {
         let reason = HaltReason {
             lane: entry.lane(),
@@ -523,28 +669,27 @@ impl Worker {
             error,
             attempts,
         };
-        let mut failures = 0;
-        loop {
-            match self
-                .shared
-                .partitions
-                .halt(&self.lease, &self.unit.group, partition, &reason)
-                .await
-            {
-                Ok(()) => {
-                    warn!(head = %reason.head, error = %reason.error, attempts, "partition halted on a poison message");
-                    metrics::halted(&self.unit, partition.category());
-                    return Handled::Halted;
-                }
-                Err(error) if error.is_fenced() => return Handled::Lost,
-                Err(error) => {
-                    failures += 1;
-                    warn!(%error, failures, "recording the halt failed; retrying");
-                    if !sleep_unless(&self.control.kill, self.shared.settings.backoff.delay(failures)).await {
-                        return Handled::Lost;
-                    }
-                }
+        let halted = self
+            .until_answered("recording the halt", false, || {
+                self.shared.partitions.halt_attempt(
+                    &self.lease,
+                    &self.unit.group,
+                    partition,
+                    &reason,
+                    sequence,
+                )
+            })
+            .await;
+        match halted {
+            Ok(Ok(())) => {
+                warn!(head = %reason.head, error = %reason.error, attempts, "partition halted on a poison message");
+                metrics::halted(&self.unit, partition.category());
+                Handled::Halted
             }
+            // An earlier try of this very halt landed (its reply was lost):
+            // the partition is halted, or resolved since.
+            Ok(Err(Error::Stale { .. })) => Handled::Halted,
+            Ok(Err(_)) | Err(_) => Handled::Lost,
         }
     }
 }

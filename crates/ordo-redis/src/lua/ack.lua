@@ -1,8 +1,11 @@
 -- The fenced acknowledgement of handled entries of one lane, with trimming
 -- at the end of each batch.
 --
--- KEYS: lease key, acknowledged lane, primary lane
--- ARGV: lease value, group, id...
+-- KEYS: lease key, acknowledged lane, primary lane, attempt sequence,
+--       failed-attempt counts
+-- ARGV: lease value, group, attempt of the handled message (closed by the
+--       acknowledgement; 0 when it sent no fenced command), sequence ttl ms,
+--       1 when the ids have failed attempts on record (else 0), id...
 --
 -- Returns {'fenced', holder} or {'ok', primary_waiting}: whether the primary
 -- lane has entries this group has not handled yet, so that the owner of a
@@ -13,7 +16,11 @@ if fenced then
   return fenced
 end
 local group = ARGV[2]
-redis.call('XACK', KEYS[2], group, unpack(ARGV, 3))
+redis.call('XACK', KEYS[2], group, unpack(ARGV, 6))
+close_attempt(KEYS[4], ARGV[1], ARGV[3], ARGV[4])
+if ARGV[5] == '1' then
+  redis.call('HDEL', KEYS[5], unpack(ARGV, 6))
+end
 -- Trimming reads every group's position (XINFO GROUPS, XPENDING per group,
 -- XTRIM): about half the cost of this script. Do it once this group has
 -- acknowledged everything it was delivered (the end of a read batch), not

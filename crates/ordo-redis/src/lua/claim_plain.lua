@@ -1,18 +1,35 @@
--- Takes over a base stream's entries left pending by consumers that have
--- been silent for `min idle ms` (dead instances), and forgets consumers
--- that have nothing pending and have been silent for `forget idle ms`, so
--- consumer names do not accumulate.
+-- Takes over a base stream's entries left pending by dead instances (whose
+-- announcement in the group's instance set has expired), and forgets dead
+-- consumers that have nothing pending and have been silent for `forget idle
+-- ms`, so consumer names do not accumulate. A live instance's entries are
+-- never taken, however long it takes to work through its batch.
 --
--- KEYS: stream
--- ARGV: group, consumer, min idle ms, count, forget idle ms
+-- KEYS: stream, the group's instance set (score: announcement expiry, ms)
+-- ARGV: group, consumer, count, forget idle ms
 --
 -- Returns how many entries were claimed.
-local group, consumer = ARGV[1], ARGV[2]
-local claimed = redis.call('XAUTOCLAIM', KEYS[1], group, consumer, ARGV[3], '0-0', 'COUNT', ARGV[4], 'JUSTID')
+local group, consumer, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now = now_ms()
+local claimed = 0
 for _, raw in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], group)) do
   local info = to_map(raw)
-  if info['name'] ~= consumer and tonumber(info['pending']) == 0 and tonumber(info['idle']) > tonumber(ARGV[5]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], group, info['name'])
+  local name = info['name']
+  local expiry = redis.call('ZSCORE', KEYS[2], name)
+  local live = expiry and tonumber(expiry) > now
+  if name ~= consumer and not live then
+    if tonumber(info['pending']) > 0 and claimed < count then
+      local args = {KEYS[1], group, consumer, 0}
+      for _, pending in ipairs(redis.call('XPENDING', KEYS[1], group, '-', '+', count - claimed, name)) do
+        args[#args + 1] = pending[1]
+      end
+      if #args > 4 then
+        claimed = claimed + #args - 4
+        args[#args + 1] = 'JUSTID'
+        redis.call('XCLAIM', unpack(args))
+      end
+    elseif tonumber(info['pending']) == 0 and tonumber(info['idle']) > tonumber(ARGV[4]) then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], group, name)
+    end
   end
 end
-return #claimed[2]
+return claimed

@@ -10,13 +10,21 @@
 -- before the fence, since the first run was applied under the lease even if
 -- the lease has moved on since.
 --
--- KEYS: lease key, commit marker, then every key the operations touch (for
---       Redis Cluster routing; the operations name their keys in their
---       arguments)
--- ARGV: lease value, commit id, marker ttl ms, operation count, then per
---       operation: command, argument count, arguments...
+-- A commit made by a handler attempt the partition has moved past (the
+-- worker closed it: acknowledged the message, or started another attempt)
+-- is refused: it was delayed on its connection past its client's timeout,
+-- and applying it now would land it after the effects of later attempts and
+-- messages, under the same lease.
 --
--- Returns {'fenced', holder} or {'ok', reply...}.
+-- KEYS: lease key, commit marker, attempt sequence, then every key the
+--       operations touch (for Redis Cluster routing; the operations name
+--       their keys in their arguments)
+-- ARGV: lease value, commit id, marker ttl ms, attempt (0: unsequenced),
+--       operation count, then per operation: command, argument count,
+--       arguments...
+--
+-- Returns {'fenced', holder}, {'stale', last closed attempt} or
+-- {'ok', reply...}.
 local allowed = {
   SET = true, DEL = true, UNLINK = true, EXPIRE = true, PEXPIRE = true, PERSIST = true,
   INCR = true, INCRBY = true, DECR = true, DECRBY = true, APPEND = true,
@@ -35,10 +43,13 @@ local fenced = fence(KEYS[1], ARGV[1])
 if fenced then
   return fenced
 end
+if attempt_closed(KEYS[3], ARGV[1], ARGV[4]) then
+  return {'stale', closed_attempt(KEYS[3], ARGV[1])}
+end
 -- Validate every operation before applying any, so a bad one applies nothing.
 local ops = {}
-local at = 5
-for _ = 1, tonumber(ARGV[4]) do
+local at = 6
+for _ = 1, tonumber(ARGV[5]) do
   local command, argc = string.upper(ARGV[at]), tonumber(ARGV[at + 1])
   if not allowed[command] then
     return redis.error_reply('ORDO command ' .. command .. ' is not allowed in a fenced commit')

@@ -73,3 +73,40 @@ local function has_unread(stream, group)
   return redis.call('XLEN', stream) > 0
 end
 
+
+-- The attempt sequence of a lease, one string `{closed attempt}:{lease
+-- value}`: the last handler attempt the holder of that lease value closed.
+
+-- The last attempt closed by the holder of `lease_value` (0 when none).
+local function closed_attempt(sequence_key, lease_value)
+  local held = redis.call('GET', sequence_key)
+  if not held then
+    return 0
+  end
+  local closed, value = string.match(held, '^(%d+):(.*)$')
+  if value ~= lease_value then
+    return 0
+  end
+  return tonumber(closed)
+end
+
+-- Whether attempt `attempt` of the holder of `lease_value` is closed
+-- already. Attempt 0 is unsequenced (a fence built outside the consumer)
+-- and never closed.
+local function attempt_closed(sequence_key, lease_value, attempt)
+  attempt = tonumber(attempt)
+  return attempt ~= 0 and closed_attempt(sequence_key, lease_value) >= attempt
+end
+
+-- Closes every attempt up to `attempt` of the holder of `lease_value`: a
+-- command of those attempts that reaches Redis late (delayed on one
+-- connection past its client's timeout) is refused from now on. Kept for
+-- `ttl` ms after the last change (a lease TTL multiple: a command cannot
+-- stay in flight that long).
+local function close_attempt(sequence_key, lease_value, attempt, ttl)
+  attempt = tonumber(attempt)
+  if attempt == 0 or closed_attempt(sequence_key, lease_value) >= attempt then
+    return
+  end
+  redis.call('SET', sequence_key, string.format('%.0f', attempt) .. ':' .. lease_value, 'PX', ttl)
+end

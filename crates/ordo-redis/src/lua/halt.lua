@@ -1,15 +1,24 @@
 -- Halts a partition on a poison message, under the fence: records the head
 -- and why, and lists the partition as halted.
 --
--- KEYS: lease key, halt key, halted set
--- ARGV: lease value, halted-set member, group, category, key, lane, head id,
---       error, attempts, owner
+-- The halt closes the attempt that failed last: the same halt arriving
+-- again (resent by the client after a reconnect, or delayed on its
+-- connection) is refused, so it cannot halt again a partition an operator
+-- resolved meanwhile.
 --
--- Returns {'fenced', holder} or {'ok', halted at (ms)}.
+-- KEYS: lease key, halt key, halted set, attempt sequence
+-- ARGV: lease value, halted-set member, group, category, key, lane, head id,
+--       error, attempts, owner, attempt, sequence ttl ms
+--
+-- Returns {'fenced', holder}, {'stale'} or {'ok', halted at (ms)}.
 local fenced = fence(KEYS[1], ARGV[1])
 if fenced then
   return fenced
 end
+if attempt_closed(KEYS[4], ARGV[1], ARGV[11]) then
+  return {'stale'}
+end
+close_attempt(KEYS[4], ARGV[1], ARGV[11], ARGV[12])
 local at = now_ms()
 redis.call('HSET', KEYS[2],
   'group', ARGV[3], 'category', ARGV[4], 'key', ARGV[5], 'lane', ARGV[6], 'head', ARGV[7],

@@ -1,32 +1,86 @@
 -- Publishes a batch of messages, each atomically with its index entry, so a
 -- publish can never interleave with a reap of the same partition.
 --
--- KEYS, three per publication: stream, partition index, group registry
--- ARGV, three per publication: index member ('' when not partitioned),
---       type name, envelope JSON
+-- KEYS, five per publication: stream, partition index, group registry,
+--       the stream's set of recently published message ids, the category's
+--       joining marker (set while a new group joins its existing lanes)
+-- ARGV: dedup window ms (0: off), dedup cap per stream, then four per
+--       publication: index member ('' when not partitioned), type name,
+--       envelope JSON, message id
 --
--- A stream that does not exist yet gets a consumer group at id 0 for every
--- registered group before the entry is added, so no group can miss an entry
--- that another group acknowledged and trimmed before it first read the
--- stream.
+-- Every registered group exists on the stream before the entry is added: a
+-- new stream gets them all at id 0, and while a group is joining the
+-- category (its joining marker exists) an existing stream that lacks one (a
+-- lane created between the joining group's passes over the lanes) gets it
+-- at id 0, so no group can miss an entry published after it registered,
+-- whatever the lane, even if another group acknowledges and trims it first.
 --
--- Returns {'ok', id...} or, when an XADD failed, {'error', published, message}.
+-- Idempotent within the window: a message id already appended to the
+-- stream in the last `window` ms (at most `cap` ids per stream are kept)
+-- is not appended again, so a publish retried after its reply was lost
+-- (a timeout, a Redis restart) does not duplicate it.
+--
+-- Returns {'ok', id or 'dup'...} or, when an XADD failed,
+-- {'error', published, message}.
+local window, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now = nil
+if window > 0 then
+  now = now_ms()
+end
 local ids = {'ok'}
-for i = 0, #KEYS / 3 - 1 do
-  local stream, index, registry = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local member, type_name, envelope = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
-  if redis.call('EXISTS', stream) == 0 then
-    for _, group in ipairs(redis.call('SMEMBERS', registry)) do
-      redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+local trimmed = {}
+local joining_now = {}
+for i = 0, #KEYS / 5 - 1 do
+  local stream, index, registry, recent, joining =
+    KEYS[5 * i + 1], KEYS[5 * i + 2], KEYS[5 * i + 3], KEYS[5 * i + 4], KEYS[5 * i + 5]
+  local member, type_name, envelope, message_id = ARGV[4 * i + 3], ARGV[4 * i + 4], ARGV[4 * i + 5], ARGV[4 * i + 6]
+  -- Recorded first (one command checks and records); taken back if the
+  -- XADD fails, so a failed publish is never taken for a done one.
+  if window > 0 and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
+    ids[#ids + 1] = 'dup'
+  else
+    if redis.call('EXISTS', stream) == 0 then
+      for _, group in ipairs(redis.call('SMEMBERS', registry)) do
+        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+      end
+    else
+      if joining_now[joining] == nil then
+        joining_now[joining] = redis.call('EXISTS', joining) == 1
+      end
+      if joining_now[joining] then
+        local registered = redis.call('SCARD', registry)
+        local groups = redis.call('XINFO', 'GROUPS', stream)
+        if #groups < registered then
+          local present = {}
+          for _, raw in ipairs(groups) do
+            present[to_map(raw)['name']] = true
+          end
+          for _, group in ipairs(redis.call('SMEMBERS', registry)) do
+            if not present[group] then
+              redis.call('XGROUP', 'CREATE', stream, group, '0')
+            end
+          end
+        end
+      end
     end
+    local id = redis.pcall('XADD', stream, '*', 'type', type_name, 'envelope', envelope)
+    if type(id) == 'table' and id.err then
+      if window > 0 then
+        redis.call('ZREM', recent, message_id)
+      end
+      return {'error', i, id.err}
+    end
+    if member ~= '' then
+      redis.call('SADD', index, member)
+    end
+    if window > 0 and not trimmed[recent] then
+      -- Expired and surplus ids go once per stream and call.
+      trimmed[recent] = true
+      redis.call('ZREMRANGEBYSCORE', recent, '-inf', now - window)
+      redis.call('ZREMRANGEBYRANK', recent, 0, -cap - 1)
+      redis.call('PEXPIRE', recent, window)
+    end
+    ids[#ids + 1] = id
   end
-  local id = redis.pcall('XADD', stream, '*', 'type', type_name, 'envelope', envelope)
-  if type(id) == 'table' and id.err then
-    return {'error', i, id.err}
-  end
-  if member ~= '' then
-    redis.call('SADD', index, member)
-  end
-  ids[#ids + 1] = id
 end
 return ids

@@ -43,11 +43,12 @@ for group in pairs(groups) do
     return {'busy', idle_ms}
   end
 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3], '{' .. KEYS[2] .. '}:published', '{' .. KEYS[3] .. '}:published')
 for group in pairs(groups) do
   local base = '{' .. tag .. '}:'
-  redis.call('DEL', base .. 'lease:' .. group, base .. 'gen:' .. group, base .. 'log:' .. group,
-    base .. 'commit:' .. group)
+  -- The operator action log stays: it is the record of what was decided.
+  redis.call('DEL', base .. 'lease:' .. group, base .. 'gen:' .. group, base .. 'commit:' .. group,
+    base .. 'seq:' .. group, base .. 'attempts:' .. group)
 end
 redis.call('SREM', KEYS[4], ARGV[2])
 return {'reaped'}

@@ -1,7 +1,7 @@
 -- An operator's decision on a halted partition's head.
 --
 -- KEYS: halt key, halted set, log stream, primary lane, backfill lane,
---       dead-letter stream
+--       dead-letter stream, failed-attempt counts
 -- ARGV: halted-set member, group, action, operator note, expected head id
 --       ('' for whatever head is halted)
 --
@@ -46,6 +46,8 @@ if action == 'skip' or action == 'dead_letter' then
 end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', '100', '*', 'action', action, 'head', head,
   'error', halt['error'], 'attempts', halt['attempts'], 'note', ARGV[4])
+-- A retried head gets a fresh retry budget; a removed one needs no count.
+redis.call('HDEL', KEYS[7], head)
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[1])
 return {'ok', head}

@@ -143,6 +143,9 @@ pub enum Outcome {
     /// Succeed after blocking the runtime thread this long (a misbehaving
     /// handler).
     Block(Duration),
+    /// Succeed after blocking this long in `block_in_place` (blocking code
+    /// that an abort cannot interrupt, without starving the runtime).
+    BlockInPlace(Duration),
 }
 
 /// A handler that records what it handles and detects same-key overlaps.
@@ -199,6 +202,9 @@ impl DynHandler for Recorder {
             match outcome {
                 Outcome::Slow(duration) => tokio::time::sleep(duration).await,
                 Outcome::Block(duration) => std::thread::sleep(duration),
+                Outcome::BlockInPlace(duration) => {
+                    tokio::task::block_in_place(|| std::thread::sleep(duration));
+                }
                 Outcome::Succeed | Outcome::Fail => {}
             }
             let mut record = self.record.lock().unwrap();
