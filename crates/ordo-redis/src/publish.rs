@@ -4,11 +4,11 @@
 
 use fred::clients::Pool;
 use fred::types::Value;
-use ordo_core::broker::{Publication, PublishError};
+use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError};
 use ordo_core::key::stream;
 
 use crate::error::Error;
-use crate::keys::group_registry;
+use crate::keys::{group_registry, position};
 use crate::scripts::{Reply, SCRIPTS};
 
 /// Publications per script call: large enough to amortise the round trip,
@@ -35,8 +35,8 @@ pub(crate) async fn publish(client: &Pool, publications: &[Publication]) -> Resu
 
 /// Publishes one chunk; on failure says how many of it were published.
 async fn publish_chunk(client: &Pool, chunk: &[Publication]) -> Result<(), (usize, Error)> {
-    let mut keys = Vec::with_capacity(chunk.len() * 3);
-    let mut args = Vec::with_capacity(chunk.len() * 3);
+    let mut keys = Vec::with_capacity(chunk.len() * 4);
+    let mut args = Vec::with_capacity(chunk.len() * 4);
     for publication in chunk {
         let envelope = &publication.envelope;
         let json = serde_json::to_string(envelope).map_err(|source| {
@@ -54,6 +54,9 @@ async fn publish_chunk(client: &Pool, chunk: &[Publication]) -> Result<(), (usiz
         args.push(Value::from(index_member(publication).unwrap_or_default()));
         args.push(Value::from(envelope.type_name.as_str()));
         args.push(Value::from(json));
+        let (scope, seq) = scoped_position(publication);
+        keys.push(position(scope));
+        args.push(Value::from(seq.map(|seq| seq.to_string()).unwrap_or_default()));
     }
     let script = &SCRIPTS.publish;
     let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;
@@ -69,6 +72,20 @@ async fn publish_chunk(client: &Pool, chunk: &[Publication]) -> Result<(), (usiz
             ))
         }
         _ => Err((0, reply.unexpected("unknown outcome"))),
+    }
+}
+
+/// The position scope and position a publication carries (from the
+/// PostgreSQL outbox's relay), or its stream and `None`. A malformed
+/// position is ignored: the message is published as one without.
+fn scoped_position(publication: &Publication) -> (&str, Option<u64>) {
+    let metadata = &publication.envelope.metadata;
+    match (
+        metadata.get(POSITION_SCOPE_METADATA),
+        metadata.get(POSITION_METADATA).and_then(|p| p.parse::<u64>().ok()),
+    ) {
+        (Some(scope), Some(seq)) if seq > 0 => (scope, Some(seq)),
+        _ => (&publication.stream, None),
     }
 }
 
