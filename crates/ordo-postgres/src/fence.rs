@@ -2,8 +2,8 @@
 //! position and fencing token, recorded in the handler's own transaction.
 
 use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA};
-use ordo_core::handler::{BoxFuture, HandlerContext};
 use ordo_core::error::ProcessStoreError;
+use ordo_core::handler::{BoxFuture, HandlerContext};
 use ordo_core::process::ProcessStore;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, Transaction};
 

@@ -330,18 +330,13 @@ pub trait UnitOfWorkExt {
 }
 
 impl UnitOfWorkExt for UnitOfWork {
-    fn commit_in<'a>(
-        self,
-        tx: &'a mut Transaction<'_, Postgres>,
-    ) -> impl Future<Output = Result<CommitReceipt, CommitError>> + Send + 'a {
-        async move {
-            let rows = self.validated_rows()?;
-            let suffix = self.domain().config().key_rules().backfill_suffix().to_owned();
-            let schema = Schema::new(DEFAULT_SCHEMA).map_err(|e| CommitError::Outbox(storage(e)))?;
-            insert(&schema, &mut *tx, rows, &suffix)
-                .await
-                .map_err(|e| CommitError::Outbox(storage(e)))
-        }
+    async fn commit_in(self, tx: &mut Transaction<'_, Postgres>) -> Result<CommitReceipt, CommitError> {
+        let rows = self.validated_rows()?;
+        let suffix = self.domain().config().key_rules().backfill_suffix().to_owned();
+        let schema = Schema::new(DEFAULT_SCHEMA).map_err(|e| CommitError::Outbox(storage(e)))?;
+        insert(&schema, &mut *tx, rows, &suffix)
+            .await
+            .map_err(|e| CommitError::Outbox(storage(e)))
     }
 
     fn commit_in_outbox<'a>(

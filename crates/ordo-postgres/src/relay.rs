@@ -76,7 +76,11 @@ impl PgRelay {
             .subscriptions()
             .iter()
             .flat_map(|s| s.categories())
-            .filter_map(|c| domain.partition_key_field(c).map(|f| (c.to_owned(), f.to_owned())))
+            .filter_map(|c| {
+                domain
+                    .partition_key_field(c)
+                    .map(|f| (c.to_owned(), f.to_owned()))
+            })
             .collect();
         relay.processor = relay.processor.with_partitioned_categories(partitioned);
         relay

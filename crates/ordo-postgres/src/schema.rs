@@ -75,12 +75,10 @@ impl Schema {
         let s = format!("\"{name}\"");
         let q = |text: &str| -> Arc<str> { text.replace("{s}", &s).into() };
         let sql = Sql {
-            upsert_streams: q(
-                "INSERT INTO {s}.outbox_streams (stream, slot, last_seq) \
+            upsert_streams: q("INSERT INTO {s}.outbox_streams (stream, slot, last_seq) \
                  SELECT * FROM UNNEST($1::text[], $2::int4[], $3::int8[]) \
                  ON CONFLICT (stream) DO UPDATE SET last_seq = {s}.outbox_streams.last_seq + EXCLUDED.last_seq \
-                 RETURNING stream, last_seq",
-            ),
+                 RETURNING stream, last_seq"),
             insert_rows: q(
                 "INSERT INTO {s}.outbox (stream, seq, slot, message_id, category, type_name, partition_key, lane, envelope) \
                  SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int4[], $4::text[], $5::text[], $6::text[], \
@@ -116,13 +114,11 @@ impl Schema {
             release_slots: q(
                 "UPDATE {s}.outbox_slots SET owner = NULL, expires_at = now() WHERE owner = $1 AND slot = ANY($2)",
             ),
-            acquire_slots: q(
-                "UPDATE {s}.outbox_slots SET owner = $1, token = token + 1, \
+            acquire_slots: q("UPDATE {s}.outbox_slots SET owner = $1, token = token + 1, \
                  expires_at = now() + $2 * interval '1 millisecond' \
                  WHERE slot IN (SELECT slot FROM {s}.outbox_slots \
                  WHERE owner IS NULL OR expires_at <= now() ORDER BY random() LIMIT $3 FOR UPDATE SKIP LOCKED) \
-                 RETURNING slot",
-            ),
+                 RETURNING slot"),
             forget_relay: q(
                 "WITH released AS (UPDATE {s}.outbox_slots SET owner = NULL, expires_at = now() WHERE owner = $1) \
                  DELETE FROM {s}.outbox_relays WHERE id = $1 OR expires_at < now() - interval '1 hour'",
@@ -131,14 +127,12 @@ impl Schema {
                 "DELETE FROM {s}.outbox WHERE id IN (SELECT id FROM {s}.outbox WHERE status = 1 \
                  AND published_at < now() - $1 * interval '1 millisecond' LIMIT $2)",
             ),
-            status: q(
-                "SELECT count(*) FILTER (WHERE status = 0), \
+            status: q("SELECT count(*) FILTER (WHERE status = 0), \
                  coalesce(extract(epoch from now() - min(created_at) FILTER (WHERE status = 0)), 0)::float8, \
                  count(*) FILTER (WHERE status = 2), \
                  (SELECT count(*) FROM {s}.outbox_relays WHERE expires_at > now()), \
                  (SELECT count(*) FROM {s}.outbox_slots WHERE owner IS NOT NULL AND expires_at > now()) \
-                 FROM {s}.outbox WHERE status IN (0, 2)",
-            ),
+                 FROM {s}.outbox WHERE status IN (0, 2)"),
             fence_insert: q(
                 "INSERT INTO {s}.applied (consumer, scope, position, fencing_token) VALUES ($1, $2, 0, 0) \
                  ON CONFLICT (consumer, scope) DO NOTHING",
@@ -234,7 +228,14 @@ mod tests {
     fn schema_names_must_be_plain_identifiers() {
         assert!(Schema::new("ordo").is_ok());
         assert!(Schema::new("bank_2").is_ok());
-        for bad in ["", "Ordo", "a-b", "x\"; DROP TABLE t; --", "1abc", &"a".repeat(64)] {
+        for bad in [
+            "",
+            "Ordo",
+            "a-b",
+            "x\"; DROP TABLE t; --",
+            "1abc",
+            &"a".repeat(64),
+        ] {
             let error = Schema::new(bad).expect_err(bad).to_string();
             assert!(error.contains("schema"), "{error}");
         }
@@ -243,8 +244,12 @@ mod tests {
     #[test]
     fn slots_are_stable_and_in_range() {
         assert_eq!(slot_of("order:c-1"), slot_of("order:c-1"));
-        let slots: std::collections::HashSet<i32> = (0..1000).map(|i| slot_of(&format!("order:c-{i}"))).collect();
+        let slots: std::collections::HashSet<i32> =
+            (0..1000).map(|i| slot_of(&format!("order:c-{i}"))).collect();
         assert!(slots.iter().all(|s| (0..SLOTS).contains(s)));
-        assert!(slots.len() > SLOTS as usize / 2, "keys spread over the slots: {slots:?}");
+        assert!(
+            slots.len() > SLOTS as usize / 2,
+            "keys spread over the slots: {slots:?}"
+        );
     }
 }

@@ -194,7 +194,9 @@ async fn scenario() -> anyhow::Result<()> {
             break;
         }
         if started.elapsed() > Duration::from_secs(60) {
-            anyhow::bail!("balances (sum, deposits applied) per account\n  expected {expected:?}\n  actual   {actual:?}");
+            anyhow::bail!(
+                "balances (sum, deposits applied) per account\n  expected {expected:?}\n  actual   {actual:?}"
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -203,7 +205,9 @@ async fn scenario() -> anyhow::Result<()> {
     )))
     .fetch_one(&pool)
     .await?;
-    println!("every balance exact after a kill and a stall; {reruns} handler re-runs were skipped or retried");
+    println!(
+        "every balance exact after a kill and a stall; {reruns} handler re-runs were skipped or retried"
+    );
     for worker in &mut workers[1..] {
         worker.terminate()?;
     }

@@ -51,7 +51,11 @@ async fn a_fenced_transaction_applies_each_position_once_and_refuses_stale_owner
     };
 
     assert_eq!(run(Some(1), 1).await?.unwrap(), Fence::Apply);
-    assert_eq!(run(Some(1), 1).await?.unwrap(), Fence::AlreadyApplied, "a redelivery");
+    assert_eq!(
+        run(Some(1), 1).await?.unwrap(),
+        Fence::AlreadyApplied,
+        "a redelivery"
+    );
     assert_eq!(run(Some(2), 1).await?.unwrap(), Fence::Apply);
     // A new owner (token 2) re-runs the in-flight message, then goes on.
     assert_eq!(run(Some(2), 2).await?.unwrap(), Fence::AlreadyApplied);
@@ -59,7 +63,14 @@ async fn a_fenced_transaction_applies_each_position_once_and_refuses_stale_owner
     // The old owner wakes up with the next message: refused.
     let stale = run(Some(4), 1).await?.expect_err("a stale token is fenced");
     assert!(
-        matches!(stale, Error::Fenced { fencing_token: 1, current: 2, .. }),
+        matches!(
+            stale,
+            Error::Fenced {
+                fencing_token: 1,
+                current: 2,
+                ..
+            }
+        ),
         "{stale:?}"
     );
     // A message that did not come from the outbox cannot be fenced by position.
@@ -88,13 +99,23 @@ async fn the_process_store_refuses_a_stale_owners_save() -> anyhow::Result<()> {
     let store = PgProcessStore::new(pool.clone(), outbox.schema())?;
 
     assert_eq!(store.load("Shipping", "o-1").await?, None);
-    store.save("Shipping", "o-1", "{\"step\":1}".to_owned(), &context(None, 3)?).await?;
-    store.save("Shipping", "o-1", "{\"step\":2}".to_owned(), &context(None, 4)?).await?;
+    store
+        .save("Shipping", "o-1", "{\"step\":1}".to_owned(), &context(None, 3)?)
+        .await?;
+    store
+        .save("Shipping", "o-1", "{\"step\":2}".to_owned(), &context(None, 4)?)
+        .await?;
     let stale = store
         .save("Shipping", "o-1", "{\"step\":9}".to_owned(), &context(None, 3)?)
         .await
         .expect_err("token 3 is older than 4");
-    assert!(matches!(stale, ProcessStoreError::Fenced { fencing_token: 3, .. }), "{stale:?}");
-    assert_eq!(store.load("Shipping", "o-1").await?.as_deref(), Some("{\"step\":2}"));
+    assert!(
+        matches!(stale, ProcessStoreError::Fenced { fencing_token: 3, .. }),
+        "{stale:?}"
+    );
+    assert_eq!(
+        store.load("Shipping", "o-1").await?.as_deref(),
+        Some("{\"step\":2}")
+    );
     Ok(())
 }

@@ -43,9 +43,11 @@ async fn events_exist_if_and_only_if_the_callers_transaction_commits() -> anyhow
     let outbox = common::outbox(&pool, "commit", TTL).await?;
     let domain = domain()?;
     let table = format!("\"{}\".account", outbox.schema());
-    sqlx::query(AssertSqlSafe(format!("CREATE TABLE {table} (id text PRIMARY KEY, balance int8 NOT NULL)")))
-        .execute(&pool)
-        .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "CREATE TABLE {table} (id text PRIMARY KEY, balance int8 NOT NULL)"
+    )))
+    .execute(&pool)
+    .await?;
     sqlx::query(AssertSqlSafe(format!("INSERT INTO {table} VALUES ('a', 0)")))
         .execute(&pool)
         .await?;
@@ -53,7 +55,9 @@ async fn events_exist_if_and_only_if_the_callers_transaction_commits() -> anyhow
 
     // Rolled back: neither the business write nor the events.
     let mut tx = pool.begin().await?;
-    sqlx::query(AssertSqlSafe(update.clone())).execute(&mut *tx).await?;
+    sqlx::query(AssertSqlSafe(update.clone()))
+        .execute(&mut *tx)
+        .await?;
     let mut uow = domain.unit_of_work();
     uow.raise(deposit("a", 101))?;
     uow.raise(deposit("a", 102))?;
@@ -81,7 +85,10 @@ async fn events_exist_if_and_only_if_the_callers_transaction_commits() -> anyhow
         .zip(1..)
         .map(|(id, seq)| ("account:a".to_owned(), seq, id.clone()))
         .collect();
-    assert_eq!(positions, expected, "only the committed rows, at positions 1 and 2");
+    assert_eq!(
+        positions, expected,
+        "only the committed rows, at positions 1 and 2"
+    );
 
     let relay = relay(&outbox, &redis).await?;
     let report = relay.publish_pending().await?;
@@ -89,9 +96,15 @@ async fn events_exist_if_and_only_if_the_callers_transaction_commits() -> anyhow
     let redis_client = redis_pool(&redis.url()).await?;
     assert_eq!(numbers(&redis_client, "account:a").await?, vec![1, 2]);
     let published = common::stream_envelopes(&redis_client, "account:a").await?;
-    assert_eq!(published[1].metadata.get(POSITION_METADATA).map(String::as_str), Some("2"));
     assert_eq!(
-        published[1].metadata.get(POSITION_SCOPE_METADATA).map(String::as_str),
+        published[1].metadata.get(POSITION_METADATA).map(String::as_str),
+        Some("2")
+    );
+    assert_eq!(
+        published[1]
+            .metadata
+            .get(POSITION_SCOPE_METADATA)
+            .map(String::as_str),
         Some("account:a")
     );
     Ok(())
@@ -159,16 +172,21 @@ async fn concurrent_transactions_on_one_key_publish_in_commit_order() -> anyhow:
             anyhow::Ok(())
         })
     };
-    common::eventually(Duration::from_secs(10), "the second transaction to wait on a lock", || {
-        let pool = pool.clone();
-        async move {
-            let waiting: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-                    .fetch_one(&pool)
-                    .await?;
-            Ok(waiting > 0)
-        }
-    })
+    common::eventually(
+        Duration::from_secs(10),
+        "the second transaction to wait on a lock",
+        || {
+            let pool = pool.clone();
+            async move {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                )
+                .fetch_one(&pool)
+                .await?;
+                Ok(waiting > 0)
+            }
+        },
+    )
     .await?;
     // Meanwhile the relay publishes nothing of the key.
     assert_eq!(relay.publish_pending().await?.published, 0);
@@ -214,7 +232,10 @@ async fn concurrent_transactions_on_one_key_publish_in_commit_order() -> anyhow:
             let mine: Vec<u64> = ns.iter().copied().filter(|n| n / 1000 == writer).collect();
             let mut sorted = mine.clone();
             sorted.sort_unstable();
-            assert_eq!(mine, sorted, "{stream}: writer {writer}'s events in its commit order");
+            assert_eq!(
+                mine, sorted,
+                "{stream}: writer {writer}'s events in its commit order"
+            );
         }
         total += ns.len();
     }
@@ -245,18 +266,33 @@ async fn publishing_a_position_again_is_a_no_op() -> anyhow::Result<()> {
     assert_eq!(relay.publish_pending().await?.published, 3);
 
     // The state a relay crash between publish and mark leaves behind.
-    sqlx::query(AssertSqlSafe(format!("UPDATE \"{}\".outbox SET status = 0", outbox.schema())))
-        .execute(&pool)
-        .await?;
-    assert_eq!(relay.publish_pending().await?.published, 3, "marked published again");
-    assert_eq!(numbers(&redis_client, "account:a").await?, vec![1, 2, 3], "nothing duplicated");
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE \"{}\".outbox SET status = 0",
+        outbox.schema()
+    )))
+    .execute(&pool)
+    .await?;
+    assert_eq!(
+        relay.publish_pending().await?.published,
+        3,
+        "marked published again"
+    );
+    assert_eq!(
+        numbers(&redis_client, "account:a").await?,
+        vec![1, 2, 3],
+        "nothing duplicated"
+    );
 
     // A stale relay's old position after a newer one: dropped.
     let broker = RedisBroker::builder(redis.url()).build().await?;
     let mut envelope = Envelope::new(&deposit("a", 99))?;
     envelope.partition_key = Some("a".to_owned());
-    envelope.metadata.insert(POSITION_SCOPE_METADATA.to_owned(), "account:a".to_owned());
-    envelope.metadata.insert(POSITION_METADATA.to_owned(), "2".to_owned());
+    envelope
+        .metadata
+        .insert(POSITION_SCOPE_METADATA.to_owned(), "account:a".to_owned());
+    envelope
+        .metadata
+        .insert(POSITION_METADATA.to_owned(), "2".to_owned());
     let publication = Publication {
         stream: "account:a".to_owned(),
         lane: Lane::Primary,
@@ -303,7 +339,11 @@ async fn invalid_rows_are_abandoned_at_once_and_published_rows_expire() -> anyho
     assert_eq!(numbers(&redis_client, "account:y").await?, vec![2]);
     let abandoned = outbox.get(1).await?.expect("the bad row is kept");
     assert!(
-        abandoned.last_error.as_deref().unwrap_or_default().contains("__x__"),
+        abandoned
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("__x__"),
         "{abandoned:?}"
     );
     let status = OutboxStatusReport::read(&outbox).await?;

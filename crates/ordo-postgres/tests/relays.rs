@@ -96,10 +96,18 @@ async fn check_streams(outbox: &PgOutbox, redis: &Redis, committed: &Committed) 
         let positions: Vec<u64> = common::stream_envelopes(&client, &stream)
             .await?
             .iter()
-            .map(|e| e.metadata.get(POSITION_METADATA).and_then(|p| p.parse().ok()).unwrap_or(0))
+            .map(|e| {
+                e.metadata
+                    .get(POSITION_METADATA)
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0)
+            })
             .collect();
         let expected: Vec<u64> = (1..=count).collect();
-        assert_eq!(positions, expected, "{stream}: each committed row once, in commit order");
+        assert_eq!(
+            positions, expected,
+            "{stream}: each committed row once, in commit order"
+        );
     }
     Ok(())
 }
@@ -111,22 +119,29 @@ async fn three_relays_with_one_killed_and_one_stalled_publish_each_row_once_in_o
     let pool = pg_pool(pg.url(), 8).await?;
     let outbox = common::outbox(&pool, "relays", Duration::from_millis(LEASE_TTL_MS)).await?;
     let domain = domain()?;
-    let mut relays = vec![
+    let mut relays = [
         spawn_relay(&pg, &redis, outbox.schema())?,
         spawn_relay(&pg, &redis, outbox.schema())?,
         spawn_relay(&pg, &redis, outbox.schema())?,
     ];
-    common::eventually(Duration::from_secs(20), "the slots to spread over three relays", || {
-        let outbox = outbox.clone();
-        async move { Ok(live_owners(&outbox).await? == 3) }
-    })
+    common::eventually(
+        Duration::from_secs(20),
+        "the slots to spread over three relays",
+        || {
+            let outbox = outbox.clone();
+            async move { Ok(live_owners(&outbox).await? == 3) }
+        },
+    )
     .await?;
 
     let committed = Committed::default();
     let stop = CancellationToken::new();
     let writers = start_writers(&pool, &outbox, &domain, &committed, &stop);
     let total = || committed.lock().unwrap().values().sum::<u64>();
-    common::eventually(Duration::from_secs(20), "some commits", || async { Ok(total() >= 100) }).await?;
+    common::eventually(Duration::from_secs(20), "some commits", || async {
+        Ok(total() >= 100)
+    })
+    .await?;
 
     relays[0].kill()?;
     relays[1].pause()?;
@@ -170,7 +185,7 @@ async fn a_redis_restart_mid_publish_loses_and_duplicates_nothing() -> anyhow::R
     let pool = pg_pool(pg.url(), 8).await?;
     let outbox = common::outbox(&pool, "restart", Duration::from_millis(LEASE_TTL_MS)).await?;
     let domain = domain()?;
-    let mut relays = vec![
+    let mut relays = [
         spawn_relay(&pg, &redis, outbox.schema())?,
         spawn_relay(&pg, &redis, outbox.schema())?,
     ];
@@ -178,7 +193,10 @@ async fn a_redis_restart_mid_publish_loses_and_duplicates_nothing() -> anyhow::R
     let stop = CancellationToken::new();
     let writers = start_writers(&pool, &outbox, &domain, &committed, &stop);
     let total = || committed.lock().unwrap().values().sum::<u64>();
-    common::eventually(Duration::from_secs(20), "some commits", || async { Ok(total() >= 150) }).await?;
+    common::eventually(Duration::from_secs(20), "some commits", || async {
+        Ok(total() >= 150)
+    })
+    .await?;
     redis.restart()?;
     let before = total();
     common::eventually(Duration::from_secs(20), "commits after the restart", || async {

@@ -82,7 +82,9 @@ fn scoped_position(publication: &Publication) -> (&str, Option<u64>) {
     let metadata = &publication.envelope.metadata;
     match (
         metadata.get(POSITION_SCOPE_METADATA),
-        metadata.get(POSITION_METADATA).and_then(|p| p.parse::<u64>().ok()),
+        metadata
+            .get(POSITION_METADATA)
+            .and_then(|p| p.parse::<u64>().ok()),
     ) {
         (Some(scope), Some(seq)) if seq > 0 => (scope, Some(seq)),
         _ => (&publication.stream, None),

@@ -72,15 +72,26 @@ impl Postgres {
             .map_err(TestkitError::io("create a temporary directory for PostgreSQL"))?;
         let owner = server_user()?;
         if let Some((uid, gid)) = owner {
-            chown(dir.path(), Some(uid), Some(gid))
-                .map_err(TestkitError::io("give the PostgreSQL directory to the postgres user"))?;
+            chown(dir.path(), Some(uid), Some(gid)).map_err(TestkitError::io(
+                "give the PostgreSQL directory to the postgres user",
+            ))?;
         }
         let data = dir.path().join("data");
         let mut initdb = Command::new(bin.join("initdb"));
         initdb
             .arg("-D")
             .arg(&data)
-            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "-N", "--no-instructions"])
+            .args([
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "-N",
+                "--no-instructions",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -111,8 +122,20 @@ impl Postgres {
             .arg("-D")
             .arg(&data)
             .args(["-p", &port.to_string()])
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ])
+            .args([
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ])
             .args(["-c", "max_connections=200", "-c", "shared_buffers=64MB"])
             .stdin(Stdio::null())
             .stdout(log)

@@ -25,11 +25,11 @@ use tokio_util::sync::CancellationToken;
 
 fn env_ms(name: &str) -> anyhow::Result<Option<u64>> {
     match std::env::var(name) {
-        Ok(value) => Ok(Some(
-            value
-                .parse()
-                .with_context(|| format!("{name}={value:?} is not a whole number"))?,
-        )),
+        Ok(value) => {
+            Ok(Some(value.parse().with_context(|| {
+                format!("{name}={value:?} is not a whole number")
+            })?))
+        }
         Err(_) => Ok(None),
     }
 }
@@ -42,7 +42,8 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let database_url = std::env::var("DATABASE_URL").context("DATABASE_URL must be set")?;
     let redis_url = std::env::var("REDIS_URL").context("REDIS_URL must be set")?;
-    let schema = std::env::var("ORDO_OUTBOX_SCHEMA").unwrap_or_else(|_| ordo_postgres::DEFAULT_SCHEMA.to_owned());
+    let schema =
+        std::env::var("ORDO_OUTBOX_SCHEMA").unwrap_or_else(|_| ordo_postgres::DEFAULT_SCHEMA.to_owned());
     let ttl = Duration::from_millis(env_ms("ORDO_RELAY_LEASE_TTL_MS")?.unwrap_or(10_000));
     let poll = env_ms("ORDO_RELAY_POLL_MS")?
         .map(Duration::from_millis)
@@ -57,7 +58,10 @@ async fn main() -> anyhow::Result<()> {
     let outbox = PgOutbox::builder(pool).schema(schema).lease_ttl(ttl).build()?;
     outbox.migrate().await?;
     let config = Config::default();
-    let broker = RedisBroker::builder(&redis_url).config(config.clone()).build().await?;
+    let broker = RedisBroker::builder(&redis_url)
+        .config(config.clone())
+        .build()
+        .await?;
     let relay = PgRelay::new(outbox.clone(), Arc::new(broker), &config)
         .poll_interval(poll)
         .retention(retention);

@@ -132,7 +132,10 @@ where
 
 /// How many rows of `outbox` have `status` (0 pending, 1 published, 2 abandoned).
 pub async fn count_status(outbox: &PgOutbox, status: i16) -> anyhow::Result<i64> {
-    let sql = format!("SELECT count(*) FROM \"{}\".outbox WHERE status = $1", outbox.schema());
+    let sql = format!(
+        "SELECT count(*) FROM \"{}\".outbox WHERE status = $1",
+        outbox.schema()
+    );
     Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
         .bind(status)
         .fetch_one(outbox.pool())
