@@ -178,6 +178,14 @@ impl PgOutbox {
         Ok(())
     }
 
+    /// Leases this relay's fair share of the slots now (registering it as a
+    /// live relay first), releasing any over the share. Relays do this by
+    /// themselves every third of the lease TTL; calling it on several
+    /// relays in turn spreads the slots at once (what a benchmark wants).
+    pub async fn lease_slots(&self) -> Result<()> {
+        self.maintain_leases(true).await
+    }
+
     /// Gives up this relay's slots at once (on shutdown), so others take
     /// them without waiting for the leases to expire.
     pub async fn release_leases(&self) -> Result<()> {
