@@ -63,8 +63,14 @@ impl BalanceProjector {
 }
 
 /// One deposit: the business write and its event in one transaction.
-async fn deposit(pool: &PgPool, domain: &Domain, outbox: &PgOutbox, account: &str, amount: i64, commit: bool)
--> anyhow::Result<()> {
+async fn deposit(
+    pool: &PgPool,
+    domain: &Domain,
+    outbox: &PgOutbox,
+    account: &str,
+    amount: i64,
+    commit: bool,
+) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
     sqlx::query(AssertSqlSafe(format!(
         "UPDATE {SCHEMA}.account SET balance = balance + $1 WHERE id = $2"
@@ -98,8 +104,8 @@ async fn table(pool: &PgPool, name: &str) -> anyhow::Result<Vec<(String, i64)>> 
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let database_url =
-        std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let database_url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
     let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(8)

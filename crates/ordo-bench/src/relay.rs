@@ -82,9 +82,11 @@ pub async fn run(args: &RelayArgs, redis: &BenchRedis) -> Result<Report> {
     engine::delete_matching(&admin, &BENCH_KEYS).await?;
     let result = measure(args, redis, &pool, &schema).await;
     engine::delete_matching(&admin, &BENCH_KEYS).await?;
-    sqlx::query(AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")))
-        .execute(&pool)
-        .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await?;
     result
 }
 
@@ -161,7 +163,9 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
             relay.outbox().release_leases().await?;
         }
     }
-    report.count("relay_backlog", args.backlog).count("relay_batch", args.batch as u64);
+    report
+        .count("relay_backlog", args.backlog)
+        .count("relay_batch", args.batch as u64);
 
     // 3. Commit to handler start through a NOTIFY-woken relay.
     let running = engine.start();
@@ -195,20 +199,32 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
                 let mut tx = pool.begin().await?;
                 let mut uow = domain.unit_of_work();
                 uow.raise(BenchEvent::nth(next + tick.seq, keys))?;
-                uow.with_metadata(COMMITTED_AT_US, engine::unix_micros(SystemTime::now()).to_string());
+                uow.with_metadata(
+                    COMMITTED_AT_US,
+                    engine::unix_micros(SystemTime::now()).to_string(),
+                );
                 uow.commit_in_outbox(&outbox, &mut tx).await?;
                 tx.commit().await?;
                 Ok(())
             }
         })
         .await?;
-    let handled = tally.wait_for(earlier + outcome.sent, Duration::from_secs(60)).await;
+    let handled = tally
+        .wait_for(earlier + outcome.sent, Duration::from_secs(60))
+        .await;
     stop.cancel();
     relay_task.await??;
-    running.shutdown().await.context("the engine did not shut down cleanly")?;
+    running
+        .shutdown()
+        .await
+        .context("the engine did not shut down cleanly")?;
     engine.close().await?;
     handled?;
-    ensure!(tally.out_of_order() == 0, "{} events out of order", tally.out_of_order());
+    ensure!(
+        tally.out_of_order() == 0,
+        "{} events out of order",
+        tally.out_of_order()
+    );
     let mut latencies = tally.take_latencies();
     if let Some(summary) = latencies.summary() {
         summary.add_to(&mut report, "relay_latency");
@@ -224,13 +240,22 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
 /// A relay on `outbox` publishing to the run's Redis with its own connections.
 async fn relay(outbox: &PgOutbox, redis: &BenchRedis, args: &RelayArgs) -> Result<PgRelay> {
     let config = Config::default();
-    let broker = RedisBroker::builder(redis.url()).config(config.clone()).build().await?;
+    let broker = RedisBroker::builder(redis.url())
+        .config(config.clone())
+        .build()
+        .await?;
     Ok(PgRelay::new(outbox.clone(), Arc::new(broker), &config).batch_size(args.batch))
 }
 
 /// Commits `rows` events, 500 per transaction, numbered after what the
 /// outbox already holds so every key's numbers stay consecutive.
-async fn fill(pool: &PgPool, outbox: &PgOutbox, domain: &ordo_core::Domain, rows: u64, keys: usize) -> Result<()> {
+async fn fill(
+    pool: &PgPool,
+    outbox: &PgOutbox,
+    domain: &ordo_core::Domain,
+    rows: u64,
+    keys: usize,
+) -> Result<()> {
     let start: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT coalesce(sum(last_seq), 0)::int8 FROM \"{}\".outbox_streams",
         outbox.schema()
