@@ -73,7 +73,7 @@ pub async fn run(args: &RelayArgs, redis: &BenchRedis) -> Result<Report> {
         }
     };
     let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(u32::try_from(args.writers + 8).unwrap_or(32))
+        .max_connections(u32::try_from(args.writers.max(32) + 8).unwrap_or(40))
         .connect(&url)
         .await
         .with_context(|| format!("could not connect to {url}"))?;
@@ -110,19 +110,26 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
     let domain = engine.domain.clone();
     let mut report = Report::new();
 
-    // 1. Commits by concurrent writers.
+    // 1. Commits by concurrent writers. Writer `w` commits the events of
+    // the keys `k` with `k % writers == w`, the same number per key, so each
+    // key's numbers follow its commit order (what the tally checks later).
+    ensure!(args.writers <= keys, "--writers must not exceed --keys");
+    let per_key = (args.commits / keys as u64).max(1);
     let started = Instant::now();
-    let per_writer = args.commits.div_ceil(args.writers as u64);
     let mut writers = Vec::new();
-    for writer in 0..args.writers as u64 {
+    for writer in 0..args.writers {
         let (pool, outbox, domain) = (pool.clone(), writer_outbox.clone(), domain.clone());
+        let writers_count = args.writers;
         writers.push(tokio::spawn(async move {
-            for i in 0..per_writer {
-                let mut tx = pool.begin().await?;
-                let mut uow = domain.unit_of_work();
-                uow.raise(BenchEvent::nth(writer * per_writer + i, keys))?;
-                uow.commit_in_outbox(&outbox, &mut tx).await?;
-                tx.commit().await?;
+            let mine: Vec<usize> = (writer..keys).step_by(writers_count).collect();
+            for n in 0..per_key {
+                for &key in &mine {
+                    let mut tx = pool.begin().await?;
+                    let mut uow = domain.unit_of_work();
+                    uow.raise(BenchEvent::nth(n * keys as u64 + key as u64, keys))?;
+                    uow.commit_in_outbox(&outbox, &mut tx).await?;
+                    tx.commit().await?;
+                }
             }
             anyhow::Ok(())
         }));
@@ -130,16 +137,24 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
     for writer in writers {
         writer.await??;
     }
-    let committed = per_writer * args.writers as u64;
+    let committed = per_key * keys as u64;
     report
         .per_second("outbox_commits_per_s", rate(committed, started.elapsed()))
         .count("outbox_writers", args.writers as u64);
     // Publish that phase's rows so each relay phase starts from its own backlog.
-    drain(&[Arc::new(relay(&writer_outbox, redis, args).await?)]).await?;
+    let first = Arc::new(relay(&writer_outbox, redis, args).await?);
+    drain(std::slice::from_ref(&first)).await?;
+    first.outbox().release_leases().await?;
 
-    // 2. A backlog published by one relay, then by three.
+    // 2. A backlog published by one relay, then by three (whole rounds of keys).
+    let backlog = args.backlog.div_ceil(keys as u64) * keys as u64;
     for relays in [1usize, 3] {
-        fill(pool, &writer_outbox, &domain, args.backlog, keys).await?;
+        fill(pool, &writer_outbox, &domain, backlog, keys).await?;
+        // Planner statistics as a long-running outbox has them (autovacuum
+        // would gather them within a minute of the bulk insert).
+        sqlx::query(AssertSqlSafe(format!("ANALYZE \"{schema}\".outbox")))
+            .execute(pool)
+            .await?;
         let mut group = Vec::new();
         for _ in 0..relays {
             group.push(Arc::new(relay(&outbox(pool, schema)?, redis, args).await?));
@@ -154,9 +169,8 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
         let published = drain(&group).await?;
         let elapsed = started.elapsed();
         ensure!(
-            published >= args.backlog,
-            "{relays} relay(s) published {published} of a {} row backlog",
-            args.backlog
+            published >= backlog,
+            "{relays} relay(s) published {published} of a {backlog} row backlog"
         );
         report.per_second(format!("relay_msgs_per_s_{relays}"), rate(published, elapsed));
         for relay in &group {
@@ -164,7 +178,7 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
         }
     }
     report
-        .count("relay_backlog", args.backlog)
+        .count("relay_backlog", backlog)
         .count("relay_batch", args.batch as u64);
 
     // 3. Commit to handler start through a NOTIFY-woken relay.
@@ -179,7 +193,7 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
     };
     // The previous phases' events were published before the engine ran: it
     // handles them first; wait for that, then measure.
-    let earlier = committed + 2 * args.backlog;
+    let earlier = committed + 2 * backlog;
     tally
         .wait_for(earlier, Duration::from_secs(300))
         .await
@@ -191,24 +205,40 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
         max_events: u64::MAX,
         max_duration: Duration::from_secs_f64(args.duration_s),
     };
-    let next = earlier;
-    let outcome = load
-        .run(|tick| {
-            let (pool, outbox, domain) = (pool.clone(), writer_outbox.clone(), domain.clone());
-            async move {
+    // One committing task per key, fed in schedule order: commits of one key
+    // stay in order, commits of different keys overlap as they would in an
+    // application (one transaction takes a few round trips).
+    let mut senders = Vec::with_capacity(keys);
+    let mut committers = tokio::task::JoinSet::new();
+    for _ in 0..keys {
+        let (send, mut receive) = tokio::sync::mpsc::unbounded_channel::<BenchEvent>();
+        senders.push(send);
+        let (pool, outbox, domain) = (pool.clone(), writer_outbox.clone(), domain.clone());
+        committers.spawn(async move {
+            while let Some(event) = receive.recv().await {
                 let mut tx = pool.begin().await?;
                 let mut uow = domain.unit_of_work();
-                uow.raise(BenchEvent::nth(next + tick.seq, keys))?;
-                uow.with_metadata(
-                    COMMITTED_AT_US,
-                    engine::unix_micros(SystemTime::now()).to_string(),
-                );
+                uow.raise(event)?;
+                uow.with_metadata(COMMITTED_AT_US, engine::unix_micros(SystemTime::now()).to_string());
                 uow.commit_in_outbox(&outbox, &mut tx).await?;
                 tx.commit().await?;
-                Ok(())
             }
+            anyhow::Ok(())
+        });
+    }
+    let outcome = load
+        .run(|tick| {
+            let index = earlier + tick.seq;
+            let sent = senders[(index % keys as u64) as usize]
+                .send(BenchEvent::nth(index, keys))
+                .map_err(|_| anyhow::anyhow!("a committing task stopped"));
+            async move { sent }
         })
         .await?;
+    drop(senders);
+    while let Some(result) = committers.join_next().await {
+        result??;
+    }
     let handled = tally
         .wait_for(earlier + outcome.sent, Duration::from_secs(60))
         .await;

@@ -87,8 +87,8 @@ impl Schema {
             ),
             pending: q(&format!(
                 "SELECT {ROW_COLUMNS} FROM {{s}}.outbox \
-                 WHERE status = 0 AND slot IN \
-                 (SELECT slot FROM {{s}}.outbox_slots WHERE owner = $1 AND expires_at > now()) \
+                 WHERE status = 0 AND slot = ANY(ARRAY(\
+                 SELECT slot FROM {{s}}.outbox_slots WHERE owner = $1 AND expires_at > now())) \
                  ORDER BY id LIMIT $2"
             )),
             mark_published: q(
