@@ -219,7 +219,10 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
                 let mut tx = pool.begin().await?;
                 let mut uow = domain.unit_of_work();
                 uow.raise(event)?;
-                uow.with_metadata(COMMITTED_AT_US, engine::unix_micros(SystemTime::now()).to_string());
+                uow.with_metadata(
+                    COMMITTED_AT_US,
+                    engine::unix_micros(SystemTime::now()).to_string(),
+                );
                 uow.commit_in_outbox(&outbox, &mut tx).await?;
                 tx.commit().await?;
             }
