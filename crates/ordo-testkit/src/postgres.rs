@@ -296,8 +296,21 @@ fn server_user() -> Result<Option<(u32, u32)>> {
 
 /// The directory holding `initdb` and `postgres`.
 fn find_bin_dir() -> Result<PathBuf> {
+    locate(
+        std::env::var_os("ORDO_PG_BIN"),
+        std::env::var_os("PATH"),
+        Path::new("/usr/lib/postgresql"),
+    )
+}
+
+/// [`find_bin_dir`] with its environment passed in, so tests need not change the process's.
+fn locate(
+    pg_bin: Option<std::ffi::OsString>,
+    path: Option<std::ffi::OsString>,
+    usual: &Path,
+) -> Result<PathBuf> {
     let has_both = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
-    if let Some(dir) = std::env::var_os("ORDO_PG_BIN") {
+    if let Some(dir) = pg_bin {
         let dir = PathBuf::from(dir);
         return if has_both(&dir) {
             Ok(dir)
@@ -308,14 +321,14 @@ fn find_bin_dir() -> Result<PathBuf> {
             })
         };
     }
-    if let Some(path) = std::env::var_os("PATH") {
+    if let Some(path) = path {
         for dir in std::env::split_paths(&path) {
             if has_both(&dir) {
                 return Ok(dir);
             }
         }
     }
-    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir(usual)
         .into_iter()
         .flatten()
         .flatten()
@@ -346,4 +359,33 @@ fn read_lossy(path: &Path) -> String {
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_postgres_binaries_are_an_error_that_says_how_to_get_them() {
+        let empty = tempfile::tempdir().unwrap();
+        let error = locate(None, Some(empty.path().into()), empty.path()).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("apt-get install postgresql"), "{text}");
+        assert!(text.contains("DATABASE_URL"), "{text}");
+        let error = locate(Some(empty.path().into()), None, empty.path()).unwrap_err();
+        assert!(error.to_string().contains("ORDO_PG_BIN="), "{error}");
+    }
+
+    #[test]
+    fn the_newest_usual_install_is_found() {
+        let usual = tempfile::tempdir().unwrap();
+        for version in ["9", "15", "13"] {
+            let bin = usual.path().join(version).join("bin");
+            fs::create_dir_all(&bin).unwrap();
+            fs::write(bin.join("initdb"), "").unwrap();
+            fs::write(bin.join("postgres"), "").unwrap();
+        }
+        let found = locate(None, None, usual.path()).unwrap();
+        assert_eq!(found, usual.path().join("15").join("bin"));
+    }
 }
