@@ -19,7 +19,8 @@
 //! [`handler_latency`] (`latency`: commit to handler start at a fixed load),
 //! [`idle`] (commands sent while owning idle partitions), [`failover`]
 //! (SIGKILL of an owner to the next owner's first message), [`chaos`] (the
-//! guarantee checked under injected faults), and the hidden [`worker`] (one
+//! guarantee checked under injected faults), [`relay`] (the PostgreSQL
+//! outbox: commits, relays publishing, commit to handler), and the hidden [`worker`] (one
 //! engine instance in a child process).
 //!
 //! Errors are `anyhow` throughout: this library is the inside of one program
@@ -35,6 +36,7 @@ pub mod latency;
 pub mod load;
 pub mod monitor;
 pub mod redis;
+pub mod relay;
 pub mod report;
 pub mod stats;
 pub mod throughput;

@@ -20,6 +20,7 @@ use ordo_bench::failover::{self, FailoverArgs};
 use ordo_bench::handler_latency::{self, LatencyArgs};
 use ordo_bench::idle::{self, IdleArgs};
 use ordo_bench::redis::RedisArgs;
+use ordo_bench::relay::{self, RelayArgs};
 use ordo_bench::throughput::{self, ThroughputArgs};
 use ordo_bench::worker::{self, WorkerArgs};
 
@@ -58,6 +59,11 @@ enum Bench {
     /// then the guarantee verified: `overlaps`, `order_violations`, `lost`
     /// (non-zero fails the run), `duplicates`, `max_failover_ms`, `seed`.
     Chaos(ChaosArgs),
+    /// The PostgreSQL outbox: commits per second by concurrent writers
+    /// (`outbox_commits_per_s`), a backlog published by 1 and 3 relays
+    /// (`relay_msgs_per_s_1`, `relay_msgs_per_s_3`), and commit to handler
+    /// start through a NOTIFY-woken relay (`relay_latency_p50_ms`, `_p99_ms`).
+    Relay(RelayArgs),
     /// One engine instance in its own process, until SIGTERM (spawned by
     /// the benchmarks that kill instances; prints the harness's lines).
     #[command(hide = true)]
@@ -116,6 +122,7 @@ async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
         Bench::Idle(args) => idle::run(&args, &redis.start().await?).await,
         Bench::Failover(args) => failover::run(&args, &redis.start().await?).await,
         Bench::Chaos(args) => chaos::run(&args, redis).await,
+        Bench::Relay(args) => relay::run(&args, &redis.start().await?).await,
         Bench::Worker(args) => {
             let url = redis
                 .redis_url

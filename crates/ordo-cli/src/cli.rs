@@ -79,6 +79,14 @@ pub(crate) struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Also show the PostgreSQL outbox in this database (pending rows, the
+    /// oldest pending row's age, abandoned rows, live relays); abandoned
+    /// rows are a warning.
+    #[arg(long, value_name = "URL")]
+    pub(crate) database_url: Option<String>,
+    /// The PostgreSQL outbox's schema (with `--database-url`).
+    #[arg(long, value_name = "SCHEMA", default_value = "ordo")]
+    pub(crate) outbox_schema: String,
 }
 
 #[derive(Debug, Args)]

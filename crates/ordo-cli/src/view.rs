@@ -17,6 +17,20 @@ pub(crate) struct Snapshot {
     /// Every halted partition of the categories shown.
     pub(crate) halted: Vec<HaltView>,
     pub(crate) warnings: Vec<String>,
+    /// The PostgreSQL outbox, when `--database-url` is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) outbox: Option<OutboxView>,
+}
+
+/// The PostgreSQL outbox.
+#[derive(Debug, Serialize)]
+pub(crate) struct OutboxView {
+    pub(crate) schema: String,
+    pub(crate) pending: u64,
+    pub(crate) oldest_pending_age_ms: u64,
+    pub(crate) abandoned: u64,
+    pub(crate) live_relays: u64,
+    pub(crate) leased_slots: u64,
 }
 
 /// One category.

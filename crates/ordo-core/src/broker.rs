@@ -57,6 +57,22 @@ pub struct Publication {
     pub envelope: Envelope,
 }
 
+/// Metadata entry naming a publication's *position scope*: an ordered
+/// source (the PostgreSQL outbox) numbers the messages of each scope (one
+/// partition lane) 1, 2, 3... without gaps in commit order.
+///
+/// A broker that supports it publishes a message carrying a scope and a
+/// [`POSITION_METADATA`] only when its position is above the last one it
+/// published for that scope, atomically with the publish; otherwise it
+/// drops it as already published. That makes re-publishing after a relay
+/// crash (published, not yet marked) a no-op, and lets a stale relay run
+/// into a newer one without reordering or duplicating a key's messages.
+pub const POSITION_SCOPE_METADATA: &str = "ordo.position.scope";
+
+/// Metadata entry with a publication's position in its scope (see
+/// [`POSITION_SCOPE_METADATA`]), a decimal integer from 1.
+pub const POSITION_METADATA: &str = "ordo.position";
+
 /// A publish that stopped part-way.
 #[derive(Debug, thiserror::Error)]
 #[error("broker publish failed after {published} of the batch's publications")]

@@ -150,6 +150,20 @@ impl UnitOfWork {
         Ok(CommitReceipt { row_ids, message_ids })
     }
 
+    /// Validates every key, exactly as [`UnitOfWork::commit`] does, and
+    /// returns the rows it would append, without appending them: for an
+    /// outbox that writes them in the caller's own database transaction
+    /// (`ordo_postgres::UnitOfWorkExt::commit_in`). On error nothing was
+    /// written anywhere.
+    pub fn validated_rows(&self) -> Result<Vec<NewOutboxRow>, CommitError> {
+        self.rows()
+    }
+
+    /// The domain this unit of work belongs to.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
     /// The outbox rows, each with its validated partition key and metadata.
     fn rows(&self) -> Result<Vec<NewOutboxRow>, CommitError> {
         let rules = self.domain.config().key_rules();

@@ -43,6 +43,14 @@ pub(crate) fn group_registry(category: &str) -> String {
     format!("{category}:__groups__")
 }
 
+/// The last position published for a position scope (see
+/// `ordo_core::broker::POSITION_SCOPE_METADATA`), hash-tagged with the scope
+/// (the publication's partition stream). Kept when the partition is reaped,
+/// so a stalled relay can never publish an old position again.
+pub(crate) fn position(scope: &str) -> String {
+    format!("{{{scope}}}:position")
+}
+
 /// The streams and bookkeeping keys of one partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PartitionKeys {

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::types::Value;
-use ordo_core::broker::{Publication, PublishError};
+use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError};
 use ordo_core::key::stream;
 
 use crate::error::Error;
-use crate::keys::{group_registry, joining, recently_published};
+use crate::keys::{group_registry, joining, position, recently_published};
 use crate::scripts::{Reply, SCRIPTS};
 
 /// Publications per script call: large enough to amortise the round trip,
@@ -50,8 +50,8 @@ pub(crate) async fn publish(
 
 /// Publishes one chunk; on failure says how many of it were published.
 async fn publish_chunk(client: &Pool, dedup: Dedup, chunk: &[Publication]) -> Result<(), (usize, Error)> {
-    let mut keys = Vec::with_capacity(chunk.len() * 5);
-    let mut args = Vec::with_capacity(chunk.len() * 4 + 2);
+    let mut keys = Vec::with_capacity(chunk.len() * 6);
+    let mut args = Vec::with_capacity(chunk.len() * 5 + 2);
     args.push(crate::lease::millis(dedup.window));
     if dedup.window.is_zero() {
         args[0] = Value::from(0);
@@ -77,6 +77,9 @@ async fn publish_chunk(client: &Pool, dedup: Dedup, chunk: &[Publication]) -> Re
         args.push(Value::from(envelope.type_name.as_str()));
         args.push(Value::from(json));
         args.push(Value::from(envelope.id.as_str()));
+        let (scope, seq) = scoped_position(publication);
+        keys.push(position(scope));
+        args.push(Value::from(seq.map(|seq| seq.to_string()).unwrap_or_default()));
     }
     let script = &SCRIPTS.publish;
     let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;
@@ -92,6 +95,22 @@ async fn publish_chunk(client: &Pool, dedup: Dedup, chunk: &[Publication]) -> Re
             ))
         }
         _ => Err((0, reply.unexpected("unknown outcome"))),
+    }
+}
+
+/// The position scope and position a publication carries (from the
+/// PostgreSQL outbox's relay), or its stream and `None`. A malformed
+/// position is ignored: the message is published as one without.
+fn scoped_position(publication: &Publication) -> (&str, Option<u64>) {
+    let metadata = &publication.envelope.metadata;
+    match (
+        metadata.get(POSITION_SCOPE_METADATA),
+        metadata
+            .get(POSITION_METADATA)
+            .and_then(|p| p.parse::<u64>().ok()),
+    ) {
+        (Some(scope), Some(seq)) if seq > 0 => (scope, Some(seq)),
+        _ => (&publication.stream, None),
     }
 }
 

@@ -157,6 +157,79 @@ pub enum TestkitError {
         waited: Duration,
     },
 
+    /// No PostgreSQL binaries (`initdb`, `postgres`) could be found.
+    #[error("no PostgreSQL server binaries found ({looked_for}); {hint}")]
+    PostgresNotFound {
+        /// Where the testkit looked.
+        looked_for: String,
+        /// How to get PostgreSQL.
+        hint: &'static str,
+    },
+
+    /// A PostgreSQL binary exists but could not be run.
+    #[error("could not run {}; {hint}", program.display())]
+    SpawnPostgres {
+        /// The executable that was run.
+        program: PathBuf,
+        /// How to get PostgreSQL.
+        hint: &'static str,
+        /// Why it could not be run.
+        #[source]
+        source: io::Error,
+    },
+
+    /// `initdb` failed.
+    #[error("initdb failed ({status}); it printed:\n{output}")]
+    Initdb {
+        /// How it exited.
+        status: ExitStatus,
+        /// Its standard output and error.
+        output: String,
+    },
+
+    /// Running as root, but there is no `postgres` user to run the server as.
+    #[error(
+        "PostgreSQL refuses to run as root and there is no `postgres` user to run it as; \
+         create one (`useradd postgres`, or install the `postgresql` package), or run the tests as another user"
+    )]
+    NoPostgresUser,
+
+    /// `postgres` exited before it accepted connections.
+    #[error("postgres on port {port} exited ({status}) before it was ready; its log ends with:\n{log_tail}")]
+    PostgresExited {
+        /// The port it was asked to listen on.
+        port: u16,
+        /// How it exited.
+        status: ExitStatus,
+        /// The last lines of its log.
+        log_tail: String,
+    },
+
+    /// `postgres` did not become ready in time; it was shut down.
+    #[error("postgres on port {port} was not ready after {waited:?}; its log ends with:\n{log_tail}")]
+    PostgresNotReady {
+        /// The port it was asked to listen on.
+        port: u16,
+        /// How long the testkit waited.
+        waited: Duration,
+        /// The last lines of its log.
+        log_tail: String,
+    },
+
+    /// The operation needs a PostgreSQL the testkit controls, but this one comes from `DATABASE_URL`.
+    #[error("cannot {action} an external PostgreSQL (DATABASE_URL is set); use Postgres::start_local()")]
+    ExternalPostgres {
+        /// The refused operation, e.g. "pause".
+        action: &'static str,
+    },
+
+    /// The operation needs a running PostgreSQL, but it is stopped.
+    #[error("cannot {action} PostgreSQL: it is not running")]
+    PostgresNotRunning {
+        /// The refused operation.
+        action: &'static str,
+    },
+
     /// A file or process operation failed.
     #[error("could not {what}")]
     Io {

@@ -8,6 +8,8 @@
 //!   restart it. When no Redis can be had, the error says how to get one.
 //! - [`Process`] runs a child process (an engine instance), collects its output
 //!   lines and sends it SIGKILL, SIGSTOP, SIGCONT or SIGTERM.
+//! - [`Postgres`] starts a private PostgreSQL (`initdb` + `postgres` on a
+//!   free port in a temporary directory), or uses `DATABASE_URL`.
 //! - [`wait_until`] polls a condition with a deadline, which is what a test
 //!   does instead of sleeping.
 //!
@@ -25,6 +27,7 @@
 mod container;
 mod error;
 mod local;
+mod postgres;
 mod process;
 mod redis;
 mod resp;
@@ -32,6 +35,7 @@ mod signal;
 mod wait;
 
 pub use error::{Result, TestkitError};
+pub use postgres::Postgres;
 pub use process::Process;
 pub use redis::{Redis, RedisBuilder};
 pub use wait::wait_until;

@@ -7,7 +7,7 @@ use crate::context::Context;
 use crate::exit::{Failure, Verdict};
 use crate::format;
 use crate::table::{Align, Table};
-use crate::view::{CategoryView, GroupView, HaltView, InstanceView, Snapshot, pretty};
+use crate::view::{CategoryView, GroupView, HaltView, InstanceView, OutboxView, Snapshot, pretty};
 
 /// Errors are cut to this many characters in tables (`inspect` shows them whole).
 const ERROR_WIDTH: usize = 60;
@@ -17,11 +17,32 @@ pub(crate) async fn run(ctx: &Context, args: &StatusArgs) -> Result<Verdict, Fai
         ctx.ensure_category(category).await?;
     }
     let threshold = args.warn_partitions.unwrap_or(ctx.settings.warn_partitions);
-    let snapshot = snapshot(ctx, &args.categories, threshold).await?;
+    let mut snapshot = snapshot(ctx, &args.categories, threshold).await?;
+    if let Some(url) = &args.database_url {
+        let outbox = outbox_view(url, &args.outbox_schema).await?;
+        if outbox.abandoned > 0 {
+            snapshot.warnings.push(format!(
+                "the PostgreSQL outbox ({}) has {} abandoned rows (invalid keys); inspect them in {}.outbox where status = 2",
+                outbox.schema, outbox.abandoned, outbox.schema
+            ));
+        }
+        snapshot.outbox = Some(outbox);
+    }
     if args.json {
         print!("{}", pretty(&snapshot)?);
     } else {
         print!("{}", render(&snapshot, &ctx.settings.redis_url));
+        if let Some(outbox) = &snapshot.outbox {
+            println!(
+                "\nPostgreSQL outbox `{}`: {} pending (oldest {}), {} abandoned; {} live relays leasing {} of 64 slots",
+                outbox.schema,
+                outbox.pending,
+                format::duration(std::time::Duration::from_millis(outbox.oldest_pending_age_ms)),
+                outbox.abandoned,
+                outbox.live_relays,
+                outbox.leased_slots
+            );
+        }
     }
     Ok(if !args.check {
         Verdict::Ok
@@ -31,6 +52,34 @@ pub(crate) async fn run(ctx: &Context, args: &StatusArgs) -> Result<Verdict, Fai
         Verdict::Warning
     } else {
         Verdict::Ok
+    })
+}
+
+/// The PostgreSQL outbox in `schema` of the database at `url`.
+async fn outbox_view(url: &str, schema: &str) -> Result<OutboxView, Failure> {
+    use anyhow::Context as _;
+    let pool = ordo_postgres::sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .with_context(|| format!("cannot connect to the PostgreSQL outbox database at {url}"))?;
+    let outbox = ordo_postgres::PgOutbox::builder(pool.clone())
+        .schema(schema)
+        .build()
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let status = ordo_postgres::OutboxStatusReport::read(&outbox)
+        .await
+        .with_context(|| {
+            format!("cannot read the PostgreSQL outbox in schema `{schema}` (is it migrated?)")
+        })?;
+    pool.close().await;
+    Ok(OutboxView {
+        schema: schema.to_owned(),
+        pending: status.pending,
+        oldest_pending_age_ms: u64::try_from(status.oldest_pending_age.as_millis()).unwrap_or(u64::MAX),
+        abandoned: status.abandoned,
+        live_relays: status.live_relays,
+        leased_slots: status.leased_slots,
     })
 }
 
@@ -64,6 +113,7 @@ pub(crate) async fn snapshot(ctx: &Context, only: &[String], threshold: u64) -> 
         categories: views,
         halted,
         warnings,
+        outbox: None,
     })
 }
 

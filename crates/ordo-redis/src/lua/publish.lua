@@ -1,12 +1,13 @@
 -- Publishes a batch of messages, each atomically with its index entry, so a
 -- publish can never interleave with a reap of the same partition.
 --
--- KEYS, five per publication: stream, partition index, group registry,
+-- KEYS, six per publication: stream, partition index, group registry,
 --       the stream's set of recently published message ids, the category's
---       joining marker (set while a new group joins its existing lanes)
--- ARGV: dedup window ms (0: off), dedup cap per stream, then four per
+--       joining marker (set while a new group joins its existing lanes),
+--       position key of the publication's position scope
+-- ARGV: dedup window ms (0: off), dedup cap per stream, then five per
 --       publication: index member ('' when not partitioned), type name,
---       envelope JSON, message id
+--       envelope JSON, message id, position ('' when it has none)
 --
 -- Every registered group exists on the stream before the entry is added: a
 -- new stream gets them all at id 0, and while a group is joining the
@@ -15,10 +16,15 @@
 -- at id 0, so no group can miss an entry published after it registered,
 -- whatever the lane, even if another group acknowledges and trims it first.
 --
--- Idempotent within the window: a message id already appended to the
--- stream in the last `window` ms (at most `cap` ids per stream are kept)
--- is not appended again, so a publish retried after its reply was lost
--- (a timeout, a Redis restart) does not duplicate it.
+-- Idempotent twice over:
+-- * a publication with a position (from the PostgreSQL outbox's relay) is
+--   added only when its position is above the scope's last published one,
+--   which is then raised to it: re-publishing is a no-op, and positions of a
+--   scope only go up (see ordo_core::broker::POSITION_SCOPE_METADATA);
+-- * within the window, a message id already appended to the stream in the
+--   last `window` ms (at most `cap` ids per stream are kept) is not appended
+--   again, so a publish retried after its reply was lost (a timeout, a Redis
+--   restart) does not duplicate it.
 --
 -- Returns {'ok', id or 'dup'...} or, when an XADD failed,
 -- {'error', published, message}.
@@ -30,13 +36,17 @@ end
 local ids = {'ok'}
 local trimmed = {}
 local joining_now = {}
-for i = 0, #KEYS / 5 - 1 do
-  local stream, index, registry, recent, joining =
-    KEYS[5 * i + 1], KEYS[5 * i + 2], KEYS[5 * i + 3], KEYS[5 * i + 4], KEYS[5 * i + 5]
-  local member, type_name, envelope, message_id = ARGV[4 * i + 3], ARGV[4 * i + 4], ARGV[4 * i + 5], ARGV[4 * i + 6]
+for i = 0, #KEYS / 6 - 1 do
+  local stream, index, registry, recent, joining, position_key =
+    KEYS[6 * i + 1], KEYS[6 * i + 2], KEYS[6 * i + 3], KEYS[6 * i + 4], KEYS[6 * i + 5], KEYS[6 * i + 6]
+  local member, type_name, envelope, message_id, position =
+    ARGV[5 * i + 3], ARGV[5 * i + 4], ARGV[5 * i + 5], ARGV[5 * i + 6], ARGV[5 * i + 7]
+  if position ~= '' and tonumber(redis.call('GET', position_key) or '0') >= tonumber(position) then
+    -- Already published (by this relay before a crash, or by another one).
+    ids[#ids + 1] = 'dup'
   -- Recorded first (one command checks and records); taken back if the
   -- XADD fails, so a failed publish is never taken for a done one.
-  if window > 0 and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
+  elseif window > 0 and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
     ids[#ids + 1] = 'dup'
   else
     if redis.call('EXISTS', stream) == 0 then
@@ -72,6 +82,9 @@ for i = 0, #KEYS / 5 - 1 do
     end
     if member ~= '' then
       redis.call('SADD', index, member)
+    end
+    if position ~= '' then
+      redis.call('SET', position_key, position)
     end
     if window > 0 and not trimmed[recent] then
       -- Expired and surplus ids go once per stream and call.

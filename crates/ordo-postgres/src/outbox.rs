@@ -1,0 +1,548 @@
+//! [`PgOutbox`]: outbox rows in PostgreSQL, written in the caller's
+//! transaction, read back per relay slot in commit order.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA};
+use ordo_core::config::Config;
+use ordo_core::error::{CommitError, OutboxError};
+use ordo_core::handler::BoxFuture;
+use ordo_core::key::{Lane, stream};
+use ordo_core::message::Envelope;
+use ordo_core::outbox::{NewOutboxRow, Outbox, OutboxRow, OutboxStatus};
+use ordo_core::uow::{CommitReceipt, UnitOfWork};
+use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, Row, Transaction};
+
+use crate::error::{Error, Result};
+use crate::schema::{DEFAULT_SCHEMA, SLOTS, Schema, slot_of};
+
+/// How long a relay's slot leases live without renewal, by default.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// The PostgreSQL outbox.
+///
+/// - [`PgOutbox::commit_in`] (or [`UnitOfWorkExt::commit_in`]) writes a unit
+///   of work's rows in the caller's transaction: they exist if and only if
+///   that transaction commits.
+/// - As an [`Outbox`] it also serves `UnitOfWork::commit()` (rows appended
+///   in a transaction of their own) and feeds an `OutboxProcessor`: its
+///   [`Outbox::pending`] returns only rows of the relay slots this outbox
+///   leases, in commit order per scope, each carrying its position, so any
+///   number of processes can publish from one database (see
+///   [`PgRelay`](crate::PgRelay) and docs/POSTGRES.md).
+///
+/// Each `PgOutbox` value is one relay identity; clones share it.
+#[derive(Clone)]
+pub struct PgOutbox {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    schema: Schema,
+    backfill_suffix: String,
+    relay_id: String,
+    lease_ttl: Duration,
+    leases: Mutex<Option<Instant>>,
+}
+
+/// Configures a [`PgOutbox`].
+#[derive(Debug, Clone)]
+pub struct PgOutboxBuilder {
+    pool: PgPool,
+    schema: String,
+    backfill_suffix: String,
+    lease_ttl: Duration,
+    relay_id: Option<String>,
+}
+
+impl PgOutbox {
+    /// A builder for an outbox in `pool`'s database, in schema `ordo`.
+    pub fn builder(pool: PgPool) -> PgOutboxBuilder {
+        PgOutboxBuilder {
+            pool,
+            schema: DEFAULT_SCHEMA.to_owned(),
+            backfill_suffix: Config::default().key_rules().backfill_suffix().to_owned(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            relay_id: None,
+        }
+    }
+
+    /// Creates or upgrades the schema and its tables (embedded migrations;
+    /// safe to call from several processes at once).
+    pub async fn migrate(&self) -> Result<()> {
+        self.inner.schema.migrate(&self.inner.pool).await
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The schema the tables live in.
+    pub fn schema(&self) -> &str {
+        self.inner.schema.name()
+    }
+
+    /// The NOTIFY channel a commit wakes relays on (`{schema}_outbox`).
+    pub fn channel(&self) -> String {
+        self.inner.schema.channel()
+    }
+
+    /// This relay identity's id.
+    pub fn relay_id(&self) -> &str {
+        &self.inner.relay_id
+    }
+
+    /// The slot lease TTL.
+    pub fn lease_ttl(&self) -> Duration {
+        self.inner.lease_ttl
+    }
+
+    pub(crate) fn sql(&self) -> &crate::schema::Sql {
+        &self.inner.schema.sql
+    }
+
+    /// Validates every key of `uow` (exactly as `commit()` does: a bad key
+    /// fails before anything is written), inserts its rows in `tx`, and
+    /// queues a NOTIFY that wakes the relays when `tx` commits. Rolled back,
+    /// nothing of it is ever published.
+    pub async fn commit_in(
+        &self,
+        uow: UnitOfWork,
+        tx: &mut Transaction<'_, Postgres>,
+    ) -> Result<CommitReceipt, CommitError> {
+        let rows = uow.validated_rows()?;
+        let suffix = uow.domain().config().key_rules().backfill_suffix().to_owned();
+        insert(&self.inner.schema, &mut *tx, rows, &suffix)
+            .await
+            .map_err(|e| CommitError::Outbox(storage(e)))
+    }
+
+    /// Leases this relay's fair share of the slots, at most once per third
+    /// of the lease TTL (or when `force`).
+    pub(crate) async fn maintain_leases(&self, force: bool) -> Result<()> {
+        let due = {
+            let last = self.inner.leases.lock().unwrap_or_else(PoisonError::into_inner);
+            force || last.is_none_or(|at| at.elapsed() >= self.inner.lease_ttl / 3)
+        };
+        if !due {
+            return Ok(());
+        }
+        let sql = self.sql();
+        let me = &self.inner.relay_id;
+        let ttl_ms = i64::try_from(self.inner.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        let pool = &self.inner.pool;
+        sqlx::query(AssertSqlSafe(sql.register_relay.clone()))
+            .bind(me)
+            .bind(ttl_ms)
+            .execute(pool)
+            .await?;
+        let live: i64 = sqlx::query_scalar(AssertSqlSafe(sql.live_relays.clone()))
+            .fetch_one(pool)
+            .await?;
+        let mut owned: Vec<i32> = sqlx::query_scalar(AssertSqlSafe(sql.renew_slots.clone()))
+            .bind(me)
+            .bind(ttl_ms)
+            .fetch_all(pool)
+            .await?;
+        let live = u64::try_from(live).unwrap_or(1).max(1);
+        let share = usize::try_from(u64::from(SLOTS.unsigned_abs()).div_ceil(live)).unwrap_or(1);
+        if owned.len() > share {
+            owned.sort_unstable();
+            let extra = owned.split_off(share);
+            sqlx::query(AssertSqlSafe(sql.release_slots.clone()))
+                .bind(me)
+                .bind(&extra)
+                .execute(pool)
+                .await?;
+            tracing::debug!(relay = %me, released = extra.len(), share, "released outbox slots over the fair share");
+        } else if owned.len() < share {
+            let want = i64::try_from(share - owned.len()).unwrap_or(0);
+            let acquired: Vec<i32> = sqlx::query_scalar(AssertSqlSafe(sql.acquire_slots.clone()))
+                .bind(me)
+                .bind(ttl_ms)
+                .bind(want)
+                .fetch_all(pool)
+                .await?;
+            if !acquired.is_empty() {
+                tracing::debug!(relay = %me, acquired = acquired.len(), share, "leased outbox slots");
+            }
+        }
+        *self.inner.leases.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Leases this relay's fair share of the slots now (registering it as a
+    /// live relay first), releasing any over the share. Relays do this by
+    /// themselves every third of the lease TTL; calling it on several
+    /// relays in turn spreads the slots at once (what a benchmark wants).
+    pub async fn lease_slots(&self) -> Result<()> {
+        self.maintain_leases(true).await
+    }
+
+    /// Gives up this relay's slots at once (on shutdown), so others take
+    /// them without waiting for the leases to expire.
+    pub async fn release_leases(&self) -> Result<()> {
+        sqlx::query(AssertSqlSafe(self.sql().forget_relay.clone()))
+            .bind(&self.inner.relay_id)
+            .execute(&self.inner.pool)
+            .await?;
+        *self.inner.leases.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        Ok(())
+    }
+
+    async fn pending_rows(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+        self.maintain_leases(false).await?;
+        let rows = sqlx::query(AssertSqlSafe(self.sql().pending.clone()))
+            .bind(&self.inner.relay_id)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter().map(read_row).collect()
+    }
+
+    async fn append_rows(&self, rows: Vec<NewOutboxRow>) -> Result<Vec<u64>> {
+        let mut tx = self.inner.pool.begin().await?;
+        let receipt = insert(&self.inner.schema, &mut tx, rows, &self.inner.backfill_suffix).await?;
+        tx.commit().await?;
+        Ok(receipt.row_ids)
+    }
+
+    async fn mark_published_rows(&self, ids: &[u64]) -> Result<()> {
+        let ids: Vec<i64> = ids.iter().map(|&id| to_i64(id)).collect();
+        sqlx::query(AssertSqlSafe(self.sql().mark_published.clone()))
+            .bind(&ids)
+            .execute(&self.inner.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn mark_row(&self, sql: Arc<str>, id: u64, text: &str) -> Result<()> {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(to_i64(id))
+            .bind(text)
+            .execute(&self.inner.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn get_row(&self, id: u64) -> Result<Option<OutboxRow>> {
+        let row = sqlx::query(AssertSqlSafe(self.sql().get.clone()))
+            .bind(to_i64(id))
+            .fetch_optional(&self.inner.pool)
+            .await?;
+        row.as_ref().map(read_row).transpose()
+    }
+}
+
+impl fmt::Debug for PgOutbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgOutbox")
+            .field("schema", &self.inner.schema.name())
+            .field("relay_id", &self.inner.relay_id)
+            .field("lease_ttl", &self.inner.lease_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgOutboxBuilder {
+    /// The schema holding the tables (default `ordo`): a plain lower-case
+    /// identifier.
+    #[must_use]
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The domain configuration (its backfill suffix names backfill scopes
+    /// of rows appended through `commit()`).
+    #[must_use]
+    pub fn config(mut self, config: &Config) -> Self {
+        config
+            .key_rules()
+            .backfill_suffix()
+            .clone_into(&mut self.backfill_suffix);
+        self
+    }
+
+    /// How long this relay's slot leases live without renewal (default
+    /// 10 s): how long a crashed or stalled relay's keys wait for another.
+    #[must_use]
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// This relay identity's id (default: a fresh UUID). Must be unique among
+    /// live relays.
+    #[must_use]
+    pub fn relay_id(mut self, id: impl Into<String>) -> Self {
+        self.relay_id = Some(id.into());
+        self
+    }
+
+    /// Validates the settings.
+    pub fn build(self) -> Result<PgOutbox> {
+        let schema = Schema::new(&self.schema)?;
+        if self.lease_ttl < Duration::from_millis(300) {
+            return Err(Error::Config {
+                key: "lease_ttl",
+                reason: format!("must be at least 300 ms, got {:?}", self.lease_ttl),
+            });
+        }
+        let relay_id = match self.relay_id {
+            Some(id) if id.is_empty() => {
+                return Err(Error::Config {
+                    key: "relay_id",
+                    reason: "must not be empty".to_owned(),
+                });
+            }
+            Some(id) => id,
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        };
+        Ok(PgOutbox {
+            inner: Arc::new(Inner {
+                pool: self.pool,
+                schema,
+                backfill_suffix: self.backfill_suffix,
+                relay_id,
+                lease_ttl: self.lease_ttl,
+                leases: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+/// `commit_in` on a unit of work.
+pub trait UnitOfWorkExt {
+    /// Commits the unit of work into `tx`, in the outbox of schema `ordo`:
+    /// see [`PgOutbox::commit_in`]. Use [`UnitOfWorkExt::commit_in_outbox`]
+    /// for another schema.
+    fn commit_in<'a>(
+        self,
+        tx: &'a mut Transaction<'_, Postgres>,
+    ) -> impl Future<Output = Result<CommitReceipt, CommitError>> + Send + 'a;
+
+    /// Commits the unit of work into `tx`, in `outbox`'s schema.
+    fn commit_in_outbox<'a>(
+        self,
+        outbox: &'a PgOutbox,
+        tx: &'a mut Transaction<'_, Postgres>,
+    ) -> impl Future<Output = Result<CommitReceipt, CommitError>> + Send + 'a;
+}
+
+impl UnitOfWorkExt for UnitOfWork {
+    async fn commit_in(self, tx: &mut Transaction<'_, Postgres>) -> Result<CommitReceipt, CommitError> {
+        let rows = self.validated_rows()?;
+        let suffix = self.domain().config().key_rules().backfill_suffix().to_owned();
+        let schema = Schema::new(DEFAULT_SCHEMA).map_err(|e| CommitError::Outbox(storage(e)))?;
+        insert(&schema, &mut *tx, rows, &suffix)
+            .await
+            .map_err(|e| CommitError::Outbox(storage(e)))
+    }
+
+    fn commit_in_outbox<'a>(
+        self,
+        outbox: &'a PgOutbox,
+        tx: &'a mut Transaction<'_, Postgres>,
+    ) -> impl Future<Output = Result<CommitReceipt, CommitError>> + Send + 'a {
+        outbox.commit_in(self, tx)
+    }
+}
+
+fn storage(error: Error) -> OutboxError {
+    OutboxError::Storage(Box::new(error))
+}
+
+fn to_i64(id: u64) -> i64 {
+    i64::try_from(id).unwrap_or(i64::MAX)
+}
+
+/// The position scope of a row: its partition lane stream, or its category
+/// when it has no key (what the relay publishes it to on a partitioning broker).
+fn scope_of(envelope: &Envelope, lane: Lane, backfill_suffix: &str) -> String {
+    match &envelope.partition_key {
+        Some(key) => stream::lane(&envelope.category, key, lane, backfill_suffix),
+        None => envelope.category.clone(),
+    }
+}
+
+/// Inserts `rows` in the transaction on `conn`: positions first (scopes in
+/// sorted order, so two transactions never wait on each other in a cycle),
+/// then the rows, then the NOTIFY.
+async fn insert(
+    schema: &Schema,
+    conn: &mut PgConnection,
+    rows: Vec<NewOutboxRow>,
+    backfill_suffix: &str,
+) -> Result<CommitReceipt> {
+    if rows.is_empty() {
+        return Ok(CommitReceipt::default());
+    }
+    let scopes: Vec<String> = rows
+        .iter()
+        .map(|row| scope_of(&row.envelope, row.lane, backfill_suffix))
+        .collect();
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    for scope in &scopes {
+        *counts.entry(scope.as_str()).or_default() += 1;
+    }
+    let names: Vec<&str> = counts.keys().copied().collect();
+    let slots: Vec<i32> = names.iter().map(|s| slot_of(s)).collect();
+    let added: Vec<i64> = counts.values().copied().collect();
+    let last: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(schema.sql.upsert_streams.clone()))
+        .bind(&names)
+        .bind(&slots)
+        .bind(&added)
+        .fetch_all(&mut *conn)
+        .await?;
+    // The first position of each scope in this commit.
+    let mut next: BTreeMap<String, i64> = last
+        .into_iter()
+        .map(|(scope, last_seq)| {
+            let first = last_seq - counts.get(scope.as_str()).copied().unwrap_or(0) + 1;
+            (scope, first)
+        })
+        .collect();
+    let mut seqs = Vec::with_capacity(rows.len());
+    for scope in &scopes {
+        let seq = next.get_mut(scope).ok_or_else(|| Error::Config {
+            key: "schema",
+            reason: format!("no position was handed out for scope {scope:?}"),
+        })?;
+        seqs.push(*seq);
+        *seq += 1;
+    }
+    let row_slots: Vec<i32> = scopes.iter().map(|s| slot_of(s)).collect();
+    let message_ids: Vec<&str> = rows.iter().map(|r| r.envelope.id.as_str()).collect();
+    let categories: Vec<&str> = rows.iter().map(|r| r.envelope.category.as_str()).collect();
+    let types: Vec<&str> = rows.iter().map(|r| r.envelope.type_name.as_str()).collect();
+    let keys: Vec<Option<&str>> = rows.iter().map(|r| r.envelope.partition_key.as_deref()).collect();
+    let lanes: Vec<i16> = rows.iter().map(|r| lane_code(r.lane)).collect();
+    let envelopes = rows
+        .iter()
+        .map(|r| serde_json::to_string(&r.envelope))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Config {
+            key: "envelope",
+            reason: format!("cannot encode an envelope: {e}"),
+        })?;
+    let inserted: Vec<(i64, String, i64)> = sqlx::query_as(AssertSqlSafe(schema.sql.insert_rows.clone()))
+        .bind(&scopes)
+        .bind(&seqs)
+        .bind(&row_slots)
+        .bind(&message_ids)
+        .bind(&categories)
+        .bind(&types)
+        .bind(&keys)
+        .bind(&lanes)
+        .bind(&envelopes)
+        .fetch_all(&mut *conn)
+        .await?;
+    let ids: BTreeMap<(String, i64), i64> = inserted
+        .into_iter()
+        .map(|(id, scope, seq)| ((scope, seq), id))
+        .collect();
+    let row_ids = scopes
+        .into_iter()
+        .zip(&seqs)
+        .map(|(scope, &seq)| {
+            ids.get(&(scope, seq))
+                .map(|&id| u64::try_from(id).unwrap_or(0))
+                .ok_or_else(|| Error::Config {
+                    key: "schema",
+                    reason: "an inserted row was not returned".to_owned(),
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(schema.channel())
+        .execute(&mut *conn)
+        .await?;
+    Ok(CommitReceipt {
+        row_ids,
+        message_ids: rows.into_iter().map(|r| r.envelope.id).collect(),
+    })
+}
+
+fn lane_code(lane: Lane) -> i16 {
+    match lane {
+        Lane::Primary => 0,
+        Lane::Backfill => 1,
+    }
+}
+
+/// Reads a row selected with the `ROW_COLUMNS` of the schema module; the
+/// envelope gets its position scope and position as metadata.
+pub(crate) fn read_row(row: &PgRow) -> Result<OutboxRow> {
+    let id: i64 = row.try_get("id")?;
+    let corrupt = |reason: String| Error::CorruptRow { id, reason };
+    let scope: String = row.try_get("stream")?;
+    let seq: i64 = row.try_get("seq")?;
+    let text: String = row.try_get("envelope")?;
+    let mut envelope: Envelope =
+        serde_json::from_str(&text).map_err(|e| corrupt(format!("envelope is not valid JSON: {e}")))?;
+    envelope
+        .metadata
+        .insert(POSITION_SCOPE_METADATA.to_owned(), scope);
+    envelope
+        .metadata
+        .insert(POSITION_METADATA.to_owned(), seq.to_string());
+    let lane = match row.try_get::<i16, _>("lane")? {
+        0 => Lane::Primary,
+        1 => Lane::Backfill,
+        other => return Err(corrupt(format!("unknown lane {other}"))),
+    };
+    let status = match row.try_get::<i16, _>("status")? {
+        0 => OutboxStatus::Pending,
+        1 => OutboxStatus::Published,
+        2 => OutboxStatus::Abandoned,
+        other => return Err(corrupt(format!("unknown status {other}"))),
+    };
+    let created_us: i64 = row.try_get("created_us")?;
+    let attempts: i32 = row.try_get("attempts")?;
+    Ok(OutboxRow {
+        id: u64::try_from(id).map_err(|_| corrupt("negative id".to_owned()))?,
+        partition_key: row.try_get("partition_key")?,
+        envelope,
+        lane,
+        status,
+        attempts: u32::try_from(attempts).unwrap_or(0),
+        last_error: row.try_get("last_error")?,
+        created_at: UNIX_EPOCH + Duration::from_micros(u64::try_from(created_us).unwrap_or(0)),
+    })
+}
+
+impl Outbox for PgOutbox {
+    fn append(&self, rows: Vec<NewOutboxRow>) -> BoxFuture<'_, Result<Vec<u64>, OutboxError>> {
+        Box::pin(async move { self.append_rows(rows).await.map_err(storage) })
+    }
+
+    fn pending(&self, limit: usize) -> BoxFuture<'_, Result<Vec<OutboxRow>, OutboxError>> {
+        Box::pin(async move { self.pending_rows(limit).await.map_err(storage) })
+    }
+
+    fn mark_published<'a>(&'a self, ids: &'a [u64]) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(async move { self.mark_published_rows(ids).await.map_err(storage) })
+    }
+
+    fn mark_failed<'a>(&'a self, id: u64, error: &'a str) -> BoxFuture<'a, Result<(), OutboxError>> {
+        let sql = self.sql().mark_failed.clone();
+        Box::pin(async move { self.mark_row(sql, id, error).await.map_err(storage) })
+    }
+
+    fn mark_abandoned<'a>(&'a self, id: u64, reason: &'a str) -> BoxFuture<'a, Result<(), OutboxError>> {
+        let sql = self.sql().mark_abandoned.clone();
+        Box::pin(async move { self.mark_row(sql, id, reason).await.map_err(storage) })
+    }
+
+    fn get(&self, id: u64) -> BoxFuture<'_, Result<Option<OutboxRow>, OutboxError>> {
+        Box::pin(async move { self.get_row(id).await.map_err(storage) })
+    }
+}

@@ -1,0 +1,143 @@
+//! Helpers shared by the ordo-postgres tests: a private PostgreSQL and Redis
+//! from the testkit, a unique schema per test, a small bank domain, and
+//! readers of what reached Redis.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use fred::clients::Pool;
+use fred::interfaces::StreamsInterface;
+use fred::prelude::{Builder, ClientLike, Config as FredConfig};
+use fred::types::Value;
+use ordo::prelude::*;
+use ordo_core::message::Envelope;
+use ordo_postgres::PgOutbox;
+use sqlx::PgPool;
+
+#[derive(Aggregate)]
+pub struct Account;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Account)]
+pub struct Deposited {
+    pub account: String,
+    pub amount: i64,
+    /// The writer's sequence number for this account (1, 2, 3...).
+    pub n: u64,
+}
+
+/// Does nothing: it only declares `account` the partition key of the category.
+pub struct Ledger;
+
+#[event_handler(part_of = Account, sequential_by = "account")]
+impl Ledger {
+    #[handle]
+    async fn on_deposited(&self, _event: &Deposited, _ctx: &HandlerContext) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// A domain on the inline broker (it is only used to raise and validate events).
+pub fn domain() -> anyhow::Result<Domain> {
+    Ok(Domain::builder()
+        .aggregate::<Account>()
+        .event_handler(Ledger)
+        .init()?)
+}
+
+/// A schema name unique to this test process and call.
+pub fn schema(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub async fn pg_pool(url: &str, connections: u32) -> anyhow::Result<PgPool> {
+    Ok(sqlx::postgres::PgPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect(url)
+        .await?)
+}
+
+/// A migrated outbox in a fresh schema.
+pub async fn outbox(pool: &PgPool, prefix: &str, lease_ttl: Duration) -> anyhow::Result<PgOutbox> {
+    let outbox = PgOutbox::builder(pool.clone())
+        .schema(schema(prefix))
+        .lease_ttl(lease_ttl)
+        .build()?;
+    outbox.migrate().await?;
+    Ok(outbox)
+}
+
+pub async fn redis_pool(url: &str) -> anyhow::Result<Pool> {
+    let pool = Builder::from_config(FredConfig::from_url(url)?).build_pool(2)?;
+    pool.init().await?;
+    Ok(pool)
+}
+
+/// The envelopes on `stream`, in stream order.
+pub async fn stream_envelopes(redis: &Pool, stream: &str) -> anyhow::Result<Vec<Envelope>> {
+    let entries: Vec<(String, std::collections::HashMap<String, String>)> =
+        redis.xrange_values(stream, "-", "+", None).await?;
+    entries
+        .into_iter()
+        .map(|(_, mut fields)| {
+            let json = fields
+                .remove("envelope")
+                .ok_or_else(|| anyhow::anyhow!("an entry of {stream} has no envelope"))?;
+            Ok(serde_json::from_str(&json)?)
+        })
+        .collect()
+}
+
+/// The `n` of each `Deposited` on `stream`, in stream order.
+pub async fn numbers(redis: &Pool, stream: &str) -> anyhow::Result<Vec<u64>> {
+    stream_envelopes(redis, stream)
+        .await?
+        .into_iter()
+        .map(|e| Ok(serde_json::from_str::<Deposited>(&e.payload)?.n))
+        .collect()
+}
+
+pub async fn xlen(redis: &Pool, stream: &str) -> anyhow::Result<u64> {
+    let value: Value = redis.xlen(stream).await?;
+    Ok(value.convert()?)
+}
+
+/// Polls `condition` every 20 ms until it holds or `deadline` passes.
+pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut condition: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let started = Instant::now();
+    loop {
+        if condition().await? {
+            return Ok(());
+        }
+        if started.elapsed() > deadline {
+            bail!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How many rows of `outbox` have `status` (0 pending, 1 published, 2 abandoned).
+pub async fn count_status(outbox: &PgOutbox, status: i16) -> anyhow::Result<i64> {
+    let sql = format!(
+        "SELECT count(*) FROM \"{}\".outbox WHERE status = $1",
+        outbox.schema()
+    );
+    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .bind(status)
+        .fetch_one(outbox.pool())
+        .await?)
+}

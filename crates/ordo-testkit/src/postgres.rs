@@ -1,0 +1,391 @@
+//! A private PostgreSQL server per test run: `initdb` into a temporary
+//! directory, then `postgres` on a free port of 127.0.0.1.
+//!
+//! The binaries come from `ORDO_PG_BIN` (a directory), `PATH`, or the usual
+//! install locations (`/usr/lib/postgresql/<version>/bin`, newest first).
+//! PostgreSQL refuses to run as root: when the tests run as root, `initdb`
+//! and `postgres` run as the `postgres` user (set with `setuid` in the child).
+//! `DATABASE_URL=postgres://...` makes [`Postgres::start`] use that server
+//! instead; tests then isolate themselves by schema.
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::net::TcpStream;
+use std::os::unix::fs::{MetadataExt, chown};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use tempfile::TempDir;
+
+use crate::error::{Result, TestkitError};
+use crate::local::free_port;
+use crate::signal::{self, pid_of};
+use crate::wait::POLL_INTERVAL;
+
+/// How long a fresh server may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long shutdown waits for the server to exit before killing it.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// What PostgreSQL logs once it serves clients.
+const READY_LINE: &str = "database system is ready to accept connections";
+const LOG_FILE: &str = "postgres.log";
+
+const INSTALL_HINT: &str = "install PostgreSQL with `apt-get install postgresql` (its binaries land in \
+     /usr/lib/postgresql/<version>/bin, which the testkit searches), put `initdb` and `postgres` on PATH, \
+     set ORDO_PG_BIN=/dir/with/binaries, or set DATABASE_URL=postgres://user@host:port/db to use a running server";
+
+/// A PostgreSQL server for tests: private (started by the testkit) or
+/// external (`DATABASE_URL`). The private one is shut down and its
+/// directory removed on drop.
+#[derive(Debug)]
+pub struct Postgres {
+    url: String,
+    local: Option<LocalPostgres>,
+}
+
+#[derive(Debug)]
+struct LocalPostgres {
+    /// Removed (with the data directory) when dropped, after the server stopped.
+    _dir: TempDir,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl Postgres {
+    /// `DATABASE_URL` when set, otherwise a private server started now.
+    pub fn start() -> Result<Postgres> {
+        match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.is_empty() => Ok(Postgres { url, local: None }),
+            _ => Self::start_local(),
+        }
+    }
+
+    /// A private server, whatever `DATABASE_URL` says (for tests that kill or pause it).
+    pub fn start_local() -> Result<Postgres> {
+        let bin = find_bin_dir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("ordo-postgres-")
+            .tempdir()
+            .map_err(TestkitError::io("create a temporary directory for PostgreSQL"))?;
+        let owner = server_user()?;
+        if let Some((uid, gid)) = owner {
+            chown(dir.path(), Some(uid), Some(gid)).map_err(TestkitError::io(
+                "give the PostgreSQL directory to the postgres user",
+            ))?;
+        }
+        let data = dir.path().join("data");
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "-N",
+                "--no-instructions",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        as_user(&mut initdb, owner);
+        let output = initdb.output().map_err(|source| TestkitError::SpawnPostgres {
+            program: bin.join("initdb"),
+            hint: INSTALL_HINT,
+            source,
+        })?;
+        if !output.status.success() {
+            return Err(TestkitError::Initdb {
+                status: output.status,
+                output: format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                ),
+            });
+        }
+        let port = free_port()?;
+        let log_path = dir.path().join(LOG_FILE);
+        let log = File::create(&log_path).map_err(TestkitError::io("create the PostgreSQL log file"))?;
+        let log_err = log
+            .try_clone()
+            .map_err(TestkitError::io("open the PostgreSQL log file"))?;
+        let mut server = Command::new(bin.join("postgres"));
+        server
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string()])
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ])
+            .args([
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ])
+            .args(["-c", "max_connections=200", "-c", "shared_buffers=64MB"])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        as_user(&mut server, owner);
+        let child = server.spawn().map_err(|source| TestkitError::SpawnPostgres {
+            program: bin.join("postgres"),
+            hint: INSTALL_HINT,
+            source,
+        })?;
+        let mut postgres = Postgres {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            local: Some(LocalPostgres {
+                _dir: dir,
+                child: Some(child),
+                paused: false,
+            }),
+        };
+        postgres.wait_ready(port, &log_path)?;
+        Ok(postgres)
+    }
+
+    /// The connection URL (`postgres://postgres@127.0.0.1:<port>/postgres`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether the server comes from `DATABASE_URL`.
+    pub fn is_external(&self) -> bool {
+        self.local.is_none()
+    }
+
+    /// SIGSTOP to the postmaster (its backends go on running).
+    pub fn pause(&mut self) -> Result<()> {
+        let local = self.local_mut("pause")?;
+        let pid = local.pid("pause")?;
+        signal::send(pid, Signal::SIGSTOP)?;
+        local.paused = true;
+        signal::wait_stopped(pid)
+    }
+
+    /// SIGCONT after [`Postgres::pause`].
+    pub fn resume(&mut self) -> Result<()> {
+        let local = self.local_mut("resume")?;
+        let pid = local.pid("resume")?;
+        signal::send(pid, Signal::SIGCONT)?;
+        local.paused = false;
+        Ok(())
+    }
+
+    fn local_mut(&mut self, action: &'static str) -> Result<&mut LocalPostgres> {
+        self.local
+            .as_mut()
+            .ok_or(TestkitError::ExternalPostgres { action })
+    }
+
+    fn wait_ready(&mut self, port: u16, log_path: &Path) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            let log = fs::read_to_string(log_path).unwrap_or_default();
+            if log.contains(READY_LINE) && TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(());
+            }
+            let local = self.local_mut("start")?;
+            if let Some(child) = &mut local.child
+                && let Some(status) = child
+                    .try_wait()
+                    .map_err(TestkitError::io("check on the PostgreSQL server"))?
+            {
+                local.child = None;
+                return Err(TestkitError::PostgresExited {
+                    port,
+                    status,
+                    log_tail: tail(&log),
+                });
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                local.shutdown();
+                return Err(TestkitError::PostgresNotReady {
+                    port,
+                    waited: READY_TIMEOUT,
+                    log_tail: tail(&read_lossy(log_path)),
+                });
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+}
+
+impl LocalPostgres {
+    fn pid(&self, action: &'static str) -> Result<i32> {
+        self.child
+            .as_ref()
+            .map(pid_of)
+            .ok_or(TestkitError::PostgresNotRunning { action })
+    }
+
+    /// Immediate shutdown (SIGQUIT: the postmaster stops every backend), then SIGKILL if it lingers.
+    fn shutdown(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = pid_of(&child);
+        let _ = signal::send(pid, Signal::SIGQUIT);
+        if self.paused {
+            let _ = signal::send(pid, Signal::SIGCONT);
+        }
+        let started = Instant::now();
+        while started.elapsed() < STOP_TIMEOUT {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(local) = &mut self.local {
+            // The TempDir removes the directory after this.
+            local.shutdown();
+        }
+    }
+}
+
+/// Runs `command` as `owner` (uid, gid) when given.
+fn as_user(command: &mut Command, owner: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = owner {
+        command.uid(uid).gid(gid);
+    }
+}
+
+/// `Some((uid, gid))` of the `postgres` user when running as root (PostgreSQL
+/// refuses to run as root), `None` otherwise.
+fn server_user() -> Result<Option<(u32, u32)>> {
+    let euid = fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .map_err(TestkitError::io("read the effective user id from /proc/self"))?;
+    if euid != 0 {
+        return Ok(None);
+    }
+    let passwd = fs::read_to_string("/etc/passwd").map_err(TestkitError::io("read /etc/passwd"))?;
+    passwd
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            match fields.as_slice() {
+                ["postgres", _, uid, gid, ..] => Some((uid.parse().ok()?, gid.parse().ok()?)),
+                _ => None,
+            }
+        })
+        .map(Some)
+        .ok_or(TestkitError::NoPostgresUser)
+}
+
+/// The directory holding `initdb` and `postgres`.
+fn find_bin_dir() -> Result<PathBuf> {
+    locate(
+        std::env::var_os("ORDO_PG_BIN"),
+        std::env::var_os("PATH"),
+        Path::new("/usr/lib/postgresql"),
+    )
+}
+
+/// [`find_bin_dir`] with its environment passed in, so tests need not change the process's.
+fn locate(
+    pg_bin: Option<std::ffi::OsString>,
+    path: Option<std::ffi::OsString>,
+    usual: &Path,
+) -> Result<PathBuf> {
+    let has_both = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    if let Some(dir) = pg_bin {
+        let dir = PathBuf::from(dir);
+        return if has_both(&dir) {
+            Ok(dir)
+        } else {
+            Err(TestkitError::PostgresNotFound {
+                looked_for: format!("ORDO_PG_BIN={} has no initdb and postgres", dir.display()),
+                hint: INSTALL_HINT,
+            })
+        };
+    }
+    if let Some(path) = path {
+        for dir in std::env::split_paths(&path) {
+            if has_both(&dir) {
+                return Ok(dir);
+            }
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir(usual)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, dir)| has_both(dir))
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .map(|(_, dir)| dir)
+        .ok_or(TestkitError::PostgresNotFound {
+            looked_for: "initdb and postgres on PATH and in /usr/lib/postgresql/*/bin".to_owned(),
+            hint: INSTALL_HINT,
+        })
+}
+
+fn read_lossy(path: &Path) -> String {
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = File::open(path) {
+        let _ = file.read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_postgres_binaries_are_an_error_that_says_how_to_get_them() {
+        let empty = tempfile::tempdir().unwrap();
+        let error = locate(None, Some(empty.path().into()), empty.path()).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("apt-get install postgresql"), "{text}");
+        assert!(text.contains("DATABASE_URL"), "{text}");
+        let error = locate(Some(empty.path().into()), None, empty.path()).unwrap_err();
+        assert!(error.to_string().contains("ORDO_PG_BIN="), "{error}");
+    }
+
+    #[test]
+    fn the_newest_usual_install_is_found() {
+        let usual = tempfile::tempdir().unwrap();
+        for version in ["9", "15", "13"] {
+            let bin = usual.path().join(version).join("bin");
+            fs::create_dir_all(&bin).unwrap();
+            fs::write(bin.join("initdb"), "").unwrap();
+            fs::write(bin.join("postgres"), "").unwrap();
+        }
+        let found = locate(None, None, usual.path()).unwrap();
+        assert_eq!(found, usual.path().join("15").join("bin"));
+    }
+}
