@@ -57,3 +57,17 @@ fn mutant_names_round_trip_and_unknown_names_list_the_known_ones() {
     let error = "no-such".parse::<Mutant>().unwrap_err().to_string();
     assert!(error.contains("commit-from-older-attempt"), "{error}");
 }
+
+#[test]
+fn a_crash_and_restart_keep_every_property() {
+    let config = Config {
+        crashes: 1,
+        stalls: 0,
+        timeouts: 0,
+        kills: 0,
+        ..Config::FULL
+    };
+    let report = check(config, None);
+    let broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
+    assert!(broken.is_empty(), "{broken:?} broken after {} states", report.states);
+}
