@@ -69,5 +69,9 @@ fn a_crash_and_restart_keep_every_property() {
     };
     let report = check(config, None);
     let broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
-    assert!(broken.is_empty(), "{broken:?} broken after {} states", report.states);
+    assert!(
+        broken.is_empty(),
+        "{broken:?} broken after {} states",
+        report.states
+    );
 }
