@@ -94,6 +94,28 @@ impl RedisBroker {
         self.inner.partitions.instance()
     }
 
+    /// Publishes `publications` again on purpose (a dead letter replayed by
+    /// an operator): like [`Broker::publish`], but neither the message-id
+    /// deduplication window nor an outbox relay's position (both of which
+    /// exist to drop accidental re-publishes) may drop them.
+    pub async fn republish(&self, publications: &[Publication]) -> Result<(), PublishError> {
+        let fresh: Vec<Publication> = publications
+            .iter()
+            .cloned()
+            .map(|mut publication| {
+                let metadata = &mut publication.envelope.metadata;
+                metadata.remove(ordo_core::broker::POSITION_SCOPE_METADATA);
+                metadata.remove(ordo_core::broker::POSITION_METADATA);
+                publication
+            })
+            .collect();
+        let dedup = publish::Dedup {
+            window: Duration::ZERO,
+            ..self.inner.dedup
+        };
+        publish::publish(self.client(), dedup, &fresh).await
+    }
+
     /// The command client (a connection pool).
     pub fn client(&self) -> &Pool {
         self.inner.partitions.client()

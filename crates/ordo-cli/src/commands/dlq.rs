@@ -10,7 +10,7 @@
 
 use anyhow::{Context as _, anyhow};
 use fred::interfaces::StreamsInterface;
-use ordo_core::broker::{Broker, Publication};
+use ordo_core::broker::Publication;
 use ordo_redis::DeadLetter;
 use serde::Serialize;
 
@@ -156,7 +156,7 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
     for (letter, publication) in letters.iter().zip(publications) {
         let message_id = publication.envelope.id.clone();
         ctx.broker
-            .publish(std::slice::from_ref(&publication))
+            .republish(std::slice::from_ref(&publication))
             .await
             .map_err(|e| anyhow!(e))
             .with_context(|| {
