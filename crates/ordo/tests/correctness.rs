@@ -448,6 +448,35 @@ struct Reserve {
 struct ShopHandler {
     domain: Arc<OnceLock<Domain>>,
     reserved: Arc<AtomicUsize>,
+    gate: Arc<SlotGate>,
+}
+
+/// Holds the first `slots` outer commands until all of them have entered
+/// their handlers, so that every slot is taken by a handler about to
+/// dispatch: the case that deadlocked.
+struct SlotGate {
+    slots: usize,
+    entered: AtomicUsize,
+    full: tokio::sync::Notify,
+}
+
+impl SlotGate {
+    async fn enter(&self) {
+        let entered = self.entered.fetch_add(1, Ordering::SeqCst) + 1;
+        if entered >= self.slots {
+            self.full.notify_waiters();
+            return;
+        }
+        loop {
+            let notified = self.full.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.entered.load(Ordering::SeqCst) >= self.slots {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 #[command_handler(part_of = Shop)]
@@ -455,8 +484,7 @@ impl ShopHandler {
     #[handle]
     async fn checkout(&self, command: &Checkout) -> anyhow::Result<()> {
         let domain = self.domain.get().expect("the domain is set");
-        // Give every outer command time to take a slot before any inner one runs.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.gate.enter().await;
         domain
             .dispatch(Reserve {
                 warehouse: command.reserve_in.clone(),
@@ -472,6 +500,8 @@ impl ShopHandler {
     }
 }
 
+/// A shop whose first `max_concurrency` checkouts all hold a slot before any
+/// of them dispatches.
 fn shop(max_concurrency: usize) -> (Domain, Arc<AtomicUsize>) {
     let cell = Arc::new(OnceLock::new());
     let reserved = Arc::new(AtomicUsize::new(0));
@@ -482,6 +512,11 @@ fn shop(max_concurrency: usize) -> (Domain, Arc<AtomicUsize>) {
         .command_handler(ShopHandler {
             domain: Arc::clone(&cell),
             reserved: Arc::clone(&reserved),
+            gate: Arc::new(SlotGate {
+                slots: max_concurrency,
+                entered: AtomicUsize::new(0),
+                full: tokio::sync::Notify::new(),
+            }),
         })
         .init()
         .unwrap();
@@ -514,7 +549,7 @@ async fn handlers_dispatching_sub_commands_cannot_take_every_slot() {
 
 #[tokio::test]
 async fn a_nested_dispatch_of_the_callers_own_sequence_is_an_error_not_a_hang() {
-    let (domain, reserved) = shop(8);
+    let (domain, reserved) = shop(1);
     let outcome = tokio::time::timeout(
         DEADLINE,
         domain.dispatch(Checkout {
