@@ -229,6 +229,8 @@ fn handle_fn(model: &HandlerModel) -> TokenStream {
         };
         let cfgs = &method.cfgs;
         quote! {
+            // What `Envelope::is` checks, written out: a type that is not a
+            // message is then reported without a note into ordo-core.
             #(#cfgs)*
             if __ordo_envelope.type_name == <#ty as ::ordo::__private::Message>::TYPE_NAME
                 && __ordo_envelope.category == <#ty as ::ordo::__private::Message>::CATEGORY
