@@ -34,6 +34,13 @@ pub struct Config {
     pub timeouts: u8,
     /// Workers killed mid-handler by a shutdown past its grace period.
     pub kills: u8,
+    /// Handler runs that fail for good (poison messages: the partition halts).
+    pub poisons: u8,
+    /// Operator decisions on a halted partition (retry or skip the head seen).
+    pub resolutions: u8,
+    /// Redis restarts that lose the writes since the last fsync
+    /// (`appendfsync everysec`).
+    pub aof_losses: u8,
 }
 
 impl Config {
@@ -49,6 +56,9 @@ impl Config {
         stalls: 1,
         timeouts: 1,
         kills: 1,
+        poisons: 0,
+        resolutions: 0,
+        aof_losses: 0,
     };
 
     /// A smaller configuration for the test suite.
@@ -59,8 +69,70 @@ impl Config {
         stalls: 1,
         timeouts: 1,
         kills: 0,
+        poisons: 0,
+        resolutions: 0,
+        aof_losses: 0,
     };
+
+    /// Halts and their resolution: poison messages, operators racing the
+    /// workers (and each other), with delays, stalls and lost replies.
+    pub const HALTS: Self = Self {
+        instances: 2,
+        messages: 2,
+        crashes: 0,
+        stalls: 0,
+        timeouts: 1,
+        kills: 0,
+        poisons: 2,
+        resolutions: 2,
+        aof_losses: 0,
+    };
+
+    /// A Redis restart that loses the last writes (AOF `everysec`): what
+    /// such a restart costs (see [`AOF_LOSS_BREAKS`]).
+    pub const AOF: Self = Self {
+        instances: 2,
+        messages: 2,
+        crashes: 0,
+        stalls: 0,
+        timeouts: 0,
+        kills: 0,
+        poisons: 0,
+        resolutions: 0,
+        aof_losses: 1,
+    };
+
+    /// The configurations `ordo-model check --config NAME` knows.
+    pub const NAMED: [(&'static str, Self); 4] = [
+        ("full", Self::FULL),
+        ("small", Self::SMALL),
+        ("halts", Self::HALTS),
+        ("aof", Self::AOF),
+    ];
+
+    /// The configuration called `name` in [`Config::NAMED`].
+    pub fn named(name: &str) -> Option<Self> {
+        Self::NAMED
+            .into_iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, config)| config)
+    }
 }
+
+/// The properties a Redis restart that loses its last writes breaks, by
+/// design of Redis's asynchronous persistence (docs/RELIABILITY.md says what
+/// each means for users): an acknowledgement lost with them lets its message
+/// run again, after a later one the worker had read already; a commit lost
+/// with them leaves its message without its effect once the acknowledgement
+/// sent after the restart lands (the lease survived); a lease lost with them
+/// is handed out again while its first holder still runs, until that
+/// holder's next renewal fails. Every other property holds.
+pub const AOF_LOSS_BREAKS: [&str; 4] = [
+    "effects land in publish order",
+    "an acknowledged message has its effect",
+    "only the unacknowledged head is run",
+    "at most one live run holds the key",
+];
 
 impl Config {
     /// The smallest configuration whose faults can expose `mutant`: what the
@@ -78,6 +150,16 @@ impl Config {
             Mutant::CommitFromOlderAttempt => Self { timeouts: 1, ..quiet },
             Mutant::ReleaseWhileRunning => Self { kills: 1, ..quiet },
             Mutant::ReapNotAtomicWithPublish | Mutant::LeaseWithoutNonce => quiet,
+            Mutant::HaltWithoutClosingAttempts => Self {
+                timeouts: 1,
+                poisons: 1,
+                ..quiet
+            },
+            Mutant::ResolveWithoutExpectedHead => Self {
+                poisons: 2,
+                resolutions: 2,
+                ..quiet
+            },
         }
     }
 }
@@ -86,9 +168,17 @@ impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} instances × {} messages × faults (crashes {}, stalls {}, timeouts/lost replies {}, kills {}) \
-             with commands delivered in any order",
-            self.instances, self.messages, self.crashes, self.stalls, self.timeouts, self.kills
+            "{} instances × {} messages × faults (crashes {}, stalls {}, timeouts/lost replies {}, kills {}, \
+             poison messages {}, operator decisions {}, AOF losses {}) with commands delivered in any order",
+            self.instances,
+            self.messages,
+            self.crashes,
+            self.stalls,
+            self.timeouts,
+            self.kills,
+            self.poisons,
+            self.resolutions,
+            self.aof_losses
         )
     }
 }
@@ -110,17 +200,25 @@ pub enum Mutant {
     ReleaseWhileRunning,
     /// A lease is adopted by instance id alone, without the process's nonce.
     LeaseWithoutNonce,
+    /// A halt does not close the failed attempts, so a delayed commit of one
+    /// of them lands on the halted partition.
+    HaltWithoutClosingAttempts,
+    /// An operator's decision applies to whatever head is halted, not the
+    /// one the operator saw.
+    ResolveWithoutExpectedHead,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::AckWithoutToken,
         Self::ReclaimWithoutLease,
         Self::CommitFromOlderAttempt,
         Self::ReapNotAtomicWithPublish,
         Self::ReleaseWhileRunning,
         Self::LeaseWithoutNonce,
+        Self::HaltWithoutClosingAttempts,
+        Self::ResolveWithoutExpectedHead,
     ];
 
     /// The mutant's name on the command line.
@@ -132,6 +230,8 @@ impl Mutant {
             Self::ReapNotAtomicWithPublish => "reap-not-atomic-with-publish",
             Self::ReleaseWhileRunning => "release-while-running",
             Self::LeaseWithoutNonce => "lease-without-nonce",
+            Self::HaltWithoutClosingAttempts => "halt-without-closing-attempts",
+            Self::ResolveWithoutExpectedHead => "resolve-without-expected-head",
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `ordo-model`: checks the lease/fence protocol model exhaustively.
 //!
 //! ```text
-//! ordo-model check [--mutant NAME] [--small]   # states: N, violations: K, time
+//! ordo-model check [--mutant NAME] [--config full|small|halts|aof]
+//!                                              # states: N, violations: K, time
 //! ordo-model mutants                           # the seeded defects, one a line
 //! ```
 //! `check` exits with status 1 when a property is violated.
@@ -9,7 +10,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ordo_model::{Config, Mutant, check};
+use ordo_model::{AOF_LOSS_BREAKS, Config, Mutant, check};
 
 #[derive(Parser)]
 #[command(
@@ -28,12 +29,29 @@ enum Command {
         /// Seeds a known defect (see `mutants`); a counterexample is expected.
         #[arg(long)]
         mutant: Option<Mutant>,
-        /// The smaller configuration of the test suite.
-        #[arg(long)]
+        /// The smaller configuration of the test suite (`--config small`).
+        #[arg(long, conflicts_with = "config")]
         small: bool,
+        /// The configuration to explore: full (the default), small, halts
+        /// (poison messages and operators) or aof (a Redis restart losing
+        /// its last writes; the properties it breaks by design are expected).
+        #[arg(long, value_parser = parse_config)]
+        config: Option<(String, Config)>,
     },
     /// Lists the seeded defects, one a line.
     Mutants,
+}
+
+fn parse_config(name: &str) -> Result<(String, Config), String> {
+    Config::named(name)
+        .map(|config| (name.to_owned(), config))
+        .ok_or_else(|| {
+            let known: Vec<&str> = Config::NAMED.iter().map(|(n, _)| *n).collect();
+            format!(
+                "unknown configuration `{name}`; expected one of: {}",
+                known.join(", ")
+            )
+        })
 }
 
 fn main() -> ExitCode {
@@ -44,9 +62,21 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::Check { mutant, small } => {
-            let config = if small { Config::SMALL } else { Config::FULL };
-            println!("configuration: {config}");
+        Command::Check {
+            mutant,
+            small,
+            config,
+        } => {
+            let (name, config) = match (small, config) {
+                (true, _) => ("small".to_owned(), Config::SMALL),
+                (false, Some(named)) => named,
+                // A mutant alone: the smallest configuration that exposes it.
+                (false, None) => match mutant {
+                    Some(mutant) => (format!("exposing {mutant}"), Config::exposing(mutant)),
+                    None => ("full".to_owned(), Config::FULL),
+                },
+            };
+            println!("configuration: {name}: {config}");
             if let Some(mutant) = mutant {
                 println!("mutant: {mutant}");
             }
@@ -61,11 +91,29 @@ fn main() -> ExitCode {
                     violation.state.effects, violation.state.acked
                 );
             }
+            // A restart losing the last writes breaks some properties by
+            // design of Redis's persistence; those are reported, not failed.
+            let expected: &[&str] = if config.aof_losses > 0 && mutant.is_none() {
+                &AOF_LOSS_BREAKS
+            } else {
+                &[]
+            };
+            let unexpected = report
+                .violations
+                .iter()
+                .filter(|v| !expected.contains(&v.property))
+                .count();
             println!("states: {}", report.states);
             println!("max_depth: {}", report.max_depth);
-            println!("violations: {}", report.violations.len());
+            if !expected.is_empty() {
+                println!(
+                    "expected_violations: {} (what AOF everysec can lose; docs/RELIABILITY.md)",
+                    report.violations.len() - unexpected
+                );
+            }
+            println!("violations: {unexpected}");
             println!("time_ms: {}", report.elapsed.as_millis());
-            if report.violations.is_empty() {
+            if unexpected == 0 {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE

@@ -11,6 +11,13 @@
 //! handler does), loses replies (the client then resends the same command),
 //! times commands out (the worker retries the handler as a new attempt), and
 //! kills a worker mid-handler (shutdown past its grace period).
+//!
+//! A handler may also fail for good on a message (a poison message): the
+//! worker halts the partition under the fence, and an operator resolves the
+//! halt (retry or skip the head, naming the head it saw). When configured,
+//! Redis itself may restart and come back with an older state: with
+//! `appendfsync everysec` the writes of the last second are lost, so what
+//! survives is a prefix of the history of writes.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -69,6 +76,23 @@ pub enum Op {
     Release(LeaseValue),
     /// Retire the drained partition: delete its stream and index entry.
     Reap(LeaseValue),
+    /// Halt the partition on the poison message `msg`, closing `attempt`.
+    Halt {
+        /// The lease.
+        lease: LeaseValue,
+        /// The message that failed every attempt.
+        msg: u8,
+        /// The attempt that failed last.
+        attempt: u8,
+    },
+    /// An operator's decision on a halted partition: retry (clear the halt)
+    /// or skip (acknowledge the head, then clear the halt).
+    Resolve {
+        /// The head the operator saw halted.
+        seen: u8,
+        /// Whether the head is skipped (otherwise retried).
+        skip: bool,
+    },
 }
 
 /// A command in flight.
@@ -106,6 +130,8 @@ pub enum Reply {
     },
     /// The attempt was closed already: a later attempt moved past it.
     Stale,
+    /// The partition is halted: nothing is read until an operator resolves it.
+    Halted,
     /// Done.
     Ok,
 }
@@ -233,6 +259,12 @@ pub struct State {
     pub marker: Option<(Identity, u8)>,
     /// The committed effects: message numbers, in the order they landed.
     pub effects: Vec<u8>,
+    /// The halted head, while the partition is halted.
+    pub halted: Option<u8>,
+    /// Messages an operator skipped (acknowledged without an effect).
+    pub skipped: u8,
+    /// What an AOF restart would bring back: Redis's state at its last fsync.
+    pub durable: Option<Box<Durable>>,
     /// Commands in flight, in no particular order.
     pub network: BTreeSet<Command>,
     /// The processes.
@@ -243,6 +275,58 @@ pub struct State {
     pub unauthorized_run: bool,
     /// A message was run after it had been acknowledged.
     pub rerun_after_ack: bool,
+    /// A commit or an acknowledgement landed while the partition was halted.
+    pub progress_while_halted: bool,
+    /// An operator's skip landed on a head other than the one it saw.
+    pub skipped_unseen: bool,
+}
+
+/// Redis's part of [`State`]: what an AOF file keeps.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Durable {
+    lease: Option<LeaseValue>,
+    generation: u8,
+    published: u8,
+    acked: u8,
+    indexed: bool,
+    stream: bool,
+    closed: Option<(LeaseValue, u8)>,
+    marker: Option<(Identity, u8)>,
+    effects: Vec<u8>,
+    halted: Option<u8>,
+    skipped: u8,
+}
+
+impl Durable {
+    fn of(state: &State) -> Self {
+        Self {
+            lease: state.lease,
+            generation: state.generation,
+            published: state.published,
+            acked: state.acked,
+            indexed: state.indexed,
+            stream: state.stream,
+            closed: state.closed,
+            marker: state.marker,
+            effects: state.effects.clone(),
+            halted: state.halted,
+            skipped: state.skipped,
+        }
+    }
+
+    fn restore(self, state: &mut State) {
+        state.lease = self.lease;
+        state.generation = self.generation;
+        state.published = self.published;
+        state.acked = self.acked;
+        state.indexed = self.indexed;
+        state.stream = self.stream;
+        state.closed = self.closed;
+        state.marker = self.marker;
+        state.effects = self.effects;
+        state.halted = self.halted;
+        state.skipped = self.skipped;
+    }
 }
 
 /// The faults the environment may still inject.
@@ -256,6 +340,12 @@ pub struct Faults {
     pub timeouts: u8,
     /// Shutdowns (a worker killed mid-handler) left.
     pub kills: u8,
+    /// Handler runs that may fail for good (poison messages) left.
+    pub poisons: u8,
+    /// Operator decisions left.
+    pub resolutions: u8,
+    /// Redis restarts that lose the writes since the last fsync left.
+    pub aof_losses: u8,
 }
 
 /// What can happen next.
@@ -291,7 +381,24 @@ pub enum Action {
     /// Shutdown of process `p` past its grace period: the worker is killed
     /// while its handler may still be running.
     Kill(usize),
+    /// The handler of process `p` fails for good: the worker halts the partition.
+    Fail(usize),
+    /// An operator resolves the halt it sees: skip the head, or retry it.
+    Resolve {
+        /// Skip (otherwise retry).
+        skip: bool,
+    },
+    /// Redis writes its AOF to disk: what a restart brings back.
+    Fsync,
+    /// Redis restarts and loads its AOF: the writes since the last fsync are lost.
+    RedisRestart,
 }
+
+/// The operator's identity on the network (its replies go nowhere).
+const OPERATOR: Identity = Identity {
+    instance: u8::MAX,
+    nonce: 0,
+};
 
 /// The protocol model for one configuration and mutant.
 #[derive(Clone, Debug)]
@@ -385,6 +492,9 @@ impl Protocol {
                 if !authorized && !self.has(Mutant::ReclaimWithoutLease) {
                     return Reply::Fenced;
                 }
+                if state.halted.is_some() {
+                    return Reply::Halted;
+                }
                 match Self::head(state) {
                     Some(msg) => Reply::Entry { msg, authorized },
                     None => Reply::Idle {
@@ -408,6 +518,9 @@ impl Protocol {
                 if !self.has(Mutant::CommitFromOlderAttempt) && closed.is_some_and(|c| c >= attempt) {
                     return Reply::Stale;
                 }
+                if state.halted.is_some() {
+                    state.progress_while_halted = true;
+                }
                 state.effects.push(msg);
                 state.marker = Some((command.from, id));
                 // A commit of an attempt closes the attempts before it.
@@ -417,6 +530,10 @@ impl Protocol {
             Op::Ack { lease, msg, attempt } => {
                 if !holds(state, lease) && !self.has(Mutant::AckWithoutToken) {
                     return Reply::Fenced;
+                }
+                // A resent acknowledgement of an acknowledged message is a no-op.
+                if state.halted.is_some() && state.acked & (1 << msg) == 0 {
+                    state.progress_while_halted = true;
                 }
                 state.acked |= 1 << msg;
                 Self::close(state, lease, attempt);
@@ -434,11 +551,45 @@ impl Protocol {
                 }
                 // The stream is empty: retire it. (A publish half done, in
                 // the split-publish mutant, is invisible here.)
-                if Self::head(state).is_none() {
+                if Self::head(state).is_none() && state.halted.is_none() {
                     state.stream = false;
                     state.indexed = false;
                     state.lease = None;
                 }
+                Reply::Ok
+            }
+            Op::Halt { lease, msg, attempt } => {
+                if !holds(state, lease) {
+                    return Reply::Fenced;
+                }
+                let closed = state.closed.filter(|(l, _)| *l == lease).map(|(_, a)| a);
+                if closed.is_some_and(|c| c >= attempt) {
+                    return Reply::Stale;
+                }
+                // The halt closes the failed attempts: a delayed commit of
+                // one of them can no longer land on the halted partition.
+                if !self.has(Mutant::HaltWithoutClosingAttempts) {
+                    Self::close(state, lease, attempt);
+                }
+                state.halted = Some(msg);
+                Reply::Ok
+            }
+            Op::Resolve { seen, skip } => {
+                let Some(head) = state.halted else {
+                    return Reply::Ok;
+                };
+                if head != seen && !self.has(Mutant::ResolveWithoutExpectedHead) {
+                    // `head_changed`: the decision lands on nothing.
+                    return Reply::Ok;
+                }
+                if skip {
+                    if head != seen {
+                        state.skipped_unseen = true;
+                    }
+                    state.acked |= 1 << head;
+                    state.skipped |= 1 << head;
+                }
+                state.halted = None;
                 Reply::Ok
             }
         }
@@ -519,6 +670,11 @@ impl Protocol {
                 process.orphaned = false;
                 Work::Holding(lease)
             }
+            (Op::Read(lease), Reply::Halted) => Work::Holding(lease),
+            (Op::Halt { lease, .. }, Reply::Ok) => {
+                process.orphaned = false;
+                Work::Holding(lease)
+            }
             (Op::Reap(_), Reply::Ok) => Work::Idle,
             (Op::Release(_), _) => Work::Stopped,
             // Fenced, stale or busy: the lease (or the attempt) moved on.
@@ -564,7 +720,7 @@ impl Model for Protocol {
                 orphaned: false,
             })
             .collect();
-        vec![State {
+        let mut state = State {
             lease: None,
             generation: 0,
             published: 0,
@@ -575,6 +731,9 @@ impl Model for Protocol {
             closed: None,
             marker: None,
             effects: Vec::new(),
+            halted: None,
+            skipped: 0,
+            durable: None,
             network: BTreeSet::new(),
             processes,
             faults: Faults {
@@ -582,10 +741,19 @@ impl Model for Protocol {
                 stalls: self.config.stalls,
                 timeouts: self.config.timeouts,
                 kills: self.config.kills,
+                poisons: self.config.poisons,
+                resolutions: self.config.resolutions,
+                aof_losses: self.config.aof_losses,
             },
             unauthorized_run: false,
             rerun_after_ack: false,
-        }]
+            progress_while_halted: false,
+            skipped_unseen: false,
+        };
+        if self.config.aof_losses > 0 {
+            state.durable = Some(Box::new(Durable::of(&state)));
+        }
+        vec![state]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
@@ -609,6 +777,16 @@ impl Model for Protocol {
         if Self::may_expire(state) {
             actions.push(Action::Expire);
         }
+        if state.halted.is_some() && state.faults.resolutions > 0 {
+            actions.push(Action::Resolve { skip: true });
+            actions.push(Action::Resolve { skip: false });
+        }
+        if state.faults.aof_losses > 0 {
+            if state.durable.as_deref() != Some(&Durable::of(state)) {
+                actions.push(Action::Fsync);
+            }
+            actions.push(Action::RedisRestart);
+        }
         for (p, process) in state.processes.iter().enumerate() {
             if !process.up {
                 actions.push(Action::Restart(p));
@@ -630,7 +808,8 @@ impl Model for Protocol {
                         && state.lease.is_none_or(|l| l.holder == process.identity())
                 }
                 Work::Holding(_) if process.stopping => true,
-                Work::Holding(_) => Self::head(state).is_some() || state.stream,
+                // A halted partition is read again once it is resolved.
+                Work::Holding(_) => state.halted.is_none() && (Self::head(state).is_some() || state.stream),
                 Work::Running(_) => true,
                 _ => false,
             };
@@ -660,6 +839,9 @@ impl Model for Protocol {
             }
             if state.faults.kills > 0 && process.run().is_some() && !process.stopping {
                 actions.push(Action::Kill(p));
+            }
+            if state.faults.poisons > 0 && matches!(process.work, Work::Running(_)) {
+                actions.push(Action::Fail(p));
             }
         }
     }
@@ -766,6 +948,33 @@ impl Model for Protocol {
                     });
                 }
             }
+            Action::Fail(p) => {
+                state.faults.poisons -= 1;
+                let process = &mut state.processes[p];
+                let Work::Running(run) = process.work else {
+                    return None;
+                };
+                let halt = Op::Halt {
+                    lease: run.lease,
+                    msg: run.msg,
+                    attempt: run.attempt,
+                };
+                Self::send(process, &mut state.network, halt, None);
+            }
+            Action::Resolve { skip } => {
+                state.faults.resolutions -= 1;
+                let seen = state.halted?;
+                state.network.insert(Command {
+                    from: OPERATOR,
+                    request: state.faults.resolutions,
+                    op: Op::Resolve { seen, skip },
+                });
+            }
+            Action::Fsync => state.durable = Some(Box::new(Durable::of(&state))),
+            Action::RedisRestart => {
+                state.faults.aof_losses -= 1;
+                state.durable.clone()?.restore(&mut state);
+            }
         }
         Some(state)
     }
@@ -777,7 +986,7 @@ impl Model for Protocol {
             }),
             Property::always("an acknowledged message has its effect", |_, state: &State| {
                 (0..8u8)
-                    .filter(|m| state.acked & (1 << m) != 0)
+                    .filter(|m| state.acked & !state.skipped & (1 << m) != 0)
                     .all(|m| state.effects.contains(&m))
             }),
             Property::always("a run starts only under the lease", |_, state: &State| {
@@ -797,6 +1006,14 @@ impl Model for Protocol {
             Property::always("no published message is stranded", |_, state: &State| {
                 Protocol::head(state).is_none() || state.indexed
             }),
+            Property::always(
+                "a halted partition makes no progress until resolved",
+                |_, state: &State| !state.progress_while_halted,
+            ),
+            Property::always(
+                "an operator's skip lands on the head it saw",
+                |_, state: &State| !state.skipped_unseen,
+            ),
         ]
     }
 }

@@ -1,7 +1,7 @@
 //! The protocol model in the normal test suite: a smaller configuration is
 //! clean, and every seeded mutant is caught with a counterexample.
 
-use ordo_model::{Config, Mutant, check};
+use ordo_model::{AOF_LOSS_BREAKS, Config, Mutant, check};
 
 #[test]
 fn the_protocol_keeps_every_property_in_the_small_configuration() {
@@ -38,6 +38,14 @@ fn each_mutant_breaks_the_property_it_is_about() {
         ),
         (Mutant::ReleaseWhileRunning, "at most one live run holds the key"),
         (Mutant::LeaseWithoutNonce, "at most one live run holds the key"),
+        (
+            Mutant::HaltWithoutClosingAttempts,
+            "a halted partition makes no progress until resolved",
+        ),
+        (
+            Mutant::ResolveWithoutExpectedHead,
+            "an operator's skip lands on the head it saw",
+        ),
     ];
     for (mutant, property) in expect {
         let report = check(Config::exposing(mutant), Some(mutant));
@@ -74,4 +82,37 @@ fn a_crash_and_restart_keep_every_property() {
         "{broken:?} broken after {} states",
         report.states
     );
+}
+
+#[test]
+fn halts_hold_until_an_operator_resolves_them_and_decisions_land_on_the_head_seen() {
+    let report = check(Config::HALTS, None);
+    let broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
+    assert!(
+        broken.is_empty(),
+        "{broken:?} broken after {} states",
+        report.states
+    );
+    assert!(report.states > 100_000, "only {} states explored", report.states);
+}
+
+#[test]
+fn a_redis_restart_losing_its_last_writes_breaks_exactly_what_the_docs_say() {
+    let report = check(Config::AOF, None);
+    let mut broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
+    broken.sort_unstable();
+    let mut expected = AOF_LOSS_BREAKS.to_vec();
+    expected.sort_unstable();
+    assert_eq!(
+        broken, expected,
+        "a Redis restart losing its last writes should break exactly the documented properties"
+    );
+}
+
+#[test]
+fn every_named_configuration_is_found_by_name() {
+    for (name, config) in Config::NAMED {
+        assert_eq!(Config::named(name), Some(config));
+    }
+    assert_eq!(Config::named("nope"), None);
 }
