@@ -463,8 +463,9 @@ impl Protocol {
         true
     }
 
-    /// Redis applies `command`.
-    fn apply(&self, state: &mut State, command: Command) -> Reply {
+    /// Redis applies `command` to `state` and answers. Public for the
+    /// conformance test, which compares it with the real scripts' answers.
+    pub fn apply(&self, state: &mut State, command: Command) -> Reply {
         let holds = |state: &State, lease: LeaseValue| state.lease == Some(lease);
         match command.op {
             Op::Acquire => match state.lease {
@@ -551,10 +552,14 @@ impl Protocol {
                 }
                 // The stream is empty: retire it. (A publish half done, in
                 // the split-publish mutant, is invisible here.)
+                // With the lanes go the partition's bookkeeping: the lease,
+                // the last commit's marker and the attempt sequence.
                 if Self::head(state).is_none() && state.halted.is_none() {
                     state.stream = false;
                     state.indexed = false;
                     state.lease = None;
+                    state.marker = None;
+                    state.closed = None;
                 }
                 Reply::Ok
             }
