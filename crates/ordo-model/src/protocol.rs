@@ -196,6 +196,9 @@ pub struct Process {
     /// The lease this process works under expired while it was paused or
     /// gone: whatever it does under it from now on is fenced.
     pub orphaned: bool,
+    /// The reply to the request it waits for was lost: its client times
+    /// out and resends (or the worker retries), whatever the fault budget.
+    pub lost: bool,
 }
 
 impl Process {
@@ -723,6 +726,7 @@ impl Model for Protocol {
                 next_commit: 0,
                 inbox: None,
                 orphaned: false,
+                lost: false,
             })
             .collect();
         let mut state = State {
@@ -824,7 +828,7 @@ impl Model for Protocol {
             if process.inbox.is_some() {
                 actions.push(Action::Receive(p));
             }
-            if waiting && process.inbox.is_none() && state.faults.timeouts > 0 {
+            if waiting && process.inbox.is_none() && (state.faults.timeouts > 0 || process.lost) {
                 actions.push(Action::Resend(p));
                 if matches!(
                     process.work,
@@ -879,6 +883,14 @@ impl Model for Protocol {
                 let reply = self.apply(&mut state, command);
                 if lose_reply {
                     state.faults.timeouts -= 1;
+                    if let Some(process) = state
+                        .processes
+                        .iter_mut()
+                        .find(|p| p.up && p.identity() == command.from)
+                        && matches!(process.work, Work::Waiting { request, .. } if request == command.request)
+                    {
+                        process.lost = true;
+                    }
                 } else if let Some(process) = state
                     .processes
                     .iter_mut()
@@ -889,16 +901,22 @@ impl Model for Protocol {
                 }
             }
             Action::Resend(p) => {
-                state.faults.timeouts -= 1;
                 let process = &mut state.processes[p];
+                // After a lost reply this is the client's reaction, not a
+                // new fault.
+                if !std::mem::take(&mut process.lost) {
+                    state.faults.timeouts -= 1;
+                }
                 let Work::Waiting { op, run, .. } = process.work else {
                     return None;
                 };
                 Self::send(process, &mut state.network, op, run);
             }
             Action::Retry(p) => {
-                state.faults.timeouts -= 1;
                 let process = &mut state.processes[p];
+                if !std::mem::take(&mut process.lost) {
+                    state.faults.timeouts -= 1;
+                }
                 let Work::Waiting { run: Some(run), .. } = process.work else {
                     return None;
                 };
@@ -923,6 +941,7 @@ impl Model for Protocol {
                 process.work = Work::Idle;
                 process.inbox = None;
                 process.orphaned = false;
+                process.lost = false;
             }
             Action::Restart(p) => {
                 let nonce = state.processes.iter().map(|p| p.nonce).max().unwrap_or(0) + 1;
@@ -1011,6 +1030,20 @@ impl Model for Protocol {
             Property::always("no published message is stranded", |_, state: &State| {
                 Protocol::head(state).is_none() || state.indexed
             }),
+            // Liveness, checked on every history that ends (the faults are
+            // used up and nothing is left to do): every message was handled,
+            // unless the partition waits for an operator or no worker is
+            // left to run (every process shut down).
+            Property::eventually(
+                "once faults stop, every published message is handled",
+                |model: &Protocol, state: &State| {
+                    let all = (1u16 << model.messages()) - 1;
+                    let handled = state.published == model.messages() && u16::from(state.acked) & all == all;
+                    let waits_for_operator = state.halted.is_some() && state.faults.resolutions == 0;
+                    let no_worker = state.processes.iter().all(|p| matches!(p.work, Work::Stopped));
+                    handled || waits_for_operator || no_worker
+                },
+            ),
             Property::always(
                 "a halted partition makes no progress until resolved",
                 |_, state: &State| !state.progress_while_halted,

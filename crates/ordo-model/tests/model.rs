@@ -109,6 +109,19 @@ fn a_redis_restart_losing_its_last_writes_breaks_exactly_what_the_docs_say() {
     );
 }
 
+/// The liveness property has teeth: a message stranded by a reap that ran
+/// between a publish's two halves is never handled.
+#[test]
+fn a_stranded_message_is_never_handled() {
+    let mutant = Mutant::ReapNotAtomicWithPublish;
+    let report = check(Config::exposing(mutant), Some(mutant));
+    let broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
+    assert!(
+        broken.contains(&"once faults stop, every published message is handled"),
+        "{broken:?}"
+    );
+}
+
 #[test]
 fn every_named_configuration_is_found_by_name() {
     for (name, config) in Config::NAMED {
