@@ -11,6 +11,7 @@ mod handler;
 mod message;
 mod misplaced;
 mod names;
+mod private;
 #[cfg(test)]
 mod test_support;
 mod value;

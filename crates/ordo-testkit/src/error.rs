@@ -240,7 +240,7 @@ pub enum TestkitError {
         source: io::Error,
     },
 
-    /// [`wait_until`](crate::wait_until) gave up.
+    /// [`wait_until`](crate::wait_until) or [`eventually`](crate::eventually) gave up.
     #[error("timed out after {waited:?} waiting for {what}")]
     Timeout {
         /// What was awaited, as the caller described it.

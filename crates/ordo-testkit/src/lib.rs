@@ -11,7 +11,7 @@
 //! - [`Postgres`] starts a private PostgreSQL (`initdb` + `postgres` on a
 //!   free port in a temporary directory), or uses `DATABASE_URL`.
 //! - [`wait_until`] polls a condition with a deadline, which is what a test
-//!   does instead of sleeping.
+//!   does instead of sleeping; [`eventually`] awaits an async one.
 //!
 //! Environment variables:
 //! - `REDIS_URL=redis://host:port[/db]`: [`Redis::start`] uses that server
@@ -38,4 +38,4 @@ pub use error::{Result, TestkitError};
 pub use postgres::Postgres;
 pub use process::Process;
 pub use redis::{Redis, RedisBuilder};
-pub use wait::wait_until;
+pub use wait::{eventually, wait_until};

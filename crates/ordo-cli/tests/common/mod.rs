@@ -15,6 +15,7 @@ use anyhow::{Context as _, bail};
 use ordo::RunningDomain;
 use ordo::prelude::*;
 use ordo_redis::{HaltedPartition, RedisBroker};
+pub use ordo_testkit::eventually;
 use ordo_testkit::Redis;
 
 /// The stream category of the fixture.
@@ -23,6 +24,9 @@ pub const CATEGORY: &str = "order";
 pub const PROJECTOR: &str = "OrderProjector";
 /// The group that handles everything.
 pub const AUDITOR: &str = "OrderAuditor";
+
+/// How long a test waits for the domain to catch up.
+pub const WAIT: Duration = Duration::from_secs(15);
 
 #[derive(Aggregate)]
 pub struct Order;
@@ -154,15 +158,12 @@ impl Fixture {
             dir: tempfile::tempdir()?,
         };
         let expected = if poison { 4 } else { 7 };
-        fixture
-            .eventually("the orders to be handled", || async {
-                Ok(fixture.handled().len() == expected)
-            })
-            .await?;
+        eventually(WAIT, "the orders to be handled", || async {
+            Ok(fixture.handled().len() == expected)
+        })
+        .await?;
         if poison {
-            fixture
-                .eventually("bob to halt", || async { Ok(fixture.halted().await?.len() == 1) })
-                .await?;
+            eventually(WAIT, "bob to halt", || async { Ok(fixture.halted().await?.len() == 1) }).await?;
         }
         Ok(fixture)
     }
@@ -198,32 +199,6 @@ impl Fixture {
         let mut all = vec!["--redis-url", url.as_str()];
         all.extend_from_slice(args);
         ordo_in(self.dir.path(), &all, &[]).await
-    }
-
-    /// Polls `condition` every 20 ms until it holds, or fails after 15 s.
-    pub async fn eventually<F, Fut>(&self, what: &str, mut condition: F) -> anyhow::Result<()>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = anyhow::Result<bool>>,
-    {
-        let started = Instant::now();
-        loop {
-            if condition().await? {
-                return Ok(());
-            }
-            if started.elapsed() > Duration::from_secs(15) {
-                bail!("timed out waiting for {what}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Stops the domain.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
-        if let Some(running) = self.running.take() {
-            running.shutdown().await?;
-        }
-        Ok(())
     }
 }
 

@@ -112,23 +112,7 @@ pub async fn xlen(redis: &Pool, stream: &str) -> anyhow::Result<u64> {
     Ok(value.convert()?)
 }
 
-/// Polls `condition` every 20 ms until it holds or `deadline` passes.
-pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut condition: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<bool>>,
-{
-    let started = Instant::now();
-    loop {
-        if condition().await? {
-            return Ok(());
-        }
-        if started.elapsed() > deadline {
-            bail!("timed out after {deadline:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use ordo_testkit::eventually;
 
 /// How many rows of `outbox` have `status` (0 pending, 1 published, 2 abandoned).
 pub async fn count_status(outbox: &PgOutbox, status: i16) -> anyhow::Result<i64> {
