@@ -32,6 +32,7 @@ use ordo_core::domain::Domain;
 use ordo_core::error::error_chain;
 use ordo::{HandlerContext, HandlerError, HandlerResult, event_handler};
 use ordo_redis::{FencedWrite, RedisBroker, RedisFence};
+use tokio::signal::unix::SignalKind;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{HarnessError, Result};
@@ -149,6 +150,27 @@ pub async fn run(options: &WorkerOptions, shutdown: CancellationToken) -> Result
     running.shutdown().await.map_err(HarnessError::Shutdown)?;
     emit(&Line::new(line::STOPPED).field("instance", &options.instance));
     Ok(())
+}
+
+/// A token cancelled on the first SIGTERM or SIGINT: how a worker process
+/// (`ordo-worker run`, `ordo-bench worker`) is told to shut down gracefully.
+/// Call it inside a Tokio runtime.
+pub fn shutdown_on_signal() -> Result<CancellationToken> {
+    let listen = |kind: SignalKind, signal: &'static str| {
+        tokio::signal::unix::signal(kind).map_err(|source| HarnessError::Signal { signal, source })
+    };
+    let mut terminate = listen(SignalKind::terminate(), "SIGTERM")?;
+    let mut interrupt = listen(SignalKind::interrupt(), "SIGINT")?;
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        on_signal.cancel();
+    });
+    Ok(shutdown)
 }
 
 /// The harness's domain: aggregate [`Chaos`] and `handler` on `broker`.
