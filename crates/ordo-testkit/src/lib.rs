@@ -23,19 +23,19 @@
 //!
 //! This crate is Unix-only: it controls processes with signals.
 
+mod child;
 #[cfg(feature = "testcontainers")]
 mod container;
 mod error;
 mod local;
 mod postgres;
-mod process;
 mod redis;
 mod resp;
 mod signal;
 mod wait;
 
+pub use child::Process;
 pub use error::{Result, TestkitError};
 pub use postgres::Postgres;
-pub use process::Process;
 pub use redis::{Redis, RedisBuilder};
 pub use wait::{eventually, wait_until};
