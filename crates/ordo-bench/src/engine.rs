@@ -23,9 +23,9 @@ use anyhow::{Context as _, Result, ensure};
 use fred::clients::Client;
 use fred::prelude::ClientLike as _;
 use fred::types::{ClusterHash, CustomCommand, Value};
+use ordo::{HandlerContext, HandlerResult, Metadata, event_handler};
 use ordo_core::config::Config;
 use ordo_core::domain::{Domain, RunningDomain};
-use ordo::{HandlerContext, HandlerResult, Metadata, event_handler};
 use ordo_redis::RedisBroker;
 
 use crate::latency::LatencyRecorder;

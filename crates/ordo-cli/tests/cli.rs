@@ -236,9 +236,9 @@ async fn skip_refuses_unless_halted_confirmed_and_unchanged_then_resumes_the_key
     assert_eq!(skipped["action"], "skip");
     assert_eq!(skipped["head"], head.as_str());
     eventually(WAIT, "bob's later orders", || async {
-            Ok(fixture.handled_of("bob") == ["b-2", "b-3"])
-        })
-        .await?;
+        Ok(fixture.handled_of("bob") == ["b-2", "b-3"])
+    })
+    .await?;
     fixture.ordo(&["status", "--check"]).await?.expect_code(0)?;
     // The head it expected is gone: acting on it again is refused.
     fixture
@@ -261,9 +261,9 @@ async fn retry_runs_the_head_again_in_order() -> anyhow::Result<()> {
         .stdout;
     assert!(text.contains(&format!("entry {head} of `order:bob`")), "{text}");
     eventually(WAIT, "bob's orders", || async {
-            Ok(fixture.handled_of("bob").len() == 3)
-        })
-        .await?;
+        Ok(fixture.handled_of("bob").len() == 3)
+    })
+    .await?;
     assert_eq!(
         fixture.handled_of("bob"),
         ["b-1", "b-2", "b-3"],
@@ -293,9 +293,9 @@ async fn dlq_moves_the_head_aside_and_replay_puts_it_back() -> anyhow::Result<()
         "{moved}"
     );
     eventually(WAIT, "bob's later orders", || async {
-            Ok(fixture.handled_of("bob") == ["b-2", "b-3"])
-        })
-        .await?;
+        Ok(fixture.handled_of("bob") == ["b-2", "b-3"])
+    })
+    .await?;
 
     let listed = fixture
         .ordo(&["dlq", "list", CATEGORY])
@@ -330,9 +330,9 @@ async fn dlq_moves_the_head_aside_and_replay_puts_it_back() -> anyhow::Result<()
         .json()?;
     assert_eq!(replayed["replayed"][0]["source_id"], head.as_str());
     eventually(WAIT, "the replayed order", || async {
-            Ok(fixture.handled_of("bob").len() == 3)
-        })
-        .await?;
+        Ok(fixture.handled_of("bob").len() == 3)
+    })
+    .await?;
     assert_eq!(
         fixture.handled_of("bob"),
         ["b-2", "b-3", "b-1"],

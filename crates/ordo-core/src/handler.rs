@@ -186,7 +186,12 @@ pub struct HandlerDescriptor {
 // added later is a default here rather than a breaking change.
 impl HandledMessage {
     #[doc(hidden)]
-    pub fn new(type_name: &'static str, kind: MessageKind, category: &'static str, method: &'static str) -> Self {
+    pub fn new(
+        type_name: &'static str,
+        kind: MessageKind,
+        category: &'static str,
+        method: &'static str,
+    ) -> Self {
         Self {
             type_name,
             kind,

@@ -201,7 +201,10 @@ mod tests {
             struct Order;
         ))
         .to_string();
-        assert!(out.contains("impl :: my_ordo :: __private :: Aggregate for Order"), "{out}");
+        assert!(
+            out.contains("impl :: my_ordo :: __private :: Aggregate for Order"),
+            "{out}"
+        );
         let errors = compile_errors(&expand(quote!(
             #[aggregate(crate = "my_ordo<u8>")]
             struct Order;
@@ -230,7 +233,10 @@ mod tests {
             struct Order;
         )));
         assert_eq!(errors.len(), 2, "{errors:?}");
-        assert!(errors[0].contains("unknown `#[aggregate]` argument `name`; expected one of: `category`, `crate`"));
+        assert!(
+            errors[0]
+                .contains("unknown `#[aggregate]` argument `name`; expected one of: `category`, `crate`")
+        );
         assert!(errors[1].contains("duplicate `category`"));
     }
 }

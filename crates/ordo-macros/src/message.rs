@@ -353,7 +353,10 @@ mod tests {
             ),
         )
         .to_string();
-        assert!(out.contains("my_app :: ordo :: __private :: PartOf < Order >"), "{out}");
+        assert!(
+            out.contains("my_app :: ordo :: __private :: PartOf < Order >"),
+            "{out}"
+        );
         assert_eq!(
             out.matches("__private").count(),
             out.matches("my_app :: ordo :: __private").count(),

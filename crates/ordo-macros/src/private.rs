@@ -43,11 +43,10 @@ impl ToTokens for Private {
 /// A value that is not a plain path (no generics) is recorded in `errors`.
 pub(crate) fn parse(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<Option<Private>> {
     let lit: LitStr = meta.value()?.parse()?;
-    let path = lit.parse_with(syn::Path::parse_mod_style).ok().filter(|path| {
-        path.segments
-            .iter()
-            .all(|segment| segment.arguments.is_none())
-    });
+    let path = lit
+        .parse_with(syn::Path::parse_mod_style)
+        .ok()
+        .filter(|path| path.segments.iter().all(|segment| segment.arguments.is_none()));
     if path.is_none() {
         errors.error(
             lit.span(),

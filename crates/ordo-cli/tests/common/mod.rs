@@ -15,8 +15,8 @@ use anyhow::{Context as _, bail};
 use ordo::RunningDomain;
 use ordo::prelude::*;
 use ordo_redis::{HaltedPartition, RedisBroker};
-pub use ordo_testkit::eventually;
 use ordo_testkit::Redis;
+pub use ordo_testkit::eventually;
 
 /// The stream category of the fixture.
 pub const CATEGORY: &str = "order";
@@ -163,7 +163,10 @@ impl Fixture {
         })
         .await?;
         if poison {
-            eventually(WAIT, "bob to halt", || async { Ok(fixture.halted().await?.len() == 1) }).await?;
+            eventually(WAIT, "bob to halt", || async {
+                Ok(fixture.halted().await?.len() == 1)
+            })
+            .await?;
         }
         Ok(fixture)
     }

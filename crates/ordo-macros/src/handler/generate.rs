@@ -13,8 +13,8 @@ use syn::spanned::Spanned;
 use super::Flavor;
 use super::model::{HandleMethod, HandlerModel};
 use super::policy::Policy;
-use crate::private::Private;
 use crate::names::FieldName;
+use crate::private::Private;
 
 /// The trait impl for the handler type.
 pub(super) fn generate(model: &HandlerModel) -> TokenStream {
