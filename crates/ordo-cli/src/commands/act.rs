@@ -65,8 +65,10 @@ struct Acted {
 }
 
 pub(crate) async fn run(ctx: &Context, action: Action, args: &ActionArgs) -> Result<Verdict, Failure> {
-    let (category, key) = (args.category.as_str(), args.key.as_str());
-    let group = ctx.resolve_group(category, key, args.group.as_deref()).await?;
+    let (category, key) = (args.target.category.as_str(), args.target.key.as_str());
+    let group = ctx
+        .resolve_group(category, key, args.target.group.as_deref())
+        .await?;
     let seen = halted(ctx, action, &group, category, key).await?;
     let expected = seen.halt.head.clone();
     // Refuse before asking about a head the operator did not mean.
