@@ -1,5 +1,4 @@
-//! A `crate` that is not a path is reported at the literal; one that does
-//! not resolve is reported by rustc at the literal too.
+//! A `crate` that is not a path is reported at the literal.
 
 use ordo::prelude::*;
 
@@ -8,7 +7,6 @@ use ordo::prelude::*;
 struct Order;
 
 #[derive(Aggregate)]
-#[aggregate(crate = "no_such_crate")]
 struct Customer;
 
 #[derive(Serialize, Deserialize, Event)]

