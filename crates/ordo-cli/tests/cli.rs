@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{AUDITOR, CATEGORY, Fixture, PROJECTOR, WAIT, eventually, ordo_in};
+use common::{AUDITOR, CATEGORY, Fixture, PROJECTOR, WAIT, ordo_in};
+use ordo_testkit::eventually;
 
 /// The halted head's entry id, as `inspect --json` reports it.
 async fn halted_head(fixture: &Fixture, extra: &[&str]) -> anyhow::Result<String> {

@@ -12,7 +12,7 @@ use ordo_core::policy::{FullConcurrencyPolicy, ProcessingContext, SEQUENTIAL_SEQ
 use ordo_core::{
     Domain, DomainBuilder, Envelope, IncorrectUsageError, InlineBroker, ShutdownError, UsageProblem,
 };
-use ordo_testkit::{TestkitError, eventually};
+use ordo_testkit::eventually;
 use support::*;
 
 spec!(ByClient => handler("ByClient", HandlerKind::Event, "order", Some("client_id"), vec![
@@ -488,7 +488,7 @@ async fn a_started_domain_publishes_commits_without_being_asked() {
     uow.commit().await.unwrap();
     let probe = Arc::clone(&p);
     eventually(Duration::from_secs(5), "both events handled", || async {
-        Ok::<_, TestkitError>(probe.runs() == 2)
+        Ok(probe.runs() == 2)
     })
     .await
     .unwrap();

@@ -12,7 +12,7 @@ use ordo_core::{
     Config, Envelope, InMemoryOutbox, NewOutboxRow, Outbox, OutboxError, OutboxProcessor, OutboxStatus,
     PublishReport,
 };
-use ordo_testkit::{TestkitError, eventually};
+use ordo_testkit::eventually;
 use support::*;
 use tokio_util::sync::CancellationToken;
 
@@ -317,7 +317,7 @@ async fn the_background_loop_wakes_on_notify_not_only_on_its_poll_interval() {
         async move { processor.run(shutdown).await }
     });
     eventually(Duration::from_secs(5), "the first pass publishes", || async {
-        Ok::<_, TestkitError>(broker.published().len() == 1)
+        Ok(broker.published().len() == 1)
     })
     .await
     .unwrap();
@@ -326,7 +326,7 @@ async fn the_background_loop_wakes_on_notify_not_only_on_its_poll_interval() {
     outbox.append(vec![keyed("a", 2)]).await.unwrap();
     processor.notify();
     eventually(Duration::from_secs(5), "the notified pass publishes", || async {
-        Ok::<_, TestkitError>(broker.published().len() == 2)
+        Ok(broker.published().len() == 2)
     })
     .await
     .unwrap();

@@ -249,6 +249,16 @@ pub enum TestkitError {
         waited: Duration,
     },
 
+    /// An [`eventually`](crate::eventually) condition failed.
+    #[error("checking for {what} failed")]
+    Condition {
+        /// What was awaited, as the caller described it.
+        what: String,
+        /// The condition's error.
+        #[source]
+        source: crate::wait::ConditionError,
+    },
+
     /// [`Process::spawn`](crate::Process::spawn) could not start the program.
     #[error("could not start `{program}`")]
     SpawnProcess {

@@ -38,4 +38,4 @@ pub use child::Process;
 pub use error::{Result, TestkitError};
 pub use postgres::Postgres;
 pub use redis::{Redis, RedisBuilder};
-pub use wait::{eventually, wait_until};
+pub use wait::{ConditionError, eventually, wait_until};

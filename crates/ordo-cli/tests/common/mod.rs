@@ -4,19 +4,18 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::future::Future;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use ordo::RunningDomain;
 use ordo::prelude::*;
 use ordo_redis::{HaltedPartition, RedisBroker};
 use ordo_testkit::Redis;
-pub use ordo_testkit::eventually;
+use ordo_testkit::eventually;
 
 /// The stream category of the fixture.
 pub const CATEGORY: &str = "order";
@@ -202,6 +201,14 @@ impl Fixture {
         let mut all = vec!["--redis-url", url.as_str()];
         all.extend_from_slice(args);
         ordo_in(self.dir.path(), &all, &[]).await
+    }
+
+    /// Stops the domain.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await?;
+        }
+        Ok(())
     }
 }
 

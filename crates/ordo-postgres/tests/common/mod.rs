@@ -4,11 +4,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::bail;
 use fred::clients::Pool;
 use fred::interfaces::StreamsInterface;
 use fred::prelude::{Builder, ClientLike, Config as FredConfig};
@@ -111,8 +109,6 @@ pub async fn xlen(redis: &Pool, stream: &str) -> anyhow::Result<u64> {
     let value: Value = redis.xlen(stream).await?;
     Ok(value.convert()?)
 }
-
-pub use ordo_testkit::eventually;
 
 /// How many rows of `outbox` have `status` (0 pending, 1 published, 2 abandoned).
 pub async fn count_status(outbox: &PgOutbox, status: i16) -> anyhow::Result<i64> {

@@ -6,11 +6,10 @@
 pub mod proxy;
 
 use std::collections::{BTreeMap, HashSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use fred::clients::Pool;
 use fred::prelude::{Builder, ClientLike, Config as FredConfig};
 use ordo_core::broker::{DynHandler, Publication, Subscription};
@@ -93,8 +92,6 @@ pub fn seq_of(envelope: &Envelope) -> u64 {
     let payload: serde_json::Value = serde_json::from_str(&envelope.payload).expect("test payload is JSON");
     payload["seq"].as_u64().expect("test payload has a seq")
 }
-
-pub use ordo_testkit::eventually;
 
 /// A unique category name, so tests never share streams even on one Redis.
 pub fn category(prefix: &str) -> String {
