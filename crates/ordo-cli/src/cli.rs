@@ -131,6 +131,13 @@ pub(crate) struct InspectArgs {
 pub(crate) struct ActionArgs {
     #[command(flatten)]
     pub(crate) target: PartitionTarget,
+    #[command(flatten)]
+    pub(crate) options: ActionOptions,
+}
+
+/// How an operator action is confirmed and reported.
+#[derive(Debug, Args)]
+pub(crate) struct ActionOptions {
     /// Refuse unless the halted head is this entry id (as printed by
     /// `ordo inspect`).
     #[arg(long, value_name = "ID")]
@@ -167,16 +174,8 @@ pub(crate) struct DlqActionArgs {
     /// the category.
     #[arg(long)]
     pub(crate) group: Option<String>,
-    /// Refuse unless the halted head is this entry id (as printed by
-    /// `ordo inspect`).
-    #[arg(long, value_name = "ID")]
-    pub(crate) expect_head: Option<String>,
-    /// Do not ask for confirmation (required when stdin is not a terminal).
-    #[arg(long, short = 'y')]
-    pub(crate) yes: bool,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) options: ActionOptions,
 }
 
 impl DlqActionArgs {
@@ -188,9 +187,7 @@ impl DlqActionArgs {
                 key: self.key?,
                 group: self.group,
             },
-            expect_head: self.expect_head,
-            yes: self.yes,
-            json: self.json,
+            options: self.options,
         })
     }
 }
@@ -292,8 +289,8 @@ mod tests {
                 ("order", "bob", Some("g"))
             );
         }
-        assert!(skip.yes);
-        assert_eq!(dlq.expect_head.as_deref(), Some("1-0"));
+        assert!(skip.options.yes);
+        assert_eq!(dlq.options.expect_head.as_deref(), Some("1-0"));
     }
 
     #[test]
