@@ -40,7 +40,7 @@
 //! ```
 //!
 //! Handlers are registered explicitly when the domain is built; see the
-//! `domain` module.
+//! [`domain`](mod@domain) module.
 //!
 //! # Depending on Ordo
 //!
