@@ -23,7 +23,7 @@
 
 mod controller;
 mod duplicates;
-mod failover;
+mod failover_times;
 mod fault;
 mod fleet;
 mod proxy;

@@ -23,19 +23,16 @@ use anyhow::{Context as _, Result, ensure};
 use fred::clients::Client;
 use fred::prelude::ClientLike as _;
 use fred::types::{ClusterHash, CustomCommand, Value};
+use ordo::{HandlerContext, HandlerResult, Metadata, event_handler};
 use ordo_core::config::Config;
 use ordo_core::domain::{Domain, RunningDomain};
-use ordo_core::handler::{
-    BoxFuture, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
-    KeyExtractor, RustType,
-};
-use ordo_core::message::{Envelope, Message as _};
 use ordo_redis::RedisBroker;
 
 use crate::latency::LatencyRecorder;
-use crate::workload::{BenchAggregate, BenchEvent, CATEGORY};
+use crate::workload::{BenchAggregate, BenchEvent};
 
-/// The handler's name: the consumer group of the `bench` partitions.
+/// The handler's name: the consumer group of the `bench` partitions (the
+/// `name` of [`BenchHandler`]'s `#[event_handler]`).
 pub const GROUP: &str = "OrdoBench";
 
 /// The unit-of-work metadata entry holding the commit time, in µs since the
@@ -131,11 +128,11 @@ impl Tally {
         Ok(())
     }
 
-    /// Counts one handler run of `envelope`.
-    fn record(&self, envelope: &Envelope) -> HandlerResult {
+    /// Counts one handler run of `event`, whose message carried `metadata`.
+    fn record(&self, event: &BenchEvent, metadata: &Metadata) -> HandlerResult {
         let now = SystemTime::now();
         let at = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        if let Some(committed) = envelope.metadata.get(COMMITTED_AT_US) {
+        if let Some(committed) = metadata.get(COMMITTED_AT_US) {
             let committed: u64 = committed.parse()?;
             let latency = unix_micros(now).saturating_sub(committed);
             self.latencies
@@ -143,7 +140,6 @@ impl Tally {
                 .unwrap_or_else(PoisonError::into_inner)
                 .record(Duration::from_micros(latency));
         }
-        let event: BenchEvent = envelope.decode()?;
         let next = key_index(&event.key)
             .and_then(|index| self.next.get(index))
             .ok_or_else(|| format!("`{}` is not one of this run's keys", event.key))?;
@@ -190,38 +186,13 @@ impl BenchHandler {
     }
 }
 
-impl EventHandler for BenchHandler {
-    fn descriptor() -> HandlerDescriptor {
-        HandlerDescriptor {
-            name: GROUP,
-            kind: HandlerKind::Event,
-            part_of: Some(CATEGORY),
-            sequential_by: Some("key"),
-            partitioned: true,
-            policy: None,
-            handles: vec![HandledMessage {
-                type_name: BenchEvent::TYPE_NAME,
-                kind: BenchEvent::KIND,
-                category: CATEGORY,
-                rust_type: Some(RustType::of::<BenchEvent>()),
-                method: "on_bench_event",
-                key: Some(KeyExtractor::new("key", |message| {
-                    message
-                        .downcast_ref::<BenchEvent>()
-                        .map(|event| Some(event.key.clone()))
-                })),
-                start: false,
-                policy: None,
-            }],
-        }
-    }
-
-    fn handle<'a>(&'a self, message: &'a Envelope, _ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
-        let result = self.tally.record(message);
-        if result.is_ok() {
-            self.handled.fetch_add(1, Ordering::AcqRel);
-        }
-        Box::pin(async move { result })
+#[event_handler(part_of = BenchAggregate, sequential_by = "key", name = "OrdoBench")]
+impl BenchHandler {
+    #[handle]
+    async fn on_bench_event(&self, event: &BenchEvent, ctx: &HandlerContext) -> HandlerResult {
+        self.tally.record(event, ctx.metadata())?;
+        self.handled.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 }
 
@@ -408,11 +379,6 @@ pub async fn delete_matching(client: &Client, patterns: &[&str]) -> Result<u64> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ordo_core::message::Envelope;
-
-    fn envelope(seq: u64, keys: usize) -> Envelope {
-        crate::workload::envelope(&BenchEvent::nth(seq, keys)).unwrap()
-    }
 
     #[test]
     fn counts_checks_order_and_times_the_runs() {
@@ -420,7 +386,7 @@ mod tests {
         assert_eq!(tally.first_handled(), None);
         // k0#0, k1#0, k0#1, then k1#0 again (a repeat).
         for seq in [0, 1, 2, 1] {
-            tally.record(&envelope(seq, 2)).unwrap();
+            tally.record(&BenchEvent::nth(seq, 2), &Metadata::new()).unwrap();
         }
         assert_eq!(tally.handled(), 4);
         assert_eq!(tally.checksum(), 1);
@@ -432,12 +398,9 @@ mod tests {
     #[test]
     fn records_commit_to_handler_latency_from_the_metadata() {
         let tally = Tally::new(NonZeroUsize::new(1).unwrap());
-        let mut message = envelope(0, 1);
         let committed = unix_micros(SystemTime::now()) - 3_000;
-        message
-            .metadata
-            .insert(COMMITTED_AT_US.to_owned(), committed.to_string());
-        tally.record(&message).unwrap();
+        let metadata = Metadata::from([(COMMITTED_AT_US.to_owned(), committed.to_string())]);
+        tally.record(&BenchEvent::nth(0, 1), &metadata).unwrap();
         let mut latencies = tally.take_latencies();
         let summary = latencies.summary().unwrap();
         assert_eq!(summary.count, 1);
@@ -445,9 +408,15 @@ mod tests {
     }
 
     #[test]
+    fn the_group_is_the_handler_name() {
+        use ordo::EventHandler as _;
+        assert_eq!(BenchHandler::descriptor().name, GROUP);
+    }
+
+    #[test]
     fn a_foreign_key_is_an_error() {
         let tally = Tally::new(NonZeroUsize::new(1).unwrap());
-        assert!(tally.record(&envelope(1, 2)).is_err());
+        assert!(tally.record(&BenchEvent::nth(1, 2), &Metadata::new()).is_err());
         assert_eq!(tally.handled(), 0);
     }
 

@@ -17,8 +17,6 @@ use std::process::Command;
 
 use anyhow::{Context as _, Result};
 use ordo_harness::worker::WorkerOptions;
-use tokio::signal::unix::{SignalKind, signal};
-use tokio_util::sync::CancellationToken;
 
 /// Options of `ordo-bench worker`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -88,17 +86,7 @@ impl WorkerArgs {
 /// Runs the worker on `redis_url` until SIGTERM or SIGINT.
 pub async fn run(args: &WorkerArgs, redis_url: &str) -> Result<()> {
     let options = args.options(redis_url);
-    let shutdown = CancellationToken::new();
-    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
-    let on_signal = shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
-        on_signal.cancel();
-    });
+    let shutdown = ordo_harness::worker::shutdown_on_signal()?;
     ordo_harness::worker::run(&options, shutdown)
         .await
         .with_context(|| format!("worker `{}` failed", options.instance))

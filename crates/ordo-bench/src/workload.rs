@@ -9,24 +9,23 @@
 //! consumer of these entries does the same decoding work as Ordo's consumer.
 
 use anyhow::{Context as _, Result};
-use ordo_core::message::{Aggregate, Envelope, Event, Message, MessageKind};
+use ordo::{Aggregate, Envelope, Event};
 use serde::{Deserialize, Serialize};
 
 /// The stream category of the benchmark's events.
-pub const CATEGORY: &str = "bench";
+pub const CATEGORY: &str = <BenchAggregate as ordo::Aggregate>::CATEGORY;
 
 /// The aggregate the benchmark's events are part of.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, Aggregate)]
+#[aggregate(category = "bench")]
 pub struct BenchAggregate;
 
-impl Aggregate for BenchAggregate {
-    const CATEGORY: &'static str = CATEGORY;
-}
-
 /// The benchmark event: which key, and its number within that key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Event)]
+#[event(part_of = BenchAggregate)]
 pub struct BenchEvent {
     /// The key (and aggregate id), `k0`..`kN`.
+    #[aggregate_id]
     pub key: String,
     /// The event's number within its key, from 0.
     pub seq: u64,
@@ -41,20 +40,6 @@ impl BenchEvent {
             seq: seq / keys,
         }
     }
-}
-
-impl Message for BenchEvent {
-    const TYPE_NAME: &'static str = "BenchEvent";
-    const KIND: MessageKind = MessageKind::Event;
-    const CATEGORY: &'static str = CATEGORY;
-
-    fn aggregate_id(&self) -> Option<String> {
-        Some(self.key.clone())
-    }
-}
-
-impl Event for BenchEvent {
-    type Aggregate = BenchAggregate;
 }
 
 /// The name of key number `index`.

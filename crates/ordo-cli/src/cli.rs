@@ -104,8 +104,10 @@ pub(crate) struct PartitionsArgs {
     pub(crate) json: bool,
 }
 
+/// `CATEGORY KEY [--group GROUP]`: the partition a command looks at or acts
+/// on, and which consumer group's view of it.
 #[derive(Debug, Args)]
-pub(crate) struct InspectArgs {
+pub(crate) struct PartitionTarget {
     /// The stream category.
     pub(crate) category: String,
     /// The partition key.
@@ -114,6 +116,12 @@ pub(crate) struct InspectArgs {
     /// the category.
     #[arg(long)]
     pub(crate) group: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    #[command(flatten)]
+    pub(crate) target: PartitionTarget,
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -121,14 +129,15 @@ pub(crate) struct InspectArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ActionArgs {
-    /// The stream category.
-    pub(crate) category: String,
-    /// The partition key.
-    pub(crate) key: String,
-    /// The consumer group (handler name); optional when one group consumes
-    /// the category.
-    #[arg(long)]
-    pub(crate) group: Option<String>,
+    #[command(flatten)]
+    pub(crate) target: PartitionTarget,
+    #[command(flatten)]
+    pub(crate) options: ActionOptions,
+}
+
+/// How an operator action is confirmed and reported.
+#[derive(Debug, Args)]
+pub(crate) struct ActionOptions {
     /// Refuse unless the halted head is this entry id (as printed by
     /// `ordo inspect`).
     #[arg(long, value_name = "ID")]
@@ -150,7 +159,9 @@ pub(crate) struct DlqArgs {
 }
 
 /// `ordo dlq CATEGORY KEY`: the same arguments as the other actions, but
-/// optional to clap because `ordo dlq list ...` has none of them.
+/// optional to clap because `ordo dlq list ...` has none of them (a
+/// flattened `Option<ActionArgs>` is not filled in under
+/// `args_conflicts_with_subcommands`).
 #[derive(Debug, Args)]
 pub(crate) struct DlqActionArgs {
     /// The stream category.
@@ -163,28 +174,20 @@ pub(crate) struct DlqActionArgs {
     /// the category.
     #[arg(long)]
     pub(crate) group: Option<String>,
-    /// Refuse unless the halted head is this entry id (as printed by
-    /// `ordo inspect`).
-    #[arg(long, value_name = "ID")]
-    pub(crate) expect_head: Option<String>,
-    /// Do not ask for confirmation (required when stdin is not a terminal).
-    #[arg(long, short = 'y')]
-    pub(crate) yes: bool,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) options: ActionOptions,
 }
 
 impl DlqActionArgs {
     /// The action's arguments, when both positionals were given.
     pub(crate) fn into_action(self) -> Option<ActionArgs> {
         Some(ActionArgs {
-            category: self.category?,
-            key: self.key?,
-            group: self.group,
-            expect_head: self.expect_head,
-            yes: self.yes,
-            json: self.json,
+            target: PartitionTarget {
+                category: self.category?,
+                key: self.key?,
+                group: self.group,
+            },
+            options: self.options,
         })
     }
 }
@@ -244,4 +247,62 @@ pub(crate) struct WatchArgs {
     /// Print one JSON snapshot per line instead of the live view.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    use super::{Cli, Command, DlqCommand};
+
+    fn parse(args: &[&str]) -> Command {
+        Cli::try_parse_from(std::iter::once("ordo").chain(args.iter().copied()))
+            .unwrap_or_else(|error| panic!("{args:?}: {error}"))
+            .command
+    }
+
+    #[test]
+    fn the_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_partition_command_takes_the_same_target() {
+        let Command::Inspect(inspect) = parse(&["inspect", "order", "bob", "--group", "g"]) else {
+            panic!("not inspect");
+        };
+        let Command::Skip(skip) = parse(&["skip", "order", "bob", "--group", "g", "--yes"]) else {
+            panic!("not skip");
+        };
+        let Command::Dlq(dlq) = parse(&["dlq", "order", "bob", "--group", "g", "--expect-head", "1-0"])
+        else {
+            panic!("not dlq");
+        };
+        let dlq = dlq.action.into_action().expect("dlq CATEGORY KEY is an action");
+        for target in [&inspect.target, &skip.target, &dlq.target] {
+            assert_eq!(
+                (
+                    target.category.as_str(),
+                    target.key.as_str(),
+                    target.group.as_deref()
+                ),
+                ("order", "bob", Some("g"))
+            );
+        }
+        assert!(skip.options.yes);
+        assert_eq!(dlq.options.expect_head.as_deref(), Some("1-0"));
+    }
+
+    #[test]
+    fn dlq_subcommands_take_no_action() {
+        let Command::Dlq(dlq) = parse(&["dlq", "list", "order"]) else {
+            panic!("not dlq");
+        };
+        assert!(dlq.action.into_action().is_none());
+        assert!(matches!(dlq.command, Some(DlqCommand::List(_))));
+        assert!(
+            Cli::try_parse_from(["ordo", "dlq", "order"]).is_err(),
+            "a category without a key"
+        );
+    }
 }

@@ -5,7 +5,7 @@ use fred::interfaces::ClientLike;
 use ordo_redis::{ClusterStatus, PartitionAdmin, PartitionKeys, RedisBroker};
 
 use crate::exit::Failure;
-use crate::settings::Settings;
+use crate::settings::CliSettings;
 
 /// Connections a CLI run needs: one for commands, one spare for pipelines.
 const POOL_SIZE: usize = 2;
@@ -13,7 +13,7 @@ const POOL_SIZE: usize = 2;
 /// What a command works with.
 #[derive(Debug)]
 pub(crate) struct Context {
-    pub(crate) settings: Settings,
+    pub(crate) settings: CliSettings,
     /// The broker: its publish path is the one `dlq replay` reuses. It is
     /// never run, so this process owns no partition.
     pub(crate) broker: RedisBroker,
@@ -23,7 +23,7 @@ pub(crate) struct Context {
 
 impl Context {
     /// Connects to the configured Redis.
-    pub(crate) async fn connect(settings: Settings) -> Result<Self, Failure> {
+    pub(crate) async fn connect(settings: CliSettings) -> Result<Self, Failure> {
         let broker = RedisBroker::builder(settings.redis_url.as_str())
             .config(settings.config.clone())
             .pool_size(POOL_SIZE)

@@ -56,17 +56,11 @@ pub(crate) fn plural(n: u64, noun: &str) -> String {
     }
 }
 
-/// `word` as one shell word: as is when it is plain, else single-quoted.
+/// `word` as one shell word: as is when it is plain, else quoted.
 pub(crate) fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | '@' | '+' | '=' | ','));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    }
+    // Only a NUL cannot be quoted; names and keys cannot hold control
+    // characters, so the fallback is for completeness.
+    shlex::try_quote(word).map_or_else(|_| format!("{word:?}"), std::borrow::Cow::into_owned)
 }
 
 #[cfg(test)]
@@ -92,7 +86,11 @@ mod tests {
     fn shell_words_are_quoted_when_needed() {
         assert_eq!(shell_word("c-1"), "c-1");
         assert_eq!(shell_word("two words"), "'two words'");
-        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word("it's"), "\"it's\"");
+        for word in ["a b", "it's", "$HOME", "`x`", "a\\b", "\"q\"", "ü ñ"] {
+            let quoted = shell_word(word);
+            assert_eq!(shlex::split(&quoted), Some(vec![word.to_owned()]), "{quoted}");
+        }
     }
 
     #[test]

@@ -42,7 +42,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<Verdict, Failure> {
-    let settings = settings::Settings::load(&cli.global)?;
+    let settings = settings::CliSettings::load(&cli.global)?;
     let ctx = Context::connect(settings).await?;
     let result = match cli.command {
         Command::Status(args) => commands::status::run(&ctx, &args).await,

@@ -33,7 +33,7 @@ const DEFAULT_WARN_PARTITIONS: u64 = 10_000;
 
 /// The resolved settings.
 #[derive(Debug, Clone)]
-pub(crate) struct Settings {
+pub(crate) struct CliSettings {
     pub(crate) redis_url: String,
     /// The domain configuration (defaults when no domain.toml was found).
     pub(crate) config: Config,
@@ -63,7 +63,7 @@ struct CliTable {
     warn_partitions: Option<u64>,
 }
 
-impl Settings {
+impl CliSettings {
     /// Resolves the settings from the arguments, the environment (clap reads
     /// `REDIS_URL`) and the domain.toml.
     pub(crate) fn load(args: &GlobalArgs) -> Result<Self, Failure> {

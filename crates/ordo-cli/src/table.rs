@@ -1,5 +1,8 @@
 //! Aligned text tables: headers, columns padded to their widest cell,
-//! numbers right-aligned, no trailing spaces.
+//! numbers right-aligned, no borders and no trailing spaces (what a person
+//! reads and `awk` splits). Laid out by `comfy-table`.
+
+use comfy_table::{CellAlignment, ContentArrangement, presets};
 
 /// How a column's cells are aligned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,8 +18,8 @@ pub(crate) struct Table {
     rows: Vec<Vec<String>>,
 }
 
-/// The gap between columns.
-const GAP: &str = "  ";
+/// The gap between columns, in spaces.
+const GAP: u16 = 2;
 
 impl Table {
     pub(crate) fn new(columns: &[(&'static str, Align)]) -> Self {
@@ -27,7 +30,8 @@ impl Table {
     }
 
     /// Adds a row; missing cells are blank, extra cells are dropped.
-    pub(crate) fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, mut cells: Vec<String>) {
+        cells.resize(self.columns.len(), String::new());
         self.rows.push(cells);
     }
 
@@ -37,45 +41,28 @@ impl Table {
 
     /// The table as lines of text, each ending in a newline.
     pub(crate) fn render(&self) -> String {
-        let widths: Vec<usize> = self
-            .columns
-            .iter()
-            .enumerate()
-            .map(|(i, (header, _))| {
-                self.rows
-                    .iter()
-                    .filter_map(|row| row.get(i))
-                    .map(|cell| cell.chars().count())
-                    .chain([header.chars().count()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let headers: Vec<String> = self.columns.iter().map(|(h, _)| (*h).to_owned()).collect();
-        let mut out = String::new();
-        for row in std::iter::once(&headers).chain(&self.rows) {
-            let mut line = String::new();
-            for (i, ((_, align), width)) in self.columns.iter().zip(&widths).enumerate() {
-                let cell = row.get(i).map(String::as_str).unwrap_or("");
-                if i > 0 {
-                    line.push_str(GAP);
-                }
-                let pad = width.saturating_sub(cell.chars().count());
-                match align {
-                    Align::Left => {
-                        line.push_str(cell);
-                        line.extend(std::iter::repeat_n(' ', pad));
-                    }
-                    Align::Right => {
-                        line.extend(std::iter::repeat_n(' ', pad));
-                        line.push_str(cell);
-                    }
-                }
+        let mut table = comfy_table::Table::new();
+        // No borders, never wrapped to the terminal's width: piped output
+        // and a terminal's read the same.
+        table
+            .load_preset(presets::NOTHING)
+            .set_content_arrangement(ContentArrangement::Disabled)
+            .set_header(self.columns.iter().map(|(header, _)| *header))
+            .add_rows(self.rows.iter().cloned());
+        let last = self.columns.len().saturating_sub(1);
+        for (i, (_, align)) in self.columns.iter().enumerate() {
+            if let Some(column) = table.column_mut(i) {
+                column.set_padding((0, if i == last { 0 } else { GAP }));
+                column.set_cell_alignment(match align {
+                    Align::Left => CellAlignment::Left,
+                    Align::Right => CellAlignment::Right,
+                });
             }
-            out.push_str(line.trim_end());
-            out.push('\n');
         }
-        out
+        table
+            .lines()
+            .map(|line| format!("{}\n", line.trim_end()))
+            .collect()
     }
 }
 

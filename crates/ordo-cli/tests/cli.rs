@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{AUDITOR, CATEGORY, Fixture, PROJECTOR, ordo_in};
+use common::{AUDITOR, CATEGORY, Fixture, PROJECTOR, WAIT, ordo_in};
+use ordo_testkit::eventually;
 
 /// The halted head's entry id, as `inspect --json` reports it.
 async fn halted_head(fixture: &Fixture, extra: &[&str]) -> anyhow::Result<String> {
@@ -235,11 +236,10 @@ async fn skip_refuses_unless_halted_confirmed_and_unchanged_then_resumes_the_key
         .json()?;
     assert_eq!(skipped["action"], "skip");
     assert_eq!(skipped["head"], head.as_str());
-    fixture
-        .eventually("bob's later orders", || async {
-            Ok(fixture.handled_of("bob") == ["b-2", "b-3"])
-        })
-        .await?;
+    eventually(WAIT, "bob's later orders", || async {
+        Ok(fixture.handled_of("bob") == ["b-2", "b-3"])
+    })
+    .await?;
     fixture.ordo(&["status", "--check"]).await?.expect_code(0)?;
     // The head it expected is gone: acting on it again is refused.
     fixture
@@ -261,11 +261,10 @@ async fn retry_runs_the_head_again_in_order() -> anyhow::Result<()> {
         .expect_code(0)?
         .stdout;
     assert!(text.contains(&format!("entry {head} of `order:bob`")), "{text}");
-    fixture
-        .eventually("bob's orders", || async {
-            Ok(fixture.handled_of("bob").len() == 3)
-        })
-        .await?;
+    eventually(WAIT, "bob's orders", || async {
+        Ok(fixture.handled_of("bob").len() == 3)
+    })
+    .await?;
     assert_eq!(
         fixture.handled_of("bob"),
         ["b-1", "b-2", "b-3"],
@@ -294,11 +293,10 @@ async fn dlq_moves_the_head_aside_and_replay_puts_it_back() -> anyhow::Result<()
         )),
         "{moved}"
     );
-    fixture
-        .eventually("bob's later orders", || async {
-            Ok(fixture.handled_of("bob") == ["b-2", "b-3"])
-        })
-        .await?;
+    eventually(WAIT, "bob's later orders", || async {
+        Ok(fixture.handled_of("bob") == ["b-2", "b-3"])
+    })
+    .await?;
 
     let listed = fixture
         .ordo(&["dlq", "list", CATEGORY])
@@ -332,11 +330,10 @@ async fn dlq_moves_the_head_aside_and_replay_puts_it_back() -> anyhow::Result<()
         .expect_code(0)?
         .json()?;
     assert_eq!(replayed["replayed"][0]["source_id"], head.as_str());
-    fixture
-        .eventually("the replayed order", || async {
-            Ok(fixture.handled_of("bob").len() == 3)
-        })
-        .await?;
+    eventually(WAIT, "the replayed order", || async {
+        Ok(fixture.handled_of("bob").len() == 3)
+    })
+    .await?;
     assert_eq!(
         fixture.handled_of("bob"),
         ["b-2", "b-3", "b-1"],

@@ -31,7 +31,7 @@ use serde::Deserialize;
 
 use crate::backoff::Backoff;
 use crate::error::ConfigError;
-use crate::key::{DEFAULT_BACKFILL_SUFFIX, DLQ_TOKEN, KeyRules, MAX_KEY_LEN};
+use crate::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, segment_rule};
 
 const LEASE_TTL_MS: u64 = 15_000;
 const POLL_INTERVAL_SECONDS: f64 = 0.25;
@@ -420,23 +420,15 @@ impl RawPriorityLanes {
 }
 
 /// The suffix becomes a stream-name segment, so it obeys the key rules
-/// itself, and must differ from the dead-letter token.
+/// itself (and is not the dead-letter token).
 fn validate_suffix(suffix: &str) -> Result<(), ConfigError> {
-    const KEY: &str = "server.priority_lanes.backfill_suffix";
-    let reason = if suffix.is_empty() {
-        "must not be empty"
-    } else if suffix.contains(':') {
-        "must not contain ':'"
-    } else if suffix == DLQ_TOKEN {
-        "must not be `dlq`, the dead-letter token"
-    } else if suffix.len() > 4 && suffix.starts_with("__") && suffix.ends_with("__") {
-        "must not have the reserved `__name__` form"
-    } else if suffix.len() > MAX_KEY_LEN {
-        "must be at most 255 bytes"
-    } else {
-        return Ok(());
-    };
-    Err(invalid(KEY, format!("{reason}, got {suffix:?}")))
+    match segment_rule(suffix) {
+        Some(rule) => Err(invalid(
+            "server.priority_lanes.backfill_suffix",
+            format!("the suffix names stream segments as a key does, and {rule}; got {suffix:?}"),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn invalid(key: &'static str, reason: String) -> ConfigError {

@@ -130,7 +130,11 @@ impl RustType {
 }
 
 /// One message type a handler handles, as the macros describe it.
+///
+/// Non-exhaustive so that it can grow: the macros build it through hidden
+/// constructors.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HandledMessage {
     /// The message's `TYPE_NAME`.
     pub type_name: &'static str,
@@ -153,7 +157,11 @@ pub struct HandledMessage {
 }
 
 /// Everything the registry needs to know about a handler.
+///
+/// Non-exhaustive so that it can grow: the macros build it through hidden
+/// constructors.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HandlerDescriptor {
     /// The handler type's name.
     pub name: &'static str,
@@ -173,7 +181,100 @@ pub struct HandlerDescriptor {
     pub handles: Vec<HandledMessage>,
 }
 
+// The constructors below are for the macros' generated code and for
+// hand-written test descriptors, not public API: hidden, so that a field
+// added later is a default here rather than a breaking change.
+impl HandledMessage {
+    #[doc(hidden)]
+    pub fn new(
+        type_name: &'static str,
+        kind: MessageKind,
+        category: &'static str,
+        method: &'static str,
+    ) -> Self {
+        Self {
+            type_name,
+            kind,
+            category,
+            rust_type: None,
+            method,
+            key: None,
+            start: false,
+            policy: None,
+        }
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_rust_type(mut self, rust_type: RustType) -> Self {
+        self.rust_type = Some(rust_type);
+        self
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_key(mut self, key: Option<KeyExtractor>) -> Self {
+        self.key = key;
+        self
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_start(mut self, start: bool) -> Self {
+        self.start = start;
+        self
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_policy(mut self, policy: Option<Arc<dyn SequencingPolicy>>) -> Self {
+        self.policy = policy;
+        self
+    }
+}
+
 impl HandlerDescriptor {
+    #[doc(hidden)]
+    pub fn new(name: &'static str, kind: HandlerKind, handles: Vec<HandledMessage>) -> Self {
+        Self {
+            name,
+            kind,
+            part_of: None,
+            sequential_by: None,
+            partitioned: false,
+            policy: None,
+            handles,
+        }
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_part_of(mut self, part_of: Option<&'static str>) -> Self {
+        self.part_of = part_of;
+        self
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_sequential_by(mut self, sequential_by: Option<&'static str>) -> Self {
+        self.sequential_by = sequential_by;
+        self
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_partitioned(mut self, partitioned: bool) -> Self {
+        self.partitioned = partitioned;
+        self
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_policy(mut self, policy: Option<Arc<dyn SequencingPolicy>>) -> Self {
+        self.policy = policy;
+        self
+    }
+
     /// The handled message of type `type_name` in `category`, if any. A
     /// type is identified by both: two aggregates may each have a `Placed`.
     pub fn handled(&self, category: &str, type_name: &str) -> Option<&HandledMessage> {

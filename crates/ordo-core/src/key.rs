@@ -123,25 +123,34 @@ impl KeyRules {
         let Some(value) = value else {
             return Err(reject(KeyRule::Null));
         };
-        if value.is_empty() {
-            return Err(reject(KeyRule::Empty));
+        if let Some(rule) = segment_rule(value) {
+            return Err(reject(rule));
         }
-        if value.contains(':') {
-            return Err(reject(KeyRule::ContainsColon));
-        }
-        if value.chars().any(char::is_control) {
-            return Err(reject(KeyRule::ControlCharacter));
-        }
-        if value.len() > MAX_KEY_LEN {
-            return Err(reject(KeyRule::TooLong { len: value.len() }));
-        }
-        if value == DLQ_TOKEN || value == self.backfill_suffix {
+        if value == self.backfill_suffix {
             return Err(reject(KeyRule::ReservedLaneToken));
         }
-        if is_sentinel(value) {
-            return Err(reject(KeyRule::ReservedSentinel));
-        }
         Ok(value.to_owned())
+    }
+}
+
+/// The rule `value` breaks as one segment of a stream name (a key, or the
+/// configured backfill suffix), if any: every [`KeyRule`] but null and the
+/// configured suffix itself.
+pub(crate) fn segment_rule(value: &str) -> Option<KeyRule> {
+    if value.is_empty() {
+        Some(KeyRule::Empty)
+    } else if value.contains(':') {
+        Some(KeyRule::ContainsColon)
+    } else if value.chars().any(char::is_control) {
+        Some(KeyRule::ControlCharacter)
+    } else if value.len() > MAX_KEY_LEN {
+        Some(KeyRule::TooLong { len: value.len() })
+    } else if value == DLQ_TOKEN {
+        Some(KeyRule::ReservedLaneToken)
+    } else if is_sentinel(value) {
+        Some(KeyRule::ReservedSentinel)
+    } else {
+        None
     }
 }
 

@@ -1,55 +1,85 @@
 //! The core of Ordo: messages, partition keys, routing, the transactional
 //! outbox, sequencing policies, the keyed executor and the inline broker.
 //!
-//! Most users depend on the `ordo` facade instead of this crate.
+//! Most users depend on the `ordo` facade instead of this crate. Its
+//! modules, from what an application declares to what runs it:
+//!
+//! - Declaring: [`message`] (aggregates, events, commands, the envelope),
+//!   [`key`] (partition keys and their rules), [`handler`] (what the macros
+//!   generate, the handler context), [`policy`] (sequencing policies),
+//!   [`process`] (process managers and their state).
+//! - Assembling: [`domain`] (the registry, checked at `init()`), [`config`]
+//!   (domain.toml), [`error`] (every error of the runtime).
+//! - Publishing: [`uow`] (the unit of work), [`outbox`] (the transactional
+//!   outbox and its processor), [`bus`] (command dispatch).
+//! - Running: [`broker`] (the broker contract), [`inline`] (the in-process
+//!   broker), [`executor`] (per-key ordering with bounded concurrency),
+//!   [`attempt`] (one handler run, retries and halts), [`backoff`].
 
+// Declaring messages and handlers.
+pub mod handler;
+pub mod key;
+pub mod message;
+pub mod policy;
+pub mod process;
+
+// Assembling a domain.
+pub mod config;
+pub mod domain;
+pub mod error;
+
+// Publishing.
+pub mod bus;
+pub mod outbox;
+pub mod uow;
+
+// Running.
 pub mod attempt;
 pub mod backoff;
 pub mod broker;
-pub mod bus;
-pub mod config;
-mod context;
-pub mod domain;
-pub mod error;
 pub mod executor;
-mod field;
-pub mod handler;
 pub mod inline;
-pub mod key;
-pub mod message;
-pub mod outbox;
-pub mod policy;
-pub mod process;
-pub mod uow;
 
-pub use broker::{Broker, BrokerError, Capabilities, DynHandler, Publication, PublishError, Subscription};
+// Internal.
+mod context;
+mod field;
+
+// Messages and keys.
+pub use key::{InvalidKey, KeyRule, KeyRules, Lane, PartitionKey};
+pub use message::{Aggregate, Command, DecodeError, Envelope, Event, Message, MessageKind, Metadata, PartOf};
+
+// Handlers.
 pub use handler::{
     BoxFuture, CommandHandler, ContextParameter, EventHandler, Extensions, HandledMessage, HandlerContext,
     HandlerDescriptor, HandlerError, HandlerKind, HandlerResult, IntoHandlerResult, KeyExtractor,
     ProcessManager, RustType,
 };
-pub use key::{InvalidKey, KeyRule, KeyRules, Lane, PartitionKey};
-pub use message::{Aggregate, Command, DecodeError, Envelope, Event, Message, MessageKind, Metadata, PartOf};
-pub use policy::{ProcessingContext, SequenceId, SequenceText, SequencingPolicy};
+pub use process::{CorrelationPolicy, InMemoryProcessStore, ProcessStore};
 
-// Re-exports of the runtime modules (domain, outbox, executor, policies, ...)
-// are added below by the modules' authors.
-pub use backoff::Backoff;
+// Sequencing policies.
+pub use policy::{
+    ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
+    PerAggregatePolicy, ProcessingContext, PropertyPolicy, RoutingKeyPolicy, SEQUENTIAL_SEQUENCE_ID,
+    SequenceId, SequenceText, SequencingPolicy, SequentialPolicy, default_command_policy,
+    default_event_policy,
+};
+
+// The domain and its configuration.
 pub use config::{Config, PartitioningConfig, PriorityLanesConfig};
 pub use domain::{Domain, DomainBuilder, RunningDomain};
 pub use error::{
     BackoffError, CommitError, ConfigError, DispatchError, IncorrectUsageError, OutboxError,
     ProcessStoreError, SettleError, ShutdownError, UsageProblem,
 };
-pub use executor::{KeyedExecutor, Permits};
-pub use inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};
+
+// Publishing.
 pub use outbox::{
     InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus, PublishReport,
 };
-pub use policy::{
-    ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
-    PerAggregatePolicy, PropertyPolicy, RoutingKeyPolicy, SEQUENTIAL_SEQUENCE_ID, SequentialPolicy,
-    default_command_policy, default_event_policy,
-};
-pub use process::{CorrelationPolicy, InMemoryProcessStore, ProcessStore};
 pub use uow::{CommitReceipt, UnitOfWork};
+
+// Brokers and execution.
+pub use backoff::Backoff;
+pub use broker::{Broker, BrokerError, Capabilities, DynHandler, Publication, PublishError, Subscription};
+pub use executor::{KeyedExecutor, Permits};
+pub use inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};

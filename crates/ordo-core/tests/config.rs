@@ -174,8 +174,12 @@ fn an_invalid_backfill_suffix_is_rejected() {
     for (suffix, detail) in [
         ("", "must not be empty"),
         ("a:b", "':'"),
-        ("dlq", "dead-letter"),
+        ("dlq", "`dlq`"),
         ("__lane__", "`__name__`"),
+        // The key rules forbid control characters in stream-name segments;
+        // the suffix is one.
+        ("slow\n", "control characters"),
+        ("a\tb", "control characters"),
     ] {
         let error = Config::from_toml_str(&format!("[server.priority_lanes]\nbackfill_suffix = {suffix:?}"))
             .unwrap_err();

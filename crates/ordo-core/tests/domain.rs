@@ -12,6 +12,7 @@ use ordo_core::policy::{FullConcurrencyPolicy, ProcessingContext, SEQUENTIAL_SEQ
 use ordo_core::{
     Domain, DomainBuilder, Envelope, IncorrectUsageError, InlineBroker, ShutdownError, UsageProblem,
 };
+use ordo_testkit::eventually;
 use support::*;
 
 spec!(ByClient => handler("ByClient", HandlerKind::Event, "order", Some("client_id"), vec![
@@ -52,22 +53,23 @@ spec!(ForeignHandler => handler("ForeignHandler", HandlerKind::Event, "order", N
 ]));
 spec!(KeylessPartitioned => partitioned_without_key());
 spec!(ClashingTypeName => handler("ClashingTypeName", HandlerKind::Event, "order", None, vec![
-    ordo_core::handler::HandledMessage { type_name: "OrderPlaced", ..on::<OrderShipped>(None) },
+    {
+        let mut clash = on::<OrderShipped>(None);
+        clash.type_name = "OrderPlaced";
+        clash
+    },
 ]));
 
 /// A partitioned handler whose descriptor names no key field.
 fn partitioned_without_key() -> ordo_core::handler::HandlerDescriptor {
-    ordo_core::handler::HandlerDescriptor {
-        sequential_by: None,
-        partitioned: true,
-        ..handler(
-            "KeylessPartitioned",
-            HandlerKind::Event,
-            "order",
-            None,
-            vec![on::<OrderPlaced>(None)],
-        )
-    }
+    handler(
+        "KeylessPartitioned",
+        HandlerKind::Event,
+        "order",
+        None,
+        vec![on::<OrderPlaced>(None)],
+    )
+    .with_partitioned(true)
 }
 
 fn probe() -> Arc<Probe> {
@@ -396,10 +398,12 @@ fn registered_aggregates_are_optional_but_checked_when_present() {
 
 #[test]
 fn a_process_manager_with_a_sequencing_policy_is_rejected() {
-    spec!(PmWithPolicy => ordo_core::handler::HandlerDescriptor {
-        policy: Some(Arc::new(FullConcurrencyPolicy)),
-        ..process_manager("PmWithPolicy", false, vec![pm_on::<OrderPlaced>(extractor!(OrderPlaced, order_id), true)])
-    });
+    spec!(PmWithPolicy => process_manager(
+        "PmWithPolicy",
+        false,
+        vec![pm_on::<OrderPlaced>(extractor!(OrderPlaced, order_id), true)],
+    )
+    .with_policy(Some(Arc::new(FullConcurrencyPolicy))));
     let (problems, _) = problems(Domain::builder().process_manager::<Fulfillment<PmWithPolicy>>());
     assert_eq!(
         problems,
@@ -483,10 +487,11 @@ async fn a_started_domain_publishes_commits_without_being_asked() {
     uow.raise(shipped("o-1", "c-1", 2)).unwrap();
     uow.commit().await.unwrap();
     let probe = Arc::clone(&p);
-    eventually("both events handled", Duration::from_secs(5), || {
-        probe.runs() == 2
+    eventually(Duration::from_secs(5), "both events handled", || async {
+        Ok(probe.runs() == 2)
     })
-    .await;
+    .await
+    .unwrap();
     assert_eq!(p.amounts_for("c-1"), vec![1, 2]);
     running.shutdown().await.expect("clean shutdown");
 }

@@ -12,6 +12,7 @@ use ordo_core::{
     Config, Envelope, InMemoryOutbox, NewOutboxRow, Outbox, OutboxError, OutboxProcessor, OutboxStatus,
     PublishReport,
 };
+use ordo_testkit::eventually;
 use support::*;
 use tokio_util::sync::CancellationToken;
 
@@ -315,18 +316,20 @@ async fn the_background_loop_wakes_on_notify_not_only_on_its_poll_interval() {
         let shutdown = shutdown.clone();
         async move { processor.run(shutdown).await }
     });
-    eventually("the first pass publishes", Duration::from_secs(5), || {
-        broker.published().len() == 1
+    eventually(Duration::from_secs(5), "the first pass publishes", || async {
+        Ok(broker.published().len() == 1)
     })
-    .await;
+    .await
+    .unwrap();
 
     // The next poll is ten minutes away: only the notification can publish this row in time.
     outbox.append(vec![keyed("a", 2)]).await.unwrap();
     processor.notify();
-    eventually("the notified pass publishes", Duration::from_secs(5), || {
-        broker.published().len() == 2
+    eventually(Duration::from_secs(5), "the notified pass publishes", || async {
+        Ok(broker.published().len() == 2)
     })
-    .await;
+    .await
+    .unwrap();
     shutdown.cancel();
     task.await.unwrap();
 }

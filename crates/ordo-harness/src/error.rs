@@ -41,6 +41,16 @@ pub enum HarnessError {
     #[error("the domain did not shut down cleanly")]
     Shutdown(#[source] ordo_core::ShutdownError),
 
+    /// The process could not listen for a termination signal.
+    #[error("cannot listen for {signal}")]
+    Signal {
+        /// The signal, such as `SIGTERM`.
+        signal: &'static str,
+        /// The runtime's error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Something the workers recorded in Redis is not in the harness's format.
     #[error("unexpected record in `{key}`: {detail}")]
     Record {

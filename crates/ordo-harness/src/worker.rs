@@ -27,23 +27,21 @@ use std::time::{Duration, Instant};
 use fred::clients::Pool;
 use fred::interfaces::LuaInterface;
 use fred::types::Value;
+use ordo::{HandlerContext, HandlerError, HandlerResult, event_handler};
 use ordo_core::config::Config;
 use ordo_core::domain::Domain;
 use ordo_core::error::error_chain;
-use ordo_core::handler::{
-    BoxFuture, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind,
-    HandlerResult, KeyExtractor, RustType,
-};
-use ordo_core::message::{Envelope, Message};
 use ordo_redis::{FencedWrite, RedisBroker, RedisFence};
+use tokio::signal::unix::SignalKind;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{HarnessError, Result};
 use crate::keys;
 use crate::line::{self, Line};
-use crate::tick::{CATEGORY, Chaos, Tick};
+use crate::tick::{Chaos, Tick};
 
-/// The handler's name: the consumer group of the `chaos` partitions.
+/// The handler's name: the consumer group of the `chaos` partitions (the
+/// `name` of [`TickHandler`]'s `#[event_handler]`).
 pub const GROUP: &str = "TickRecorder";
 
 /// How long a run keeps retrying a Redis command that fails for a reason
@@ -154,6 +152,27 @@ pub async fn run(options: &WorkerOptions, shutdown: CancellationToken) -> Result
     Ok(())
 }
 
+/// A token cancelled on the first SIGTERM or SIGINT: how a worker process
+/// (`ordo-worker run`, `ordo-bench worker`) is told to shut down gracefully.
+/// Call it inside a Tokio runtime.
+pub fn shutdown_on_signal() -> Result<CancellationToken> {
+    let listen = |kind: SignalKind, signal: &'static str| {
+        tokio::signal::unix::signal(kind).map_err(|source| HarnessError::Signal { signal, source })
+    };
+    let mut terminate = listen(SignalKind::terminate(), "SIGTERM")?;
+    let mut interrupt = listen(SignalKind::interrupt(), "SIGINT")?;
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        on_signal.cancel();
+    });
+    Ok(shutdown)
+}
+
 /// The harness's domain: aggregate [`Chaos`] and `handler` on `broker`.
 pub fn domain(broker: RedisBroker, handler: TickHandler, config: Config) -> Result<Domain> {
     Domain::builder()
@@ -197,9 +216,8 @@ impl TickHandler {
         }
     }
 
-    /// Prepares one run of `message`.
-    fn prepare(&self, message: &Envelope, ctx: &HandlerContext) -> Result<Run, HandlerError> {
-        let tick: Tick = message.decode()?;
+    /// Prepares one run of `tick`.
+    fn prepare(&self, tick: &Tick, ctx: &HandlerContext) -> Result<Run, HandlerError> {
         let fence = RedisFence::from_context(ctx)
             .ok_or("no lease fence on the handler context: not run by the Redis broker")?
             .clone();
@@ -208,46 +226,23 @@ impl TickHandler {
             inner: Arc::clone(&self.inner),
             marker: format!("{}:{}:{number}", fence.token(), self.inner.instance),
             attempt: ctx.attempt(),
-            tick,
+            tick: tick.clone(),
             fence,
         })
     }
 }
 
-impl EventHandler for TickHandler {
-    fn descriptor() -> HandlerDescriptor {
-        HandlerDescriptor {
-            name: GROUP,
-            kind: HandlerKind::Event,
-            part_of: Some(CATEGORY),
-            sequential_by: Some("key"),
-            partitioned: true,
-            policy: None,
-            handles: vec![HandledMessage {
-                type_name: Tick::TYPE_NAME,
-                kind: Tick::KIND,
-                category: CATEGORY,
-                rust_type: Some(RustType::of::<Tick>()),
-                method: "on_tick",
-                key: Some(KeyExtractor::new("key", |message| {
-                    message.downcast_ref::<Tick>().map(|tick| Some(tick.key.clone()))
-                })),
-                start: false,
-                policy: None,
-            }],
+#[event_handler(part_of = Chaos, sequential_by = "key", name = "TickRecorder")]
+impl TickHandler {
+    #[handle]
+    async fn on_tick(&self, tick: &Tick, ctx: &HandlerContext) -> HandlerResult {
+        let run = self.prepare(tick, ctx)?;
+        // On a task of its own, which aborting this future does not stop
+        // (see the module documentation).
+        match tokio::spawn(run.execute()).await {
+            Ok(result) => result,
+            Err(join) => Err(format!("the run's task failed: {join}").into()),
         }
-    }
-
-    fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
-        let run = self.prepare(message, ctx);
-        Box::pin(async move {
-            // On a task of its own, which aborting this future does not stop
-            // (see the module documentation).
-            match tokio::spawn(run?.execute()).await {
-                Ok(result) => result,
-                Err(join) => Err(format!("the run's task failed: {join}").into()),
-            }
-        })
     }
 }
 
@@ -414,5 +409,17 @@ impl Run {
             .field("key", &self.tick.key)
             .field("seq", self.tick.seq)
             .field("token", self.fence.token())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ordo::EventHandler as _;
+
+    use super::{GROUP, TickHandler};
+
+    #[test]
+    fn the_group_is_the_handler_name() {
+        assert_eq!(TickHandler::descriptor().name, GROUP);
     }
 }

@@ -7,11 +7,13 @@ use syn::{DeriveInput, LitStr};
 
 use crate::diag::{Errors, Once, skip_value, unknown_key};
 use crate::names::snake_case;
+use crate::private::{self, Private};
 
 /// What `#[derive(Aggregate)]` needs to know.
 struct AggregateDef {
     ident: syn::Ident,
     category: String,
+    private: Private,
 }
 
 /// Expands `#[derive(Aggregate)]`.
@@ -35,6 +37,7 @@ fn parse(input: &DeriveInput) -> syn::Result<AggregateDef> {
         );
     }
     let mut category = Once::new("category");
+    let mut krate = Once::new("crate");
     for attr in input
         .attrs
         .iter()
@@ -46,8 +49,12 @@ fn parse(input: &DeriveInput) -> syn::Result<AggregateDef> {
                 errors.ok(validate_category(&lit));
                 errors.ok(category.set(&meta, lit));
                 Ok(())
+            } else if meta.path.is_ident("crate") {
+                let path = private::parse(&meta, &mut errors)?;
+                errors.ok(krate.set(&meta, path));
+                Ok(())
             } else {
-                errors.push(unknown_key(&meta, "#[aggregate]", &["category"]));
+                errors.push(unknown_key(&meta, "#[aggregate]", &["category", "crate"]));
                 skip_value(&meta)
             }
         });
@@ -72,6 +79,7 @@ fn parse(input: &DeriveInput) -> syn::Result<AggregateDef> {
     Ok(AggregateDef {
         ident: input.ident.clone(),
         category,
+        private: krate.into_inner().flatten().unwrap_or_default(),
     })
 }
 
@@ -114,10 +122,14 @@ fn category_problem(category: &str) -> Option<&'static str> {
 }
 
 fn generate(def: &AggregateDef) -> TokenStream {
-    let AggregateDef { ident, category } = def;
+    let AggregateDef {
+        ident,
+        category,
+        private,
+    } = def;
     quote! {
         #[automatically_derived]
-        impl ::ordo::__private::Aggregate for #ident {
+        impl #private::Aggregate for #ident {
             const CATEGORY: &'static str = #category;
         }
     }
@@ -183,6 +195,25 @@ mod tests {
     }
 
     #[test]
+    fn crate_names_where_ordo_is() {
+        let out = expand(quote!(
+            #[aggregate(crate = "::my_ordo")]
+            struct Order;
+        ))
+        .to_string();
+        assert!(
+            out.contains("impl :: my_ordo :: __private :: Aggregate for Order"),
+            "{out}"
+        );
+        let errors = compile_errors(&expand(quote!(
+            #[aggregate(crate = "my_ordo<u8>")]
+            struct Order;
+        )));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("`my_ordo<u8>` is not a path"), "{errors:?}");
+    }
+
+    #[test]
     fn a_default_category_is_checked_too() {
         let errors = compile_errors(&expand(quote!(
             struct Dlq;
@@ -202,7 +233,10 @@ mod tests {
             struct Order;
         )));
         assert_eq!(errors.len(), 2, "{errors:?}");
-        assert!(errors[0].contains("unknown `#[aggregate]` argument `name`; expected one of: `category`"));
+        assert!(
+            errors[0]
+                .contains("unknown `#[aggregate]` argument `name`; expected one of: `category`, `crate`")
+        );
         assert!(errors[1].contains("duplicate `category`"));
     }
 }

@@ -8,6 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, LitStr};
 
 use crate::diag::{Errors, Once, skip_value, unknown_key};
+use crate::private::{self, Private};
 use crate::value::{aggregate_path, non_empty_str};
 
 /// Which message derive is expanding.
@@ -41,6 +42,7 @@ struct MessageDef {
     type_name: String,
     aggregate_id: Option<KeyMember>,
     routing_key: Option<KeyMember>,
+    private: Private,
 }
 
 /// A field marked `#[aggregate_id]` or `#[routing_key]`.
@@ -66,7 +68,7 @@ fn parse(kind: MessageKind, input: &DeriveInput) -> syn::Result<MessageDef> {
             format_args!("`#[derive({derive})]` does not support generics: a message is one concrete type with one type name"),
         );
     }
-    let (part_of, type_name) = parse_container(kind, input, &mut errors);
+    let (part_of, type_name, private) = parse_container(kind, input, &mut errors);
     let (aggregate_id, routing_key) = match &input.data {
         Data::Struct(data) => match &data.fields {
             Fields::Named(_) => parse_fields(&data.fields, &mut errors),
@@ -106,18 +108,20 @@ fn parse(kind: MessageKind, input: &DeriveInput) -> syn::Result<MessageDef> {
         ),
         aggregate_id,
         routing_key,
+        private: private.unwrap_or_default(),
     })
 }
 
-/// Reads `#[event(part_of = Order, name = "...")]`.
+/// Reads `#[event(part_of = Order, name = "...", crate = "...")]`.
 fn parse_container(
     kind: MessageKind,
     input: &DeriveInput,
     errors: &mut Errors,
-) -> (Option<Option<syn::Path>>, Option<LitStr>) {
+) -> (Option<Option<syn::Path>>, Option<LitStr>, Option<Private>) {
     let attribute = kind.attribute();
     let mut part_of = Once::new("part_of");
     let mut name = Once::new("name");
+    let mut krate = Once::new("crate");
     for attr in input.attrs.iter().filter(|attr| attr.path().is_ident(attribute)) {
         let parsed = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("part_of") {
@@ -126,11 +130,14 @@ fn parse_container(
             } else if meta.path.is_ident("name") {
                 let lit = non_empty_str(&meta, "name", errors)?;
                 errors.ok(name.set(&meta, lit));
+            } else if meta.path.is_ident("crate") {
+                let path = private::parse(&meta, errors)?;
+                errors.ok(krate.set(&meta, path));
             } else {
                 errors.push(unknown_key(
                     &meta,
                     &format!("#[{attribute}]"),
-                    &["part_of", "name"],
+                    &["part_of", "name", "crate"],
                 ));
                 skip_value(&meta)?;
             }
@@ -138,7 +145,11 @@ fn parse_container(
         });
         errors.ok(parsed);
     }
-    (part_of.into_inner(), name.into_inner().flatten())
+    (
+        part_of.into_inner(),
+        name.into_inner().flatten(),
+        krate.into_inner().flatten(),
+    )
 }
 
 /// Finds the `#[aggregate_id]` and `#[routing_key]` fields (at most one each).
@@ -249,36 +260,38 @@ fn generate(kind: MessageKind, def: &MessageDef) -> TokenStream {
         type_name,
         aggregate_id,
         routing_key,
+        private,
     } = def;
     let (kind_variant, message_trait) = match kind {
         MessageKind::Event => (quote!(Event), quote!(Event)),
         MessageKind::Command => (quote!(Command), quote!(Command)),
     };
     let aggregate_id = aggregate_id.as_ref().map(|member| {
-        let key = key_of_self(member);
+        let key = key_of_self(member, private);
         quote! {
             fn aggregate_id(&self) -> ::core::option::Option<::std::string::String> { #key }
         }
     });
     let routing_key = routing_key.as_ref().map(|member| {
-        let key = key_of_self(member);
+        let key = key_of_self(member, private);
         quote! {
             fn routing_key(&self) -> ::core::option::Option<::std::string::String> { #key }
         }
     });
     // Spanned at `part_of`: a non-aggregate there is reported there.
-    let part_of_trait = quote_spanned! {part_of.span()=> ::ordo::__private::PartOf<#part_of> };
+    let part_of_private = def.private.at(part_of.span());
+    let part_of_trait = quote_spanned! {part_of.span()=> #part_of_private::PartOf<#part_of> };
     quote! {
         #[automatically_derived]
-        impl ::ordo::__private::Message for #ident {
+        impl #private::Message for #ident {
             const TYPE_NAME: &'static str = #type_name;
-            const KIND: ::ordo::__private::MessageKind = ::ordo::__private::MessageKind::#kind_variant;
-            const CATEGORY: &'static str = <#part_of as ::ordo::__private::Aggregate>::CATEGORY;
+            const KIND: #private::MessageKind = #private::MessageKind::#kind_variant;
+            const CATEGORY: &'static str = <#part_of as #private::Aggregate>::CATEGORY;
             #aggregate_id
         }
 
         #[automatically_derived]
-        impl ::ordo::__private::#message_trait for #ident {
+        impl #private::#message_trait for #ident {
             type Aggregate = #part_of;
             #routing_key
         }
@@ -290,10 +303,11 @@ fn generate(kind: MessageKind, def: &MessageDef) -> TokenStream {
 
 /// Reads a key field of `self`; a field type that cannot be a key is
 /// reported at the field's type.
-fn key_of_self(member: &KeyMember) -> TokenStream {
+fn key_of_self(member: &KeyMember, private: &Private) -> TokenStream {
     let KeyMember { ident, ty } = member;
+    let private = private.at(ty.span());
     quote_spanned! {ty.span()=>
-        ::ordo::__private::key_text(<#ty as ::ordo::__private::PartitionKey>::key_value(&self.#ident))
+        #private::key_text(<#ty as #private::PartitionKey>::key_value(&self.#ident))
     }
 }
 
@@ -324,6 +338,30 @@ mod tests {
         assert!(out.contains("MessageKind :: Event"), "{out}");
         assert!(out.contains("PartOf < Order > for OrderPlaced"), "{out}");
         assert!(out.contains("fn aggregate_id"), "{out}");
+    }
+
+    #[test]
+    fn crate_names_where_ordo_is() {
+        let out = expand(
+            MessageKind::Event,
+            quote!(
+                #[event(part_of = Order, crate = "my_app::ordo")]
+                struct OrderPlaced {
+                    #[aggregate_id]
+                    order_id: String,
+                }
+            ),
+        )
+        .to_string();
+        assert!(
+            out.contains("my_app :: ordo :: __private :: PartOf < Order >"),
+            "{out}"
+        );
+        assert_eq!(
+            out.matches("__private").count(),
+            out.matches("my_app :: ordo :: __private").count(),
+            "{out}"
+        );
     }
 
     #[test]
@@ -361,7 +399,7 @@ mod tests {
         let expected = [
             "does not support generics",
             "not a string: write `part_of = Order`",
-            "unknown `#[event]` argument `colour`; expected one of: `part_of`, `name`",
+            "unknown `#[event]` argument `colour`; expected one of: `part_of`, `name`, `crate`",
             "duplicate `name`",
             "only one field can be `#[aggregate_id]`; `a` already is",
         ];

@@ -17,6 +17,7 @@ use ordo_core::message::Envelope;
 use ordo_core::outbox::{NewOutboxRow, Outbox};
 use ordo_postgres::{OutboxStatusReport, PgOutbox, PgRelay, UnitOfWorkExt};
 use ordo_redis::RedisBroker;
+use ordo_testkit::eventually;
 use ordo_testkit::{Postgres, Redis};
 use sqlx::AssertSqlSafe;
 
@@ -172,7 +173,7 @@ async fn concurrent_transactions_on_one_key_publish_in_commit_order() -> anyhow:
             anyhow::Ok(())
         })
     };
-    common::eventually(
+    eventually(
         Duration::from_secs(10),
         "the second transaction to wait on a lock",
         || {

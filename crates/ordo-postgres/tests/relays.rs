@@ -13,6 +13,7 @@ use common::{Deposited, count_status, domain, pg_pool, redis_pool};
 use ordo::prelude::*;
 use ordo_core::broker::POSITION_METADATA;
 use ordo_postgres::{PgOutbox, UnitOfWorkExt};
+use ordo_testkit::eventually;
 use ordo_testkit::{Postgres, Process, Redis};
 use sqlx::{AssertSqlSafe, PgPool};
 use tokio_util::sync::CancellationToken;
@@ -84,7 +85,7 @@ async fn live_owners(outbox: &PgOutbox) -> anyhow::Result<i64> {
 /// Waits until nothing is pending, then checks every key's stream: positions
 /// 1..=committed, in order, none missing, none twice.
 async fn check_streams(outbox: &PgOutbox, redis: &Redis, committed: &Committed) -> anyhow::Result<()> {
-    common::eventually(Duration::from_secs(60), "every row to be published", || async {
+    eventually(Duration::from_secs(60), "every row to be published", || async {
         Ok(count_status(outbox, 0).await? == 0)
     })
     .await?;
@@ -124,7 +125,7 @@ async fn three_relays_with_one_killed_and_one_stalled_publish_each_row_once_in_o
         spawn_relay(&pg, &redis, outbox.schema())?,
         spawn_relay(&pg, &redis, outbox.schema())?,
     ];
-    common::eventually(
+    eventually(
         Duration::from_secs(20),
         "the slots to spread over three relays",
         || {
@@ -138,7 +139,7 @@ async fn three_relays_with_one_killed_and_one_stalled_publish_each_row_once_in_o
     let stop = CancellationToken::new();
     let writers = start_writers(&pool, &outbox, &domain, &committed, &stop);
     let total = || committed.lock().unwrap().values().sum::<u64>();
-    common::eventually(Duration::from_secs(20), "some commits", || async {
+    eventually(Duration::from_secs(20), "some commits", || async {
         Ok(total() >= 100)
     })
     .await?;
@@ -146,24 +147,24 @@ async fn three_relays_with_one_killed_and_one_stalled_publish_each_row_once_in_o
     relays[0].kill()?;
     relays[1].pause()?;
     let before = total();
-    common::eventually(Duration::from_secs(20), "commits after the faults", || async {
+    eventually(Duration::from_secs(20), "commits after the faults", || async {
         Ok(total() >= before + 200)
     })
     .await?;
     // The survivor takes every slot once the dead and the stalled leases expire.
-    common::eventually(Duration::from_secs(20), "one live owner of the slots", || {
+    eventually(Duration::from_secs(20), "one live owner of the slots", || {
         let outbox = outbox.clone();
         async move { Ok(live_owners(&outbox).await? == 1) }
     })
     .await?;
-    common::eventually(Duration::from_secs(30), "the backlog to drain", || async {
+    eventually(Duration::from_secs(30), "the backlog to drain", || async {
         Ok(count_status(&outbox, 0).await? < 20)
     })
     .await?;
     // The stalled relay wakes up, possibly mid-batch, and rejoins.
     relays[1].resume()?;
     let before = total();
-    common::eventually(Duration::from_secs(20), "commits after the resume", || async {
+    eventually(Duration::from_secs(20), "commits after the resume", || async {
         Ok(total() >= before + 100)
     })
     .await?;
@@ -193,13 +194,13 @@ async fn a_redis_restart_mid_publish_loses_and_duplicates_nothing() -> anyhow::R
     let stop = CancellationToken::new();
     let writers = start_writers(&pool, &outbox, &domain, &committed, &stop);
     let total = || committed.lock().unwrap().values().sum::<u64>();
-    common::eventually(Duration::from_secs(20), "some commits", || async {
+    eventually(Duration::from_secs(20), "some commits", || async {
         Ok(total() >= 150)
     })
     .await?;
     redis.restart()?;
     let before = total();
-    common::eventually(Duration::from_secs(20), "commits after the restart", || async {
+    eventually(Duration::from_secs(20), "commits after the restart", || async {
         Ok(total() >= before + 150)
     })
     .await?;

@@ -10,14 +10,15 @@ mod common;
 
 use std::time::Duration;
 
+use common::pool;
 use common::proxy::Proxy;
-use common::{eventually, pool};
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, KeysInterface, ListInterface};
 use fred::prelude::{Builder, Config as FredConfig};
 use fred::types::config::ReconnectPolicy;
 use ordo_redis::{FencedWrite, PartitionKeys, Partitions, RedisFence};
 use ordo_testkit::Redis;
+use ordo_testkit::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_resent_after_a_lost_reply_is_applied_once() -> anyhow::Result<()> {

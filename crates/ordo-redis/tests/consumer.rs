@@ -16,7 +16,8 @@ use ordo_core::key::Lane;
 use ordo_redis::{PartitionKeys, RedisBroker};
 use ordo_testkit::Redis;
 
-use common::{Outcome, Recorder, Running, broker, config, eventually, pool, publication, subscription};
+use common::{Outcome, Recorder, Running, broker, config, pool, publication, subscription};
+use ordo_testkit::eventually;
 
 /// Who holds `group`'s lease on each of `keys` (instance ids).
 async fn owners(

@@ -10,7 +10,8 @@ use ordo::prelude::*;
 use ordo_redis::RedisProcessStore;
 use ordo_testkit::Redis;
 
-use common::{broker, config, eventually, pool};
+use common::{broker, config, pool};
+use ordo_testkit::eventually;
 
 #[derive(Aggregate)]
 struct Shipment;

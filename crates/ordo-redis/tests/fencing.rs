@@ -14,7 +14,8 @@ use ordo_redis::{
 };
 use ordo_testkit::Redis;
 
-use common::{broker, config, eventually, pool, publication, seq_of};
+use common::{broker, config, pool, publication, seq_of};
+use ordo_testkit::eventually;
 
 const TTL: Duration = Duration::from_millis(600);
 
@@ -31,7 +32,8 @@ async fn wait_expired(owner: &Partitions, lease: &Lease) -> anyhow::Result<()> {
         let key = key.clone();
         async move { Ok(!client.exists::<bool, _>(&key).await?) }
     })
-    .await
+    .await?;
+    Ok(())
 }
 
 async fn entries(outcome: ReadOutcome) -> anyhow::Result<Vec<(String, u64)>> {

@@ -18,7 +18,8 @@ use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
 use ordo_testkit::Redis;
 
-use common::{Recorder, Running, broker, config, eventually, pool, publication, subscription};
+use common::{Recorder, Running, broker, config, pool, publication, subscription};
+use ordo_testkit::eventually;
 
 /// A group that registers at once but acquires nothing for 20 s (its first
 /// discovery round only announces the instance).

@@ -13,7 +13,8 @@ use ordo_core::key::Lane;
 use ordo_redis::{Error, HaltedPartition, PartitionAdmin};
 use ordo_testkit::Redis;
 
-use common::{Outcome, Recorder, Running, broker, config, eventually, pool, publication, subscription};
+use common::{Outcome, Recorder, Running, broker, config, pool, publication, subscription};
+use ordo_testkit::eventually;
 
 const MAX_RETRIES: u32 = 2;
 
@@ -37,7 +38,8 @@ async fn wait_seqs(recorder: &Recorder, key: &str, expected: &[u64]) -> anyhow::
         &format!("{key} to handle {expected:?}"),
         || async { Ok(recorder.seqs(key) == expected) },
     )
-    .await
+    .await?;
+    Ok(())
 }
 
 /// `bad` fails on seq 1 while `fail` says so; everything else succeeds.

@@ -15,6 +15,7 @@ use ordo_redis::{Error, FencedWrite, PartitionKeys, Partitions, RedisFence};
 use ordo_testkit::Redis;
 
 use common::pool;
+use ordo_testkit::eventually;
 
 const TTL: Duration = Duration::from_millis(1_500);
 
@@ -54,7 +55,7 @@ async fn re_adopting_a_lease_renews_its_ttl() -> anyhow::Result<()> {
     let partition = PartitionKeys::new(&common::category("identity"), "k", "backfill");
     let owner = Partitions::new(client.clone(), "a", TTL);
     let lease = owner.acquire("G", &partition).await?.expect("free");
-    common::eventually(Duration::from_secs(5), "the lease to age", || async {
+    eventually(Duration::from_secs(5), "the lease to age", || async {
         Ok(client.pttl::<i64, _>(lease.key()).await? < 1_000)
     })
     .await?;

@@ -17,7 +17,8 @@ use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
 use ordo_testkit::Redis;
 
-use common::{Outcome, Recorder, Running, broker, config, eventually, publication, subscription};
+use common::{Outcome, Recorder, Running, broker, config, publication, subscription};
+use ordo_testkit::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_expires() -> anyhow::Result<()> {

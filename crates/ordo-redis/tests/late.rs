@@ -24,7 +24,8 @@ use ordo_redis::{Error, FencedWrite, HaltReason, PartitionKeys, Partitions, Redi
 use ordo_testkit::Redis;
 
 use common::proxy::Proxy;
-use common::{Running, eventually, pool, publication, seq_of, subscription};
+use common::{Running, pool, publication, seq_of, subscription};
+use ordo_testkit::eventually;
 
 /// Commits `s{seq}a{attempt}` to a list under the fence: the first attempt
 /// of seq 0 through `slow` (a client whose connection the proxy holds

@@ -24,7 +24,8 @@ use ordo_redis::{PartitionKeys, Partitions};
 use ordo_testkit::Redis;
 
 use common::proxy::Proxy;
-use common::{Running, eventually, pool, publication, subscription};
+use common::{Running, pool, publication, subscription};
+use ordo_testkit::eventually;
 
 const GROUP: &str = "Projector";
 

@@ -17,7 +17,8 @@ use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 use ordo_testkit::Redis;
 
-use common::{Outcome, Recorder, Running, broker, config, envelope, eventually, pool, seq_of, subscription};
+use common::{Outcome, Recorder, Running, broker, config, envelope, pool, seq_of, subscription};
+use ordo_testkit::eventually;
 
 fn base(category: &str, seq: u64) -> Publication {
     Publication {

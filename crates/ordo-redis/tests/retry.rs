@@ -31,7 +31,8 @@ use ordo_redis::{FencedWrite, PartitionKeys, Partitions, RedisFence, RedisProces
 use ordo_testkit::Redis;
 use tokio::sync::watch;
 
-use common::{Running, eventually, pool, publication, subscription};
+use common::{Running, pool, publication, subscription};
+use ordo_testkit::eventually;
 
 const GROUP: &str = "Projector";
 const TTL: Duration = Duration::from_secs(30);

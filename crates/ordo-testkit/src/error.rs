@@ -240,13 +240,23 @@ pub enum TestkitError {
         source: io::Error,
     },
 
-    /// [`wait_until`](crate::wait_until) gave up.
+    /// [`wait_until`](crate::wait_until) or [`eventually`](crate::eventually) gave up.
     #[error("timed out after {waited:?} waiting for {what}")]
     Timeout {
         /// What was awaited, as the caller described it.
         what: String,
         /// How long it waited.
         waited: Duration,
+    },
+
+    /// An [`eventually`](crate::eventually) condition failed.
+    #[error("checking for {what} failed")]
+    Condition {
+        /// What was awaited, as the caller described it.
+        what: String,
+        /// The condition's error.
+        #[source]
+        source: crate::wait::ConditionError,
     },
 
     /// [`Process::spawn`](crate::Process::spawn) could not start the program.

@@ -11,7 +11,7 @@
 //! - [`Postgres`] starts a private PostgreSQL (`initdb` + `postgres` on a
 //!   free port in a temporary directory), or uses `DATABASE_URL`.
 //! - [`wait_until`] polls a condition with a deadline, which is what a test
-//!   does instead of sleeping.
+//!   does instead of sleeping; [`eventually`] awaits an async one.
 //!
 //! Environment variables:
 //! - `REDIS_URL=redis://host:port[/db]`: [`Redis::start`] uses that server
@@ -23,19 +23,19 @@
 //!
 //! This crate is Unix-only: it controls processes with signals.
 
+mod child;
 #[cfg(feature = "testcontainers")]
 mod container;
 mod error;
 mod local;
 mod postgres;
-mod process;
 mod redis;
 mod resp;
 mod signal;
 mod wait;
 
+pub use child::Process;
 pub use error::{Result, TestkitError};
 pub use postgres::Postgres;
-pub use process::Process;
 pub use redis::{Redis, RedisBuilder};
-pub use wait::wait_until;
+pub use wait::{ConditionError, eventually, wait_until};

@@ -3,7 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -331,15 +331,11 @@ fn locate(
     })
 }
 
-/// A path containing `/` is taken as is; a bare name is searched on `search_path`.
+/// A path containing `/` is taken as is; a bare name is searched on
+/// `search_path`. Either must be an executable file.
 fn resolve(program: &OsStr, search_path: Option<OsString>) -> Option<PathBuf> {
-    let path = Path::new(program);
-    if path.components().count() > 1 {
-        return path.is_file().then(|| path.to_path_buf());
-    }
-    std::env::split_paths(&search_path?)
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
+    let cwd = std::env::current_dir().ok()?;
+    which::which_in(program, search_path, cwd).ok()
 }
 
 fn redis_url_set() -> bool {
@@ -415,6 +411,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let program = dir.path().join("my-redis");
         std::fs::write(&program, "").unwrap();
+        // Not executable: not a program.
+        assert!(locate(Some("my-redis".into()), Some(dir.path().into()), false).is_err());
+        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let found = locate(Some("my-redis".into()), Some(dir.path().into()), false).unwrap();
         assert_eq!(found, program);
         let found = locate(Some(program.clone().into()), None, false).unwrap();

@@ -8,6 +8,8 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use url::{Host, ParseError, Url};
+
 use crate::error::{Result, TestkitError};
 
 /// Where a Redis listens, and how to log in to it.
@@ -59,24 +61,36 @@ impl Endpoint {
     /// Parses `redis://[[user]:password@]host[:port][/db]`; the port defaults to 6379.
     ///
     /// Only the `redis://` scheme is accepted: the testkit's PING speaks plain TCP.
-    pub(crate) fn parse(url: &str) -> Result<Self, &'static str> {
-        let rest = url
-            .strip_prefix("redis://")
-            .ok_or("only the redis:// scheme is supported")?;
-        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(authority_end);
-        check_database(tail)?;
-        let (userinfo, host_port) = match authority.rsplit_once('@') {
-            Some((userinfo, host_port)) => (Some(userinfo), host_port),
-            None => (None, authority),
+    pub(crate) fn parse(text: &str) -> Result<Self, &'static str> {
+        const PORT: &str = "the port is not a number in 1..=65535";
+        let url = Url::parse(text).map_err(|error| match error {
+            ParseError::EmptyHost => "the host is missing",
+            ParseError::InvalidPort => PORT,
+            ParseError::InvalidIpv6Address => "an IPv6 host is missing its closing ']'",
+            _ => "not a URL",
+        })?;
+        if url.scheme() != "redis" {
+            return Err("only the redis:// scheme is supported");
+        }
+        let host = match url.host() {
+            Some(Host::Ipv6(address)) => address.to_string(),
+            Some(host) => host.to_string(),
+            None => return Err("the host is missing"),
         };
-        let (host, port) = split_host_port(host_port)?;
-        let auth = userinfo.map(parse_auth).transpose()?.flatten();
-        Ok(Endpoint {
-            host: host.to_owned(),
-            port,
-            auth,
-        })
+        let port = match url.port() {
+            Some(0) => return Err(PORT),
+            port => port.unwrap_or(6379),
+        };
+        check_database(url.path())?;
+        let auth = match url.password() {
+            // `user` alone: no AUTH.
+            None => None,
+            Some(password) => Some(Auth {
+                username: Some(percent_decode(url.username())?).filter(|name| !name.is_empty()),
+                password: percent_decode(password)?,
+            }),
+        };
+        Ok(Endpoint { host, port, auth })
     }
 
     /// Sends PING (after AUTH when the URL had credentials) and expects `+PONG`.
@@ -146,9 +160,8 @@ fn round_trip(mut stream: &TcpStream, reader: &mut impl BufRead, args: &[&str]) 
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
 
-/// Accepts an empty path, `/` or `/<number>`, followed by an optional query or fragment.
-fn check_database(tail: &str) -> Result<(), &'static str> {
-    let path = tail.split(['?', '#']).next().unwrap_or_default();
+/// Accepts an empty path, `/` or `/<number>`.
+fn check_database(path: &str) -> Result<(), &'static str> {
     let database = path.strip_prefix('/').unwrap_or(path);
     if database.is_empty() || database.parse::<u32>().is_ok() {
         Ok(())
@@ -157,63 +170,22 @@ fn check_database(tail: &str) -> Result<(), &'static str> {
     }
 }
 
-fn split_host_port(host_port: &str) -> Result<(&str, u16), &'static str> {
-    let (host, port) = if let Some(bracketed) = host_port.strip_prefix('[') {
-        let (host, after) = bracketed
-            .split_once(']')
-            .ok_or("an IPv6 host is missing its closing ']'")?;
-        (host, after.strip_prefix(':'))
-    } else {
-        match host_port.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (host_port, None),
-        }
-    };
-    if host.is_empty() {
-        return Err("the host is missing");
-    }
-    let port = match port {
-        None => 6379,
-        Some(port) => port
-            .parse()
-            .ok()
-            .filter(|&port| port != 0)
-            .ok_or("the port is not a number in 1..=65535")?,
-    };
-    Ok((host, port))
-}
-
-/// `user:password`, `:password` or `user` (no password: no AUTH).
-fn parse_auth(userinfo: &str) -> Result<Option<Auth>, &'static str> {
-    let Some((username, password)) = userinfo.split_once(':') else {
-        return Ok(None);
-    };
-    let username = Some(percent_decode(username)?).filter(|name| !name.is_empty());
-    Ok(Some(Auth {
-        username,
-        password: percent_decode(password)?,
-    }))
-}
-
+/// Decodes a URL's user name or password. `url` keeps a malformed escape
+/// as text; a credential with one is refused instead, since it is almost
+/// certainly a typo.
 fn percent_decode(text: &str) -> Result<String, &'static str> {
-    const BAD: &str = "the credentials contain a malformed %-escape";
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.as_bytes();
-    while let Some((&byte, tail)) = rest.split_first() {
-        if byte == b'%' {
-            let hex = tail
-                .get(..2)
-                .filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))
-                .ok_or(BAD)?;
-            let hex = std::str::from_utf8(hex).map_err(|_| BAD)?;
-            bytes.push(u8::from_str_radix(hex, 16).map_err(|_| BAD)?);
-            rest = &tail[2..];
-        } else {
-            bytes.push(byte);
-            rest = tail;
-        }
+    let malformed = text.match_indices('%').any(|(at, _)| {
+        text.as_bytes()
+            .get(at + 1..at + 3)
+            .is_none_or(|hex| !hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return Err("the credentials contain a malformed %-escape");
     }
-    String::from_utf8(bytes).map_err(|_| "the credentials are not UTF-8 once decoded")
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map(String::from)
+        .map_err(|_| "the credentials are not UTF-8 once decoded")
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Polling a condition with a deadline: what tests do instead of sleeping.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::error::{Result, TestkitError};
@@ -45,3 +46,74 @@ pub fn wait_until(deadline: Duration, what: &str, mut condition: impl FnMut() ->
         std::thread::sleep(POLL_INTERVAL.min(deadline - waited));
     }
 }
+
+/// What an [`eventually`] condition fails with: any error (`anyhow::Error`,
+/// a client's, the testkit's) converts into it with `?`.
+pub type ConditionError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Awaits `condition` every 20 ms until it returns `Ok(true)`, or fails
+/// after `deadline` with [`TestkitError::Timeout`] naming `what`. A
+/// condition that fails stops the wait with [`TestkitError::Condition`].
+///
+/// The async counterpart of [`wait_until`], for conditions that query a
+/// server (a Redis stream's length, a table's rows) and for async tests,
+/// where blocking the thread would stop the tasks the test waits on. The
+/// condition is checked once more at the deadline.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use ordo_testkit::eventually;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let mut polls = 0;
+/// eventually(Duration::from_secs(1), "the third poll", || {
+///     polls += 1;
+///     let done = polls >= 3;
+///     async move { Ok(done) }
+/// })
+/// .await?;
+///
+/// let error = eventually(Duration::from_millis(30), "pigs to fly", || async { Ok(false) })
+///     .await
+///     .unwrap_err();
+/// assert!(error.to_string().contains("waiting for pigs to fly"));
+///
+/// let error = eventually(Duration::from_secs(1), "a parse", || async { Ok("x".parse::<u8>()? > 0) })
+///     .await
+///     .unwrap_err();
+/// assert!(error.to_string().contains("checking for a parse failed"));
+/// # Ok::<(), ordo_testkit::TestkitError>(())
+/// # }).unwrap();
+/// ```
+pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut condition: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, ConditionError>>,
+{
+    let started = Instant::now();
+    loop {
+        match condition().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(source) => {
+                return Err(TestkitError::Condition {
+                    what: what.to_owned(),
+                    source,
+                });
+            }
+        }
+        let waited = started.elapsed();
+        if waited >= deadline {
+            return Err(TestkitError::Timeout {
+                what: what.to_owned(),
+                waited,
+            });
+        }
+        tokio::time::sleep(ASYNC_POLL_INTERVAL.min(deadline - waited)).await;
+    }
+}
+
+/// How often [`eventually`] re-checks: its conditions are round trips to a
+/// server, so less often than [`wait_until`]'s.
+const ASYNC_POLL_INTERVAL: Duration = Duration::from_millis(20);

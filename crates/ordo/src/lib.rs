@@ -40,7 +40,7 @@
 //! ```
 //!
 //! Handlers are registered explicitly when the domain is built; see the
-//! `domain` module.
+//! [`domain`](mod@domain) module.
 //!
 //! # Depending on Ordo
 //!
@@ -51,181 +51,72 @@
 //!
 //! # The macros
 //!
-//! ## `#[derive(Aggregate)]`
+//! - [`#[derive(Aggregate)]`](macro@Aggregate): a stream category;
+//! - [`#[derive(Event)]`](macro@Event) and [`#[derive(Command)]`](macro@Command):
+//!   messages, part of an aggregate, with their key fields;
+//! - [`#[event_handler]`](macro@event_handler) and
+//!   [`#[command_handler]`](macro@command_handler), with [`#[handle]`](macro@handle)
+//!   on each handler method: handlers, partitioned by `sequential_by`;
+//! - [`#[process_manager]`](macro@process_manager): one stateful instance per
+//!   correlation value;
+//! - [`#[sequencing_policy(...)]`](macro@sequencing_policy): which messages are
+//!   handled one after another.
 //!
-//! Implements [`Aggregate`]. The stream category defaults to the type's name
-//! in snake case (`OrderLine` → `order_line`); `#[aggregate(category =
-//! "orders")]` overrides it. A category cannot be empty, contain `:` or a
-//! control character, be `dlq`, or have the reserved form `__name__`.
-//!
-//! ## `#[derive(Event)]` and `#[derive(Command)]`
-//!
-//! On a struct with named fields. `#[event(part_of = Order)]` (or
-//! `#[command(...)]`) names the aggregate and is required; `name = "..."`
-//! overrides the type name written into envelopes (default: the struct's
-//! name). Implements [`Message`], [`Event`] (or [`Command`]) and
-//! [`PartOf<Order>`](PartOf). Field attributes:
-//! - `#[aggregate_id]`: the field returned by [`Message::aggregate_id`], read
-//!   by the per-aggregate sequencing policy;
-//! - `#[routing_key]` (commands): the field returned by
-//!   [`Command::routing_key`] (default: the aggregate id).
-//!
-//! Both fields must have a partition-key type ([`PartitionKey`]). A message is
-//! decoded from JSON into an owned value, so its fields own their data: a
-//! borrowed field (`&'static str`) is rejected; use `String`.
-//!
-//! ```
-//! use ordo::prelude::*;
-//!
-//! #[derive(Aggregate)]
-//! #[aggregate(category = "orders")]
-//! struct Order;
-//!
-//! #[derive(Serialize, Deserialize, Command)]
-//! #[command(part_of = Order, name = "order.place")]
-//! struct PlaceOrder {
-//!     #[aggregate_id]
-//!     order_id: String,
-//!     #[routing_key]
-//!     client_id: u64,
-//! }
-//!
-//! let place = PlaceOrder { order_id: "o-1".into(), client_id: 7 };
-//! assert_eq!(<PlaceOrder as Message>::CATEGORY, "orders");
-//! assert_eq!(<PlaceOrder as Message>::TYPE_NAME, "order.place");
-//! assert_eq!(place.aggregate_id().as_deref(), Some("o-1"));
-//! assert_eq!(place.routing_key().as_deref(), Some("7"));
-//! ```
-//!
-//! ## `#[event_handler]` and `#[command_handler]`
-//!
-//! On an inherent `impl` block. Arguments, all optional:
-//! - `part_of = Order`: every handled message must be part of `Order`;
-//! - `sequential_by = "field"`: the partition key; every handled message must
-//!   have that field, of a [`PartitionKey`] type;
-//! - `name = "billing_projector"`: the handler's name (default: the type's
-//!   last path segment, so `Projector<Stdout>` and `Projector<Stderr>`, or
-//!   `billing::Projector` and `shipping::Projector`, need one each). It names
-//!   the handler's consumer groups and state, must be unique in a domain and
-//!   is made of ASCII letters, digits, `_`, `-` and `.`.
-//!   `#[process_manager]` takes it too.
-//!
-//! Each handler method is marked `#[handle]` and has the shape
-//! `async fn name(&self, event: &SomeEvent, ctx: &HandlerContext) -> Result<(), E>`
-//! where `ctx` is optional and `E` converts into [`HandlerError`]
-//! (`anyhow::Error` does). The macro implements [`EventHandler`] (or
-//! [`CommandHandler`]) for the type. A `#[cfg(...)]` on a method applies to
-//! its registration too, so cfg alternatives may handle one type.
-//!
-//! ```
-//! use ordo::prelude::*;
-//!
-//! # #[derive(Aggregate)] struct Order;
-//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
-//! # struct OrderPlaced { order_id: String }
-//! struct Stdout;
-//! struct Stderr;
-//! struct Printer<W>(std::marker::PhantomData<W>);
-//!
-//! #[event_handler(part_of = Order, name = "printer.stdout")]
-//! impl Printer<Stdout> {
-//!     #[handle]
-//!     async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
-//!         println!("{}", event.order_id);
-//!         Ok(())
-//!     }
-//! }
-//!
-//! #[event_handler(part_of = Order, name = "printer.stderr")]
-//! impl Printer<Stderr> {
-//!     #[handle]
-//!     async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
-//!         eprintln!("{}", event.order_id);
-//!         Ok(())
-//!     }
-//! }
-//! # assert_eq!(Printer::<Stdout>::descriptor().name, "printer.stdout");
-//! ```
-//!
-//! ## `#[process_manager]`
-//!
-//! On the `impl` block of a type that is `Default + Serialize +
-//! Deserialize`: one instance per correlation value. The bare flag
-//! `#[process_manager(sequential_by)]` partitions by correlation value. Each
-//! method is `#[handle(correlate = "order_id")]` (plus `start` when the event
-//! may start a new instance) and takes `&mut self`.
-//!
-//! ```
-//! use ordo::prelude::*;
-//!
-//! # #[derive(Aggregate)] struct Order;
-//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
-//! # struct OrderPlaced { order_id: String }
-//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
-//! # struct OrderShipped { order_id: String }
-//! #[derive(Default, Serialize, Deserialize)]
-//! struct Fulfillment {
-//!     placed: bool,
-//! }
-//!
-//! #[process_manager(sequential_by)]
-//! impl Fulfillment {
-//!     #[handle(start, correlate = "order_id")]
-//!     async fn on_placed(&mut self, _event: &OrderPlaced) -> anyhow::Result<()> {
-//!         self.placed = true;
-//!         Ok(())
-//!     }
-//!
-//!     #[handle(correlate = "order_id")]
-//!     async fn on_shipped(&mut self, _event: &OrderShipped, _ctx: &HandlerContext) -> anyhow::Result<()> {
-//!         Ok(())
-//!     }
-//! }
-//!
-//! let descriptor = Fulfillment::descriptor();
-//! assert!(descriptor.partitioned);
-//! assert!(descriptor.handles[0].start);
-//! ```
-//!
-//! ## `#[sequencing_policy(...)]`
-//!
-//! On a handler impl (below the handler attribute) or on one `#[handle]`
-//! method; the method's wins. One of `per_aggregate`, `sequential`,
-//! `full_concurrency`, `routing_key`, `partition_key`, `property = "field"`
-//! (checked at compile time like `sequential_by`), `metadata = "key"`, or
-//! `with = <expr>` for any [`SequencingPolicy`] value. It cannot be combined
-//! with `sequential_by`, which already is the property policy on its field.
-//! The property policy reads the JSON payload, so a field it names must keep
-//! its Rust name when serialised (no `#[serde(rename)]`).
-//!
-//! ```
-//! use ordo::prelude::*;
-//!
-//! # #[derive(Aggregate)] struct Order;
-//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
-//! # struct OrderPlaced { order_id: String, region: String }
-//! # #[derive(Serialize, Deserialize, Event)] #[event(part_of = Order)]
-//! # struct OrderShipped { order_id: String }
-//! struct Audit;
-//!
-//! #[event_handler]
-//! #[sequencing_policy(property = "region")]
-//! impl Audit {
-//!     #[handle]
-//!     async fn on_placed(&self, _event: &OrderPlaced) -> anyhow::Result<()> {
-//!         Ok(())
-//!     }
-//!
-//!     #[handle]
-//!     #[sequencing_policy(full_concurrency)]
-//!     async fn on_shipped(&self, _event: &OrderShipped) -> anyhow::Result<()> {
-//!         Ok(())
-//!     }
-//! }
-//! # assert!(Audit::descriptor().policy.is_some());
-//! ```
+//! Each is documented on its own page. Every one takes `crate = "..."` when
+//! Ordo is reachable under another path than `::ordo` (a renamed
+//! dependency, or a crate re-exporting it), as serde's `crate` does.
 
-pub use ordo_core::*;
+// The re-exports are listed, not globbed, so that what `ordo` offers is
+// decided here, grouped as the documentation presents it.
+
+// Messages and keys.
+pub use ordo_core::{
+    Aggregate, Command, DecodeError, Envelope, Event, InvalidKey, KeyRule, KeyRules, Lane, Message,
+    MessageKind, Metadata, PartOf, PartitionKey,
+};
+
+// Handlers and process managers.
+pub use ordo_core::{
+    BoxFuture, CommandHandler, ContextParameter, CorrelationPolicy, EventHandler, Extensions, HandledMessage,
+    HandlerContext, HandlerDescriptor, HandlerError, HandlerKind, HandlerResult, InMemoryProcessStore,
+    IntoHandlerResult, KeyExtractor, ProcessManager, ProcessStore, RustType,
+};
+
+// Sequencing policies.
+pub use ordo_core::{
+    ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
+    PerAggregatePolicy, ProcessingContext, PropertyPolicy, RoutingKeyPolicy, SEQUENTIAL_SEQUENCE_ID,
+    SequenceId, SequenceText, SequencingPolicy, SequentialPolicy, default_command_policy,
+    default_event_policy,
+};
+
+// The domain, its configuration and its errors.
+pub use ordo_core::{
+    BackoffError, CommitError, Config, ConfigError, DispatchError, Domain, DomainBuilder,
+    IncorrectUsageError, OutboxError, PartitioningConfig, PriorityLanesConfig, ProcessStoreError,
+    RunningDomain, SettleError, ShutdownError, UsageProblem,
+};
+
+// Publishing: the unit of work and the outbox.
+pub use ordo_core::{
+    CommitReceipt, InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus,
+    PublishReport, UnitOfWork,
+};
+
+// Brokers and execution.
+pub use ordo_core::{
+    Backoff, Broker, BrokerError, Capabilities, DynHandler, HandlerFailure, InlineBroker, InlineDeadLetter,
+    InlineHalt, KeyedExecutor, Permits, Publication, PublishError, ResolveError, Subscription,
+};
+
+// The modules, for what is not re-exported above (`error::error_chain`,
+// `key::stream`, ...).
+pub use ordo_core::{
+    attempt, backoff, broker, bus, config, domain, error, executor, handler, inline, key, message, outbox,
+    policy, process, uow,
+};
+
+// The macros; each is documented on its own item.
 pub use ordo_macros::{
     Aggregate, Command, Event, command_handler, event_handler, handle, process_manager, sequencing_policy,
 };

@@ -21,7 +21,7 @@ use ordo_harness::verify::Verdict;
 use tokio::runtime::Handle;
 
 use super::duplicates::{self, Causes, Duplicate};
-use super::failover::{FailoverStats, Failovers};
+use super::failover_times::{FailoverStats, Failovers};
 use super::fault::{FaultCounts, FaultKind, Schedule};
 use super::fleet::{Exit, Fleet, LineCounts, State};
 use super::proxy::ConnProxy;

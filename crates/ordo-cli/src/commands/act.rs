@@ -65,12 +65,14 @@ struct Acted {
 }
 
 pub(crate) async fn run(ctx: &Context, action: Action, args: &ActionArgs) -> Result<Verdict, Failure> {
-    let (category, key) = (args.category.as_str(), args.key.as_str());
-    let group = ctx.resolve_group(category, key, args.group.as_deref()).await?;
+    let (category, key) = (args.target.category.as_str(), args.target.key.as_str());
+    let group = ctx
+        .resolve_group(category, key, args.target.group.as_deref())
+        .await?;
     let seen = halted(ctx, action, &group, category, key).await?;
     let expected = seen.halt.head.clone();
     // Refuse before asking about a head the operator did not mean.
-    if let Some(wanted) = &args.expect_head
+    if let Some(wanted) = &args.options.expect_head
         && *wanted != expected
     {
         return Err(head_changed(category, key, &group, wanted, &expected));
@@ -93,7 +95,7 @@ pub(crate) async fn run(ctx: &Context, action: Action, args: &ActionArgs) -> Res
         ),
         Action::Retry => format!("Retry {entry}?"),
     };
-    confirm(&question, args.yes, action.doing())?;
+    confirm(&question, args.options.yes, action.doing())?;
 
     // The question may have been open for a while: the action applies only
     // if the partition is still halted on the head it showed.
@@ -113,7 +115,7 @@ pub(crate) async fn run(ctx: &Context, action: Action, args: &ActionArgs) -> Res
         error: seen.halt.error,
         dead_letter_stream: (action == Action::DeadLetter).then(|| ctx.partition(category, key).dlq()),
     };
-    if args.json {
+    if args.options.json {
         print!("{}", pretty(&acted)?);
     } else {
         println!("{}", describe(action, &acted));

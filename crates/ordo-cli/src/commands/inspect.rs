@@ -31,8 +31,10 @@ struct Inspected {
 }
 
 pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Verdict, Failure> {
-    let (category, key) = (args.category.as_str(), args.key.as_str());
-    let group = ctx.resolve_group(category, key, args.group.as_deref()).await?;
+    let (category, key) = (args.target.category.as_str(), args.target.key.as_str());
+    let group = ctx
+        .resolve_group(category, key, args.target.group.as_deref())
+        .await?;
     let (halt, head, deliveries) = match ctx.admin.inspect(&group, category, key).await {
         Ok(inspection) => (
             Some(HaltView::from(&inspection.halt)),

@@ -4,18 +4,18 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::future::Future;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use ordo::RunningDomain;
 use ordo::prelude::*;
 use ordo_redis::{HaltedPartition, RedisBroker};
 use ordo_testkit::Redis;
+use ordo_testkit::eventually;
 
 /// The stream category of the fixture.
 pub const CATEGORY: &str = "order";
@@ -23,6 +23,9 @@ pub const CATEGORY: &str = "order";
 pub const PROJECTOR: &str = "OrderProjector";
 /// The group that handles everything.
 pub const AUDITOR: &str = "OrderAuditor";
+
+/// How long a test waits for the domain to catch up.
+pub const WAIT: Duration = Duration::from_secs(15);
 
 #[derive(Aggregate)]
 pub struct Order;
@@ -154,15 +157,15 @@ impl Fixture {
             dir: tempfile::tempdir()?,
         };
         let expected = if poison { 4 } else { 7 };
-        fixture
-            .eventually("the orders to be handled", || async {
-                Ok(fixture.handled().len() == expected)
+        eventually(WAIT, "the orders to be handled", || async {
+            Ok(fixture.handled().len() == expected)
+        })
+        .await?;
+        if poison {
+            eventually(WAIT, "bob to halt", || async {
+                Ok(fixture.halted().await?.len() == 1)
             })
             .await?;
-        if poison {
-            fixture
-                .eventually("bob to halt", || async { Ok(fixture.halted().await?.len() == 1) })
-                .await?;
         }
         Ok(fixture)
     }
@@ -198,24 +201,6 @@ impl Fixture {
         let mut all = vec!["--redis-url", url.as_str()];
         all.extend_from_slice(args);
         ordo_in(self.dir.path(), &all, &[]).await
-    }
-
-    /// Polls `condition` every 20 ms until it holds, or fails after 15 s.
-    pub async fn eventually<F, Fut>(&self, what: &str, mut condition: F) -> anyhow::Result<()>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = anyhow::Result<bool>>,
-    {
-        let started = Instant::now();
-        loop {
-            if condition().await? {
-                return Ok(());
-            }
-            if started.elapsed() > Duration::from_secs(15) {
-                bail!("timed out waiting for {what}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
     }
 
     /// Stops the domain.

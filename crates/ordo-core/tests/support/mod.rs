@@ -166,24 +166,14 @@ pub(crate) use extractor;
 
 /// One handled message type.
 pub fn on<M: Message>(key: Option<KeyExtractor>) -> HandledMessage {
-    HandledMessage {
-        type_name: M::TYPE_NAME,
-        kind: M::KIND,
-        category: M::CATEGORY,
-        rust_type: Some(ordo_core::RustType::of::<M>()),
-        method: "handle",
-        key,
-        start: false,
-        policy: None,
-    }
+    HandledMessage::new(M::TYPE_NAME, M::KIND, M::CATEGORY, "handle")
+        .with_rust_type(ordo_core::RustType::of::<M>())
+        .with_key(key)
 }
 
 /// A process manager's handled message: `correlate` plus `start`.
 pub fn pm_on<M: Message>(correlate: KeyExtractor, start: bool) -> HandledMessage {
-    HandledMessage {
-        start,
-        ..on::<M>(Some(correlate))
-    }
+    on::<M>(Some(correlate)).with_start(start)
 }
 
 /// An event or command handler's descriptor; partitioned when it has a
@@ -195,15 +185,10 @@ pub fn handler(
     sequential_by: Option<&'static str>,
     handles: Vec<HandledMessage>,
 ) -> HandlerDescriptor {
-    HandlerDescriptor {
-        name,
-        kind,
-        part_of: Some(part_of),
-        sequential_by,
-        partitioned: sequential_by.is_some(),
-        policy: None,
-        handles,
-    }
+    HandlerDescriptor::new(name, kind, handles)
+        .with_part_of(Some(part_of))
+        .with_sequential_by(sequential_by)
+        .with_partitioned(sequential_by.is_some())
 }
 
 /// A process manager's descriptor.
@@ -212,15 +197,7 @@ pub fn process_manager(
     partitioned: bool,
     handles: Vec<HandledMessage>,
 ) -> HandlerDescriptor {
-    HandlerDescriptor {
-        name,
-        kind: HandlerKind::ProcessManager,
-        part_of: None,
-        sequential_by: None,
-        partitioned,
-        policy: None,
-        handles,
-    }
+    HandlerDescriptor::new(name, HandlerKind::ProcessManager, handles).with_partitioned(partitioned)
 }
 
 /// The static description of a test handler type.
@@ -687,19 +664,6 @@ impl Broker for RecordingBroker {
 }
 
 // ---------------------------------------------------------------- helpers
-
-/// Polls `condition` every few milliseconds until it holds, failing the
-/// test with `what` after `within`.
-pub async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !condition() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 /// The text of an error and all its sources.
 pub use ordo_core::error::error_chain as chain;

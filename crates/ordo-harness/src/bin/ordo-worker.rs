@@ -18,8 +18,6 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use ordo_harness::publisher::{self, PublishOptions};
 use ordo_harness::worker::{self, WorkerOptions};
-use tokio::signal::unix::{SignalKind, signal};
-use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -146,17 +144,7 @@ async fn run(args: RunArgs) -> Result<()> {
         backoff_initial_ms: args.backoff_initial_ms,
         backoff_max_ms: args.backoff_max_ms,
     };
-    let shutdown = CancellationToken::new();
-    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
-    let on_signal = shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
-        on_signal.cancel();
-    });
+    let shutdown = worker::shutdown_on_signal()?;
     worker::run(&options, shutdown)
         .await
         .with_context(|| format!("worker `{}` failed", options.instance))

@@ -7,10 +7,12 @@ use syn::parse::Parser;
 use super::Flavor;
 use crate::diag::{Errors, Once, skip_value, unknown_key};
 use crate::names::FieldName;
+use crate::private::{self, Private};
 use crate::value::{aggregate_path, field_name, non_empty_str};
 
 /// `#[event_handler(part_of = Order, sequential_by = "client_id")]`, or
-/// `#[process_manager(sequential_by)]`; each may carry `name = "..."`.
+/// `#[process_manager(sequential_by)]`; each may carry `name = "..."` and
+/// `crate = "..."`.
 #[derive(Default)]
 pub(super) struct HandlerArgs {
     /// The aggregate every handled message must be part of.
@@ -21,6 +23,8 @@ pub(super) struct HandlerArgs {
     pub(super) partitioned_flag: Option<Span>,
     /// `name = "billing_projector"`: the handler's name, validated.
     pub(super) name: Option<LitStr>,
+    /// `crate = "..."`: where the generated code finds Ordo.
+    pub(super) private: Private,
 }
 
 impl HandlerArgs {
@@ -36,12 +40,17 @@ pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) ->
     let mut part_of = Once::new("part_of");
     let mut sequential_by = Once::new("sequential_by");
     let mut name = Once::new("name");
+    let mut krate = Once::new("crate");
     let parser = syn::meta::parser(|meta| {
         match flavor {
             _ if meta.path.is_ident("name") => {
                 let lit =
                     non_empty_str(&meta, "name", errors)?.filter(|lit| errors.ok(check_name(lit)).is_some());
                 errors.ok(name.set(&meta, lit));
+            }
+            _ if meta.path.is_ident("crate") => {
+                let path = private::parse(&meta, errors)?;
+                errors.ok(krate.set(&meta, path));
             }
             Flavor::Event | Flavor::Command if meta.path.is_ident("part_of") => {
                 let path = aggregate_path(&meta, errors)?;
@@ -70,16 +79,16 @@ pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) ->
                 errors.push(unknown_key(
                     &meta,
                     &attribute,
-                    &["part_of", "sequential_by", "name"],
+                    &["part_of", "sequential_by", "name", "crate"],
                 ));
                 skip_value(&meta)?;
             }
             Flavor::ProcessManager => {
-                let mut error = unknown_key(&meta, &attribute, &["sequential_by", "name"]);
+                let mut error = unknown_key(&meta, &attribute, &["sequential_by", "name", "crate"]);
                 if meta.path.is_ident("part_of") {
                     error = meta.error(format_args!(
                         "unknown `{attribute}` argument `part_of`: a process manager may follow several \
-                         aggregates; expected one of: `sequential_by`, `name`"
+                         aggregates; expected one of: `sequential_by`, `name`, `crate`"
                     ));
                 }
                 errors.push(error);
@@ -93,6 +102,7 @@ pub(super) fn parse(flavor: Flavor, tokens: TokenStream, errors: &mut Errors) ->
     let mut args = HandlerArgs {
         part_of: part_of.into_inner().flatten(),
         name: name.into_inner().flatten(),
+        private: krate.into_inner().flatten().unwrap_or_default(),
         ..HandlerArgs::default()
     };
     match sequential_by.into_inner().flatten() {

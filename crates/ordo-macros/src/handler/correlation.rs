@@ -44,12 +44,13 @@ pub(super) fn generate(model: &HandlerModel) -> TokenStream {
                 second.ident,
             );
             let cfgs = first.cfgs.iter().chain(&second.cfgs);
+            let private = model.args.private.at(second_field.span());
             checks.extend(quote_spanned! {second_field.span()=>
                 #(#cfgs)*
                 const _: () = {
-                    if ::ordo::__private::same_category(
-                        <#first_ty as ::ordo::__private::Message>::CATEGORY,
-                        <#second_ty as ::ordo::__private::Message>::CATEGORY,
+                    if #private::same_category(
+                        <#first_ty as #private::Message>::CATEGORY,
+                        <#second_ty as #private::Message>::CATEGORY,
                     ) {
                         ::core::panic!(#message);
                     }

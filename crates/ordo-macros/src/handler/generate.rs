@@ -14,6 +14,7 @@ use super::Flavor;
 use super::model::{HandleMethod, HandlerModel};
 use super::policy::Policy;
 use crate::names::FieldName;
+use crate::private::Private;
 
 /// The trait impl for the handler type.
 pub(super) fn generate(model: &HandlerModel) -> TokenStream {
@@ -24,11 +25,12 @@ pub(super) fn generate(model: &HandlerModel) -> TokenStream {
     };
     let (impl_generics, _, where_clause) = model.generics.split_for_impl();
     let self_ty = &model.self_ty;
+    let private = &model.args.private;
     let checks = model.methods.iter().map(|method| checks(model, method));
     let name = &model.name;
     let part_of = match &model.args.part_of {
         Some(aggregate) => {
-            quote!(::core::option::Option::Some(<#aggregate as ::ordo::__private::Aggregate>::CATEGORY))
+            quote!(::core::option::Option::Some(<#aggregate as #private::Aggregate>::CATEGORY))
         }
         None => quote!(::core::option::Option::None),
     };
@@ -50,24 +52,24 @@ pub(super) fn generate(model: &HandlerModel) -> TokenStream {
         model
             .policy
             .as_ref()
-            .map(|policy| policy_tokens(policy, &unruled)),
+            .map(|policy| policy_tokens(policy, &unruled, private)),
     );
     let handles = model.methods.iter().map(|method| handled_message(model, method));
     let handle = handle_fn(model);
     quote! {
         #[automatically_derived]
-        impl #impl_generics ::ordo::__private::#trait_name for #self_ty #where_clause {
-            fn descriptor() -> ::ordo::__private::HandlerDescriptor {
+        impl #impl_generics #private::#trait_name for #self_ty #where_clause {
+            fn descriptor() -> #private::HandlerDescriptor {
                 #(#checks)*
-                ::ordo::__private::HandlerDescriptor {
-                    name: #name,
-                    kind: ::ordo::__private::HandlerKind::#kind,
-                    part_of: #part_of,
-                    sequential_by: #sequential_by,
-                    partitioned: #partitioned,
-                    policy: #policy,
-                    handles: ::std::vec![#(#handles),*],
-                }
+                #private::HandlerDescriptor::new(
+                    #name,
+                    #private::HandlerKind::#kind,
+                    ::std::vec![#(#handles),*],
+                )
+                .with_part_of(#part_of)
+                .with_sequential_by(#sequential_by)
+                .with_partitioned(#partitioned)
+                .with_policy(#policy)
             }
 
             #handle
@@ -86,11 +88,12 @@ fn checks(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
         Flavor::Event | Flavor::ProcessManager => quote!(Event),
         Flavor::Command => quote!(Command),
     };
+    let private = model.args.private.at(ty.span());
     let kind_check = quote_spanned! {ty.span()=>
-        let _ = ::core::marker::PhantomData::<<#ty as ::ordo::__private::#kind>::Aggregate>;
+        let _ = ::core::marker::PhantomData::<<#ty as #private::#kind>::Aggregate>;
     };
     let part_of_check = model.args.part_of.as_ref().map(|aggregate| {
-        quote_spanned! {ty.span()=> let _ = <#ty as ::ordo::__private::PartOf<#aggregate>>::PROOF; }
+        quote_spanned! {ty.span()=> let _ = <#ty as #private::PartOf<#aggregate>>::PROOF; }
     });
     let cfgs = &method.cfgs;
     quote! { #(#cfgs)* { #kind_check #part_of_check } }
@@ -99,33 +102,38 @@ fn checks(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
 /// A policy's tokens; a `property` policy reads its field through typed
 /// extractors of `types` (the handled types in its scope, each with its
 /// method's `#[cfg]` attributes).
-fn policy_tokens(policy: &Policy, types: &[(&syn::Type, &[syn::Attribute])]) -> TokenStream {
+fn policy_tokens(
+    policy: &Policy,
+    types: &[(&syn::Type, &[syn::Attribute])],
+    private: &Private,
+) -> TokenStream {
     let Some(field) = policy.property() else {
-        return policy.tokens();
+        return policy.tokens(private);
     };
     let lit = &field.lit;
     let typed = types.iter().map(|(ty, cfgs)| {
-        let extractor = typed_extractor(ty, field, Reader::SequenceText);
+        let extractor = typed_extractor(ty, field, Reader::SequenceText, private);
         quote! {
             #(#cfgs)*
             let __ordo_policy = __ordo_policy.with_typed(#extractor);
         }
     });
     quote!({
-        let __ordo_policy = ::ordo::__private::PropertyPolicy::new(#lit);
+        let __ordo_policy = #private::PropertyPolicy::new(#lit);
         #(#typed)*
-        ::ordo::__private::policy(__ordo_policy)
+        #private::policy(__ordo_policy)
     })
 }
 
 /// One `HandledMessage` literal.
 fn handled_message(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
     let ty = &method.message;
+    let private = &model.args.private;
     let method_name = method.ident.to_string();
     let key_field = method.correlate.as_ref().or(model.args.sequential_by.as_ref());
     let key = match key_field {
         Some(field) => {
-            let extractor = typed_extractor(ty, field, Reader::PartitionKey);
+            let extractor = typed_extractor(ty, field, Reader::PartitionKey, private);
             quote!(::core::option::Option::Some(#extractor))
         }
         None => quote!(::core::option::Option::None),
@@ -136,20 +144,20 @@ fn handled_message(model: &HandlerModel, method: &HandleMethod) -> TokenStream {
         method
             .policy
             .as_ref()
-            .map(|policy| policy_tokens(policy, &[(ty, &method.cfgs[..])])),
+            .map(|policy| policy_tokens(policy, &[(ty, &method.cfgs[..])], private)),
     );
     quote! {
         #(#cfgs)*
-        ::ordo::__private::HandledMessage {
-            type_name: <#ty as ::ordo::__private::Message>::TYPE_NAME,
-            kind: <#ty as ::ordo::__private::Message>::KIND,
-            category: <#ty as ::ordo::__private::Message>::CATEGORY,
-            rust_type: ::core::option::Option::Some(::ordo::__private::RustType::of::<#ty>()),
-            method: #method_name,
-            key: #key,
-            start: #start,
-            policy: #policy,
-        }
+        #private::HandledMessage::new(
+            <#ty as #private::Message>::TYPE_NAME,
+            <#ty as #private::Message>::KIND,
+            <#ty as #private::Message>::CATEGORY,
+            #method_name,
+        )
+        .with_rust_type(#private::RustType::of::<#ty>())
+        .with_key(#key)
+        .with_start(#start)
+        .with_policy(#policy)
     }
 }
 
@@ -166,7 +174,7 @@ enum Reader {
 /// from an envelope holding one. Doubles as the compile-time check that `ty`
 /// has the field (and, for keys, that its type can be a partition key), both
 /// reported at the attribute's literal.
-fn typed_extractor(ty: &syn::Type, field: &FieldName, reader: Reader) -> TokenStream {
+fn typed_extractor(ty: &syn::Type, field: &FieldName, reader: Reader, private: &Private) -> TokenStream {
     let name = field.value();
     let ident = &field.ident;
     let (read, method) = match reader {
@@ -175,8 +183,9 @@ fn typed_extractor(ty: &syn::Type, field: &FieldName, reader: Reader) -> TokenSt
     };
     // Qualified trait calls, not bounded helpers: a field type that is neither
     // is reported at the attribute by the trait's own message.
+    let spanned_private = private.at(field.span());
     let key = quote_spanned! {field.span()=>
-        ::ordo::__private::key_text(<_ as ::ordo::__private::#read>::#method(&(*__ordo_message).#ident))
+        #spanned_private::key_text(<_ as #spanned_private::#read>::#method(&(*__ordo_message).#ident))
     };
     quote! {
         {
@@ -187,11 +196,11 @@ fn typed_extractor(ty: &syn::Type, field: &FieldName, reader: Reader) -> TokenSt
                 ::core::option::Option::Some(#key)
             }
             fn decode(
-                __ordo_envelope: &::ordo::__private::Envelope,
+                __ordo_envelope: &#private::Envelope,
             ) -> ::core::option::Option<::core::option::Option<::std::string::String>> {
-                extract(&::ordo::__private::decode_as::<#ty>(__ordo_envelope)?)
+                extract(&#private::decode_as::<#ty>(__ordo_envelope)?)
             }
-            ::ordo::__private::KeyExtractor::new(#name, extract).with_decode(decode)
+            #private::KeyExtractor::new(#name, extract).with_decode(decode)
         }
     }
 }
@@ -205,6 +214,7 @@ fn optional_policy(policy: Option<TokenStream>) -> TokenStream {
 /// `Ok(())`. Generated names (`'__ordo`, `__ordo_envelope`, ...) cannot meet
 /// a user's lifetimes, consts or unit structs.
 fn handle_fn(model: &HandlerModel) -> TokenStream {
+    let private = &model.args.private;
     let receiver = if model.flavor == Flavor::ProcessManager {
         quote!(&'__ordo mut self)
     } else {
@@ -217,26 +227,28 @@ fn handle_fn(model: &HandlerModel) -> TokenStream {
         let ident = &method.ident;
         let args = if let Some(ctx_ty) = &method.ctx {
             // Spanned at the parameter's type: another type is reported there.
+            let private = private.at(ctx_ty.span());
             let ctx = quote_spanned! {ctx_ty.span()=>
-                <#ctx_ty as ::ordo::__private::ContextParameter>::from_context(__ordo_ctx)
+                <#ctx_ty as #private::ContextParameter>::from_context(__ordo_ctx)
             };
             quote!(&__ordo_message, #ctx)
         } else {
             quote!(&__ordo_message)
         };
+        let spanned_private = private.at(method.output_span);
         let result = quote_spanned! {method.output_span=>
-            ::ordo::__private::IntoHandlerResult::into_handler_result(self.#ident(#args).await)
+            #spanned_private::IntoHandlerResult::into_handler_result(self.#ident(#args).await)
         };
         let cfgs = &method.cfgs;
         quote! {
             // What `Envelope::is` checks, written out: a type that is not a
             // message is then reported without a note into ordo-core.
             #(#cfgs)*
-            if __ordo_envelope.type_name == <#ty as ::ordo::__private::Message>::TYPE_NAME
-                && __ordo_envelope.category == <#ty as ::ordo::__private::Message>::CATEGORY
-                && __ordo_envelope.kind == <#ty as ::ordo::__private::Message>::KIND
+            if __ordo_envelope.type_name == <#ty as #private::Message>::TYPE_NAME
+                && __ordo_envelope.category == <#ty as #private::Message>::CATEGORY
+                && __ordo_envelope.kind == <#ty as #private::Message>::KIND
             {
-                let __ordo_message = match ::ordo::__private::decode::<#ty>(__ordo_envelope) {
+                let __ordo_message = match #private::decode::<#ty>(__ordo_envelope) {
                     ::core::result::Result::Ok(__ordo_message) => __ordo_message,
                     ::core::result::Result::Err(__ordo_error) => return ::core::result::Result::Err(__ordo_error),
                 };
@@ -247,9 +259,9 @@ fn handle_fn(model: &HandlerModel) -> TokenStream {
     quote! {
         fn handle<'__ordo>(
             #receiver,
-            __ordo_envelope: &'__ordo ::ordo::__private::Envelope,
-            #ctx: &'__ordo ::ordo::__private::HandlerContext,
-        ) -> ::ordo::__private::BoxFuture<'__ordo, ::ordo::__private::HandlerResult> {
+            __ordo_envelope: &'__ordo #private::Envelope,
+            #ctx: &'__ordo #private::HandlerContext,
+        ) -> #private::BoxFuture<'__ordo, #private::HandlerResult> {
             ::std::boxed::Box::pin(async move {
                 #(#arms)*
                 ::core::result::Result::Ok(())

@@ -6,6 +6,7 @@ use syn::spanned::Spanned;
 
 use crate::diag::{Errors, skip_value};
 use crate::names::FieldName;
+use crate::private::Private;
 use crate::value::{field_name, non_empty_str};
 
 /// The policies `#[sequencing_policy]` accepts.
@@ -117,10 +118,10 @@ impl Policy {
 
     /// `Option<Arc<dyn SequencingPolicy>>` holding this policy; a `with`
     /// expression that is not a policy is reported at the expression.
-    pub(super) fn tokens(&self) -> TokenStream {
+    pub(super) fn tokens(&self, private: &Private) -> TokenStream {
         let default = |ty: TokenStream| {
-            quote!(::ordo::__private::policy(
-                <::ordo::__private::#ty as ::core::default::Default>::default()
+            quote!(#private::policy(
+                <#private::#ty as ::core::default::Default>::default()
             ))
         };
         match &self.kind {
@@ -131,18 +132,21 @@ impl Policy {
             PolicyKind::PartitionKey => default(quote!(PartitionKeyPolicy)),
             PolicyKind::Property(field) => {
                 let lit = &field.lit;
-                quote!(::ordo::__private::policy(::ordo::__private::PropertyPolicy::new(#lit)))
+                quote!(#private::policy(#private::PropertyPolicy::new(#lit)))
             }
             PolicyKind::Metadata(lit) => {
-                quote!(::ordo::__private::policy(::ordo::__private::MetadataPolicy::new(#lit)))
+                quote!(#private::policy(#private::MetadataPolicy::new(#lit)))
             }
             // A cast, not a call of a bounded helper: a value that is not a
             // policy is reported at it without a note pointing into Ordo.
-            PolicyKind::With(expr) => quote_spanned! {expr.span()=>
-                ::core::option::Option::Some(
-                    ::std::sync::Arc::new(#expr) as ::std::sync::Arc<dyn ::ordo::__private::SequencingPolicy>
-                )
-            },
+            PolicyKind::With(expr) => {
+                let private = private.at(expr.span());
+                quote_spanned! {expr.span()=>
+                    ::core::option::Option::Some(
+                        ::std::sync::Arc::new(#expr) as ::std::sync::Arc<dyn #private::SequencingPolicy>
+                    )
+                }
+            }
         }
     }
 }

@@ -332,12 +332,38 @@ fn sequential_by_and_a_policy_conflict() {
 }
 
 #[test]
+fn crate_names_where_the_generated_code_finds_ordo() {
+    for flavor in [Flavor::Event, Flavor::Command] {
+        let out = expand(flavor, quote!(crate = "my_app::ordo"), projector()).to_string();
+        assert!(
+            out.contains("my_app :: ordo :: __private :: HandlerDescriptor"),
+            "{out}"
+        );
+        // Every generated path goes through the given one.
+        assert_eq!(
+            out.matches("__private").count(),
+            out.matches("my_app :: ordo :: __private").count(),
+            "{out}"
+        );
+    }
+    let errors = compile_errors(&expand(Flavor::Event, quote!(crate = "not a path"), projector()));
+    assert_has(&errors, "`crate` takes the path Ordo is reachable at");
+    let errors = compile_errors(&expand(
+        Flavor::Event,
+        quote!(crate = "a", crate = "b"),
+        projector(),
+    ));
+    assert_has(&errors, "duplicate `crate` argument");
+}
+
+#[test]
 fn name_overrides_the_handler_name() {
     for flavor in [Flavor::Event, Flavor::Command] {
         let out = expand(flavor, quote!(name = "billing.projector-2"), projector());
         assert!(compile_errors(&out).is_empty(), "{out}");
         assert!(
-            out.to_string().contains("name : \"billing.projector-2\""),
+            out.to_string()
+                .contains("HandlerDescriptor :: new (\"billing.projector-2\""),
             "{out}"
         );
     }
@@ -352,9 +378,17 @@ fn name_overrides_the_handler_name() {
         },
     );
     assert!(compile_errors(&out).is_empty(), "{out}");
-    assert!(out.to_string().contains("name : \"fulfillment_v2\""), "{out}");
+    assert!(
+        out.to_string()
+            .contains("HandlerDescriptor :: new (\"fulfillment_v2\""),
+        "{out}"
+    );
     let out = expand(Flavor::Event, quote!(), projector());
-    assert!(out.to_string().contains("name : \"Projector\""), "{out}");
+    assert!(
+        out.to_string()
+            .contains("HandlerDescriptor :: new (\"Projector\""),
+        "{out}"
+    );
 }
 
 #[test]

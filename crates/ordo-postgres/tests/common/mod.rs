@@ -4,11 +4,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::bail;
 use fred::clients::Pool;
 use fred::interfaces::StreamsInterface;
 use fred::prelude::{Builder, ClientLike, Config as FredConfig};
@@ -110,24 +108,6 @@ pub async fn numbers(redis: &Pool, stream: &str) -> anyhow::Result<Vec<u64>> {
 pub async fn xlen(redis: &Pool, stream: &str) -> anyhow::Result<u64> {
     let value: Value = redis.xlen(stream).await?;
     Ok(value.convert()?)
-}
-
-/// Polls `condition` every 20 ms until it holds or `deadline` passes.
-pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut condition: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<bool>>,
-{
-    let started = Instant::now();
-    loop {
-        if condition().await? {
-            return Ok(());
-        }
-        if started.elapsed() > deadline {
-            bail!("timed out after {deadline:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// How many rows of `outbox` have `status` (0 pending, 1 published, 2 abandoned).

@@ -6,11 +6,10 @@
 pub mod proxy;
 
 use std::collections::{BTreeMap, HashSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use fred::clients::Pool;
 use fred::prelude::{Builder, ClientLike, Config as FredConfig};
 use ordo_core::broker::{DynHandler, Publication, Subscription};
@@ -92,24 +91,6 @@ pub fn publication(category: &str, key: &str, seq: u64, lane: Lane) -> Publicati
 pub fn seq_of(envelope: &Envelope) -> u64 {
     let payload: serde_json::Value = serde_json::from_str(&envelope.payload).expect("test payload is JSON");
     payload["seq"].as_u64().expect("test payload has a seq")
-}
-
-/// Polls `condition` every 20 ms until it holds, or fails after `deadline`.
-pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut condition: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<bool>>,
-{
-    let started = Instant::now();
-    loop {
-        if condition().await? {
-            return Ok(());
-        }
-        if started.elapsed() >= deadline {
-            bail!("timed out after {:?} waiting for {what}", started.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// A unique category name, so tests never share streams even on one Redis.
@@ -241,29 +222,22 @@ pub fn subscription(
 ) -> Subscription {
     let handles = categories
         .iter()
-        .map(|category| HandledMessage {
-            type_name: "Happened",
-            kind: MessageKind::Event,
-            category: Box::leak(category.to_string().into_boxed_str()),
-            rust_type: None,
-            method: "on_happened",
-            key: None,
-            start: true,
-            policy: None,
+        .map(|category| {
+            let category = Box::leak(category.to_string().into_boxed_str());
+            HandledMessage::new("Happened", MessageKind::Event, category, "on_happened").with_start(true)
         })
         .collect();
     Subscription {
-        descriptor: Arc::new(HandlerDescriptor {
-            name,
-            kind,
-            part_of: categories
-                .first()
-                .map(|c| &*Box::leak(c.to_string().into_boxed_str())),
-            sequential_by: partitioned.then_some("key"),
-            partitioned,
-            policy: None,
-            handles,
-        }),
+        descriptor: Arc::new(
+            HandlerDescriptor::new(name, kind, handles)
+                .with_part_of(
+                    categories
+                        .first()
+                        .map(|c| &*Box::leak(c.to_string().into_boxed_str())),
+                )
+                .with_sequential_by(partitioned.then_some("key"))
+                .with_partitioned(partitioned),
+        ),
         policy: Arc::new(ByKey),
         policy_overridden: false,
         handler,
