@@ -14,15 +14,19 @@ pub mod error;
 pub mod executor;
 mod field;
 pub mod handler;
+pub mod health;
 pub mod inline;
 pub mod key;
+pub mod log_events;
 pub mod message;
 pub mod outbox;
 pub mod policy;
 pub mod process;
 pub mod uow;
 
-pub use broker::{Broker, BrokerError, Capabilities, DynHandler, Publication, PublishError, Subscription};
+pub use broker::{
+    Broker, BrokerError, Capabilities, DynHandler, HandlerSettings, Publication, PublishError, Subscription,
+};
 pub use handler::{
     BoxFuture, CommandHandler, ContextParameter, EventHandler, Extensions, HandledMessage, HandlerContext,
     HandlerDescriptor, HandlerError, HandlerKind, HandlerResult, IntoHandlerResult, KeyExtractor,
@@ -35,13 +39,14 @@ pub use policy::{ProcessingContext, SequenceId, SequenceText, SequencingPolicy};
 // Re-exports of the runtime modules (domain, outbox, executor, policies, ...)
 // are added below by the modules' authors.
 pub use backoff::Backoff;
-pub use config::{Config, PartitioningConfig, PriorityLanesConfig};
+pub use config::{Config, HandlerConfig, HealthConfig, PartitioningConfig, PriorityLanesConfig, ReapPolicy};
 pub use domain::{Domain, DomainBuilder, RunningDomain};
 pub use error::{
     BackoffError, CommitError, ConfigError, DispatchError, IncorrectUsageError, OutboxError,
     ProcessStoreError, SettleError, ShutdownError, UsageProblem,
 };
 pub use executor::{KeyedExecutor, Permits};
+pub use health::{HealthReport, HealthState, SubscriptionHealth};
 pub use inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};
 pub use outbox::{
     InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus, PublishReport,

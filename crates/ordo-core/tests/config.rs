@@ -15,7 +15,7 @@ fn defaults_match_the_contract() {
         assert_eq!(p.lease_ttl(), Duration::from_millis(15_000));
         assert_eq!(p.heartbeat_interval(), Duration::from_secs(3));
         assert_eq!(p.poll_interval(), Duration::from_millis(250));
-        assert_eq!(p.reap_idle(), Duration::from_millis(3_600_000));
+        assert_eq!(p.reap_idle(), Some(Duration::from_millis(3_600_000)));
         assert_eq!(p.discovery_interval(), Duration::from_secs(1));
         assert_eq!(p.max_retries(), 3);
         assert_eq!(p.backoff().initial(), Duration::from_millis(100));
@@ -51,7 +51,7 @@ fn every_key_is_read() {
     assert_eq!(p.lease_ttl(), Duration::from_secs(9));
     assert_eq!(p.heartbeat_interval(), Duration::from_millis(2500));
     assert_eq!(p.poll_interval(), Duration::from_millis(500));
-    assert_eq!(p.reap_idle(), Duration::from_secs(60));
+    assert_eq!(p.reap_idle(), Some(Duration::from_secs(60)));
     assert_eq!(p.discovery_interval(), Duration::from_secs(2));
     assert_eq!(p.max_retries(), 0);
     assert_eq!(p.backoff().initial(), Duration::from_millis(10));

@@ -37,6 +37,7 @@ mod connection;
 mod consumer;
 mod error;
 mod fence;
+pub mod health;
 mod keys;
 mod lease;
 mod metrics;

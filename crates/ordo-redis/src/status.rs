@@ -137,6 +137,16 @@ impl ClusterStatus {
         }
     }
 
+    /// The connection pool the queries use.
+    pub(crate) fn client(&self) -> &Pool {
+        &self.client
+    }
+
+    /// The configured backfill lane suffix.
+    pub(crate) fn backfill_suffix(&self) -> &str {
+        &self.backfill_suffix
+    }
+
     /// Every category that has a partition index or a registered consumer
     /// group, sorted (walks the keyspace with `SCAN`).
     pub async fn categories(&self) -> Result<Vec<String>> {

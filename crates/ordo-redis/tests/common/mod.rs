@@ -267,6 +267,7 @@ pub fn subscription(
         policy: Arc::new(ByKey),
         policy_overridden: false,
         handler,
+        settings: Default::default(),
     }
 }
 
