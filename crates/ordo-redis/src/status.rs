@@ -296,6 +296,18 @@ impl ClusterStatus {
             .collect()
     }
 
+    /// The entries of `category`'s own dead-letter stream `{category}:dlq`,
+    /// where the plain (non-partitioned) consumer groups put the messages
+    /// that failed every attempt; oldest first.
+    pub async fn plain_dead_letters(&self, category: &str) -> Result<Vec<DeadLetter>> {
+        let dlq = plain_dlq(category);
+        let entries: Value = self.client.xrange(dlq.as_str(), "-", "+", None).await?;
+        parse_entries("XRANGE", entries)?
+            .into_iter()
+            .map(|raw| dead_letter(&dlq, raw))
+            .collect()
+    }
+
     /// The keys of `category` that have a dead-letter stream, sorted (walks
     /// the keyspace with `SCAN`).
     pub async fn dead_letter_keys(&self, category: &str) -> Result<Vec<String>> {
@@ -576,7 +588,14 @@ fn holder(value: Value) -> Option<LeaseHolder> {
     })
 }
 
-/// A dead-letter entry as `resolve.lua` writes it.
+/// The dead-letter stream of `category`'s plain consumer groups.
+pub fn plain_dlq(category: &str) -> String {
+    format!("{category}{DLQ_SUFFIX}")
+}
+
+/// A dead-letter entry as `resolve.lua` (a partition's) or the plain
+/// consumer writes it. Plain entries written before they carried a lane and
+/// attempts are read as primary, with 0 attempts (unknown).
 fn dead_letter(dlq: &str, raw: RawEntry) -> Result<DeadLetter> {
     let field = |name: &str| {
         raw.field(name).map(str::to_owned).ok_or_else(|| {
@@ -586,11 +605,11 @@ fn dead_letter(dlq: &str, raw: RawEntry) -> Result<DeadLetter> {
             )
         })
     };
-    let lane = parse_lane(&field("lane")?)?;
+    let lane = raw.field("lane").map_or(Ok(Lane::Primary), parse_lane)?;
     let source_id = field("source_id")?;
     let group = field("group")?;
     let error = field("error")?;
-    let attempts = field("attempts")?.parse().unwrap_or(u32::MAX);
+    let attempts = raw.field("attempts").map_or(0, |a| a.parse().unwrap_or(u32::MAX));
     let id = raw.id.clone();
     let message = StreamEntry::from_raw(
         RawEntry {

@@ -199,13 +199,14 @@ impl Plain {
                         return Ok(());
                     }
                 }
-                last
+                last.map(|error| (error, attempts))
             }
             Ok(_) => None,
-            Err(error) => Some(error.to_string()),
+            // Never attempted: it cannot be decoded.
+            Err(error) => Some((error.to_string(), 0)),
         };
-        if let Some(error) = outcome {
-            self.dead_letter(&entry, &error).await?;
+        if let Some((error, attempts)) = outcome {
+            self.dead_letter(&entry, &error, attempts).await?;
         }
         SCRIPTS
             .ack_plain
@@ -218,11 +219,15 @@ impl Plain {
         Ok(())
     }
 
-    async fn dead_letter(&self, entry: &StreamEntry, error: &str) -> Result<()> {
+    /// Adds `entry` to the category's dead-letter stream `{category}:dlq`,
+    /// with the fields a partition's dead letters have (`ordo dlq` reads both).
+    async fn dead_letter(&self, entry: &StreamEntry, error: &str, attempts: u32) -> Result<()> {
         let dlq = format!("{}:{}", self.stream, ordo_core::key::DLQ_TOKEN);
         let mut fields = vec![
             ("source_id", entry.id().to_owned()),
             ("group", self.group.to_string()),
+            ("lane", "primary".to_owned()),
+            ("attempts", attempts.to_string()),
             ("error", error.to_owned()),
         ];
         if let Some(type_name) = entry.type_name() {
