@@ -114,7 +114,8 @@ fn each_invalid_value_is_rejected_naming_its_key() {
             "server.partitioning.poll_interval_seconds",
             "got -0.25",
         ),
-        ("reap_idle_ms = 0", "server.partitioning.reap_idle_ms", "got 0"),
+        // 0 is "never reap" (tests/operations.rs); a negative value is an error.
+        ("reap_idle_ms = -5", "server.partitioning.reap_idle_ms", "got -5"),
         (
             "discovery_interval_seconds = 0",
             "server.partitioning.discovery_interval_seconds",
@@ -223,12 +224,12 @@ fn unknown_keys_are_rejected_at_every_level_listing_the_valid_ones() {
         ),
         (
             "[servr.partitioning]\nlease_ttl_ms = 6000",
-            "unknown key `servr` in the domain configuration; valid keys at the top level: server, redis, cli",
+            "unknown key `servr` in the domain configuration; valid keys at the top level: server, handlers, health, redis, cli",
         ),
         (
             "lease_ttl_ms = 6000",
             "unknown key `lease_ttl_ms` in the domain configuration; valid keys at the top level: \
-             server, redis, cli",
+             server, handlers, health, redis, cli",
         ),
         (
             "[server]\nport = 8080",
