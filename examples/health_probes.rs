@@ -24,8 +24,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use ordo::prelude::*;
 use ordo::RunningDomain;
+use ordo::prelude::*;
 
 #[derive(Aggregate)]
 struct Order;
@@ -54,8 +54,11 @@ impl OrderProjector {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter("ordo_core=warn").init();
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-    let config = Config::from_toml_str("[server.partitioning]\nmax_retries = 1\nretry_backoff_initial_ms = 10\n")?;
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+    let config =
+        Config::from_toml_str("[server.partitioning]\nmax_retries = 1\nretry_backoff_initial_ms = 10\n")?;
     let domain = Domain::builder()
         .aggregate::<Order>()
         .event_handler(OrderProjector)
@@ -63,7 +66,11 @@ async fn main() -> anyhow::Result<()> {
         .init()?;
     let running = Arc::new(domain.start());
     let mut uow = domain.unit_of_work();
-    for (order, client, poison) in [("o-1", "alice", false), ("o-2", "bob", true), ("o-3", "bob", false)] {
+    for (order, client, poison) in [
+        ("o-1", "alice", false),
+        ("o-2", "bob", true),
+        ("o-3", "bob", false),
+    ] {
         uow.raise(OrderPlaced {
             order_id: order.to_owned(),
             client_id: client.to_owned(),
@@ -82,7 +89,10 @@ async fn main() -> anyhow::Result<()> {
         let running = Arc::clone(&running);
         tokio::spawn(async move {
             let service = service_fn(move |request| probe(Arc::clone(&running), request));
-            if let Err(error) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+            if let Err(error) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
                 eprintln!("connection error: {error}");
             }
         });
@@ -106,7 +116,10 @@ async fn probe(
             StatusCode::OK,
             serde_json::to_string_pretty(&report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")),
         ),
-        _ => (StatusCode::NOT_FOUND, "try /livez, /readyz or /health\n".to_owned()),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "try /livez, /readyz or /health\n".to_owned(),
+        ),
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;

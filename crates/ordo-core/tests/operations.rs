@@ -433,3 +433,38 @@ fn the_operations_guide_lists_exactly_the_event_names_in_code() {
         "docs/OPERATIONS.md and ordo_core::log_events::ALL differ"
     );
 }
+
+// -------------------------------------------------------------- migrating
+
+#[test]
+fn the_documented_configuration_is_valid_and_every_key_is_mapped_for_migrating_users() {
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/");
+    let concepts = std::fs::read_to_string(format!("{docs}CONCEPTS.md")).unwrap();
+    let example = concepts
+        .split("## Configuration (`domain.toml`)")
+        .nth(1)
+        .and_then(|rest| rest.split("```toml\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/CONCEPTS.md has a domain.toml example under its Configuration heading");
+    let config = Config::from_toml_str(example).unwrap_or_else(|e| panic!("the documented domain.toml: {e}"));
+    assert_eq!(config.handlers()["OrderProjector"].max_retries(), Some(5));
+    let migrating = std::fs::read_to_string(format!("{docs}MIGRATING.md")).unwrap();
+    let table: toml::Table = toml::from_str(example).unwrap();
+    let mut keys = Vec::new();
+    collect_keys(&table, &mut keys);
+    for key in keys {
+        assert!(
+            migrating.contains(&format!("`{key}")) || migrating.contains(&format!(" {key}`")),
+            "docs/MIGRATING.md does not map `{key}`"
+        );
+    }
+}
+
+fn collect_keys(table: &toml::Table, keys: &mut Vec<String>) {
+    for (key, value) in table {
+        match value {
+            toml::Value::Table(inner) => collect_keys(inner, keys),
+            _ => keys.push(key.clone()),
+        }
+    }
+}
