@@ -326,7 +326,7 @@ impl Broker for RedisBroker {
                         .await
                     {
                         Ok(health) => health,
-                        Err(error) => crate::health::unreachable(subscription.name(), &error),
+                        Err(error) => crate::health::redis_unreachable(subscription.name(), &error),
                     };
                 if let Some(error) = &renewals {
                     health.degrade(

@@ -28,7 +28,7 @@ use crate::status::ClusterStatus;
 /// # Errors
 ///
 /// A Redis error when the state cannot be read; callers report the group
-/// `unknown` with it ([`unreachable`]).
+/// `unknown` with it ([`redis_unreachable`]).
 pub async fn group_health(
     status: &ClusterStatus,
     group: &str,
@@ -99,7 +99,7 @@ pub async fn group_health(
 }
 
 /// `group` reported `unknown` because the cluster state could not be read.
-pub fn unreachable(group: &str, error: &Error) -> SubscriptionHealth {
+pub fn redis_unreachable(group: &str, error: &Error) -> SubscriptionHealth {
     SubscriptionHealth::unknown(group, format!("Redis unreachable: {error}"))
 }
 

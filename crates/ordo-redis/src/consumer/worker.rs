@@ -350,9 +350,8 @@ impl Worker {
     /// Tries to retire the idle partitions that have been idle long enough.
     async fn reap(&self, idle: &[(usize, Idle)], reap_after: &mut Option<Instant>) -> Option<Exit> {
         let settings = &self.shared.settings;
-        let Some(reap_idle) = settings.reap_idle else {
-            return None;
-        };
+        // `reap_idle_ms = 0`: never reap (no timer calls this then, either).
+        let reap_idle = settings.reap_idle?;
         let mut reaped = 0;
         for (index, _) in idle {
             let partition = &self.unit.partitions[*index];
