@@ -256,3 +256,37 @@ async fn a_handler_max_concurrency_bounds_its_runs_across_partitions() -> anyhow
     run.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_unknown_while_redis_is_unreachable() -> anyhow::Result<()> {
+    let mut redis = Redis::builder().append_only(true).start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let redis_broker = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let subscriptions = [subscription(
+        "P",
+        HandlerKind::Event,
+        &[&category],
+        true,
+        Arc::new(Recorder::new()),
+    )];
+    let thresholds = *ordo_core::config::Config::default().health();
+    let health = redis_broker.health(&subscriptions, &thresholds).await;
+    assert_eq!(health[0].state, ordo_core::HealthState::Ok, "{health:?}");
+
+    redis.kill()?;
+    let health = redis_broker.health(&subscriptions, &thresholds).await;
+    assert_eq!(health[0].state, ordo_core::HealthState::Unknown, "{health:?}");
+    assert!(
+        health[0].reasons[0].starts_with("Redis unreachable: "),
+        "{health:?}"
+    );
+
+    redis.restart()?;
+    eventually(Duration::from_secs(15), "health back to ok", || {
+        let (broker, subscriptions) = (redis_broker.clone(), subscriptions.clone());
+        async move { Ok(broker.health(&subscriptions, &thresholds).await[0].state == ordo_core::HealthState::Ok) }
+    })
+    .await?;
+    Ok(())
+}
