@@ -423,7 +423,10 @@ mod tests {
     #[test]
     fn the_config_keeps_the_defaults_but_the_reap_time() {
         let config = config(Some(86_400_000)).unwrap();
-        assert_eq!(config.partitioning().reap_idle(), Duration::from_secs(86_400));
+        assert_eq!(
+            config.partitioning().reap_idle(),
+            Some(Duration::from_secs(86_400))
+        );
         assert_eq!(
             config.partitioning().lease_ttl(),
             Config::default().partitioning().lease_ttl()

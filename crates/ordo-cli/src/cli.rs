@@ -194,11 +194,18 @@ impl DlqActionArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum DlqCommand {
-    /// The dead letters of a partition, or of every partition of a category.
+    /// The dead letters of a partition, of the category's plain consumer
+    /// groups (`--plain`), or of both for every key of a category.
     List(DlqListArgs),
-    /// Re-publish a partition's dead letters to it, oldest first, then remove
-    /// them from the dead-letter stream.
+    /// One dead letter in full: its error, attempts and message.
+    Inspect(DlqInspectArgs),
+    /// Re-publish a partition's dead letters to it (or, with `--plain`, the
+    /// category's to its base stream), oldest first, then remove them from
+    /// the dead-letter stream.
     Replay(DlqReplayArgs),
+    /// Remove dead letters for good: some (`--id`) or all of a dead-letter
+    /// stream.
+    Purge(DlqPurgeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -206,19 +213,65 @@ pub(crate) struct DlqListArgs {
     /// The stream category.
     pub(crate) category: String,
     /// The partition key; default: every key of the category with a
-    /// dead-letter stream (a `SCAN` of the keyspace).
+    /// dead-letter stream (a `SCAN` of the keyspace) and the category's plain
+    /// dead letters.
+    #[arg(conflicts_with = "plain")]
     pub(crate) key: Option<String>,
+    /// Only the dead letters of the category's plain (non-partitioned)
+    /// consumer groups (`{category}:dlq`).
+    #[arg(long)]
+    pub(crate) plain: bool,
     /// Print JSON (with each message's envelope).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Which dead-letter stream: a partition's (`KEY`) or the category's plain
+/// consumer groups' (`--plain`).
+#[derive(Debug, Args)]
+pub(crate) struct DlqStreamArgs {
+    /// The stream category.
+    pub(crate) category: String,
+    /// The partition key.
+    #[arg(required_unless_present = "plain", conflicts_with = "plain")]
+    pub(crate) key: Option<String>,
+    /// The dead letters of the category's plain (non-partitioned) consumer
+    /// groups (`{category}:dlq`) instead of a partition's.
+    #[arg(long)]
+    pub(crate) plain: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DlqInspectArgs {
+    #[command(flatten)]
+    pub(crate) stream: DlqStreamArgs,
+    /// The dead letter's entry id (the DLQ ID of `ordo dlq list`).
+    #[arg(long, value_name = "ID")]
+    pub(crate) id: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DlqPurgeArgs {
+    #[command(flatten)]
+    pub(crate) stream: DlqStreamArgs,
+    /// Only these dead letters (repeatable; DLQ IDs); default: all of them.
+    #[arg(long = "id", value_name = "ID")]
+    pub(crate) ids: Vec<String>,
+    /// Do not ask for confirmation (required when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+    /// Print the outcome as JSON.
     #[arg(long)]
     pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct DlqReplayArgs {
-    /// The stream category.
-    pub(crate) category: String,
-    /// The partition key.
-    pub(crate) key: String,
+    #[command(flatten)]
+    pub(crate) stream: DlqStreamArgs,
     /// Only the dead letters this consumer group gave up on.
     #[arg(long)]
     pub(crate) group: Option<String>,

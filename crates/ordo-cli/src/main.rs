@@ -52,11 +52,13 @@ async fn run(cli: Cli) -> Result<Verdict, Failure> {
         Command::Retry(args) => commands::act::run(&ctx, commands::act::Action::Retry, &args).await,
         Command::Dlq(dlq) => match (dlq.command, dlq.action.into_action()) {
             (Some(DlqCommand::List(args)), _) => commands::dlq::list(&ctx, &args).await,
+            (Some(DlqCommand::Inspect(args)), _) => commands::dlq::inspect(&ctx, &args).await,
             (Some(DlqCommand::Replay(args)), _) => commands::dlq::replay(&ctx, &args).await,
+            (Some(DlqCommand::Purge(args)), _) => commands::dlq::purge(&ctx, &args).await,
             (None, Some(args)) => commands::act::run(&ctx, commands::act::Action::DeadLetter, &args).await,
             (None, None) => Err(Failure::Usage(
                 "`ordo dlq` needs CATEGORY KEY (move a halted head to the dead-letter stream), \
-                 or `list` / `replay`"
+                 or `list` / `inspect` / `replay` / `purge`"
                     .to_owned(),
             )),
         },

@@ -1,6 +1,7 @@
 //! What the commands print, as data: the `--json` output is these types
 //! serialized, the text output is rendered from them.
 
+use ordo_core::health::SubscriptionHealth;
 use ordo_core::key::Lane;
 use ordo_redis::{HaltedPartition, StreamEntry};
 use serde::Serialize;
@@ -16,6 +17,9 @@ pub(crate) struct Snapshot {
     pub(crate) categories: Vec<CategoryView>,
     /// Every halted partition of the categories shown.
     pub(crate) halted: Vec<HaltView>,
+    /// Each consumer group's health, judged exactly as `RunningDomain::health()`
+    /// judges it on Redis (`ordo_redis::health::group_health`, `[health]` thresholds).
+    pub(crate) health: Vec<SubscriptionHealth>,
     pub(crate) warnings: Vec<String>,
     /// The PostgreSQL outbox, when `--database-url` is given.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -4,10 +4,13 @@
 use std::fmt;
 use std::sync::Arc;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::backoff::Backoff;
+use crate::config::{Config, HandlerConfig, HealthConfig};
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult};
+use crate::health::SubscriptionHealth;
 use crate::key::Lane;
 use crate::message::Envelope;
 use crate::policy::SequencingPolicy;
@@ -123,6 +126,25 @@ pub trait Broker: Send + Sync + fmt::Debug + 'static {
     fn config(&self) -> Option<Config> {
         None
     }
+
+    /// The health of each of `subscriptions` on this broker, judged with
+    /// `thresholds` (see [`crate::health`]), in the order given. The
+    /// default reports every subscription `unknown`: a broker that cannot
+    /// tell must not claim `ok`.
+    fn health<'a>(
+        &'a self,
+        subscriptions: &'a [Subscription],
+        thresholds: &'a HealthConfig,
+    ) -> BoxFuture<'a, Vec<SubscriptionHealth>> {
+        let _ = thresholds;
+        let name = self.name().to_owned();
+        Box::pin(async move {
+            subscriptions
+                .iter()
+                .map(|s| SubscriptionHealth::unknown(s.name(), format!("broker `{name}` reports no health")))
+                .collect()
+        })
+    }
 }
 
 impl<B: Broker + ?Sized> Broker for Arc<B> {
@@ -153,6 +175,14 @@ impl<B: Broker + ?Sized> Broker for Arc<B> {
     fn config(&self) -> Option<Config> {
         (**self).config()
     }
+
+    fn health<'a>(
+        &'a self,
+        subscriptions: &'a [Subscription],
+        thresholds: &'a HealthConfig,
+    ) -> BoxFuture<'a, Vec<SubscriptionHealth>> {
+        (**self).health(subscriptions, thresholds)
+    }
 }
 
 /// The object-safe form of every handler kind, as brokers call it.
@@ -176,6 +206,56 @@ pub struct Subscription {
     pub policy_overridden: bool,
     /// How to call the handler.
     pub handler: Arc<dyn DynHandler>,
+    /// The handler's own retries, backoff and concurrency (`[handlers.NAME]`
+    /// and `DomainBuilder::handler_settings`); the default overrides nothing.
+    pub settings: HandlerSettings,
+}
+
+/// A subscription's own settings as brokers apply them: each override, else
+/// the broker's `[server.partitioning]` value, and this handler's own bound
+/// on concurrent runs.
+#[derive(Debug, Clone, Default)]
+pub struct HandlerSettings {
+    config: HandlerConfig,
+    /// Shared by every clone, so the bound holds across the broker's tasks.
+    limit: Option<Arc<Semaphore>>,
+}
+
+impl HandlerSettings {
+    /// The settings of `config`.
+    pub fn new(config: HandlerConfig) -> Self {
+        let limit = config.max_concurrency().map(|n| Arc::new(Semaphore::new(n)));
+        Self { config, limit }
+    }
+
+    /// The overrides.
+    pub fn config(&self) -> &HandlerConfig {
+        &self.config
+    }
+
+    /// The handler's `max_retries`, else `default` (see
+    /// [the one definition](crate::config#retries-what-max_retries--n-means)).
+    pub fn max_retries(&self, default: u32) -> u32 {
+        self.config.max_retries().unwrap_or(default)
+    }
+
+    /// How many attempts a message gets: `max_retries + 1`.
+    pub fn attempts(&self, default_max_retries: u32) -> u32 {
+        self.max_retries(default_max_retries).saturating_add(1)
+    }
+
+    /// The handler's backoff, else `default`.
+    pub fn backoff(&self, default: Backoff) -> Backoff {
+        self.config.backoff().unwrap_or(default)
+    }
+
+    /// Waits for one of the handler's own run slots (hold it for the run);
+    /// `None` when the handler has no bound of its own.
+    pub async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
+        let limit = self.limit.clone()?;
+        // The semaphore is never closed.
+        limit.acquire_owned().await.ok()
+    }
 }
 
 impl Subscription {

@@ -6,7 +6,7 @@
 //! lease_ttl_ms = 15000                # ownership lease lifetime
 //! heartbeat_interval_seconds = 3.0    # default lease_ttl_ms / 5000; at most a third of the TTL
 //! poll_interval_seconds = 0.25        # idle wait of pollers (outbox processor, partition workers)
-//! reap_idle_ms = 3600000              # idle time before a drained partition is retired
+//! reap_idle_ms = 3600000              # idle time before a drained partition is retired; 0: never
 //! discovery_interval_seconds = 1.0    # how often the partition index is re-read
 //! max_retries = 3                     # retries after a handler's first failed attempt
 //! retry_backoff_initial_ms = 100      # first retry delay (doubles, jittered)
@@ -16,7 +16,29 @@
 //! [server.priority_lanes]
 //! enabled = false                     # route `raise_backfill` events to the backfill lane
 //! backfill_suffix = "backfill"        # the lane's stream suffix (reserved as a key value)
+//! threshold = 0                       # units of work with a priority below it go to the backfill lane
+//!
+//! [handlers.OrderProjector]           # one handler's own settings (its registered name)
+//! max_retries = 5                     # overrides server.partitioning.max_retries
+//! retry_backoff_initial_ms = 200      # overrides the retry backoff
+//! retry_backoff_max_ms = 10000
+//! max_concurrency = 4                 # at most this many runs of this handler at once
+//!
+//! [health]
+//! max_lag = 10000                     # more undelivered entries than this: `lagging`
+//! max_pending_age_ms = 300000         # an entry in flight longer than this: `lagging`
 //! ```
+//!
+//! # Retries: what `max_retries = N` means
+//!
+//! This is the one definition, for every broker (inline and Redis, keyed
+//! and plain handlers): a message is **attempted at most `N + 1` times**,
+//! the first attempt plus `N` retries, with the retry backoff between
+//! attempts. `max_retries = 0` is one attempt and no retry. After the last
+//! failed attempt a keyed (`sequential_by`) handler halts its key and any
+//! other handler dead-letters the message. `HandlerContext::attempt()`
+//! counts from 1 to `N + 1`. A `[handlers.NAME]` table overrides it for one
+//! handler, with the same meaning.
 //!
 //! Every key is optional. The file may also hold the `[redis]` table (`url`)
 //! and the `[cli]` table (`warn_partitions`) that the `ordo` operator tool
@@ -24,6 +46,7 @@
 //! listing the valid keys at its level, so a typo (`[server.partioning]`, a
 //! top-level `lease_ttl_ms`) is never silently dropped.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -41,12 +64,104 @@ const MAX_RETRIES: u32 = 3;
 const RETRY_BACKOFF_INITIAL_MS: u64 = 100;
 const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
 const MAX_CONCURRENCY: u64 = 64;
+const PRIORITY_THRESHOLD: i32 = 0;
+const HEALTH_MAX_LAG: u64 = 10_000;
+const HEALTH_MAX_PENDING_AGE_MS: u64 = 300_000;
 
 /// The validated domain configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     partitioning: PartitioningConfig,
     priority_lanes: PriorityLanesConfig,
+    handlers: BTreeMap<String, HandlerConfig>,
+    health: HealthConfig,
+}
+
+/// `[handlers.NAME]`: one handler's own retries, backoff and concurrency,
+/// overriding `[server.partitioning]` for it. Set in `domain.toml` or with
+/// `DomainBuilder::handler_settings` (which wins, key by key). `init()`
+/// rejects a name no registered handler has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HandlerConfig {
+    max_retries: Option<u32>,
+    backoff: Option<Backoff>,
+    max_concurrency: Option<usize>,
+}
+
+impl HandlerConfig {
+    /// No override: the handler uses `[server.partitioning]`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Retries after the first failed attempt (see [the definition](self#retries-what-max_retries--n-means)).
+    #[must_use]
+    pub fn with_max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = Some(max_retries);
+        self
+    }
+
+    /// The backoff between this handler's attempts.
+    #[must_use]
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// At most `max_concurrency` runs of this handler at once in this
+    /// process (within the process-wide `max_concurrency`).
+    #[must_use]
+    pub fn with_max_concurrency(mut self, max_concurrency: std::num::NonZeroUsize) -> Self {
+        self.max_concurrency = Some(max_concurrency.get());
+        self
+    }
+
+    /// The `max_retries` override.
+    pub fn max_retries(&self) -> Option<u32> {
+        self.max_retries
+    }
+
+    /// The backoff override.
+    pub fn backoff(&self) -> Option<Backoff> {
+        self.backoff
+    }
+
+    /// The `max_concurrency` override.
+    pub fn max_concurrency(&self) -> Option<usize> {
+        self.max_concurrency
+    }
+
+    /// `self` with every setting `over` has replaced by `over`'s.
+    #[must_use]
+    pub fn overridden_by(&self, over: &HandlerConfig) -> HandlerConfig {
+        HandlerConfig {
+            max_retries: over.max_retries.or(self.max_retries),
+            backoff: over.backoff.or(self.backoff),
+            max_concurrency: over.max_concurrency.or(self.max_concurrency),
+        }
+    }
+}
+
+/// `[health]`: when `RunningDomain::health()` and `ordo status --check`
+/// call a subscription `lagging`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthConfig {
+    max_lag: u64,
+    max_pending_age: Duration,
+}
+
+impl HealthConfig {
+    /// `max_lag`: more entries not yet delivered to a group than this (on
+    /// one partition or base stream) is `lagging`.
+    pub fn max_lag(&self) -> u64 {
+        self.max_lag
+    }
+
+    /// `max_pending_age_ms`: an entry delivered and unacknowledged for
+    /// longer than this (a slow or retrying handler) is `lagging`.
+    pub fn max_pending_age(&self) -> Duration {
+        self.max_pending_age
+    }
 }
 
 /// `[server.partitioning]`: timing of leases, polling, reaping and retries.
@@ -55,11 +170,32 @@ pub struct PartitioningConfig {
     lease_ttl: Duration,
     heartbeat_interval: Duration,
     poll_interval: Duration,
-    reap_idle: Duration,
+    reap: ReapPolicy,
     discovery_interval: Duration,
     max_retries: u32,
     backoff: Backoff,
     max_concurrency: usize,
+}
+
+/// When a drained, idle partition is retired (`reap_idle_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReapPolicy {
+    /// `reap_idle_ms = 0`: partitions are never retired; their index entries
+    /// and empty streams stay until an operator removes them (what users of
+    /// the source framework set for a small, fixed set of keys).
+    Never,
+    /// Retired once drained and idle this long.
+    After(Duration),
+}
+
+impl ReapPolicy {
+    /// The idle time after which a partition is retired; `None` for never.
+    pub fn idle(self) -> Option<Duration> {
+        match self {
+            Self::Never => None,
+            Self::After(idle) => Some(idle),
+        }
+    }
 }
 
 /// `[server.priority_lanes]`: the low-priority backfill lane.
@@ -67,6 +203,7 @@ pub struct PartitioningConfig {
 pub struct PriorityLanesConfig {
     enabled: bool,
     backfill_suffix: String,
+    threshold: i32,
 }
 
 impl Default for Config {
@@ -105,15 +242,36 @@ impl Config {
         &self.priority_lanes
     }
 
+    /// `[handlers.NAME]` tables, by handler name.
+    pub fn handlers(&self) -> &BTreeMap<String, HandlerConfig> {
+        &self.handlers
+    }
+
+    /// `[health]`.
+    pub fn health(&self) -> &HealthConfig {
+        &self.health
+    }
+
     /// The key validation rules, with the configured backfill suffix reserved.
     pub fn key_rules(&self) -> KeyRules {
         KeyRules::with_backfill_suffix(self.priority_lanes.backfill_suffix.clone())
     }
 
     fn from_raw(raw: RawFile) -> Result<Self, ConfigError> {
+        let partitioning = raw.server.partitioning.validate()?;
+        let handlers = raw
+            .handlers
+            .into_iter()
+            .map(|(name, handler)| {
+                let validated = handler.validate(&name, &partitioning)?;
+                Ok((name, validated))
+            })
+            .collect::<Result<_, ConfigError>>()?;
         Ok(Self {
-            partitioning: raw.server.partitioning.validate()?,
+            partitioning,
             priority_lanes: raw.server.priority_lanes.validate()?,
+            handlers,
+            health: raw.health.validate()?,
         })
     }
 }
@@ -134,9 +292,15 @@ impl PartitioningConfig {
         self.poll_interval
     }
 
-    /// `reap_idle_ms`: how long a drained partition idles before retirement.
-    pub fn reap_idle(&self) -> Duration {
-        self.reap_idle
+    /// `reap_idle_ms`: how long a drained partition idles before retirement;
+    /// `None` when `reap_idle_ms = 0` (never retired).
+    pub fn reap_idle(&self) -> Option<Duration> {
+        self.reap.idle()
+    }
+
+    /// `reap_idle_ms` as a policy: [`ReapPolicy::Never`] for `0`.
+    pub fn reap_policy(&self) -> ReapPolicy {
+        self.reap
     }
 
     /// `discovery_interval_seconds`: how often the partition index is re-read.
@@ -170,6 +334,13 @@ impl PriorityLanesConfig {
     pub fn backfill_suffix(&self) -> &str {
         &self.backfill_suffix
     }
+
+    /// `threshold`: events of a unit of work whose priority
+    /// (`UnitOfWork::with_priority`) is below it go to the backfill lane,
+    /// like `raise_backfill` ones (when the lanes are enabled).
+    pub fn threshold(&self) -> i32 {
+        self.threshold
+    }
 }
 
 /// The keys `domain.toml` may hold, table by table: the tables are checked
@@ -177,6 +348,8 @@ impl PriorityLanesConfig {
 /// message naming it and its valid siblings.
 enum Node {
     Table(&'static [(&'static str, Node)]),
+    /// A table of tables named freely (`[handlers.NAME]`), each with these keys.
+    Named(&'static [(&'static str, Node)]),
     Value,
 }
 
@@ -200,9 +373,26 @@ const SCHEMA: &[(&str, Node)] = &[
             ),
             (
                 "priority_lanes",
-                Node::Table(&[("enabled", Node::Value), ("backfill_suffix", Node::Value)]),
+                Node::Table(&[
+                    ("enabled", Node::Value),
+                    ("backfill_suffix", Node::Value),
+                    ("threshold", Node::Value),
+                ]),
             ),
         ]),
+    ),
+    (
+        "handlers",
+        Node::Named(&[
+            ("max_retries", Node::Value),
+            ("retry_backoff_initial_ms", Node::Value),
+            ("retry_backoff_max_ms", Node::Value),
+            ("max_concurrency", Node::Value),
+        ]),
+    ),
+    (
+        "health",
+        Node::Table(&[("max_lag", Node::Value), ("max_pending_age_ms", Node::Value)]),
     ),
     ("redis", Node::Table(&[("url", Node::Value)])),
     ("cli", Node::Table(&[("warn_partitions", Node::Value)])),
@@ -229,7 +419,22 @@ fn check_keys(
         };
         match (node, value) {
             (Node::Table(children), toml::Value::Table(inner)) => check_keys(inner, &full, children)?,
-            (Node::Table(_), other) => {
+            (Node::Named(children), toml::Value::Table(inner)) => {
+                for (name, value) in inner {
+                    let named = format!("{full}.{name}");
+                    match value {
+                        toml::Value::Table(table) => check_keys(table, &named, children)?,
+                        other => {
+                            return Err(ConfigError::WrongType {
+                                key: named,
+                                expected: "a table",
+                                found: with_article(other.type_str()),
+                            });
+                        }
+                    }
+                }
+            }
+            (Node::Table(_) | Node::Named(_), other) => {
                 return Err(ConfigError::WrongType {
                     key: full,
                     expected: "a table",
@@ -268,6 +473,10 @@ fn with_article(type_name: &'static str) -> &'static str {
 struct RawFile {
     #[serde(default)]
     server: RawServer,
+    #[serde(default)]
+    handlers: BTreeMap<String, RawHandler>,
+    #[serde(default)]
+    health: RawHealth,
     #[serde(default)]
     #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
     redis: RawRedis,
@@ -328,6 +537,94 @@ struct RawPartitioning {
 struct RawPriorityLanes {
     enabled: Option<bool>,
     backfill_suffix: Option<String>,
+    threshold: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [handlers.NAME] table")]
+struct RawHandler {
+    max_retries: Option<i64>,
+    retry_backoff_initial_ms: Option<i64>,
+    retry_backoff_max_ms: Option<i64>,
+    max_concurrency: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "the [health] table")]
+struct RawHealth {
+    max_lag: Option<i64>,
+    max_pending_age_ms: Option<i64>,
+}
+
+impl RawHandler {
+    /// A backoff bound given alone is paired with the other bound of
+    /// `[server.partitioning]`.
+    fn validate(self, name: &str, defaults: &PartitioningConfig) -> Result<HandlerConfig, ConfigError> {
+        let bad = |key: &'static str, reason: String| ConfigError::InvalidHandlerSetting {
+            handler: name.to_owned(),
+            key,
+            reason,
+        };
+        let max_retries = self
+            .max_retries
+            .map(|v| {
+                u32::try_from(v).map_err(|_| {
+                    bad(
+                        "max_retries",
+                        format!("must be between 0 and {}, got {v}", u32::MAX),
+                    )
+                })
+            })
+            .transpose()?;
+        let positive = |key: &'static str, value: Option<i64>| match value {
+            Some(v) if v <= 0 => Err(bad(key, format!("must be greater than 0, got {v}"))),
+            other => Ok(other.map(i64::unsigned_abs)),
+        };
+        let initial = positive("retry_backoff_initial_ms", self.retry_backoff_initial_ms)?;
+        let max = positive("retry_backoff_max_ms", self.retry_backoff_max_ms)?;
+        let backoff = if initial.is_none() && max.is_none() {
+            None
+        } else {
+            let initial = initial.map_or(defaults.backoff.initial(), Duration::from_millis);
+            let max = max.map_or(defaults.backoff.max(), Duration::from_millis);
+            Some(Backoff::new(initial, max).map_err(|_| {
+                bad(
+                    "retry_backoff_max_ms",
+                    format!(
+                        "must be at least the initial delay ({} ms), got {} ms",
+                        initial.as_millis(),
+                        max.as_millis()
+                    ),
+                )
+            })?)
+        };
+        let max_concurrency = positive("max_concurrency", self.max_concurrency)?
+            .map(|v| usize::try_from(v).map_err(|_| bad("max_concurrency", format!("is too large, got {v}"))))
+            .transpose()?;
+        Ok(HandlerConfig {
+            max_retries,
+            backoff,
+            max_concurrency,
+        })
+    }
+}
+
+impl RawHealth {
+    fn validate(self) -> Result<HealthConfig, ConfigError> {
+        let max_lag = match self.max_lag {
+            None => HEALTH_MAX_LAG,
+            Some(v) => u64::try_from(v)
+                .map_err(|_| invalid("health.max_lag", format!("must be 0 or more, got {v}")))?,
+        };
+        Ok(HealthConfig {
+            max_lag,
+            max_pending_age: Duration::from_millis(positive_int(
+                "health.max_pending_age_ms",
+                self.max_pending_age_ms,
+                HEALTH_MAX_PENDING_AGE_MS,
+            )?),
+        })
+    }
 }
 
 const PARTITIONING: &str = "server.partitioning";
@@ -366,11 +663,7 @@ impl RawPartitioning {
                 self.poll_interval_seconds,
                 POLL_INTERVAL_SECONDS,
             )?,
-            reap_idle: Duration::from_millis(positive_int(
-                "server.partitioning.reap_idle_ms",
-                self.reap_idle_ms,
-                REAP_IDLE_MS,
-            )?),
+            reap: reap_policy(self.reap_idle_ms)?,
             discovery_interval: positive_seconds(
                 "server.partitioning.discovery_interval_seconds",
                 self.discovery_interval_seconds,
@@ -412,9 +705,19 @@ impl RawPriorityLanes {
             .backfill_suffix
             .unwrap_or_else(|| DEFAULT_BACKFILL_SUFFIX.to_owned());
         validate_suffix(&backfill_suffix)?;
+        let threshold = match self.threshold {
+            None => PRIORITY_THRESHOLD,
+            Some(v) => i32::try_from(v).map_err(|_| {
+                invalid(
+                    "server.priority_lanes.threshold",
+                    format!("must be between {} and {}, got {v}", i32::MIN, i32::MAX),
+                )
+            })?,
+        };
         Ok(PriorityLanesConfig {
             enabled: self.enabled.unwrap_or(false),
             backfill_suffix,
+            threshold,
         })
     }
 }
@@ -452,6 +755,24 @@ fn positive_seconds(key: &'static str, value: Option<f64>, default: f64) -> Resu
         ));
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| invalid(key, format!("is too large, got {seconds}")))
+}
+
+/// `reap_idle_ms`: `0` is "never reap", as the source framework's users set
+/// it; a negative value is an error naming the key.
+fn reap_policy(value: Option<i64>) -> Result<ReapPolicy, ConfigError> {
+    const KEY: &str = "server.partitioning.reap_idle_ms";
+    match value {
+        Some(0) => Ok(ReapPolicy::Never),
+        Some(v) if v < 0 => Err(invalid(
+            KEY,
+            format!("must be 0 (never reap) or a number of milliseconds, got {v}"),
+        )),
+        other => Ok(ReapPolicy::After(Duration::from_millis(positive_int(
+            KEY,
+            other,
+            REAP_IDLE_MS,
+        )?))),
+    }
 }
 
 fn max_retries(value: Option<i64>) -> Result<u32, ConfigError> {

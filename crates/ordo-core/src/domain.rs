@@ -5,7 +5,7 @@
 mod registry;
 
 use std::any::{Any, TypeId};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +14,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::broker::{Broker, BrokerError, DynHandler, Subscription};
+use crate::broker::{Broker, BrokerError, DynHandler, HandlerSettings, Subscription};
 use crate::bus::CommandBus;
-use crate::config::Config;
+use crate::config::{Config, HandlerConfig};
 use crate::error::{
     DispatchError, IncorrectUsageError, OutboxError, SettleError, ShutdownError, UsageProblem,
 };
@@ -24,6 +24,7 @@ use crate::handler::{
     BoxFuture, CommandHandler, EventHandler, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
     ProcessManager,
 };
+use crate::health::{HealthReport, HealthState};
 use crate::inline::InlineBroker;
 use crate::message::{Aggregate, Command, Envelope};
 use crate::outbox::{InMemoryOutbox, Outbox, OutboxProcessor, PublishReport};
@@ -53,6 +54,8 @@ pub struct DomainBuilder {
     outbox: Option<Arc<dyn Outbox>>,
     process_store: Option<Arc<dyn ProcessStore>>,
     config: Option<Config>,
+    /// `handler_settings` calls, by handler name (they override the file's).
+    handler_settings: BTreeMap<String, HandlerConfig>,
 }
 
 /// A registered handler, before `init()` turns it into a subscription.
@@ -94,6 +97,7 @@ impl DomainBuilder {
             outbox: None,
             process_store: None,
             config: None,
+            handler_settings: BTreeMap::new(),
         }
     }
 
@@ -192,6 +196,20 @@ impl DomainBuilder {
         self
     }
 
+    /// Sets handler `name`'s own retries, backoff and concurrency. They
+    /// override the `[handlers.NAME]` table of the configuration setting by
+    /// setting, which overrides `[server.partitioning]`. `init()` rejects a
+    /// name that no registered event handler or process manager has.
+    pub fn handler_settings(mut self, name: impl Into<String>, settings: HandlerConfig) -> Self {
+        let name = name.into();
+        let merged = self
+            .handler_settings
+            .get(&name)
+            .map_or_else(|| settings.clone(), |earlier| earlier.overridden_by(&settings));
+        self.handler_settings.insert(name, merged);
+        self
+    }
+
     fn register(
         mut self,
         descriptor: HandlerDescriptor,
@@ -240,6 +258,7 @@ impl DomainBuilder {
             broker.capabilities(),
         )
         .map_err(IncorrectUsageError::new)?;
+        let handler_settings = resolve_handler_settings(&config, &self.handler_settings, &descriptors)?;
         let message_types = registry::message_types(&descriptors);
         let aggregate_categories = self.aggregates.iter().map(|a| a.category).collect();
 
@@ -251,7 +270,13 @@ impl DomainBuilder {
         let (commands, consumers): (Vec<_>, Vec<_>) = self
             .registrations
             .into_iter()
-            .map(|registration| subscription(registration, &process_store, &domain_ref))
+            .map(|registration| {
+                let settings = handler_settings
+                    .get(registration.descriptor.name)
+                    .cloned()
+                    .unwrap_or_default();
+                subscription(registration, &process_store, &domain_ref, settings)
+            })
             .partition(|s| s.kind() == HandlerKind::Command);
         let subscriptions: Arc<[Subscription]> = consumers.into();
         if let Some(inline) = &inline {
@@ -311,6 +336,7 @@ fn subscription(
     registration: Registration,
     store: &Arc<dyn ProcessStore>,
     domain: &DomainRef,
+    settings: HandlerConfig,
 ) -> Subscription {
     let descriptor = Arc::new(registration.descriptor);
     let handler = match registration.handler {
@@ -340,6 +366,50 @@ fn subscription(
         policy,
         policy_overridden,
         handler,
+        settings: HandlerSettings::new(settings),
+    }
+}
+
+/// Each handler's own settings: the configuration's `[handlers.NAME]`
+/// overridden by the builder's; a name that is not a registered consumer is
+/// an error.
+fn resolve_handler_settings(
+    config: &Config,
+    builder: &BTreeMap<String, HandlerConfig>,
+    descriptors: &[&HandlerDescriptor],
+) -> Result<BTreeMap<String, HandlerConfig>, IncorrectUsageError> {
+    let mut merged = config.handlers().clone();
+    for (name, settings) in builder {
+        let entry = merged.entry(name.clone()).or_default();
+        *entry = entry.overridden_by(settings);
+    }
+    let consumers: Vec<&'static str> = descriptors
+        .iter()
+        .filter(|d| d.kind != HandlerKind::Command)
+        .map(|d| d.name)
+        .collect();
+    let problems: Vec<UsageProblem> = merged
+        .keys()
+        .filter(|name| !consumers.contains(&name.as_str()))
+        .map(|name| {
+            match descriptors
+                .iter()
+                .find(|d| d.name == name && d.kind == HandlerKind::Command)
+            {
+                Some(command) => UsageProblem::CommandHandlerSettings {
+                    handler: command.name,
+                },
+                None => UsageProblem::UnknownHandlerSettings {
+                    name: name.clone(),
+                    registered: consumers.clone(),
+                },
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(merged)
+    } else {
+        Err(IncorrectUsageError::new(problems))
     }
 }
 
@@ -454,7 +524,7 @@ impl Domain {
             tracker.spawn(async move {
                 let result = consumer.await;
                 if let Err(error) = &result {
-                    tracing::error!(broker = broker.name(), error = %error, "the broker's consumer stopped with an error");
+                    tracing::error!(event = crate::log_events::CONSUMER_FAILED, broker = broker.name(), error = %error, "the broker's consumer stopped with an error");
                 }
                 result
             })
@@ -602,6 +672,30 @@ impl RunningDomain {
         &self.domain
     }
 
+    /// The health of every subscription, judged against `[health]` (see
+    /// [`crate::health`] for the states and what the probes make of them).
+    /// A subscription is `unknown` once the broker's consumer has stopped.
+    pub async fn health(&self) -> HealthReport {
+        let domain = &self.domain;
+        let broker = domain.broker();
+        let subscriptions = domain.subscriptions();
+        let consumer_stopped = self.broker.as_ref().is_some_and(JoinHandle::is_finished);
+        let mut report = broker.health(subscriptions, domain.config().health()).await;
+        if consumer_stopped {
+            for health in &mut report {
+                health.degrade(
+                    HealthState::Unknown,
+                    format!("the consumer of broker `{}` has stopped", broker.name()),
+                );
+            }
+        }
+        HealthReport {
+            broker: broker.name().to_owned(),
+            consumer_stopped,
+            subscriptions: report,
+        }
+    }
+
     /// A token cancelled when the domain shuts down.
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.child_token()
@@ -668,6 +762,7 @@ impl RunningDomain {
             Err(_) => None,
         };
         tracing::error!(
+            event = crate::log_events::OUTBOX_UNPUBLISHED_AT_SHUTDOWN,
             rows,
             last_error,
             ?timeout,

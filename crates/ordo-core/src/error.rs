@@ -216,6 +216,27 @@ pub enum UsageProblem {
         /// The process manager.
         handler: &'static str,
     },
+    /// `[handlers.NAME]` (or `DomainBuilder::handler_settings`) names a
+    /// handler that is not registered.
+    #[error(
+        "handler settings name `{name}`, but no event handler or process manager of that name is          registered (registered: {})",
+        if registered.is_empty() { "none".to_owned() } else { registered.join(", ") }
+    )]
+    UnknownHandlerSettings {
+        /// The name in the settings.
+        name: String,
+        /// The names of the registered event handlers and process managers.
+        registered: Vec<&'static str>,
+    },
+    /// Handler settings name a command handler: commands run once, on the
+    /// caller's behalf, so retries and backoff do not apply to them.
+    #[error(
+        "handler settings name command handler `{handler}`; retries, backoff and concurrency          apply to event handlers and process managers only (a command's failure is returned to          its caller)"
+    )]
+    CommandHandlerSettings {
+        /// The command handler.
+        handler: &'static str,
+    },
 }
 
 /// A unit of work that could not be committed; nothing of it was written.
@@ -453,6 +474,16 @@ pub enum ConfigError {
         expected: &'static str,
         /// The TOML type found, with its article (`an integer`).
         found: &'static str,
+    },
+    /// A `[handlers.NAME]` value is out of range.
+    #[error("handlers.{handler}.{key} {reason}")]
+    InvalidHandlerSetting {
+        /// The handler name (the table's name).
+        handler: String,
+        /// The key in the table, like `max_retries`.
+        key: &'static str,
+        /// What is wrong, with the value found.
+        reason: String,
     },
     /// A value is out of range.
     #[error("{key} {reason}")]

@@ -11,10 +11,11 @@ use crate::attempt::{Attempt, Outcome};
 
 use crate::backoff::Backoff;
 use crate::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
-use crate::config::Config;
+use crate::config::{Config, HealthConfig};
 use crate::error::error_chain;
 use crate::executor::{KeyedExecutor, Permits};
 use crate::handler::{BoxFuture, HandlerContext, HandlerError, HandlerKind};
+use crate::health::{HealthState, SubscriptionHealth};
 use crate::message::Envelope;
 use crate::policy::{ProcessingContext, SequenceId};
 
@@ -35,7 +36,8 @@ const FAILURE_LOG_LEN: usize = 1024;
 /// The broker advertises in-process ordering, so `sequential_by` is accepted
 /// and means "sequence by the partition key" here. A failing handler is
 /// retried `max_retries` times with the configured backoff (its sequence
-/// waits meanwhile). What happens next is what the Redis broker does:
+/// waits meanwhile; see [what `max_retries` means](crate::config#retries-what-max_retries--n-means),
+/// and `[handlers.NAME]` for one handler's own). What happens next is what the Redis broker does:
 ///
 /// - a partitioned handler (`sequential_by`) **halts the key**: the message
 ///   stays the key's head, later messages of the key wait behind it (other
@@ -294,7 +296,7 @@ impl InlineBroker {
             halt.draining = true;
             head
         };
-        tracing::info!(handler, key, message_id = %head.id, ?resolution, "halted key resolved; resuming");
+        tracing::info!(event = crate::log_events::PARTITION_RESUMED, handler, key, message_id = %head.id, ?resolution, "halted key resolved; resuming");
         let inner = Arc::clone(&self.inner);
         let key = sequence.clone();
         // The drain runs in the key's turn: after what is queued for it already.
@@ -441,7 +443,7 @@ impl Inner {
             error: error.clone(),
         });
         let Some(sequence) = sequence.filter(|_| subscription.partitioned()) else {
-            tracing::error!(handler = subscription.name(), message_id = %envelope.id,
+            tracing::error!(event = crate::log_events::MESSAGE_DEAD_LETTERED, handler = subscription.name(), message_id = %envelope.id,
                 type_name = %envelope.type_name, attempts, error = %error,
                 "handler failed after all retries; message dead-lettered (InlineBroker::dead_letters)");
             self.dead_letters().push(InlineDeadLetter {
@@ -457,7 +459,7 @@ impl Inner {
             .split_once(SCOPE)
             .map_or(sequence.as_str(), |(_, key)| key)
             .to_owned();
-        tracing::error!(handler = subscription.name(), key = %key, message_id = %envelope.id,
+        tracing::error!(event = crate::log_events::PARTITION_HALTED, handler = subscription.name(), key = %key, message_id = %envelope.id,
             type_name = %envelope.type_name, attempts, error = %error,
             "handler failed after all retries; key halted until resolved \
              (InlineBroker::halted, then skip, retry or dead_letter)");
@@ -488,21 +490,26 @@ impl Inner {
         envelope: &Arc<Envelope>,
         permits: &Permits,
     ) -> Result<(), (u32, String)> {
+        let settings = &subscription.settings;
+        let max_retries = settings.max_retries(self.max_retries);
+        let backoff = settings.backoff(self.backoff);
         let mut attempt = 1;
         loop {
+            // The handler's own slot first: waiting for it holds no process-wide permit.
+            let own = settings.acquire().await;
             let permit = permits.acquire().await;
             let outcome = run_attempt(subscription, envelope, attempt).await;
-            drop(permit);
+            drop((permit, own));
             let Err(error) = outcome else {
                 return Ok(());
             };
             let error = error_chain(&*error);
-            if attempt > self.max_retries {
+            if attempt > max_retries {
                 return Err((attempt, error));
             }
-            tracing::warn!(handler = subscription.name(), message_id = %envelope.id, attempt,
+            tracing::warn!(event = crate::log_events::HANDLER_FAILED, handler = subscription.name(), message_id = %envelope.id, attempt,
                 error = %error, "handler failed; retrying");
-            self.backoff.sleep(attempt).await;
+            backoff.sleep(attempt).await;
             attempt += 1;
         }
     }
@@ -541,6 +548,33 @@ impl Broker for InlineBroker {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::ORDERED_IN_PROCESS
+    }
+
+    /// In process there is no lag to measure and nothing to reach: a
+    /// subscription is `halted` while one of its keys is, else `ok`.
+    fn health<'a>(
+        &'a self,
+        subscriptions: &'a [Subscription],
+        _thresholds: &'a HealthConfig,
+    ) -> BoxFuture<'a, Vec<SubscriptionHealth>> {
+        let halted = self.halted();
+        let report = subscriptions
+            .iter()
+            .map(|subscription| {
+                let mut health = SubscriptionHealth::ok(subscription.name());
+                for halt in halted.iter().filter(|h| h.handler == subscription.name()) {
+                    health.degrade(
+                        HealthState::Halted,
+                        format!(
+                            "key `{}` halted on message {} after {} attempts: {}",
+                            halt.key, halt.head.id, halt.attempts, halt.error
+                        ),
+                    );
+                }
+                health
+            })
+            .collect();
+        Box::pin(async move { report })
     }
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {

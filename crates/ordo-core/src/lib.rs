@@ -15,6 +15,8 @@
 //! - Running: [`broker`] (the broker contract), [`inline`] (the in-process
 //!   broker), [`executor`] (per-key ordering with bounded concurrency),
 //!   [`attempt`] (one handler run, retries and halts), [`backoff`].
+//! - Operating: [`health`] (health and readiness as data), [`log_events`]
+//!   (the stable names of important log lines).
 
 // Declaring messages and handlers.
 pub mod handler;
@@ -38,7 +40,9 @@ pub mod attempt;
 pub mod backoff;
 pub mod broker;
 pub mod executor;
+pub mod health;
 pub mod inline;
+pub mod log_events;
 
 // Internal.
 mod context;
@@ -65,12 +69,13 @@ pub use policy::{
 };
 
 // The domain and its configuration.
-pub use config::{Config, PartitioningConfig, PriorityLanesConfig};
+pub use config::{Config, HandlerConfig, HealthConfig, PartitioningConfig, PriorityLanesConfig, ReapPolicy};
 pub use domain::{Domain, DomainBuilder, RunningDomain};
 pub use error::{
     BackoffError, CommitError, ConfigError, DispatchError, IncorrectUsageError, OutboxError,
     ProcessStoreError, SettleError, ShutdownError, UsageProblem,
 };
+pub use health::{HealthReport, HealthState, SubscriptionHealth};
 
 // Publishing.
 pub use outbox::{
@@ -80,6 +85,8 @@ pub use uow::{CommitReceipt, UnitOfWork};
 
 // Brokers and execution.
 pub use backoff::Backoff;
-pub use broker::{Broker, BrokerError, Capabilities, DynHandler, Publication, PublishError, Subscription};
+pub use broker::{
+    Broker, BrokerError, Capabilities, DynHandler, HandlerSettings, Publication, PublishError, Subscription,
+};
 pub use executor::{KeyedExecutor, Permits};
 pub use inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};

@@ -432,7 +432,7 @@ impl OutboxProcessor {
                     ids.push(row.id);
                 }
                 Err(invalid) => {
-                    tracing::warn!(row = row.id, message_id = %row.envelope.id, error = %invalid,
+                    tracing::warn!(event = crate::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %invalid,
                         "abandoning outbox row with an invalid partition key");
                     self.outbox.mark_abandoned(row.id, &invalid.to_string()).await?;
                     report.abandoned += 1;
@@ -453,7 +453,7 @@ impl OutboxProcessor {
                 report.published += published;
                 if let Some(&failed) = ids.get(published) {
                     let message = error_chain(&*error.source);
-                    tracing::warn!(row = failed, broker = self.broker.name(), error = %message,
+                    tracing::warn!(event = crate::log_events::OUTBOX_PUBLISH_FAILED, row = failed, broker = self.broker.name(), error = %message,
                         "outbox publish failed; the row stays pending");
                     self.outbox.mark_failed(failed, &message).await?;
                     report.failed += 1;

@@ -31,6 +31,23 @@ pub struct UnitOfWork {
     domain: Domain,
     raised: Vec<Raised>,
     metadata: Metadata,
+    priority: i32,
+}
+
+/// Named priorities for [`UnitOfWork::with_priority`], the source
+/// framework's scale. Any `i32` works; only the comparison with
+/// `[server.priority_lanes] threshold` (default 0) matters.
+pub mod priority {
+    /// Bulk loads and migrations.
+    pub const BULK: i32 = -100;
+    /// Backfills and re-projections.
+    pub const LOW: i32 = -50;
+    /// The default of every unit of work.
+    pub const NORMAL: i32 = 0;
+    /// Above normal (no lane above primary: the same as `NORMAL` for routing).
+    pub const HIGH: i32 = 50;
+    /// The highest (routed like `NORMAL`).
+    pub const CRITICAL: i32 = 100;
 }
 
 /// One raised event: its envelope and the typed value for key extraction.
@@ -55,6 +72,7 @@ impl UnitOfWork {
             domain,
             raised: Vec::new(),
             metadata: Metadata::new(),
+            priority: priority::NORMAL,
         }
     }
 
@@ -78,6 +96,25 @@ impl UnitOfWork {
             Lane::Primary
         };
         self.push(event, lane)
+    }
+
+    /// Sets the priority of every event of this unit of work, raised before
+    /// or after this call (default [`priority::NORMAL`], 0).
+    ///
+    /// With `[server.priority_lanes]` enabled, events of a unit of work whose
+    /// priority is below the `threshold` (default 0) go to the backfill lane
+    /// of their partition, like [`UnitOfWork::raise_backfill`] ones: a bulk
+    /// job sets `with_priority(priority::LOW)` once and raises normally.
+    /// `raise_backfill` still sends one event there whatever the priority.
+    /// With the lanes disabled every event goes to the primary lane.
+    pub fn with_priority(&mut self, priority: i32) -> &mut Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The priority set with [`UnitOfWork::with_priority`].
+    pub fn priority(&self) -> i32 {
+        self.priority
     }
 
     /// Adds a metadata entry to every event of this unit of work, raised
@@ -185,9 +222,21 @@ impl UnitOfWork {
                     })?;
                     envelope.partition_key = Some(key);
                 }
-                Ok(NewOutboxRow::new(envelope, raised.lane))
+                Ok(NewOutboxRow::new(envelope, self.lane(raised.lane)))
             })
             .collect()
+    }
+
+    /// The lane of an event raised on `raised`: the backfill lane when it
+    /// was raised there, or when the unit's priority is below the threshold
+    /// (lanes enabled).
+    fn lane(&self, raised: Lane) -> Lane {
+        let lanes = self.domain.config().priority_lanes();
+        if lanes.enabled() && self.priority < lanes.threshold() {
+            Lane::Backfill
+        } else {
+            raised
+        }
     }
 }
 
@@ -201,6 +250,7 @@ impl fmt::Debug for UnitOfWork {
         f.debug_struct("UnitOfWork")
             .field("raised", &types)
             .field("metadata", &self.metadata)
+            .field("priority", &self.priority)
             .finish_non_exhaustive()
     }
 }

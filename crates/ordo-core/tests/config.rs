@@ -15,7 +15,7 @@ fn defaults_match_the_contract() {
         assert_eq!(p.lease_ttl(), Duration::from_millis(15_000));
         assert_eq!(p.heartbeat_interval(), Duration::from_secs(3));
         assert_eq!(p.poll_interval(), Duration::from_millis(250));
-        assert_eq!(p.reap_idle(), Duration::from_millis(3_600_000));
+        assert_eq!(p.reap_idle(), Some(Duration::from_millis(3_600_000)));
         assert_eq!(p.discovery_interval(), Duration::from_secs(1));
         assert_eq!(p.max_retries(), 3);
         assert_eq!(p.backoff().initial(), Duration::from_millis(100));
@@ -51,7 +51,7 @@ fn every_key_is_read() {
     assert_eq!(p.lease_ttl(), Duration::from_secs(9));
     assert_eq!(p.heartbeat_interval(), Duration::from_millis(2500));
     assert_eq!(p.poll_interval(), Duration::from_millis(500));
-    assert_eq!(p.reap_idle(), Duration::from_secs(60));
+    assert_eq!(p.reap_idle(), Some(Duration::from_secs(60)));
     assert_eq!(p.discovery_interval(), Duration::from_secs(2));
     assert_eq!(p.max_retries(), 0);
     assert_eq!(p.backoff().initial(), Duration::from_millis(10));
@@ -114,7 +114,8 @@ fn each_invalid_value_is_rejected_naming_its_key() {
             "server.partitioning.poll_interval_seconds",
             "got -0.25",
         ),
-        ("reap_idle_ms = 0", "server.partitioning.reap_idle_ms", "got 0"),
+        // 0 is "never reap" (tests/operations.rs); a negative value is an error.
+        ("reap_idle_ms = -5", "server.partitioning.reap_idle_ms", "got -5"),
         (
             "discovery_interval_seconds = 0",
             "server.partitioning.discovery_interval_seconds",
@@ -227,12 +228,12 @@ fn unknown_keys_are_rejected_at_every_level_listing_the_valid_ones() {
         ),
         (
             "[servr.partitioning]\nlease_ttl_ms = 6000",
-            "unknown key `servr` in the domain configuration; valid keys at the top level: server, redis, cli",
+            "unknown key `servr` in the domain configuration; valid keys at the top level: server, handlers, health, redis, cli",
         ),
         (
             "lease_ttl_ms = 6000",
             "unknown key `lease_ttl_ms` in the domain configuration; valid keys at the top level: \
-             server, redis, cli",
+             server, handlers, health, redis, cli",
         ),
         (
             "[server]\nport = 8080",

@@ -8,12 +8,14 @@ use std::time::Duration;
 use fred::clients::Pool;
 use fred::prelude::ClientLike;
 use ordo_core::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
-use ordo_core::config::Config;
+use ordo_core::config::{Config, HealthConfig};
 use ordo_core::handler::BoxFuture;
+use ordo_core::health::{HealthState, SubscriptionHealth};
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::PartitionAdmin;
 use crate::connection;
+use crate::consumer::heartbeat::RenewalSignal;
 use crate::consumer::{self, Settings};
 use crate::error::{Error, Result};
 use crate::partition::Partitions;
@@ -61,6 +63,8 @@ struct Inner {
     /// Whether a consumer runs: two consumers with one instance id would
     /// both take a lease this instance holds for their own.
     running: AtomicBool,
+    /// Set by the heartbeat while renewing the held leases fails.
+    renewals: RenewalSignal,
 }
 
 /// Configures a [`RedisBroker`].
@@ -234,6 +238,7 @@ impl RedisBrokerBuilder {
                     cap: DEDUP_CAP,
                 },
                 running: AtomicBool::new(false),
+                renewals: RenewalSignal::default(),
             }),
         })
     }
@@ -298,6 +303,43 @@ impl Broker for RedisBroker {
         Some(Arc::new(RedisBroker::process_store(self)))
     }
 
+    /// Each subscription's group judged by [`crate::health::group_health`]
+    /// (what `ordo status --check` reports too), made `unknown` when Redis
+    /// does not answer or this instance's lease renewals are failing.
+    fn health<'a>(
+        &'a self,
+        subscriptions: &'a [Subscription],
+        thresholds: &'a HealthConfig,
+    ) -> BoxFuture<'a, Vec<SubscriptionHealth>> {
+        Box::pin(async move {
+            let status = crate::status::ClusterStatus::new(
+                self.inner.partitions.client().clone(),
+                self.inner.config.priority_lanes().backfill_suffix(),
+            );
+            let renewals = self.inner.renewals.failing();
+            let mut report = Vec::with_capacity(subscriptions.len());
+            for subscription in subscriptions {
+                let categories: Vec<String> =
+                    subscription.categories().into_iter().map(str::to_owned).collect();
+                let mut health =
+                    match crate::health::group_health(&status, subscription.name(), &categories, thresholds)
+                        .await
+                    {
+                        Ok(health) => health,
+                        Err(error) => crate::health::redis_unreachable(subscription.name(), &error),
+                    };
+                if let Some(error) = &renewals {
+                    health.degrade(
+                        HealthState::Unknown,
+                        format!("this instance's lease renewals are failing: {error}"),
+                    );
+                }
+                report.push(health);
+            }
+            report
+        })
+    }
+
     fn run(
         &self,
         subscriptions: Arc<[Subscription]>,
@@ -316,6 +358,7 @@ impl Broker for RedisBroker {
                 inner.partitions.clone(),
                 subscriptions,
                 shutdown,
+                inner.renewals.clone(),
             )
             .await;
             inner.running.store(false, Ordering::SeqCst);

@@ -37,6 +37,7 @@ mod connection;
 mod consumer;
 mod error;
 mod fence;
+pub mod health;
 mod keys;
 mod lease;
 mod metrics;
@@ -56,5 +57,5 @@ pub use partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome,
 pub use process::RedisProcessStore;
 pub use status::{
     ClusterStatus, DeadLetter, GroupPosition, Instance, LAG_COUNT_LIMIT, LaneStatus, LeaseHolder,
-    PartitionStatus,
+    PartitionStatus, plain_dlq,
 };

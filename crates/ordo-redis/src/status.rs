@@ -137,6 +137,16 @@ impl ClusterStatus {
         }
     }
 
+    /// The connection pool the queries use.
+    pub(crate) fn client(&self) -> &Pool {
+        &self.client
+    }
+
+    /// The configured backfill lane suffix.
+    pub(crate) fn backfill_suffix(&self) -> &str {
+        &self.backfill_suffix
+    }
+
     /// Every category that has a partition index or a registered consumer
     /// group, sorted (walks the keyspace with `SCAN`).
     pub async fn categories(&self) -> Result<Vec<String>> {
@@ -279,6 +289,18 @@ impl ClusterStatus {
     /// oldest first.
     pub async fn dead_letters(&self, category: &str, key: &str) -> Result<Vec<DeadLetter>> {
         let dlq = PartitionKeys::new(category, key, &self.backfill_suffix).dlq();
+        let entries: Value = self.client.xrange(dlq.as_str(), "-", "+", None).await?;
+        parse_entries("XRANGE", entries)?
+            .into_iter()
+            .map(|raw| dead_letter(&dlq, raw))
+            .collect()
+    }
+
+    /// The entries of `category`'s own dead-letter stream `{category}:dlq`,
+    /// where the plain (non-partitioned) consumer groups put the messages
+    /// that failed every attempt; oldest first.
+    pub async fn plain_dead_letters(&self, category: &str) -> Result<Vec<DeadLetter>> {
+        let dlq = plain_dlq(category);
         let entries: Value = self.client.xrange(dlq.as_str(), "-", "+", None).await?;
         parse_entries("XRANGE", entries)?
             .into_iter()
@@ -566,7 +588,14 @@ fn holder(value: Value) -> Option<LeaseHolder> {
     })
 }
 
-/// A dead-letter entry as `resolve.lua` writes it.
+/// The dead-letter stream of `category`'s plain consumer groups.
+pub fn plain_dlq(category: &str) -> String {
+    format!("{category}{DLQ_SUFFIX}")
+}
+
+/// A dead-letter entry as `resolve.lua` (a partition's) or the plain
+/// consumer writes it. Plain entries written before they carried a lane and
+/// attempts are read as primary, with 0 attempts (unknown).
 fn dead_letter(dlq: &str, raw: RawEntry) -> Result<DeadLetter> {
     let field = |name: &str| {
         raw.field(name).map(str::to_owned).ok_or_else(|| {
@@ -576,11 +605,11 @@ fn dead_letter(dlq: &str, raw: RawEntry) -> Result<DeadLetter> {
             )
         })
     };
-    let lane = parse_lane(&field("lane")?)?;
+    let lane = raw.field("lane").map_or(Ok(Lane::Primary), parse_lane)?;
     let source_id = field("source_id")?;
     let group = field("group")?;
     let error = field("error")?;
-    let attempts = field("attempts")?.parse().unwrap_or(u32::MAX);
+    let attempts = raw.field("attempts").map_or(0, |a| a.parse().unwrap_or(u32::MAX));
     let id = raw.id.clone();
     let message = StreamEntry::from_raw(
         RawEntry {

@@ -92,10 +92,13 @@ pub use ordo_core::{
 
 // The domain, its configuration and its errors.
 pub use ordo_core::{
-    BackoffError, CommitError, Config, ConfigError, DispatchError, Domain, DomainBuilder,
-    IncorrectUsageError, OutboxError, PartitioningConfig, PriorityLanesConfig, ProcessStoreError,
-    RunningDomain, SettleError, ShutdownError, UsageProblem,
+    BackoffError, CommitError, Config, ConfigError, DispatchError, Domain, DomainBuilder, HandlerConfig,
+    HealthConfig, IncorrectUsageError, OutboxError, PartitioningConfig, PriorityLanesConfig,
+    ProcessStoreError, ReapPolicy, RunningDomain, SettleError, ShutdownError, UsageProblem,
 };
+
+// Health and readiness, for probes.
+pub use ordo_core::{HealthReport, HealthState, SubscriptionHealth};
 
 // Publishing: the unit of work and the outbox.
 pub use ordo_core::{
@@ -105,15 +108,16 @@ pub use ordo_core::{
 
 // Brokers and execution.
 pub use ordo_core::{
-    Backoff, Broker, BrokerError, Capabilities, DynHandler, HandlerFailure, InlineBroker, InlineDeadLetter,
-    InlineHalt, KeyedExecutor, Permits, Publication, PublishError, ResolveError, Subscription,
+    Backoff, Broker, BrokerError, Capabilities, DynHandler, HandlerFailure, HandlerSettings, InlineBroker,
+    InlineDeadLetter, InlineHalt, KeyedExecutor, Permits, Publication, PublishError, ResolveError,
+    Subscription,
 };
 
 // The modules, for what is not re-exported above (`error::error_chain`,
 // `key::stream`, ...).
 pub use ordo_core::{
-    attempt, backoff, broker, bus, config, domain, error, executor, handler, inline, key, message, outbox,
-    policy, process, uow,
+    attempt, backoff, broker, bus, config, domain, error, executor, handler, health, inline, key, log_events,
+    message, outbox, policy, process, uow,
 };
 
 // The macros; each is documented on its own item.

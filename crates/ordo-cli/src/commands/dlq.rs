@@ -1,4 +1,6 @@
-//! `ordo dlq list` and `ordo dlq replay`: a partition's dead-letter stream.
+//! `ordo dlq list`, `inspect`, `replay` and `purge`: a partition's
+//! dead-letter stream `{category}:{key}:dlq`, or (`--plain`) the one of a
+//! category's plain (non-partitioned) consumer groups, `{category}:dlq`.
 //!
 //! Replay re-publishes each dead letter, oldest first, through the broker's
 //! own publish path (the atomic stream-and-index script), so the partition
@@ -14,7 +16,7 @@ use ordo_core::broker::Publication;
 use ordo_redis::DeadLetter;
 use serde::Serialize;
 
-use crate::cli::{DlqListArgs, DlqReplayArgs};
+use crate::cli::{DlqInspectArgs, DlqListArgs, DlqPurgeArgs, DlqReplayArgs, DlqStreamArgs};
 use crate::commands::confirm;
 use crate::context::Context;
 use crate::exit::{Failure, Verdict};
@@ -25,10 +27,70 @@ use crate::view::{EntryView, lane_name, pretty};
 /// Errors are cut to this many characters in the table.
 const ERROR_WIDTH: usize = 50;
 
+/// Which dead-letter stream a command works on.
+#[derive(Debug, Clone, Copy)]
+enum Scope<'a> {
+    /// A partition's: `{category}:{key}:dlq`.
+    Partition { category: &'a str, key: &'a str },
+    /// The category's plain consumer groups': `{category}:dlq`.
+    Plain { category: &'a str },
+}
+
+impl<'a> Scope<'a> {
+    fn of(args: &'a DlqStreamArgs) -> Self {
+        match &args.key {
+            Some(key) => Self::Partition {
+                category: &args.category,
+                key,
+            },
+            None => Self::Plain {
+                category: &args.category,
+            },
+        }
+    }
+
+    fn category(self) -> &'a str {
+        match self {
+            Self::Partition { category, .. } | Self::Plain { category } => category,
+        }
+    }
+
+    fn key(self) -> Option<&'a str> {
+        match self {
+            Self::Partition { key, .. } => Some(key),
+            Self::Plain { .. } => None,
+        }
+    }
+
+    /// The dead-letter stream's name.
+    fn dlq(self, ctx: &Context) -> String {
+        match self {
+            Self::Partition { category, key } => ctx.partition(category, key).dlq(),
+            Self::Plain { category } => ordo_redis::plain_dlq(category),
+        }
+    }
+
+    /// What the messages go back to, for messages.
+    fn target(self) -> String {
+        match self {
+            Self::Partition { category, key } => format!("partition `{category}:{key}`"),
+            Self::Plain { category } => format!("the base stream `{category}`"),
+        }
+    }
+
+    async fn letters(self, ctx: &Context) -> Result<Vec<DeadLetter>, Failure> {
+        Ok(match self {
+            Self::Partition { category, key } => ctx.status.dead_letters(category, key).await?,
+            Self::Plain { category } => ctx.status.plain_dead_letters(category).await?,
+        })
+    }
+}
+
 /// A dead letter, as listed.
 #[derive(Debug, Serialize)]
 struct DeadLetterView {
-    key: String,
+    /// The partition key; `null` for a plain consumer group's dead letter.
+    key: Option<String>,
     /// The entry id in the dead-letter stream.
     id: String,
     group: String,
@@ -54,40 +116,140 @@ struct Replayed {
 #[derive(Debug, Serialize)]
 struct ReplayReport {
     category: String,
-    key: String,
+    /// `null` for the plain consumer groups' dead letters.
+    key: Option<String>,
     replayed: Vec<Replayed>,
     /// Every group consuming the category: each gets the replayed messages.
     groups: Vec<String>,
 }
 
 pub(crate) async fn list(ctx: &Context, args: &DlqListArgs) -> Result<Verdict, Failure> {
-    let keys = match &args.key {
-        Some(key) => vec![key.clone()],
-        None => ctx.status.dead_letter_keys(&args.category).await?,
+    let category = args.category.as_str();
+    let keys = match (&args.key, args.plain) {
+        (Some(key), _) => vec![key.clone()],
+        (None, true) => Vec::new(),
+        (None, false) => ctx.status.dead_letter_keys(category).await?,
     };
+    let mut scopes: Vec<Scope<'_>> = keys
+        .iter()
+        .map(|key| Scope::Partition { category, key })
+        .collect();
+    if args.key.is_none() {
+        scopes.push(Scope::Plain { category });
+    }
     let mut letters = Vec::new();
-    for key in &keys {
-        for letter in ctx.status.dead_letters(&args.category, key).await? {
-            letters.push(DeadLetterView {
-                key: key.clone(),
-                message: EntryView::from(&letter.message),
-                id: letter.id,
-                group: letter.group,
-                error: letter.error,
-                attempts: letter.attempts,
-            });
+    for scope in scopes {
+        for letter in scope.letters(ctx).await? {
+            letters.push(view(scope, letter));
         }
     }
     if args.json {
         print!("{}", pretty(&letters)?);
     } else if letters.is_empty() {
-        let scope = match &args.key {
-            Some(key) => format!("partition `{}:{key}`", args.category),
-            None => format!("category `{}`", args.category),
+        let scope = match (&args.key, args.plain) {
+            (Some(key), _) => format!("partition `{category}:{key}`"),
+            (None, true) => format!("the plain consumer groups of `{category}`"),
+            (None, false) => format!("category `{category}`"),
         };
         println!("no dead letters in {scope}");
     } else {
         print!("{}", table(&letters).render());
+    }
+    Ok(Verdict::Ok)
+}
+
+fn view(scope: Scope<'_>, letter: DeadLetter) -> DeadLetterView {
+    DeadLetterView {
+        key: scope.key().map(str::to_owned),
+        message: EntryView::from(&letter.message),
+        id: letter.id,
+        group: letter.group,
+        error: letter.error,
+        attempts: letter.attempts,
+    }
+}
+
+/// `ordo dlq inspect`: one dead letter, whole.
+pub(crate) async fn inspect(ctx: &Context, args: &DlqInspectArgs) -> Result<Verdict, Failure> {
+    let scope = Scope::of(&args.stream);
+    let Some(letter) = scope.letters(ctx).await?.into_iter().find(|l| l.id == args.id) else {
+        return Err(Failure::Usage(format!(
+            "no dead letter `{}` in `{}` (see `ordo dlq list`)",
+            args.id,
+            scope.dlq(ctx)
+        )));
+    };
+    let view = view(scope, letter);
+    if args.json {
+        print!("{}", pretty(&view)?);
+    } else {
+        println!("dead letter {} of `{}`", view.id, scope.dlq(ctx));
+        println!(
+            "  key:       {}",
+            view.key.as_deref().unwrap_or("- (plain consumer group)")
+        );
+        println!("  group:     {}", view.group);
+        println!("  attempts:  {}", view.attempts);
+        println!("  error:     {}", view.error);
+        println!("  source id: {} ({} lane)", view.message.id, view.message.lane);
+        println!(
+            "  type:      {}",
+            view.message.type_name.as_deref().unwrap_or("-")
+        );
+        match &view.message.envelope {
+            Some(envelope) => println!("  envelope:\n{}", pretty(envelope)?),
+            None => println!("  envelope:  (none)"),
+        }
+    }
+    Ok(Verdict::Ok)
+}
+
+/// What a purge removed.
+#[derive(Debug, Serialize)]
+struct PurgeReport {
+    dlq: String,
+    purged: Vec<String>,
+}
+
+/// `ordo dlq purge`: removes dead letters for good.
+pub(crate) async fn purge(ctx: &Context, args: &DlqPurgeArgs) -> Result<Verdict, Failure> {
+    let scope = Scope::of(&args.stream);
+    let dlq = scope.dlq(ctx);
+    let letters = scope.letters(ctx).await?;
+    let ids: Vec<String> = if args.ids.is_empty() {
+        letters.iter().map(|l| l.id.clone()).collect()
+    } else {
+        if let Some(missing) = args.ids.iter().find(|id| !letters.iter().any(|l| &&l.id == id)) {
+            return Err(Failure::Usage(format!(
+                "no dead letter `{missing}` in `{dlq}` (see `ordo dlq list`); nothing purged"
+            )));
+        }
+        args.ids.clone()
+    };
+    if ids.is_empty() {
+        println!("no dead letters to purge in `{dlq}`");
+        return Ok(Verdict::Ok);
+    }
+    let question = format!(
+        "Remove {} from `{dlq}` for good (they will not be handled)?",
+        format::plural(ids.len() as u64, "dead letter")
+    );
+    confirm(&question, args.yes, "purging")?;
+    let _: i64 = ctx
+        .broker
+        .client()
+        .xdel(dlq.as_str(), ids.clone())
+        .await
+        .with_context(|| format!("cannot remove dead letters from `{dlq}`"))?;
+    let report = PurgeReport { dlq, purged: ids };
+    if args.json {
+        print!("{}", pretty(&report)?);
+    } else {
+        println!(
+            "purged {} from `{}`",
+            format::plural(report.purged.len() as u64, "dead letter"),
+            report.dlq
+        );
     }
     Ok(Verdict::Ok)
 }
@@ -105,7 +267,7 @@ fn table(letters: &[DeadLetterView]) -> Table {
     ]);
     for letter in letters {
         table.row(vec![
-            letter.key.clone(),
+            letter.key.clone().unwrap_or_else(|| "-".to_owned()),
             letter.id.clone(),
             letter.message.id.clone(),
             letter.message.lane.to_owned(),
@@ -119,22 +281,22 @@ fn table(letters: &[DeadLetterView]) -> Table {
 }
 
 pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdict, Failure> {
-    let (category, key) = (args.category.as_str(), args.key.as_str());
-    let partition = ctx.partition(category, key);
-    let letters: Vec<DeadLetter> = ctx
-        .status
-        .dead_letters(category, key)
+    let scope = Scope::of(&args.stream);
+    let category = scope.category();
+    let dlq = scope.dlq(ctx);
+    let letters: Vec<DeadLetter> = scope
+        .letters(ctx)
         .await?
         .into_iter()
         .filter(|letter| args.group.as_ref().is_none_or(|group| *group == letter.group))
         .collect();
     if letters.is_empty() {
-        println!("no dead letters to replay in `{}`", partition.dlq());
+        println!("no dead letters to replay in `{dlq}`");
         return Ok(Verdict::Ok);
     }
     let publications = letters
         .iter()
-        .map(|letter| publication(ctx, category, key, letter))
+        .map(|letter| publication(ctx, scope, letter))
         .collect::<Result<Vec<_>, _>>()?;
     let groups = ctx.status.groups(category).await?;
     if groups.len() > 1 && !args.json {
@@ -146,9 +308,9 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
         );
     }
     let question = format!(
-        "Re-publish {} of `{category}:{key}` to the partition, oldest first, and remove them from `{}`?",
+        "Re-publish {} to {}, oldest first, and remove them from `{dlq}`?",
         format::plural(letters.len() as u64, "dead letter"),
-        partition.dlq()
+        scope.target()
     );
     confirm(&question, args.yes, "replaying")?;
 
@@ -159,24 +321,17 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
             .republish(std::slice::from_ref(&publication))
             .await
             .map_err(|e| anyhow!(e))
-            .with_context(|| {
-                format!(
-                    "cannot re-publish dead letter {} of `{}`",
-                    letter.id,
-                    partition.dlq()
-                )
-            })?;
+            .with_context(|| format!("cannot re-publish dead letter {} of `{dlq}`", letter.id))?;
         let _: i64 = ctx
             .broker
             .client()
-            .xdel(partition.dlq(), letter.id.as_str())
+            .xdel(dlq.as_str(), letter.id.as_str())
             .await
             .with_context(|| {
                 format!(
-                    "dead letter {} was re-published but could not be removed from `{}`; remove it \
+                    "dead letter {} was re-published but could not be removed from `{dlq}`; remove it \
                      by hand (XDEL) before replaying again",
                     letter.id,
-                    partition.dlq()
                 )
             })?;
         replayed.push(Replayed {
@@ -188,7 +343,7 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
     }
     let report = ReplayReport {
         category: category.to_owned(),
-        key: key.to_owned(),
+        key: scope.key().map(str::to_owned),
         replayed,
         groups,
     };
@@ -196,37 +351,43 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
         print!("{}", pretty(&report)?);
     } else {
         println!(
-            "replayed {} of `{category}:{key}` to the partition and removed them from `{}`",
+            "replayed {} to {} and removed them from `{dlq}`",
             format::plural(report.replayed.len() as u64, "dead letter"),
-            partition.dlq()
+            scope.target()
         );
     }
     Ok(Verdict::Ok)
 }
 
-/// The publication that puts `letter` back on its lane of `category:key`;
-/// an error when it does not hold a message of that partition.
-fn publication(
-    ctx: &Context,
-    category: &str,
-    key: &str,
-    letter: &DeadLetter,
-) -> Result<Publication, Failure> {
+/// The publication that puts `letter` back where it came from: its lane of
+/// the partition, or the category's base stream; an error when it does not
+/// hold a message of that partition (or category).
+fn publication(ctx: &Context, scope: Scope<'_>, letter: &DeadLetter) -> Result<Publication, Failure> {
     let envelope = letter
         .message
         .decode()
         .with_context(|| format!("dead letter {} cannot be replayed", letter.id))?;
-    if envelope.category != category || envelope.partition_key.as_deref() != Some(key) {
+    let category = scope.category();
+    let fits = envelope.category == category
+        && scope
+            .key()
+            .is_none_or(|key| envelope.partition_key.as_deref() == Some(key));
+    if !fits {
         return Err(Failure::Error(anyhow!(
-            "dead letter {} holds a message of `{}:{}`, not of `{category}:{key}`; not replaying",
+            "dead letter {} holds a message of `{}:{}`, not of {}; not replaying",
             letter.id,
             envelope.category,
             envelope.partition_key.as_deref().unwrap_or("(no key)"),
+            scope.target(),
         )));
     }
     let lane = letter.message.lane();
+    let stream = match scope {
+        Scope::Partition { category, key } => ctx.partition(category, key).lane(lane).to_owned(),
+        Scope::Plain { category } => category.to_owned(),
+    };
     Ok(Publication {
-        stream: ctx.partition(category, key).lane(lane).to_owned(),
+        stream,
         lane,
         envelope,
     })

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use ordo_core::health::{HealthState, SubscriptionHealth};
+
 use crate::cli::StatusArgs;
 use crate::context::Context;
 use crate::exit::{Failure, Verdict};
@@ -99,6 +101,14 @@ pub(crate) async fn snapshot(ctx: &Context, only: &[String], threshold: u64) -> 
         warnings.extend(warnings_of(&view, threshold));
         views.push(view);
     }
+    let health = health(ctx, &categories).await?;
+    for group in health.iter().filter(|g| g.state == HealthState::Lagging) {
+        warnings.push(format!(
+            "consumer group `{}` is lagging: {}",
+            group.handler,
+            group.reasons.join("; ")
+        ));
+    }
     let halted = ctx
         .admin
         .halted()
@@ -112,9 +122,28 @@ pub(crate) async fn snapshot(ctx: &Context, only: &[String], threshold: u64) -> 
         warn_partitions: threshold,
         categories: views,
         halted,
+        health,
         warnings,
         outbox: None,
     })
+}
+
+/// The health of every consumer group of `categories`, over the categories
+/// it consumes, judged by the function the Redis broker's
+/// `RunningDomain::health()` uses, with the `[health]` thresholds.
+async fn health(ctx: &Context, categories: &[String]) -> Result<Vec<SubscriptionHealth>, Failure> {
+    let mut consumed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for category in categories {
+        for group in ctx.status.groups(category).await? {
+            consumed.entry(group).or_default().push(category.clone());
+        }
+    }
+    let thresholds = ctx.settings.config.health();
+    let mut health = Vec::with_capacity(consumed.len());
+    for (group, categories) in &consumed {
+        health.push(ordo_redis::health::group_health(&ctx.status, group, categories, thresholds).await?);
+    }
+    Ok(health)
 }
 
 /// One category: its partitions summed per group, and who owns them.

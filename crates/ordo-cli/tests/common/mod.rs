@@ -189,6 +189,11 @@ impl Fixture {
         self.poisoned.store(false, Ordering::SeqCst);
     }
 
+    /// The running domain's health report.
+    pub async fn health(&self) -> ordo_core::HealthReport {
+        self.running.as_ref().expect("the domain runs").health().await
+    }
+
     /// Every halted partition.
     pub async fn halted(&self) -> anyhow::Result<Vec<HaltedPartition>> {
         Ok(self.broker.admin().halted().await?)
@@ -201,6 +206,14 @@ impl Fixture {
         let mut all = vec!["--redis-url", url.as_str()];
         all.extend_from_slice(args);
         ordo_in(self.dir.path(), &all, &[]).await
+    }
+
+    /// Shuts the domain down, keeping Redis and its data.
+    pub async fn stop_domain(&mut self) -> anyhow::Result<()> {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await?;
+        }
+        Ok(())
     }
 
     /// Stops the domain.

@@ -7,6 +7,7 @@
 //! It kills the worker of a lease it finds lost, and of every lease when
 //! renewals keep failing, before the leases can expire (see [`must_give_up`]).
 
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ pub(crate) fn spawn(
     url: &str,
     settings: &Settings,
     leases: LeaseTable,
+    renewals: RenewalSignal,
     stop: CancellationToken,
 ) -> Result<JoinHandle<()>> {
     let timing = Timing {
@@ -53,7 +55,8 @@ pub(crate) fn spawn(
                     }
                 };
                 connection::connect_in_background(&client);
-                beat(&client, timing, &leases, &stop).await;
+                beat(&client, timing, &leases, &renewals, &stop).await;
+                renewals.renewed();
                 connection::quit(&client, timing.interval).await;
             });
         })
@@ -62,6 +65,31 @@ pub(crate) fn spawn(
             reason: format!("cannot start the heartbeat thread: {e}"),
         })?;
     Ok(thread)
+}
+
+/// Whether renewing the held leases is failing, for the broker's health
+/// report: set at a failed renewal, cleared at the next successful one.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RenewalSignal(Arc<Mutex<Option<String>>>);
+
+impl RenewalSignal {
+    fn failed(&self, error: &crate::error::Error) {
+        *self.lock() = Some(error.to_string());
+    }
+
+    fn renewed(&self) {
+        *self.lock() = None;
+    }
+
+    /// The last renewal error, while renewals are failing.
+    pub(crate) fn failing(&self) -> Option<String> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        // One assignment under the lock: a poisoned value is still whole.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// The heartbeat's timings.
@@ -73,7 +101,13 @@ struct Timing {
     call_timeout: Duration,
 }
 
-async fn beat(client: &Client, timing: Timing, leases: &LeaseTable, stop: &CancellationToken) {
+async fn beat(
+    client: &Client,
+    timing: Timing,
+    leases: &LeaseTable,
+    renewals: &RenewalSignal,
+    stop: &CancellationToken,
+) {
     let mut ticker = tokio::time::interval(timing.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Leases renewed by a call that started at `renewed` are valid until
@@ -94,22 +128,27 @@ async fn beat(client: &Client, timing: Timing, leases: &LeaseTable, stop: &Cance
         match lease::renew(client, ttl, held.iter().map(|(k, v)| (k.as_str(), v.as_str()))).await {
             Ok(positions) => {
                 renewed = started;
+                renewals.renewed();
                 debug!(leases = held.len(), lost = positions.len(), "leases renewed");
                 for position in positions {
                     if let Some((key, value)) = held.get(position)
                         && leases.give_up(key, value)
                     {
-                        warn!(lease = %key, "lease lost; stopping its worker");
+                        warn!(event = ordo_core::log_events::LEASE_LOST, lease = %key, "lease lost; stopping its worker");
                     }
                 }
             }
             Err(error) if must_give_up(started.duration_since(renewed), timing) => {
-                warn!(%error, leases = held.len(), "renewals failed for most of a lease TTL; giving up every lease");
+                renewals.failed(&error);
+                warn!(event = ordo_core::log_events::LEASE_LOST, %error, leases = held.len(), "renewals failed for most of a lease TTL; giving up every lease");
                 for (key, value) in &held {
                     leases.give_up(key, value);
                 }
             }
-            Err(error) => warn!(%error, leases = held.len(), "lease renewal failed; retrying next beat"),
+            Err(error) => {
+                renewals.failed(&error);
+                warn!(event = ordo_core::log_events::LEASE_RENEWAL_FAILED, %error, leases = held.len(), "lease renewal failed; retrying next beat");
+            }
         }
     }
 }

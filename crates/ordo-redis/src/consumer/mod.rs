@@ -43,7 +43,8 @@ pub(crate) struct Settings {
     pub(crate) lease_ttl: Duration,
     pub(crate) heartbeat_interval: Duration,
     pub(crate) poll_interval: Duration,
-    pub(crate) reap_idle: Duration,
+    /// `None`: `reap_idle_ms = 0`, partitions are never retired.
+    pub(crate) reap_idle: Option<Duration>,
     pub(crate) discovery_interval: Duration,
     pub(crate) max_retries: u32,
     pub(crate) backoff: Backoff,
@@ -161,6 +162,7 @@ pub(crate) async fn run(
     partitions: Partitions,
     subscriptions: Arc<[Subscription]>,
     shutdown: CancellationToken,
+    renewals: heartbeat::RenewalSignal,
 ) -> Result<()> {
     let background = CancellationToken::new();
     let waker_client = connection::blocking_builder(&url)?.build()?;
@@ -170,7 +172,7 @@ pub(crate) async fn run(
     let waker_task = tokio::spawn(waker.run(background.clone()));
 
     let leases = LeaseTable::default();
-    let heartbeat = heartbeat::spawn(&url, &settings, leases.clone(), background.clone())?;
+    let heartbeat = heartbeat::spawn(&url, &settings, leases.clone(), renewals, background.clone())?;
 
     let handler_permits = Arc::new(tokio::sync::Semaphore::new(settings.max_concurrency));
     let shared = Arc::new(Shared {

@@ -168,12 +168,18 @@ impl Plain {
         let outcome = match entry.decode() {
             Ok(envelope) if self.subscription.handles(&envelope) => {
                 let envelope = Arc::new(envelope);
-                let attempts = self.shared.settings.max_retries.saturating_add(1);
+                let settings = &self.subscription.settings;
+                let attempts = settings.attempts(self.shared.settings.max_retries);
+                let backoff = settings.backoff(self.shared.settings.backoff);
                 let never = CancellationToken::new();
                 let mut last = None;
                 for attempt in 1..=attempts {
                     let ctx = HandlerContext::new(&envelope).with_attempt(attempt);
-                    let permit = self.shared.handler_permits.clone().acquire_owned().await.ok();
+                    let own = settings.acquire().await;
+                    let permit = (
+                        self.shared.handler_permits.clone().acquire_owned().await.ok(),
+                        own,
+                    );
                     let run = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx);
                     match run.run(permit, &never, Duration::ZERO).await {
                         Outcome::Succeeded => {
@@ -182,26 +188,25 @@ impl Plain {
                         }
                         Outcome::Failed(failure) => {
                             let error = failure.text();
-                            warn!(id = entry.id(), attempt, %error, "handler failed");
+                            warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, %error, "handler failed");
                             last = Some(error);
                         }
                         _ => {
                             last = Some("the handler run was cancelled".to_owned());
                         }
                     }
-                    if attempt < attempts
-                        && !attempt::backoff(&self.shared.settings.backoff, attempt, stop).await
-                    {
+                    if attempt < attempts && !attempt::backoff(&backoff, attempt, stop).await {
                         return Ok(());
                     }
                 }
-                last
+                last.map(|error| (error, attempts))
             }
             Ok(_) => None,
-            Err(error) => Some(error.to_string()),
+            // Never attempted: it cannot be decoded.
+            Err(error) => Some((error.to_string(), 0)),
         };
-        if let Some(error) = outcome {
-            self.dead_letter(&entry, &error).await?;
+        if let Some((error, attempts)) = outcome {
+            self.dead_letter(&entry, &error, attempts).await?;
         }
         SCRIPTS
             .ack_plain
@@ -214,11 +219,15 @@ impl Plain {
         Ok(())
     }
 
-    async fn dead_letter(&self, entry: &StreamEntry, error: &str) -> Result<()> {
+    /// Adds `entry` to the category's dead-letter stream `{category}:dlq`,
+    /// with the fields a partition's dead letters have (`ordo dlq` reads both).
+    async fn dead_letter(&self, entry: &StreamEntry, error: &str, attempts: u32) -> Result<()> {
         let dlq = format!("{}:{}", self.stream, ordo_core::key::DLQ_TOKEN);
         let mut fields = vec![
             ("source_id", entry.id().to_owned()),
             ("group", self.group.to_string()),
+            ("lane", "primary".to_owned()),
+            ("attempts", attempts.to_string()),
             ("error", error.to_owned()),
         ];
         if let Some(type_name) = entry.type_name() {
@@ -234,8 +243,10 @@ impl Plain {
             .xadd(&dlq, false, None::<()>, "*", fields)
             .await?;
         warn!(
+            event = ordo_core::log_events::MESSAGE_DEAD_LETTERED,
             id = entry.id(),
-            dlq, "message failed every attempt; dead-lettered"
+            dlq,
+            "message failed every attempt; dead-lettered"
         );
         Ok(())
     }

@@ -126,7 +126,7 @@ impl Supervisor {
                             tracing::error!(%error, "another live process uses this instance id; acquiring nothing until it is gone");
                             metrics::duplicate_instance();
                         }
-                        Err(error) => warn!(%error, "discovery round failed; retrying next interval"),
+                        Err(error) => warn!(event = ordo_core::log_events::DISCOVERY_FAILED, %error, "discovery round failed; retrying next interval"),
                     }
                 }
                 Some(exited) = self.exits.1.recv() => self.on_exit(exited),
@@ -388,7 +388,7 @@ impl Supervisor {
     }
 
     fn start_worker(&mut self, plan: usize, unit: Unit, lease: crate::lease::Lease) {
-        info!(group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
+        info!(event = ordo_core::log_events::LEASE_ACQUIRED, group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
         metrics::lease_acquired(&unit);
         let control = Control::default();
         self.shared

@@ -225,7 +225,7 @@ impl Worker {
                 Ok(Pass::Gone) => return Exit::Gone,
                 Ok(Pass::Exit(exit)) => return exit,
                 Err(error) if error.is_fenced() => {
-                    info!(%error, "lease lost");
+                    info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost");
                     return Exit::Lost;
                 }
                 Err(error) => {
@@ -318,19 +318,29 @@ impl Worker {
                 streams.push((partition.backfill().to_owned(), "0-0".to_owned()));
             }
         }
-        let due = idle
-            .iter()
-            .map(|(_, state)| settings.reap_idle.saturating_sub(state.idle_for))
-            .min()
-            .unwrap_or(settings.reap_idle);
-        let not_before = reap_after.map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()));
-        let reap_in = due.max(not_before);
+        // `reap_idle_ms = 0`: never reap, so no reap timer at all.
+        let reap_in = settings.reap_idle.map(|reap_idle| {
+            let due = idle
+                .iter()
+                .map(|(_, state)| reap_idle.saturating_sub(state.idle_for))
+                .min()
+                .unwrap_or(reap_idle);
+            let not_before =
+                reap_after.map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()));
+            due.max(not_before)
+        });
+        let reap_timer = async {
+            match reap_in {
+                Some(reap_in) => tokio::time::sleep(reap_in).await,
+                None => std::future::pending().await,
+            }
+        };
         self.shared.waker.watch(self.watcher, streams, self.wake.clone());
         tokio::select! {
             () = self.wake.notified() => None,
             () = self.control.stop.cancelled() => Some(Exit::Released),
             () = self.control.kill.cancelled() => Some(Exit::Lost),
-            () = tokio::time::sleep(reap_in) => {
+            () = reap_timer => {
                 self.shared.waker.unwatch(self.watcher);
                 self.reap(idle, reap_after).await
             }
@@ -340,17 +350,23 @@ impl Worker {
     /// Tries to retire the idle partitions that have been idle long enough.
     async fn reap(&self, idle: &[(usize, Idle)], reap_after: &mut Option<Instant>) -> Option<Exit> {
         let settings = &self.shared.settings;
+        // `reap_idle_ms = 0`: never reap (no timer calls this then, either).
+        let reap_idle = settings.reap_idle?;
         let mut reaped = 0;
         for (index, _) in idle {
             let partition = &self.unit.partitions[*index];
             match self
                 .shared
                 .partitions
-                .reap(&self.lease, partition, settings.reap_idle)
+                .reap(&self.lease, partition, reap_idle)
                 .await
             {
                 Ok(ReapOutcome::Reaped) => {
-                    info!(partition = partition.primary(), "cold partition retired");
+                    info!(
+                        event = ordo_core::log_events::PARTITION_REAPED,
+                        partition = partition.primary(),
+                        "cold partition retired"
+                    );
                     metrics::partition_reaped(&self.unit);
                     reaped += 1;
                 }
@@ -361,7 +377,7 @@ impl Worker {
                         "partition not ready to retire"
                     );
                     // Another group may still be behind: check again later.
-                    *reap_after = Some(Instant::now() + retry_in.min(settings.reap_idle));
+                    *reap_after = Some(Instant::now() + retry_in.min(reap_idle));
                 }
                 Err(error) if error.is_fenced() => return Some(Exit::Lost),
                 Err(error) => warn!(%error, partition = partition.primary(), "retiring the partition failed"),
@@ -472,7 +488,7 @@ impl Worker {
         match acked {
             Ok(Ok(waiting)) => Some(waiting),
             Ok(Err(error)) => {
-                info!(%error, id = entry.id(), "acknowledgement refused: lease lost");
+                info!(event = ordo_core::log_events::LEASE_LOST, %error, id = entry.id(), "acknowledgement refused: lease lost");
                 None
             }
             Err(_) => None,
@@ -495,7 +511,10 @@ impl Worker {
         if !self.subscription.handles(&envelope) {
             return Handled::Done;
         }
-        let attempts = self.shared.settings.max_retries.saturating_add(1);
+        let attempts = self
+            .subscription
+            .settings
+            .attempts(self.shared.settings.max_retries);
         let mut failed = 0;
         if pending {
             match self
@@ -529,13 +548,13 @@ impl Worker {
                 // owns the partition now and may be running this very
                 // message. Retrying (or halting) would be a stale owner's act.
                 Some(Err(error)) if fenced_by(&*error, &self.lease) => {
-                    info!(id = entry.id(), attempt, error = %error_chain(&*error), "lease lost during the handler; not retrying");
+                    info!(event = ordo_core::log_events::LEASE_LOST, id = entry.id(), attempt, error = %error_chain(&*error), "lease lost during the handler; not retrying");
                     return Handled::Lost;
                 }
                 Some(Err(error)) => {
                     metrics::failed(&self.unit, partition.category());
                     last_error = error_chain(&*error);
-                    warn!(id = entry.id(), attempt, error = %last_error, "handler failed");
+                    warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, error = %last_error, "handler failed");
                 }
                 None => return Handled::Lost,
             }
@@ -576,7 +595,7 @@ impl Worker {
             })
             .await?;
         recorded.map_err(|error| {
-            info!(%error, "lease lost after a failed attempt; not retrying");
+            info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost after a failed attempt; not retrying");
             Handled::Lost
         })
     }
@@ -587,7 +606,7 @@ impl Worker {
     /// `Some` when the message must not be retried here.
     async fn before_retry(&self, failed: u32) -> Option<Handled> {
         tokio::select! {
-            () = tokio::time::sleep(self.shared.settings.backoff.delay(failed)) => {}
+            () = tokio::time::sleep(self.subscription.settings.backoff(self.shared.settings.backoff).delay(failed)) => {}
             () = self.control.stop.cancelled() => return Some(Handled::Stop),
             () = self.control.kill.cancelled() => return Some(Handled::Lost),
         }
@@ -600,7 +619,7 @@ impl Worker {
         {
             Ok(Ok(())) => None,
             Ok(Err(error)) => {
-                info!(%error, "lease lost before a retry; not retrying");
+                info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost before a retry; not retrying");
                 Some(Handled::Lost)
             }
             Err(stopped) => Some(stopped),
@@ -626,10 +645,17 @@ impl Worker {
                 sequence,
                 self.fence_used.clone(),
             ));
+        // The handler's own slot (`[handlers.NAME] max_concurrency`) first:
+        // waiting for it holds none of the process-wide permits.
+        let own = tokio::select! {
+            own = self.subscription.settings.acquire() => own,
+            () = self.control.kill.cancelled() => return None,
+        };
         let permit = tokio::select! {
             permit = self.shared.handler_permits.clone().acquire_owned() => permit.ok(),
             () = self.control.kill.cancelled() => return None,
         };
+        let permit = (permit, own);
         let started = Instant::now();
         // An abort ends a run at its next await; a run in blocking code goes
         // on, and then only the lease's expiry may let the key go.
@@ -682,7 +708,7 @@ impl Worker {
             .await;
         match halted {
             Ok(Ok(())) => {
-                warn!(head = %reason.head, error = %reason.error, attempts, "partition halted on a poison message");
+                warn!(event = ordo_core::log_events::PARTITION_HALTED, head = %reason.head, error = %reason.error, attempts, "partition halted on a poison message");
                 metrics::halted(&self.unit, partition.category());
                 Handled::Halted
             }

@@ -241,6 +241,7 @@ pub fn subscription(
         policy: Arc::new(ByKey),
         policy_overridden: false,
         handler,
+        settings: Default::default(),
     }
 }
 
