@@ -53,10 +53,10 @@ use ordo_testkit::Redis;
 
 use self::controller::{Controller, Outcome, Parts, Plan};
 pub use self::fault::FaultKind;
-pub use self::postgres::{PgTarget, run_worker as run_pg_worker};
 use self::fault::Schedule;
 use self::fleet::{Fleet, WorkerSpec};
 use self::postgres::PgEffects;
+pub use self::postgres::{PgTarget, run_worker as run_pg_worker};
 use self::rng::Rng;
 use self::traffic::TrafficPlan;
 use crate::redis::{BenchRedis, RedisArgs};
@@ -197,7 +197,15 @@ pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
     } else {
         None
     };
-    let parts = parts(args, seed, server, client, own_redis, database.as_ref(), interrupted)?;
+    let parts = parts(
+        args,
+        seed,
+        server,
+        client,
+        own_redis,
+        database.as_ref(),
+        interrupted,
+    )?;
     let outcome = tokio::task::spawn_blocking(move || Controller::new(parts).run())
         .await
         .context("the chaos controller panicked");
@@ -224,7 +232,9 @@ impl Database {
                 let server = tokio::task::spawn_blocking(ordo_testkit::Postgres::start_local)
                     .await
                     .context("the task starting PostgreSQL panicked")?
-                    .context("could not start a private PostgreSQL (or pass --database-url / set DATABASE_URL)")?;
+                    .context(
+                        "could not start a private PostgreSQL (or pass --database-url / set DATABASE_URL)",
+                    )?;
                 let url = server.url().to_owned();
                 (Some(server), url)
             }

@@ -130,7 +130,9 @@ pub async fn run(args: &WorkerArgs, redis_url: &str) -> Result<()> {
             };
             crate::chaos::run_pg_worker(&options, &target, args.relay_only, shutdown).await
         }
-        None => ordo_harness::worker::run(&options, shutdown).await.map_err(Into::into),
+        None => ordo_harness::worker::run(&options, shutdown)
+            .await
+            .map_err(Into::into),
     }
     .with_context(|| format!("worker `{}` failed", options.instance))
 }

@@ -808,7 +808,9 @@ impl Controller {
     fn stop_all(&mut self) -> Result<()> {
         self.spawns_due = 0;
         self.relay_spawns_due = 0;
-        let live = |fleet: &Fleet| fleet.names(|m| matches!(m.state, State::Starting | State::Running | State::Paused));
+        let live = |fleet: &Fleet| {
+            fleet.names(|m| matches!(m.state, State::Starting | State::Running | State::Paused))
+        };
         let (instances, relays) = (live(&self.fleet), live(&self.relays));
         self.log(format!(
             "stopping {} instances and {} relays",

@@ -157,7 +157,10 @@ impl PgEffects {
         }
         for (key, entries) in per_key {
             let list = keys::applied(&key);
-            let _: i64 = client.del(&list).await.context("could not reset an applied list")?;
+            let _: i64 = client
+                .del(&list)
+                .await
+                .context("could not reset an applied list")?;
             for chunk in entries.chunks(1_000) {
                 let _: i64 = client
                     .rpush(&list, chunk.to_vec())
@@ -219,6 +222,9 @@ pub async fn run_worker(
             .await
             .context("the engine did not shut down cleanly")?;
     }
-    println!("{}", Line::new(line::STOPPED).field("instance", &options.instance));
+    println!(
+        "{}",
+        Line::new(line::STOPPED).field("instance", &options.instance)
+    );
     Ok(())
 }

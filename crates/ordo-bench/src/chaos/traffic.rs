@@ -136,7 +136,11 @@ async fn publish(
             }
             match &outbox {
                 Some(outbox) => {
-                    let mut tx = outbox.pool().begin().await.context("could not begin a transaction")?;
+                    let mut tx = outbox
+                        .pool()
+                        .begin()
+                        .await
+                        .context("could not begin a transaction")?;
                     uow.commit_in_outbox(outbox, &mut tx)
                         .await
                         .context("committing events in PostgreSQL failed")?;
