@@ -47,10 +47,19 @@ pub struct PgTarget {
 impl PgTarget {
     /// A pool of `size` connections.
     pub async fn connect(&self, size: u32) -> Result<PgPool> {
+        self.connect_with(size, &[]).await
+    }
+
+    /// A pool of `size` connections with these server settings.
+    pub async fn connect_with(&self, size: u32, settings: &[(&str, &str)]) -> Result<PgPool> {
+        let options: sqlx::postgres::PgConnectOptions = self
+            .url
+            .parse()
+            .with_context(|| format!("`{}` is not a PostgreSQL URL", self.url))?;
         sqlx::postgres::PgPoolOptions::new()
             .max_connections(size)
             .acquire_timeout(Duration::from_secs(30))
-            .connect(&self.url)
+            .connect_with(options.options(settings.iter().copied()))
             .await
             .with_context(|| format!("could not connect to PostgreSQL at {}", self.url))
     }
@@ -192,7 +201,16 @@ pub async fn run_worker(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let config = options.config()?;
-    let pool = target.connect(WORKER_POOL).await?;
+    // A worker stopped inside a handler's transaction holds its key's
+    // fence row lock: the server ends such a transaction well within a
+    // lease, so the key's next owner is not held up (see docs/POSTGRES.md).
+    let idle = format!("{}", (options.lease_ttl_ms / 2).max(100));
+    let pool = target
+        .connect_with(
+            WORKER_POOL,
+            &[("idle_in_transaction_session_timeout", idle.as_str())],
+        )
+        .await?;
     // The relays' slot leases live as long as the engine's, so a killed or
     // stalled relay's keys move within the same time as its partitions.
     let lease_ttl = Duration::from_millis(options.lease_ttl_ms);
