@@ -17,6 +17,13 @@
 //! commits its effect under the lease's fencing token. The run fails if any
 //! event was lost, applied out of order, or overlapped another of its key.
 //!
+//! With `--postgres` (or `--database-url`) the outbox is in PostgreSQL, the
+//! workers run a relay each beside their engine, `--relays` more processes
+//! run a relay only (hit by the `relay_kill` and `relay_stop` faults), and
+//! the handlers' effects go to PostgreSQL through its fence: there,
+//! `duplicates` must be 0 too (see [`postgres`]). The database is
+//! `--database-url` / `DATABASE_URL`, or a private one the run starts.
+//!
 //! The sequence of fault kinds and the gaps between them replay from the
 //! seed; which instance a fault hits, and what it is doing then, depend on
 //! timing.
@@ -26,6 +33,7 @@ mod duplicates;
 mod failover_times;
 mod fault;
 mod fleet;
+pub mod postgres;
 mod proxy;
 mod rng;
 mod stuck;
@@ -47,6 +55,8 @@ use self::controller::{Controller, Outcome, Parts, Plan};
 pub use self::fault::FaultKind;
 use self::fault::Schedule;
 use self::fleet::{Fleet, WorkerSpec};
+use self::postgres::PgEffects;
+pub use self::postgres::{PgTarget, run_worker as run_pg_worker};
 use self::rng::Rng;
 use self::traffic::TrafficPlan;
 use crate::redis::{BenchRedis, RedisArgs};
@@ -93,6 +103,27 @@ pub struct ChaosArgs {
     /// event applied (a slow drain that progresses goes on).
     #[arg(long, default_value = "60")]
     pub drain_timeout: NonZeroU64,
+    /// The PostgreSQL mode: the outbox in PostgreSQL, relays in the worker
+    /// processes (and in `--relays` relay-only processes), effects written
+    /// through the PostgreSQL fence. On a private PostgreSQL unless
+    /// `--database-url` names one.
+    #[arg(long)]
+    pub postgres: bool,
+    /// The PostgreSQL of the PostgreSQL mode (implies `--postgres`); the run
+    /// works in a schema of its own, dropped at the end.
+    #[arg(long, env = "DATABASE_URL", value_name = "URL")]
+    pub database_url: Option<String>,
+    /// Relay-only processes of the PostgreSQL mode (besides the relay in
+    /// every worker), the targets of `relay_kill` and `relay_stop`.
+    #[arg(long, default_value = "2")]
+    pub relays: usize,
+}
+
+impl ChaosArgs {
+    /// Whether the run is in the PostgreSQL mode.
+    pub fn postgres_mode(&self) -> bool {
+        self.postgres || self.database_url.is_some()
+    }
 }
 
 /// Parses a fault kind by its report name.
@@ -161,11 +192,75 @@ pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
         );
     }
     let interrupted = on_interrupt();
-    let parts = parts(args, seed, server, client, own_redis, interrupted)?;
+    let database = if args.postgres_mode() {
+        Some(Database::start(args).await?)
+    } else {
+        None
+    };
+    let parts = parts(
+        args,
+        seed,
+        server,
+        client,
+        own_redis,
+        database.as_ref(),
+        interrupted,
+    )?;
     let outcome = tokio::task::spawn_blocking(move || Controller::new(parts).run())
         .await
-        .context("the chaos controller panicked")??;
-    Ok(report(args, seed, own_redis, &outcome))
+        .context("the chaos controller panicked");
+    if let Some(database) = database {
+        database.target.drop_schema(&database.pool).await?;
+    }
+    Ok(report(args, seed, own_redis, &outcome??))
+}
+
+/// The PostgreSQL of a run in the PostgreSQL mode, with the run's schema.
+struct Database {
+    /// Keeps a private server alive for the run.
+    _server: Option<ordo_testkit::Postgres>,
+    target: PgTarget,
+    pool: ordo_postgres::sqlx::PgPool,
+}
+
+impl Database {
+    /// `--database-url`, or a private server; the run's schema created.
+    async fn start(args: &ChaosArgs) -> Result<Self> {
+        let (server, url) = match args.database_url.as_deref().filter(|u| !u.trim().is_empty()) {
+            Some(url) => (None, url.to_owned()),
+            None => {
+                let server = tokio::task::spawn_blocking(ordo_testkit::Postgres::start_local)
+                    .await
+                    .context("the task starting PostgreSQL panicked")?
+                    .context(
+                        "could not start a private PostgreSQL (or pass --database-url / set DATABASE_URL)",
+                    )?;
+                let url = server.url().to_owned();
+                (Some(server), url)
+            }
+        };
+        let target = PgTarget {
+            url,
+            schema: format!("ordo_chaos_{}", std::process::id()),
+        };
+        let pool = target.connect(4).await?;
+        target.prepare(&pool).await?;
+        eprintln!(
+            "chaos: PostgreSQL mode on {} at {}, schema {}",
+            if server.is_some() {
+                "a private PostgreSQL"
+            } else {
+                "the PostgreSQL"
+            },
+            target.url,
+            target.schema
+        );
+        Ok(Self {
+            _server: server,
+            target,
+            pool,
+        })
+    }
 }
 
 /// Everything the controller needs.
@@ -175,6 +270,7 @@ fn parts(
     redis: BenchRedis,
     client: Pool,
     own_redis: bool,
+    database: Option<&Database>,
     interrupted: Arc<AtomicBool>,
 ) -> Result<Parts> {
     let lease_ttl = Duration::from_millis(args.lease_ttl_ms.get());
@@ -183,6 +279,7 @@ fn parts(
         .into_iter()
         .filter(|kind| args.faults.is_empty() || args.faults.contains(kind))
         .filter(|kind| own_redis || !kind.needs_own_redis())
+        .filter(|kind| (database.is_some() && args.relays > 0) || !kind.needs_postgres())
         .collect();
     ensure!(
         !kinds.is_empty(),
@@ -192,9 +289,16 @@ fn parts(
     // the publisher and the checker's own client go direct.
     let runtime = tokio::runtime::Handle::current();
     let proxy = self::proxy::ConnProxy::start(&runtime, redis.url())?;
+    let postgres = database.map(|d| d.target.clone());
     let spec = WorkerSpec {
         redis_url: proxy.url_for(redis.url())?,
         lease_ttl_ms: args.lease_ttl_ms.get(),
+        postgres: postgres.clone(),
+        relay_only: false,
+    };
+    let relay_spec = WorkerSpec {
+        relay_only: true,
+        ..spec.clone()
     };
     let drain_within = Duration::from_secs(args.drain_timeout.get());
     Ok(Parts {
@@ -202,6 +306,7 @@ fn parts(
             duration: Duration::from_secs(args.duration.get()),
             lease_ttl,
             instances: args.instances.get(),
+            relays: if database.is_some() { args.relays } else { 0 },
             keys: keys.clone(),
             drain_within,
         },
@@ -216,9 +321,12 @@ fn parts(
             slow_work_ms: args.slow_work_ms.get(),
             rng: Rng::derived(seed, 1),
             settle_within: drain_within,
+            postgres,
         },
         redis,
         fleet: Fleet::new(spec),
+        relays: Fleet::new(relay_spec),
+        effects: database.map(|d| PgEffects::new(d.pool.clone(), d.target.schema.clone())),
         schedule: Schedule::new(Rng::derived(seed, 2), kinds, args.faults_every),
         choices: Rng::derived(seed, 3),
         interrupted,
@@ -235,6 +343,15 @@ fn report(args: &ChaosArgs, seed: u64, own_redis: bool, outcome: &Outcome) -> Re
         .count("keys", verdict.keys)
         .count("instances", args.instances.get() as u64)
         .count("instances_started", outcome.instances_started)
+        .text(
+            "outbox",
+            if args.postgres_mode() {
+                "postgres (relays in the workers, effects through the PostgreSQL fence)"
+            } else {
+                "in memory (effects through the Redis fence)"
+            },
+        )
+        .count("relays_started", outcome.relays_started)
         .count("faults_injected", outcome.faults.total());
     for kind in FaultKind::ALL {
         report.count(format!("faults_{kind}"), outcome.faults.of(kind));
@@ -295,6 +412,12 @@ fn report(args: &ChaosArgs, seed: u64, own_redis: bool, outcome: &Outcome) -> Re
         if value > 0 {
             report.fail(format!("{name}: {value} (seed {seed})"));
         }
+    }
+    if args.postgres_mode() && verdict.duplicates > 0 {
+        report.fail(format!(
+            "duplicates: {} (seed {seed}): effects through the PostgreSQL fence must apply exactly once",
+            verdict.duplicates
+        ));
     }
     if verdict.lost > 0 {
         report.fail(format!(

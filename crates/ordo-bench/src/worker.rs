@@ -8,6 +8,10 @@
 //! means a run needs no other binary: [`WorkerArgs::command`] spawns the
 //! current executable.
 //!
+//! With `--database-url` it is a worker of `chaos --postgres` instead (see
+//! [`crate::chaos`]): effects in PostgreSQL, and a relay in the process (or
+//! only a relay, `--relay-only`).
+//!
 //! The timings default to Ordo's own defaults (`Config::default`), not the
 //! harness's short test timings, so what a benchmark measures is what a
 //! deployment gets; only the lease TTL is usually varied, and the heartbeat
@@ -39,6 +43,16 @@ pub struct WorkerArgs {
     /// `server.partitioning.reap_idle_ms`.
     #[arg(long, default_value_t = 3_600_000)]
     pub reap_idle_ms: u64,
+    /// The PostgreSQL mode of `chaos`: the outbox and the effects in this
+    /// database, and a relay in this process.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// The outbox schema in `--database-url`.
+    #[arg(long, default_value = "ordo", requires = "database_url")]
+    pub pg_schema: String,
+    /// Run the relay only, no engine (needs `--database-url`).
+    #[arg(long, requires = "database_url")]
+    pub relay_only: bool,
 }
 
 impl WorkerArgs {
@@ -51,6 +65,9 @@ impl WorkerArgs {
             poll_ms: 250,
             discovery_ms: 1_000,
             reap_idle_ms: 3_600_000,
+            database_url: None,
+            pg_schema: "ordo".to_owned(),
+            relay_only: false,
         }
     }
 
@@ -79,6 +96,12 @@ impl WorkerArgs {
         if let Some(heartbeat_ms) = self.heartbeat_ms {
             command.args(["--heartbeat-ms", &heartbeat_ms.to_string()]);
         }
+        if let Some(url) = &self.database_url {
+            command.args(["--database-url", url, "--pg-schema", &self.pg_schema]);
+            if self.relay_only {
+                command.arg("--relay-only");
+            }
+        }
         Ok(command)
     }
 }
@@ -87,9 +110,19 @@ impl WorkerArgs {
 pub async fn run(args: &WorkerArgs, redis_url: &str) -> Result<()> {
     let options = args.options(redis_url);
     let shutdown = ordo_harness::worker::shutdown_on_signal()?;
-    ordo_harness::worker::run(&options, shutdown)
-        .await
-        .with_context(|| format!("worker `{}` failed", options.instance))
+    match &args.database_url {
+        Some(url) => {
+            let target = crate::chaos::PgTarget {
+                url: url.clone(),
+                schema: args.pg_schema.clone(),
+            };
+            crate::chaos::run_pg_worker(&options, &target, args.relay_only, shutdown).await
+        }
+        None => ordo_harness::worker::run(&options, shutdown)
+            .await
+            .map_err(Into::into),
+    }
+    .with_context(|| format!("worker `{}` failed", options.instance))
 }
 
 #[cfg(test)]

@@ -94,3 +94,83 @@ fn a_seeded_chaos_run_keeps_the_guarantee_under_every_kind_of_fault() -> Result<
     );
     Ok(())
 }
+
+/// The PostgreSQL mode, short: the outbox in PostgreSQL, relays in the
+/// workers and in relay-only processes, effects through the PostgreSQL
+/// fence; instance and relay kills and stalls, seeded.
+#[test]
+fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()> {
+    let log_path =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-pg-seed-{SEED}.log"));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ordo-bench"));
+    command
+        .args([
+            "chaos",
+            "--postgres",
+            "--duration",
+            "20",
+            "--seed",
+            SEED,
+            "--json",
+        ])
+        .args([
+            "--faults",
+            "kill,stop,relay_kill,relay_stop",
+            "--faults-every",
+            "1..2",
+        ])
+        .env_remove("REDIS_URL")
+        .stderr(File::create(&log_path)?);
+    let mut chaos = Process::spawn(command)?;
+    let status = chaos.wait_timeout(RUN_WITHIN)?;
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let Some(status) = status else {
+        chaos.kill()?;
+        anyhow::bail!(
+            "the chaos run did not finish within {RUN_WITHIN:?}; its log:\n{}",
+            log()
+        );
+    };
+    let stdout = chaos.lines().join("\n");
+    ensure!(
+        status.success(),
+        "the chaos run failed ({status}):\n{stdout}\n{}",
+        log()
+    );
+    let figures: serde_json::Value = serde_json::from_str(&stdout)
+        .with_context(|| format!("stdout is not JSON: {stdout:?}\n{}", log()))?;
+    let count = |name: &str| {
+        figures[name]
+            .as_u64()
+            .with_context(|| format!("no count `{name}` in {figures}"))
+    };
+    for broken in [
+        "overlaps",
+        "order_violations",
+        "lost",
+        "duplicates",
+        "token_regressions",
+        "unexpected",
+    ] {
+        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{}", log());
+    }
+    assert!(
+        figures["outbox"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("postgres")),
+        "{figures}"
+    );
+    assert!(count("events")? > 2_000, "too little traffic: {figures}");
+    for kind in ["kill", "stop", "relay_kill", "relay_stop"] {
+        assert!(
+            count(&format!("faults_{kind}"))? > 0,
+            "no {kind} was injected: {figures}\n{}",
+            log()
+        );
+    }
+    // Relays were killed and replaced, and the kills made other instances
+    // take keys over.
+    assert!(count("relays_started")? > 2, "{figures}");
+    assert!(count("failovers")? > 0, "no failover was measured: {figures}");
+    Ok(())
+}

@@ -14,12 +14,17 @@
 //!    count the committed run, clear the marker). A refused commit is
 //!    printed as `fenced` and returned as a handler error.
 //!
+//! With an [`EffectStore`] ([`TickHandler::with_effects`]), step 4 commits
+//! the effect there instead (e.g. in PostgreSQL through its own fence), then
+//! clears the marker.
+//!
 //! The run executes on a task of its own that the broker cannot abort: when
 //! a worker loses its lease, the broker aborts the handler, but a real
 //! handler stuck in blocking code would carry on regardless. Letting the
 //! run carry on models that worst case, so that the fence, not the abort,
 //! is what must keep a stale owner's effect out.
 
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -27,7 +32,7 @@ use std::time::{Duration, Instant};
 use fred::clients::Pool;
 use fred::interfaces::LuaInterface;
 use fred::types::Value;
-use ordo::{HandlerContext, HandlerError, HandlerResult, event_handler};
+use ordo::{BoxFuture, HandlerContext, HandlerError, HandlerResult, event_handler};
 use ordo_core::config::Config;
 use ordo_core::domain::Domain;
 use ordo_core::error::error_chain;
@@ -189,6 +194,36 @@ fn emit(line: &Line) {
     println!("{line}");
 }
 
+/// What an [`EffectStore`] did with a run's effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// The effect was applied by this run.
+    Applied,
+    /// The store had applied this event already (a redelivery): nothing written.
+    AlreadyApplied,
+}
+
+/// Why an [`EffectStore`] did not commit a run's effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EffectError {
+    /// The store's fence refused it: the run's lease is stale.
+    Fenced(String),
+    /// Anything else (the store unreachable): the run retries for a while.
+    Failed(String),
+}
+
+/// Where runs commit their effects when not in Redis (the default): the
+/// store must apply each event's effect at most once, and refuse the
+/// effect of a run whose lease was superseded.
+pub trait EffectStore: fmt::Debug + Send + Sync + 'static {
+    /// Commits the effect of `tick`, handled under `ctx`.
+    fn commit<'a>(
+        &'a self,
+        tick: &'a Tick,
+        ctx: &'a HandlerContext,
+    ) -> BoxFuture<'a, std::result::Result<Committed, EffectError>>;
+}
+
 /// The handler of [`Tick`] events, partitioned by `key`.
 #[derive(Debug, Clone)]
 pub struct TickHandler {
@@ -201,6 +236,8 @@ struct Inner {
     instance: String,
     /// Numbers this instance's runs, for unique in-flight markers.
     runs: AtomicU64,
+    /// Where effects are committed; `None`: in Redis, under the lease's fence.
+    effects: Option<Arc<dyn EffectStore>>,
 }
 
 impl TickHandler {
@@ -212,6 +249,20 @@ impl TickHandler {
                 client,
                 instance: instance.into(),
                 runs: AtomicU64::new(0),
+                effects: None,
+            }),
+        }
+    }
+
+    /// A handler like [`TickHandler::new`] whose runs commit their effects in
+    /// `effects` (the in-flight markers and start counts stay in Redis).
+    pub fn with_effects(client: Pool, instance: impl Into<String>, effects: Arc<dyn EffectStore>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                instance: instance.into(),
+                runs: AtomicU64::new(0),
+                effects: Some(effects),
             }),
         }
     }
@@ -228,6 +279,7 @@ impl TickHandler {
             attempt: ctx.attempt(),
             tick: tick.clone(),
             fence,
+            ctx: ctx.clone(),
         })
     }
 }
@@ -263,6 +315,8 @@ struct Run {
     attempt: u32,
     /// `{token}:{run id}`: what the in-flight marker holds during this run.
     marker: String,
+    /// The context, for an [`EffectStore`].
+    ctx: HandlerContext,
 }
 
 impl Run {
@@ -286,6 +340,9 @@ impl Run {
             return self.fail("poison").await;
         }
         tokio::time::sleep(Duration::from_millis(self.tick.work_ms)).await;
+        if let Some(effects) = self.inner.effects.clone() {
+            return self.commit_in(&*effects).await;
+        }
         match self.commit().await {
             Ok(()) => {
                 emit(&self.line(line::DONE));
@@ -354,10 +411,38 @@ impl Run {
         }
     }
 
-    /// Ends a failed run: clears its marker (so a retry under the same
-    /// lease is not mistaken for an overlap), prints `failed`, returns the
-    /// error.
-    async fn fail(&self, reason: &str) -> HandlerResult {
+    /// Commits the effect in `effects` (retrying its failures for
+    /// [`RETRY_FOR`]), then clears the marker; the line says how it went.
+    async fn commit_in(&self, effects: &dyn EffectStore) -> HandlerResult {
+        let started = Instant::now();
+        let outcome = loop {
+            match effects.commit(&self.tick, &self.ctx).await {
+                Err(EffectError::Failed(error)) if started.elapsed() < RETRY_FOR => {
+                    tracing::warn!(%error, key = %self.tick.key, "committing the effect failed; retrying");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                outcome => break outcome,
+            }
+        };
+        match outcome {
+            Ok(committed) => {
+                self.clear().await?;
+                let skipped = u8::from(committed == Committed::AlreadyApplied);
+                emit(&self.line(line::DONE).field("skipped", skipped));
+                Ok(())
+            }
+            Err(EffectError::Fenced(reason)) => {
+                self.clear().await?;
+                emit(&self.line(line::FENCED));
+                Err(reason.into())
+            }
+            Err(EffectError::Failed(reason)) => self.fail(&reason).await,
+        }
+    }
+
+    /// Clears the in-flight marker if it is still this run's (retrying
+    /// while Redis fails).
+    async fn clear(&self) -> Result<(), HandlerError> {
         self.retrying("clear the in-flight marker", || async {
             let _: i64 = self
                 .inner
@@ -370,7 +455,14 @@ impl Run {
                 .await?;
             Ok(())
         })
-        .await?;
+        .await
+    }
+
+    /// Ends a failed run: clears its marker (so a retry under the same
+    /// lease is not mistaken for an overlap), prints `failed`, returns the
+    /// error.
+    async fn fail(&self, reason: &str) -> HandlerResult {
+        self.clear().await?;
         emit(&self.line(line::FAILED).field("reason", reason));
         Err(format!(
             "event {} of key {} failed: {reason}",

@@ -12,6 +12,11 @@ pub enum Error {
     #[error("outbox relay failed")]
     Outbox(#[source] ordo_core::error::OutboxError),
 
+    /// The task marking a published batch's rows panicked or was cancelled
+    /// (the rows stay pending; their re-publish is dropped by position).
+    #[error("the task marking published outbox rows did not finish: {0}")]
+    MarkTask(String),
+
     /// A configuration value is unusable.
     #[error("invalid outbox setting `{key}`: {reason}")]
     Config {

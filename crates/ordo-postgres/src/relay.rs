@@ -114,9 +114,13 @@ impl PgRelay {
     }
 
     /// Publishes every row of this relay's slots pending now (leasing its
-    /// slots first when due), stopping at the first broker failure.
+    /// slots first when due), stopping at the first broker failure; the
+    /// published rows are marked when it returns.
     pub async fn publish_pending(&self) -> Result<PublishReport> {
-        self.processor.publish_pending().await.map_err(Error::Outbox)
+        let report = self.processor.publish_pending().await.map_err(Error::Outbox)?;
+        // Marks run beside the next batches; what this returns is marked.
+        self.outbox.flush_marks().await?;
+        Ok(report)
     }
 
     /// Deletes published rows older than the retention; returns how many.
@@ -149,10 +153,14 @@ impl PgRelay {
                 ),
             });
         }
+        tokio::join!(self.publish_loop(&shutdown), self.housekeeping(&shutdown)).0
+    }
+
+    /// Publishes on every NOTIFY and poll until `shutdown`, then releases
+    /// the slots.
+    async fn publish_loop(&self, shutdown: &CancellationToken) -> Result<()> {
         let mut listener = self.listen().await;
         let mut failures = 0u32;
-        let mut last_cleanup = Instant::now();
-        let mut last_status: Option<Instant> = None;
         loop {
             let wait = match self.processor.publish_pending().await {
                 Ok(report) => {
@@ -177,19 +185,6 @@ impl PgRelay {
                     self.backoff.delay(failures)
                 }
             };
-            if last_cleanup.elapsed() >= CLEANUP_INTERVAL {
-                last_cleanup = Instant::now();
-                if let Err(error) = self.cleanup().await {
-                    tracing::warn!(error = %error_chain(&error), "outbox cleanup failed");
-                }
-            }
-            if last_status.is_none_or(|at| at.elapsed() >= STATUS_INTERVAL) {
-                last_status = Some(Instant::now());
-                match OutboxStatusReport::read(&self.outbox).await {
-                    Ok(status) => status.record_metrics(),
-                    Err(error) => tracing::debug!(error = %error_chain(&error), "outbox status unavailable"),
-                }
-            }
             let deadline = tokio::time::Instant::now() + wait;
             loop {
                 tokio::select! {
@@ -215,6 +210,34 @@ impl PgRelay {
             }
             if listener.is_none() && failures == 0 {
                 listener = self.listen().await;
+            }
+        }
+    }
+
+    /// Refreshes the status metrics and deletes published rows past the
+    /// retention, until `shutdown`. Beside the publishing loop, not in it:
+    /// the status counts and a cleanup can take tens of milliseconds on a
+    /// large outbox, which would delay every commit waiting to be published.
+    async fn housekeeping(&self, shutdown: &CancellationToken) {
+        let mut last_cleanup = Instant::now();
+        let mut last_status: Option<Instant> = None;
+        loop {
+            if last_cleanup.elapsed() >= CLEANUP_INTERVAL {
+                last_cleanup = Instant::now();
+                if let Err(error) = self.cleanup().await {
+                    tracing::warn!(error = %error_chain(&error), "outbox cleanup failed");
+                }
+            }
+            if last_status.is_none_or(|at| at.elapsed() >= STATUS_INTERVAL) {
+                last_status = Some(Instant::now());
+                match OutboxStatusReport::read(&self.outbox).await {
+                    Ok(status) => status.record_metrics(),
+                    Err(error) => tracing::debug!(error = %error_chain(&error), "outbox status unavailable"),
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(STATUS_INTERVAL.min(CLEANUP_INTERVAL)) => {}
             }
         }
     }

@@ -16,7 +16,10 @@ pub const DEFAULT_SCHEMA: &str = "ordo";
 pub(crate) const SLOTS: i32 = 64;
 
 /// The migrations, in order; `{schema}` is replaced by the quoted schema name.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../migrations/0001_outbox.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../migrations/0001_outbox.sql")),
+    (2, include_str!("../migrations/0002_abandoned_index.sql")),
+];
 
 /// A validated schema name and the SQL text of every query in it.
 #[derive(Debug, Clone)]
@@ -89,7 +92,7 @@ impl Schema {
                 "SELECT {ROW_COLUMNS} FROM {{s}}.outbox \
                  WHERE status = 0 AND slot = ANY(ARRAY(\
                  SELECT slot FROM {{s}}.outbox_slots WHERE owner = $1 AND expires_at > now())) \
-                 ORDER BY id LIMIT $2"
+                 AND id <> ALL($3::int8[]) ORDER BY id LIMIT $2"
             )),
             mark_published: q(
                 "UPDATE {s}.outbox SET status = 1, published_at = now() WHERE id = ANY($1) AND status = 0",
@@ -127,12 +130,16 @@ impl Schema {
                 "DELETE FROM {s}.outbox WHERE id IN (SELECT id FROM {s}.outbox WHERE status = 1 \
                  AND published_at < now() - $1 * interval '1 millisecond' LIMIT $2)",
             ),
-            status: q("SELECT count(*) FILTER (WHERE status = 0), \
-                 coalesce(extract(epoch from now() - min(created_at) FILTER (WHERE status = 0)), 0)::float8, \
-                 count(*) FILTER (WHERE status = 2), \
+            // One sub-select per partial index: a filter over `status IN (0, 2)`
+            // scans the whole table, published rows included. The oldest
+            // pending row is the first by id (its `created_at` is its
+            // transaction's start, so off by at most a transaction's length).
+            status: q("SELECT (SELECT count(*) FROM {s}.outbox WHERE status = 0), \
+                 coalesce((SELECT extract(epoch from now() - created_at) FROM {s}.outbox WHERE status = 0 \
+                 ORDER BY id LIMIT 1), 0)::float8, \
+                 (SELECT count(*) FROM {s}.outbox WHERE status = 2), \
                  (SELECT count(*) FROM {s}.outbox_relays WHERE expires_at > now()), \
-                 (SELECT count(*) FROM {s}.outbox_slots WHERE owner IS NOT NULL AND expires_at > now()) \
-                 FROM {s}.outbox WHERE status IN (0, 2)"),
+                 (SELECT count(*) FROM {s}.outbox_slots WHERE owner IS NOT NULL AND expires_at > now())"),
             fence_insert: q(
                 "INSERT INTO {s}.applied (consumer, scope, position, fencing_token) VALUES ($1, $2, 0, 0) \
                  ON CONFLICT (consumer, scope) DO NOTHING",

@@ -24,6 +24,7 @@ use super::duplicates::{self, Causes, Duplicate};
 use super::failover_times::{FailoverStats, Failovers};
 use super::fault::{FaultCounts, FaultKind, Schedule};
 use super::fleet::{Exit, Fleet, LineCounts, State};
+use super::postgres::PgEffects;
 use super::proxy::ConnProxy;
 use super::rng::Rng;
 use super::stuck;
@@ -70,6 +71,8 @@ pub(crate) struct Plan {
     pub(crate) lease_ttl: Duration,
     /// Instances at the start (and the floor graceful stops restore).
     pub(crate) instances: usize,
+    /// Relay-only processes (PostgreSQL mode; 0 otherwise).
+    pub(crate) relays: usize,
     /// The keys published to.
     pub(crate) keys: Vec<String>,
     /// How long the final publish may take, and the drain may go without
@@ -96,6 +99,8 @@ pub(crate) struct Outcome {
     pub(crate) lines: LineCounts,
     /// Instances started over the run.
     pub(crate) instances_started: u64,
+    /// Relay-only processes started over the run.
+    pub(crate) relays_started: u64,
     /// Instances that exited without being asked to.
     pub(crate) unexpected_exits: u64,
     /// Graceful stops that did not finish within [`STOP_WITHIN`].
@@ -125,6 +130,12 @@ pub(crate) struct Controller {
     redis_fault: Option<JoinHandle<(BenchRedis, Result<()>)>>,
     traffic: Option<TrafficPlan>,
     fleet: Fleet,
+    /// The relay-only processes (PostgreSQL mode).
+    relays: Fleet,
+    /// The effects in PostgreSQL, copied to Redis before each verification.
+    effects: Option<PgEffects>,
+    /// Fresh relay-only processes to start.
+    relay_spawns_due: usize,
     schedule: Schedule,
     /// Targets and durations: kept apart from the schedule's generator so
     /// the sequence of kinds and gaps depends on the seed alone.
@@ -153,6 +164,8 @@ pub(crate) struct Parts {
     pub(crate) redis: BenchRedis,
     pub(crate) traffic: TrafficPlan,
     pub(crate) fleet: Fleet,
+    pub(crate) relays: Fleet,
+    pub(crate) effects: Option<PgEffects>,
     pub(crate) schedule: Schedule,
     pub(crate) choices: Rng,
     pub(crate) interrupted: Arc<AtomicBool>,
@@ -170,6 +183,9 @@ impl Controller {
             redis_fault: None,
             traffic: Some(parts.traffic),
             fleet: parts.fleet,
+            relays: parts.relays,
+            effects: parts.effects,
+            relay_spawns_due: 0,
             schedule: parts.schedule,
             choices: parts.choices,
             faults: FaultCounts::default(),
@@ -190,8 +206,12 @@ impl Controller {
         for _ in 0..self.plan.instances {
             self.fleet.spawn()?;
         }
+        for _ in 0..self.plan.relays {
+            self.relays.spawn()?;
+        }
         self.wait_until(READY_WITHIN, "every instance to print `ready`", |c| {
             c.fleet.names(|m| m.state == State::Starting).is_empty()
+                && c.relays.names(|m| m.state == State::Starting).is_empty()
         })?;
         let plan = self.traffic.take().context("the traffic was already started")?;
         let traffic = self.runtime.block_on(Traffic::start(plan))?;
@@ -240,6 +260,7 @@ impl Controller {
             failovers,
             lines: self.fleet.lines(),
             instances_started: self.fleet.started() as u64,
+            relays_started: self.relays.started() as u64,
             unexpected_exits: self.unexpected_exits,
             stop_timeouts: self.stop_timeouts,
             chaos,
@@ -347,6 +368,30 @@ impl Controller {
                 if running.is_empty() || !self.conn_delay() {
                     return Ok(Injection::NotNow);
                 }
+            }
+            FaultKind::RelayKill => {
+                let live = self
+                    .relays
+                    .names(|m| matches!(m.state, State::Running | State::Paused));
+                let Some(target) = self.choices.pick(&live).cloned() else {
+                    return Ok(Injection::NotNow);
+                };
+                self.relays.kill(&target)?;
+                self.resumes.retain(|(_, paused)| *paused != target);
+                self.relay_spawns_due += 1;
+                self.log(format!("relay kill {target}"));
+            }
+            FaultKind::RelayStop => {
+                let running = self.relays.names(|m| m.state == State::Running);
+                let Some(target) = self.choices.pick(&running).cloned() else {
+                    return Ok(Injection::NotNow);
+                };
+                // Its slot leases live a lease TTL, like the partitions'.
+                let ttl = self.plan.lease_ttl;
+                let stall = self.choices.duration(ttl * 5 / 4, ttl * 2);
+                self.relays.pause(&target)?;
+                self.resumes.push((Instant::now() + stall, target.clone()));
+                self.log(format!("relay stop {target} for {stall:?}"));
             }
         }
         self.schedule.take();
@@ -564,6 +609,7 @@ impl Controller {
                 }
             }
         }
+        self.tend_relays()?;
         self.resume_due(Instant::now())?;
         self.kill_overdue_stops()?;
         self.collect_redis_fault()?;
@@ -572,7 +618,51 @@ impl Controller {
             self.spawns_due -= 1;
             self.log(format!("started {name}"));
         }
+        while self.relay_spawns_due > 0 && self.redis_fault.is_none() {
+            let name = self.relays.spawn()?;
+            self.relay_spawns_due -= 1;
+            self.log(format!("started relay {name}"));
+        }
         Ok(())
+    }
+
+    /// Reads the relay-only processes' lines (they print no runs) and
+    /// replaces those that exited on their own.
+    fn tend_relays(&mut self) -> Result<()> {
+        let _ = self.relays.pump();
+        for exit in self.relays.reap()? {
+            match exit {
+                Exit::Graceful { name, .. } => self.log(format!("relay {name} stopped gracefully")),
+                Exit::Unexpected {
+                    name,
+                    status,
+                    ready: false,
+                    ..
+                } => bail!("relay {name} exited before it was ready ({status}); its error is above"),
+                Exit::Unexpected {
+                    name,
+                    status,
+                    last_lines,
+                    ..
+                } => {
+                    self.unexpected_exits += 1;
+                    self.log(format!(
+                        "relay {name} EXITED UNEXPECTEDLY ({status}); its last lines: {last_lines:?}"
+                    ));
+                    self.relay_spawns_due += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The fleet `name` belongs to (relay-only processes are `r1`, `r2`...).
+    fn fleet_of(&mut self, name: &str) -> &mut Fleet {
+        if self.relays.member(name).is_some() {
+            &mut self.relays
+        } else {
+            &mut self.fleet
+        }
     }
 
     /// SIGCONTs the stopped instances due by `now`.
@@ -582,8 +672,9 @@ impl Controller {
             .partition(|(at, _)| *at <= now);
         self.resumes = later;
         for (_, name) in due {
-            if self.fleet.member(&name).is_some_and(|m| m.state == State::Paused) {
-                self.fleet.resume(&name)?;
+            let fleet = self.fleet_of(&name);
+            if fleet.member(&name).is_some_and(|m| m.state == State::Paused) {
+                fleet.resume(&name)?;
                 self.log(format!("resume {name}"));
             }
         }
@@ -633,8 +724,9 @@ impl Controller {
         self.wait_until(REDIS_BACK_WITHIN, "Redis to be back", |c| c.redis_fault.is_none())?;
         let paused: Vec<(Instant, String)> = std::mem::take(&mut self.resumes);
         for (_, name) in paused {
-            if self.fleet.member(&name).is_some_and(|m| m.state == State::Paused) {
-                self.fleet.resume(&name)?;
+            let fleet = self.fleet_of(&name);
+            if fleet.member(&name).is_some_and(|m| m.state == State::Paused) {
+                fleet.resume(&name)?;
                 self.log(format!("resume {name}"));
             }
         }
@@ -715,28 +807,41 @@ impl Controller {
     /// Stops every instance gracefully and reads their last lines.
     fn stop_all(&mut self) -> Result<()> {
         self.spawns_due = 0;
-        let live = self
-            .fleet
-            .names(|m| matches!(m.state, State::Starting | State::Running | State::Paused));
-        self.log(format!("stopping {} instances", live.len()));
-        for name in live {
-            if self.fleet.member(&name).is_some_and(|m| m.state == State::Paused) {
-                self.fleet.resume(&name)?;
+        self.relay_spawns_due = 0;
+        let live = |fleet: &Fleet| {
+            fleet.names(|m| matches!(m.state, State::Starting | State::Running | State::Paused))
+        };
+        let (instances, relays) = (live(&self.fleet), live(&self.relays));
+        self.log(format!(
+            "stopping {} instances and {} relays",
+            instances.len(),
+            relays.len()
+        ));
+        for name in instances.into_iter().chain(relays) {
+            let fleet = self.fleet_of(&name);
+            if fleet.member(&name).is_some_and(|m| m.state == State::Paused) {
+                fleet.resume(&name)?;
             }
-            self.fleet.terminate(&name, false)?;
+            fleet.terminate(&name, false)?;
         }
-        self.wait_until(STOP_WITHIN * 2, "every instance to exit", |c| c.fleet.live() == 0)?;
-        self.wait_until(STOP_WITHIN, "the instances' last lines", |c| c.fleet.all_read())
+        self.wait_until(STOP_WITHIN * 2, "every instance to exit", |c| {
+            c.fleet.live() == 0 && c.relays.live() == 0
+        })?;
+        self.wait_until(STOP_WITHIN, "the instances' last lines", |c| {
+            c.fleet.all_read() && c.relays.all_read()
+        })
     }
 
     /// The verifier's verdict on what the instances recorded.
     fn verify(&self) -> Result<Verdict> {
         let verdict = self
             .runtime
-            .block_on(tokio::time::timeout(
-                VERIFY_WITHIN,
-                ordo_harness::verify::verify(&self.client),
-            ))
+            .block_on(tokio::time::timeout(VERIFY_WITHIN, async {
+                if let Some(effects) = &self.effects {
+                    effects.mirror(&self.client, &self.plan.keys).await?;
+                }
+                anyhow::Ok(ordo_harness::verify::verify(&self.client).await?)
+            }))
             .context("verifying timed out")??;
         Ok(verdict)
     }

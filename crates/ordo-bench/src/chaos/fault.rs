@@ -30,11 +30,18 @@ pub enum FaultKind {
     /// timeout, while the instance's other connections flow: a command the
     /// client gave up on runs late.
     ConnDelay,
+    /// SIGKILL of a relay-only process of the PostgreSQL mode, and a fresh
+    /// one started: its slots move when their leases expire.
+    RelayKill,
+    /// SIGSTOP of a relay-only process of the PostgreSQL mode for longer
+    /// than its slot leases, then SIGCONT: it wakes up with a batch read
+    /// under leases other relays have taken over since.
+    RelayStop,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Term,
@@ -42,6 +49,8 @@ impl FaultKind {
         FaultKind::RedisRestart,
         FaultKind::RedisCrash,
         FaultKind::ConnDelay,
+        FaultKind::RelayKill,
+        FaultKind::RelayStop,
     ];
 
     /// The name in reports: `faults_{name}`.
@@ -54,6 +63,8 @@ impl FaultKind {
             FaultKind::RedisRestart => "redis_restart",
             FaultKind::RedisCrash => "redis_crash",
             FaultKind::ConnDelay => "conn_delay",
+            FaultKind::RelayKill => "relay_kill",
+            FaultKind::RelayStop => "relay_stop",
         }
     }
 
@@ -62,12 +73,22 @@ impl FaultKind {
         matches!(self, FaultKind::RedisRestart | FaultKind::RedisCrash)
     }
 
+    /// Whether the fault needs the PostgreSQL mode (relay-only processes).
+    pub(crate) fn needs_postgres(self) -> bool {
+        matches!(self, FaultKind::RelayKill | FaultKind::RelayStop)
+    }
+
     /// How many of each kind one round of the schedule holds: instance
     /// crashes and stalls are what failover is about, so they come twice.
     fn per_round(self) -> usize {
         match self {
             FaultKind::Kill | FaultKind::Stop | FaultKind::ConnDelay => 2,
-            FaultKind::Term | FaultKind::Join | FaultKind::RedisRestart | FaultKind::RedisCrash => 1,
+            FaultKind::Term
+            | FaultKind::Join
+            | FaultKind::RedisRestart
+            | FaultKind::RedisCrash
+            | FaultKind::RelayKill
+            | FaultKind::RelayStop => 1,
         }
     }
 }

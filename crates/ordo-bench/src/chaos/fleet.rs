@@ -35,6 +35,10 @@ pub(crate) struct WorkerSpec {
     pub(crate) redis_url: String,
     /// The lease TTL.
     pub(crate) lease_ttl_ms: u64,
+    /// The PostgreSQL mode's database and schema.
+    pub(crate) postgres: Option<super::PgTarget>,
+    /// Relay-only processes (named `r1`, `r2`...), not engine instances.
+    pub(crate) relay_only: bool,
 }
 
 /// Where an instance is in its life.
@@ -157,9 +161,15 @@ impl Fleet {
 
     /// Starts a fresh instance (`w1`, `w2`, ... in start order); returns its name.
     pub(crate) fn spawn(&mut self) -> Result<String> {
-        let name = format!("w{}", self.members.len() + 1);
+        let prefix = if self.spec.relay_only { 'r' } else { 'w' };
+        let name = format!("{prefix}{}", self.members.len() + 1);
         let log = std::env::var(LOG_ENV).unwrap_or_else(|_| DEFAULT_LOG.to_owned());
         let mut args = WorkerArgs::new(&name, self.spec.lease_ttl_ms);
+        if let Some(target) = &self.spec.postgres {
+            args.database_url = Some(target.url.clone());
+            args.pg_schema.clone_from(&target.schema);
+            args.relay_only = self.spec.relay_only;
+        }
         // Discovery must stay under the TTL (an instance's announcement
         // lives one TTL); Ordo's default otherwise.
         args.discovery_ms = args.discovery_ms.min(self.spec.lease_ttl_ms / 2);

@@ -8,6 +8,10 @@
 //! rows pending, in order, for the next tick: the outbox, not this loop, is
 //! what guarantees nothing is dropped. At the end the outbox is settled and
 //! each key's published count is recorded for the verifier.
+//!
+//! In the PostgreSQL mode each tick's events are committed with `commit_in`
+//! in a transaction of their own, and the relays publish them; at the end
+//! nothing is settled here (the drain waits for every event to be applied).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -19,6 +23,7 @@ use ordo_core::domain::Domain;
 use ordo_harness::keys;
 use ordo_harness::tick::Tick;
 use ordo_harness::worker::{TickHandler, domain};
+use ordo_postgres::{PgOutbox, UnitOfWorkExt as _};
 use ordo_redis::RedisBroker;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -45,6 +50,8 @@ pub(crate) struct TrafficPlan {
     pub(crate) rng: Rng,
     /// How long the final settle of the outbox may take.
     pub(crate) settle_within: Duration,
+    /// The PostgreSQL mode's outbox.
+    pub(crate) postgres: Option<super::PgTarget>,
 }
 
 /// The running publisher.
@@ -72,8 +79,15 @@ impl Traffic {
             config,
         )
         .context("the publisher's domain could not be built")?;
+        let outbox = match &plan.postgres {
+            Some(target) => {
+                let pool = target.connect(4).await?;
+                Some(target.outbox(&pool, "chaos-publisher", ordo_postgres::DEFAULT_LEASE_TTL)?)
+            }
+            None => None,
+        };
         let stop = CancellationToken::new();
-        let task = tokio::spawn(publish(plan, domain, client, stop.clone()));
+        let task = tokio::spawn(publish(plan, domain, outbox, client, stop.clone()));
         Ok(Self { stop, task })
     }
 
@@ -97,6 +111,7 @@ impl Traffic {
 async fn publish(
     mut plan: TrafficPlan,
     domain: Domain,
+    outbox: Option<PgOutbox>,
     client: fred::clients::Pool,
     stop: CancellationToken,
 ) -> Result<u64> {
@@ -119,12 +134,43 @@ async fn publish(
                     .context("raising an event failed")?;
                 raised += 1;
             }
-            uow.commit().await.context("committing events failed")?;
+            match &outbox {
+                Some(outbox) => {
+                    let mut tx = outbox
+                        .pool()
+                        .begin()
+                        .await
+                        .context("could not begin a transaction")?;
+                    uow.commit_in_outbox(outbox, &mut tx)
+                        .await
+                        .context("committing events in PostgreSQL failed")?;
+                    tx.commit().await.context("committing the transaction failed")?;
+                }
+                None => {
+                    uow.commit().await.context("committing events failed")?;
+                }
+            }
         }
-        // A failure leaves the rows pending, in order, for the next tick
-        // (the outbox processor logs it).
-        let _ = domain.publish_pending().await;
+        if outbox.is_none() {
+            // A failure leaves the rows pending, in order, for the next tick
+            // (the outbox processor logs it).
+            let _ = domain.publish_pending().await;
+        }
     }
+    if outbox.is_none() {
+        settle(&plan, &domain).await?;
+    }
+    let published: BTreeMap<String, u64> = plan.keys.iter().cloned().zip(next_seq).collect();
+    let _: i64 = client
+        .hset(keys::PUBLISHED, published)
+        .await
+        .context("could not record the published counts")?;
+    let _ = client.quit().await;
+    Ok(raised)
+}
+
+/// Publishes what the in-memory outbox still holds.
+async fn settle(plan: &TrafficPlan, domain: &Domain) -> Result<()> {
     tokio::time::timeout(plan.settle_within, domain.settle())
         .await
         .with_context(|| {
@@ -133,14 +179,7 @@ async fn publish(
                 plan.settle_within
             )
         })?
-        .context("settling the outbox failed")?;
-    let published: BTreeMap<String, u64> = plan.keys.iter().cloned().zip(next_seq).collect();
-    let _: i64 = client
-        .hset(keys::PUBLISHED, published)
-        .await
-        .context("could not record the published counts")?;
-    let _ = client.quit().await;
-    Ok(raised)
+        .context("settling the outbox failed")
 }
 
 /// The next event of key number `index`.
@@ -173,6 +212,7 @@ mod tests {
             slow_work_ms: 300,
             rng: Rng::new(5),
             settle_within: Duration::from_secs(1),
+            postgres: None,
         }
     }
 

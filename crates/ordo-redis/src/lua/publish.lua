@@ -24,7 +24,9 @@
 -- * within the window, a message id already appended to the stream in the
 --   last `window` ms (at most `cap` ids per stream are kept) is not appended
 --   again, so a publish retried after its reply was lost (a timeout, a Redis
---   restart) does not duplicate it.
+--   restart) does not duplicate it. A publication with a position skips
+--   this: its position already makes it idempotent, and the id set is the
+--   costliest part of a publish (a ZADD and its trimming per message).
 --
 -- Returns {'ok', id or 'dup'...} or, when an XADD failed,
 -- {'error', published, message}.
@@ -41,12 +43,13 @@ for i = 0, #KEYS / 6 - 1 do
     KEYS[6 * i + 1], KEYS[6 * i + 2], KEYS[6 * i + 3], KEYS[6 * i + 4], KEYS[6 * i + 5], KEYS[6 * i + 6]
   local member, type_name, envelope, message_id, position =
     ARGV[5 * i + 3], ARGV[5 * i + 4], ARGV[5 * i + 5], ARGV[5 * i + 6], ARGV[5 * i + 7]
+  local by_id = window > 0 and position == ''
   if position ~= '' and tonumber(redis.call('GET', position_key) or '0') >= tonumber(position) then
     -- Already published (by this relay before a crash, or by another one).
     ids[#ids + 1] = 'dup'
   -- Recorded first (one command checks and records); taken back if the
   -- XADD fails, so a failed publish is never taken for a done one.
-  elseif window > 0 and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
+  elseif by_id and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
     ids[#ids + 1] = 'dup'
   else
     if redis.call('EXISTS', stream) == 0 then
@@ -75,7 +78,7 @@ for i = 0, #KEYS / 6 - 1 do
     end
     local id = redis.pcall('XADD', stream, '*', 'type', type_name, 'envelope', envelope)
     if type(id) == 'table' and id.err then
-      if window > 0 then
+      if by_id then
         redis.call('ZREM', recent, message_id)
       end
       return {'error', i, id.err}
@@ -86,7 +89,7 @@ for i = 0, #KEYS / 6 - 1 do
     if position ~= '' then
       redis.call('SET', position_key, position)
     end
-    if window > 0 and not trimmed[recent] then
+    if by_id and not trimmed[recent] then
       -- Expired and surplus ids go once per stream and call.
       trimmed[recent] = true
       redis.call('ZREMRANGEBYSCORE', recent, '-inf', now - window)
