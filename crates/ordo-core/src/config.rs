@@ -151,8 +151,8 @@ pub struct HealthConfig {
 }
 
 impl HealthConfig {
-    /// `max_lag`: more entries not yet delivered to a group than this (on
-    /// one partition or base stream) is `lagging`.
+    /// `max_lag`: more entries not yet delivered to a handler than this,
+    /// over all its partitions (or base streams), is `lagging`.
     pub fn max_lag(&self) -> u64 {
         self.max_lag
     }
