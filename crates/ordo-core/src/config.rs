@@ -67,6 +67,8 @@ const MAX_CONCURRENCY: u64 = 64;
 const PRIORITY_THRESHOLD: i32 = 0;
 const HEALTH_MAX_LAG: u64 = 10_000;
 const HEALTH_MAX_PENDING_AGE_MS: u64 = 300_000;
+/// 4 MiB: far above any sensible event, far below what hurts a Redis node.
+const MAX_PAYLOAD_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The validated domain configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +77,22 @@ pub struct Config {
     priority_lanes: PriorityLanesConfig,
     handlers: BTreeMap<String, HandlerConfig>,
     health: HealthConfig,
+    outbox: OutboxConfig,
+}
+
+/// `[outbox]`: what a commit accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxConfig {
+    max_payload_bytes: usize,
+}
+
+impl OutboxConfig {
+    /// `max_payload_bytes`: the largest serialised event a unit of work
+    /// commits (default 4 MiB); a larger one fails the commit with
+    /// `CommitError::PayloadTooLarge` and nothing is written.
+    pub fn max_payload_bytes(&self) -> usize {
+        self.max_payload_bytes
+    }
 }
 
 /// `[handlers.NAME]`: one handler's own retries, backoff and concurrency,
@@ -252,6 +270,11 @@ impl Config {
         &self.health
     }
 
+    /// `[outbox]`.
+    pub fn outbox(&self) -> &OutboxConfig {
+        &self.outbox
+    }
+
     /// The key validation rules, with the configured backfill suffix reserved.
     pub fn key_rules(&self) -> KeyRules {
         KeyRules::with_backfill_suffix(self.priority_lanes.backfill_suffix.clone())
@@ -272,6 +295,7 @@ impl Config {
             priority_lanes: raw.server.priority_lanes.validate()?,
             handlers,
             health: raw.health.validate()?,
+            outbox: raw.outbox.validate()?,
         })
     }
 }
@@ -394,6 +418,7 @@ const SCHEMA: &[(&str, Node)] = &[
         "health",
         Node::Table(&[("max_lag", Node::Value), ("max_pending_age_ms", Node::Value)]),
     ),
+    ("outbox", Node::Table(&[("max_payload_bytes", Node::Value)])),
     ("redis", Node::Table(&[("url", Node::Value)])),
     ("cli", Node::Table(&[("warn_partitions", Node::Value)])),
 ];
@@ -478,6 +503,8 @@ struct RawFile {
     #[serde(default)]
     health: RawHealth,
     #[serde(default)]
+    outbox: RawOutbox,
+    #[serde(default)]
     #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
     redis: RawRedis,
     #[serde(default)]
@@ -554,6 +581,25 @@ struct RawHandler {
 struct RawHealth {
     max_lag: Option<i64>,
     max_pending_age_ms: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "the [outbox] table")]
+struct RawOutbox {
+    max_payload_bytes: Option<i64>,
+}
+
+impl RawOutbox {
+    fn validate(self) -> Result<OutboxConfig, ConfigError> {
+        let bytes = positive_int(
+            "outbox.max_payload_bytes",
+            self.max_payload_bytes,
+            MAX_PAYLOAD_BYTES,
+        )?;
+        let max_payload_bytes = usize::try_from(bytes)
+            .map_err(|_| invalid("outbox.max_payload_bytes", format!("is too large, got {bytes}")))?;
+        Ok(OutboxConfig { max_payload_bytes })
+    }
 }
 
 impl RawHandler {

@@ -284,6 +284,23 @@ pub enum CommitError {
         /// The partitioned category.
         category: String,
     },
+    /// An event serialises to more bytes than `[outbox] max_payload_bytes`
+    /// allows: it is refused before anything is written, rather than
+    /// stored in the outbox and in Redis.
+    #[error(
+        "cannot commit event `{type_name}` (message {message_id}): its payload is {size} bytes, more than \
+         the {limit} bytes `[outbox] max_payload_bytes` allows"
+    )]
+    PayloadTooLarge {
+        /// The message id of the offending event.
+        message_id: String,
+        /// Its type name.
+        type_name: String,
+        /// The serialised payload's size in bytes.
+        size: usize,
+        /// The configured limit in bytes.
+        limit: usize,
+    },
     /// An event's JSON does not decode back into its type, so no handler
     /// could ever receive it (for example, nested deeper than the decoder's
     /// recursion limit of 128).

@@ -69,7 +69,9 @@ pub use policy::{
 };
 
 // The domain and its configuration.
-pub use config::{Config, HandlerConfig, HealthConfig, PartitioningConfig, PriorityLanesConfig, ReapPolicy};
+pub use config::{
+    Config, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, PriorityLanesConfig, ReapPolicy,
+};
 pub use domain::{Domain, DomainBuilder, RunningDomain};
 pub use error::{
     BackoffError, CommitError, ConfigError, DispatchError, IncorrectUsageError, OutboxError,

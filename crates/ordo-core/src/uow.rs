@@ -204,10 +204,19 @@ impl UnitOfWork {
     /// The outbox rows, each with its validated partition key and metadata.
     fn rows(&self) -> Result<Vec<NewOutboxRow>, CommitError> {
         let rules = self.domain.config().key_rules();
+        let limit = self.domain.config().outbox().max_payload_bytes();
         self.raised
             .iter()
             .map(|raised| {
                 let mut envelope = raised.envelope.clone();
+                if envelope.payload.len() > limit {
+                    return Err(CommitError::PayloadTooLarge {
+                        message_id: envelope.id,
+                        type_name: envelope.type_name,
+                        size: raised.envelope.payload.len(),
+                        limit,
+                    });
+                }
                 envelope
                     .metadata
                     .extend(self.metadata.iter().map(|(k, v)| (k.clone(), v.clone())));

@@ -73,6 +73,54 @@ async fn commit_stores_the_validated_key_on_row_and_envelope() {
 }
 
 #[tokio::test]
+async fn an_oversized_payload_is_refused_at_commit_and_nothing_is_written() {
+    let config = Config::from_toml_str("[outbox]\nmax_payload_bytes = 200\n").unwrap();
+    let f = fixture_with(RecordingBroker::partitioning(), config);
+    let mut uow = f.domain.unit_of_work();
+    uow.raise(placed("o-1", "client-1", 1)).unwrap();
+    uow.raise(CustomerRegistered {
+        customer_id: "x".repeat(300),
+        amount: 2,
+    })
+    .unwrap();
+    let error = uow.commit().await.unwrap_err();
+    let CommitError::PayloadTooLarge {
+        type_name,
+        size,
+        limit,
+        ..
+    } = &error
+    else {
+        panic!("expected PayloadTooLarge, got {error:?}");
+    };
+    assert_eq!((type_name.as_str(), *limit), ("CustomerRegistered", 200));
+    assert!(*size > 300, "{size}");
+    let text = error.to_string();
+    assert!(
+        text.contains("CustomerRegistered") && text.contains("max_payload_bytes"),
+        "{text}"
+    );
+    assert!(f.outbox.rows().is_empty(), "nothing may be written");
+
+    // At the limit, or under it, the same unit commits.
+    let mut uow = f.domain.unit_of_work();
+    uow.raise(placed("o-2", "client-1", 1)).unwrap();
+    uow.commit().await.unwrap();
+    assert_eq!(f.outbox.rows().len(), 1);
+}
+
+#[test]
+fn the_payload_limit_defaults_to_four_mib_and_must_be_positive() {
+    assert_eq!(Config::default().outbox().max_payload_bytes(), 4 * 1024 * 1024);
+    for bad in ["0", "-1"] {
+        let error = Config::from_toml_str(&format!("[outbox]\nmax_payload_bytes = {bad}\n")).unwrap_err();
+        assert!(error.to_string().contains("outbox.max_payload_bytes"), "{error}");
+    }
+    let error = Config::from_toml_str("[outbox]\nmax_payload = 10\n").unwrap_err();
+    assert!(error.to_string().contains("outbox.max_payload"), "{error}");
+}
+
+#[tokio::test]
 async fn one_bad_key_fails_the_whole_commit_and_writes_nothing() {
     let f = fixture();
     let mut uow = f.domain.unit_of_work();
