@@ -40,6 +40,7 @@ mod fence;
 mod keys;
 mod lease;
 mod metrics;
+mod nodes;
 mod partition;
 mod process;
 mod publish;
@@ -48,6 +49,7 @@ mod status;
 
 pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
 pub use broker::{RedisBroker, RedisBrokerBuilder};
+pub use connection::client_config;
 pub use error::{Error, Result};
 pub use fence::{FencedWrite, RedisFence};
 pub use keys::{LeaseKeys, PartitionKeys};
