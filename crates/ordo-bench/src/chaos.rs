@@ -41,7 +41,7 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike as _, ServerInterface as _};
 use fred::types::config::ReconnectPolicy;
 use ordo_harness::verify::{Applied, Verdict};
-use ordo_testkit::Redis;
+use ordo_testkit::{Redis, RedisCluster};
 
 use self::controller::{Controller, Outcome, Parts, Plan};
 pub use self::fault::FaultKind;
@@ -131,7 +131,12 @@ fn parse_range(text: &str) -> Result<(Duration, Duration), String> {
 /// Runs the checker and reports what it found.
 pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
     let seed = args.seed.unwrap_or_else(random_seed);
-    let mut server = redis.start_with(Redis::builder().append_only(true)).await?;
+    let mut server = redis
+        .start_with(
+            Redis::builder().append_only(true),
+            RedisCluster::builder().append_only(true).replicas(true),
+        )
+        .await?;
     let own_redis = server.server_mut().is_some();
     eprintln!(
         "chaos: seed {seed}; {} instances, {} keys, {} events/s, lease TTL {} ms, faults every {:?}..{:?}, \
