@@ -13,11 +13,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 use fred::clients::Pool;
 use fred::interfaces::{ClientLike as _, KeysInterface as _, ListInterface as _};
 use ordo_harness::keys;
 use ordo_harness::verify::Verdict;
+use ordo_testkit::RedisCluster;
 use tokio::runtime::Handle;
 
 use super::duplicates::{self, Causes, Duplicate};
@@ -120,7 +121,8 @@ pub(crate) struct Controller {
     plan: Plan,
     runtime: Handle,
     client: Pool,
-    proxy: ConnProxy,
+    /// The per-connection fault's proxy; `None` on a cluster.
+    proxy: Option<ConnProxy>,
     redis: Option<BenchRedis>,
     redis_fault: Option<JoinHandle<(BenchRedis, Result<()>)>>,
     traffic: Option<TrafficPlan>,
@@ -149,7 +151,7 @@ pub(crate) struct Parts {
     pub(crate) plan: Plan,
     pub(crate) runtime: Handle,
     pub(crate) client: Pool,
-    pub(crate) proxy: ConnProxy,
+    pub(crate) proxy: Option<ConnProxy>,
     pub(crate) redis: BenchRedis,
     pub(crate) traffic: TrafficPlan,
     pub(crate) fleet: Fleet,
@@ -334,7 +336,7 @@ impl Controller {
                 }
                 self.join()?;
             }
-            FaultKind::RedisRestart | FaultKind::RedisCrash => {
+            FaultKind::RedisRestart | FaultKind::RedisCrash | FaultKind::ClusterFailover => {
                 let settling = self
                     .fleet
                     .names(|m| matches!(m.state, State::Starting | State::Stopping { .. }));
@@ -362,8 +364,11 @@ impl Controller {
         let ttl = self.plan.lease_ttl;
         let hold = self.choices.duration(ttl / 2, ttl);
         let pick = usize::try_from(self.choices.next_u64() % 1_000_000).unwrap_or(0);
-        let connections = self.proxy.connections();
-        match self.proxy.delay_one(pick, hold) {
+        let Some(proxy) = &self.proxy else {
+            return false;
+        };
+        let connections = proxy.connections();
+        match proxy.delay_one(pick, hold) {
             Some(id) => {
                 self.log(format!(
                     "conn delay: connection {id} of {connections} held back {hold:?}"
@@ -448,18 +453,32 @@ impl Controller {
         let outage = self
             .choices
             .duration(Duration::from_millis(200), ttl + Duration::from_secs(1));
+        let pick = self.choices.next_u64();
         self.failovers.disturb();
+        // On a cluster, the node is chosen (and named) before the thread starts.
+        let target = match redis.cluster_mut() {
+            Some(cluster) => Some(cluster_target(cluster, kind, pick)?),
+            None => None,
+        };
+        let on = target.map_or_else(String::new, |(index, port)| {
+            format!(" of node {index} (port {port})")
+        });
+        let node = target.map(|(index, _)| index);
         let handle = std::thread::Builder::new()
             .name("chaos-redis".to_owned())
             .spawn(move || {
-                let result = fault_redis(&mut redis, kind, outage);
+                let result = match node {
+                    Some(node) => fault_cluster(&mut redis, node, kind, outage),
+                    None => fault_redis(&mut redis, kind, outage),
+                };
                 (redis, result)
             })
             .context("could not start the Redis fault's thread")?;
         self.redis_fault = Some(handle);
         match kind {
-            FaultKind::RedisCrash => self.log(format!("redis crash (SIGKILL), down for {outage:?}")),
-            _ => self.log("redis restart (graceful)"),
+            FaultKind::RedisCrash => self.log(format!("redis crash (SIGKILL){on}, down for {outage:?}")),
+            FaultKind::ClusterFailover => self.log(format!("cluster failover (CLUSTER FAILOVER){on}")),
+            _ => self.log(format!("redis restart (graceful){on}")),
         }
         Ok(())
     }
@@ -812,6 +831,46 @@ impl Controller {
             })
             .collect()
     }
+}
+
+/// The node a cluster fault hits, as (index, port): for a failover, a
+/// replica of a primary chosen by `pick`; else that primary.
+fn cluster_target(cluster: &RedisCluster, kind: FaultKind, pick: u64) -> Result<(usize, u16)> {
+    let primaries = cluster
+        .primaries()
+        .context("could not list the cluster's primaries")?;
+    ensure!(!primaries.is_empty(), "the cluster has no reachable primary");
+    let primary = primaries[usize::try_from(pick % primaries.len() as u64).unwrap_or(0)];
+    let index = if kind == FaultKind::ClusterFailover {
+        *cluster
+            .replicas_of(primary)
+            .context("could not list the replicas")?
+            .first()
+            .with_context(|| format!("primary {primary} has no replica to fail over to"))?
+    } else {
+        primary
+    };
+    Ok((index, cluster.node(index)?.port()))
+}
+
+/// Restarts or crashes one node of the run's own cluster (`node` a primary),
+/// or fails over to replica `node`, and waits until the cluster is ok again.
+fn fault_cluster(redis: &mut BenchRedis, node: usize, kind: FaultKind, outage: Duration) -> Result<()> {
+    let cluster = redis
+        .cluster_mut()
+        .context("a cluster named by URL cannot be faulted")?;
+    if kind == FaultKind::ClusterFailover {
+        return cluster.failover(node).context("CLUSTER FAILOVER failed");
+    }
+    let target = cluster.node_mut(node)?;
+    if kind == FaultKind::RedisCrash {
+        target.kill().context("could not kill the cluster node")?;
+        // The outage is the fault being injected, not a wait for a condition.
+        std::thread::sleep(outage);
+    }
+    target.restart().context("could not restart the cluster node")?;
+    cluster.wait_ok().context("the cluster did not recover")?;
+    Ok(())
 }
 
 /// Restarts or crashes the run's own Redis.

@@ -20,21 +20,26 @@ pub enum FaultKind {
     Term,
     /// A new instance joins.
     Join,
-    /// Redis shuts down gracefully and starts again on its append-only file.
+    /// Redis shuts down gracefully and starts again on its append-only file
+    /// (on a cluster: one primary, chosen at random).
     RedisRestart,
     /// Redis is SIGKILLed, stays down for a while (up to longer than a
-    /// lease), and starts again on its append-only file.
+    /// lease), and starts again on its append-only file (on a cluster: one
+    /// primary, whose replica may be promoted while it is down).
     RedisCrash,
     /// One connection between an instance and Redis (through the run's
     /// proxy) has what it sends held back for longer than the command
     /// timeout, while the instance's other connections flow: a command the
     /// client gave up on runs late.
     ConnDelay,
+    /// A manual `CLUSTER FAILOVER`: the replica of a random primary takes
+    /// over after catching up, so no write is lost (a cluster of the run's own only).
+    ClusterFailover,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Term,
@@ -42,6 +47,7 @@ impl FaultKind {
         FaultKind::RedisRestart,
         FaultKind::RedisCrash,
         FaultKind::ConnDelay,
+        FaultKind::ClusterFailover,
     ];
 
     /// The name in reports: `faults_{name}`.
@@ -54,12 +60,28 @@ impl FaultKind {
             FaultKind::RedisRestart => "redis_restart",
             FaultKind::RedisCrash => "redis_crash",
             FaultKind::ConnDelay => "conn_delay",
+            FaultKind::ClusterFailover => "cluster_failover",
         }
     }
 
     /// Whether the fault needs a Redis the run controls.
     pub(crate) fn needs_own_redis(self) -> bool {
-        matches!(self, FaultKind::RedisRestart | FaultKind::RedisCrash)
+        matches!(
+            self,
+            FaultKind::RedisRestart | FaultKind::RedisCrash | FaultKind::ClusterFailover
+        )
+    }
+
+    /// Whether the fault only makes sense on a Redis Cluster.
+    pub(crate) fn needs_cluster(self) -> bool {
+        self == FaultKind::ClusterFailover
+    }
+
+    /// Whether the fault only works on a single Redis: the per-connection
+    /// proxy stands in front of one server, while a cluster client connects
+    /// to the addresses the cluster announces.
+    pub(crate) fn needs_single_node(self) -> bool {
+        self == FaultKind::ConnDelay
     }
 
     /// How many of each kind one round of the schedule holds: instance
@@ -67,7 +89,11 @@ impl FaultKind {
     fn per_round(self) -> usize {
         match self {
             FaultKind::Kill | FaultKind::Stop | FaultKind::ConnDelay => 2,
-            FaultKind::Term | FaultKind::Join | FaultKind::RedisRestart | FaultKind::RedisCrash => 1,
+            FaultKind::Term
+            | FaultKind::Join
+            | FaultKind::RedisRestart
+            | FaultKind::RedisCrash
+            | FaultKind::ClusterFailover => 1,
         }
     }
 }
