@@ -188,3 +188,17 @@ fn with_replicas_a_manual_failover_keeps_the_data_and_a_killed_primary_is_replac
         "the restarted node rejoins as a replica"
     );
 }
+
+#[test]
+fn dropping_the_cluster_stops_every_node() {
+    let cluster = RedisCluster::builder().replicas(true).start().unwrap();
+    let ports: Vec<u16> = cluster.nodes().iter().map(|node| node.port()).collect();
+    assert_eq!(ports.len(), 6);
+    drop(cluster);
+    for port in ports {
+        assert!(
+            TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "a node still listens on {port}"
+        );
+    }
+}

@@ -886,3 +886,56 @@ fn fault_redis(redis: &mut BenchRedis, kind: FaultKind, outage: Duration) -> Res
     server.restart().context("could not restart Redis")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use ordo_testkit::NodeRole;
+
+    use super::*;
+    use crate::redis::RedisArgs;
+
+    /// The cluster faults on a real cluster: each hits the node it names and
+    /// leaves the cluster ok, with every slot served.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cluster_faults_hit_the_chosen_node_and_the_cluster_recovers() -> Result<()> {
+        let args = RedisArgs {
+            redis_url: None,
+            cluster: true,
+        };
+        let mut redis = args
+            .start_with(
+                ordo_testkit::Redis::builder(),
+                RedisCluster::builder().append_only(true).replicas(true),
+            )
+            .await?;
+        assert!(redis.is_cluster() && redis.server_mut().is_none());
+        let outage = Duration::from_millis(300);
+        for (pick, kind) in [
+            (0, FaultKind::ClusterFailover),
+            (1, FaultKind::RedisCrash),
+            (2, FaultKind::RedisRestart),
+        ] {
+            let cluster = redis.cluster_mut().context("a cluster of the run's own")?;
+            let (node, port) = cluster_target(cluster, kind, pick)?;
+            assert_eq!(cluster.node(node)?.port(), port);
+            let role = cluster.node(node)?.role()?;
+            let expected_before = if kind == FaultKind::ClusterFailover {
+                matches!(role, NodeRole::Replica { .. })
+            } else {
+                role == NodeRole::Primary
+            };
+            assert!(expected_before, "{kind}: node {node} is {role:?}");
+            redis = tokio::task::spawn_blocking(move || {
+                fault_cluster(&mut redis, node, kind, outage).map(|()| redis)
+            })
+            .await??;
+            let cluster = redis.cluster_mut().context("a cluster of the run's own")?;
+            cluster.wait_ok()?;
+            assert_eq!(cluster.primaries()?.len(), 3, "{kind}");
+            if kind == FaultKind::ClusterFailover {
+                assert_eq!(cluster.node(node)?.role()?, NodeRole::Primary, "{kind}");
+            }
+        }
+        Ok(())
+    }
+}
