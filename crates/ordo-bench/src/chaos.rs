@@ -49,7 +49,7 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike as _, ServerInterface as _};
 use fred::types::config::ReconnectPolicy;
 use ordo_harness::verify::{Applied, Verdict};
-use ordo_testkit::Redis;
+use ordo_testkit::{Redis, RedisCluster};
 
 use self::controller::{Controller, Outcome, Parts, Plan};
 pub use self::fault::FaultKind;
@@ -95,8 +95,9 @@ pub struct ChaosArgs {
     #[arg(long, default_value = "400")]
     pub slow_work_ms: NonZeroU64,
     /// The kinds of fault to inject, comma-separated (default: all of
-    /// kill, stop, term, join, redis_restart, redis_crash, conn_delay), to aim
-    /// a run at one mechanism.
+    /// kill, stop, term, join, redis_restart, redis_crash, conn_delay, and on
+    /// a cluster of the run's own (--cluster) cluster_failover; conn_delay
+    /// needs a single Redis), to aim a run at one mechanism.
     #[arg(long, value_delimiter = ',', value_parser = parse_kind, value_name = "KIND,...")]
     pub faults: Vec<FaultKind>,
     /// Seconds the final publish may take, and the drain may go without an
@@ -124,6 +125,24 @@ impl ChaosArgs {
     pub fn postgres_mode(&self) -> bool {
         self.postgres || self.database_url.is_some()
     }
+}
+
+/// The kinds a run injects: those asked for (all if none), less what this
+/// Redis cannot take (Redis faults need one of the run's own, a failover a
+/// cluster, the per-connection delay a single Redis).
+fn fault_kinds(asked: &[FaultKind], own_redis: bool, cluster: bool) -> Vec<FaultKind> {
+    FaultKind::ALL
+        .into_iter()
+        .filter(|kind| asked.is_empty() || asked.contains(kind))
+        .filter(|kind| own_redis || !kind.needs_own_redis())
+        .filter(|kind| {
+            if cluster {
+                !kind.needs_single_node()
+            } else {
+                !kind.needs_cluster()
+            }
+        })
+        .collect()
 }
 
 /// Parses a fault kind by its report name.
@@ -162,8 +181,14 @@ fn parse_range(text: &str) -> Result<(Duration, Duration), String> {
 /// Runs the checker and reports what it found.
 pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
     let seed = args.seed.unwrap_or_else(random_seed);
-    let mut server = redis.start_with(Redis::builder().append_only(true)).await?;
-    let own_redis = server.server_mut().is_some();
+    let mut server = redis
+        .start_with(
+            Redis::builder().append_only(true),
+            RedisCluster::builder().append_only(true).replicas(true),
+        )
+        .await?;
+    let own_redis = server.server_mut().is_some() || server.cluster_mut().is_some();
+    let cluster = server.is_cluster();
     eprintln!(
         "chaos: seed {seed}; {} instances, {} keys, {} events/s, lease TTL {} ms, faults every {:?}..{:?}, \
          for {} s on {} Redis at {}",
@@ -174,10 +199,10 @@ pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
         args.faults_every.0,
         args.faults_every.1,
         args.duration,
-        if own_redis {
-            "its own (append-only)"
-        } else {
-            "an external"
+        match (own_redis, cluster) {
+            (true, false) => "its own (append-only)",
+            (true, true) => "its own cluster (append-only, one replica per primary)",
+            (false, _) => "an external",
         },
         server.url(),
     );
@@ -212,7 +237,7 @@ pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
     if let Some(database) = database {
         database.target.drop_schema(&database.pool).await?;
     }
-    Ok(report(args, seed, own_redis, &outcome??))
+    Ok(report(args, seed, (own_redis, cluster), &outcome??))
 }
 
 /// The PostgreSQL of a run in the PostgreSQL mode, with the run's schema.
@@ -274,24 +299,33 @@ fn parts(
     interrupted: Arc<AtomicBool>,
 ) -> Result<Parts> {
     let lease_ttl = Duration::from_millis(args.lease_ttl_ms.get());
+    let cluster = redis.is_cluster();
     let keys = ordo_harness::publisher::key_names(args.keys.get());
-    let kinds: Vec<FaultKind> = FaultKind::ALL
+    let kinds: Vec<FaultKind> = fault_kinds(&args.faults, own_redis, cluster)
         .into_iter()
-        .filter(|kind| args.faults.is_empty() || args.faults.contains(kind))
-        .filter(|kind| own_redis || !kind.needs_own_redis())
         .filter(|kind| (database.is_some() && args.relays > 0) || !kind.needs_postgres())
         .collect();
     ensure!(
         !kinds.is_empty(),
-        "no fault left to inject: Redis faults need a Redis of the run's own (no --redis-url)"
+        "no fault left to inject: Redis faults need a Redis of the run's own (no --redis-url), \
+         cluster_failover a cluster of its own (--cluster), conn_delay a single Redis"
     );
-    // The instances reach Redis through the per-connection fault's proxy;
-    // the publisher and the checker's own client go direct.
+    // On a single Redis the instances reach it through the per-connection
+    // fault's proxy; the publisher and the checker's own client go direct.
+    // A cluster client follows the addresses the cluster announces, so on a
+    // cluster everyone goes direct.
     let runtime = tokio::runtime::Handle::current();
-    let proxy = self::proxy::ConnProxy::start(&runtime, redis.url())?;
+    let proxy = if cluster {
+        None
+    } else {
+        Some(self::proxy::ConnProxy::start(&runtime, redis.url())?)
+    };
     let postgres = database.map(|d| d.target.clone());
     let spec = WorkerSpec {
-        redis_url: proxy.url_for(redis.url())?,
+        redis_url: match &proxy {
+            Some(proxy) => proxy.url_for(redis.url())?,
+            None => redis.url().to_owned(),
+        },
         lease_ttl_ms: args.lease_ttl_ms.get(),
         postgres: postgres.clone(),
         relay_only: false,
@@ -334,7 +368,8 @@ fn parts(
 }
 
 /// The figures, and the failures that make the exit status non-zero.
-fn report(args: &ChaosArgs, seed: u64, own_redis: bool, outcome: &Outcome) -> Report {
+/// `redis` is (the run's own Redis, a cluster).
+fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -> Report {
     let verdict = &outcome.verdict;
     let lost = Lost::of(verdict);
     let mut report = Report::new();
@@ -361,10 +396,12 @@ fn report(args: &ChaosArgs, seed: u64, own_redis: bool, outcome: &Outcome) -> Re
         .count("faults_skipped", outcome.faults.skipped)
         .text(
             "redis_faults",
-            if own_redis {
-                "injected (own Redis, appendonly yes, appendfsync everysec)"
-            } else {
-                "skipped (external Redis)"
+            match redis {
+                (true, false) => "injected (own Redis, appendonly yes, appendfsync everysec)",
+                (true, true) => {
+                    "injected (own cluster: 3 primaries with a replica each, appendonly yes, appendfsync everysec)"
+                }
+                (false, _) => "skipped (external Redis)",
             },
         )
         .count("overlaps", verdict.overlaps)
@@ -595,9 +632,33 @@ mod tests {
     }
 
     #[test]
+    fn each_redis_gets_the_faults_it_can_take() {
+        use FaultKind::*;
+        let instance_faults = [Kill, Stop, Term, Join];
+        let own_single = fault_kinds(&[], true, false);
+        assert_eq!(
+            own_single,
+            [Kill, Stop, Term, Join, RedisRestart, RedisCrash, ConnDelay]
+        );
+        let own_cluster = fault_kinds(&[], true, true);
+        assert_eq!(
+            own_cluster,
+            [Kill, Stop, Term, Join, RedisRestart, RedisCrash, ClusterFailover]
+        );
+        assert_eq!(
+            fault_kinds(&[], false, false),
+            [Kill, Stop, Term, Join, ConnDelay]
+        );
+        assert_eq!(fault_kinds(&[], false, true), instance_faults);
+        assert_eq!(fault_kinds(&[ClusterFailover, Kill], true, false), [Kill]);
+        assert!(fault_kinds(&[ConnDelay], true, true).is_empty());
+    }
+
+    #[test]
     fn fault_kinds_parse_by_name() {
         assert_eq!(parse_kind("redis_crash"), Ok(FaultKind::RedisCrash));
         assert_eq!(parse_kind(" kill"), Ok(FaultKind::Kill));
+        assert_eq!(parse_kind("cluster_failover"), Ok(FaultKind::ClusterFailover));
         assert!(parse_kind("nap").unwrap_err().contains("kill, stop, term"));
     }
 

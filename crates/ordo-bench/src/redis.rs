@@ -1,17 +1,17 @@
 //! The Redis a run measures against, and fred clients for it.
 //!
-//! `--redis-url` (or `REDIS_URL`) names an existing server; without it the
-//! run starts a private `redis-server` with ordo-testkit on a free port and
-//! keeps it until the run ends, so figures never depend on what else a shared
-//! server is doing.
+//! `--redis-url` (or `REDIS_URL`) names an existing server, or a Redis Cluster
+//! (`redis-cluster://host:port,host:port,...`); without it the run starts a
+//! private `redis-server` with ordo-testkit on a free port (with `--cluster`,
+//! a private local Redis Cluster of three primaries) and keeps it until the
+//! run ends, so figures never depend on what else a shared server is doing.
 
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use fred::clients::{Client, Pool};
 use fred::prelude::{Builder, ClientLike as _};
-use fred::types::config::Config;
-use ordo_testkit::{Redis, RedisBuilder};
+use ordo_testkit::{Redis, RedisBuilder, RedisCluster, RedisClusterBuilder};
 
 /// How long a client may take to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -22,50 +22,80 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Where the Redis comes from; flattened into the command line.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RedisArgs {
-    /// Redis to run against (redis://host:port[/db]). Without it, a private
+    /// Redis to run against (redis://host:port[/db], or a Redis Cluster:
+    /// redis-cluster://host:port[,host:port...]). Without it, a private
     /// redis-server is started for the run and stopped at its end.
     #[arg(long, env = "REDIS_URL", global = true, value_name = "URL")]
     pub redis_url: Option<String>,
+    /// Without --redis-url: start a private local Redis Cluster (three
+    /// primaries, redis-server --cluster-enabled yes) instead of one server.
+    #[arg(long, global = true, conflicts_with = "redis_url")]
+    pub cluster: bool,
 }
 
 impl RedisArgs {
     /// The Redis named on the command line, or a fresh private one.
     pub async fn start(&self) -> Result<BenchRedis> {
-        self.start_with(Redis::builder()).await
+        self.start_with(Redis::builder(), RedisCluster::builder()).await
     }
 
     /// Like [`RedisArgs::start`], but a private server is started with
-    /// `builder`'s options (e.g. `append_only(true)` for a run that restarts
-    /// Redis). The options do not apply to a server named by URL.
-    pub async fn start_with(&self, builder: RedisBuilder) -> Result<BenchRedis> {
+    /// `builder`'s options, a private cluster (`--cluster`) with `cluster`'s
+    /// (e.g. `append_only(true)` for a run that restarts Redis). The options
+    /// do not apply to a Redis named by URL.
+    pub async fn start_with(
+        &self,
+        builder: RedisBuilder,
+        cluster: RedisClusterBuilder,
+    ) -> Result<BenchRedis> {
         if let Some(url) = self
             .redis_url
             .as_deref()
             .map(str::trim)
             .filter(|url| !url.is_empty())
         {
+            ordo_redis::client_config(url).context("invalid --redis-url / REDIS_URL")?;
             return Ok(BenchRedis {
                 url: url.to_owned(),
-                server: None,
+                private: Private::None,
             });
         }
-        // Starting a server blocks until it answers PING.
+        // Starting servers blocks until they answer.
+        if self.cluster {
+            let cluster = tokio::task::spawn_blocking(move || cluster.start())
+                .await
+                .context("the task starting the Redis Cluster panicked")?
+                .context("could not start a private Redis Cluster (or pass --redis-url / set REDIS_URL)")?;
+            return Ok(BenchRedis {
+                url: cluster.url(),
+                private: Private::Cluster(cluster),
+            });
+        }
         let server = tokio::task::spawn_blocking(move || builder.start())
             .await
             .context("the task starting redis-server panicked")?
             .context("could not start a private redis-server (or pass --redis-url / set REDIS_URL)")?;
         Ok(BenchRedis {
             url: server.url(),
-            server: Some(server),
+            private: Private::Server(server),
         })
     }
 }
 
-/// The Redis of a run. A private server lives as long as this value.
+/// The Redis of a run. A private server or cluster lives as long as this value.
 #[derive(Debug)]
 pub struct BenchRedis {
     url: String,
-    server: Option<Redis>,
+    private: Private,
+}
+
+/// What the run started itself.
+#[derive(Debug)]
+enum Private {
+    /// Nothing: the Redis is named by URL.
+    None,
+    Server(Redis),
+    Cluster(RedisCluster),
 }
 
 impl BenchRedis {
@@ -75,9 +105,26 @@ impl BenchRedis {
     }
 
     /// The private server, to kill, pause or restart it; `None` when the run
-    /// uses a server named by URL, which it cannot control.
+    /// uses a Redis named by URL, which it cannot control, or a private cluster.
     pub fn server_mut(&mut self) -> Option<&mut Redis> {
-        self.server.as_mut()
+        match &mut self.private {
+            Private::Server(server) => Some(server),
+            Private::None | Private::Cluster(_) => None,
+        }
+    }
+
+    /// The private cluster (`--cluster`), to kill, restart or fail over its
+    /// nodes; `None` otherwise.
+    pub fn cluster_mut(&mut self) -> Option<&mut RedisCluster> {
+        match &mut self.private {
+            Private::Cluster(cluster) => Some(cluster),
+            Private::None | Private::Server(_) => None,
+        }
+    }
+
+    /// Whether the run's Redis is a Redis Cluster (private or named by URL).
+    pub fn is_cluster(&self) -> bool {
+        ordo_redis::client_config(&self.url).is_ok_and(|config| config.server.is_clustered())
     }
 
     /// A connected client with its own connection.
@@ -94,7 +141,7 @@ impl BenchRedis {
 /// A fred builder for `url` with the benchmark's timeouts and no reconnects:
 /// a benchmark whose Redis goes away should fail, not wait.
 pub fn builder(url: &str) -> Result<Builder> {
-    let mut config = Config::from_url(url).with_context(|| format!("{url:?} is not a usable Redis URL"))?;
+    let mut config = ordo_redis::client_config(url)?;
     config.fail_fast = true;
     let mut builder = Builder::from_config(config);
     builder

@@ -14,7 +14,8 @@ Exit codes:
   5  `status --check`: a warning (too many partitions, partitions nobody consumes)
 
 Redis: --redis-url, else REDIS_URL, else `[redis] url` in the nearest domain.toml
-(current directory upward), else redis://127.0.0.1:6379.";
+(current directory upward), else redis://127.0.0.1:6379. A Redis Cluster is named by
+its nodes: redis-cluster://host:port[,host:port...] (any one reachable node is enough).";
 
 /// Operate Ordo's Redis runtime: partitions, owners, lag, stuck keys and
 /// dead letters.
@@ -30,7 +31,8 @@ pub(crate) struct Cli {
 /// Where to find Redis and the domain configuration.
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
-    /// The Redis to operate on (`redis://host:port/db`).
+    /// The Redis to operate on (`redis://host:port/db`, or a Redis Cluster:
+    /// `redis-cluster://host:port[,host:port...]`).
     #[arg(long, env = "REDIS_URL", global = true, value_name = "URL")]
     pub(crate) redis_url: Option<String>,
     /// The domain.toml to read `[redis]`, `[cli]` and `[server.*]` from

@@ -1,7 +1,8 @@
 //! Where the CLI finds Redis and its settings.
 //!
 //! The Redis URL comes from `--redis-url`, else `REDIS_URL`, else the
-//! `[redis]` table of the domain.toml, else `redis://127.0.0.1:6379`. The
+//! `[redis]` table of the domain.toml, else `redis://127.0.0.1:6379`; a Redis
+//! Cluster is named by its nodes, `redis-cluster://host:port,host:port,...`. The
 //! domain.toml is `--config PATH`, else the nearest `domain.toml` from the
 //! current directory upward. Besides `[server.partitioning]` and
 //! `[server.priority_lanes]` (read by ordo-core's `Config`: the backfill
@@ -9,7 +10,7 @@
 //!
 //! ```toml
 //! [redis]
-//! url = "redis://127.0.0.1:6379/0"
+//! url = "redis://127.0.0.1:6379/0"   # or "redis-cluster://10.0.0.1:7000,10.0.0.2:7000"
 //!
 //! [cli]
 //! warn_partitions = 10000   # `ordo status` warns above this many live partitions per category
@@ -81,12 +82,21 @@ impl CliSettings {
             Some(path) => read(path)?,
             None => (CliFile::default(), Config::default()),
         };
+        let (redis_url, source) = match (&args.redis_url, file.redis.url) {
+            (Some(url), _) => (url.clone(), "--redis-url (or REDIS_URL)".to_owned()),
+            (None, Some(url)) => {
+                let path = path
+                    .as_deref()
+                    .map_or_else(String::new, |path| path.display().to_string());
+                (url, format!("`[redis] url` in {path}"))
+            }
+            (None, None) => (DEFAULT_REDIS_URL.to_owned(), "the default Redis URL".to_owned()),
+        };
+        // Checked here, before connecting, so the error says where the URL came from.
+        ordo_redis::client_config(&redis_url)
+            .map_err(|error| Failure::Usage(format!("{source}: {error}")))?;
         Ok(Self {
-            redis_url: args
-                .redis_url
-                .clone()
-                .or(file.redis.url)
-                .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned()),
+            redis_url,
             config,
             warn_partitions: file.cli.warn_partitions.unwrap_or(DEFAULT_WARN_PARTITIONS),
         })

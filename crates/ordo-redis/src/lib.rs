@@ -41,6 +41,7 @@ pub mod health;
 mod keys;
 mod lease;
 mod metrics;
+mod nodes;
 mod partition;
 mod process;
 mod publish;
@@ -49,6 +50,7 @@ mod status;
 
 pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
 pub use broker::{RedisBroker, RedisBrokerBuilder};
+pub use connection::client_config;
 pub use error::{Error, Result};
 pub use fence::{FencedWrite, RedisFence};
 pub use keys::{LeaseKeys, PartitionKeys};

@@ -9,7 +9,7 @@ use fred::interfaces::{ClientLike, KeysInterface};
 use ordo_core::broker::Broker;
 use ordo_core::key::Lane;
 use ordo_redis::{Error, HaltReason, PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisBroker};
-use ordo_testkit::Redis;
+use ordo_testkit::{Redis, RedisCluster};
 
 use common::{config, pool, publication};
 
@@ -86,5 +86,31 @@ async fn reaping_a_partition_keeps_its_operator_action_log() -> anyhow::Result<(
         "the operator action log was deleted by the reap"
     );
     client.quit().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn on_a_cluster_every_primary_is_checked_for_eviction() -> anyhow::Result<()> {
+    let cluster = RedisCluster::start_local()?;
+    for evicting in cluster.primaries()? {
+        let node = cluster.node(evicting)?;
+        let client = pool(&node.url()).await?;
+        set_policy(&client, "volatile-lru").await?;
+        match RedisBroker::builder(cluster.url()).build().await {
+            Err(Error::Config { key, reason }) => {
+                assert_eq!(key, "maxmemory-policy");
+                assert!(
+                    reason.contains(&format!(
+                        "is `volatile-lru` on cluster node 127.0.0.1:{}",
+                        node.port()
+                    )),
+                    "{reason}"
+                );
+            }
+            other => panic!("node {evicting}: expected its eviction policy to be refused, got {other:?}"),
+        }
+        set_policy(&client, "noeviction").await?;
+    }
+    RedisBroker::builder(cluster.url()).build().await?;
     Ok(())
 }

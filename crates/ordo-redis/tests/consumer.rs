@@ -16,6 +16,7 @@ use ordo_core::key::Lane;
 use ordo_redis::{PartitionKeys, RedisBroker};
 use ordo_testkit::Redis;
 
+use common::topology::TestRedis;
 use common::{Outcome, Recorder, Running, broker, config, pool, publication, subscription};
 use ordo_testkit::eventually;
 
@@ -63,9 +64,15 @@ fn keys(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("k{i}")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_instances_split_the_partitions_and_keep_each_key_in_order() -> anyhow::Result<()> {
-    let redis = Redis::start()?;
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    two_instances_split_the_partitions_and_keep_each_key_in_order,
+    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+);
+
+async fn two_instances_split_the_partitions_and_keep_each_key_in_order(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("order");
     let keys = keys(8);
@@ -305,9 +312,15 @@ async fn a_process_manager_owns_each_correlation_value_across_categories() -> an
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cold_partition_is_retired_and_a_later_publish_brings_it_back() -> anyhow::Result<()> {
-    let redis = Redis::start()?;
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_cold_partition_is_retired_and_a_later_publish_brings_it_back,
+    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+);
+
+async fn a_cold_partition_is_retired_and_a_later_publish_brings_it_back(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("order");
     let recorder = Recorder::new();

@@ -18,6 +18,7 @@ use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
 use ordo_testkit::Redis;
 
+use common::topology::TestRedis;
 use common::{Recorder, Running, broker, config, pool, publication, subscription};
 use ordo_testkit::eventually;
 
@@ -32,9 +33,13 @@ fn slow_to_acquire() -> ordo_core::config::Config {
     .expect("test config is valid")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_group_gets_what_was_published_after_it_joined() -> anyhow::Result<()> {
-    let redis = Redis::start()?;
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_new_group_gets_what_was_published_after_it_joined,
+    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+);
+
+async fn a_new_group_gets_what_was_published_after_it_joined(redis: TestRedis) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("order");
     let client = pool(&url).await?;

@@ -13,6 +13,7 @@ use ordo_core::key::Lane;
 use ordo_redis::{Error, HaltedPartition, PartitionAdmin};
 use ordo_testkit::Redis;
 
+use common::topology::TestRedis;
 use common::{Outcome, Recorder, Running, broker, config, pool, publication, subscription};
 use ordo_testkit::eventually;
 
@@ -53,10 +54,15 @@ fn poison(fail: Arc<std::sync::atomic::AtomicBool>) -> Recorder {
     }))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poison_message_halts_its_partition_only_and_each_operator_action_does_what_it_says()
--> anyhow::Result<()> {
-    let redis = Redis::start()?;
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_poison_message_halts_its_partition_only_and_each_operator_action_does_what_it_says,
+    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+);
+
+async fn a_poison_message_halts_its_partition_only_and_each_operator_action_does_what_it_says(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("order");
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -160,9 +166,15 @@ async fn a_poison_message_halts_its_partition_only_and_each_operator_action_does
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_halt_survives_a_failover_and_the_new_owner_does_not_rerun_the_head() -> anyhow::Result<()> {
-    let redis = Redis::start()?;
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_halt_survives_a_failover_and_the_new_owner_does_not_rerun_the_head,
+    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+);
+
+async fn a_halt_survives_a_failover_and_the_new_owner_does_not_rerun_the_head(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("order");
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));

@@ -17,6 +17,7 @@ use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 use ordo_testkit::Redis;
 
+use common::topology::TestRedis;
 use common::{Outcome, Recorder, Running, broker, config, envelope, pool, seq_of, subscription};
 use ordo_testkit::eventually;
 
@@ -39,12 +40,18 @@ fn attempts(recorder: &Recorder, seq: u64) -> u32 {
         .unwrap_or(0)
 }
 
-/// The reported case: 20 messages, no fault at all, two instances; the one
-/// that read the batch works through it slowly. Its entries used to be
-/// claimed by the other once they had been pending a lease TTL: 33 runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_live_instance_slowly_working_through_its_batch_keeps_its_entries() -> anyhow::Result<()> {
-    let redis = Redis::start()?;
+// The reported case: 20 messages, no fault at all, two instances; the one
+// that read the batch works through it slowly. Its entries used to be
+// claimed by the other once they had been pending a lease TTL: 33 runs.
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_live_instance_slowly_working_through_its_batch_keeps_its_entries,
+    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+);
+
+async fn a_live_instance_slowly_working_through_its_batch_keeps_its_entries(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("plain");
     let recorder = Recorder::with(Arc::new(|_, _, _| Outcome::Slow(Duration::from_millis(120))));

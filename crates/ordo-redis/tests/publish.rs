@@ -13,11 +13,18 @@ use ordo_core::key::Lane;
 use ordo_redis::{PartitionKeys, Partitions, ReadOutcome, ReapOutcome};
 use ordo_testkit::Redis;
 
+use common::topology::TestRedis;
 use common::{broker, config, envelope, pool, publication};
 
-#[tokio::test]
-async fn a_publish_writes_the_stream_the_index_and_the_registered_groups() -> anyhow::Result<()> {
-    let redis = Redis::start()?;
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_publish_writes_the_stream_the_index_and_the_registered_groups,
+    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+);
+
+async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("order");
     let a = broker(&url, config(15_000, 3_600_000, 0)).await?;

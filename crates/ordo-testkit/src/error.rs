@@ -125,6 +125,113 @@ pub enum TestkitError {
         reply: String,
     },
 
+    /// A command could not be sent or its reply not read.
+    #[error("{command} to {addr} failed")]
+    Command {
+        /// `host:port` of the server.
+        addr: String,
+        /// The command, e.g. `CLUSTER INFO`.
+        command: String,
+        /// The I/O failure.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A node answered a command with something the testkit cannot use.
+    #[error("{addr} answered {command} with {reply}")]
+    BadReply {
+        /// `host:port` of the node.
+        addr: String,
+        /// The command, e.g. `ROLE`.
+        command: String,
+        /// The reply, as debug text.
+        reply: String,
+    },
+
+    /// No `redis-cli` executable could be found (it creates clusters).
+    #[error("no redis-cli found ({looked_for}); {hint}")]
+    RedisCliNotFound {
+        /// Where the testkit looked.
+        looked_for: String,
+        /// How to get one.
+        hint: &'static str,
+    },
+
+    /// `redis-cli --cluster create` failed.
+    #[error("`redis-cli --cluster create` failed ({status}); it printed:\n{output}")]
+    ClusterCreate {
+        /// How it exited.
+        status: ExitStatus,
+        /// Its standard output and error.
+        output: String,
+    },
+
+    /// The cluster did not reach `cluster_state:ok` on every running node in time.
+    #[error("the Redis Cluster was not ready after {waited:?} ({what}); per node:\n{nodes}")]
+    ClusterNotReady {
+        /// What was awaited.
+        what: String,
+        /// How long the testkit waited.
+        waited: Duration,
+        /// What each node last said, one line per node.
+        nodes: String,
+    },
+
+    /// The operation needs a cluster the testkit controls, but this one comes from `REDIS_CLUSTER_URL`.
+    #[error(
+        "cannot {action} a node of an external Redis Cluster (REDIS_CLUSTER_URL is set); use \
+         RedisCluster::start_local() in tests that {action} nodes"
+    )]
+    ExternalCluster {
+        /// The refused operation, e.g. "kill".
+        action: &'static str,
+    },
+
+    /// `REDIS_CLUSTER_URL` could not be parsed.
+    #[error(
+        "REDIS_CLUSTER_URL={url:?} is not a usable Redis Cluster URL ({reason}); expected \
+         redis-cluster://host:port[,host:port...]"
+    )]
+    InvalidRedisClusterUrl {
+        /// The value of `REDIS_CLUSTER_URL`.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// `REDIS_CLUSTER_URL` is set but a node it names did not answer PING.
+    #[error(
+        "REDIS_CLUSTER_URL={url} is set but no Redis answered PING at {node}; start that cluster, or unset \
+         REDIS_CLUSTER_URL so the testkit starts a local one"
+    )]
+    ExternalClusterUnreachable {
+        /// The value of `REDIS_CLUSTER_URL`.
+        url: String,
+        /// The node that did not answer.
+        node: String,
+        /// Why the PING failed.
+        #[source]
+        source: Box<TestkitError>,
+    },
+
+    /// [`RedisCluster::failover`](crate::RedisCluster::failover) was asked to promote a node that is no replica.
+    #[error("cannot fail over to the node on port {port}: it is {role}, not a replica")]
+    NotAReplica {
+        /// The node's port.
+        port: u16,
+        /// What it is instead.
+        role: String,
+    },
+
+    /// A node index past the end of the cluster's nodes.
+    #[error("the cluster has {count} nodes, so there is no node {index}")]
+    NoSuchNode {
+        /// The index asked for.
+        index: usize,
+        /// How many nodes there are.
+        count: usize,
+    },
+
     /// A signal could not be delivered.
     #[error("could not send {signal:?} to process {pid}")]
     Signal {

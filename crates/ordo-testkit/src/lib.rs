@@ -6,6 +6,10 @@
 //! - [`Redis`] starts a `redis-server` on a free port with its own temporary
 //!   directory (or uses `REDIS_URL`), and can kill, pause, resume, stop and
 //!   restart it. When no Redis can be had, the error says how to get one.
+//! - [`RedisCluster`] starts a local Redis Cluster (three primaries, optionally
+//!   one replica each; `redis-server --cluster-enabled yes` and
+//!   `redis-cli --cluster create`) or uses `REDIS_CLUSTER_URL`; its nodes can be
+//!   killed, paused, restarted and failed over one by one.
 //! - [`Process`] runs a child process (an engine instance), collects its output
 //!   lines and sends it SIGKILL, SIGSTOP, SIGCONT or SIGTERM.
 //! - [`Postgres`] starts a private PostgreSQL (`initdb` + `postgres` on a
@@ -18,12 +22,18 @@
 //!   instead of spawning one (it cannot be killed or paused).
 //! - `ORDO_REDIS_SERVER=/path/to/redis-server`: the binary to spawn instead of
 //!   `redis-server` from `PATH`.
+//! - `REDIS_CLUSTER_URL=redis-cluster://host:port,host:port,...`:
+//!   [`RedisCluster::start`] uses that cluster instead of starting one (its
+//!   nodes cannot be killed, paused, restarted or failed over).
+//! - `ORDO_REDIS_CLI=/path/to/redis-cli`: the binary that creates clusters,
+//!   instead of the `redis-cli` beside `redis-server` or on `PATH`.
 //!
 //! Feature `testcontainers`: `Redis::start_container` runs `redis:7.2` in Docker.
 //!
 //! This crate is Unix-only: it controls processes with signals.
 
 mod child;
+mod cluster;
 #[cfg(feature = "testcontainers")]
 mod container;
 mod error;
@@ -35,6 +45,7 @@ mod signal;
 mod wait;
 
 pub use child::Process;
+pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{Result, TestkitError};
 pub use postgres::Postgres;
 pub use redis::{Redis, RedisBuilder};

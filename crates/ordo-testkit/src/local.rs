@@ -3,7 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,8 @@ const READY_LINE: &str = "Ready to accept connections";
 
 const LOG_FILE: &str = "redis.log";
 const STDERR_FILE: &str = "redis.stderr";
+/// A cluster node's own record of the cluster (its id, epoch, peers).
+const NODES_FILE: &str = "nodes.conf";
 
 const INSTALL_HINT: &str = "install it with `apt-get install redis-server` (or set ORDO_REDIS_SERVER=/path/to/redis-server), \
      or set REDIS_URL=redis://host:port to use a running Redis 7";
@@ -45,6 +47,9 @@ pub(crate) struct LocalServer {
     options: Vec<OsString>,
     dir: TempDir,
     port: u16,
+    /// The cluster bus port of a cluster node (`--cluster-port`), `None` for a plain server.
+    /// Chosen freely rather than Redis's default `port + 10000`, which can exceed 65535.
+    bus_port: Option<u16>,
     child: Option<Child>,
     paused: bool,
 }
@@ -68,6 +73,18 @@ impl LocalServer {
     /// Starts `redis-server` on a free port in a new temporary directory, and
     /// waits until it answers PING.
     pub(crate) fn start(options: Vec<OsString>) -> Result<Self> {
+        Self::start_node(options, false)
+    }
+
+    /// Starts a `redis-server --cluster-enabled yes` on a free port with a free
+    /// cluster bus port, in a new temporary directory (its `nodes.conf` lives
+    /// there, so a restart keeps the node's identity), and waits until it
+    /// answers PING. The node knows no other node yet.
+    pub(crate) fn start_cluster_node(options: Vec<OsString>) -> Result<Self> {
+        Self::start_node(options, true)
+    }
+
+    fn start_node(options: Vec<OsString>, cluster: bool) -> Result<Self> {
         let program = find_redis_server()?;
         let dir = tempfile::Builder::new()
             .prefix("ordo-redis-")
@@ -78,12 +95,21 @@ impl LocalServer {
             options,
             dir,
             port: 0,
+            bus_port: None,
             child: None,
             paused: false,
         };
         let mut attempt = 1;
         loop {
             server.port = free_port()?;
+            if cluster {
+                server.bus_port = Some(loop {
+                    let bus_port = free_port()?;
+                    if bus_port != server.port {
+                        break bus_port;
+                    }
+                });
+            }
             match server.launch() {
                 // Another test took the port between our probe and redis's bind: pick another.
                 Err(failure) if failure.port_in_use && attempt < PORT_ATTEMPTS => attempt += 1,
@@ -94,6 +120,26 @@ impl LocalServer {
 
     pub(crate) fn endpoint(&self) -> Endpoint {
         Endpoint::new("127.0.0.1", self.port)
+    }
+
+    /// Whether the process runs (it may be paused).
+    pub(crate) fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Whether the process is stopped by [`LocalServer::pause`].
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The program that runs the server.
+    pub(crate) fn program(&self) -> &Path {
+        &self.program
+    }
+
+    /// The server's data directory.
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// SIGKILL, then reap. Killing a server that is not running does nothing.
@@ -234,6 +280,16 @@ impl LocalServer {
             "--logfile".into(),
             self.log_path().into_os_string(),
         ];
+        if let Some(bus_port) = self.bus_port {
+            arguments.extend([
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-config-file".into(),
+                self.dir.path().join(NODES_FILE).into_os_string(),
+                "--cluster-port".into(),
+                bus_port.to_string().into(),
+            ]);
+        }
         arguments.extend(self.options.iter().cloned());
         arguments
     }
@@ -333,7 +389,7 @@ fn locate(
 
 /// A path containing `/` is taken as is; a bare name is searched on
 /// `search_path`. Either must be an executable file.
-fn resolve(program: &OsStr, search_path: Option<OsString>) -> Option<PathBuf> {
+pub(crate) fn resolve(program: &OsStr, search_path: Option<OsString>) -> Option<PathBuf> {
     let cwd = std::env::current_dir().ok()?;
     which::which_in(program, search_path, cwd).ok()
 }
@@ -394,6 +450,7 @@ mod tests {
             options: Vec::new(),
             dir: tempfile::tempdir().unwrap(),
             port: taken.local_addr().unwrap().port(),
+            bus_port: None,
             child: None,
             paused: false,
         };

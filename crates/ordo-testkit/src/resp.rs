@@ -115,6 +115,30 @@ impl Endpoint {
         self.expect("PING", reply, "+PONG")
     }
 
+    /// Sends one command (after AUTH when the URL had credentials) and reads its reply.
+    ///
+    /// An error reply (`-ERR ...`) is returned as [`Reply::Error`], not as an
+    /// `Err`: the caller knows which errors it expects. `timeout` bounds the
+    /// connect and each read and write.
+    pub(crate) fn command(&self, args: &[&str], timeout: Duration) -> Result<Reply> {
+        let io_error = |source| TestkitError::Command {
+            addr: self.to_string(),
+            command: args.join(" "),
+            source,
+        };
+        let stream = self.connect(timeout).map_err(io_error)?;
+        let mut reader = BufReader::new(&stream);
+        if let Some(auth) = &self.auth {
+            let mut auth_args = vec!["AUTH"];
+            auth_args.extend(auth.username.as_deref());
+            auth_args.push(&auth.password);
+            let reply = round_trip(&stream, &mut reader, &auth_args).map_err(io_error)?;
+            self.expect("AUTH", reply, "+OK")?;
+        }
+        write_command(&stream, args).map_err(io_error)?;
+        read_reply(&mut reader).map_err(io_error)
+    }
+
     fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
         let mut last_error = None;
         for addr in (self.host.as_str(), self.port).to_socket_addrs()? {
@@ -143,13 +167,42 @@ impl Endpoint {
     }
 }
 
-/// Writes one command and reads a one-line reply (simple string or error), without its CRLF.
-fn round_trip(mut stream: &TcpStream, reader: &mut impl BufRead, args: &[&str]) -> io::Result<String> {
+/// A decoded RESP2 reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// `+OK`
+    Simple(String),
+    /// `-ERR ...`, without the `-`.
+    Error(String),
+    /// `:1`
+    Integer(i64),
+    /// `$n` followed by the data; `None` for `$-1`.
+    Bulk(Option<String>),
+    /// `*n` followed by n replies; `None` for `*-1`.
+    Array(Option<Vec<Reply>>),
+}
+
+impl Reply {
+    /// The text of a simple string or bulk string reply.
+    pub(crate) fn text(&self) -> Option<&str> {
+        match self {
+            Reply::Simple(text) | Reply::Bulk(Some(text)) => Some(text),
+            _ => None,
+        }
+    }
+}
+
+/// Writes one command as a RESP array of bulk strings.
+fn write_command(mut stream: &TcpStream, args: &[&str]) -> io::Result<()> {
     let mut request = format!("*{}\r\n", args.len());
     for arg in args {
         request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
     }
-    stream.write_all(request.as_bytes())?;
+    stream.write_all(request.as_bytes())
+}
+
+/// Reads one line without its CRLF.
+fn read_line(reader: &mut impl BufRead) -> io::Result<String> {
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
         return Err(io::Error::new(
@@ -158,6 +211,48 @@ fn round_trip(mut stream: &TcpStream, reader: &mut impl BufRead, args: &[&str]) 
         ));
     }
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Reads one whole reply, nested arrays included.
+fn read_reply(reader: &mut impl BufRead) -> io::Result<Reply> {
+    let line = read_line(reader)?;
+    let malformed = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("malformed reply line {line:?}"),
+        )
+    };
+    let (kind, rest) = line.split_at_checked(1).ok_or_else(malformed)?;
+    let length = || rest.parse::<i64>().map_err(|_| malformed());
+    Ok(match kind {
+        "+" => Reply::Simple(rest.to_owned()),
+        "-" => Reply::Error(rest.to_owned()),
+        ":" => Reply::Integer(length()?),
+        "$" => match usize::try_from(length()?) {
+            Err(_) => Reply::Bulk(None),
+            Ok(len) => {
+                let mut data = vec![0; len + 2];
+                reader.read_exact(&mut data)?;
+                data.truncate(len);
+                Reply::Bulk(Some(String::from_utf8_lossy(&data).into_owned()))
+            }
+        },
+        "*" => match usize::try_from(length()?) {
+            Err(_) => Reply::Array(None),
+            Ok(count) => Reply::Array(Some(
+                (0..count)
+                    .map(|_| read_reply(reader))
+                    .collect::<io::Result<_>>()?,
+            )),
+        },
+        _ => return Err(malformed()),
+    })
+}
+
+/// Writes one command and reads a one-line reply (simple string or error), without its CRLF.
+fn round_trip(stream: &TcpStream, reader: &mut impl BufRead, args: &[&str]) -> io::Result<String> {
+    write_command(stream, args)?;
+    read_line(reader)
 }
 
 /// Accepts an empty path, `/` or `/<number>`.
@@ -241,6 +336,30 @@ mod tests {
             ("redis://:%4@h:1", "the credentials contain a malformed %-escape"),
         ] {
             assert_eq!(Endpoint::parse(url).err(), Some(reason), "{url}");
+        }
+    }
+
+    #[test]
+    fn reads_every_kind_of_reply() {
+        let wire = "*5\r\n+OK\r\n-ERR no\r\n:-7\r\n$-1\r\n*2\r\n$5\r\na\r\nbc\r\n*-1\r\n";
+        let reply = read_reply(&mut wire.as_bytes()).unwrap();
+        assert_eq!(
+            reply,
+            Reply::Array(Some(vec![
+                Reply::Simple("OK".into()),
+                Reply::Error("ERR no".into()),
+                Reply::Integer(-7),
+                Reply::Bulk(None),
+                Reply::Array(Some(vec![
+                    Reply::Bulk(Some("a\r\nbc".into())),
+                    Reply::Array(None)
+                ])),
+            ]))
+        );
+        assert_eq!(Reply::Simple("x".into()).text(), Some("x"));
+        assert_eq!(Reply::Integer(1).text(), None);
+        for bad in ["?x\r\n", "\r\n", ":x\r\n", "$3\r\nab"] {
+            assert!(read_reply(&mut bad.as_bytes()).is_err(), "{bad:?}");
         }
     }
 

@@ -13,11 +13,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 use fred::clients::Pool;
 use fred::interfaces::{ClientLike as _, KeysInterface as _, ListInterface as _};
 use ordo_harness::keys;
 use ordo_harness::verify::Verdict;
+use ordo_testkit::RedisCluster;
 use tokio::runtime::Handle;
 
 use super::duplicates::{self, Causes, Duplicate};
@@ -125,7 +126,8 @@ pub(crate) struct Controller {
     plan: Plan,
     runtime: Handle,
     client: Pool,
-    proxy: ConnProxy,
+    /// The per-connection fault's proxy; `None` on a cluster.
+    proxy: Option<ConnProxy>,
     redis: Option<BenchRedis>,
     redis_fault: Option<JoinHandle<(BenchRedis, Result<()>)>>,
     traffic: Option<TrafficPlan>,
@@ -160,7 +162,7 @@ pub(crate) struct Parts {
     pub(crate) plan: Plan,
     pub(crate) runtime: Handle,
     pub(crate) client: Pool,
-    pub(crate) proxy: ConnProxy,
+    pub(crate) proxy: Option<ConnProxy>,
     pub(crate) redis: BenchRedis,
     pub(crate) traffic: TrafficPlan,
     pub(crate) fleet: Fleet,
@@ -355,7 +357,7 @@ impl Controller {
                 }
                 self.join()?;
             }
-            FaultKind::RedisRestart | FaultKind::RedisCrash => {
+            FaultKind::RedisRestart | FaultKind::RedisCrash | FaultKind::ClusterFailover => {
                 let settling = self
                     .fleet
                     .names(|m| matches!(m.state, State::Starting | State::Stopping { .. }));
@@ -407,8 +409,11 @@ impl Controller {
         let ttl = self.plan.lease_ttl;
         let hold = self.choices.duration(ttl / 2, ttl);
         let pick = usize::try_from(self.choices.next_u64() % 1_000_000).unwrap_or(0);
-        let connections = self.proxy.connections();
-        match self.proxy.delay_one(pick, hold) {
+        let Some(proxy) = &self.proxy else {
+            return false;
+        };
+        let connections = proxy.connections();
+        match proxy.delay_one(pick, hold) {
             Some(id) => {
                 self.log(format!(
                     "conn delay: connection {id} of {connections} held back {hold:?}"
@@ -493,18 +498,32 @@ impl Controller {
         let outage = self
             .choices
             .duration(Duration::from_millis(200), ttl + Duration::from_secs(1));
+        let pick = self.choices.next_u64();
         self.failovers.disturb();
+        // On a cluster, the node is chosen (and named) before the thread starts.
+        let target = match redis.cluster_mut() {
+            Some(cluster) => Some(cluster_target(cluster, kind, pick)?),
+            None => None,
+        };
+        let on = target.map_or_else(String::new, |(index, port)| {
+            format!(" of node {index} (port {port})")
+        });
+        let node = target.map(|(index, _)| index);
         let handle = std::thread::Builder::new()
             .name("chaos-redis".to_owned())
             .spawn(move || {
-                let result = fault_redis(&mut redis, kind, outage);
+                let result = match node {
+                    Some(node) => fault_cluster(&mut redis, node, kind, outage),
+                    None => fault_redis(&mut redis, kind, outage),
+                };
                 (redis, result)
             })
             .context("could not start the Redis fault's thread")?;
         self.redis_fault = Some(handle);
         match kind {
-            FaultKind::RedisCrash => self.log(format!("redis crash (SIGKILL), down for {outage:?}")),
-            _ => self.log("redis restart (graceful)"),
+            FaultKind::RedisCrash => self.log(format!("redis crash (SIGKILL){on}, down for {outage:?}")),
+            FaultKind::ClusterFailover => self.log(format!("cluster failover (CLUSTER FAILOVER){on}")),
+            _ => self.log(format!("redis restart (graceful){on}")),
         }
         Ok(())
     }
@@ -919,6 +938,46 @@ impl Controller {
     }
 }
 
+/// The node a cluster fault hits, as (index, port): for a failover, a
+/// replica of a primary chosen by `pick`; else that primary.
+fn cluster_target(cluster: &RedisCluster, kind: FaultKind, pick: u64) -> Result<(usize, u16)> {
+    let primaries = cluster
+        .primaries()
+        .context("could not list the cluster's primaries")?;
+    ensure!(!primaries.is_empty(), "the cluster has no reachable primary");
+    let primary = primaries[usize::try_from(pick % primaries.len() as u64).unwrap_or(0)];
+    let index = if kind == FaultKind::ClusterFailover {
+        *cluster
+            .replicas_of(primary)
+            .context("could not list the replicas")?
+            .first()
+            .with_context(|| format!("primary {primary} has no replica to fail over to"))?
+    } else {
+        primary
+    };
+    Ok((index, cluster.node(index)?.port()))
+}
+
+/// Restarts or crashes one node of the run's own cluster (`node` a primary),
+/// or fails over to replica `node`, and waits until the cluster is ok again.
+fn fault_cluster(redis: &mut BenchRedis, node: usize, kind: FaultKind, outage: Duration) -> Result<()> {
+    let cluster = redis
+        .cluster_mut()
+        .context("a cluster named by URL cannot be faulted")?;
+    if kind == FaultKind::ClusterFailover {
+        return cluster.failover(node).context("CLUSTER FAILOVER failed");
+    }
+    let target = cluster.node_mut(node)?;
+    if kind == FaultKind::RedisCrash {
+        target.kill().context("could not kill the cluster node")?;
+        // The outage is the fault being injected, not a wait for a condition.
+        std::thread::sleep(outage);
+    }
+    target.restart().context("could not restart the cluster node")?;
+    cluster.wait_ok().context("the cluster did not recover")?;
+    Ok(())
+}
+
 /// Restarts or crashes the run's own Redis.
 fn fault_redis(redis: &mut BenchRedis, kind: FaultKind, outage: Duration) -> Result<()> {
     let server = redis
@@ -931,4 +990,57 @@ fn fault_redis(redis: &mut BenchRedis, kind: FaultKind, outage: Duration) -> Res
     }
     server.restart().context("could not restart Redis")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use ordo_testkit::NodeRole;
+
+    use super::*;
+    use crate::redis::RedisArgs;
+
+    /// The cluster faults on a real cluster: each hits the node it names and
+    /// leaves the cluster ok, with every slot served.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cluster_faults_hit_the_chosen_node_and_the_cluster_recovers() -> Result<()> {
+        let args = RedisArgs {
+            redis_url: None,
+            cluster: true,
+        };
+        let mut redis = args
+            .start_with(
+                ordo_testkit::Redis::builder(),
+                RedisCluster::builder().append_only(true).replicas(true),
+            )
+            .await?;
+        assert!(redis.is_cluster() && redis.server_mut().is_none());
+        let outage = Duration::from_millis(300);
+        for (pick, kind) in [
+            (0, FaultKind::ClusterFailover),
+            (1, FaultKind::RedisCrash),
+            (2, FaultKind::RedisRestart),
+        ] {
+            let cluster = redis.cluster_mut().context("a cluster of the run's own")?;
+            let (node, port) = cluster_target(cluster, kind, pick)?;
+            assert_eq!(cluster.node(node)?.port(), port);
+            let role = cluster.node(node)?.role()?;
+            let expected_before = if kind == FaultKind::ClusterFailover {
+                matches!(role, NodeRole::Replica { .. })
+            } else {
+                role == NodeRole::Primary
+            };
+            assert!(expected_before, "{kind}: node {node} is {role:?}");
+            redis = tokio::task::spawn_blocking(move || {
+                fault_cluster(&mut redis, node, kind, outage).map(|()| redis)
+            })
+            .await??;
+            let cluster = redis.cluster_mut().context("a cluster of the run's own")?;
+            cluster.wait_ok()?;
+            assert_eq!(cluster.primaries()?.len(), 3, "{kind}");
+            if kind == FaultKind::ClusterFailover {
+                assert_eq!(cluster.node(node)?.role()?, NodeRole::Primary, "{kind}");
+            }
+        }
+        Ok(())
+    }
 }

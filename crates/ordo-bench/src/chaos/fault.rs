@@ -20,10 +20,12 @@ pub enum FaultKind {
     Term,
     /// A new instance joins.
     Join,
-    /// Redis shuts down gracefully and starts again on its append-only file.
+    /// Redis shuts down gracefully and starts again on its append-only file
+    /// (on a cluster: one primary, chosen at random).
     RedisRestart,
     /// Redis is SIGKILLed, stays down for a while (up to longer than a
-    /// lease), and starts again on its append-only file.
+    /// lease), and starts again on its append-only file (on a cluster: one
+    /// primary, whose replica may be promoted while it is down).
     RedisCrash,
     /// One connection between an instance and Redis (through the run's
     /// proxy) has what it sends held back for longer than the command
@@ -37,11 +39,14 @@ pub enum FaultKind {
     /// than its slot leases, then SIGCONT: it wakes up with a batch read
     /// under leases other relays have taken over since.
     RelayStop,
+    /// A manual `CLUSTER FAILOVER`: the replica of a random primary takes
+    /// over after catching up, so no write is lost (a cluster of the run's own only).
+    ClusterFailover,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Term,
@@ -51,6 +56,7 @@ impl FaultKind {
         FaultKind::ConnDelay,
         FaultKind::RelayKill,
         FaultKind::RelayStop,
+        FaultKind::ClusterFailover,
     ];
 
     /// The name in reports: `faults_{name}`.
@@ -65,12 +71,28 @@ impl FaultKind {
             FaultKind::ConnDelay => "conn_delay",
             FaultKind::RelayKill => "relay_kill",
             FaultKind::RelayStop => "relay_stop",
+            FaultKind::ClusterFailover => "cluster_failover",
         }
     }
 
     /// Whether the fault needs a Redis the run controls.
     pub(crate) fn needs_own_redis(self) -> bool {
-        matches!(self, FaultKind::RedisRestart | FaultKind::RedisCrash)
+        matches!(
+            self,
+            FaultKind::RedisRestart | FaultKind::RedisCrash | FaultKind::ClusterFailover
+        )
+    }
+
+    /// Whether the fault only makes sense on a Redis Cluster.
+    pub(crate) fn needs_cluster(self) -> bool {
+        self == FaultKind::ClusterFailover
+    }
+
+    /// Whether the fault only works on a single Redis: the per-connection
+    /// proxy stands in front of one server, while a cluster client connects
+    /// to the addresses the cluster announces.
+    pub(crate) fn needs_single_node(self) -> bool {
+        self == FaultKind::ConnDelay
     }
 
     /// Whether the fault needs the PostgreSQL mode (relay-only processes).
@@ -88,7 +110,8 @@ impl FaultKind {
             | FaultKind::RedisRestart
             | FaultKind::RedisCrash
             | FaultKind::RelayKill
-            | FaultKind::RelayStop => 1,
+            | FaultKind::RelayStop
+            | FaultKind::ClusterFailover => 1,
         }
     }
 }

@@ -173,8 +173,8 @@ async fn publish(args: PublishArgs) -> Result<()> {
 }
 
 async fn verify(args: VerifyArgs) -> Result<()> {
-    use fred::prelude::{Builder, ClientLike, Config};
-    let config = Config::from_url(&args.redis.redis_url).context("invalid --redis-url")?;
+    use fred::prelude::{Builder, ClientLike};
+    let config = ordo_redis::client_config(&args.redis.redis_url).context("invalid --redis-url")?;
     let client = Builder::from_config(config).build()?;
     client.init().await.context("cannot connect to Redis")?;
     let verdict = ordo_harness::verify::verify(&client).await?;

@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod proxy;
+pub mod topology;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fred::clients::Pool;
-use fred::prelude::{Builder, ClientLike, Config as FredConfig};
+use fred::prelude::{Builder, ClientLike};
 use ordo_core::broker::{DynHandler, Publication, Subscription};
 use ordo_core::handler::{
     BoxFuture, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
@@ -33,7 +34,7 @@ pub fn logs() {
 
 /// A connected pool on `url`.
 pub async fn pool(url: &str) -> anyhow::Result<Pool> {
-    let pool = Builder::from_config(FredConfig::from_url(url)?).build_pool(2)?;
+    let pool = Builder::from_config(ordo_redis::client_config(url)?).build_pool(2)?;
     pool.init().await?;
     Ok(pool)
 }

@@ -1,0 +1,381 @@
+//! Commands that go once per Redis node rather than once per key.
+//!
+//! On a single Redis there is one node; on a Redis Cluster every primary is
+//! one. Work whose cost must not grow with the number of partitions is done
+//! per node: the heartbeat renews every lease a node holds with one call, the
+//! waker blocks with one read per node, a batch is published as one script
+//! call per node, and settings that protect Ordo's data (no eviction) are
+//! checked on every node. This module finds the nodes, routes a command to
+//! one, runs a command on all of them, and groups keys by the node that
+//! serves them; it knows nothing of Ordo's key names.
+
+use std::fmt;
+use std::future::Future;
+
+use fred::clients::{Client, WithOptions};
+use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::types::cluster::ClusterRouting;
+use fred::types::config::{Options, Server, ServerConfig};
+use tokio::task::JoinSet;
+
+use crate::error::{Error, Result};
+
+/// One node commands can be sent to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Node {
+    /// The one server of a single (non-cluster) Redis.
+    Single,
+    /// A primary of a Redis Cluster.
+    Primary(Server),
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::Single => f.write_str("the Redis server"),
+            Node::Primary(server) => write!(f, "cluster node {}:{}", server.host, server.port),
+        }
+    }
+}
+
+impl Node {
+    /// A handle on `client` whose commands all go to this node (for a cluster
+    /// primary, whatever slot their keys hash to: keys of other slots get `MOVED`).
+    pub(crate) fn route(&self, client: &Client) -> WithOptions<Client> {
+        let options = match self {
+            Node::Single => Options::default(),
+            Node::Primary(server) => Options {
+                cluster_node: Some(server.clone()),
+                ..Options::default()
+            },
+        };
+        client.with_options(&options)
+    }
+}
+
+/// The nodes of `client`'s deployment: every primary of its cluster (from the
+/// client's cached view, refreshed first when it has none yet), or the one
+/// server of a single Redis.
+pub(crate) async fn nodes(client: &Client) -> Result<Vec<Node>> {
+    if !client.is_clustered() {
+        return Ok(vec![Node::Single]);
+    }
+    let mut primaries = cached_primaries(client);
+    if primaries.is_empty() {
+        client.sync_cluster().await?;
+        primaries = cached_primaries(client);
+    }
+    if primaries.is_empty() {
+        return Err(Error::protocol("CLUSTER SLOTS", "no primary serves any slot"));
+    }
+    Ok(primaries.into_iter().map(Node::Primary).collect())
+}
+
+fn cached_primaries(client: &Client) -> Vec<Server> {
+    client
+        .cached_cluster_state()
+        .map(|state| state.unique_primary_nodes())
+        .unwrap_or_default()
+}
+
+/// Runs `command` on every node at once, and returns each node's result in
+/// the order of [`nodes`]. The first error is returned (after every call ended).
+pub(crate) async fn on_every_node<T, F, Fut>(client: &Client, mut command: F) -> Result<Vec<(Node, T)>>
+where
+    F: FnMut(Node, WithOptions<Client>) -> Fut,
+    Fut: Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let nodes = nodes(client).await?;
+    let mut calls = JoinSet::new();
+    for (index, node) in nodes.iter().enumerate() {
+        let call = command(node.clone(), node.route(client));
+        calls.spawn(async move { (index, call.await) });
+    }
+    let mut results: Vec<Option<T>> = nodes.iter().map(|_| None).collect();
+    let mut first_error = None;
+    while let Some(joined) = calls.join_next().await {
+        let (index, result) =
+            joined.map_err(|error| Error::protocol("a per-node call", error.to_string()))?;
+        match result {
+            Ok(value) => results[index] = Some(value),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    Ok(nodes.into_iter().zip(results.into_iter().flatten()).collect())
+}
+
+/// Groups `items` by the node that serves their key, keeping the items' order
+/// within each group; groups come in node order. A single Redis has one group.
+///
+/// Uses the client's cached cluster view (call [`nodes`] first on a fresh
+/// client); a key whose slot no known primary serves is an error.
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "the cluster publish path adopts it once keys carry one hash tag (issue 11 part 1)"
+    )
+)]
+pub(crate) fn group_by_node<K, T>(
+    client: &Client,
+    items: impl IntoIterator<Item = (K, T)>,
+) -> Result<Vec<(Node, Vec<T>)>>
+where
+    K: AsRef<[u8]>,
+{
+    if !client.is_clustered() {
+        let items: Vec<T> = items.into_iter().map(|(_, item)| item).collect();
+        return Ok(if items.is_empty() {
+            Vec::new()
+        } else {
+            vec![(Node::Single, items)]
+        });
+    }
+    let state = client.cached_cluster_state();
+    let mut groups: Vec<(Node, Vec<T>)> = Vec::new();
+    for (key, item) in items {
+        let slot = ClusterRouting::hash_key(key.as_ref());
+        let server = state
+            .as_ref()
+            .and_then(|state| state.get_server(slot))
+            .ok_or_else(|| {
+                Error::protocol(
+                    "CLUSTER SLOTS",
+                    format!("no known primary serves slot {slot}; is the cluster view synced?"),
+                )
+            })?;
+        let node = Node::Primary(server.clone());
+        match groups.iter_mut().find(|(known, _)| *known == node) {
+            Some((_, group)) => group.push(item),
+            None => groups.push((node, vec![item])),
+        }
+    }
+    groups.sort_by(|(a, _), (b, _)| a.cmp(b));
+    Ok(groups)
+}
+
+/// One new, unconnected client per node, configured like `client`: a blocking
+/// read holds its connection, so each node's blocking read needs its own.
+/// Call [`nodes`] first on a fresh cluster client.
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "the waker adopts it for one blocking read per node (issue 11 part 2)"
+    )
+)]
+pub(crate) fn split(client: &Client) -> Result<Vec<(Node, Client)>> {
+    if !client.is_clustered() {
+        return Ok(vec![(Node::Single, client.clone_new())]);
+    }
+    client
+        .split_cluster()?
+        .into_iter()
+        .map(|node_client| match &node_client.client_config().server {
+            ServerConfig::Centralized { server } => Ok((Node::Primary(server.clone()), node_client)),
+            other => Err(Error::protocol(
+                "split_cluster",
+                format!("expected one centralized client per primary, got {other:?}"),
+            )),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use fred::interfaces::{ServerInterface, StreamsInterface};
+    use fred::prelude::Builder;
+    use ordo_testkit::{Redis, RedisCluster};
+
+    use super::*;
+
+    async fn connect(url: &str) -> Client {
+        let client = Builder::from_config(crate::client_config(url).unwrap())
+            .build()
+            .unwrap();
+        client.init().await.unwrap();
+        client
+    }
+
+    /// The port a node says it listens on.
+    async fn port_of<C: ServerInterface>(node: &C) -> Result<u16> {
+        let info: String = node.info(Some(fred::types::InfoKind::Server)).await?;
+        info.lines()
+            .find_map(|line| line.trim().strip_prefix("tcp_port:")?.parse().ok())
+            .ok_or_else(|| Error::protocol("INFO server", "no tcp_port"))
+    }
+
+    #[tokio::test]
+    async fn a_single_redis_is_one_node() {
+        let redis = Redis::start().unwrap();
+        let client = connect(&redis.url()).await;
+        assert_eq!(nodes(&client).await.unwrap(), [Node::Single]);
+        let ports = on_every_node(&client, |_, node| async move { port_of(&node).await })
+            .await
+            .unwrap();
+        assert_eq!(ports, [(Node::Single, redis.port())]);
+        let groups = group_by_node(&client, [("a", 1), ("b", 2), ("c", 3)]).unwrap();
+        assert_eq!(groups, [(Node::Single, vec![1, 2, 3])]);
+        assert!(
+            group_by_node(&client, Vec::<(&str, u8)>::new())
+                .unwrap()
+                .is_empty()
+        );
+        let split = split(&client).unwrap();
+        assert_eq!(split.len(), 1);
+        split[0].1.init().await.unwrap();
+        assert_eq!(port_of(&split[0].1).await.unwrap(), redis.port());
+    }
+
+    #[tokio::test]
+    async fn every_cluster_primary_is_a_node_and_gets_its_own_call() {
+        let cluster = RedisCluster::start_local().unwrap();
+        let client = connect(&cluster.url()).await;
+        let primaries: BTreeSet<u16> = cluster
+            .primaries()
+            .unwrap()
+            .into_iter()
+            .map(|index| cluster.node(index).unwrap().port())
+            .collect();
+        let found = nodes(&client).await.unwrap();
+        let found_ports: BTreeSet<u16> = found
+            .iter()
+            .map(|node| match node {
+                Node::Primary(server) => server.port,
+                Node::Single => panic!("a cluster client found a single node"),
+            })
+            .collect();
+        assert_eq!(found_ports, primaries);
+        assert_eq!(found.len(), 3);
+
+        // Each call reaches its own node: the ports they report are the nodes' ports.
+        let answers = on_every_node(&client, |_, node| async move { port_of(&node).await })
+            .await
+            .unwrap();
+        for (node, port) in &answers {
+            assert_eq!(
+                *node,
+                Node::Primary(Server::new("127.0.0.1", *port)),
+                "{answers:?}"
+            );
+        }
+        assert_eq!(
+            answers.iter().map(|(node, _)| node.clone()).collect::<Vec<_>>(),
+            found
+        );
+
+        // One failing node fails the whole call.
+        let failing = *primaries.first().unwrap();
+        let error = on_every_node(&client, |node, _| async move {
+            match node {
+                Node::Primary(server) if server.port == failing => Err(Error::protocol("test", "refused")),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .unwrap_err();
+        assert!(error.to_string().contains("refused"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn keys_are_grouped_by_the_node_that_serves_them_in_order() {
+        let cluster = RedisCluster::start_local().unwrap();
+        let client = connect(&cluster.url()).await;
+        nodes(&client).await.unwrap();
+        let keys: Vec<String> = (0..30).map(|i| format!("{{order:c-{}}}", i % 10)).collect();
+        let groups = group_by_node(
+            &client,
+            keys.iter()
+                .enumerate()
+                .map(|(i, key)| (key.as_bytes(), (i, key.clone()))),
+        )
+        .unwrap();
+        assert!(groups.len() > 1, "30 keys on one node: {groups:?}");
+        let mut seen = 0;
+        for (node, items) in &groups {
+            assert!(
+                items.windows(2).all(|pair| pair[0].0 < pair[1].0),
+                "order kept: {items:?}"
+            );
+            for (_, key) in items {
+                let serving = cluster.node(cluster.node_for_key(key).unwrap()).unwrap().port();
+                assert_eq!(*node, Node::Primary(Server::new("127.0.0.1", serving)), "{key}");
+            }
+            seen += items.len();
+        }
+        assert_eq!(seen, keys.len());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn split_clients_block_on_their_own_node_at_once() {
+        let cluster = RedisCluster::start_local().unwrap();
+        let client = connect(&cluster.url()).await;
+        nodes(&client).await.unwrap();
+        let readers = split(&client).unwrap();
+        assert_eq!(readers.len(), 3);
+        // A stream served by each node.
+        let port_of_index = |index| cluster.node(index).unwrap().port();
+        let mut streams = std::collections::BTreeMap::new();
+        for i in 0.. {
+            let stream = format!("{{order:c-{i}}}");
+            streams
+                .entry(port_of_index(cluster.node_for_key(&stream).unwrap()))
+                .or_insert(stream);
+            if streams.len() == 3 {
+                break;
+            }
+        }
+        let (&serving, woken_stream) = streams.iter().next().unwrap();
+        let woken_stream = woken_stream.clone();
+        let mut reads = JoinSet::new();
+        for (node, reader) in readers {
+            reader.init().await.unwrap();
+            let Node::Primary(server) = &node else {
+                panic!("{node}")
+            };
+            assert_eq!(port_of(&reader).await.unwrap(), server.port);
+            // Every node blocks on its own connection at once; only one is woken.
+            let stream = streams[&server.port].clone();
+            let block_ms = if server.port == serving { 10_000 } else { 500 };
+            reads.spawn(async move {
+                let read: fred::types::Value = reader.xread(None, Some(block_ms), stream, "$").await?;
+                Ok::<_, Error>((node, read))
+            });
+        }
+        let serving_node = Node::Primary(Server::new("127.0.0.1", serving));
+        let watcher = serving_node.route(&client);
+        let started = std::time::Instant::now();
+        loop {
+            let info: String = watcher.info(Some(fred::types::InfoKind::Clients)).await.unwrap();
+            if info.lines().any(|line| line.trim() == "blocked_clients:1") {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the read never blocked: {info}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _: String = client
+            .xadd(woken_stream, false, None, "*", vec![("seq", "1")])
+            .await
+            .unwrap();
+        let mut woken = Vec::new();
+        while let Some(read) = reads.join_next().await {
+            let (node, read) = read.unwrap().unwrap();
+            if !read.is_null() {
+                woken.push(node);
+            }
+        }
+        assert_eq!(woken, [serving_node]);
+    }
+}
