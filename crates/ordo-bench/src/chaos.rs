@@ -211,6 +211,8 @@ pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
         .context("the chaos controller panicked");
     if let Some(database) = database {
         database.target.drop_schema(&database.pool).await?;
+        // Closed before a private server stops, which would end them noisily.
+        database.pool.close().await;
     }
     Ok(report(args, seed, own_redis, &outcome??))
 }
