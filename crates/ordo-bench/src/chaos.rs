@@ -600,6 +600,8 @@ mod tests {
     fn fault_kinds_parse_by_name() {
         assert_eq!(parse_kind("redis_crash"), Ok(FaultKind::RedisCrash));
         assert_eq!(parse_kind(" kill"), Ok(FaultKind::Kill));
+        assert_eq!(parse_kind("relay_stop"), Ok(FaultKind::RelayStop));
+        assert!(FaultKind::RelayKill.needs_postgres() && !FaultKind::Kill.needs_postgres());
         assert!(parse_kind("nap").unwrap_err().contains("kill, stop, term"));
     }
 
