@@ -236,6 +236,8 @@ pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
         .context("the chaos controller panicked");
     if let Some(database) = database {
         database.target.drop_schema(&database.pool).await?;
+        // Closed before a private server stops, which would end them noisily.
+        database.pool.close().await;
     }
     Ok(report(args, seed, (own_redis, cluster), &outcome??))
 }
@@ -659,6 +661,8 @@ mod tests {
         assert_eq!(parse_kind("redis_crash"), Ok(FaultKind::RedisCrash));
         assert_eq!(parse_kind(" kill"), Ok(FaultKind::Kill));
         assert_eq!(parse_kind("cluster_failover"), Ok(FaultKind::ClusterFailover));
+        assert_eq!(parse_kind("relay_stop"), Ok(FaultKind::RelayStop));
+        assert!(FaultKind::RelayKill.needs_postgres() && !FaultKind::Kill.needs_postgres());
         assert!(parse_kind("nap").unwrap_err().contains("kill, stop, term"));
     }
 

@@ -58,6 +58,8 @@ enum Bench {
     /// Faults injected into N engine processes and Redis while events flow,
     /// then the guarantee verified: `overlaps`, `order_violations`, `lost`
     /// (non-zero fails the run), `duplicates`, `max_failover_ms`, `seed`.
+    /// With `--postgres`: the outbox in PostgreSQL, relays in the workers,
+    /// effects through the PostgreSQL fence (`duplicates` must be 0 too).
     Chaos(ChaosArgs),
     /// The PostgreSQL outbox: commits per second by concurrent writers
     /// (`outbox_commits_per_s`), a backlog published by 1 and 3 relays
