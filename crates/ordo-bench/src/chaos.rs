@@ -130,11 +130,12 @@ impl ChaosArgs {
 /// The kinds a run injects: those asked for (all if none), less what this
 /// Redis cannot take (Redis faults need one of the run's own, a failover a
 /// cluster, the per-connection delay a single Redis).
-fn fault_kinds(asked: &[FaultKind], own_redis: bool, cluster: bool) -> Vec<FaultKind> {
+fn fault_kinds(asked: &[FaultKind], own_redis: bool, cluster: bool, relays: bool) -> Vec<FaultKind> {
     FaultKind::ALL
         .into_iter()
         .filter(|kind| asked.is_empty() || asked.contains(kind))
         .filter(|kind| own_redis || !kind.needs_own_redis())
+        .filter(|kind| relays || !kind.needs_postgres())
         .filter(|kind| {
             if cluster {
                 !kind.needs_single_node()
@@ -303,10 +304,8 @@ fn parts(
     let lease_ttl = Duration::from_millis(args.lease_ttl_ms.get());
     let cluster = redis.is_cluster();
     let keys = ordo_harness::publisher::key_names(args.keys.get());
-    let kinds: Vec<FaultKind> = fault_kinds(&args.faults, own_redis, cluster)
-        .into_iter()
-        .filter(|kind| (database.is_some() && args.relays > 0) || !kind.needs_postgres())
-        .collect();
+    let relays = database.is_some() && args.relays > 0;
+    let kinds = fault_kinds(&args.faults, own_redis, cluster, relays);
     ensure!(
         !kinds.is_empty(),
         "no fault left to inject: Redis faults need a Redis of the run's own (no --redis-url), \
@@ -637,23 +636,29 @@ mod tests {
     fn each_redis_gets_the_faults_it_can_take() {
         use FaultKind::*;
         let instance_faults = [Kill, Stop, Term, Join];
-        let own_single = fault_kinds(&[], true, false);
+        let own_single = fault_kinds(&[], true, false, false);
         assert_eq!(
             own_single,
             [Kill, Stop, Term, Join, RedisRestart, RedisCrash, ConnDelay]
         );
-        let own_cluster = fault_kinds(&[], true, true);
+        let own_cluster = fault_kinds(&[], true, true, false);
         assert_eq!(
             own_cluster,
             [Kill, Stop, Term, Join, RedisRestart, RedisCrash, ClusterFailover]
         );
         assert_eq!(
-            fault_kinds(&[], false, false),
+            fault_kinds(&[], false, false, false),
             [Kill, Stop, Term, Join, ConnDelay]
         );
-        assert_eq!(fault_kinds(&[], false, true), instance_faults);
-        assert_eq!(fault_kinds(&[ClusterFailover, Kill], true, false), [Kill]);
-        assert!(fault_kinds(&[ConnDelay], true, true).is_empty());
+        assert_eq!(fault_kinds(&[], false, true, false), instance_faults);
+        assert_eq!(fault_kinds(&[ClusterFailover, Kill], true, false, false), [Kill]);
+        assert!(fault_kinds(&[ConnDelay], true, true, false).is_empty());
+        // Relay faults only where relay-only processes run (PostgreSQL mode).
+        assert_eq!(
+            fault_kinds(&[], false, false, true),
+            [Kill, Stop, Term, Join, ConnDelay, RelayKill, RelayStop]
+        );
+        assert!(fault_kinds(&[RelayKill], true, false, false).is_empty());
     }
 
     #[test]

@@ -809,7 +809,10 @@ mod tests {
         let beside = tempfile::tempdir().unwrap();
         let on_path = tempfile::tempdir().unwrap();
         for dir in [beside.path(), on_path.path()] {
-            std::fs::write(dir.join("redis-cli"), "").unwrap();
+            // Program lookup takes executables only.
+            let cli = dir.join("redis-cli");
+            std::fs::write(&cli, "").unwrap();
+            std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         }
         let server = beside.path().join("redis-server");
         let found = locate_cli(None, &server, Some(on_path.path().into())).unwrap();
