@@ -547,11 +547,11 @@ async fn status_check_reports_partitions_without_a_registered_group() -> anyhow:
     };
     ordo_core::broker::Broker::publish(
         &broker,
-        &[ordo_core::broker::Publication {
-            stream: ordo_core::key::stream::partition("ledger", "acct-1"),
-            lane: ordo_core::key::Lane::Primary,
+        &[ordo_core::broker::Publication::to_partition(
+            "acct-1",
+            ordo_core::key::Lane::Primary,
             envelope,
-        }],
+        )],
     )
     .await?;
     let dir = tempfile::tempdir()?;

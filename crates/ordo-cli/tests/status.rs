@@ -4,16 +4,16 @@
 use fred::interfaces::StreamsInterface;
 use fred::types::Value;
 use ordo_core::broker::{Broker, Publication};
-use ordo_core::key::{Lane, stream};
+use ordo_core::key::Lane;
 use ordo_core::message::{Envelope, MessageKind, Metadata};
 use ordo_redis::{ClusterStatus, RedisBroker};
 use ordo_testkit::Redis;
 
 fn publication(category: &str, key: &str, seq: u64) -> Publication {
-    Publication {
-        stream: stream::partition(category, key),
-        lane: Lane::Primary,
-        envelope: Envelope {
+    Publication::to_partition(
+        key,
+        Lane::Primary,
+        Envelope {
             id: format!("m-{seq}"),
             kind: MessageKind::Event,
             type_name: "Noted".to_owned(),
@@ -24,7 +24,7 @@ fn publication(category: &str, key: &str, seq: u64) -> Publication {
             metadata: Metadata::new(),
             payload: format!("{{\"seq\":{seq}}}").into(),
         },
-    }
+    )
 }
 
 /// The `lag` field of `group` in an `XINFO GROUPS` reply.

@@ -50,7 +50,7 @@ pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
 pub use broker::{RedisBroker, RedisBrokerBuilder};
 pub use error::{Error, Result};
 pub use fence::{FencedWrite, RedisFence};
-pub use keys::{LeaseKeys, PartitionKeys};
+pub use keys::{LeaseKeys, PartitionId, PartitionKeys, layout};
 pub use lease::Lease;
 pub use partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome, StreamEntry};
 pub use process::RedisProcessStore;

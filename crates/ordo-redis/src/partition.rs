@@ -8,13 +8,13 @@
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::{HashesInterface, KeysInterface};
+use fred::interfaces::{HashesInterface, KeysInterface, StreamsInterface};
 use fred::types::Value;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 
 use crate::error::{Error, Result};
-use crate::keys::{CONSUMER, HALTED, LeaseKeys, PartitionKeys};
+use crate::keys::{CONSUMER, LeaseKeys, PartitionKeys};
 use crate::lease::{self, Lease, Owner, millis};
 use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
@@ -457,7 +457,7 @@ impl Partitions {
         let keys = vec![
             lease.key().to_owned(),
             halt_key.clone(),
-            HALTED.to_owned(),
+            partition.halted(),
             lease.keys().sequence.clone(),
         ];
         let args = vec![
@@ -494,19 +494,33 @@ impl Partitions {
         partition: &PartitionKeys,
         idle: Duration,
     ) -> Result<ReapOutcome> {
+        let groups = self.groups_on(partition).await?;
         let script = &SCRIPTS.reap;
-        let keys = vec![
+        let mut keys = vec![
             lease.key().to_owned(),
             partition.primary().to_owned(),
             partition.backfill().to_owned(),
             partition.index(),
+            partition.published(Lane::Primary),
+            partition.published(Lane::Backfill),
         ];
-        let args = vec![
+        let mut args = vec![
             Value::from(lease.value()),
             Value::from(partition.key()),
             millis(idle),
-            Value::from(partition.primary()),
         ];
+        for group in &groups {
+            let leased = partition.lease(group);
+            keys.extend([
+                partition.halt(group),
+                leased.lease,
+                leased.generation,
+                leased.commit,
+                leased.sequence,
+                partition.attempts(group),
+            ]);
+            args.push(Value::from(group.as_str()));
+        }
         let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
@@ -516,6 +530,33 @@ impl Partitions {
             }),
             _ => Err(reply.unexpected("unknown outcome")),
         }
+    }
+}
+
+impl Partitions {
+    /// The consumer groups on either lane of `partition` (the reap script
+    /// needs each group's keys named up front: it refuses to reap while a
+    /// group it was not given exists).
+    async fn groups_on(&self, partition: &PartitionKeys) -> Result<Vec<String>> {
+        let mut groups = std::collections::BTreeSet::new();
+        for lane in [Lane::Primary, Lane::Backfill] {
+            let info: Value = match self.client.xinfo_groups(partition.lane(lane)).await {
+                Ok(info) => info,
+                Err(error) if error.details().contains("no such key") => continue,
+                Err(error) => return Err(error.into()),
+            };
+            for group in crate::scripts::array(info) {
+                let mut flat = crate::scripts::array(group).into_iter();
+                while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
+                    if name.as_str().as_deref() == Some("name")
+                        && let Some(group) = value.as_str()
+                    {
+                        groups.insert(group.into_owned());
+                    }
+                }
+            }
+        }
+        Ok(groups.into_iter().collect())
     }
 }
 

@@ -4,6 +4,7 @@
 //! Each script lives in `src/lua/*.lua`; those that need the shared helpers
 //! get `common.lua` prepended at compile time.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use fred::interfaces::LuaInterface;
@@ -22,7 +23,7 @@ macro_rules! with_common {
 #[derive(Debug)]
 pub(crate) struct Script {
     name: &'static str,
-    source: &'static str,
+    source: Cow<'static, str>,
     sha: OnceCell<String>,
 }
 
@@ -57,17 +58,30 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     close: Script::new("close", with_common!("lua/close.lua")),
     reap: Script::new("reap", with_common!("lua/reap.lua")),
     resolve: Script::new("resolve", with_common!("lua/resolve.lua")),
-    commit: Script::new("commit", with_common!("lua/commit.lua")),
+    commit: Script::new("commit", commit_source()),
     announce: Script::new("announce", with_common!("lua/announce.lua")),
     ack_plain: Script::new("ack_plain", with_common!("lua/ack_plain.lua")),
     claim_plain: Script::new("claim_plain", with_common!("lua/claim_plain.lua")),
 });
 
+/// The placeholder in `commit.lua` for the allowed commands.
+const ALLOWED_PLACEHOLDER: &str = "{--[[ALLOWED]]}";
+
+/// `commit.lua` with the allowed commands of [`crate::fence::ALLOWED`]
+/// written in as a Lua set.
+fn commit_source() -> String {
+    let set: Vec<String> = crate::fence::ALLOWED
+        .iter()
+        .map(|command| format!("{command} = true"))
+        .collect();
+    with_common!("lua/commit.lua").replace(ALLOWED_PLACEHOLDER, &format!("{{{}}}", set.join(", ")))
+}
+
 impl Script {
-    const fn new(name: &'static str, source: &'static str) -> Self {
+    fn new(name: &'static str, source: impl Into<Cow<'static, str>>) -> Self {
         Self {
             name,
-            source,
+            source: source.into(),
             sha: OnceCell::const_new(),
         }
     }
@@ -107,7 +121,29 @@ impl Script {
     where
         C: LuaInterface + Send + Sync,
     {
-        Ok(client.script_load::<String, _>(self.source).await?)
+        Ok(client.script_load::<String, _>(self.source.as_ref()).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commit_script_allows_exactly_the_rust_list() {
+        let source = commit_source();
+        assert!(!source.contains(ALLOWED_PLACEHOLDER), "the placeholder is replaced");
+        let line = source
+            .lines()
+            .find(|line| line.starts_with("local allowed = {"))
+            .expect("commit.lua defines `allowed`");
+        let listed: Vec<&str> = line
+            .trim_start_matches("local allowed = {")
+            .trim_end_matches('}')
+            .split(", ")
+            .map(|entry| entry.trim_end_matches(" = true"))
+            .collect();
+        assert_eq!(listed, crate::fence::ALLOWED);
     }
 }
 

@@ -20,11 +20,7 @@ use ordo_testkit::Redis;
 use common::{Outcome, Recorder, Running, broker, config, envelope, eventually, pool, seq_of, subscription};
 
 fn base(category: &str, seq: u64) -> Publication {
-    Publication {
-        stream: category.to_owned(),
-        lane: Lane::Primary,
-        envelope: envelope(category, "Happened", None, seq),
-    }
+    Publication::to_base(envelope(category, "Happened", None, seq))
 }
 
 fn attempts(recorder: &Recorder, seq: u64) -> u32 {

@@ -29,11 +29,7 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups() -> an
     a.publish(&[
         publication(&category, "k1", 0, Lane::Primary),
         publication(&category, "k2", 0, Lane::Backfill),
-        Publication {
-            stream: category.clone(),
-            lane: Lane::Primary,
-            envelope: envelope(&category, "Happened", None, 0),
-        },
+        Publication::to_base(envelope(&category, "Happened", None, 0)),
     ])
     .await?;
 

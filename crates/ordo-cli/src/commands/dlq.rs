@@ -134,7 +134,7 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
     }
     let publications = letters
         .iter()
-        .map(|letter| publication(ctx, category, key, letter))
+        .map(|letter| publication(category, key, letter))
         .collect::<Result<Vec<_>, _>>()?;
     let groups = ctx.status.groups(category).await?;
     if groups.len() > 1 && !args.json {
@@ -207,7 +207,6 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
 /// The publication that puts `letter` back on its lane of `category:key`;
 /// an error when it does not hold a message of that partition.
 fn publication(
-    ctx: &Context,
     category: &str,
     key: &str,
     letter: &DeadLetter,
@@ -225,9 +224,5 @@ fn publication(
         )));
     }
     let lane = letter.message.lane();
-    Ok(Publication {
-        stream: ctx.partition(category, key).lane(lane).to_owned(),
-        lane,
-        envelope,
-    })
+    Ok(Publication::to_partition(key, lane, envelope))
 }
