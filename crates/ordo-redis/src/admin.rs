@@ -207,7 +207,7 @@ impl PartitionAdmin {
             "not_halted" => Err(not_halted(group, &partition)),
             "head_changed" => Err(Error::HeadChanged {
                 group: group.to_owned(),
-                partition: partition.primary().to_owned(),
+                partition: partition.label(),
                 expected: expected.unwrap_or_default().to_owned(),
                 actual: reply.string(0)?,
             }),
@@ -310,6 +310,6 @@ impl<'a> HeadAction<'a> {
 fn not_halted(group: &str, partition: &PartitionKeys) -> Error {
     Error::NotHalted {
         group: group.to_owned(),
-        partition: partition.primary().to_owned(),
+        partition: partition.label(),
     }
 }

@@ -49,7 +49,7 @@ pub(crate) fn bucket(partition: &PartitionId) -> u16 {
 
 /// The index of `category`'s live partitions in `bucket` (a set of index
 /// members): `{order:__partitions__:0}`.
-pub(crate) fn index(category: &str, bucket: u16) -> String {
+pub fn index(category: &str, bucket: u16) -> String {
     format!("{{{category}:__partitions__:{bucket}}}")
 }
 
@@ -66,18 +66,18 @@ pub(crate) fn parse_index(name: &str) -> Option<&str> {
 
 /// The halt keys of the halted partitions in `bucket`, for operators:
 /// `{ordo:halted:0}`.
-pub(crate) fn halted(bucket: u16) -> String {
+pub fn halted(bucket: u16) -> String {
     format!("{{ordo:halted:{bucket}}}")
 }
 
 /// The sorted set of live instances consuming `group` (score: expiry in ms).
-pub(crate) fn instances(group: &str) -> String {
+pub fn instances(group: &str) -> String {
     format!("ordo:instances:{group}")
 }
 
 /// The set of consumer groups that consume `category`; a new stream of the
 /// category gets each of them at id 0 when its first entry is published.
-pub(crate) fn group_registry(category: &str) -> String {
+pub fn group_registry(category: &str) -> String {
     format!("{{{category}}}:__groups__")
 }
 
@@ -94,7 +94,7 @@ pub(crate) fn parse_registry(name: &str) -> Option<&str> {
 /// Exists while a new consumer group joins the existing lanes of
 /// `category`: publishes then give every lane the registered groups it
 /// lacks. Same slot as the group registry.
-pub(crate) fn joining(category: &str) -> String {
+pub fn joining(category: &str) -> String {
     format!("{{{category}}}:__joining__")
 }
 
@@ -214,6 +214,11 @@ impl PartitionKeys {
         self.id.member()
     }
 
+    /// How messages for people name the partition: `order:c-1`.
+    pub fn label(&self) -> String {
+        format!("{}:{}", self.category(), self.key())
+    }
+
     /// The primary lane: `{order:c-1}`, also the partition's hash tag.
     pub fn primary(&self) -> &str {
         &self.primary
@@ -265,7 +270,7 @@ impl PartitionKeys {
     }
 
     /// The halted-set bucket that lists this partition's halts.
-    pub(crate) fn halted(&self) -> String {
+    pub fn halted(&self) -> String {
         halted(self.bucket())
     }
 

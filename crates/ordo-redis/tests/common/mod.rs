@@ -79,6 +79,16 @@ pub fn envelope(category: &str, type_name: &str, key: Option<&str>, seq: u64) ->
     }
 }
 
+/// The names of `category:key`'s partition (backfill suffix `backfill`).
+pub fn partition(category: &str, key: &str) -> ordo_redis::PartitionKeys {
+    ordo_redis::PartitionKeys::new(category, key, "backfill")
+}
+
+/// The primary stream of `category:key`'s partition.
+pub fn stream(category: &str, key: &str) -> String {
+    partition(category, key).primary().to_owned()
+}
+
 /// A partitioned publication on `lane`.
 pub fn publication(category: &str, key: &str, seq: u64, lane: Lane) -> Publication {
     Publication::to_partition(key, lane, envelope(category, "Happened", Some(key), seq))
