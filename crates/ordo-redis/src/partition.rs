@@ -5,10 +5,12 @@
 //! tests and tools can drive an owner step by step (and prove, for example,
 //! that a stale owner's reclaim is refused).
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::{HashesInterface, KeysInterface, StreamsInterface};
+use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::Value;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
@@ -151,6 +153,10 @@ pub struct Partitions {
     client: Pool,
     owner: Owner,
     lease_ttl: Duration,
+    /// The consumer groups seen on each category's lanes, so the reap
+    /// script can be given their keys up front (it names them all in KEYS);
+    /// learnt from the script's `groups` reply.
+    groups: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
 }
 
 impl Partitions {
@@ -165,6 +171,7 @@ impl Partitions {
             client,
             owner: Owner::new(&instance.into()),
             lease_ttl,
+            groups: Arc::default(),
         }
     }
 
@@ -494,69 +501,72 @@ impl Partitions {
         partition: &PartitionKeys,
         idle: Duration,
     ) -> Result<ReapOutcome> {
-        let groups = self.groups_on(partition).await?;
-        let script = &SCRIPTS.reap;
-        let mut keys = vec![
-            lease.key().to_owned(),
-            partition.primary().to_owned(),
-            partition.backfill().to_owned(),
-            partition.index(),
-            partition.published(Lane::Primary),
-            partition.published(Lane::Backfill),
-        ];
-        let mut args = vec![
-            Value::from(lease.value()),
-            Value::from(partition.key()),
-            millis(idle),
-        ];
-        for group in &groups {
-            let leased = partition.lease(group);
-            keys.extend([
-                partition.halt(group),
-                leased.lease,
-                leased.generation,
-                leased.commit,
-                leased.sequence,
-                partition.attempts(group),
-            ]);
-            args.push(Value::from(group.as_str()));
-        }
-        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "reaped" => Ok(ReapOutcome::Reaped),
-            "busy" => Ok(ReapOutcome::Busy {
-                retry_in: Duration::from_millis(reply.integer(0)?.max(1).unsigned_abs()),
-            }),
-            _ => Err(reply.unexpected("unknown outcome")),
-        }
-    }
-}
-
-impl Partitions {
-    /// The consumer groups on either lane of `partition` (the reap script
-    /// needs each group's keys named up front: it refuses to reap while a
-    /// group it was not given exists).
-    async fn groups_on(&self, partition: &PartitionKeys) -> Result<Vec<String>> {
-        let mut groups = std::collections::BTreeSet::new();
-        for lane in [Lane::Primary, Lane::Backfill] {
-            let info: Value = match self.client.xinfo_groups(partition.lane(lane)).await {
-                Ok(info) => info,
-                Err(error) if error.details().contains("no such key") => continue,
-                Err(error) => return Err(error.into()),
-            };
-            for group in crate::scripts::array(info) {
-                let mut flat = crate::scripts::array(group).into_iter();
-                while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
-                    if name.as_str().as_deref() == Some("name")
-                        && let Some(group) = value.as_str()
-                    {
-                        groups.insert(group.into_owned());
-                    }
+        // Two tries: the second with the groups the first one reported.
+        for _ in 0..2 {
+            let groups = self.known_groups(partition.category());
+            let script = &SCRIPTS.reap;
+            let mut keys = vec![
+                lease.key().to_owned(),
+                partition.primary().to_owned(),
+                partition.backfill().to_owned(),
+                partition.index(),
+                partition.published(Lane::Primary),
+                partition.published(Lane::Backfill),
+            ];
+            let mut args = vec![
+                Value::from(lease.value()),
+                Value::from(partition.key()),
+                millis(idle),
+            ];
+            for group in &groups {
+                let leased = partition.lease(group);
+                keys.extend([
+                    partition.halt(group),
+                    leased.lease,
+                    leased.generation,
+                    leased.commit,
+                    leased.sequence,
+                    partition.attempts(group),
+                ]);
+                args.push(Value::from(group.as_str()));
+            }
+            let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
+                .unfenced(lease.key(), lease.value())?;
+            match reply.tag() {
+                "reaped" => return Ok(ReapOutcome::Reaped),
+                "busy" => {
+                    return Ok(ReapOutcome::Busy {
+                        retry_in: Duration::from_millis(reply.integer(0)?.max(1).unsigned_abs()),
+                    });
                 }
+                "groups" => {
+                    let found = reply
+                        .into_rest()
+                        .into_iter()
+                        .filter_map(|v| v.as_str().map(|s| s.into_owned()));
+                    self.learn_groups(partition.category(), found);
+                }
+                _ => return Err(reply.unexpected("unknown outcome")),
             }
         }
-        Ok(groups.into_iter().collect())
+        // A group was created between the two tries: the next attempt has it.
+        Ok(ReapOutcome::Busy {
+            retry_in: Duration::from_millis(1),
+        })
+    }
+
+    /// The groups seen on `category`'s lanes so far.
+    fn known_groups(&self, category: &str) -> Vec<String> {
+        let groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        groups
+            .get(category)
+            .map(|g| g.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn learn_groups(&self, category: &str, found: impl Iterator<Item = String>) {
+        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        groups.entry(category.to_owned()).or_default().extend(found);
     }
 }
 

@@ -9,16 +9,17 @@
 --       six per group of ARGV: its halt, lease, generation, commit marker,
 --       attempt sequence and failed-attempt counts on this partition
 -- ARGV: lease value, index member, idle ms, then the groups the caller
---       found on the lanes
+--       knows of on the category
 --
--- A group on a lane that the caller did not pass (created since it looked)
--- makes the partition busy for now: its keys are not known to this call.
+-- A group on a lane that the caller did not pass means this call cannot
+-- name that group's keys: nothing is deleted, and the reply lists every
+-- group on the lanes for the caller to try again with.
 -- The leases of every group on the partition go too (their owners find
 -- themselves fenced and let go); a process manager's lease, which covers
 -- several partitions, is the caller's to release.
 --
--- Returns {'fenced', holder}, {'busy', ms to wait before trying again} or
--- {'reaped'}.
+-- Returns {'fenced', holder}, {'busy', ms to wait before trying again},
+-- {'groups', group...} or {'reaped'}.
 local fenced = fence(KEYS[1], ARGV[1])
 if fenced then
   return fenced
@@ -29,6 +30,8 @@ for i = 4, #ARGV do
   passed[ARGV[i]] = 6 + (i - 4) * 6
 end
 local now = now_ms()
+local unknown = false
+local seen = {}
 for lane = 2, 3 do
   local stream = KEYS[lane]
   if redis.call('EXISTS', stream) == 1 then
@@ -42,11 +45,15 @@ for lane = 2, 3 do
       if tonumber(group['pending']) > 0 or group['last-delivered-id'] ~= last then
         return {'busy', idle_ms}
       end
+      seen[#seen + 1] = group['name']
       if passed[group['name']] == nil then
-        return {'busy', 1}
+        unknown = true
       end
     end
   end
+end
+if unknown then
+  return {'groups', unpack(seen)}
 end
 for _, base in pairs(passed) do
   if redis.call('EXISTS', KEYS[base + 1]) == 1 then
