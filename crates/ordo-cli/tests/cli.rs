@@ -290,7 +290,7 @@ async fn dlq_moves_the_head_aside_and_replay_puts_it_back() -> anyhow::Result<()
         .stdout;
     assert!(
         moved.contains(&format!(
-            "moved entry {head} of `order:bob` for group `{PROJECTOR}` to `order:bob:dlq`"
+            "moved entry {head} of `order:bob` for group `{PROJECTOR}` to `{{order:bob}}:dlq`"
         )),
         "{moved}"
     );

@@ -46,22 +46,23 @@ fn reported_lag(groups: Value, group: &str) -> Value {
 async fn lag_is_counted_when_redis_cannot_tell_it() -> anyhow::Result<()> {
     let redis = Redis::start_local()?;
     let broker = RedisBroker::builder(redis.url()).build().await?;
+    let stream = ordo_redis::PartitionKeys::new("audit", "k", "backfill").primary().to_owned();
     let publications: Vec<Publication> = (1..=4).map(|seq| publication("audit", "k", seq)).collect();
     broker.publish(&publications).await?;
     let client = broker.client();
-    let _: Value = client.xgroup_create("audit:k", "Auditor", "0", false).await?;
+    let _: Value = client.xgroup_create(&stream, "Auditor", "0", false).await?;
     let status = ClusterStatus::new(client.clone(), "backfill");
     let groups = ["Auditor".to_owned()];
     assert_eq!(status.partitions("audit", &groups).await?[0].groups[0].lag, 4);
 
     // An entry deleted by hand: Redis can no longer tell the lag.
-    let ids: Value = client.xrange("audit:k", "-", "+", None).await?;
+    let ids: Value = client.xrange(&stream, "-", "+", None).await?;
     let second = ids.into_array()[1].clone().into_array()[0]
         .as_str()
         .expect("an id")
         .into_owned();
-    let _: i64 = client.xdel("audit:k", second.as_str()).await?;
-    assert!(reported_lag(client.xinfo_groups("audit:k").await?, "Auditor").is_null());
+    let _: i64 = client.xdel(&stream, second.as_str()).await?;
+    assert!(reported_lag(client.xinfo_groups(&stream).await?, "Auditor").is_null());
 
     let partitions = status.partitions("audit", &groups).await?;
     assert_eq!(partitions.len(), 1);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::inline::InlineBroker;
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult};
 use crate::key::Lane;
 use crate::message::Envelope;
@@ -151,6 +152,13 @@ pub trait Broker: Send + Sync + fmt::Debug + 'static {
     fn config(&self) -> Option<Config> {
         None
     }
+
+    /// The in-process broker behind this one, when it is the inline broker
+    /// (or forwards to one): the domain attaches its subscriptions to it
+    /// and waits on it to be idle. `None` (the default) for any other.
+    fn inline(&self) -> Option<InlineBroker> {
+        None
+    }
 }
 
 impl<B: Broker + ?Sized> Broker for Arc<B> {
@@ -180,6 +188,10 @@ impl<B: Broker + ?Sized> Broker for Arc<B> {
 
     fn config(&self) -> Option<Config> {
         (**self).config()
+    }
+
+    fn inline(&self) -> Option<InlineBroker> {
+        (**self).inline()
     }
 }
 

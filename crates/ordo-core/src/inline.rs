@@ -535,6 +535,10 @@ async fn run_attempt(
 }
 
 impl Broker for InlineBroker {
+    fn inline(&self) -> Option<InlineBroker> {
+        Some(self.clone())
+    }
+
     fn name(&self) -> &str {
         "inline"
     }
