@@ -4,12 +4,10 @@
 //! Each script lives in `src/lua/*.lua`; those that need the shared helpers
 //! get `common.lua` prepended at compile time.
 
-use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use fred::interfaces::LuaInterface;
 use fred::types::Value;
-use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 
@@ -19,12 +17,12 @@ macro_rules! with_common {
     };
 }
 
-/// One script: its source, and its SHA-1 once the server has loaded it.
+/// One script: fred's [`Script`](fred::types::scripts::Script) (its source
+/// and SHA-1) and a name for errors and logs.
 #[derive(Debug)]
 pub(crate) struct Script {
     name: &'static str,
-    source: Cow<'static, str>,
-    sha: OnceCell<String>,
+    script: fred::types::scripts::Script,
 }
 
 /// Every script Ordo runs.
@@ -78,11 +76,10 @@ fn commit_source() -> String {
 }
 
 impl Script {
-    fn new(name: &'static str, source: impl Into<Cow<'static, str>>) -> Self {
+    fn new(name: &'static str, source: impl Into<String>) -> Self {
         Self {
             name,
-            source: source.into(),
-            sha: OnceCell::const_new(),
+            script: fred::types::scripts::Script::from_lua(source.into()),
         }
     }
 
@@ -91,37 +88,26 @@ impl Script {
         self.name
     }
 
-    /// Runs the script with `EVALSHA`, loading it first when the server does
-    /// not know it (first use, or after a restart flushed the script cache).
+    /// Runs the script with `EVALSHA`; when the server does not know it
+    /// (first use, or a restart or failover emptied the script cache) loads
+    /// it, on every primary of a cluster, and runs it again. The same as
+    /// fred's `evalsha_with_reload`, for any client kind (a pool, a client).
     pub(crate) async fn run<C>(&self, client: &C, keys: Vec<String>, args: Vec<Value>) -> Result<Value>
     where
         C: LuaInterface + Send + Sync,
     {
-        let sha = self.sha(client).await?;
-        match client
-            .evalsha::<Value, _, _, _>(sha.as_str(), keys.clone(), args.clone())
+        match self
+            .script
+            .evalsha::<Value, _, _, _>(client, keys.clone(), args.clone())
             .await
         {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
-                self.load(client).await?;
-                Ok(client.evalsha(sha.as_str(), keys, args).await?)
+                let source = self.script.lua().cloned().unwrap_or_default();
+                let _: Value = client.script_load_cluster(source).await?;
+                Ok(self.script.evalsha(client, keys, args).await?)
             }
             result => Ok(result?),
         }
-    }
-
-    async fn sha<C>(&self, client: &C) -> Result<&String>
-    where
-        C: LuaInterface + Send + Sync,
-    {
-        self.sha.get_or_try_init(|| self.load(client)).await
-    }
-
-    async fn load<C>(&self, client: &C) -> Result<String>
-    where
-        C: LuaInterface + Send + Sync,
-    {
-        Ok(client.script_load::<String, _>(self.source.as_ref()).await?)
     }
 }
 

@@ -186,3 +186,23 @@ async fn a_publish_resent_after_a_lost_reply_is_appended_once() -> anyhow::Resul
     assert_eq!(client.xlen::<u64, _>(common::stream(&category, "k")).await?, 2);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_script_the_server_forgot_is_loaded_again() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("flush");
+    let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    publisher
+        .publish(&[publication(&category, "k", 0, Lane::Primary)])
+        .await?;
+    // What a restart without persistence of the script cache, or a failover
+    // to a replica that never loaded the script, leaves behind.
+    let client = pool(&url).await?;
+    client.next().script_flush(false).await?;
+    publisher
+        .publish(&[publication(&category, "k", 1, Lane::Primary)])
+        .await?;
+    assert_eq!(client.xlen::<u64, _>(common::stream(&category, "k")).await?, 2);
+    Ok(())
+}
