@@ -47,7 +47,13 @@ pub const COMMITTED_AT_US: &str = "bench_committed_at_us";
 /// `{bench:__partitions__:...}`), the category's registry (`{bench}:...`),
 /// its base stream's names (`bench`, `bench:...`) and the group's instance
 /// set (see `ordo_redis::layout`).
-pub const BENCH_KEYS: [&str; 5] = ["bench", "bench:*", "{bench:*", "{bench}:*", "ordo:instances:OrdoBench"];
+pub const BENCH_KEYS: [&str; 5] = [
+    "bench",
+    "bench:*",
+    "{bench:*",
+    "{bench}:*",
+    "ordo:instances:OrdoBench",
+];
 
 /// What the handler saw, shared with the benchmark.
 #[derive(Debug)]

@@ -46,7 +46,9 @@ fn reported_lag(groups: Value, group: &str) -> Value {
 async fn lag_is_counted_when_redis_cannot_tell_it() -> anyhow::Result<()> {
     let redis = Redis::start_local()?;
     let broker = RedisBroker::builder(redis.url()).build().await?;
-    let stream = ordo_redis::PartitionKeys::new("audit", "k", "backfill").primary().to_owned();
+    let stream = ordo_redis::PartitionKeys::new("audit", "k", "backfill")
+        .primary()
+        .to_owned();
     let publications: Vec<Publication> = (1..=4).map(|seq| publication("audit", "k", seq)).collect();
     broker.publish(&publications).await?;
     let client = broker.client();

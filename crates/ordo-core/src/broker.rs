@@ -7,8 +7,8 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::inline::InlineBroker;
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult};
+use crate::inline::InlineBroker;
 use crate::key::Lane;
 use crate::message::Envelope;
 use crate::policy::SequencingPolicy;

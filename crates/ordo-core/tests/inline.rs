@@ -351,10 +351,7 @@ async fn command_handlers_are_never_run_by_the_broker() {
         amount: 1,
     };
     let envelope = Envelope::command(&command).unwrap();
-    broker
-        .publish(&[Publication::to_base(envelope)])
-        .await
-        .unwrap();
+    broker.publish(&[Publication::to_base(envelope)]).await.unwrap();
     broker.idle().await;
     assert_eq!(probe.runs(), 0);
 }

@@ -196,7 +196,11 @@ impl PartitionKeys {
     pub fn of(id: PartitionId, backfill_suffix: &str) -> Self {
         let primary = id.tag();
         let backfill = format!("{primary}:{backfill_suffix}");
-        Self { id, primary, backfill }
+        Self {
+            id,
+            primary,
+            backfill,
+        }
     }
 
     /// The partition's id.
@@ -388,9 +392,15 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<category>:<key>}:<backfill_suffix>", p.backfill().to_owned()),
         ("{<category>:<key>}:dlq", p.dlq()),
         ("{<category>:<key>}:published", p.published(Lane::Primary)),
-        ("{<category>:<key>}:<backfill_suffix>:published", p.published(Lane::Backfill)),
+        (
+            "{<category>:<key>}:<backfill_suffix>:published",
+            p.published(Lane::Backfill),
+        ),
         ("{<category>:<key>}:position", p.position(Lane::Primary)),
-        ("{<category>:<key>}:<backfill_suffix>:position", p.position(Lane::Backfill)),
+        (
+            "{<category>:<key>}:<backfill_suffix>:position",
+            p.position(Lane::Backfill),
+        ),
         ("{<category>:<key>}:lease:<group>", lease.lease),
         ("{<category>:<key>}:gen:<group>", lease.generation),
         ("{<category>:<key>}:commit:<group>", lease.commit),
@@ -407,7 +417,10 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<category>}:__joining__", joining("order")),
         ("{ordo:halted:<bucket>}", halted(0)),
         ("ordo:instances:<group>", instances("G")),
-        ("{__pm__:<manager>:<correlation>}:state", process_state("G", "o-9")),
+        (
+            "{__pm__:<manager>:<correlation>}:state",
+            process_state("G", "o-9"),
+        ),
         ("{__pm__:<manager>:<correlation>}:lease:<manager>", pm.lease),
         ("{__pm__:<manager>:<correlation>}:gen:<manager>", pm.generation),
         ("{__pm__:<manager>:<correlation>}:commit:<manager>", pm.commit),
@@ -455,8 +468,12 @@ mod tests {
     #[test]
     fn the_docs_key_table_is_the_layout() {
         let docs = include_str!("../../../docs/REDIS.md");
-        let begin = docs.find("<!-- keys:begin -->").expect("docs/REDIS.md has <!-- keys:begin -->");
-        let end = docs.find("<!-- keys:end -->").expect("docs/REDIS.md has <!-- keys:end -->");
+        let begin = docs
+            .find("<!-- keys:begin -->")
+            .expect("docs/REDIS.md has <!-- keys:begin -->");
+        let end = docs
+            .find("<!-- keys:end -->")
+            .expect("docs/REDIS.md has <!-- keys:end -->");
         let documented: Vec<&str> = docs[begin..end]
             .lines()
             .filter(|line| line.starts_with("| `"))
@@ -495,7 +512,13 @@ mod tests {
             assert_eq!(hash_tag(&name), "order:c-1", "{name}");
         }
         let pm = LeaseKeys::process("G", "o-9");
-        for name in [pm.lease, pm.generation, pm.commit, pm.sequence, process_state("G", "o-9")] {
+        for name in [
+            pm.lease,
+            pm.generation,
+            pm.commit,
+            pm.sequence,
+            process_state("G", "o-9"),
+        ] {
             assert_eq!(hash_tag(&name), "__pm__:G:o-9", "{name}");
         }
         assert_eq!(hash_tag(&group_registry("order")), hash_tag(&joining("order")));

@@ -84,7 +84,11 @@ async fn publish_chunk(
         args.push(Value::from(envelope.type_name.as_str()));
         args.push(Value::from(json));
         args.push(Value::from(envelope.id.as_str()));
-        args.push(Value::from(position(publication).map(|seq| seq.to_string()).unwrap_or_default()));
+        args.push(Value::from(
+            position(publication)
+                .map(|seq| seq.to_string())
+                .unwrap_or_default(),
+        ));
     }
     let script = &SCRIPTS.publish;
     let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;

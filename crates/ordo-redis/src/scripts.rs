@@ -118,7 +118,10 @@ mod tests {
     #[test]
     fn the_commit_script_allows_exactly_the_rust_list() {
         let source = commit_source();
-        assert!(!source.contains(ALLOWED_PLACEHOLDER), "the placeholder is replaced");
+        assert!(
+            !source.contains(ALLOWED_PLACEHOLDER),
+            "the placeholder is replaced"
+        );
         let line = source
             .lines()
             .find(|line| line.starts_with("local allowed = {"))

@@ -21,8 +21,8 @@ use ordo_core::key::Lane;
 use crate::admin::{HaltedPartition, PartitionAdmin};
 use crate::error::{Error, Result};
 use crate::keys::{
-    BaseKeys, INDEX_PATTERN, LeaseKeys, PartitionKeys, REGISTRY_PATTERN, buckets, dlq_pattern, group_registry, index,
-    instances, parse_dlq, parse_index, parse_registry,
+    BaseKeys, INDEX_PATTERN, LeaseKeys, PartitionKeys, REGISTRY_PATTERN, buckets, dlq_pattern,
+    group_registry, index, instances, parse_dlq, parse_index, parse_registry,
 };
 use crate::partition::{StreamEntry, parse_lane};
 use crate::scripts::{RawEntry, array, parse_entries};

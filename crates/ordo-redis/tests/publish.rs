@@ -36,7 +36,12 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups() -> an
     let indexed: BTreeSet<String> = client.smembers(ordo_redis::names::index(&category, 0)).await?;
     assert_eq!(indexed, BTreeSet::from(["k1".to_owned(), "k2".to_owned()]));
     assert_eq!(client.xlen::<u64, _>(common::stream(&category, "k1")).await?, 1);
-    assert_eq!(client.xlen::<u64, _>(common::partition(&category, "k2").backfill().to_owned()).await?, 1);
+    assert_eq!(
+        client
+            .xlen::<u64, _>(common::partition(&category, "k2").backfill().to_owned())
+            .await?,
+        1
+    );
     assert_eq!(client.xlen::<u64, _>(&category).await?, 1, "the base stream");
     assert!(!client.exists::<bool, _>(common::stream(&category, "k2")).await?);
     let groups: Value = client.xinfo_groups(common::stream(&category, "k1")).await?;

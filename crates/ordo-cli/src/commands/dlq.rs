@@ -206,11 +206,7 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
 
 /// The publication that puts `letter` back on its lane of `category:key`;
 /// an error when it does not hold a message of that partition.
-fn publication(
-    category: &str,
-    key: &str,
-    letter: &DeadLetter,
-) -> Result<Publication, Failure> {
+fn publication(category: &str, key: &str, letter: &DeadLetter) -> Result<Publication, Failure> {
     let envelope = letter
         .message
         .decode()

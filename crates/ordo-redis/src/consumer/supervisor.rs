@@ -195,8 +195,9 @@ impl Supervisor {
                 }
                 // The group on the base stream first (from the start), so
                 // the other groups' trimming keeps what it has not read.
-                let created: std::result::Result<Value, _> =
-                    client.xgroup_create(BaseKeys::new(category).stream(), &*plan.group, "0", true).await;
+                let created: std::result::Result<Value, _> = client
+                    .xgroup_create(BaseKeys::new(category).stream(), &*plan.group, "0", true)
+                    .await;
                 if let Err(error) = created
                     && !error.details().starts_with("BUSYGROUP")
                 {

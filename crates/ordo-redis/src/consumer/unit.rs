@@ -110,7 +110,8 @@ impl GroupPlan {
             for category in &self.partitioned {
                 let label: Arc<str> = Arc::from(category.as_str());
                 for member in indexed.get(category).into_iter().flatten() {
-                    let partition = PartitionKeys::of(PartitionId::from_member(category, member), backfill_suffix);
+                    let partition =
+                        PartitionKeys::of(PartitionId::from_member(category, member), backfill_suffix);
                     let unit = Unit {
                         group: self.group.clone(),
                         id: partition.primary().to_owned(),
