@@ -39,10 +39,18 @@ pub const GROUP: &str = "OrdoBench";
 /// Unix epoch (the publisher and the handler share the process's clock).
 pub const COMMITTED_AT_US: &str = "bench_committed_at_us";
 
-/// The keys the `bench` category's runs leave in Redis: its streams and
-/// index, every partition's bookkeeping (tagged `{bench:...}`) and the
-/// group's instance set.
-pub const BENCH_KEYS: [&str; 3] = ["bench:*", "{bench:*", "ordo:instances:OrdoBench"];
+/// The keys the `bench` category's runs leave in Redis: its partitions
+/// (streams and bookkeeping, tagged `{bench:...}`, and the index buckets
+/// `{bench:__partitions__:...}`), the category's registry (`{bench}:...`),
+/// its base stream's names (`bench`, `bench:...`) and the group's instance
+/// set (see `ordo_redis::layout`).
+pub const BENCH_KEYS: [&str; 5] = [
+    "bench",
+    "bench:*",
+    "{bench:*",
+    "{bench}:*",
+    "ordo:instances:OrdoBench",
+];
 
 /// What the handler saw, shared with the benchmark.
 #[derive(Debug)]

@@ -41,7 +41,13 @@ use crate::worker::WorkerArgs;
 
 /// The keys a failover trial leaves: the `chaos` category's streams,
 /// bookkeeping and instance set, and the harness's records.
-const FAILOVER_KEYS: [&str; 4] = ["chaos:*", "{chaos:*", "harness:*", "ordo:instances:TickRecorder"];
+const FAILOVER_KEYS: [&str; 5] = [
+    "chaos:*",
+    "{chaos:*",
+    "{chaos}:*",
+    "harness:*",
+    "ordo:instances:TickRecorder",
+];
 
 /// The key whose owner is killed.
 const WATCHED_KEY: &str = "k0";

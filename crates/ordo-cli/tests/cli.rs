@@ -289,7 +289,7 @@ async fn dlq_moves_the_head_aside_and_replay_puts_it_back() -> anyhow::Result<()
         .stdout;
     assert!(
         moved.contains(&format!(
-            "moved entry {head} of `order:bob` for group `{PROJECTOR}` to `order:bob:dlq`"
+            "moved entry {head} of `order:bob` for group `{PROJECTOR}` to `{{order:bob}}:dlq`"
         )),
         "{moved}"
     );
@@ -544,11 +544,11 @@ async fn status_check_reports_partitions_without_a_registered_group() -> anyhow:
     };
     ordo_core::broker::Broker::publish(
         &broker,
-        &[ordo_core::broker::Publication {
-            stream: ordo_core::key::stream::partition("ledger", "acct-1"),
-            lane: ordo_core::key::Lane::Primary,
+        &[ordo_core::broker::Publication::to_partition(
+            "acct-1",
+            ordo_core::key::Lane::Primary,
             envelope,
-        }],
+        )],
     )
     .await?;
     let dir = tempfile::tempdir()?;

@@ -108,11 +108,7 @@ async fn lag_over_the_threshold_is_lagging_with_a_warning() -> anyhow::Result<()
             })
             .unwrap();
             envelope.partition_key = Some("alice".to_owned());
-            Publication {
-                stream: "order:alice".to_owned(),
-                lane: Lane::Primary,
-                envelope,
-            }
+            Publication::to_partition("alice", Lane::Primary, envelope)
         })
         .collect();
     fixture.broker.publish(&publications).await?;

@@ -4,16 +4,16 @@
 use fred::interfaces::StreamsInterface;
 use fred::types::Value;
 use ordo_core::broker::{Broker, Publication};
-use ordo_core::key::{Lane, stream};
+use ordo_core::key::Lane;
 use ordo_core::message::{Envelope, MessageKind, Metadata};
 use ordo_redis::{ClusterStatus, RedisBroker};
 use ordo_testkit::Redis;
 
 fn publication(category: &str, key: &str, seq: u64) -> Publication {
-    Publication {
-        stream: stream::partition(category, key),
-        lane: Lane::Primary,
-        envelope: Envelope {
+    Publication::to_partition(
+        key,
+        Lane::Primary,
+        Envelope {
             id: format!("m-{seq}"),
             kind: MessageKind::Event,
             type_name: "Noted".to_owned(),
@@ -24,7 +24,7 @@ fn publication(category: &str, key: &str, seq: u64) -> Publication {
             metadata: Metadata::new(),
             payload: format!("{{\"seq\":{seq}}}").into(),
         },
-    }
+    )
 }
 
 /// The `lag` field of `group` in an `XINFO GROUPS` reply.
@@ -46,22 +46,25 @@ fn reported_lag(groups: Value, group: &str) -> Value {
 async fn lag_is_counted_when_redis_cannot_tell_it() -> anyhow::Result<()> {
     let redis = Redis::start_local()?;
     let broker = RedisBroker::builder(redis.url()).build().await?;
+    let stream = ordo_redis::PartitionKeys::new("audit", "k", "backfill")
+        .primary()
+        .to_owned();
     let publications: Vec<Publication> = (1..=4).map(|seq| publication("audit", "k", seq)).collect();
     broker.publish(&publications).await?;
     let client = broker.client();
-    let _: Value = client.xgroup_create("audit:k", "Auditor", "0", false).await?;
+    let _: Value = client.xgroup_create(&stream, "Auditor", "0", false).await?;
     let status = ClusterStatus::new(client.clone(), "backfill");
     let groups = ["Auditor".to_owned()];
     assert_eq!(status.partitions("audit", &groups).await?[0].groups[0].lag, 4);
 
     // An entry deleted by hand: Redis can no longer tell the lag.
-    let ids: Value = client.xrange("audit:k", "-", "+", None).await?;
+    let ids: Value = client.xrange(&stream, "-", "+", None).await?;
     let second = ids.into_array()[1].clone().into_array()[0]
         .as_str()
         .expect("an id")
         .into_owned();
-    let _: i64 = client.xdel("audit:k", second.as_str()).await?;
-    assert!(reported_lag(client.xinfo_groups("audit:k").await?, "Auditor").is_null());
+    let _: i64 = client.xdel(&stream, second.as_str()).await?;
+    assert!(reported_lag(client.xinfo_groups(&stream).await?, "Auditor").is_null());
 
     let partitions = status.partitions("audit", &groups).await?;
     assert_eq!(partitions.len(), 1);

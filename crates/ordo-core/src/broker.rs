@@ -11,6 +11,7 @@ use crate::backoff::Backoff;
 use crate::config::{Config, HandlerConfig, HealthConfig};
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult};
 use crate::health::SubscriptionHealth;
+use crate::inline::InlineBroker;
 use crate::key::Lane;
 use crate::message::Envelope;
 use crate::policy::SequencingPolicy;
@@ -48,16 +49,44 @@ impl Capabilities {
     };
 }
 
-/// One outbox row on its way to a broker.
+/// One outbox row on its way to a broker: where it goes, as (category, key,
+/// lane), and the message. The broker names the stream (or whatever its
+/// transport calls it) from those; nothing here knows a broker's naming.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Publication {
-    /// The stream the row is routed to: `{category}:{key}`, its backfill lane
-    /// `{category}:{key}:{suffix}`, or the base `{category}`.
-    pub stream: String,
-    /// The lane (backfill rows of a partitioned category use the backfill lane).
+    /// The stream category (the envelope's).
+    pub category: String,
+    /// The validated partition key when the row goes to its key's partition
+    /// (the broker advertises stream partitioning); `None` when it goes to
+    /// the category's base stream (the key, if any, still on the envelope).
+    pub key: Option<String>,
+    /// The lane: backfill rows of a partitioned category use the backfill
+    /// lane; base-stream rows are always on the primary lane.
     pub lane: Lane,
     /// The message, with its validated `partition_key`.
     pub envelope: Envelope,
+}
+
+impl Publication {
+    /// `envelope` published to its key's partition, on `lane`.
+    pub fn to_partition(key: impl Into<String>, lane: Lane, envelope: Envelope) -> Self {
+        Self {
+            category: envelope.category.clone(),
+            key: Some(key.into()),
+            lane,
+            envelope,
+        }
+    }
+
+    /// `envelope` published to its category's base stream.
+    pub fn to_base(envelope: Envelope) -> Self {
+        Self {
+            category: envelope.category.clone(),
+            key: None,
+            lane: Lane::Primary,
+            envelope,
+        }
+    }
 }
 
 /// Metadata entry naming a publication's *position scope*: an ordered
@@ -145,6 +174,13 @@ pub trait Broker: Send + Sync + fmt::Debug + 'static {
                 .collect()
         })
     }
+
+    /// The in-process broker behind this one, when it is the inline broker
+    /// (or forwards to one): the domain attaches its subscriptions to it
+    /// and waits on it to be idle. `None` (the default) for any other.
+    fn inline(&self) -> Option<InlineBroker> {
+        None
+    }
 }
 
 impl<B: Broker + ?Sized> Broker for Arc<B> {
@@ -182,6 +218,10 @@ impl<B: Broker + ?Sized> Broker for Arc<B> {
         thresholds: &'a HealthConfig,
     ) -> BoxFuture<'a, Vec<SubscriptionHealth>> {
         (**self).health(subscriptions, thresholds)
+    }
+
+    fn inline(&self) -> Option<InlineBroker> {
+        (**self).inline()
     }
 }
 

@@ -4,7 +4,7 @@
 
 mod registry;
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
@@ -164,11 +164,7 @@ impl DomainBuilder {
 
     /// Sets the broker (default: an [`InlineBroker`] built from the config).
     pub fn broker<B: Broker>(mut self, broker: B) -> Self {
-        let any: &dyn Any = &broker;
-        let inline = any.downcast_ref::<InlineBroker>().cloned().or_else(|| {
-            any.downcast_ref::<Arc<InlineBroker>>()
-                .map(|b| InlineBroker::clone(b))
-        });
+        let inline = broker.inline();
         self.broker = Some((Arc::new(broker), inline));
         self
     }

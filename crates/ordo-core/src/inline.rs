@@ -542,6 +542,10 @@ async fn run_attempt(
 }
 
 impl Broker for InlineBroker {
+    fn inline(&self) -> Option<InlineBroker> {
+        Some(self.clone())
+    }
+
     fn name(&self) -> &str {
         "inline"
     }

@@ -1,5 +1,5 @@
-//! Partition keys: what may be one, how values are validated, and the stream
-//! names they compose into.
+//! Partition keys: what may be one and how values are validated. The names
+//! a broker gives partitions are the broker's (see ordo-redis `keys`).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -243,33 +243,4 @@ pub enum Lane {
     Primary,
     /// The partition's low-priority lane, drained after the primary one.
     Backfill,
-}
-
-/// Stream-name composition.
-pub mod stream {
-    use super::Lane;
-
-    /// The index set of a category's live partitions.
-    pub fn partitions_index(category: &str) -> String {
-        format!("{category}:__partitions__")
-    }
-
-    /// The stream of a partition's primary lane: `{category}:{key}`.
-    pub fn partition(category: &str, key: &str) -> String {
-        format!("{category}:{key}")
-    }
-
-    /// The stream of a partition lane: `{category}:{key}` or
-    /// `{category}:{key}:{backfill_suffix}`.
-    pub fn lane(category: &str, key: &str, lane: Lane, backfill_suffix: &str) -> String {
-        match lane {
-            Lane::Primary => partition(category, key),
-            Lane::Backfill => format!("{category}:{key}:{backfill_suffix}"),
-        }
-    }
-
-    /// The dead-letter stream of a partition: `{category}:{key}:dlq`.
-    pub fn dlq(category: &str, key: &str) -> String {
-        format!("{category}:{key}:{}", super::DLQ_TOKEN)
-    }
 }

@@ -14,7 +14,7 @@ use crate::broker::{Broker, Publication};
 use crate::config::Config;
 use crate::error::{OutboxError, error_chain};
 use crate::handler::BoxFuture;
-use crate::key::{InvalidKey, KeyRules, Lane, stream};
+use crate::key::{InvalidKey, KeyRules, Lane};
 use crate::message::Envelope;
 
 /// The state of an outbox row.
@@ -303,10 +303,9 @@ const DEFAULT_BATCH_SIZE: usize = 256;
 
 /// Publishes pending outbox rows to the broker in commit order.
 ///
-/// Routing: a row with a partition key goes to `{category}:{key}` (or
-/// `{category}:{key}:{backfill_suffix}` for a backfill row) when the broker
-/// advertises stream partitioning; otherwise to the base `{category}` stream,
-/// the key still carried on the envelope.
+/// Routing: a row with a partition key goes to its key's partition (on the
+/// row's lane) when the broker advertises stream partitioning; otherwise to
+/// the category's base stream, the key still carried on the envelope.
 ///
 /// Each row's key is validated again before routing. A row with an invalid
 /// key, or without a key in a partitioned category, is abandoned at once and
@@ -478,17 +477,11 @@ impl OutboxProcessor {
         };
         let mut envelope = row.envelope.clone();
         envelope.partition_key.clone_from(&key);
-        let (stream, lane) = match key {
-            Some(key) if self.broker.capabilities().stream_partitioning => (
-                stream::lane(category, &key, row.lane, self.rules.backfill_suffix()),
-                row.lane,
-            ),
-            _ => (category.to_owned(), Lane::Primary),
-        };
-        Ok(Publication {
-            stream,
-            lane,
-            envelope,
+        Ok(match key {
+            Some(key) if self.broker.capabilities().stream_partitioning => {
+                Publication::to_partition(key, row.lane, envelope)
+            }
+            _ => Publication::to_base(envelope),
         })
     }
 }

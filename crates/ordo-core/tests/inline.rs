@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use ordo_core::broker::{Broker, Publication};
 use ordo_core::handler::HandlerKind;
-use ordo_core::key::Lane;
 use ordo_core::{Config, Domain, Envelope, InlineBroker};
 use support::*;
 use tokio_util::sync::CancellationToken;
@@ -304,11 +303,7 @@ async fn a_handler_without_a_key_dead_letters_a_poison_message_and_goes_on() {
 }
 
 fn publication() -> Publication {
-    Publication {
-        stream: "order".into(),
-        lane: Lane::Primary,
-        envelope: Envelope::new(&placed("o-1", "a", 1)).unwrap(),
-    }
+    Publication::to_base(Envelope::new(&placed("o-1", "a", 1)).unwrap())
 }
 
 #[tokio::test]
@@ -356,14 +351,7 @@ async fn command_handlers_are_never_run_by_the_broker() {
         amount: 1,
     };
     let envelope = Envelope::command(&command).unwrap();
-    broker
-        .publish(&[Publication {
-            stream: "order".into(),
-            lane: Lane::Primary,
-            envelope,
-        }])
-        .await
-        .unwrap();
+    broker.publish(&[Publication::to_base(envelope)]).await.unwrap();
     broker.idle().await;
     assert_eq!(probe.runs(), 0);
 }

@@ -1,7 +1,8 @@
-//! Key validation and stream-name composition: properties and examples.
+//! Key validation: properties and examples. (The names a broker composes
+//! from keys are tested with the broker: ordo-redis `keys`.)
 
-use ordo_core::key::{DEFAULT_BACKFILL_SUFFIX, DLQ_TOKEN, MAX_KEY_LEN, stream};
-use ordo_core::{InvalidKey, KeyRule, KeyRules, Lane};
+use ordo_core::key::{DEFAULT_BACKFILL_SUFFIX, DLQ_TOKEN, MAX_KEY_LEN};
+use ordo_core::{InvalidKey, KeyRule, KeyRules};
 use proptest::prelude::*;
 
 /// Whether `value` is one of the values the default rules reserve.
@@ -22,11 +23,6 @@ fn any_valid_key() -> impl Strategy<Value = String> {
     "[^:\\p{Cc}]{1,60}".prop_filter("valid", |k| {
         k.len() <= MAX_KEY_LEN && !reserved(k, DEFAULT_BACKFILL_SUFFIX)
     })
-}
-
-/// A stream category: a lowercase identifier, as the derive produces.
-fn category() -> impl Strategy<Value = String> {
-    "[a-z][a-z0-9_]{0,30}"
 }
 
 /// Values that break at least one rule, of every kind.
@@ -116,42 +112,6 @@ proptest! {
         prop_assert!(message.contains(&error.rule.to_string()), "{message}");
         prop_assert_eq!(error.field, field);
         prop_assert_eq!(error.value, Some(value));
-    }
-
-    #[test]
-    fn a_backfill_lane_is_the_partition_plus_the_suffix(
-        cat in category(), key in any_valid_key(), suffix in "[a-z_]{1,20}"
-    ) {
-        prop_assert_eq!(
-            stream::lane(&cat, &key, Lane::Backfill, &suffix),
-            format!("{}:{}", stream::partition(&cat, &key), suffix)
-        );
-        prop_assert_eq!(stream::lane(&cat, &key, Lane::Primary, &suffix), stream::partition(&cat, &key));
-        prop_assert_eq!(stream::dlq(&cat, &key), format!("{}:dlq", stream::partition(&cat, &key)));
-    }
-
-    #[test]
-    fn a_partition_stream_name_splits_back_into_category_and_key(cat in category(), key in any_valid_key()) {
-        let name = stream::partition(&cat, &key);
-        prop_assert_eq!(name.split_once(':'), Some((cat.as_str(), key.as_str())));
-    }
-
-    #[test]
-    fn stream_names_of_distinct_valid_keys_never_collide(
-        cat in category(), a in any_valid_key(), b in any_valid_key()
-    ) {
-        let names = |key: &str| {
-            [
-                stream::partition(&cat, key),
-                stream::lane(&cat, key, Lane::Backfill, DEFAULT_BACKFILL_SUFFIX),
-                stream::dlq(&cat, key),
-            ]
-        };
-        let (of_a, of_b) = (names(&a), names(&b));
-        prop_assert!(of_a.iter().all(|name| *name != stream::partitions_index(&cat)));
-        if a != b {
-            prop_assert!(of_a.iter().all(|name| !of_b.contains(name)), "{:?} vs {:?}", of_a, of_b);
-        }
     }
 }
 
@@ -285,21 +245,6 @@ fn the_first_broken_rule_is_reported() {
         rule_of(&KeyRules::default(), Some("__a:b__")),
         KeyRule::ContainsColon
     );
-}
-
-#[test]
-fn stream_names_compose_as_documented() {
-    assert_eq!(stream::partition("order", "client-1"), "order:client-1");
-    assert_eq!(
-        stream::lane("order", "client-1", Lane::Primary, "backfill"),
-        "order:client-1"
-    );
-    assert_eq!(
-        stream::lane("order", "client-1", Lane::Backfill, "backfill"),
-        "order:client-1:backfill"
-    );
-    assert_eq!(stream::dlq("order", "client-1"), "order:client-1:dlq");
-    assert_eq!(stream::partitions_index("order"), "order:__partitions__");
 }
 
 #[test]

@@ -119,9 +119,11 @@ async fn partitioned_rows_go_to_their_partition_stream_and_lane() {
             failed: 0
         }
     );
+    // The broker names the lane's stream (with the suffix it was configured
+    // with); the publication says which lane.
     assert_eq!(
         broker.streams(),
-        vec!["order:client-1", "order:client-1:slow", "order:client-2"]
+        vec!["order:client-1", "order:client-1:backfill", "order:client-2"]
     );
     let lanes: Vec<Lane> = broker.published().iter().map(|p| p.lane).collect();
     assert_eq!(lanes, vec![Lane::Primary, Lane::Backfill, Lane::Primary]);

@@ -3,7 +3,6 @@
 //! Ordo's own keys (streams, leases, halts) are described by ordo-redis;
 //! [`lease`] and [`partition`] name the ones the harness reads.
 
-use ordo_core::key::stream;
 use ordo_redis::PartitionKeys;
 
 use crate::tick::CATEGORY;
@@ -65,5 +64,5 @@ pub fn lease(key: &str) -> String {
 
 /// The dead-letter stream of `key`'s partition.
 pub fn dlq(key: &str) -> String {
-    stream::dlq(CATEGORY, key)
+    partition(key).dlq()
 }

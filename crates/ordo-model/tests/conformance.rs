@@ -20,7 +20,7 @@ use fred::interfaces::LuaInterface;
 use fred::prelude::{Builder, Config as FredConfig};
 use fred::types::Value;
 use ordo_core::broker::{Broker, Publication};
-use ordo_core::key::{Lane, stream};
+use ordo_core::key::Lane;
 use ordo_core::message::{Envelope, MessageKind, Metadata};
 use ordo_model::protocol::{Command, Identity, LeaseValue, Op, Reply};
 use ordo_model::{Action, Config, Mutant, Protocol, State};
@@ -179,11 +179,7 @@ impl Real {
             metadata: Metadata::new(),
             payload: format!("{{\"seq\":{seq}}}").into(),
         };
-        let publication = Publication {
-            stream: stream::partition(&self.category, "k"),
-            lane: Lane::Primary,
-            envelope,
-        };
+        let publication = Publication::to_partition("k", Lane::Primary, envelope);
         self.broker.publish(&[publication]).await?;
         let newest: Value = self
             .pool

@@ -11,7 +11,7 @@ use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA};
 use ordo_core::config::Config;
 use ordo_core::error::{CommitError, OutboxError};
 use ordo_core::handler::BoxFuture;
-use ordo_core::key::{Lane, stream};
+use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 use ordo_core::outbox::{NewOutboxRow, Outbox, OutboxRow, OutboxStatus};
 use ordo_core::uow::{CommitReceipt, UnitOfWork};
@@ -460,12 +460,16 @@ fn to_i64(id: u64) -> i64 {
     i64::try_from(id).unwrap_or(i64::MAX)
 }
 
-/// The position scope of a row: its partition lane stream, or its category
-/// when it has no key (what the relay publishes it to on a partitioning broker).
+/// The position scope of a row: this outbox's id of its (category, key,
+/// lane), or its category when it has no key. The text is the outbox's own
+/// (`{category}:{key}`, `{category}:{key}:{backfill_suffix}`: the 0.x stream
+/// names, kept so the positions already handed out carry on); brokers key
+/// their positions on the publication's (category, key, lane), never on it.
 fn scope_of(envelope: &Envelope, lane: Lane, backfill_suffix: &str) -> String {
-    match &envelope.partition_key {
-        Some(key) => stream::lane(&envelope.category, key, lane, backfill_suffix),
-        None => envelope.category.clone(),
+    match (&envelope.partition_key, lane) {
+        (Some(key), Lane::Primary) => format!("{}:{key}", envelope.category),
+        (Some(key), Lane::Backfill) => format!("{}:{key}:{backfill_suffix}", envelope.category),
+        (None, _) => envelope.category.clone(),
     }
 }
 

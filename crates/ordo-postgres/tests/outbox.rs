@@ -95,8 +95,11 @@ async fn events_exist_if_and_only_if_the_callers_transaction_commits() -> anyhow
     let report = relay.publish_pending().await?;
     assert_eq!(report.published, 2);
     let redis_client = redis_pool(&redis.url()).await?;
-    assert_eq!(numbers(&redis_client, "account:a").await?, vec![1, 2]);
-    let published = common::stream_envelopes(&redis_client, "account:a").await?;
+    assert_eq!(
+        numbers(&redis_client, &common::account_stream("a")).await?,
+        vec![1, 2]
+    );
+    let published = common::stream_envelopes(&redis_client, &common::account_stream("a")).await?;
     assert_eq!(
         published[1].metadata.get(POSITION_METADATA).map(String::as_str),
         Some("2")
@@ -191,12 +194,15 @@ async fn concurrent_transactions_on_one_key_publish_in_commit_order() -> anyhow:
     .await?;
     // Meanwhile the relay publishes nothing of the key.
     assert_eq!(relay.publish_pending().await?.published, 0);
-    assert_eq!(xlen(&redis_client, "account:k").await?, 0);
+    assert_eq!(xlen(&redis_client, &common::account_stream("k")).await?, 0);
 
     first.commit().await?;
     second.await??;
     assert_eq!(relay.publish_pending().await?.published, 3);
-    assert_eq!(numbers(&redis_client, "account:k").await?, vec![1, 2, 3]);
+    assert_eq!(
+        numbers(&redis_client, &common::account_stream("k")).await?,
+        vec![1, 2, 3]
+    );
 
     // And with many writers at once on a few keys, each key's positions are
     // gapless and follow each writer's own order.
@@ -220,7 +226,7 @@ async fn concurrent_transactions_on_one_key_publish_in_commit_order() -> anyhow:
     relay.publish_pending().await?;
     let mut total = 0;
     for key in ["w0", "w1", "w2"] {
-        let stream = format!("account:{key}");
+        let stream = common::account_stream(key);
         let published = common::stream_envelopes(&redis_client, &stream).await?;
         let positions: Vec<String> = published
             .iter()
@@ -279,7 +285,7 @@ async fn publishing_a_position_again_is_a_no_op() -> anyhow::Result<()> {
         "marked published again"
     );
     assert_eq!(
-        numbers(&redis_client, "account:a").await?,
+        numbers(&redis_client, &common::account_stream("a")).await?,
         vec![1, 2, 3],
         "nothing duplicated"
     );
@@ -294,13 +300,12 @@ async fn publishing_a_position_again_is_a_no_op() -> anyhow::Result<()> {
     envelope
         .metadata
         .insert(POSITION_METADATA.to_owned(), "2".to_owned());
-    let publication = Publication {
-        stream: "account:a".to_owned(),
-        lane: Lane::Primary,
-        envelope,
-    };
+    let publication = Publication::to_partition("a", Lane::Primary, envelope);
     broker.publish(std::slice::from_ref(&publication)).await?;
-    assert_eq!(numbers(&redis_client, "account:a").await?, vec![1, 2, 3]);
+    assert_eq!(
+        numbers(&redis_client, &common::account_stream("a")).await?,
+        vec![1, 2, 3]
+    );
     Ok(())
 }
 
@@ -337,7 +342,10 @@ async fn invalid_rows_are_abandoned_at_once_and_published_rows_expire() -> anyho
         .batch_size(16);
     let report = relay.publish_pending().await?;
     assert_eq!((report.published, report.abandoned, report.failed), (1, 1, 0));
-    assert_eq!(numbers(&redis_client, "account:y").await?, vec![2]);
+    assert_eq!(
+        numbers(&redis_client, &common::account_stream("y")).await?,
+        vec![2]
+    );
     let abandoned = outbox.get(1).await?.expect("the bad row is kept");
     assert!(
         abandoned

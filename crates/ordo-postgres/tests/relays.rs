@@ -93,7 +93,7 @@ async fn check_streams(outbox: &PgOutbox, redis: &Redis, committed: &Committed) 
     let committed = committed.lock().unwrap().clone();
     assert_eq!(committed.len(), KEYS, "{committed:?}");
     for (key, count) in committed {
-        let stream = format!("account:{key}");
+        let stream = common::account_stream(&key);
         let positions: Vec<u64> = common::stream_envelopes(&client, &stream)
             .await?
             .iter()

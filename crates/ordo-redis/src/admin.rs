@@ -15,7 +15,7 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::keys::{HALTED, PartitionKeys};
+use crate::keys::{PartitionKeys, buckets, halted};
 use crate::partition::{StreamEntry, parse_lane};
 use crate::scripts::{Reply, SCRIPTS, array, parse_entries};
 
@@ -90,7 +90,11 @@ impl PartitionAdmin {
 
     /// Every halted partition, of every group.
     pub async fn halted(&self) -> Result<Vec<HaltedPartition>> {
-        let keys: Vec<String> = self.client.smembers(HALTED).await?;
+        let mut keys: Vec<String> = Vec::new();
+        for bucket in buckets() {
+            let part: Vec<String> = self.client.smembers(halted(bucket)).await?;
+            keys.extend(part);
+        }
         let mut halted = Vec::with_capacity(keys.len());
         for key in keys {
             // A record cleared between the two reads is simply not halted.
@@ -182,7 +186,7 @@ impl PartitionAdmin {
         let halt_key = partition.halt(group);
         let keys = vec![
             halt_key.clone(),
-            HALTED.to_owned(),
+            partition.halted(),
             partition.log(group),
             partition.primary().to_owned(),
             partition.backfill().to_owned(),
@@ -203,7 +207,7 @@ impl PartitionAdmin {
             "not_halted" => Err(not_halted(group, &partition)),
             "head_changed" => Err(Error::HeadChanged {
                 group: group.to_owned(),
-                partition: partition.primary().to_owned(),
+                partition: partition.label(),
                 expected: expected.unwrap_or_default().to_owned(),
                 actual: reply.string(0)?,
             }),
@@ -306,6 +310,6 @@ impl<'a> HeadAction<'a> {
 fn not_halted(group: &str, partition: &PartitionKeys) -> Error {
     Error::NotHalted {
         group: group.to_owned(),
-        partition: partition.primary().to_owned(),
+        partition: partition.label(),
     }
 }

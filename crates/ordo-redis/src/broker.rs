@@ -117,7 +117,7 @@ impl RedisBroker {
             window: Duration::ZERO,
             ..self.inner.dedup
         };
-        publish::publish(self.client(), dedup, &fresh).await
+        publish::publish(self.client(), dedup, &self.inner.settings.backfill_suffix, &fresh).await
     }
 
     /// The command client (a connection pool).
@@ -288,7 +288,12 @@ impl Broker for RedisBroker {
     }
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
-        Box::pin(publish::publish(self.client(), self.inner.dedup, publications))
+        Box::pin(publish::publish(
+            self.client(),
+            self.inner.dedup,
+            &self.inner.settings.backfill_suffix,
+            publications,
+        ))
     }
 
     /// The configuration the broker was built with: the domain's default.

@@ -51,7 +51,7 @@ pub enum Error {
     NotHalted {
         /// The consumer group (handler name).
         group: String,
-        /// The partition's primary stream.
+        /// The partition, as `category:key`.
         partition: String,
     },
 
@@ -65,7 +65,7 @@ pub enum Error {
     HeadChanged {
         /// The consumer group (handler name).
         group: String,
-        /// The partition's primary stream.
+        /// The partition, as `category:key`.
         partition: String,
         /// The head id the action was for.
         expected: String,

@@ -32,9 +32,9 @@ use crate::lease::{Lease, millis};
 use crate::scripts::{Reply, SCRIPTS};
 
 /// The commands a fenced commit may run (writes to plain data structures;
-/// no blocking, scripting or administrative commands). `commit.lua` holds
-/// the same list.
-const ALLOWED: &[&str] = &[
+/// no blocking, scripting or administrative commands). The only list:
+/// `commit.lua` gets it written in when the script is built.
+pub(crate) const ALLOWED: &[&str] = &[
     "SET", "DEL", "UNLINK", "EXPIRE", "PEXPIRE", "PERSIST", "INCR", "INCRBY", "DECR", "DECRBY", "APPEND",
     "HSET", "HDEL", "HINCRBY", "SADD", "SREM", "ZADD", "ZREM", "ZINCRBY", "RPUSH", "LPUSH", "LTRIM", "XADD",
     "XTRIM",

@@ -1,13 +1,19 @@
-//! Where everything lives in Redis.
+//! Where everything lives in Redis: the one place that formats and parses
+//! Redis key names.
 //!
-//! Streams keep the names of the contract (`{category}:{key}`, its backfill
-//! lane `{category}:{key}:{suffix}`, its dead-letter stream
-//! `{category}:{key}:dlq`, the index `{category}:__partitions__`). Every
-//! per-partition bookkeeping key uses the partition's primary stream name as
-//! its Redis Cluster hash tag (`{order:c-1}:lease:{group}`), so it lives in
-//! the primary stream's slot.
+//! Every name a partition's scripts touch carries the partition's hash tag
+//! `{category:key}` (its primary stream is exactly that tag), so on Redis
+//! Cluster a partition's streams and bookkeeping live in one slot and each
+//! per-partition script touches one slot. The structures shared by many
+//! partitions (the category index, the halted set) are split into
+//! [buckets](bucket) of their own, each in its own slot; the group registry,
+//! the joining marker and the instance sets are per category or group.
+//!
+//! The table in docs/REDIS.md ("Where things live") is checked against
+//! [`layout`] by a unit test, so the documentation cannot drift from the
+//! names used here.
 
-use ordo_core::key::{Lane, stream};
+use ordo_core::key::Lane;
 
 /// The consumer name every partition owner reads under. Ownership is the
 /// lease, not the consumer name, so the group's pending list is simply the
@@ -15,59 +21,144 @@ use ordo_core::key::{Lane, stream};
 /// accumulates per owner or generation.
 pub(crate) const CONSUMER: &str = "ordo";
 
-/// The set of halt keys of every halted partition, for operators.
-pub(crate) const HALTED: &str = "ordo:halted";
+/// The token of a dead-letter stream (`{order:c-1}:dlq`, `order:dlq`).
+const DLQ: &str = "dlq";
+
+/// How many buckets the structures shared by many partitions (the category
+/// index, the halted set) are split into. Each bucket is its own key, with
+/// its own hash tag. One today; Redis Cluster spreads them over slots by
+/// raising it (readers iterate [`buckets`], writers use [`bucket`]).
+pub(crate) const BUCKETS: u16 = 1;
+
+/// Every bucket, for readers of the shared structures.
+pub(crate) fn buckets() -> impl Iterator<Item = u16> {
+    0..BUCKETS
+}
+
+/// The bucket of `partition` in the shared structures: FNV-1a of its
+/// index member, modulo [`BUCKETS`].
+pub(crate) fn bucket(partition: &PartitionId) -> u16 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in partition.member().bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    // BUCKETS is a u16, so the remainder fits.
+    u16::try_from(hash % u32::from(BUCKETS)).unwrap_or(0)
+}
+
+/// The index of `category`'s live partitions in `bucket` (a set of index
+/// members): `{order:__partitions__:0}`.
+pub fn index(category: &str, bucket: u16) -> String {
+    format!("{{{category}:__partitions__:{bucket}}}")
+}
+
+/// A glob matching every category's index buckets (for `SCAN`).
+pub(crate) const INDEX_PATTERN: &str = "{*:__partitions__:*}";
+
+/// The category of an index name, if `name` is one.
+pub(crate) fn parse_index(name: &str) -> Option<&str> {
+    let inner = name.strip_prefix('{')?.strip_suffix('}')?;
+    let (rest, bucket) = inner.rsplit_once(':')?;
+    bucket.parse::<u16>().ok()?;
+    rest.strip_suffix(":__partitions__").filter(|c| !c.is_empty())
+}
+
+/// The halt keys of the halted partitions in `bucket`, for operators:
+/// `{ordo:halted:0}`.
+pub fn halted(bucket: u16) -> String {
+    format!("{{ordo:halted:{bucket}}}")
+}
 
 /// The sorted set of live instances consuming `group` (score: expiry in ms).
-pub(crate) fn instances(group: &str) -> String {
+pub fn instances(group: &str) -> String {
     format!("ordo:instances:{group}")
-}
-
-/// The message ids recently appended to `stream` (a sorted set scored by
-/// the time they were appended), so a publish retried within the window is
-/// not appended twice. Tagged with the stream's name: same slot.
-pub(crate) fn recently_published(stream: &str) -> String {
-    format!("{{{stream}}}:published")
-}
-
-/// Exists while a new consumer group joins the existing lanes of
-/// `category`: publishes then give every lane the registered groups it
-/// lacks. Tagged with the category's name.
-pub(crate) fn joining(category: &str) -> String {
-    format!("{{{category}}}:__joining__")
 }
 
 /// The set of consumer groups that consume `category`; a new stream of the
 /// category gets each of them at id 0 when its first entry is published.
-pub(crate) fn group_registry(category: &str) -> String {
-    format!("{category}:__groups__")
+pub fn group_registry(category: &str) -> String {
+    format!("{{{category}}}:__groups__")
 }
 
-/// The last position published for a position scope (see
-/// `ordo_core::broker::POSITION_SCOPE_METADATA`), hash-tagged with the scope
-/// (the publication's partition stream). Kept when the partition is reaped,
-/// so a stalled relay can never publish an old position again.
-pub(crate) fn position(scope: &str) -> String {
-    format!("{{{scope}}}:position")
+/// A glob matching every category's group registry (for `SCAN`).
+pub(crate) const REGISTRY_PATTERN: &str = "{*}:__groups__";
+
+/// The category of a group registry name, if `name` is one.
+pub(crate) fn parse_registry(name: &str) -> Option<&str> {
+    name.strip_prefix('{')?
+        .strip_suffix("}:__groups__")
+        .filter(|c| !c.is_empty() && !c.contains(['{', '}', ':']))
 }
 
-/// The streams and bookkeeping keys of one partition.
+/// Exists while a new consumer group joins the existing lanes of
+/// `category`: publishes then give every lane the registered groups it
+/// lacks. Same slot as the group registry.
+pub fn joining(category: &str) -> String {
+    format!("{{{category}}}:__joining__")
+}
+
+/// The streams of a category no handler partitions: one base stream.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PartitionKeys {
-    category: String,
-    key: String,
-    primary: String,
-    backfill: String,
+pub(crate) struct BaseKeys {
+    stream: String,
 }
 
-impl PartitionKeys {
-    /// The partition of `category` for `key`, with the configured backfill suffix.
-    pub fn new(category: &str, key: &str, backfill_suffix: &str) -> Self {
+impl BaseKeys {
+    /// The base stream of `category`.
+    pub(crate) fn new(category: &str) -> Self {
+        Self {
+            stream: category.to_owned(),
+        }
+    }
+
+    /// The base stream: `order`.
+    pub(crate) fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// Its dead-letter stream: `order:dlq`.
+    pub(crate) fn dlq(&self) -> String {
+        format!("{}:{DLQ}", self.stream)
+    }
+
+    /// The message ids recently appended to it: `{order}:published`.
+    pub(crate) fn published(&self) -> String {
+        format!("{{{}}}:published", self.stream)
+    }
+
+    /// The last position published to it (see
+    /// `ordo_core::broker::POSITION_SCOPE_METADATA`): `{order}:position`.
+    pub(crate) fn position(&self) -> String {
+        format!("{{{}}}:position", self.stream)
+    }
+}
+
+/// A partition of a category, as the consumer and the index know it: an
+/// opaque id. Today a partition is one key ([`PartitionId::for_key`] is
+/// where that is decided); its index member and the hash tag of every name
+/// of the partition derive from the id alone.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionId {
+    category: String,
+    member: String,
+}
+
+impl PartitionId {
+    /// The partition of `category` that `key`'s messages go to.
+    pub fn for_key(category: &str, key: &str) -> Self {
         Self {
             category: category.to_owned(),
-            key: key.to_owned(),
-            primary: stream::partition(category, key),
-            backfill: stream::lane(category, key, Lane::Backfill, backfill_suffix),
+            member: key.to_owned(),
+        }
+    }
+
+    /// The partition whose index member (an entry of the category index)
+    /// is `member`.
+    pub(crate) fn from_member(category: &str, member: &str) -> Self {
+        Self {
+            category: category.to_owned(),
+            member: member.to_owned(),
         }
     }
 
@@ -76,17 +167,68 @@ impl PartitionKeys {
         &self.category
     }
 
-    /// The partition key value.
-    pub fn key(&self) -> &str {
-        &self.key
+    /// The partition's entry in its category index (today: the key).
+    pub fn member(&self) -> &str {
+        &self.member
     }
 
-    /// The primary lane: `{category}:{key}`.
+    /// The hash tag of every name of the partition: `{order:c-1}`.
+    fn tag(&self) -> String {
+        format!("{{{}:{}}}", self.category, self.member)
+    }
+}
+
+/// The streams and bookkeeping keys of one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PartitionKeys {
+    id: PartitionId,
+    primary: String,
+    backfill: String,
+}
+
+impl PartitionKeys {
+    /// The partition of `category` for `key`, with the configured backfill suffix.
+    pub fn new(category: &str, key: &str, backfill_suffix: &str) -> Self {
+        Self::of(PartitionId::for_key(category, key), backfill_suffix)
+    }
+
+    /// The names of partition `id`, with the configured backfill suffix.
+    pub fn of(id: PartitionId, backfill_suffix: &str) -> Self {
+        let primary = id.tag();
+        let backfill = format!("{primary}:{backfill_suffix}");
+        Self {
+            id,
+            primary,
+            backfill,
+        }
+    }
+
+    /// The partition's id.
+    pub fn id(&self) -> &PartitionId {
+        &self.id
+    }
+
+    /// The stream category.
+    pub fn category(&self) -> &str {
+        self.id.category()
+    }
+
+    /// The partition key value (the index member).
+    pub fn key(&self) -> &str {
+        self.id.member()
+    }
+
+    /// How messages for people name the partition: `order:c-1`.
+    pub fn label(&self) -> String {
+        format!("{}:{}", self.category(), self.key())
+    }
+
+    /// The primary lane: `{order:c-1}`, also the partition's hash tag.
     pub fn primary(&self) -> &str {
         &self.primary
     }
 
-    /// The backfill lane: `{category}:{key}:{suffix}`.
+    /// The backfill lane: `{order:c-1}:backfill`.
     pub fn backfill(&self) -> &str {
         &self.backfill
     }
@@ -99,14 +241,41 @@ impl PartitionKeys {
         }
     }
 
-    /// The dead-letter stream: `{category}:{key}:dlq`.
+    /// The dead-letter stream: `{order:c-1}:dlq`.
     pub fn dlq(&self) -> String {
-        stream::dlq(&self.category, &self.key)
+        format!("{}:{DLQ}", self.primary)
     }
 
-    /// The category's partition index.
+    /// The message ids recently appended to `lane` (a sorted set scored by
+    /// the time they were appended), so a publish retried within the
+    /// window is not appended twice: `{order:c-1}:published`,
+    /// `{order:c-1}:backfill:published`.
+    pub fn published(&self, lane: Lane) -> String {
+        format!("{}:published", self.lane(lane))
+    }
+
+    /// The last position published to `lane` (its position scope, see
+    /// `ordo_core::broker::POSITION_SCOPE_METADATA`). Kept when the
+    /// partition is reaped, so a stalled relay can never publish an old
+    /// position again: `{order:c-1}:position`, `{order:c-1}:backfill:position`.
+    pub fn position(&self, lane: Lane) -> String {
+        format!("{}:position", self.lane(lane))
+    }
+
+    /// The bucket of the shared structures (index, halted set) this
+    /// partition is listed in.
+    pub(crate) fn bucket(&self) -> u16 {
+        bucket(&self.id)
+    }
+
+    /// The category index bucket that lists this partition.
     pub fn index(&self) -> String {
-        stream::partitions_index(&self.category)
+        index(self.category(), self.bucket())
+    }
+
+    /// The halted-set bucket that lists this partition's halts.
+    pub fn halted(&self) -> String {
+        halted(self.bucket())
     }
 
     /// The lease of `group` on this partition.
@@ -116,23 +285,52 @@ impl PartitionKeys {
 
     /// The halt record of `group` on this partition.
     pub fn halt(&self, group: &str) -> String {
-        format!("{{{}}}:halt:{group}", self.primary)
+        format!("{}:halt:{group}", self.primary)
     }
 
     /// How many attempts of each pending entry of `group` failed (a hash:
     /// entry id to count), so a worker stopped during the backoff does not
     /// give the entry a fresh retry budget to its successor.
     pub fn attempts(&self, group: &str) -> String {
-        format!("{{{}}}:attempts:{group}", self.primary)
+        format!("{}:attempts:{group}", self.primary)
     }
 
     /// The capped log of operator actions of `group` on this partition.
     pub fn log(&self, group: &str) -> String {
-        format!("{{{}}}:log:{group}", self.primary)
+        format!("{}:log:{group}", self.primary)
     }
 }
 
-/// A lease and its generation counter.
+/// A glob matching the dead-letter streams of `category`'s partitions.
+pub(crate) fn dlq_pattern(category: &str) -> String {
+    format!("{{{}:*}}:{DLQ}", glob_escape(category))
+}
+
+/// The partition key of a dead-letter stream of `category`, if `name` is one.
+pub(crate) fn parse_dlq<'a>(category: &str, name: &'a str) -> Option<&'a str> {
+    let key = name
+        .strip_prefix('{')?
+        .strip_prefix(category)?
+        .strip_prefix(':')?
+        .strip_suffix(":dlq")?
+        .strip_suffix('}')?;
+    (!key.is_empty() && !key.contains(':')).then_some(key)
+}
+
+/// `text` with the glob metacharacters of `SCAN MATCH` escaped.
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// A lease and the bookkeeping that goes with it, all tagged like the unit
+/// the lease covers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeaseKeys {
     /// The lease: `{instance}:{token}`, with a TTL.
@@ -151,38 +349,237 @@ pub struct LeaseKeys {
 }
 
 impl LeaseKeys {
-    /// The lease of `group` over the unit tagged `tag`.
-    pub(crate) fn new(tag: &str, group: &str) -> Self {
+    /// The lease of `group` over the unit whose names start with `tag`
+    /// (a hash tag, braces included).
+    fn new(tag: &str, group: &str) -> Self {
         Self {
-            lease: format!("{{{tag}}}:lease:{group}"),
-            generation: format!("{{{tag}}}:gen:{group}"),
-            commit: format!("{{{tag}}}:commit:{group}"),
-            sequence: format!("{{{tag}}}:seq:{group}"),
+            lease: format!("{tag}:lease:{group}"),
+            generation: format!("{tag}:gen:{group}"),
+            commit: format!("{tag}:commit:{group}"),
+            sequence: format!("{tag}:seq:{group}"),
         }
     }
 
     /// The lease of process manager `group` over one correlation value,
     /// covering that value's partition in each category it consumes.
     pub fn process(group: &str, correlation: &str) -> Self {
-        Self::new(&format!("__pm__:{group}:{correlation}"), group)
+        Self::new(&process_tag(group, correlation), group)
     }
+}
+
+/// The hash tag of a process manager's instance for one correlation value.
+fn process_tag(manager: &str, correlation: &str) -> String {
+    format!("{{__pm__:{manager}:{correlation}}}")
+}
+
+/// The state of `manager`'s instance for `correlation` (JSON); it shares
+/// the hash tag of the manager's lease on the value.
+pub(crate) fn process_state(manager: &str, correlation: &str) -> String {
+    format!("{}:state", process_tag(manager, correlation))
+}
+
+/// Every documented name, as (the pattern docs/REDIS.md shows, the name
+/// this module formats for the sample values of the pattern's
+/// placeholders: category `order`, key `c-1`, group and manager `G`,
+/// correlation `o-9`, backfill suffix `backfill`, bucket 0).
+pub fn layout() -> Vec<(&'static str, String)> {
+    let p = PartitionKeys::new("order", "c-1", "backfill");
+    let base = BaseKeys::new("order");
+    let lease = p.lease("G");
+    let pm = LeaseKeys::process("G", "o-9");
+    vec![
+        ("{<category>:<key>}", p.primary().to_owned()),
+        ("{<category>:<key>}:<backfill_suffix>", p.backfill().to_owned()),
+        ("{<category>:<key>}:dlq", p.dlq()),
+        ("{<category>:<key>}:published", p.published(Lane::Primary)),
+        (
+            "{<category>:<key>}:<backfill_suffix>:published",
+            p.published(Lane::Backfill),
+        ),
+        ("{<category>:<key>}:position", p.position(Lane::Primary)),
+        (
+            "{<category>:<key>}:<backfill_suffix>:position",
+            p.position(Lane::Backfill),
+        ),
+        ("{<category>:<key>}:lease:<group>", lease.lease),
+        ("{<category>:<key>}:gen:<group>", lease.generation),
+        ("{<category>:<key>}:commit:<group>", lease.commit),
+        ("{<category>:<key>}:seq:<group>", lease.sequence),
+        ("{<category>:<key>}:halt:<group>", p.halt("G")),
+        ("{<category>:<key>}:attempts:<group>", p.attempts("G")),
+        ("{<category>:<key>}:log:<group>", p.log("G")),
+        ("<category>", base.stream().to_owned()),
+        ("<category>:dlq", base.dlq()),
+        ("{<category>}:published", base.published()),
+        ("{<category>}:position", base.position()),
+        ("{<category>:__partitions__:<bucket>}", index("order", 0)),
+        ("{<category>}:__groups__", group_registry("order")),
+        ("{<category>}:__joining__", joining("order")),
+        ("{ordo:halted:<bucket>}", halted(0)),
+        ("ordo:instances:<group>", instances("G")),
+        (
+            "{__pm__:<manager>:<correlation>}:state",
+            process_state("G", "o-9"),
+        ),
+        ("{__pm__:<manager>:<correlation>}:lease:<manager>", pm.lease),
+        ("{__pm__:<manager>:<correlation>}:gen:<manager>", pm.generation),
+        ("{__pm__:<manager>:<correlation>}:commit:<manager>", pm.commit),
+        ("{__pm__:<manager>:<correlation>}:seq:<manager>", pm.sequence),
+    ]
+}
+
+/// The Redis Cluster hash tag of `name`: the text between its first `{`
+/// and the first `}` after it, when not empty; else the whole name.
+#[cfg(test)]
+pub(crate) fn hash_tag(name: &str) -> &str {
+    if let Some(open) = name.find('{')
+        && let Some(len) = name[open + 1..].find('}')
+        && len > 0
+    {
+        return &name[open + 1..open + 1 + len];
+    }
+    name
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Fills a documented pattern's placeholders with the sample values
+    /// [`layout`] uses.
+    fn sample(pattern: &str) -> String {
+        pattern
+            .replace("<category>", "order")
+            .replace("<key>", "c-1")
+            .replace("<group>", "G")
+            .replace("<manager>", "G")
+            .replace("<correlation>", "o-9")
+            .replace("<backfill_suffix>", "backfill")
+            .replace("<bucket>", "0")
+    }
+
     #[test]
-    fn bookkeeping_is_tagged_with_the_primary_stream() {
+    fn every_documented_pattern_is_the_name_formatted() {
+        for (pattern, name) in layout() {
+            assert_eq!(sample(pattern), name, "pattern `{pattern}`");
+        }
+    }
+
+    #[test]
+    fn the_docs_key_table_is_the_layout() {
+        let docs = include_str!("../../../docs/REDIS.md");
+        let begin = docs
+            .find("<!-- keys:begin -->")
+            .expect("docs/REDIS.md has <!-- keys:begin -->");
+        let end = docs
+            .find("<!-- keys:end -->")
+            .expect("docs/REDIS.md has <!-- keys:end -->");
+        let documented: Vec<&str> = docs[begin..end]
+            .lines()
+            .filter(|line| line.starts_with("| `"))
+            .map(|line| {
+                let cell = line.trim_start_matches("| `");
+                &cell[..cell.find('`').expect("a closing backtick")]
+            })
+            .collect();
+        let formatted: Vec<&str> = layout().into_iter().map(|(pattern, _)| pattern).collect();
+        assert_eq!(
+            documented, formatted,
+            "docs/REDIS.md's key table (between the keys markers) must list keys::layout() in order"
+        );
+    }
+
+    #[test]
+    fn a_partition_names_share_one_hash_tag() {
         let p = PartitionKeys::new("order", "c-1", "backfill");
-        assert_eq!(p.primary(), "order:c-1");
-        assert_eq!(p.backfill(), "order:c-1:backfill");
-        assert_eq!(p.dlq(), "order:c-1:dlq");
-        assert_eq!(p.index(), "order:__partitions__");
-        assert_eq!(p.lease("Projector").lease, "{order:c-1}:lease:Projector");
-        assert_eq!(p.lease("Projector").generation, "{order:c-1}:gen:Projector");
-        assert_eq!(p.lease("Projector").commit, "{order:c-1}:commit:Projector");
-        assert_eq!(p.lease("Projector").sequence, "{order:c-1}:seq:Projector");
-        assert_eq!(p.halt("Projector"), "{order:c-1}:halt:Projector");
+        let lease = p.lease("G");
+        for name in [
+            p.primary().to_owned(),
+            p.backfill().to_owned(),
+            p.dlq(),
+            p.published(Lane::Primary),
+            p.published(Lane::Backfill),
+            p.position(Lane::Primary),
+            p.position(Lane::Backfill),
+            lease.lease,
+            lease.generation,
+            lease.commit,
+            lease.sequence,
+            p.halt("G"),
+            p.attempts("G"),
+            p.log("G"),
+        ] {
+            assert_eq!(hash_tag(&name), "order:c-1", "{name}");
+        }
+        let pm = LeaseKeys::process("G", "o-9");
+        for name in [
+            pm.lease,
+            pm.generation,
+            pm.commit,
+            pm.sequence,
+            process_state("G", "o-9"),
+        ] {
+            assert_eq!(hash_tag(&name), "__pm__:G:o-9", "{name}");
+        }
+        assert_eq!(hash_tag(&group_registry("order")), hash_tag(&joining("order")));
+    }
+
+    #[test]
+    fn shared_structures_are_outside_partition_slots() {
+        let p = PartitionKeys::new("order", "c-1", "backfill");
+        assert_ne!(hash_tag(&p.index()), "order:c-1");
+        assert_ne!(hash_tag(&p.halted()), "order:c-1");
+        assert!(buckets().any(|b| b == p.bucket()));
+    }
+
+    #[test]
+    fn names_parse_back() {
+        assert_eq!(parse_index(&index("order", 0)), Some("order"));
+        assert_eq!(parse_index("{order:c-1}"), None);
+        assert_eq!(parse_index("{order:__partitions__:x}"), None);
+        assert_eq!(parse_registry(&group_registry("order")), Some("order"));
+        assert_eq!(parse_registry("{order:c-1}:__groups__"), None);
+        let p = PartitionKeys::new("order", "c-1", "backfill");
+        assert_eq!(parse_dlq("order", &p.dlq()), Some("c-1"));
+        assert_eq!(parse_dlq("order", &BaseKeys::new("order").dlq()), None);
+        assert_eq!(parse_dlq("ord", &p.dlq()), None);
+        assert_eq!(dlq_pattern("a*b"), "{a\\*b:*}:dlq");
+    }
+
+    proptest::proptest! {
+        /// Valid keys (no `:`, no control characters; reserved values do
+        /// not matter here) of one category never share a name, and never
+        /// take the name of a category-wide structure.
+        #[test]
+        fn names_of_distinct_keys_never_collide(
+            a in "[^:\\p{Cc}]{1,40}", b in "[^:\\p{Cc}]{1,40}", cat in "[a-z][a-z0-9_]{0,20}"
+        ) {
+            let names = |key: &str| {
+                let p = PartitionKeys::new(&cat, key, "backfill");
+                let lease = p.lease("G");
+                vec![
+                    p.primary().to_owned(), p.backfill().to_owned(), p.dlq(),
+                    p.published(Lane::Primary), p.published(Lane::Backfill),
+                    p.position(Lane::Primary), p.position(Lane::Backfill),
+                    lease.lease, lease.generation, lease.commit, lease.sequence,
+                    p.halt("G"), p.attempts("G"), p.log("G"),
+                ]
+            };
+            let base = BaseKeys::new(&cat);
+            let shared = [
+                index(&cat, 0), halted(0), group_registry(&cat), joining(&cat),
+                base.stream().to_owned(), base.dlq(), base.published(), base.position(),
+            ];
+            let (of_a, of_b) = (names(&a), names(&b));
+            proptest::prop_assert!(of_a.iter().all(|name| !shared.contains(name)), "{:?}", of_a);
+            if a != b {
+                proptest::prop_assert!(of_a.iter().all(|name| !of_b.contains(name)), "{:?} vs {:?}", of_a, of_b);
+            }
+        }
+    }
+
+    #[test]
+    fn glob_metacharacters_are_escaped() {
+        assert_eq!(glob_escape("a*b?[c]\\:"), "a\\*b\\?\\[c\\]\\\\:");
     }
 }

@@ -2,15 +2,15 @@
 //! fairly shared partition consumer.
 //!
 //! - **Publishing** ([`RedisBroker`] as an `ordo_core::Broker`): each
-//!   message is added to its partition stream `{category}:{key}` (or the
-//!   backfill lane `{category}:{key}:{suffix}`) and its key to the index
-//!   `{category}:__partitions__` in one script, so a publish never races a
-//!   reap. Non-partitioned categories go to their base stream `{category}`.
+//!   message is added to its partition stream `{category:key}` (or the
+//!   backfill lane `{category:key}:{suffix}`) and its key to the category
+//!   index in one script, so a publish never races a reap. Non-partitioned
+//!   categories go to their base stream `category`.
 //! - **Ownership**: one instance holds a lease per partition (per
 //!   correlation value for a `sequential_by` process manager). The lease
 //!   carries a fencing token that grows at every change of owner; every
 //!   read, acknowledgement, reclaim, halt, reap and fenced effect is one
-//!   script that checks the lease first ([`Partitions`]). A stale owner gets
+//!   script that checks the lease first. A stale owner gets
 //!   [`Error::Fenced`] and stops touching the partition.
 //! - **Fair share**: live instances announce themselves; each owns its share
 //!   of every group's partitions and hands surplus over between messages.
@@ -23,13 +23,22 @@
 //! - **Fenced effects**: [`RedisFence`] (attached to every handler context)
 //!   commits a handler's Redis writes only while its lease holds.
 //!
-//! Redis Cluster: every per-partition bookkeeping key is tagged with the
-//! partition's primary stream name, so the lease, read, acknowledgement and
-//! halt scripts of a partition's primary lane touch one slot. The backfill
-//! lane, the category index, the group registry and `ordo:halted` keep the
-//! names of the contract and live in other slots, so the scripts that span
-//! them (publish, reads that check both lanes, reap, halt) need a
-//! single-node Redis (or a Cluster deployment that maps them to one node).
+//! Key names: every name Ordo uses in Redis is formatted (and parsed) in
+//! one module; [`layout`] lists them as docs/REDIS.md shows them. A
+//! partition's names share the hash tag `{category:key}`, so on Redis
+//! Cluster each partition lives in one slot; the category index and the
+//! halted set are split into buckets of their own.
+//!
+//! # Stability
+//!
+//! The public API is the broker ([`RedisBroker`]), fenced effects
+//! ([`RedisFence`]), the process store, the operator views
+//! ([`PartitionAdmin`], [`ClusterStatus`]) and the key names
+//! ([`PartitionKeys`], [`layout`]). The partition owner's internals
+//! (`Partitions`, `Lease`, `LeaseKeys`, `ReadOutcome`, `ReapOutcome`,
+//! `HaltReason`, `Idle`, `DecodeEntryError`) are
+//! exported, hidden from the docs, for Ordo's own tests, benchmarks and
+//! harness: they are **unstable** and may change in any release.
 
 mod admin;
 mod broker;
@@ -53,9 +62,24 @@ pub use broker::{RedisBroker, RedisBrokerBuilder};
 pub use connection::client_config;
 pub use error::{Error, Result};
 pub use fence::{FencedWrite, RedisFence};
-pub use keys::{LeaseKeys, PartitionKeys};
+/// The Redis client Ordo is built on, for building clients and effects
+/// that match its version.
+pub use fred;
+pub use keys::{PartitionId, PartitionKeys, layout};
+pub use partition::StreamEntry;
+
+// Unstable owner internals (see "Stability" above).
+#[doc(hidden)]
+pub use keys::LeaseKeys;
+/// Category- and group-wide names (unstable, for tests and tools).
+#[doc(hidden)]
+pub mod names {
+    pub use crate::keys::{group_registry, halted, index, instances, joining};
+}
+#[doc(hidden)]
 pub use lease::Lease;
-pub use partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome, StreamEntry};
+#[doc(hidden)]
+pub use partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome};
 pub use process::RedisProcessStore;
 pub use status::{
     ClusterStatus, DeadLetter, GroupPosition, Instance, LAG_COUNT_LIMIT, LaneStatus, LeaseHolder,

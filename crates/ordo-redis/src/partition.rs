@@ -5,6 +5,8 @@
 //! tests and tools can drive an owner step by step (and prove, for example,
 //! that a stale owner's reclaim is refused).
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::Pool;
@@ -14,7 +16,7 @@ use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 
 use crate::error::{Error, Result};
-use crate::keys::{CONSUMER, HALTED, LeaseKeys, PartitionKeys};
+use crate::keys::{CONSUMER, LeaseKeys, PartitionKeys};
 use crate::lease::{self, Lease, Owner, millis};
 use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
@@ -151,6 +153,10 @@ pub struct Partitions {
     client: Pool,
     owner: Owner,
     lease_ttl: Duration,
+    /// The consumer groups seen on each category's lanes, so the reap
+    /// script can be given their keys up front (it names them all in KEYS);
+    /// learnt from the script's `groups` reply.
+    groups: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
 }
 
 impl Partitions {
@@ -165,6 +171,7 @@ impl Partitions {
             client,
             owner: Owner::new(&instance.into()),
             lease_ttl,
+            groups: Arc::default(),
         }
     }
 
@@ -457,7 +464,7 @@ impl Partitions {
         let keys = vec![
             lease.key().to_owned(),
             halt_key.clone(),
-            HALTED.to_owned(),
+            partition.halted(),
             lease.keys().sequence.clone(),
         ];
         let args = vec![
@@ -494,28 +501,72 @@ impl Partitions {
         partition: &PartitionKeys,
         idle: Duration,
     ) -> Result<ReapOutcome> {
-        let script = &SCRIPTS.reap;
-        let keys = vec![
-            lease.key().to_owned(),
-            partition.primary().to_owned(),
-            partition.backfill().to_owned(),
-            partition.index(),
-        ];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(partition.key()),
-            millis(idle),
-            Value::from(partition.primary()),
-        ];
-        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "reaped" => Ok(ReapOutcome::Reaped),
-            "busy" => Ok(ReapOutcome::Busy {
-                retry_in: Duration::from_millis(reply.integer(0)?.max(1).unsigned_abs()),
-            }),
-            _ => Err(reply.unexpected("unknown outcome")),
+        // Two tries: the second with the groups the first one reported.
+        for _ in 0..2 {
+            let groups = self.known_groups(partition.category());
+            let script = &SCRIPTS.reap;
+            let mut keys = vec![
+                lease.key().to_owned(),
+                partition.primary().to_owned(),
+                partition.backfill().to_owned(),
+                partition.index(),
+                partition.published(Lane::Primary),
+                partition.published(Lane::Backfill),
+            ];
+            let mut args = vec![
+                Value::from(lease.value()),
+                Value::from(partition.key()),
+                millis(idle),
+            ];
+            for group in &groups {
+                let leased = partition.lease(group);
+                keys.extend([
+                    partition.halt(group),
+                    leased.lease,
+                    leased.generation,
+                    leased.commit,
+                    leased.sequence,
+                    partition.attempts(group),
+                ]);
+                args.push(Value::from(group.as_str()));
+            }
+            let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
+                .unfenced(lease.key(), lease.value())?;
+            match reply.tag() {
+                "reaped" => return Ok(ReapOutcome::Reaped),
+                "busy" => {
+                    return Ok(ReapOutcome::Busy {
+                        retry_in: Duration::from_millis(reply.integer(0)?.max(1).unsigned_abs()),
+                    });
+                }
+                "groups" => {
+                    let found = reply
+                        .into_rest()
+                        .into_iter()
+                        .filter_map(|v| v.as_str().map(|s| s.into_owned()));
+                    self.learn_groups(partition.category(), found);
+                }
+                _ => return Err(reply.unexpected("unknown outcome")),
+            }
         }
+        // A group was created between the two tries: the next attempt has it.
+        Ok(ReapOutcome::Busy {
+            retry_in: Duration::from_millis(1),
+        })
+    }
+
+    /// The groups seen on `category`'s lanes so far.
+    fn known_groups(&self, category: &str) -> Vec<String> {
+        let groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        groups
+            .get(category)
+            .map(|g| g.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn learn_groups(&self, category: &str, found: impl Iterator<Item = String>) {
+        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
+        groups.entry(category.to_owned()).or_default().extend(found);
     }
 }
 

@@ -31,7 +31,7 @@ impl RedisProcessStore {
     /// Where the state of `manager`'s instance for `correlation` lives; it
     /// shares the hash tag of the manager's lease on the value.
     pub fn key(manager: &str, correlation: &str) -> String {
-        format!("{{__pm__:{manager}:{correlation}}}:state")
+        crate::keys::process_state(manager, correlation)
     }
 }
 

@@ -7,10 +7,9 @@ use std::time::Duration;
 use fred::clients::Pool;
 use fred::types::Value;
 use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError};
-use ordo_core::key::stream;
 
 use crate::error::Error;
-use crate::keys::{group_registry, joining, position, recently_published};
+use crate::keys::{BaseKeys, PartitionKeys, group_registry, joining};
 use crate::scripts::{Reply, SCRIPTS};
 
 /// Publications per script call: large enough to amortise the round trip,
@@ -30,11 +29,12 @@ pub(crate) struct Dedup {
 pub(crate) async fn publish(
     client: &Pool,
     dedup: Dedup,
+    backfill_suffix: &str,
     publications: &[Publication],
 ) -> Result<(), PublishError> {
     let mut published = 0;
     for chunk in publications.chunks(CHUNK) {
-        let written = publish_chunk(client, dedup, chunk).await;
+        let written = publish_chunk(client, dedup, backfill_suffix, chunk).await;
         match written {
             Ok(()) => published += chunk.len(),
             Err((written, error)) => {
@@ -49,7 +49,12 @@ pub(crate) async fn publish(
 }
 
 /// Publishes one chunk; on failure says how many of it were published.
-async fn publish_chunk(client: &Pool, dedup: Dedup, chunk: &[Publication]) -> Result<(), (usize, Error)> {
+async fn publish_chunk(
+    client: &Pool,
+    dedup: Dedup,
+    backfill_suffix: &str,
+    chunk: &[Publication],
+) -> Result<(), (usize, Error)> {
     let mut keys = Vec::with_capacity(chunk.len() * 6);
     let mut args = Vec::with_capacity(chunk.len() * 5 + 2);
     args.push(crate::lease::millis(dedup.window));
@@ -68,18 +73,22 @@ async fn publish_chunk(client: &Pool, dedup: Dedup, chunk: &[Publication]) -> Re
                 },
             )
         })?;
-        keys.push(publication.stream.clone());
-        keys.push(stream::partitions_index(&envelope.category));
-        keys.push(group_registry(&envelope.category));
-        keys.push(recently_published(&publication.stream));
-        keys.push(joining(&envelope.category));
-        args.push(Value::from(index_member(publication).unwrap_or_default()));
+        let names = Names::of(publication, backfill_suffix);
+        keys.push(names.stream);
+        keys.push(names.index);
+        keys.push(group_registry(&publication.category));
+        keys.push(names.published);
+        keys.push(joining(&publication.category));
+        keys.push(names.position);
+        args.push(Value::from(names.member.unwrap_or_default()));
         args.push(Value::from(envelope.type_name.as_str()));
         args.push(Value::from(json));
         args.push(Value::from(envelope.id.as_str()));
-        let (scope, seq) = scoped_position(publication);
-        keys.push(position(scope));
-        args.push(Value::from(seq.map(|seq| seq.to_string()).unwrap_or_default()));
+        args.push(Value::from(
+            position(publication)
+                .map(|seq| seq.to_string())
+                .unwrap_or_default(),
+        ));
     }
     let script = &SCRIPTS.publish;
     let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;
@@ -98,28 +107,58 @@ async fn publish_chunk(client: &Pool, dedup: Dedup, chunk: &[Publication]) -> Re
     }
 }
 
-/// The position scope and position a publication carries (from the
-/// PostgreSQL outbox's relay), or its stream and `None`. A malformed
-/// position is ignored: the message is published as one without.
-fn scoped_position(publication: &Publication) -> (&str, Option<u64>) {
-    let metadata = &publication.envelope.metadata;
-    match (
-        metadata.get(POSITION_SCOPE_METADATA),
-        metadata
-            .get(POSITION_METADATA)
-            .and_then(|p| p.parse::<u64>().ok()),
-    ) {
-        (Some(scope), Some(seq)) if seq > 0 => (scope, Some(seq)),
-        _ => (&publication.stream, None),
+/// The names a publication is written under, from its (category, key, lane).
+struct Names {
+    stream: String,
+    index: String,
+    published: String,
+    position: String,
+    /// The index member (`None` for the base stream, which is not indexed).
+    member: Option<String>,
+}
+
+impl Names {
+    fn of(publication: &Publication, backfill_suffix: &str) -> Self {
+        match &publication.key {
+            Some(key) => {
+                let partition = PartitionKeys::new(&publication.category, key, backfill_suffix);
+                Self {
+                    stream: partition.lane(publication.lane).to_owned(),
+                    index: partition.index(),
+                    published: partition.published(publication.lane),
+                    position: partition.position(publication.lane),
+                    member: Some(partition.key().to_owned()),
+                }
+            }
+            None => {
+                let base = BaseKeys::new(&publication.category);
+                Self {
+                    stream: base.stream().to_owned(),
+                    // Not written (no member), but a KEYS entry all the same;
+                    // the registry's slot, not a partition's.
+                    index: group_registry(&publication.category),
+                    published: base.published(),
+                    position: base.position(),
+                    member: None,
+                }
+            }
+        }
     }
 }
 
-/// The index member of a partitioned publication (its key), or `None` for
-/// one routed to the base category stream.
-fn index_member(publication: &Publication) -> Option<&str> {
-    let envelope = &publication.envelope;
-    if publication.stream == envelope.category {
+/// The position a publication carries (from the PostgreSQL outbox's relay),
+/// in the scope of its own lane: the broker derives the scope from the
+/// publication's (category, key, lane); the scope text in the metadata
+/// ([`POSITION_SCOPE_METADATA`]) only says that the source numbers its
+/// scopes. A malformed position is ignored: the message is published as one
+/// without.
+fn position(publication: &Publication) -> Option<u64> {
+    let metadata = &publication.envelope.metadata;
+    if !metadata.contains_key(POSITION_SCOPE_METADATA) {
         return None;
     }
-    envelope.partition_key.as_deref()
+    metadata
+        .get(POSITION_METADATA)
+        .and_then(|p| p.parse::<u64>().ok())
+        .filter(|seq| *seq > 0)
 }

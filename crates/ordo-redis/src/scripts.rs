@@ -8,7 +8,6 @@ use std::sync::LazyLock;
 
 use fred::interfaces::LuaInterface;
 use fred::types::Value;
-use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 
@@ -18,12 +17,12 @@ macro_rules! with_common {
     };
 }
 
-/// One script: its source, and its SHA-1 once the server has loaded it.
+/// One script: fred's [`Script`](fred::types::scripts::Script) (its source
+/// and SHA-1) and a name for errors and logs.
 #[derive(Debug)]
 pub(crate) struct Script {
     name: &'static str,
-    source: &'static str,
-    sha: OnceCell<String>,
+    script: fred::types::scripts::Script,
 }
 
 /// Every script Ordo runs.
@@ -57,18 +56,30 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     close: Script::new("close", with_common!("lua/close.lua")),
     reap: Script::new("reap", with_common!("lua/reap.lua")),
     resolve: Script::new("resolve", with_common!("lua/resolve.lua")),
-    commit: Script::new("commit", with_common!("lua/commit.lua")),
+    commit: Script::new("commit", commit_source()),
     announce: Script::new("announce", with_common!("lua/announce.lua")),
     ack_plain: Script::new("ack_plain", with_common!("lua/ack_plain.lua")),
     claim_plain: Script::new("claim_plain", with_common!("lua/claim_plain.lua")),
 });
 
+/// The placeholder in `commit.lua` for the allowed commands.
+const ALLOWED_PLACEHOLDER: &str = "{--[[ALLOWED]]}";
+
+/// `commit.lua` with the allowed commands of [`crate::fence::ALLOWED`]
+/// written in as a Lua set.
+fn commit_source() -> String {
+    let set: Vec<String> = crate::fence::ALLOWED
+        .iter()
+        .map(|command| format!("{command} = true"))
+        .collect();
+    with_common!("lua/commit.lua").replace(ALLOWED_PLACEHOLDER, &format!("{{{}}}", set.join(", ")))
+}
+
 impl Script {
-    const fn new(name: &'static str, source: &'static str) -> Self {
+    fn new(name: &'static str, source: impl Into<String>) -> Self {
         Self {
             name,
-            source,
-            sha: OnceCell::const_new(),
+            script: fred::types::scripts::Script::from_lua(source.into()),
         }
     }
 
@@ -77,37 +88,51 @@ impl Script {
         self.name
     }
 
-    /// Runs the script with `EVALSHA`, loading it first when the server does
-    /// not know it (first use, or after a restart flushed the script cache).
+    /// Runs the script with `EVALSHA`; when the server does not know it
+    /// (first use, or a restart or failover emptied the script cache) loads
+    /// it, on every primary of a cluster, and runs it again. The same as
+    /// fred's `evalsha_with_reload`, for any client kind (a pool, a client).
     pub(crate) async fn run<C>(&self, client: &C, keys: Vec<String>, args: Vec<Value>) -> Result<Value>
     where
         C: LuaInterface + Send + Sync,
     {
-        let sha = self.sha(client).await?;
-        match client
-            .evalsha::<Value, _, _, _>(sha.as_str(), keys.clone(), args.clone())
+        match self
+            .script
+            .evalsha::<Value, _, _, _>(client, keys.clone(), args.clone())
             .await
         {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
-                self.load(client).await?;
-                Ok(client.evalsha(sha.as_str(), keys, args).await?)
+                let source = self.script.lua().cloned().unwrap_or_default();
+                let _: Value = client.script_load_cluster(source).await?;
+                Ok(self.script.evalsha(client, keys, args).await?)
             }
             result => Ok(result?),
         }
     }
+}
 
-    async fn sha<C>(&self, client: &C) -> Result<&String>
-    where
-        C: LuaInterface + Send + Sync,
-    {
-        self.sha.get_or_try_init(|| self.load(client)).await
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    async fn load<C>(&self, client: &C) -> Result<String>
-    where
-        C: LuaInterface + Send + Sync,
-    {
-        Ok(client.script_load::<String, _>(self.source).await?)
+    #[test]
+    fn the_commit_script_allows_exactly_the_rust_list() {
+        let source = commit_source();
+        assert!(
+            !source.contains(ALLOWED_PLACEHOLDER),
+            "the placeholder is replaced"
+        );
+        let line = source
+            .lines()
+            .find(|line| line.starts_with("local allowed = {"))
+            .expect("commit.lua defines `allowed`");
+        let listed: Vec<&str> = line
+            .trim_start_matches("local allowed = {")
+            .trim_end_matches('}')
+            .split(", ")
+            .map(|entry| entry.trim_end_matches(" = true"))
+            .collect();
+        assert_eq!(listed, crate::fence::ALLOWED);
     }
 }
 

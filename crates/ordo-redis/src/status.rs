@@ -16,11 +16,14 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike, KeysInterface, SetsInterface, SortedSetsInterface, StreamsInterface};
 use fred::types::scan::ScanType;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use ordo_core::key::{Lane, stream};
+use ordo_core::key::Lane;
 
 use crate::admin::{HaltedPartition, PartitionAdmin};
 use crate::error::{Error, Result};
-use crate::keys::{LeaseKeys, PartitionKeys, group_registry, instances};
+use crate::keys::{
+    BaseKeys, INDEX_PATTERN, LeaseKeys, PartitionKeys, REGISTRY_PATTERN, buckets, dlq_pattern,
+    group_registry, index, instances, parse_dlq, parse_index, parse_registry,
+};
 use crate::partition::{StreamEntry, parse_lane};
 use crate::scripts::{RawEntry, array, parse_entries};
 
@@ -34,13 +37,6 @@ const SCAN_COUNT: u32 = 1_000;
 /// or the group was created on a trimmed stream), it is counted with
 /// `XRANGE`, up to this many entries.
 pub const LAG_COUNT_LIMIT: u64 = 100_000;
-
-/// The suffix of every category's partition index (`{category}:__partitions__`).
-const INDEX_SUFFIX: &str = ":__partitions__";
-/// The suffix of every category's group registry (`{category}:__groups__`).
-const REGISTRY_SUFFIX: &str = ":__groups__";
-/// The suffix of every dead-letter stream (`{category}:{key}:dlq`).
-const DLQ_SUFFIX: &str = ":dlq";
 
 /// Read-only queries of the cluster state.
 #[derive(Debug, Clone)]
@@ -151,12 +147,14 @@ impl ClusterStatus {
     /// group, sorted (walks the keyspace with `SCAN`).
     pub async fn categories(&self) -> Result<Vec<String>> {
         let mut categories = BTreeSet::new();
-        for suffix in [INDEX_SUFFIX, REGISTRY_SUFFIX] {
-            let pattern = format!("*{suffix}");
-            for key in self.scan(&pattern, ScanType::Set).await? {
-                if let Some(category) = key.strip_suffix(suffix).filter(|c| !c.is_empty()) {
-                    categories.insert(category.to_owned());
-                }
+        for key in self.scan(INDEX_PATTERN, ScanType::Set).await? {
+            if let Some(category) = parse_index(&key) {
+                categories.insert(category.to_owned());
+            }
+        }
+        for key in self.scan(REGISTRY_PATTERN, ScanType::Set).await? {
+            if let Some(category) = parse_registry(&key) {
+                categories.insert(category.to_owned());
             }
         }
         Ok(categories.into_iter().collect())
@@ -196,7 +194,11 @@ impl ClusterStatus {
 
     /// The partition keys in `category`'s index, sorted.
     pub async fn partition_keys(&self, category: &str) -> Result<Vec<String>> {
-        let keys: BTreeSet<String> = self.client.smembers(stream::partitions_index(category)).await?;
+        let mut keys = BTreeSet::new();
+        for bucket in buckets() {
+            let members: BTreeSet<String> = self.client.smembers(index(category, bucket)).await?;
+            keys.extend(members);
+        }
         Ok(keys.into_iter().collect())
     }
 
@@ -233,14 +235,15 @@ impl ClusterStatus {
     /// The position of each group in `groups` on `category`'s base stream
     /// (where a category that no handler partitions is published).
     pub async fn base_stream(&self, category: &str, groups: &[String]) -> Result<Vec<GroupPosition>> {
-        let info: Option<Value> = optional(self.client.xinfo_groups(category).await)?;
+        let base = BaseKeys::new(category);
+        let info: Option<Value> = optional(self.client.xinfo_groups(base.stream()).await)?;
         let mut positions = Vec::with_capacity(groups.len());
         for group in groups {
             let lane = match &info {
                 Some(info) => lane_position(info, group, 0)?,
                 None => LanePosition::default(),
             };
-            let lag = self.resolve_lag(category, &lane).await?;
+            let lag = self.resolve_lag(base.stream(), &lane).await?;
             positions.push(GroupPosition {
                 group: group.clone(),
                 owner: None,
@@ -311,17 +314,11 @@ impl ClusterStatus {
     /// The keys of `category` that have a dead-letter stream, sorted (walks
     /// the keyspace with `SCAN`).
     pub async fn dead_letter_keys(&self, category: &str) -> Result<Vec<String>> {
-        let prefix = format!("{category}:");
-        let pattern = format!("{}*{DLQ_SUFFIX}", glob_escape(&prefix));
         let mut keys: Vec<String> = self
-            .scan(&pattern, ScanType::Stream)
+            .scan(&dlq_pattern(category), ScanType::Stream)
             .await?
-            .into_iter()
-            .filter_map(|name| {
-                let key = name.strip_prefix(&prefix)?.strip_suffix(DLQ_SUFFIX)?;
-                // Keys never contain `:`; anything else is not a partition's DLQ.
-                (!key.is_empty() && !key.contains(':')).then(|| key.to_owned())
-            })
+            .iter()
+            .filter_map(|name| parse_dlq(category, name).map(str::to_owned))
             .collect();
         keys.sort();
         keys.dedup();
@@ -590,7 +587,7 @@ fn holder(value: Value) -> Option<LeaseHolder> {
 
 /// The dead-letter stream of `category`'s plain consumer groups.
 pub fn plain_dlq(category: &str) -> String {
-    format!("{category}{DLQ_SUFFIX}")
+    crate::keys::BaseKeys::new(category).dlq()
 }
 
 /// A dead-letter entry as `resolve.lua` (a partition's) or the plain
@@ -658,18 +655,6 @@ fn id_ms(id: &str) -> u64 {
     id.split('-').next().and_then(|ms| ms.parse().ok()).unwrap_or(0)
 }
 
-/// `text` with glob metacharacters escaped, for `SCAN MATCH`.
-fn glob_escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -686,11 +671,6 @@ mod tests {
         );
         assert_eq!(holder(Value::Null), None);
         assert_eq!(holder(Value::from("no-token")), None);
-    }
-
-    #[test]
-    fn glob_metacharacters_are_escaped() {
-        assert_eq!(glob_escape("a*b?[c]\\:"), "a\\*b\\?\\[c\\]\\\\:");
     }
 
     #[test]

@@ -77,11 +77,7 @@ async fn halts_reaps_leases_and_dead_letters_are_logged_with_their_event_names()
         .publish(&[
             publication(&keyed, "good", 0, Lane::Primary),
             publication(&keyed, "bad", 0, Lane::Primary),
-            Publication {
-                stream: plain.clone(),
-                lane: Lane::Primary,
-                envelope: envelope(&plain, "Happened", None, 0),
-            },
+            Publication::to_base(envelope(&plain, "Happened", None, 0)),
         ])
         .await?;
     let expected = [

@@ -182,7 +182,7 @@ async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> any
     let url = redis.url();
     let category = common::category("lanes");
     let client = pool(&url).await?;
-    let registry = format!("{category}:__groups__");
+    let registry = ordo_redis::names::group_registry(&category);
     let _: i64 = client.sadd(&registry, "First").await?;
     let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
     publisher
@@ -193,7 +193,7 @@ async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> any
     // the lane was missed by its passes.
     let _: () = fred::interfaces::KeysInterface::set(
         &client,
-        format!("{{{category}}}:__joining__"),
+        ordo_redis::names::joining(&category),
         "Second",
         None,
         None,

@@ -139,7 +139,7 @@ async fn a_poison_message_halts_its_partition_only_and_each_operator_action_does
     wait_seqs(&recorder, "bad2", &[0, 2, 3]).await?;
     let client = pool(&url).await?;
     let dlq: Value = client
-        .xrange(format!("{category}:bad2:dlq"), "-", "+", None)
+        .xrange(common::partition(&category, "bad2").dlq(), "-", "+", None)
         .await?;
     let dlq = dlq.into_array();
     assert_eq!(dlq.len(), 1, "one dead letter");
@@ -314,12 +314,12 @@ async fn an_action_expecting_a_head_that_changed_changes_nothing() -> anyhow::Re
     );
     let client = pool(&url).await?;
     let dlq: Value = client
-        .xrange(format!("{category}:bad:dlq"), "-", "+", None)
+        .xrange(common::partition(&category, "bad").dlq(), "-", "+", None)
         .await?;
     assert!(dlq.into_array().is_empty(), "nothing was dead-lettered");
     let pending: Value = client
         .xpending(
-            format!("{category}:bad"),
+            common::stream(&category, "bad"),
             "P",
             (second.head.as_str(), second.head.as_str(), 1),
         )

@@ -147,11 +147,7 @@ async fn a_handler_max_retries_means_n_plus_one_attempts_for_keyed_and_plain_gro
     redis_broker
         .publish(&[
             publication(&keyed, "k", 0, Lane::Primary),
-            Publication {
-                stream: plain.clone(),
-                lane: Lane::Primary,
-                envelope: envelope(&plain, "Happened", None, 0),
-            },
+            Publication::to_base(envelope(&plain, "Happened", None, 0)),
         ])
         .await?;
     let admin = redis_broker.admin();

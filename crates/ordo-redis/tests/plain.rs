@@ -22,11 +22,7 @@ use common::{Outcome, Recorder, Running, broker, config, envelope, pool, seq_of,
 use ordo_testkit::eventually;
 
 fn base(category: &str, seq: u64) -> Publication {
-    Publication {
-        stream: category.to_owned(),
-        lane: Lane::Primary,
-        envelope: envelope(category, "Happened", None, seq),
-    }
+    Publication::to_base(envelope(category, "Happened", None, seq))
 }
 
 fn attempts(recorder: &Recorder, seq: u64) -> u32 {

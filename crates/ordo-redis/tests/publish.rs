@@ -30,27 +30,28 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
     let a = broker(&url, config(15_000, 3_600_000, 0)).await?;
     let client = pool(&url).await?;
     let _: Value = client
-        .sadd(format!("{category}:__groups__"), vec!["G1", "G2"])
+        .sadd(ordo_redis::names::group_registry(&category), vec!["G1", "G2"])
         .await?;
 
     a.publish(&[
         publication(&category, "k1", 0, Lane::Primary),
         publication(&category, "k2", 0, Lane::Backfill),
-        Publication {
-            stream: category.clone(),
-            lane: Lane::Primary,
-            envelope: envelope(&category, "Happened", None, 0),
-        },
+        Publication::to_base(envelope(&category, "Happened", None, 0)),
     ])
     .await?;
 
-    let indexed: BTreeSet<String> = client.smembers(format!("{category}:__partitions__")).await?;
+    let indexed: BTreeSet<String> = client.smembers(ordo_redis::names::index(&category, 0)).await?;
     assert_eq!(indexed, BTreeSet::from(["k1".to_owned(), "k2".to_owned()]));
-    assert_eq!(client.xlen::<u64, _>(format!("{category}:k1")).await?, 1);
-    assert_eq!(client.xlen::<u64, _>(format!("{category}:k2:backfill")).await?, 1);
+    assert_eq!(client.xlen::<u64, _>(common::stream(&category, "k1")).await?, 1);
+    assert_eq!(
+        client
+            .xlen::<u64, _>(common::partition(&category, "k2").backfill().to_owned())
+            .await?,
+        1
+    );
     assert_eq!(client.xlen::<u64, _>(&category).await?, 1, "the base stream");
-    assert!(!client.exists::<bool, _>(format!("{category}:k2")).await?);
-    let groups: Value = client.xinfo_groups(format!("{category}:k1")).await?;
+    assert!(!client.exists::<bool, _>(common::stream(&category, "k2")).await?);
+    let groups: Value = client.xinfo_groups(common::stream(&category, "k1")).await?;
     let text = format!("{groups:?}");
     assert!(
         text.contains("G1") && text.contains("G2"),
@@ -184,7 +185,7 @@ async fn a_publish_resent_after_a_lost_reply_is_appended_once() -> anyhow::Resul
     through_proxy.publish(std::slice::from_ref(&once)).await?;
     assert!(proxy.reply_lost());
     assert_eq!(
-        client.xlen::<u64, _>(format!("{category}:k")).await?,
+        client.xlen::<u64, _>(common::stream(&category, "k")).await?,
         1,
         "the resent publish was appended again"
     );
@@ -194,6 +195,26 @@ async fn a_publish_resent_after_a_lost_reply_is_appended_once() -> anyhow::Resul
     publisher
         .publish(&[publication(&category, "k", 2, Lane::Primary)])
         .await?;
-    assert_eq!(client.xlen::<u64, _>(format!("{category}:k")).await?, 2);
+    assert_eq!(client.xlen::<u64, _>(common::stream(&category, "k")).await?, 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_script_the_server_forgot_is_loaded_again() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("flush");
+    let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    publisher
+        .publish(&[publication(&category, "k", 0, Lane::Primary)])
+        .await?;
+    // What a restart without persistence of the script cache, or a failover
+    // to a replica that never loaded the script, leaves behind.
+    let client = pool(&url).await?;
+    client.next().script_flush(false).await?;
+    publisher
+        .publish(&[publication(&category, "k", 1, Lane::Primary)])
+        .await?;
+    assert_eq!(client.xlen::<u64, _>(common::stream(&category, "k")).await?, 2);
     Ok(())
 }

@@ -296,7 +296,7 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
     }
     let publications = letters
         .iter()
-        .map(|letter| publication(ctx, scope, letter))
+        .map(|letter| publication(scope, letter))
         .collect::<Result<Vec<_>, _>>()?;
     let groups = ctx.status.groups(category).await?;
     if groups.len() > 1 && !args.json {
@@ -362,7 +362,7 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
 /// The publication that puts `letter` back where it came from: its lane of
 /// the partition, or the category's base stream; an error when it does not
 /// hold a message of that partition (or category).
-fn publication(ctx: &Context, scope: Scope<'_>, letter: &DeadLetter) -> Result<Publication, Failure> {
+fn publication(scope: Scope<'_>, letter: &DeadLetter) -> Result<Publication, Failure> {
     let envelope = letter
         .message
         .decode()
@@ -382,13 +382,8 @@ fn publication(ctx: &Context, scope: Scope<'_>, letter: &DeadLetter) -> Result<P
         )));
     }
     let lane = letter.message.lane();
-    let stream = match scope {
-        Scope::Partition { category, key } => ctx.partition(category, key).lane(lane).to_owned(),
-        Scope::Plain { category } => category.to_owned(),
-    };
-    Ok(Publication {
-        stream,
-        lane,
-        envelope,
+    Ok(match scope {
+        Scope::Partition { key, .. } => Publication::to_partition(key, lane, envelope),
+        Scope::Plain { .. } => Publication::to_base(envelope),
     })
 }

@@ -609,8 +609,18 @@ impl RecordingBroker {
         self.inner.published.lock().unwrap().clone()
     }
 
+    /// Where each publication went, written `category:key`,
+    /// `category:key:backfill` or `category` (a description for these
+    /// tests; brokers name their streams themselves).
     pub fn streams(&self) -> Vec<String> {
-        self.published().into_iter().map(|p| p.stream).collect()
+        self.published()
+            .into_iter()
+            .map(|p| match (p.key, p.lane) {
+                (Some(key), ordo_core::key::Lane::Primary) => format!("{}:{key}", p.category),
+                (Some(key), ordo_core::key::Lane::Backfill) => format!("{}:{key}:backfill", p.category),
+                (None, _) => p.category,
+            })
+            .collect()
     }
 }
 

@@ -82,6 +82,13 @@ pub async fn redis_pool(url: &str) -> anyhow::Result<Pool> {
 }
 
 /// The envelopes on `stream`, in stream order.
+/// The primary stream of `key`'s partition of the `account` category.
+pub fn account_stream(key: &str) -> String {
+    ordo_redis::PartitionKeys::new("account", key, "backfill")
+        .primary()
+        .to_owned()
+}
+
 pub async fn stream_envelopes(redis: &Pool, stream: &str) -> anyhow::Result<Vec<Envelope>> {
     let entries: Vec<(String, std::collections::HashMap<String, String>)> =
         redis.xrange_values(stream, "-", "+", None).await?;

@@ -23,7 +23,7 @@ use tracing::{Instrument, info_span, warn};
 use super::{SharedRef, sleep_unless};
 use crate::connection;
 use crate::error::Result;
-use crate::keys::instances;
+use crate::keys::{BaseKeys, instances};
 use crate::lease::millis;
 use crate::partition::StreamEntry;
 use crate::scripts::{RawEntry, SCRIPTS, array, parse_entries};
@@ -37,6 +37,7 @@ pub(crate) struct Plain {
     subscription: Subscription,
     group: Arc<str>,
     stream: String,
+    dlq: String,
     reader: Client,
 }
 
@@ -54,7 +55,8 @@ impl Plain {
         let reader = connection::blocking_builder(&shared.url)?.build()?;
         Ok(Self {
             group: Arc::from(subscription.name()),
-            stream: category.to_owned(),
+            stream: BaseKeys::new(category).stream().to_owned(),
+            dlq: BaseKeys::new(category).dlq(),
             shared,
             subscription,
             reader,
@@ -222,7 +224,7 @@ impl Plain {
     /// Adds `entry` to the category's dead-letter stream `{category}:dlq`,
     /// with the fields a partition's dead letters have (`ordo dlq` reads both).
     async fn dead_letter(&self, entry: &StreamEntry, error: &str, attempts: u32) -> Result<()> {
-        let dlq = format!("{}:{}", self.stream, ordo_core::key::DLQ_TOKEN);
+        let dlq = &self.dlq;
         let mut fields = vec![
             ("source_id", entry.id().to_owned()),
             ("group", self.group.to_string()),
@@ -240,13 +242,12 @@ impl Plain {
             .shared
             .partitions
             .client()
-            .xadd(&dlq, false, None::<()>, "*", fields)
+            .xadd(dlq.as_str(), false, None::<()>, "*", fields)
             .await?;
         warn!(
             event = ordo_core::log_events::MESSAGE_DEAD_LETTERED,
             id = entry.id(),
-            dlq,
-            "message failed every attempt; dead-lettered"
+            dlq = %dlq, "message failed every attempt; dead-lettered"
         );
         Ok(())
     }

@@ -13,7 +13,6 @@ use fred::interfaces::{KeysInterface, SetsInterface, SortedSetsInterface, Stream
 use fred::types::Expiration;
 use fred::types::Value;
 use ordo_core::broker::Subscription;
-use ordo_core::key::stream::partitions_index;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -25,7 +24,7 @@ use super::unit::{GroupPlan, Unit};
 use super::worker::{Control, Exit, Worker};
 use super::{SharedRef, balance};
 use crate::error::Result;
-use crate::keys::{PartitionKeys, group_registry, instances, joining};
+use crate::keys::{BaseKeys, PartitionId, PartitionKeys, buckets, group_registry, index, instances, joining};
 use crate::lease::millis;
 use crate::metrics;
 use crate::scripts::{SCRIPTS, array};
@@ -196,8 +195,9 @@ impl Supervisor {
                 }
                 // The group on the base stream first (from the start), so
                 // the other groups' trimming keeps what it has not read.
-                let created: std::result::Result<Value, _> =
-                    client.xgroup_create(category, &*plan.group, "0", true).await;
+                let created: std::result::Result<Value, _> = client
+                    .xgroup_create(BaseKeys::new(category).stream(), &*plan.group, "0", true)
+                    .await;
                 if let Err(error) = created
                     && !error.details().starts_with("BUSYGROUP")
                 {
@@ -220,13 +220,13 @@ impl Supervisor {
         done: &BTreeSet<String>,
     ) -> Result<BTreeSet<String>> {
         let client = self.shared.partitions.client();
-        let keys: BTreeSet<String> = client.smembers(partitions_index(category)).await?;
+        let keys = indexed_members(client, category).await?;
         let suffix = &self.shared.settings.backfill_suffix;
         let todo: Vec<&String> = keys.difference(done).collect();
         for chunk in todo.chunks(JOIN_CHUNK) {
             let pipeline = client.next().pipeline();
-            for key in chunk {
-                let partition = PartitionKeys::new(category, key, suffix);
+            for member in chunk {
+                let partition = PartitionKeys::of(PartitionId::from_member(category, member), suffix);
                 for lane in [partition.primary(), partition.backfill()] {
                     let _: Value = pipeline.xgroup_create(lane, group, "0", false).await?;
                 }
@@ -315,9 +315,8 @@ impl Supervisor {
         let categories: BTreeSet<&String> = plans.iter().flat_map(|p| &self.plans[*p].partitioned).collect();
         let mut indexed = BTreeMap::new();
         for category in categories {
-            let index = partitions_index(category);
-            let keys: BTreeSet<String> = self.shared.partitions.client().smembers(index).await?;
-            indexed.insert(category.clone(), keys);
+            let members = indexed_members(self.shared.partitions.client(), category).await?;
+            indexed.insert(category.clone(), members);
         }
         Ok(indexed)
     }
@@ -486,4 +485,14 @@ enum Registration {
     Start,
     /// At a discovery round: restore registrations Redis lost.
     Restore,
+}
+
+/// The members of every bucket of `category`'s partition index.
+async fn indexed_members(client: &fred::clients::Pool, category: &str) -> Result<BTreeSet<String>> {
+    let mut members = BTreeSet::new();
+    for bucket in buckets() {
+        let part: BTreeSet<String> = client.smembers(index(category, bucket)).await?;
+        members.extend(part);
+    }
+    Ok(members)
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use ordo_core::broker::Subscription;
 use ordo_core::handler::HandlerKind;
 
-use crate::keys::{LeaseKeys, PartitionKeys};
+use crate::keys::{LeaseKeys, PartitionId, PartitionKeys};
 
 /// One unit of ownership of one group.
 #[derive(Debug, Clone)]
@@ -72,7 +72,11 @@ impl GroupPlan {
             .collect()
     }
 
-    /// The units of this group, given the keys indexed per category.
+    /// The units of this group, given the index members per category.
+    ///
+    /// A process manager's unit is a correlation value: the partition of
+    /// that value in each category, which holds while a partition is one key
+    /// (see [`PartitionId::for_key`]).
     pub(crate) fn units(
         &self,
         indexed: &BTreeMap<String, BTreeSet<String>>,
@@ -95,7 +99,7 @@ impl GroupPlan {
                     partitions: self
                         .partitioned
                         .iter()
-                        .map(|c| PartitionKeys::new(c, value, backfill_suffix))
+                        .map(|c| PartitionKeys::of(PartitionId::for_key(c, value), backfill_suffix))
                         .collect(),
                     correlation: Some(value.clone()),
                     label: label.clone(),
@@ -105,8 +109,9 @@ impl GroupPlan {
         } else {
             for category in &self.partitioned {
                 let label: Arc<str> = Arc::from(category.as_str());
-                for key in indexed.get(category).into_iter().flatten() {
-                    let partition = PartitionKeys::new(category, key, backfill_suffix);
+                for member in indexed.get(category).into_iter().flatten() {
+                    let partition =
+                        PartitionKeys::of(PartitionId::from_member(category, member), backfill_suffix);
                     let unit = Unit {
                         group: self.group.clone(),
                         id: partition.primary().to_owned(),

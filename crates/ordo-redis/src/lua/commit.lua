@@ -25,13 +25,9 @@
 --
 -- Returns {'fenced', holder}, {'stale', last closed attempt} or
 -- {'ok', reply...}.
-local allowed = {
-  SET = true, DEL = true, UNLINK = true, EXPIRE = true, PEXPIRE = true, PERSIST = true,
-  INCR = true, INCRBY = true, DECR = true, DECRBY = true, APPEND = true,
-  HSET = true, HDEL = true, HINCRBY = true,
-  SADD = true, SREM = true, ZADD = true, ZREM = true, ZINCRBY = true,
-  RPUSH = true, LPUSH = true, LTRIM = true, XADD = true, XTRIM = true,
-}
+-- The commands a fenced commit may run: written in from the Rust list
+-- (`fence::ALLOWED`) when the script is built, so there is one list.
+local allowed = {--[[ALLOWED]]}
 local marker = redis.call('GET', KEYS[2])
 if marker then
   local last = cmsgpack.unpack(marker)

@@ -4,23 +4,34 @@
 -- either lands before (and the partition is not drained) or after (and
 -- re-creates and re-indexes it).
 --
--- KEYS: lease key, primary lane, backfill lane, partition index
--- ARGV: lease value, index member, idle ms, partition tag (the primary
---       lane's name, the hash tag of its bookkeeping keys)
+-- KEYS: lease key, primary lane, backfill lane, partition index,
+--       primary lane's published ids, backfill lane's published ids, then
+--       six per group of ARGV: its halt, lease, generation, commit marker,
+--       attempt sequence and failed-attempt counts on this partition
+-- ARGV: lease value, index member, idle ms, then the groups the caller
+--       knows of on the category
 --
+-- A group on a lane that the caller did not pass means this call cannot
+-- name that group's keys: nothing is deleted, and the reply lists every
+-- group on the lanes for the caller to try again with.
 -- The leases of every group on the partition go too (their owners find
 -- themselves fenced and let go); a process manager's lease, which covers
 -- several partitions, is the caller's to release.
 --
--- Returns {'fenced', holder}, {'busy', ms to wait before trying again} or
--- {'reaped'}.
+-- Returns {'fenced', holder}, {'busy', ms to wait before trying again},
+-- {'groups', group...} or {'reaped'}.
 local fenced = fence(KEYS[1], ARGV[1])
 if fenced then
   return fenced
 end
-local idle_ms, tag = tonumber(ARGV[3]), ARGV[4]
+local idle_ms = tonumber(ARGV[3])
+local passed = {}
+for i = 4, #ARGV do
+  passed[ARGV[i]] = 6 + (i - 4) * 6
+end
 local now = now_ms()
-local groups = {}
+local unknown = false
+local seen = {}
 for lane = 2, 3 do
   local stream = KEYS[lane]
   if redis.call('EXISTS', stream) == 1 then
@@ -34,21 +45,25 @@ for lane = 2, 3 do
       if tonumber(group['pending']) > 0 or group['last-delivered-id'] ~= last then
         return {'busy', idle_ms}
       end
-      groups[group['name']] = true
+      seen[#seen + 1] = group['name']
+      if passed[group['name']] == nil then
+        unknown = true
+      end
     end
   end
 end
-for group in pairs(groups) do
-  if redis.call('EXISTS', '{' .. tag .. '}:halt:' .. group) == 1 then
+if unknown then
+  return {'groups', unpack(seen)}
+end
+for _, base in pairs(passed) do
+  if redis.call('EXISTS', KEYS[base + 1]) == 1 then
     return {'busy', idle_ms}
   end
 end
-redis.call('DEL', KEYS[2], KEYS[3], '{' .. KEYS[2] .. '}:published', '{' .. KEYS[3] .. '}:published')
-for group in pairs(groups) do
-  local base = '{' .. tag .. '}:'
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6])
+for _, base in pairs(passed) do
   -- The operator action log stays: it is the record of what was decided.
-  redis.call('DEL', base .. 'lease:' .. group, base .. 'gen:' .. group, base .. 'commit:' .. group,
-    base .. 'seq:' .. group, base .. 'attempts:' .. group)
+  redis.call('DEL', KEYS[base + 2], KEYS[base + 3], KEYS[base + 4], KEYS[base + 5], KEYS[base + 6])
 end
 redis.call('SREM', KEYS[4], ARGV[2])
 return {'reaped'}

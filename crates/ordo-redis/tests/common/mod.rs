@@ -17,7 +17,7 @@ use ordo_core::broker::{DynHandler, Publication, Subscription};
 use ordo_core::handler::{
     BoxFuture, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
 };
-use ordo_core::key::{Lane, stream};
+use ordo_core::key::Lane;
 use ordo_core::message::{Envelope, MessageKind, Metadata};
 use ordo_core::policy::{ProcessingContext, SequenceId, SequencingPolicy};
 use ordo_redis::{RedisBroker, RedisFence};
@@ -79,13 +79,19 @@ pub fn envelope(category: &str, type_name: &str, key: Option<&str>, seq: u64) ->
     }
 }
 
+/// The names of `category:key`'s partition (backfill suffix `backfill`).
+pub fn partition(category: &str, key: &str) -> ordo_redis::PartitionKeys {
+    ordo_redis::PartitionKeys::new(category, key, "backfill")
+}
+
+/// The primary stream of `category:key`'s partition.
+pub fn stream(category: &str, key: &str) -> String {
+    partition(category, key).primary().to_owned()
+}
+
 /// A partitioned publication on `lane`.
 pub fn publication(category: &str, key: &str, seq: u64, lane: Lane) -> Publication {
-    Publication {
-        stream: stream::lane(category, key, lane, "backfill"),
-        lane,
-        envelope: envelope(category, "Happened", Some(key), seq),
-    }
+    Publication::to_partition(key, lane, envelope(category, "Happened", Some(key), seq))
 }
 
 /// The `seq` of a test payload.
