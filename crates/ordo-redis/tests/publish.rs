@@ -4,6 +4,8 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fred::interfaces::{KeysInterface, LuaInterface, SetsInterface, StreamsInterface};
@@ -72,19 +74,25 @@ async fn a_publish_racing_a_reap_never_strands_a_message() -> anyhow::Result<()>
     let partition = PartitionKeys::new(&category, "k", "backfill");
     let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
     let owner = Partitions::new(pool(&url).await?, "reaper", Duration::from_secs(15));
-    let total = 300u64;
-
+    // Publishing goes on until the partition has been reaped ten times in
+    // its midst (however slow the machine), up to a cap.
+    const WANTED_REAPS: u64 = 10;
+    const CAP: u64 = 5_000;
+    let reaps = Arc::new(AtomicU64::new(0));
     let publishing = {
         let category = category.clone();
+        let reaps = reaps.clone();
         tokio::spawn(async move {
-            for seq in 0..total {
+            let mut seq = 0;
+            while seq < CAP && reaps.load(Ordering::Relaxed) < WANTED_REAPS {
                 publisher
                     .publish(&[publication(&category, "k", seq, Lane::Primary)])
                     .await?;
+                seq += 1;
                 // Pacing, so the partition drains (and is reaped) between publishes.
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            anyhow::Ok(())
+            anyhow::Ok(seq)
         })
     };
     // A watcher checks, atomically and over and over, that the stream never
@@ -113,7 +121,6 @@ async fn a_publish_racing_a_reap_never_strands_a_message() -> anyhow::Result<()>
     // Like a consumer, find the partition through the index only; consume
     // everything and reap as soon as it is drained.
     let mut consumed = Vec::new();
-    let mut reaps = 0;
     let client = owner.client().clone();
     loop {
         if !client.sismember::<bool, _, _>(partition.index(), "k").await? {
@@ -136,13 +143,13 @@ async fn a_publish_racing_a_reap_never_strands_a_message() -> anyhow::Result<()>
             }
             ReadOutcome::Idle(_) | ReadOutcome::Gone => {
                 if owner.reap(&lease, &partition, Duration::from_millis(1)).await? == ReapOutcome::Reaped {
-                    reaps += 1;
+                    reaps.fetch_add(1, Ordering::Relaxed);
                 }
             }
             other => anyhow::bail!("unexpected {other:?}"),
         }
     }
-    publishing.await??;
+    let total = publishing.await??;
     let checks = watching.await??;
     assert!(checks > 10, "the watcher ran ({checks} checks)");
     consumed.sort_unstable();
@@ -151,9 +158,10 @@ async fn a_publish_racing_a_reap_never_strands_a_message() -> anyhow::Result<()>
         (0..total).collect::<Vec<_>>(),
         "every message consumed exactly once"
     );
+    let reaps = reaps.load(Ordering::Relaxed);
     assert!(
-        reaps >= 10,
-        "the partition was reaped while publishing went on ({reaps} reaps)"
+        reaps >= WANTED_REAPS,
+        "the partition was reaped while publishing went on ({reaps} reaps in {total} publishes)"
     );
     assert!(
         !client.exists::<bool, _>(partition.primary()).await?,
