@@ -153,6 +153,7 @@ impl Config {
             Mutant::HaltWithoutClosingAttempts => Self {
                 timeouts: 1,
                 poisons: 1,
+                resolutions: 1,
                 ..quiet
             },
             Mutant::ResolveWithoutExpectedHead => Self {
@@ -200,8 +201,9 @@ pub enum Mutant {
     ReleaseWhileRunning,
     /// A lease is adopted by instance id alone, without the process's nonce.
     LeaseWithoutNonce,
-    /// A halt does not close the failed attempts, so a delayed commit of one
-    /// of them lands on the halted partition.
+    /// A halt does not close the attempt that failed, so the same halt
+    /// arriving again (resent after a lost reply, or delayed) halts again a
+    /// partition an operator resolved meanwhile.
     HaltWithoutClosingAttempts,
     /// An operator's decision applies to whatever head is halted, not the
     /// one the operator saw.

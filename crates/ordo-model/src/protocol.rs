@@ -72,6 +72,14 @@ pub enum Op {
         /// The attempt that handled it.
         attempt: u8,
     },
+    /// Close `attempt` (and those before it) of the lease's holder: the
+    /// worker's record of a failed attempt, made before it runs the next.
+    Close {
+        /// The lease.
+        lease: LeaseValue,
+        /// The attempt that failed.
+        attempt: u8,
+    },
     /// Give the lease back (only if still held at this value).
     Release(LeaseValue),
     /// Retire the drained partition: delete its stream and index entry.
@@ -84,6 +92,9 @@ pub enum Op {
         msg: u8,
         /// The attempt that failed last.
         attempt: u8,
+        /// How many operator decisions had landed when the handler failed
+        /// (a history variable for the property, not sent by the worker).
+        resolutions: u8,
     },
     /// An operator's decision on a halted partition: retry (clear the halt)
     /// or skip (acknowledge the head, then clear the halt).
@@ -282,6 +293,11 @@ pub struct State {
     pub progress_while_halted: bool,
     /// An operator's skip landed on a head other than the one it saw.
     pub skipped_unseen: bool,
+    /// Operator decisions that landed (cleared a halt).
+    pub resolved: u8,
+    /// A halt landed for a failure older than the last operator decision:
+    /// a delayed or resent halt undid a resolution.
+    pub stale_halt: bool,
 }
 
 /// Redis's part of [`State`]: what an AOF file keeps.
@@ -368,8 +384,8 @@ pub enum Action {
     Apply(Command, bool),
     /// Process `p` stops waiting for its reply and resends the command.
     Resend(usize),
-    /// Process `p` gives up on its commit (client timeout) and runs the
-    /// handler again as a new attempt.
+    /// Process `p` gives up on its commit (client timeout), records the
+    /// failed attempt (closing it) and runs the handler again as a new attempt.
     Retry(usize),
     /// The lease expires (its holder is down, stalled or gone).
     Expire,
@@ -527,8 +543,6 @@ impl Protocol {
                 }
                 state.effects.push(msg);
                 state.marker = Some((command.from, id));
-                // A commit of an attempt closes the attempts before it.
-                Self::close(state, lease, attempt.saturating_sub(1));
                 Reply::Ok
             }
             Op::Ack { lease, msg, attempt } => {
@@ -540,6 +554,13 @@ impl Protocol {
                     state.progress_while_halted = true;
                 }
                 state.acked |= 1 << msg;
+                Self::close(state, lease, attempt);
+                Reply::Ok
+            }
+            Op::Close { lease, attempt } => {
+                if !holds(state, lease) {
+                    return Reply::Fenced;
+                }
                 Self::close(state, lease, attempt);
                 Reply::Ok
             }
@@ -566,7 +587,12 @@ impl Protocol {
                 }
                 Reply::Ok
             }
-            Op::Halt { lease, msg, attempt } => {
+            Op::Halt {
+                lease,
+                msg,
+                attempt,
+                resolutions,
+            } => {
                 if !holds(state, lease) {
                     return Reply::Fenced;
                 }
@@ -578,6 +604,9 @@ impl Protocol {
                 // one of them can no longer land on the halted partition.
                 if !self.has(Mutant::HaltWithoutClosingAttempts) {
                     Self::close(state, lease, attempt);
+                }
+                if resolutions < state.resolved {
+                    state.stale_halt = true;
                 }
                 state.halted = Some(msg);
                 Reply::Ok
@@ -598,6 +627,7 @@ impl Protocol {
                     state.skipped |= 1 << head;
                 }
                 state.halted = None;
+                state.resolved += 1;
                 Reply::Ok
             }
         }
@@ -679,6 +709,15 @@ impl Protocol {
                 Work::Holding(lease)
             }
             (Op::Read(lease), Reply::Halted) => Work::Holding(lease),
+            // The failed attempt is closed: the handler runs again as the next.
+            (Op::Close { .. }, Reply::Ok) => match run {
+                Some(run) => {
+                    let attempt = process.next_attempt;
+                    process.next_attempt += 1;
+                    Work::Running(Run { attempt, ..run })
+                }
+                None => Work::Idle,
+            },
             (Op::Halt { lease, .. }, Reply::Ok) => {
                 process.orphaned = false;
                 Work::Holding(lease)
@@ -758,6 +797,8 @@ impl Model for Protocol {
             rerun_after_ack: false,
             progress_while_halted: false,
             skipped_unseen: false,
+            resolved: 0,
+            stale_halt: false,
         };
         if self.config.aof_losses > 0 {
             state.durable = Some(Box::new(Durable::of(&state)));
@@ -920,9 +961,13 @@ impl Model for Protocol {
                 let Work::Waiting { run: Some(run), .. } = process.work else {
                     return None;
                 };
-                let attempt = process.next_attempt;
-                process.next_attempt += 1;
-                process.work = Work::Running(Run { attempt, ..run });
+                // As the worker does: record the failed attempt (closing it)
+                // before running the handler again.
+                let close = Op::Close {
+                    lease: run.lease,
+                    attempt: run.attempt,
+                };
+                Self::send(process, &mut state.network, close, Some(run));
             }
             Action::Expire => {
                 let expired = state.lease.take()?;
@@ -982,6 +1027,7 @@ impl Model for Protocol {
                     lease: run.lease,
                     msg: run.msg,
                     attempt: run.attempt,
+                    resolutions: state.resolved,
                 };
                 Self::send(process, &mut state.network, halt, None);
             }
@@ -1051,6 +1097,10 @@ impl Model for Protocol {
             Property::always(
                 "an operator's skip lands on the head it saw",
                 |_, state: &State| !state.skipped_unseen,
+            ),
+            Property::always(
+                "no stale halt undoes an operator's decision",
+                |_, state: &State| !state.stale_halt,
             ),
         ]
     }

@@ -270,6 +270,17 @@ impl Real {
                     Err(error) => refusal(error)?,
                 }
             }
+            Op::Close { lease, attempt } => {
+                let lease = self.lease(lease)?;
+                match self
+                    .owner(command.from)
+                    .close_attempt(&lease, u64::from(attempt))
+                    .await
+                {
+                    Ok(()) => Reply::Ok,
+                    Err(error) => refusal(error)?,
+                }
+            }
             Op::Release(value) => {
                 let lease = self.lease(value)?;
                 self.owner(command.from).release(&lease).await?;
@@ -287,7 +298,9 @@ impl Real {
                     Err(error) => refusal(error)?,
                 }
             }
-            Op::Halt { lease, msg, attempt } => {
+            Op::Halt {
+                lease, msg, attempt, ..
+            } => {
                 let lease = self.lease(lease)?;
                 let reason = ordo_redis::HaltReason {
                     lane: Lane::Primary,
@@ -455,6 +468,7 @@ fn kind(action: Action) -> &'static str {
             Op::Read(_) => "read",
             Op::Commit { .. } => "commit",
             Op::Ack { .. } => "ack",
+            Op::Close { .. } => "close",
             Op::Release(_) => "release",
             Op::Reap(_) => "reap",
             Op::Halt { .. } => "halt",
@@ -580,7 +594,8 @@ fn the_real_scripts_do_what_the_model_says() {
     eprintln!("exercised: {exercised:?}");
     // Random histories that never reach an operation would prove nothing.
     for kind in [
-        "publish", "acquire", "read", "commit", "ack", "release", "reap", "halt", "resolve", "expire",
+        "publish", "acquire", "read", "commit", "ack", "close", "release", "reap", "halt", "resolve",
+        "expire",
     ] {
         assert!(
             exercised.get(kind).copied().unwrap_or(0) > 0,

@@ -40,7 +40,7 @@ fn each_mutant_breaks_the_property_it_is_about() {
         (Mutant::LeaseWithoutNonce, "at most one live run holds the key"),
         (
             Mutant::HaltWithoutClosingAttempts,
-            "a halted partition makes no progress until resolved",
+            "no stale halt undoes an operator's decision",
         ),
         (
             Mutant::ResolveWithoutExpectedHead,
