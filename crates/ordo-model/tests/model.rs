@@ -1,17 +1,22 @@
 //! The protocol model in the normal test suite: a smaller configuration is
 //! clean, and every seeded mutant is caught with a counterexample.
 
-use ordo_model::{AOF_LOSS_BREAKS, Config, Mutant, check};
+use ordo_model::{AOF_LOSS_BREAKS, Config, Mutant, Report, check};
 
-#[test]
-fn the_protocol_keeps_every_property_in_the_small_configuration() {
-    let report = check(Config::SMALL, None);
+/// Fails naming every property `report` found broken.
+fn assert_clean(report: &Report) {
     let broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
     assert!(
         broken.is_empty(),
         "{broken:?} broken after {} states",
         report.states
     );
+}
+
+#[test]
+fn the_protocol_keeps_every_property_in_the_small_configuration() {
+    let report = check(Config::SMALL, None);
+    assert_clean(&report);
     assert!(report.states > 100_000, "only {} states explored", report.states);
 }
 
@@ -76,23 +81,13 @@ fn a_crash_and_restart_keep_every_property() {
         ..Config::FULL
     };
     let report = check(config, None);
-    let broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
-    assert!(
-        broken.is_empty(),
-        "{broken:?} broken after {} states",
-        report.states
-    );
+    assert_clean(&report);
 }
 
 #[test]
 fn halts_hold_until_an_operator_resolves_them_and_decisions_land_on_the_head_seen() {
     let report = check(Config::HALTS, None);
-    let broken: Vec<&str> = report.violations.iter().map(|v| v.property).collect();
-    assert!(
-        broken.is_empty(),
-        "{broken:?} broken after {} states",
-        report.states
-    );
+    assert_clean(&report);
     assert!(report.states > 100_000, "only {} states explored", report.states);
 }
 
