@@ -18,8 +18,7 @@ use common::{broker, config, envelope, pool, publication};
 
 crate::on_both_topologies!(
     #[tokio::test]
-    a_publish_writes_the_stream_the_index_and_the_registered_groups,
-    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+    a_publish_writes_the_stream_the_index_and_the_registered_groups
 );
 
 async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
@@ -29,9 +28,8 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
     let category = common::category("order");
     let a = broker(&url, config(15_000, 3_600_000, 0)).await?;
     let client = pool(&url).await?;
-    let _: Value = client
-        .sadd(ordo_redis::names::group_registry(&category), vec!["G1", "G2"])
-        .await?;
+    ordo_redis::registry::register_group(&client, &category, "G1").await?;
+    ordo_redis::registry::register_group(&client, &category, "G2").await?;
 
     a.publish(&[
         publication(&category, "k1", 0, Lane::Primary),
@@ -40,7 +38,19 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
     ])
     .await?;
 
-    let indexed: BTreeSet<String> = client.smembers(ordo_redis::names::index(&category, 0)).await?;
+    // Each key in the index bucket of its own slot, which the category's
+    // directory lists.
+    let listed: BTreeSet<u16> = client
+        .smembers(ordo_redis::names::index_directory(&category))
+        .await?;
+    let mut indexed = BTreeSet::new();
+    for key in ["k1", "k2"] {
+        let slot = common::partition(&category, key).slot();
+        assert!(listed.contains(&slot), "slot {slot} of {key} listed: {listed:?}");
+        let bucket: BTreeSet<String> = client.smembers(ordo_redis::names::index(&category, slot)).await?;
+        assert!(bucket.contains(key), "{key} in its bucket: {bucket:?}");
+        indexed.extend(bucket);
+    }
     assert_eq!(indexed, BTreeSet::from(["k1".to_owned(), "k2".to_owned()]));
     assert_eq!(client.xlen::<u64, _>(common::stream(&category, "k1")).await?, 1);
     assert_eq!(
