@@ -222,3 +222,48 @@ async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> any
     );
     Ok(())
 }
+
+/// A group registered by a release without the per-slot registry copies
+/// (only the category's registry has it) is registered again at start, so
+/// the publish script of every slot creates it on new streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_without_slot_copies_is_redone_at_start() -> anyhow::Result<()> {
+    use fred::interfaces::SetsInterface;
+
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("upgrade");
+    let client = pool(&url).await?;
+    let _: i64 = client
+        .sadd(ordo_redis::names::group_registry(&category), "Old")
+        .await?;
+    let recorder = Recorder::new();
+    let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let run = Running::start(
+        &a,
+        vec![subscription(
+            "Old",
+            HandlerKind::Event,
+            &[&category],
+            true,
+            Arc::new(recorder.clone()),
+        )],
+    );
+    let slot = common::partition(&category, "k").slot();
+    eventually(Duration::from_secs(10), "the slot copies written", || {
+        let (client, category) = (client.clone(), category.clone());
+        async move {
+            let copy = ordo_redis::names::group_registry_copy(&category, slot);
+            Ok(client.sismember::<bool, _, _>(copy, "Old").await?)
+        }
+    })
+    .await?;
+    a.publish(&[publication(&category, "k", 0, Lane::Primary)])
+        .await?;
+    eventually(Duration::from_secs(10), "the message handled", || async {
+        Ok(recorder.seqs("k") == [0])
+    })
+    .await?;
+    run.stop().await?;
+    Ok(())
+}

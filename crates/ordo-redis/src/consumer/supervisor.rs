@@ -25,7 +25,8 @@ use super::{SharedRef, balance};
 use crate::buckets;
 use crate::error::Result;
 use crate::keys::{
-    BaseKeys, PartitionId, PartitionKeys, group_registry, index, index_directory, instances, joining,
+    BaseKeys, PartitionId, PartitionKeys, group_registry, group_registry_copy, index, index_directory,
+    instances, joining,
 };
 use crate::lease::millis;
 use crate::metrics;
@@ -161,10 +162,16 @@ impl Supervisor {
                 let registry = group_registry(category);
                 let marker = joining(category);
                 // At start, a registration still marked as joining may have
-                // stopped between its passes: redo them. Later rounds only
-                // restore a registration Redis lost.
+                // stopped between its passes, or predate the per-slot copies
+                // (made by a release without them; slot 0's copy stands for
+                // all, since they are written before the registry): redo it.
+                // Later rounds only restore a registration Redis lost.
                 if client.sismember(&registry, &*plan.group).await?
-                    && (when == Registration::Restore || !client.exists::<bool, _>(&marker).await?)
+                    && (when == Registration::Restore
+                        || (client
+                            .sismember(group_registry_copy(category, 0), &*plan.group)
+                            .await?
+                            && !client.exists::<bool, _>(&marker).await?))
                 {
                     continue;
                 }
