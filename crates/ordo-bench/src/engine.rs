@@ -40,14 +40,16 @@ pub const GROUP: &str = "OrdoBench";
 pub const COMMITTED_AT_US: &str = "bench_committed_at_us";
 
 /// The keys the `bench` category's runs leave in Redis: its partitions
-/// (streams and bookkeeping, tagged `{bench:...}`, and the index buckets
-/// `{bench:__partitions__:...}`), the category's registry (`{bench}:...`),
-/// its base stream's names (`bench`, `bench:...`) and the group's instance
-/// set (see `ordo_redis::layout`).
-pub const BENCH_KEYS: [&str; 5] = [
+/// (streams and bookkeeping, tagged `{bench:...}`), its per-slot index
+/// buckets and registry copies (`{<slot tag>}:bench:...`), the category's
+/// registry and index directory (`{bench}:...`), its base stream's names
+/// (`bench`, `bench:...`) and the group's instance set (see
+/// `ordo_redis::layout`).
+pub const BENCH_KEYS: [&str; 6] = [
     "bench",
     "bench:*",
     "{bench:*",
+    "{*}:bench:*",
     "{bench}:*",
     "ordo:instances:OrdoBench",
 ];

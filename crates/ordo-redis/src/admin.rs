@@ -3,19 +3,20 @@
 //! A partition halts when a message fails every attempt: the message stays
 //! the pending head and the partition stops (for that group) until an
 //! operator decides. Halts are recorded in Redis (`{S}:halt:{group}`) and
-//! listed in `ordo:halted`, so they survive failovers and never disappear
-//! from view. The owner polls the record and resumes within one poll
+//! listed in the halted set's bucket of the partition's slot (whose slot is
+//! listed in the never-shrinking halted directory), so they survive
+//! failovers and never disappear from view. The owner polls the record and resumes within one poll
 //! interval of a decision.
 
 use std::collections::HashMap;
 
 use fred::clients::Pool;
-use fred::interfaces::{HashesInterface, SetsInterface, StreamsInterface};
+use fred::interfaces::{HashesInterface, StreamsInterface};
 use fred::types::Value;
 use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::keys::{PartitionKeys, buckets, halted};
+use crate::keys::{PartitionKeys, halted, halted_directory};
 use crate::partition::{StreamEntry, parse_lane};
 use crate::scripts::{Reply, SCRIPTS, array, parse_entries};
 
@@ -90,11 +91,7 @@ impl PartitionAdmin {
 
     /// Every halted partition, of every group.
     pub async fn halted(&self) -> Result<Vec<HaltedPartition>> {
-        let mut keys: Vec<String> = Vec::new();
-        for bucket in buckets() {
-            let part: Vec<String> = self.client.smembers(halted(bucket)).await?;
-            keys.extend(part);
-        }
+        let keys = crate::buckets::members(&self.client, &halted_directory(), halted).await?;
         let mut halted = Vec::with_capacity(keys.len());
         for key in keys {
             // A record cleared between the two reads is simply not halted.

@@ -60,6 +60,8 @@ struct Inner {
     settings: Settings,
     partitions: Partitions,
     dedup: publish::Dedup,
+    /// The index buckets this process listed in their directories.
+    listed: publish::ListedSlots,
     /// Whether a consumer runs: two consumers with one instance id would
     /// both take a lease this instance holds for their own.
     running: AtomicBool,
@@ -117,7 +119,14 @@ impl RedisBroker {
             window: Duration::ZERO,
             ..self.inner.dedup
         };
-        publish::publish(self.client(), dedup, &self.inner.settings.backfill_suffix, &fresh).await
+        publish::publish(
+            self.client(),
+            dedup,
+            &self.inner.settings.backfill_suffix,
+            &self.inner.listed,
+            &fresh,
+        )
+        .await
     }
 
     /// The command client (a connection pool).
@@ -237,6 +246,7 @@ impl RedisBrokerBuilder {
                     window: self.dedup_window,
                     cap: DEDUP_CAP,
                 },
+                listed: publish::ListedSlots::default(),
                 running: AtomicBool::new(false),
                 renewals: RenewalSignal::default(),
             }),
@@ -292,6 +302,7 @@ impl Broker for RedisBroker {
             self.client(),
             self.inner.dedup,
             &self.inner.settings.backfill_suffix,
+            &self.inner.listed,
             publications,
         ))
     }

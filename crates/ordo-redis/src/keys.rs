@@ -5,9 +5,12 @@
 //! `{category:key}` (its primary stream is exactly that tag), so on Redis
 //! Cluster a partition's streams and bookkeeping live in one slot and each
 //! per-partition script touches one slot. The structures shared by many
-//! partitions (the category index, the halted set) are split into
-//! [buckets](bucket) of their own, each in its own slot; the group registry,
-//! the joining marker and the instance sets are per category or group.
+//! partitions (the category index, the halted set) are split into one
+//! bucket per hash slot, each named with a [tag of that slot](slot_tag): a
+//! partition is listed in the bucket of its own slot, and a per-category
+//! (or global) directory lists the slots in use. The group registry and
+//! the joining marker are per category, with a copy in every slot for the
+//! publish script; the instance sets are per group.
 //!
 //! The table in docs/REDIS.md ("Where things live") is checked against
 //! [`layout`] by a unit test, so the documentation cannot drift from the
@@ -24,50 +27,75 @@ pub(crate) const CONSUMER: &str = "ordo";
 /// The token of a dead-letter stream (`{order:c-1}:dlq`, `order:dlq`).
 const DLQ: &str = "dlq";
 
-/// How many buckets the structures shared by many partitions (the category
-/// index, the halted set) are split into. Each bucket is its own key, with
-/// its own hash tag. One today; Redis Cluster spreads them over slots by
-/// raising it (readers iterate [`buckets`], writers use [`bucket`]).
-pub(crate) const BUCKETS: u16 = 1;
+/// How many hash slots a Redis Cluster has; every slot is a bucket of the
+/// structures shared by many partitions (the category index, the halted
+/// set, the per-slot copies of the group registry).
+pub(crate) const SLOTS: u16 = 16384;
 
-/// Every bucket, for readers of the shared structures.
-pub(crate) fn buckets() -> impl Iterator<Item = u16> {
-    0..BUCKETS
+/// The Redis Cluster hash slot of `name` (CRC16 of its hash tag, or of the
+/// whole name without one), as a cluster computes it.
+pub(crate) fn slot_of(name: &str) -> u16 {
+    fred::types::cluster::ClusterRouting::hash_key(name.as_bytes())
 }
 
-/// The bucket of `partition` in the shared structures: FNV-1a of its
-/// index member, modulo [`BUCKETS`].
-pub(crate) fn bucket(partition: &PartitionId) -> u16 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for byte in partition.member().bytes() {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    // BUCKETS is a u16, so the remainder fits.
-    u16::try_from(hash % u32::from(BUCKETS)).unwrap_or(0)
+/// A short hash tag (without its braces) that hashes to `slot`, so a name
+/// starting with `{<slot_tag>}` lives in that slot: the first decimal number
+/// (`0`, `1`, ...) whose CRC16 is the slot. Computed once for every slot
+/// (one pass over about 200,000 numbers fills all 16,384).
+pub(crate) fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags: Vec<Option<String>> = vec![None; usize::from(SLOTS)];
+        let mut missing = tags.len();
+        let mut n: u64 = 0;
+        while missing > 0 {
+            let tag = n.to_string();
+            let at = usize::from(slot_of(&tag));
+            if tags[at].is_none() {
+                tags[at] = Some(tag);
+                missing -= 1;
+            }
+            n += 1;
+        }
+        tags.into_iter().flatten().collect()
+    });
+    &tags[usize::from(slot % SLOTS)]
 }
 
-/// The index of `category`'s live partitions in `bucket` (a set of index
-/// members): `{order:__partitions__:0}`.
-pub fn index(category: &str, bucket: u16) -> String {
-    format!("{{{category}:__partitions__:{bucket}}}")
+/// The index of `category`'s live partitions in slot `slot` (a set of index
+/// members): `{<slot_tag>}:order:__partitions__`. A partition is listed in
+/// the bucket of its own slot, so publish and reap update it atomically.
+pub fn index(category: &str, slot: u16) -> String {
+    format!("{{{}}}:{category}:__partitions__", slot_tag(slot))
 }
 
-/// A glob matching every category's index buckets (for `SCAN`).
-pub(crate) const INDEX_PATTERN: &str = "{*:__partitions__:*}";
-
-/// The category of an index name, if `name` is one.
-pub(crate) fn parse_index(name: &str) -> Option<&str> {
-    let inner = name.strip_prefix('{')?.strip_suffix('}')?;
-    let (rest, bucket) = inner.rsplit_once(':')?;
-    bucket.parse::<u16>().ok()?;
-    rest.strip_suffix(":__partitions__").filter(|c| !c.is_empty())
+/// The slots whose [`index`] bucket of `category` may be non-empty (a set of
+/// slot numbers): `{order}:__buckets__`. Only ever added to (a slot is added
+/// before the first publish to it), so discovery can never miss a partition.
+pub fn index_directory(category: &str) -> String {
+    format!("{{{category}}}:__buckets__")
 }
 
-/// The halt keys of the halted partitions in `bucket`, for operators:
-/// `{ordo:halted:0}`.
-pub fn halted(bucket: u16) -> String {
-    format!("{{ordo:halted:{bucket}}}")
+/// A glob matching every category's index directory (for `SCAN`).
+pub(crate) const INDEX_DIRECTORY_PATTERN: &str = "{*}:__buckets__";
+
+/// The category of an index directory name, if `name` is one.
+pub(crate) fn parse_index_directory(name: &str) -> Option<&str> {
+    name.strip_prefix('{')?
+        .strip_suffix("}:__buckets__")
+        .filter(|c| !c.is_empty() && !c.contains(['{', '}', ':']))
+}
+
+/// The halt keys of the halted partitions in slot `slot`, for operators:
+/// `{<slot_tag>}:ordo:halted`, in the slot of the partitions it lists.
+pub fn halted(slot: u16) -> String {
+    format!("{{{}}}:ordo:halted", slot_tag(slot))
+}
+
+/// The slots whose [`halted`] bucket may be non-empty (a set of slot
+/// numbers), only ever added to: `{ordo}:__halted_buckets__`.
+pub fn halted_directory() -> String {
+    "{ordo}:__halted_buckets__".to_owned()
 }
 
 /// The sorted set of live instances consuming `group` (score: expiry in ms).
@@ -79,6 +107,13 @@ pub fn instances(group: &str) -> String {
 /// category gets each of them at id 0 when its first entry is published.
 pub fn group_registry(category: &str) -> String {
     format!("{{{category}}}:__groups__")
+}
+
+/// The copy of `category`'s group registry kept in slot `slot`, for the
+/// publish script of the partitions in that slot:
+/// `{<slot_tag>}:order:__groups__`. Written with the registry itself.
+pub fn group_registry_copy(category: &str, slot: u16) -> String {
+    format!("{{{}}}:{category}:__groups__", slot_tag(slot))
 }
 
 /// A glob matching every category's group registry (for `SCAN`).
@@ -96,6 +131,12 @@ pub(crate) fn parse_registry(name: &str) -> Option<&str> {
 /// lacks. Same slot as the group registry.
 pub fn joining(category: &str) -> String {
     format!("{{{category}}}:__joining__")
+}
+
+/// The copy of `category`'s joining marker kept in slot `slot`, next to
+/// [`group_registry_copy`]: `{<slot_tag>}:order:__joining__`.
+pub fn joining_copy(category: &str, slot: u16) -> String {
+    format!("{{{}}}:{category}:__joining__", slot_tag(slot))
 }
 
 /// The streams of a category no handler partitions: one base stream.
@@ -262,20 +303,30 @@ impl PartitionKeys {
         format!("{}:position", self.lane(lane))
     }
 
-    /// The bucket of the shared structures (index, halted set) this
-    /// partition is listed in.
-    pub(crate) fn bucket(&self) -> u16 {
-        bucket(&self.id)
+    /// The partition's hash slot: the bucket of the shared structures
+    /// (index, halted set, registry copy) it is listed in.
+    pub fn slot(&self) -> u16 {
+        slot_of(&self.primary)
     }
 
-    /// The category index bucket that lists this partition.
+    /// The category index bucket that lists this partition (in its slot).
     pub fn index(&self) -> String {
-        index(self.category(), self.bucket())
+        index(self.category(), self.slot())
     }
 
-    /// The halted-set bucket that lists this partition's halts.
+    /// The halted-set bucket that lists this partition's halts (in its slot).
     pub fn halted(&self) -> String {
-        halted(self.bucket())
+        halted(self.slot())
+    }
+
+    /// The copy of the category's group registry in this partition's slot.
+    pub fn registry(&self) -> String {
+        group_registry_copy(self.category(), self.slot())
+    }
+
+    /// The copy of the category's joining marker in this partition's slot.
+    pub fn joining(&self) -> String {
+        joining_copy(self.category(), self.slot())
     }
 
     /// The lease of `group` on this partition.
@@ -381,12 +432,14 @@ pub(crate) fn process_state(manager: &str, correlation: &str) -> String {
 /// Every documented name, as (the pattern docs/REDIS.md shows, the name
 /// this module formats for the sample values of the pattern's
 /// placeholders: category `order`, key `c-1`, group and manager `G`,
-/// correlation `o-9`, backfill suffix `backfill`, bucket 0).
+/// correlation `o-9`, backfill suffix `backfill`, slot tag: the one of the
+/// slot of `{order:c-1}`).
 pub fn layout() -> Vec<(&'static str, String)> {
     let p = PartitionKeys::new("order", "c-1", "backfill");
     let base = BaseKeys::new("order");
     let lease = p.lease("G");
     let pm = LeaseKeys::process("G", "o-9");
+    let slot = p.slot();
     vec![
         ("{<category>:<key>}", p.primary().to_owned()),
         ("{<category>:<key>}:<backfill_suffix>", p.backfill().to_owned()),
@@ -412,10 +465,17 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("<category>:dlq", base.dlq()),
         ("{<category>}:published", base.published()),
         ("{<category>}:position", base.position()),
-        ("{<category>:__partitions__:<bucket>}", index("order", 0)),
+        ("{<slot_tag>}:<category>:__partitions__", index("order", slot)),
+        ("{<category>}:__buckets__", index_directory("order")),
         ("{<category>}:__groups__", group_registry("order")),
+        (
+            "{<slot_tag>}:<category>:__groups__",
+            group_registry_copy("order", slot),
+        ),
         ("{<category>}:__joining__", joining("order")),
-        ("{ordo:halted:<bucket>}", halted(0)),
+        ("{<slot_tag>}:<category>:__joining__", joining_copy("order", slot)),
+        ("{<slot_tag>}:ordo:halted", halted(slot)),
+        ("{ordo}:__halted_buckets__", halted_directory()),
         ("ordo:instances:<group>", instances("G")),
         (
             "{__pm__:<manager>:<correlation>}:state",
@@ -455,7 +515,10 @@ mod tests {
             .replace("<manager>", "G")
             .replace("<correlation>", "o-9")
             .replace("<backfill_suffix>", "backfill")
-            .replace("<bucket>", "0")
+            .replace(
+                "<slot_tag>",
+                slot_tag(PartitionKeys::new("order", "c-1", "backfill").slot()),
+            )
     }
 
     #[test]
@@ -525,18 +588,46 @@ mod tests {
     }
 
     #[test]
-    fn shared_structures_are_outside_partition_slots() {
-        let p = PartitionKeys::new("order", "c-1", "backfill");
-        assert_ne!(hash_tag(&p.index()), "order:c-1");
-        assert_ne!(hash_tag(&p.halted()), "order:c-1");
-        assert!(buckets().any(|b| b == p.bucket()));
+    fn every_slot_has_a_tag_that_hashes_to_it() {
+        for slot in 0..SLOTS {
+            let tag = slot_tag(slot);
+            assert_eq!(slot_of(tag), slot, "tag `{tag}`");
+            assert!(tag.len() <= 7, "tag `{tag}` of slot {slot} is short");
+            assert_eq!(slot_of(&format!("{{{tag}}}:order:__partitions__")), slot);
+        }
+    }
+
+    #[test]
+    fn slots_match_the_crc16_redis_cluster_uses() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot_of("123456789"), 0x31C3);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
+    }
+
+    #[test]
+    fn a_partition_shared_entries_are_in_its_own_slot() {
+        for key in ["c-1", "c-2", "a much longer key", "ü"] {
+            let p = PartitionKeys::new("order", key, "backfill");
+            let slot = slot_of(p.primary());
+            assert_eq!(p.slot(), slot);
+            for name in [p.index(), p.halted(), p.registry(), p.joining()] {
+                assert_eq!(slot_of(&name), slot, "{name} with {}", p.primary());
+                assert_ne!(hash_tag(&name), hash_tag(p.primary()), "{name}");
+            }
+        }
+        // The base stream, the master registry and the directory share a slot.
+        let base = BaseKeys::new("order");
+        assert_eq!(slot_of(base.stream()), slot_of(&group_registry("order")));
+        assert_eq!(slot_of(&joining("order")), slot_of(&index_directory("order")));
     }
 
     #[test]
     fn names_parse_back() {
-        assert_eq!(parse_index(&index("order", 0)), Some("order"));
-        assert_eq!(parse_index("{order:c-1}"), None);
-        assert_eq!(parse_index("{order:__partitions__:x}"), None);
+        assert_eq!(parse_index_directory(&index_directory("order")), Some("order"));
+        assert_eq!(parse_index_directory("{order:c-1}"), None);
+        assert_eq!(parse_index_directory(&halted_directory()), None);
+        assert_eq!(parse_registry(&group_registry_copy("order", 7)), None);
         assert_eq!(parse_registry(&group_registry("order")), Some("order"));
         assert_eq!(parse_registry("{order:c-1}:__groups__"), None);
         let p = PartitionKeys::new("order", "c-1", "backfill");
@@ -568,6 +659,8 @@ mod tests {
             let base = BaseKeys::new(&cat);
             let shared = [
                 index(&cat, 0), halted(0), group_registry(&cat), joining(&cat),
+                index_directory(&cat), halted_directory(),
+                group_registry_copy(&cat, 0), joining_copy(&cat, 0),
                 base.stream().to_owned(), base.dlq(), base.published(), base.position(),
             ];
             let (of_a, of_b) = (names(&a), names(&b));

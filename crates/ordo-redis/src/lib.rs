@@ -42,6 +42,7 @@
 
 mod admin;
 mod broker;
+mod buckets;
 mod connection;
 mod consumer;
 mod error;
@@ -74,7 +75,15 @@ pub use keys::LeaseKeys;
 /// Category- and group-wide names (unstable, for tests and tools).
 #[doc(hidden)]
 pub mod names {
-    pub use crate::keys::{group_registry, halted, index, instances, joining};
+    pub use crate::keys::{
+        group_registry, group_registry_copy, halted, halted_directory, index, index_directory, instances,
+        joining, joining_copy,
+    };
+}
+/// Registering groups by hand (unstable, for tests and tools).
+#[doc(hidden)]
+pub mod registry {
+    pub use crate::buckets::{mark_joining, register_group};
 }
 #[doc(hidden)]
 pub use lease::Lease;

@@ -21,8 +21,8 @@ use ordo_core::key::Lane;
 use crate::admin::{HaltedPartition, PartitionAdmin};
 use crate::error::{Error, Result};
 use crate::keys::{
-    BaseKeys, INDEX_PATTERN, LeaseKeys, PartitionKeys, REGISTRY_PATTERN, buckets, dlq_pattern,
-    group_registry, index, instances, parse_dlq, parse_index, parse_registry,
+    BaseKeys, INDEX_DIRECTORY_PATTERN, LeaseKeys, PartitionKeys, REGISTRY_PATTERN, dlq_pattern,
+    group_registry, index, index_directory, instances, parse_dlq, parse_index_directory, parse_registry,
 };
 use crate::partition::{StreamEntry, parse_lane};
 use crate::scripts::{RawEntry, array, parse_entries};
@@ -147,8 +147,8 @@ impl ClusterStatus {
     /// group, sorted (walks the keyspace with `SCAN`).
     pub async fn categories(&self) -> Result<Vec<String>> {
         let mut categories = BTreeSet::new();
-        for key in self.scan(INDEX_PATTERN, ScanType::Set).await? {
-            if let Some(category) = parse_index(&key) {
+        for key in self.scan(INDEX_DIRECTORY_PATTERN, ScanType::Set).await? {
+            if let Some(category) = parse_index_directory(&key) {
                 categories.insert(category.to_owned());
             }
         }
@@ -194,11 +194,10 @@ impl ClusterStatus {
 
     /// The partition keys in `category`'s index, sorted.
     pub async fn partition_keys(&self, category: &str) -> Result<Vec<String>> {
-        let mut keys = BTreeSet::new();
-        for bucket in buckets() {
-            let members: BTreeSet<String> = self.client.smembers(index(category, bucket)).await?;
-            keys.extend(members);
-        }
+        let keys = crate::buckets::members(&self.client, &index_directory(category), |slot| {
+            index(category, slot)
+        })
+        .await?;
         Ok(keys.into_iter().collect())
     }
 
@@ -340,37 +339,42 @@ impl ClusterStatus {
         Ok(number(0)? * 1_000 + number(1)? / 1_000)
     }
 
-    /// Every key matching `pattern` of type `kind`.
+    /// Every key matching `pattern` of type `kind`, on every node (each
+    /// primary of a cluster holds its own part of the keyspace).
     async fn scan(&self, pattern: &str, kind: ScanType) -> Result<Vec<String>> {
         let client = self.client.next();
-        let mut cursor = "0".to_owned();
         let mut found = Vec::new();
-        loop {
-            let page: Value = client
-                .scan_page(
-                    cursor.clone(),
-                    pattern.to_owned(),
-                    Some(SCAN_COUNT),
-                    Some(kind.clone()),
-                )
-                .await?;
-            let mut parts = array(page).into_iter();
-            cursor = parts
-                .next()
-                .and_then(text)
-                .ok_or_else(|| Error::protocol("SCAN", "reply has no cursor"))?;
-            found.extend(
-                parts
+        for node in crate::nodes::nodes(client).await? {
+            let routed = node.route(client);
+            let mut cursor = "0".to_owned();
+            loop {
+                let page: Value = routed
+                    .scan_page(
+                        cursor.clone(),
+                        pattern.to_owned(),
+                        Some(SCAN_COUNT),
+                        Some(kind.clone()),
+                    )
+                    .await?;
+                let mut parts = array(page).into_iter();
+                cursor = parts
                     .next()
-                    .map(array)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(text),
-            );
-            if cursor == "0" {
-                return Ok(found);
+                    .and_then(text)
+                    .ok_or_else(|| Error::protocol("SCAN", "reply has no cursor"))?;
+                found.extend(
+                    parts
+                        .next()
+                        .map(array)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(text),
+                );
+                if cursor == "0" {
+                    break;
+                }
             }
         }
+        Ok(found)
     }
 
     /// The halt records of `category`, by (key, group).

@@ -48,8 +48,7 @@ fn booked(shipment_id: &str, order_id: &str) -> ShipmentBooked {
 
 crate::on_both_topologies!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    process_managers_keep_their_state_in_redis_without_being_told,
-    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+    process_managers_keep_their_state_in_redis_without_being_told
 );
 
 async fn process_managers_keep_their_state_in_redis_without_being_told(

@@ -35,8 +35,7 @@ fn slow_to_acquire() -> ordo_core::config::Config {
 
 crate::on_both_topologies!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    a_new_group_gets_what_was_published_after_it_joined,
-    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+    a_new_group_gets_what_was_published_after_it_joined
 );
 
 async fn a_new_group_gets_what_was_published_after_it_joined(redis: TestRedis) -> anyhow::Result<()> {
@@ -175,15 +174,13 @@ async fn workers_restore_the_group_registries_after_redis_loses_its_data() -> an
 /// after the registration is not trimmed away by the other groups.
 #[tokio::test]
 async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> anyhow::Result<()> {
-    use fred::interfaces::SetsInterface;
     use ordo_redis::{PartitionKeys, Partitions, ReadOutcome};
 
     let redis = Redis::start()?;
     let url = redis.url();
     let category = common::category("lanes");
     let client = pool(&url).await?;
-    let registry = ordo_redis::names::group_registry(&category);
-    let _: i64 = client.sadd(&registry, "First").await?;
+    ordo_redis::registry::register_group(&client, &category, "First").await?;
     let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
     publisher
         .publish(&[publication(&category, "k", 0, Lane::Backfill)])
@@ -191,16 +188,8 @@ async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> any
     // The second group registers (and marks the category as joining, as
     // its first instance does for the time of its passes over the lanes);
     // the lane was missed by its passes.
-    let _: () = fred::interfaces::KeysInterface::set(
-        &client,
-        ordo_redis::names::joining(&category),
-        "Second",
-        None,
-        None,
-        false,
-    )
-    .await?;
-    let _: i64 = client.sadd(&registry, "Second").await?;
+    ordo_redis::registry::mark_joining(&client, &category, "Second", 600_000).await?;
+    ordo_redis::registry::register_group(&client, &category, "Second").await?;
     publisher
         .publish(&[
             publication(&category, "k", 1, Lane::Backfill),
@@ -231,5 +220,50 @@ async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> any
         seqs.ends_with(&[1, 2]),
         "entries published after the group registered were trimmed before it read them: it got {seqs:?}"
     );
+    Ok(())
+}
+
+/// A group registered by a release without the per-slot registry copies
+/// (only the category's registry has it) is registered again at start, so
+/// the publish script of every slot creates it on new streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_without_slot_copies_is_redone_at_start() -> anyhow::Result<()> {
+    use fred::interfaces::SetsInterface;
+
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("upgrade");
+    let client = pool(&url).await?;
+    let _: i64 = client
+        .sadd(ordo_redis::names::group_registry(&category), "Old")
+        .await?;
+    let recorder = Recorder::new();
+    let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let run = Running::start(
+        &a,
+        vec![subscription(
+            "Old",
+            HandlerKind::Event,
+            &[&category],
+            true,
+            Arc::new(recorder.clone()),
+        )],
+    );
+    let slot = common::partition(&category, "k").slot();
+    eventually(Duration::from_secs(10), "the slot copies written", || {
+        let (client, category) = (client.clone(), category.clone());
+        async move {
+            let copy = ordo_redis::names::group_registry_copy(&category, slot);
+            Ok(client.sismember::<bool, _, _>(copy, "Old").await?)
+        }
+    })
+    .await?;
+    a.publish(&[publication(&category, "k", 0, Lane::Primary)])
+        .await?;
+    eventually(Duration::from_secs(10), "the message handled", || async {
+        Ok(recorder.seqs("k") == [0])
+    })
+    .await?;
+    run.stop().await?;
     Ok(())
 }

@@ -41,8 +41,7 @@ fn attempts(recorder: &Recorder, seq: u64) -> u32 {
 // claimed by the other once they had been pending a lease TTL: 33 runs.
 crate::on_both_topologies!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    a_live_instance_slowly_working_through_its_batch_keeps_its_entries,
-    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+    a_live_instance_slowly_working_through_its_batch_keeps_its_entries
 );
 
 async fn a_live_instance_slowly_working_through_its_batch_keeps_its_entries(

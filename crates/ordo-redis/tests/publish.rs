@@ -20,8 +20,7 @@ use common::{broker, config, envelope, pool, publication};
 
 crate::on_both_topologies!(
     #[tokio::test]
-    a_publish_writes_the_stream_the_index_and_the_registered_groups,
-    cluster: #[ignore = "needs issue 11 part 1: publish spans the partition stream, the category index and the group registry, which sit in other slots (fred refuses: All keys must belong to the same cluster node)"]
+    a_publish_writes_the_stream_the_index_and_the_registered_groups
 );
 
 async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
@@ -31,9 +30,8 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
     let category = common::category("order");
     let a = broker(&url, config(15_000, 3_600_000, 0)).await?;
     let client = pool(&url).await?;
-    let _: Value = client
-        .sadd(ordo_redis::names::group_registry(&category), vec!["G1", "G2"])
-        .await?;
+    ordo_redis::registry::register_group(&client, &category, "G1").await?;
+    ordo_redis::registry::register_group(&client, &category, "G2").await?;
 
     a.publish(&[
         publication(&category, "k1", 0, Lane::Primary),
@@ -42,7 +40,19 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
     ])
     .await?;
 
-    let indexed: BTreeSet<String> = client.smembers(ordo_redis::names::index(&category, 0)).await?;
+    // Each key in the index bucket of its own slot, which the category's
+    // directory lists.
+    let listed: BTreeSet<u16> = client
+        .smembers(ordo_redis::names::index_directory(&category))
+        .await?;
+    let mut indexed = BTreeSet::new();
+    for key in ["k1", "k2"] {
+        let slot = common::partition(&category, key).slot();
+        assert!(listed.contains(&slot), "slot {slot} of {key} listed: {listed:?}");
+        let bucket: BTreeSet<String> = client.smembers(ordo_redis::names::index(&category, slot)).await?;
+        assert!(bucket.contains(key), "{key} in its bucket: {bucket:?}");
+        indexed.extend(bucket);
+    }
     assert_eq!(indexed, BTreeSet::from(["k1".to_owned(), "k2".to_owned()]));
     assert_eq!(client.xlen::<u64, _>(common::stream(&category, "k1")).await?, 1);
     assert_eq!(
@@ -224,5 +234,66 @@ async fn a_script_the_server_forgot_is_loaded_again() -> anyhow::Result<()> {
         .publish(&[publication(&category, "k", 1, Lane::Primary)])
         .await?;
     assert_eq!(client.xlen::<u64, _>(common::stream(&category, "k")).await?, 2);
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_batch_over_many_slots_keeps_each_key_in_order_and_every_category_is_found
+);
+
+/// A batch spanning many slots (on a cluster: several nodes) lands whole,
+/// each key's entries in publish order; every partition is found through
+/// its category's directory, and the operator's category scan finds every
+/// category whatever node its keys live on. Publishing again to known slots
+/// lists nothing again.
+async fn a_batch_over_many_slots_keeps_each_key_in_order_and_every_category_is_found(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let a = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let categories: Vec<String> = (0..6).map(|i| common::category(&format!("spread{i}"))).collect();
+    let keys = ["a", "b", "c", "d", "e"];
+    let mut batch = Vec::new();
+    for seq in 0..4 {
+        for category in &categories {
+            for key in keys {
+                batch.push(publication(category, key, seq, Lane::Primary));
+            }
+        }
+    }
+    a.publish(&batch).await?;
+
+    let status = ordo_redis::ClusterStatus::new(client.clone(), "backfill");
+    let found = status.categories().await?;
+    for category in &categories {
+        assert!(found.contains(category), "{category} found in {found:?}");
+        assert_eq!(status.partition_keys(category).await?, keys, "{category}");
+        for key in keys {
+            let entries: Vec<(String, std::collections::HashMap<String, String>)> = client
+                .xrange(common::stream(category, key), "-", "+", None)
+                .await?;
+            let seqs: Vec<u64> = entries
+                .iter()
+                .map(|(_, fields)| {
+                    let envelope: ordo_core::message::Envelope =
+                        serde_json::from_str(&fields["envelope"]).expect("an envelope");
+                    common::seq_of(&envelope)
+                })
+                .collect();
+            assert_eq!(seqs, [0, 1, 2, 3], "{category}:{key} in order");
+        }
+    }
+
+    // The slots are listed once per broker: a second batch to the same
+    // partitions adds nothing to the directories.
+    let directory = ordo_redis::names::index_directory(&categories[0]);
+    let _: Value = client.del(&directory).await?;
+    a.publish(&batch[..keys.len() * categories.len()]).await?;
+    assert!(
+        !client.exists::<bool, _>(&directory).await?,
+        "a known slot is not listed again"
+    );
     Ok(())
 }

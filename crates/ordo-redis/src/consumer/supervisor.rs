@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use fred::interfaces::{KeysInterface, SetsInterface, SortedSetsInterface, StreamsInterface};
-use fred::types::Expiration;
 use fred::types::Value;
 use ordo_core::broker::Subscription;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -23,8 +22,12 @@ use super::plain::Plain;
 use super::unit::{GroupPlan, Unit};
 use super::worker::{Control, Exit, Worker};
 use super::{SharedRef, balance};
+use crate::buckets;
 use crate::error::Result;
-use crate::keys::{BaseKeys, PartitionId, PartitionKeys, buckets, group_registry, index, instances, joining};
+use crate::keys::{
+    BaseKeys, PartitionId, PartitionKeys, group_registry, group_registry_copy, index, index_directory,
+    instances, joining,
+};
 use crate::lease::millis;
 use crate::metrics;
 use crate::scripts::{SCRIPTS, array};
@@ -159,27 +162,30 @@ impl Supervisor {
                 let registry = group_registry(category);
                 let marker = joining(category);
                 // At start, a registration still marked as joining may have
-                // stopped between its passes: redo them. Later rounds only
-                // restore a registration Redis lost.
+                // stopped between its passes, or predate the per-slot copies
+                // (made by a release without them; slot 0's copy stands for
+                // all, since they are written before the registry): redo it.
+                // Later rounds only restore a registration Redis lost.
                 if client.sismember(&registry, &*plan.group).await?
-                    && (when == Registration::Restore || !client.exists::<bool, _>(&marker).await?)
+                    && (when == Registration::Restore
+                        || (client
+                            .sismember(group_registry_copy(category, 0), &*plan.group)
+                            .await?
+                            && !client.exists::<bool, _>(&marker).await?))
                 {
                     continue;
                 }
                 // While it exists, publishes give every lane the registered
                 // groups it lacks (a lane created between the passes below).
-                let _: Value = client
-                    .set(
-                        &marker,
-                        &*plan.group,
-                        Some(Expiration::PX(JOINING_TTL_MS)),
-                        None,
-                        false,
-                    )
-                    .await?;
+                // The publish script reads the copy in its partition's slot:
+                // every slot's copy is set before the first pass.
+                buckets::mark_joining(client, category, &plan.group, JOINING_TTL_MS).await?;
                 self.join_partitions(&plan.group, category, &BTreeSet::new())
                     .await?;
-                let _: Value = client.sadd(&registry, &*plan.group).await?;
+                // Every slot's copy before the category's own: the check
+                // above skips a group only once its own registry has it, so
+                // a crash in between redoes the copies.
+                buckets::register_group(client, category, &plan.group).await?;
                 // Every lane again, not only the partitions the first pass
                 // missed: a lane of a known partition (its backfill lane)
                 // may have been created in between. Lanes created after the
@@ -487,12 +493,8 @@ enum Registration {
     Restore,
 }
 
-/// The members of every bucket of `category`'s partition index.
+/// The members of every bucket of `category`'s partition index: the
+/// directory of its slots, then each listed bucket.
 async fn indexed_members(client: &fred::clients::Pool, category: &str) -> Result<BTreeSet<String>> {
-    let mut members = BTreeSet::new();
-    for bucket in buckets() {
-        let part: BTreeSet<String> = client.smembers(index(category, bucket)).await?;
-        members.extend(part);
-    }
-    Ok(members)
+    buckets::members(client, &index_directory(category), |slot| index(category, slot)).await
 }

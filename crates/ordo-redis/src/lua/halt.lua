@@ -6,7 +6,8 @@
 -- connection) is refused, so it cannot halt again a partition an operator
 -- resolved meanwhile.
 --
--- KEYS: lease key, halt key, halted set, attempt sequence
+-- KEYS: lease key, halt key, halted set bucket (in the partition's slot,
+--       listed in the halted directory by the caller first), attempt sequence
 -- ARGV: lease value, halted-set member, group, category, key, lane, head id,
 --       error, attempts, owner, attempt, sequence ttl ms
 --

@@ -1,10 +1,12 @@
 -- Publishes a batch of messages, each atomically with its index entry, so a
 -- publish can never interleave with a reap of the same partition.
 --
--- KEYS, six per publication: stream, partition index, group registry,
---       the stream's set of recently published message ids, the category's
---       joining marker (set while a new group joins its existing lanes),
---       position key of the publication's position scope
+-- KEYS, six per publication: stream, partition index bucket, group
+--       registry, the stream's set of recently published message ids, the
+--       category's joining marker (set while a new group joins its existing
+--       lanes), position key of the publication's position scope. For a
+--       partition, the bucket, registry and marker are the copies in the
+--       partition's own slot, so a publication touches one slot.
 -- ARGV: dedup window ms (0: off), dedup cap per stream, then five per
 --       publication: index member ('' when not partitioned), type name,
 --       envelope JSON, message id, position ('' when it has none)

@@ -4,7 +4,8 @@
 -- either lands before (and the partition is not drained) or after (and
 -- re-creates and re-indexes it).
 --
--- KEYS: lease key, primary lane, backfill lane, partition index,
+-- KEYS: lease key, primary lane, backfill lane, partition index bucket
+--       (in the partition's slot),
 --       primary lane's published ids, backfill lane's published ids, then
 --       six per group of ARGV: its halt, lease, generation, commit marker,
 --       attempt sequence and failed-attempt counts on this partition

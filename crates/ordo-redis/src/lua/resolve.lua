@@ -1,6 +1,6 @@
 -- An operator's decision on a halted partition's head.
 --
--- KEYS: halt key, halted set, log stream, primary lane, backfill lane,
+-- KEYS: halt key, halted set bucket (in the partition's slot), log stream, primary lane, backfill lane,
 --       dead-letter stream, failed-attempt counts
 -- ARGV: halted-set member, group, action, operator note, expected head id
 --       ('' for whatever head is halted)

@@ -1,0 +1,157 @@
+//! Reading and listing the per-slot buckets of the structures shared by many
+//! partitions (the category indexes, the halted set, the registry copies).
+//!
+//! A bucket lives in the slot of the partitions it lists (see
+//! [`crate::keys::index`]); a directory set lists the slots whose bucket may
+//! be non-empty. Directories only grow: a slot is added before the first
+//! write to its bucket and never removed, so a reader that reads the
+//! directory, then every listed bucket, cannot miss an entry that was there
+//! before it started, whatever ran concurrently.
+
+use std::collections::BTreeSet;
+
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, KeysInterface, SetsInterface};
+use fred::types::Expiration;
+use fred::types::Value;
+
+use crate::error::{Error, Result};
+use crate::keys::{SLOTS, group_registry, group_registry_copy, joining, joining_copy};
+
+/// Buckets read per pipelined round trip.
+const READ_CHUNK: usize = 512;
+
+/// Registry copies written per pipelined round trip.
+const WRITE_CHUNK: usize = 2048;
+
+/// The slots listed in `directory`, sorted; a member that is not a slot
+/// number is an error naming it.
+pub(crate) async fn listed(client: &Pool, directory: &str) -> Result<Vec<u16>> {
+    let members: Vec<String> = client.smembers(directory).await?;
+    let mut slots = Vec::with_capacity(members.len());
+    for member in members {
+        match member.parse::<u16>() {
+            Ok(slot) if slot < SLOTS => slots.push(slot),
+            _ => {
+                return Err(Error::protocol(
+                    "SMEMBERS",
+                    format!("`{directory}` lists `{member}`, which is not a hash slot (0..{SLOTS})"),
+                ));
+            }
+        }
+    }
+    slots.sort_unstable();
+    Ok(slots)
+}
+
+/// Adds `slots` to `directory` (idempotent); nothing when `slots` is empty.
+pub(crate) async fn list(client: &Pool, directory: &str, slots: &[u16]) -> Result<()> {
+    if slots.is_empty() {
+        return Ok(());
+    }
+    let members: Vec<Value> = slots.iter().map(|slot| Value::from(i64::from(*slot))).collect();
+    let _: Value = client.sadd(directory, members).await?;
+    Ok(())
+}
+
+/// The members of every bucket `directory` lists, `bucket` naming the
+/// bucket of a slot: one `SMEMBERS` for the directory, then on a single
+/// Redis one `SUNION` of the buckets (per [`READ_CHUNK`] of them), on a
+/// cluster one `SMEMBERS` per bucket in pipelined round trips (the client
+/// sends each to the node serving it; a command cannot span slots there).
+pub(crate) async fn members(
+    client: &Pool,
+    directory: &str,
+    bucket: impl Fn(u16) -> String,
+) -> Result<BTreeSet<String>> {
+    let slots = listed(client, directory).await?;
+    let mut members = BTreeSet::new();
+    if !client.next().is_clustered() {
+        for chunk in slots.chunks(READ_CHUNK) {
+            let names: Vec<String> = chunk.iter().map(|slot| bucket(*slot)).collect();
+            let union: Vec<String> = client.sunion(names).await?;
+            members.extend(union);
+        }
+        return Ok(members);
+    }
+    for chunk in slots.chunks(READ_CHUNK) {
+        let pipeline = client.next().pipeline();
+        for slot in chunk {
+            let _: Value = pipeline.smembers(bucket(*slot)).await?;
+        }
+        let replies: Vec<Vec<String>> = pipeline.all().await?;
+        members.extend(replies.into_iter().flatten());
+    }
+    Ok(members)
+}
+
+/// Adds `member` to every slot's copy of a per-slot set (`name` naming the
+/// copy of a slot), in pipelined round trips.
+pub(crate) async fn add_in_every_slot(
+    client: &Pool,
+    name: impl Fn(u16) -> String,
+    member: &str,
+) -> Result<()> {
+    for chunk in (0..SLOTS).collect::<Vec<_>>().chunks(WRITE_CHUNK) {
+        let pipeline = client.next().pipeline();
+        for slot in chunk {
+            let _: Value = pipeline.sadd(name(*slot), member).await?;
+        }
+        for reply in pipeline.try_all::<Value>().await {
+            reply?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets every slot's copy of a per-slot marker (`name` naming the copy of a
+/// slot) to `value` for `ttl_ms`, in pipelined round trips.
+pub(crate) async fn set_in_every_slot(
+    client: &Pool,
+    name: impl Fn(u16) -> String,
+    value: &str,
+    ttl_ms: i64,
+) -> Result<()> {
+    for chunk in (0..SLOTS).collect::<Vec<_>>().chunks(WRITE_CHUNK) {
+        let pipeline = client.next().pipeline();
+        for slot in chunk {
+            let _: Value = pipeline
+                .set(name(*slot), value, Some(Expiration::PX(ttl_ms)), None, false)
+                .await?;
+        }
+        for reply in pipeline.try_all::<Value>().await {
+            reply?;
+        }
+    }
+    Ok(())
+}
+
+/// Registers `group` as a consumer of partitioned `category`: in every
+/// slot's copy of the registry (which the publish script reads), then in the
+/// category's own (which tools and the start-up check read). Rare (once per
+/// group and category) and 16,384 `SADD`s in pipelined round trips.
+///
+/// Only the registry: the consumer also joins the existing partitions (see
+/// the supervisor); tests and tools call this for what they set up by hand.
+pub async fn register_group(client: &Pool, category: &str, group: &str) -> Result<()> {
+    add_in_every_slot(client, |slot| group_registry_copy(category, slot), group).await?;
+    let _: Value = client.sadd(group_registry(category), group).await?;
+    Ok(())
+}
+
+/// Marks partitioned `category` as being joined by `group` for `ttl_ms`:
+/// every slot's copy of the joining marker (which the publish script
+/// reads), then the category's own.
+pub async fn mark_joining(client: &Pool, category: &str, group: &str, ttl_ms: i64) -> Result<()> {
+    set_in_every_slot(client, |slot| joining_copy(category, slot), group, ttl_ms).await?;
+    let _: Value = client
+        .set(
+            joining(category),
+            group,
+            Some(Expiration::PX(ttl_ms)),
+            None,
+            false,
+        )
+        .await?;
+    Ok(())
+}
