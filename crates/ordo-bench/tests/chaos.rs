@@ -171,6 +171,11 @@ fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()>
     // Relays were killed and replaced, and the kills made other instances
     // take keys over.
     assert!(count("relays_started")? > 2, "{figures}");
-    assert!(count("failovers")? > 0, "no failover was measured: {figures}");
+    // A take-over counts whether or not another fault disturbed its timing
+    // (on a loaded machine, with a fault every 1-2 s, most are disturbed).
+    assert!(
+        count("failovers")? + count("failovers_disturbed")? > 0,
+        "no key was taken over: {figures}"
+    );
     Ok(())
 }
