@@ -274,7 +274,7 @@ async fn publishing_a_position_again_is_a_no_op() -> anyhow::Result<()> {
 
     // The state a relay crash between publish and mark leaves behind.
     sqlx::query(AssertSqlSafe(format!(
-        "UPDATE \"{}\".outbox SET status = 0",
+        "UPDATE \"{}\".outbox_streams SET published_seq = 0",
         outbox.schema()
     )))
     .execute(&pool)
@@ -362,5 +362,79 @@ async fn invalid_rows_are_abandoned_at_once_and_published_rows_expire() -> anyho
     assert_eq!(relay.cleanup().await?, 1);
     assert_eq!(count_status(&outbox, 1).await?, 0);
     assert_eq!(count_status(&outbox, 2).await?, 1);
+    Ok(())
+}
+
+/// Publishing moves one position per scope instead of writing a new
+/// version of every published row: the outbox rows are never updated, and
+/// the positions say what is published (also past an abandoned row that
+/// ends a scope, which does not keep the scope among those to publish).
+#[tokio::test]
+async fn publishing_moves_scope_positions_without_updating_rows() -> anyhow::Result<()> {
+    let pg = Postgres::start()?;
+    let redis = Redis::start()?;
+    let pool = pg_pool(pg.url(), 4).await?;
+    let outbox = common::outbox(&pool, "positions", TTL).await?;
+    let domain = domain()?;
+    let relay = relay(&outbox, &redis).await?.batch_size(7);
+    let redis_client = redis_pool(&redis.url()).await?;
+
+    for round in 0..3u64 {
+        let mut tx = pool.begin().await?;
+        let mut uow = domain.unit_of_work();
+        for n in 1..=10 {
+            uow.raise(deposit(if n % 2 == 0 { "even" } else { "odd" }, round * 10 + n))?;
+        }
+        uow.commit_in_outbox(&outbox, &mut tx).await?;
+        tx.commit().await?;
+    }
+    // A row whose key became invalid (written by hand) ends the `odd` scope.
+    let mut tx = pool.begin().await?;
+    let mut uow = domain.unit_of_work();
+    uow.raise(deposit("odd", 99))?;
+    uow.commit_in_outbox(&outbox, &mut tx).await?;
+    tx.commit().await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE \"{}\".outbox SET partition_key = '__x__' WHERE stream = 'account:odd' AND seq = 16",
+        outbox.schema()
+    )))
+    .execute(&pool)
+    .await?;
+    let versions = format!(
+        "SELECT id, xmin::text FROM \"{}\".outbox ORDER BY id",
+        outbox.schema()
+    );
+    let before: Vec<(i64, String)> = sqlx::query_as(AssertSqlSafe(versions.clone()))
+        .fetch_all(&pool)
+        .await?;
+
+    let report = relay.publish_pending().await?;
+    assert_eq!((report.published, report.abandoned), (30, 1));
+    assert_eq!(
+        numbers(&redis_client, &common::account_stream("odd"))
+            .await?
+            .len(),
+        15
+    );
+    let after: Vec<(i64, String)> = sqlx::query_as(AssertSqlSafe(versions)).fetch_all(&pool).await?;
+    let changed = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+    assert_eq!(changed, 1, "only the abandoned row has a new version");
+    let positions: Vec<(String, i64, i64)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT stream, last_seq, published_seq FROM \"{}\".outbox_streams ORDER BY stream",
+        outbox.schema()
+    )))
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(
+        positions,
+        vec![
+            ("account:even".to_owned(), 15, 15),
+            ("account:odd".to_owned(), 16, 16)
+        ]
+    );
+    assert_eq!(count_status(&outbox, 0).await?, 0);
+    assert_eq!(count_status(&outbox, 1).await?, 30);
+    let status = OutboxStatusReport::read(&outbox).await?;
+    assert_eq!((status.pending, status.abandoned), (0, 1), "{status}");
     Ok(())
 }
