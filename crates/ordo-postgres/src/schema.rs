@@ -186,14 +186,16 @@ impl Schema {
                  AND o.seq <= s.published_seq AND o.status <> 2 ORDER BY o.created_at LIMIT $2)",
             ),
             // Pending rows are those above their scope's published position:
-            // counted per scope with such rows (a partial index), in the
-            // scope's position range. The oldest pending row is the oldest
+            // per scope with such rows (a partial index), the positions above
+            // it (gapless, none deleted) less the abandoned rows among them
+            // (an index of their own). The oldest pending row is the oldest
             // first pending row of a scope (its `created_at` is its
             // transaction's start, so off by at most a transaction's length).
             status: q("SELECT \
-                 (SELECT coalesce(sum(p.n), 0)::int8 FROM {s}.outbox_streams s CROSS JOIN LATERAL \
-                 (SELECT count(*) AS n FROM {s}.outbox o WHERE o.stream = s.stream AND o.seq > s.published_seq \
-                 AND o.status = 0) p WHERE s.last_seq > s.published_seq), \
+                 (SELECT coalesce(sum(s.last_seq - s.published_seq), 0)::int8 FROM {s}.outbox_streams s \
+                 WHERE s.last_seq > s.published_seq) \
+                 - (SELECT count(*) FROM {s}.outbox o JOIN {s}.outbox_streams s ON s.stream = o.stream \
+                 WHERE o.status = 2 AND o.seq > s.published_seq), \
                  coalesce((SELECT extract(epoch from now() - min(f.created_at)) FROM {s}.outbox_streams s \
                  CROSS JOIN LATERAL (SELECT o.created_at FROM {s}.outbox o WHERE o.stream = s.stream \
                  AND o.seq > s.published_seq AND o.status = 0 ORDER BY o.seq LIMIT 1) f \
