@@ -438,3 +438,56 @@ async fn publishing_moves_scope_positions_without_updating_rows() -> anyhow::Res
     assert_eq!((status.pending, status.abandoned), (0, 1), "{status}");
     Ok(())
 }
+
+/// An outbox of version 2 (a status per row) upgraded to version 3: each
+/// scope is published up to the row before its first pending one.
+#[tokio::test]
+async fn migrating_from_row_statuses_keeps_pending_rows_pending() -> anyhow::Result<()> {
+    let pg = Postgres::start()?;
+    let pool = pg_pool(pg.url(), 2).await?;
+    let schema = common::schema("upgrade");
+    let quoted = format!("\"{schema}\"");
+    let mut setup = format!(
+        "CREATE SCHEMA {quoted}; CREATE TABLE {quoted}.migrations \
+         (version int4 PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now()); \
+         INSERT INTO {quoted}.migrations (version) VALUES (1), (2);"
+    );
+    for text in [
+        include_str!("../migrations/0001_outbox.sql"),
+        include_str!("../migrations/0002_abandoned_index.sql"),
+    ] {
+        setup.push_str(&text.replace("{schema}", &quoted).replace("{slots}", "64"));
+    }
+    // Scope a: 1, 2 published, 3 abandoned, 4 pending. Scope b: all published
+    // (1 already deleted by the retention). Scope c: all pending.
+    setup.push_str(&format!(
+        "INSERT INTO {quoted}.outbox_streams (stream, slot, last_seq) VALUES ('t:a', 1, 4), ('t:b', 2, 2), ('t:c', 3, 1); \
+         INSERT INTO {quoted}.outbox (stream, seq, slot, message_id, category, type_name, lane, envelope, status) VALUES \
+         ('t:a', 1, 1, 'a1', 't', 'T', 0, '{{}}', 1), ('t:a', 2, 1, 'a2', 't', 'T', 0, '{{}}', 1), \
+         ('t:a', 3, 1, 'a3', 't', 'T', 0, '{{}}', 2), ('t:a', 4, 1, 'a4', 't', 'T', 0, '{{}}', 0), \
+         ('t:b', 2, 2, 'b2', 't', 'T', 0, '{{}}', 1), ('t:c', 1, 3, 'c1', 't', 'T', 0, '{{}}', 0);"
+    ));
+    sqlx::raw_sql(AssertSqlSafe(setup)).execute(&pool).await?;
+
+    let outbox = PgOutbox::builder(pool.clone()).schema(&schema).build()?;
+    outbox.migrate().await?;
+    let positions: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT stream, published_seq FROM {quoted}.outbox_streams ORDER BY stream"
+    )))
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(
+        positions,
+        vec![
+            ("t:a".to_owned(), 3),
+            ("t:b".to_owned(), 2),
+            ("t:c".to_owned(), 0)
+        ]
+    );
+    assert_eq!(count_status(&outbox, 0).await?, 2, "a4 and c1 pending");
+    assert_eq!(count_status(&outbox, 1).await?, 3);
+    assert_eq!(count_status(&outbox, 2).await?, 1);
+    let status = OutboxStatusReport::read(&outbox).await?;
+    assert_eq!((status.pending, status.abandoned), (2, 1), "{status}");
+    Ok(())
+}
