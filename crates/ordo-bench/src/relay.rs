@@ -77,10 +77,18 @@ pub async fn run(args: &RelayArgs, redis: &BenchRedis) -> Result<Report> {
         .connect(&url)
         .await
         .with_context(|| format!("could not connect to {url}"))?;
+    // The relay of the latency phase has connections of its own, as a relay
+    // process has, so its statements never queue for a connection behind
+    // the 64 committing tasks.
+    let relay_pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&url)
+        .await
+        .with_context(|| format!("could not connect to {url}"))?;
     let schema = format!("ordo_bench_{}", std::process::id());
     let admin = redis.client().await?;
     engine::delete_matching(&admin, &BENCH_KEYS).await?;
-    let result = measure(args, redis, &pool, &schema).await;
+    let result = measure(args, redis, &pool, &relay_pool, &schema).await;
     engine::delete_matching(&admin, &BENCH_KEYS).await?;
     sqlx::query(AssertSqlSafe(format!(
         "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
@@ -94,7 +102,13 @@ fn outbox(pool: &PgPool, schema: &str) -> Result<PgOutbox> {
     Ok(PgOutbox::builder(pool.clone()).schema(schema).build()?)
 }
 
-async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &str) -> Result<Report> {
+async fn measure(
+    args: &RelayArgs,
+    redis: &BenchRedis,
+    pool: &PgPool,
+    relay_pool: &PgPool,
+    schema: &str,
+) -> Result<Report> {
     let keys = args.keys.get();
     let writer_outbox = outbox(pool, schema)?;
     writer_outbox.migrate().await?;
@@ -183,7 +197,7 @@ async fn measure(args: &RelayArgs, redis: &BenchRedis, pool: &PgPool, schema: &s
 
     // 3. Commit to handler start through a NOTIFY-woken relay.
     let running = engine.start();
-    let latency_relay = PgRelay::for_domain(outbox(pool, schema)?, &domain)
+    let latency_relay = PgRelay::for_domain(outbox(relay_pool, schema)?, &domain)
         .batch_size(args.batch)
         .poll_interval(Duration::from_millis(500));
     let stop = CancellationToken::new();

@@ -1,7 +1,7 @@
 //! [`PgOutbox`]: outbox rows in PostgreSQL, written in the caller's
 //! transaction, read back per relay slot in commit order.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,10 +25,15 @@ use crate::schema::{DEFAULT_SCHEMA, SLOTS, Schema, slot_of};
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 
 /// How many `UPDATE`s marking published batches may run while the relay
-/// fetches and publishes the next batches. Marking a batch costs about as
-/// much as fetching and publishing it (a new version of every row, and its
-/// index entries), so overlapping them nearly halves a relay's cycle.
+/// fetches and publishes the next batches: a mark is a round trip that may
+/// also wait for a writer holding its scope's row, which the next fetch
+/// need not wait for.
 const MARKS_IN_FLIGHT: usize = 2;
+
+/// Fetched rows whose outcome is not known yet, beyond which they are
+/// forgotten (rows a failed run never resolved): a mark of an id not
+/// remembered finds its position by the id instead.
+const FETCHED_REMEMBERED: usize = 1 << 16;
 
 /// The PostgreSQL outbox.
 ///
@@ -55,14 +60,39 @@ struct Inner {
     relay_id: String,
     lease_ttl: Duration,
     leases: Mutex<Option<Instant>>,
+    /// The position (scope and seq) of each fetched row not yet marked.
+    fetched: Mutex<HashMap<u64, (Arc<str>, i64)>>,
     /// Marks of published batches still running, oldest first.
     marking: Mutex<VecDeque<Marking>>,
 }
 
-/// An `UPDATE` marking a published batch, running on a task of its own.
+/// An `UPDATE` moving published positions, running on a task of its own.
 struct Marking {
-    ids: Vec<i64>,
+    /// Per scope, the position published up to.
+    positions: Positions,
     task: tokio::task::JoinHandle<Result<()>>,
+}
+
+/// Positions per scope, as parallel arrays (what the statements bind).
+#[derive(Debug, Default)]
+struct Positions {
+    scopes: Vec<String>,
+    seqs: Vec<i64>,
+}
+
+impl Positions {
+    /// The highest position per scope of `positions`.
+    fn highest<'a>(positions: impl IntoIterator<Item = (&'a str, i64)>) -> Self {
+        let mut highest: BTreeMap<&str, i64> = BTreeMap::new();
+        for (scope, seq) in positions {
+            let entry = highest.entry(scope).or_insert(seq);
+            *entry = (*entry).max(seq);
+        }
+        Self {
+            scopes: highest.keys().map(|&s| s.to_owned()).collect(),
+            seqs: highest.into_values().collect(),
+        }
+    }
 }
 
 /// Configures a [`PgOutbox`].
@@ -219,20 +249,39 @@ impl PgOutbox {
     async fn pending_rows(&self, limit: usize) -> Result<Vec<OutboxRow>> {
         self.maintain_leases(false).await?;
         let marking = self.reap_marks().await;
-        let rows = sqlx::query(AssertSqlSafe(self.sql().pending.clone()))
+        let fetched = sqlx::query(AssertSqlSafe(self.sql().pending.clone()))
             .bind(&self.inner.relay_id)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(&marking)
+            .bind(&marking.scopes)
+            .bind(&marking.seqs)
             .fetch_all(&self.inner.pool)
             .await?;
-        rows.iter().map(read_row).collect()
+        let mut rows = Vec::with_capacity(fetched.len());
+        for row in &fetched {
+            let first_id: i64 = row.try_get("first_id")?;
+            let seq: i64 = row.try_get("seq")?;
+            rows.push((first_id, seq, read_row(row)?));
+        }
+        // Scopes oldest first, each one's rows in position order.
+        rows.sort_unstable_by_key(|&(first_id, seq, _)| (first_id, seq));
+        let mut remembered = self.inner.fetched.lock().unwrap_or_else(PoisonError::into_inner);
+        if remembered.len() > FETCHED_REMEMBERED {
+            remembered.clear();
+        }
+        let rows: Vec<OutboxRow> = rows.into_iter().map(|(_, _, row)| row).collect();
+        for row in &rows {
+            let (scope, seq) = position_of(row)?;
+            remembered.insert(row.id, (scope.into(), seq));
+        }
+        Ok(rows)
     }
 
-    /// Collects the marks that have finished; returns the ids of the rows
-    /// still being marked, which a fetch skips: they are published already.
-    /// A mark that failed leaves its rows pending: they are fetched again,
-    /// and their re-publish is dropped by position (see docs/POSTGRES.md).
-    async fn reap_marks(&self) -> Vec<i64> {
+    /// Collects the marks that have finished; returns the positions of the
+    /// marks still running, past which a fetch starts: those rows are
+    /// published already. A mark that failed leaves its rows pending: they
+    /// are fetched again, and their re-publish is dropped by position (see
+    /// docs/POSTGRES.md).
+    async fn reap_marks(&self) -> Positions {
         let finished: Vec<Marking> = {
             let mut marking = self.inner.marking.lock().unwrap_or_else(PoisonError::into_inner);
             let mut finished = Vec::new();
@@ -247,8 +296,19 @@ impl PgOutbox {
                     "marking published outbox rows failed; they will be published again (and dropped by position)");
             }
         }
+        self.marks_running()
+    }
+
+    /// The highest position per scope of the marks still running.
+    fn marks_running(&self) -> Positions {
         let marking = self.inner.marking.lock().unwrap_or_else(PoisonError::into_inner);
-        marking.iter().flat_map(|m| m.ids.iter().copied()).collect()
+        Positions::highest(marking.iter().flat_map(|m| {
+            m.positions
+                .scopes
+                .iter()
+                .map(String::as_str)
+                .zip(m.positions.seqs.iter().copied())
+        }))
     }
 
     /// Waits for every mark of a published batch still running; returns
@@ -278,27 +338,47 @@ impl PgOutbox {
         Ok(receipt.row_ids)
     }
 
-    /// Starts marking `ids` published and returns; waits only for the
-    /// oldest mark when more than [`MARKS_IN_FLIGHT`] run. The rows were
-    /// published: if the mark fails, they are published again and dropped
-    /// by position, so nothing is lost or duplicated, only work wasted.
+    /// Starts moving the published positions of the scopes of `ids` and
+    /// returns; waits only for the oldest mark when more than
+    /// [`MARKS_IN_FLIGHT`] run. The rows were published: if the mark fails,
+    /// they are published again and dropped by position, so nothing is lost
+    /// or duplicated, only work wasted.
+    ///
+    /// One position per scope covers the rows: the ids a processor marks
+    /// are, per scope, the first rows of what it fetched (it publishes in
+    /// order and stops at the first failure), and the rows before them are
+    /// published or abandoned already.
     async fn mark_published_rows(&self, ids: &[u64]) -> Result<()> {
-        let ids: Vec<i64> = ids.iter().map(|&id| to_i64(id)).collect();
-        let (pool, sql, marked) = (
-            self.inner.pool.clone(),
-            self.sql().mark_published.clone(),
-            ids.clone(),
-        );
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let (known, unknown): (Vec<(Arc<str>, i64)>, Vec<i64>) = {
+            let mut fetched = self.inner.fetched.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut known = Vec::with_capacity(ids.len());
+            let mut unknown = Vec::new();
+            for id in ids {
+                match fetched.remove(id) {
+                    Some(position) => known.push(position),
+                    None => unknown.push(to_i64(*id)),
+                }
+            }
+            (known, unknown)
+        };
+        let positions = Positions::highest(known.iter().map(|(scope, seq)| (&**scope, *seq)));
+        let (pool, sql) = (self.inner.pool.clone(), self.sql().mark_published.clone());
+        let (scopes, seqs) = (positions.scopes.clone(), positions.seqs.clone());
         let task = tokio::spawn(async move {
             sqlx::query(AssertSqlSafe(sql))
-                .bind(&marked)
+                .bind(&scopes)
+                .bind(&seqs)
+                .bind(&unknown)
                 .execute(&pool)
                 .await?;
             Ok(())
         });
         let oldest = {
             let mut marking = self.inner.marking.lock().unwrap_or_else(PoisonError::into_inner);
-            marking.push_back(Marking { ids, task });
+            marking.push_back(Marking { positions, task });
             if marking.len() > MARKS_IN_FLIGHT {
                 marking.pop_front()
             } else {
@@ -311,10 +391,32 @@ impl PgOutbox {
         }
     }
 
-    async fn mark_row(&self, sql: Arc<str>, id: u64, text: &str) -> Result<()> {
-        sqlx::query(AssertSqlSafe(sql))
+    fn forget_fetched(&self, id: u64) {
+        self.inner
+            .fetched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+
+    async fn mark_failed_row(&self, id: u64, error: &str) -> Result<()> {
+        self.forget_fetched(id);
+        sqlx::query(AssertSqlSafe(self.sql().mark_failed.clone()))
             .bind(to_i64(id))
-            .bind(text)
+            .bind(error)
+            .execute(&self.inner.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn mark_abandoned_row(&self, id: u64, reason: &str) -> Result<()> {
+        self.forget_fetched(id);
+        let running = self.marks_running();
+        sqlx::query(AssertSqlSafe(self.sql().mark_abandoned.clone()))
+            .bind(to_i64(id))
+            .bind(reason)
+            .bind(&running.scopes)
+            .bind(&running.seqs)
             .execute(&self.inner.pool)
             .await?;
         Ok(())
@@ -402,6 +504,7 @@ impl PgOutboxBuilder {
                 relay_id,
                 lease_ttl: self.lease_ttl,
                 leases: Mutex::new(None),
+                fetched: Mutex::new(HashMap::new()),
                 marking: Mutex::new(VecDeque::new()),
             }),
         })
@@ -473,9 +576,9 @@ fn scope_of(envelope: &Envelope, lane: Lane, backfill_suffix: &str) -> String {
     }
 }
 
-/// Inserts `rows` in the transaction on `conn`: positions first (scopes in
-/// sorted order, so two transactions never wait on each other in a cycle),
-/// then the rows, then the NOTIFY.
+/// Inserts `rows` in the transaction on `conn`, in one statement: positions
+/// first (scopes in sorted order, so two transactions never wait on each
+/// other in a cycle), then the rows, then the NOTIFY.
 async fn insert(
     schema: &Schema,
     conn: &mut PgConnection,
@@ -490,36 +593,16 @@ async fn insert(
         .map(|row| scope_of(&row.envelope, row.lane, backfill_suffix))
         .collect();
     let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    // Each row's place among its scope's rows in this commit (1, 2, ...).
+    let mut places = Vec::with_capacity(rows.len());
     for scope in &scopes {
-        *counts.entry(scope.as_str()).or_default() += 1;
+        let count = counts.entry(scope.as_str()).or_default();
+        *count += 1;
+        places.push(*count);
     }
     let names: Vec<&str> = counts.keys().copied().collect();
     let slots: Vec<i32> = names.iter().map(|s| slot_of(s)).collect();
     let added: Vec<i64> = counts.values().copied().collect();
-    let last: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(schema.sql.upsert_streams.clone()))
-        .bind(&names)
-        .bind(&slots)
-        .bind(&added)
-        .fetch_all(&mut *conn)
-        .await?;
-    // The first position of each scope in this commit.
-    let mut next: BTreeMap<String, i64> = last
-        .into_iter()
-        .map(|(scope, last_seq)| {
-            let first = last_seq - counts.get(scope.as_str()).copied().unwrap_or(0) + 1;
-            (scope, first)
-        })
-        .collect();
-    let mut seqs = Vec::with_capacity(rows.len());
-    for scope in &scopes {
-        let seq = next.get_mut(scope).ok_or_else(|| Error::Config {
-            key: "schema",
-            reason: format!("no position was handed out for scope {scope:?}"),
-        })?;
-        seqs.push(*seq);
-        *seq += 1;
-    }
-    let row_slots: Vec<i32> = scopes.iter().map(|s| slot_of(s)).collect();
     let message_ids: Vec<&str> = rows.iter().map(|r| r.envelope.id.as_str()).collect();
     let categories: Vec<&str> = rows.iter().map(|r| r.envelope.category.as_str()).collect();
     let types: Vec<&str> = rows.iter().map(|r| r.envelope.type_name.as_str()).collect();
@@ -533,38 +616,51 @@ async fn insert(
             key: "envelope",
             reason: format!("cannot encode an envelope: {e}"),
         })?;
-    let inserted: Vec<(i64, String, i64)> = sqlx::query_as(AssertSqlSafe(schema.sql.insert_rows.clone()))
+    let inserted: Vec<(i64, String, i64)> = sqlx::query_as(AssertSqlSafe(schema.sql.commit.clone()))
+        .bind(&names)
+        .bind(&slots)
+        .bind(&added)
         .bind(&scopes)
-        .bind(&seqs)
-        .bind(&row_slots)
+        .bind(&places)
         .bind(&message_ids)
         .bind(&categories)
         .bind(&types)
         .bind(&keys)
         .bind(&lanes)
         .bind(&envelopes)
+        .bind(schema.channel())
         .fetch_all(&mut *conn)
         .await?;
-    let ids: BTreeMap<(String, i64), i64> = inserted
-        .into_iter()
-        .map(|(id, scope, seq)| ((scope, seq), id))
-        .collect();
+    if inserted.len() != rows.len() {
+        return Err(Error::Config {
+            key: "schema",
+            reason: format!("{} rows were inserted of {}", inserted.len(), rows.len()),
+        });
+    }
+    // A scope's `k`-th row of this commit has the scope's `k`-th position.
+    let mut by_scope: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+    for (id, scope, seq) in inserted {
+        by_scope.entry(scope).or_default().push((seq, id));
+    }
+    for ids in by_scope.values_mut() {
+        ids.sort_unstable();
+    }
     let row_ids = scopes
-        .into_iter()
-        .zip(&seqs)
-        .map(|(scope, &seq)| {
-            ids.get(&(scope, seq))
-                .map(|&id| u64::try_from(id).unwrap_or(0))
+        .iter()
+        .zip(&places)
+        .map(|(scope, &place)| {
+            by_scope
+                .get(scope)
+                .and_then(|ids| ids.get(usize::try_from(place - 1).ok()?))
+                .map(|&(_, id)| u64::try_from(id).unwrap_or(0))
                 .ok_or_else(|| Error::Config {
                     key: "schema",
-                    reason: "an inserted row was not returned".to_owned(),
+                    reason: format!(
+                        "no row was returned for position {place} of scope {scope:?} in this commit"
+                    ),
                 })
         })
         .collect::<Result<Vec<_>>>()?;
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(schema.channel())
-        .execute(&mut *conn)
-        .await?;
     Ok(CommitReceipt {
         row_ids,
         message_ids: rows.into_iter().map(|r| r.envelope.id).collect(),
@@ -578,8 +674,29 @@ fn lane_code(lane: Lane) -> i16 {
     }
 }
 
-/// Reads a row selected with the `ROW_COLUMNS` of the schema module; the
-/// envelope gets its position scope and position as metadata.
+/// The position scope and position a row read by [`read_row`] carries.
+fn position_of(row: &OutboxRow) -> Result<(&str, i64)> {
+    let corrupt = |reason: &str| Error::CorruptRow {
+        id: to_i64(row.id),
+        reason: reason.to_owned(),
+    };
+    let scope = row
+        .envelope
+        .metadata
+        .get(POSITION_SCOPE_METADATA)
+        .ok_or_else(|| corrupt("no position scope"))?;
+    let seq = row
+        .envelope
+        .metadata
+        .get(POSITION_METADATA)
+        .and_then(|seq| seq.parse().ok())
+        .ok_or_else(|| corrupt("no position"))?;
+    Ok((scope, seq))
+}
+
+/// Reads a row selected with the `ROW_COLUMNS` of the schema module and a
+/// derived `status`; the envelope gets its position scope and position as
+/// metadata.
 pub(crate) fn read_row(row: &PgRow) -> Result<OutboxRow> {
     let id: i64 = row.try_get("id")?;
     let corrupt = |reason: String| Error::CorruptRow { id, reason };
@@ -633,13 +750,11 @@ impl Outbox for PgOutbox {
     }
 
     fn mark_failed<'a>(&'a self, id: u64, error: &'a str) -> BoxFuture<'a, Result<(), OutboxError>> {
-        let sql = self.sql().mark_failed.clone();
-        Box::pin(async move { self.mark_row(sql, id, error).await.map_err(storage) })
+        Box::pin(async move { self.mark_failed_row(id, error).await.map_err(storage) })
     }
 
     fn mark_abandoned<'a>(&'a self, id: u64, reason: &'a str) -> BoxFuture<'a, Result<(), OutboxError>> {
-        let sql = self.sql().mark_abandoned.clone();
-        Box::pin(async move { self.mark_row(sql, id, reason).await.map_err(storage) })
+        Box::pin(async move { self.mark_abandoned_row(id, reason).await.map_err(storage) })
     }
 
     fn get(&self, id: u64) -> BoxFuture<'_, Result<Option<OutboxRow>, OutboxError>> {

@@ -19,6 +19,7 @@ pub(crate) const SLOTS: i32 = 64;
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("../migrations/0001_outbox.sql")),
     (2, include_str!("../migrations/0002_abandoned_index.sql")),
+    (3, include_str!("../migrations/0003_published_positions.sql")),
 ];
 
 /// A validated schema name and the SQL text of every query in it.
@@ -31,8 +32,7 @@ pub(crate) struct Schema {
 /// Every query, rendered for one schema.
 #[derive(Debug)]
 pub(crate) struct Sql {
-    pub(crate) upsert_streams: Arc<str>,
-    pub(crate) insert_rows: Arc<str>,
+    pub(crate) commit: Arc<str>,
     pub(crate) pending: Arc<str>,
     pub(crate) mark_published: Arc<str>,
     pub(crate) mark_failed: Arc<str>,
@@ -53,9 +53,11 @@ pub(crate) struct Sql {
     pub(crate) process_save: Arc<str>,
 }
 
-/// The columns `pending` and `get` read, in [`crate::outbox::read_row`]'s order.
-const ROW_COLUMNS: &str = "id, stream, seq, envelope, partition_key, lane, status, attempts, last_error, \
-     (extract(epoch from created_at) * 1000000)::int8 AS created_us";
+/// The columns `pending` and `get` read from `outbox o`, in
+/// [`crate::outbox::read_row`]'s order, but for the status, which each
+/// query derives (`status`).
+const ROW_COLUMNS: &str = "o.id, o.stream, o.seq, o.envelope, o.partition_key, o.lane, o.attempts, o.last_error, \
+     (extract(epoch from o.created_at) * 1000000)::int8 AS created_us";
 
 impl Schema {
     /// `name` if it is a plain lower-case identifier (`[a-z_][a-z0-9_]*`, at
@@ -78,33 +80,82 @@ impl Schema {
         let s = format!("\"{name}\"");
         let q = |text: &str| -> Arc<str> { text.replace("{s}", &s).into() };
         let sql = Sql {
-            upsert_streams: q("INSERT INTO {s}.outbox_streams (stream, slot, last_seq) \
-                 SELECT * FROM UNNEST($1::text[], $2::int4[], $3::int8[]) \
-                 ON CONFLICT (stream) DO UPDATE SET last_seq = {s}.outbox_streams.last_seq + EXCLUDED.last_seq \
-                 RETURNING stream, last_seq"),
-            insert_rows: q(
-                "INSERT INTO {s}.outbox (stream, seq, slot, message_id, category, type_name, partition_key, lane, envelope) \
-                 SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int4[], $4::text[], $5::text[], $6::text[], \
-                 $7::text[], $8::int2[], $9::text[]) \
-                 RETURNING id, stream, seq",
+            // One round trip: the positions (each scope's row locked until the
+            // transaction ends, scopes in the sorted order of `$1`), the rows
+            // (in the unit of work's order, so ids grow with positions), and
+            // the NOTIFY, delivered only if the transaction commits.
+            commit: q(
+                "WITH input AS (SELECT * FROM UNNEST($1::text[], $2::int4[], $3::int8[]) AS i(stream, slot, n)), \
+                 pos AS (INSERT INTO {s}.outbox_streams AS t (stream, slot, last_seq) \
+                 SELECT stream, slot, n FROM input \
+                 ON CONFLICT (stream) DO UPDATE SET last_seq = t.last_seq + EXCLUDED.last_seq \
+                 RETURNING t.stream, t.last_seq), \
+                 ins AS (INSERT INTO {s}.outbox (stream, seq, slot, message_id, category, type_name, partition_key, lane, envelope) \
+                 SELECT r.stream, pos.last_seq - i.n + r.k, i.slot, r.message_id, r.category, r.type_name, \
+                 r.partition_key, r.lane, r.envelope \
+                 FROM UNNEST($4::text[], $5::int8[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int2[], $11::text[]) \
+                 WITH ORDINALITY AS r(stream, k, message_id, category, type_name, partition_key, lane, envelope, ord) \
+                 JOIN input i ON i.stream = r.stream JOIN pos ON pos.stream = r.stream \
+                 ORDER BY r.ord \
+                 RETURNING id, stream, seq), \
+                 notified AS (SELECT pg_notify($12, '')) \
+                 SELECT ins.id, ins.stream, ins.seq FROM ins, notified",
             ),
+            // The scopes of this relay's slots with rows above their published
+            // position (or above a mark still running, `$3`/`$4`), oldest
+            // first row first; then each one's next rows in position order,
+            // up to `$2` in all. The row order across scopes is restored by
+            // the caller from `first_id`.
             pending: q(&format!(
-                "SELECT {ROW_COLUMNS} FROM {{s}}.outbox \
-                 WHERE status = 0 AND slot = ANY(ARRAY(\
+                "WITH marking AS (SELECT * FROM UNNEST($3::text[], $4::int8[]) AS m(stream, seq)), \
+                 st AS MATERIALIZED (SELECT s.stream, f.id AS first_id, \
+                 greatest(s.published_seq, coalesce(m.seq, 0)) AS after \
+                 FROM {{s}}.outbox_streams s LEFT JOIN marking m ON m.stream = s.stream \
+                 CROSS JOIN LATERAL (SELECT o.id FROM {{s}}.outbox o WHERE o.stream = s.stream \
+                 AND o.seq > greatest(s.published_seq, coalesce(m.seq, 0)) AND o.status = 0 ORDER BY o.seq LIMIT 1) f \
+                 WHERE s.last_seq > s.published_seq AND s.slot = ANY(ARRAY(\
                  SELECT slot FROM {{s}}.outbox_slots WHERE owner = $1 AND expires_at > now())) \
-                 AND id <> ALL($3::int8[]) ORDER BY id LIMIT $2"
+                 ORDER BY f.id LIMIT $2) \
+                 SELECT {ROW_COLUMNS}, 0::int2 AS status, st.first_id FROM st CROSS JOIN LATERAL \
+                 (SELECT * FROM {{s}}.outbox o WHERE o.stream = st.stream AND o.seq > st.after AND o.status = 0 \
+                 ORDER BY o.seq LIMIT $2) o LIMIT $2"
             )),
-            mark_published: q(
-                "UPDATE {s}.outbox SET status = 1, published_at = now() WHERE id = ANY($1) AND status = 0",
-            ),
+            // Scopes locked in sorted order, as writers lock them, so a mark
+            // and a commit never wait on each other in a cycle. A position
+            // also covers the abandoned rows right after it (all the rows
+            // after it the statement sees, up to the first one not abandoned:
+            // positions are gapless and become visible in order).
+            mark_published: q("WITH marked AS (SELECT stream, max(seq) AS seq FROM (\
+                 SELECT * FROM UNNEST($1::text[], $2::int8[]) AS m(stream, seq) \
+                 UNION ALL SELECT stream, seq FROM {s}.outbox WHERE id = ANY($3::int8[])) AS u GROUP BY stream), \
+                 upto AS (SELECT m.stream, coalesce(\
+                 (SELECT min(o.seq) - 1 FROM {s}.outbox o WHERE o.stream = m.stream AND o.seq > m.seq AND o.status <> 2), \
+                 (SELECT max(o.seq) FROM {s}.outbox o WHERE o.stream = m.stream AND o.seq > m.seq AND o.status = 2), \
+                 m.seq) AS seq FROM marked m), \
+                 locked AS (SELECT s.stream FROM {s}.outbox_streams s JOIN upto u ON u.stream = s.stream \
+                 WHERE s.published_seq < u.seq ORDER BY s.stream FOR NO KEY UPDATE OF s) \
+                 UPDATE {s}.outbox_streams s SET published_seq = greatest(s.published_seq, u.seq) \
+                 FROM upto u, locked l WHERE s.stream = u.stream AND l.stream = u.stream"),
             mark_failed: q(
                 "UPDATE {s}.outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1 AND status = 0 \
                  RETURNING id",
             ),
+            // An abandoned row right after the scope's published position (in
+            // the database, or of a mark of this relay still running,
+            // `$3`/`$4`) moves the position over it, so it does not keep the
+            // scope among those with rows to publish.
             mark_abandoned: q(
-                "UPDATE {s}.outbox SET status = 2, last_error = $2 WHERE id = $1 AND status = 0 RETURNING id",
+                "WITH abandoned AS (UPDATE {s}.outbox SET status = 2, last_error = $2 WHERE id = $1 AND status = 0 \
+                 RETURNING stream, seq) \
+                 UPDATE {s}.outbox_streams s SET published_seq = a.seq FROM abandoned a \
+                 WHERE s.stream = a.stream AND s.published_seq < a.seq AND greatest(s.published_seq, \
+                 coalesce((SELECT max(m.seq) FROM UNNEST($3::text[], $4::int8[]) AS m(stream, seq) \
+                 WHERE m.stream = a.stream), 0)) >= a.seq - 1",
             ),
-            get: q(&format!("SELECT {ROW_COLUMNS} FROM {{s}}.outbox WHERE id = $1")),
+            get: q(&format!(
+                "SELECT {ROW_COLUMNS}, (CASE WHEN o.status = 2 THEN 2 WHEN o.seq <= s.published_seq THEN 1 ELSE 0 END)::int2 \
+                 AS status FROM {{s}}.outbox o JOIN {{s}}.outbox_streams s ON s.stream = o.stream WHERE o.id = $1"
+            )),
             register_relay: q(
                 "INSERT INTO {s}.outbox_relays (id, expires_at) VALUES ($1, now() + $2 * interval '1 millisecond') \
                  ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
@@ -126,17 +177,29 @@ impl Schema {
                 "WITH released AS (UPDATE {s}.outbox_slots SET owner = NULL, expires_at = now() WHERE owner = $1) \
                  DELETE FROM {s}.outbox_relays WHERE id = $1 OR expires_at < now() - interval '1 hour'",
             ),
+            // Oldest first through the index on `created_at`, which bounds
+            // the scan to rows past the retention; abandoned rows stay.
             cleanup: q(
-                "DELETE FROM {s}.outbox WHERE id IN (SELECT id FROM {s}.outbox WHERE status = 1 \
-                 AND published_at < now() - $1 * interval '1 millisecond' LIMIT $2)",
+                "DELETE FROM {s}.outbox WHERE id IN (SELECT o.id FROM {s}.outbox o \
+                 JOIN {s}.outbox_streams s ON s.stream = o.stream \
+                 WHERE o.created_at < now() - $1 * interval '1 millisecond' \
+                 AND o.seq <= s.published_seq AND o.status <> 2 ORDER BY o.created_at LIMIT $2)",
             ),
-            // One sub-select per partial index: a filter over `status IN (0, 2)`
-            // scans the whole table, published rows included. The oldest
-            // pending row is the first by id (its `created_at` is its
+            // Pending rows are those above their scope's published position:
+            // per scope with such rows (a partial index), the positions above
+            // it (gapless, none deleted) less the abandoned rows among them
+            // (an index of their own). The oldest pending row is the oldest
+            // first pending row of a scope (its `created_at` is its
             // transaction's start, so off by at most a transaction's length).
-            status: q("SELECT (SELECT count(*) FROM {s}.outbox WHERE status = 0), \
-                 coalesce((SELECT extract(epoch from now() - created_at) FROM {s}.outbox WHERE status = 0 \
-                 ORDER BY id LIMIT 1), 0)::float8, \
+            status: q("SELECT \
+                 (SELECT coalesce(sum(s.last_seq - s.published_seq), 0)::int8 FROM {s}.outbox_streams s \
+                 WHERE s.last_seq > s.published_seq) \
+                 - (SELECT count(*) FROM {s}.outbox o JOIN {s}.outbox_streams s ON s.stream = o.stream \
+                 WHERE o.status = 2 AND o.seq > s.published_seq), \
+                 coalesce((SELECT extract(epoch from now() - min(f.created_at)) FROM {s}.outbox_streams s \
+                 CROSS JOIN LATERAL (SELECT o.created_at FROM {s}.outbox o WHERE o.stream = s.stream \
+                 AND o.seq > s.published_seq AND o.status = 0 ORDER BY o.seq LIMIT 1) f \
+                 WHERE s.last_seq > s.published_seq), 0)::float8, \
                  (SELECT count(*) FROM {s}.outbox WHERE status = 2), \
                  (SELECT count(*) FROM {s}.outbox_relays WHERE expires_at > now()), \
                  (SELECT count(*) FROM {s}.outbox_slots WHERE owner IS NOT NULL AND expires_at > now())"),

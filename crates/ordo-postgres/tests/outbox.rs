@@ -274,7 +274,7 @@ async fn publishing_a_position_again_is_a_no_op() -> anyhow::Result<()> {
 
     // The state a relay crash between publish and mark leaves behind.
     sqlx::query(AssertSqlSafe(format!(
-        "UPDATE \"{}\".outbox SET status = 0",
+        "UPDATE \"{}\".outbox_streams SET published_seq = 0",
         outbox.schema()
     )))
     .execute(&pool)
@@ -362,5 +362,132 @@ async fn invalid_rows_are_abandoned_at_once_and_published_rows_expire() -> anyho
     assert_eq!(relay.cleanup().await?, 1);
     assert_eq!(count_status(&outbox, 1).await?, 0);
     assert_eq!(count_status(&outbox, 2).await?, 1);
+    Ok(())
+}
+
+/// Publishing moves one position per scope instead of writing a new
+/// version of every published row: the outbox rows are never updated, and
+/// the positions say what is published (also past an abandoned row that
+/// ends a scope, which does not keep the scope among those to publish).
+#[tokio::test]
+async fn publishing_moves_scope_positions_without_updating_rows() -> anyhow::Result<()> {
+    let pg = Postgres::start()?;
+    let redis = Redis::start()?;
+    let pool = pg_pool(pg.url(), 4).await?;
+    let outbox = common::outbox(&pool, "positions", TTL).await?;
+    let domain = domain()?;
+    let relay = relay(&outbox, &redis).await?.batch_size(7);
+    let redis_client = redis_pool(&redis.url()).await?;
+
+    for round in 0..3u64 {
+        let mut tx = pool.begin().await?;
+        let mut uow = domain.unit_of_work();
+        for n in 1..=10 {
+            uow.raise(deposit(if n % 2 == 0 { "even" } else { "odd" }, round * 10 + n))?;
+        }
+        uow.commit_in_outbox(&outbox, &mut tx).await?;
+        tx.commit().await?;
+    }
+    // A row whose key became invalid (written by hand) ends the `odd` scope.
+    let mut tx = pool.begin().await?;
+    let mut uow = domain.unit_of_work();
+    uow.raise(deposit("odd", 99))?;
+    uow.commit_in_outbox(&outbox, &mut tx).await?;
+    tx.commit().await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE \"{}\".outbox SET partition_key = '__x__' WHERE stream = 'account:odd' AND seq = 16",
+        outbox.schema()
+    )))
+    .execute(&pool)
+    .await?;
+    let versions = format!(
+        "SELECT id, xmin::text FROM \"{}\".outbox ORDER BY id",
+        outbox.schema()
+    );
+    let before: Vec<(i64, String)> = sqlx::query_as(AssertSqlSafe(versions.clone()))
+        .fetch_all(&pool)
+        .await?;
+
+    let report = relay.publish_pending().await?;
+    assert_eq!((report.published, report.abandoned), (30, 1));
+    assert_eq!(
+        numbers(&redis_client, &common::account_stream("odd"))
+            .await?
+            .len(),
+        15
+    );
+    let after: Vec<(i64, String)> = sqlx::query_as(AssertSqlSafe(versions)).fetch_all(&pool).await?;
+    let changed = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+    assert_eq!(changed, 1, "only the abandoned row has a new version");
+    let positions: Vec<(String, i64, i64)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT stream, last_seq, published_seq FROM \"{}\".outbox_streams ORDER BY stream",
+        outbox.schema()
+    )))
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(
+        positions,
+        vec![
+            ("account:even".to_owned(), 15, 15),
+            ("account:odd".to_owned(), 16, 16)
+        ]
+    );
+    assert_eq!(count_status(&outbox, 0).await?, 0);
+    assert_eq!(count_status(&outbox, 1).await?, 30);
+    let status = OutboxStatusReport::read(&outbox).await?;
+    assert_eq!((status.pending, status.abandoned), (0, 1), "{status}");
+    Ok(())
+}
+
+/// An outbox of version 2 (a status per row) upgraded to version 3: each
+/// scope is published up to the row before its first pending one.
+#[tokio::test]
+async fn migrating_from_row_statuses_keeps_pending_rows_pending() -> anyhow::Result<()> {
+    let pg = Postgres::start()?;
+    let pool = pg_pool(pg.url(), 2).await?;
+    let schema = common::schema("upgrade");
+    let quoted = format!("\"{schema}\"");
+    let mut setup = format!(
+        "CREATE SCHEMA {quoted}; CREATE TABLE {quoted}.migrations \
+         (version int4 PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now()); \
+         INSERT INTO {quoted}.migrations (version) VALUES (1), (2);"
+    );
+    for text in [
+        include_str!("../migrations/0001_outbox.sql"),
+        include_str!("../migrations/0002_abandoned_index.sql"),
+    ] {
+        setup.push_str(&text.replace("{schema}", &quoted).replace("{slots}", "64"));
+    }
+    // Scope a: 1, 2 published, 3 abandoned, 4 pending. Scope b: all published
+    // (1 already deleted by the retention). Scope c: all pending.
+    setup.push_str(&format!(
+        "INSERT INTO {quoted}.outbox_streams (stream, slot, last_seq) VALUES ('t:a', 1, 4), ('t:b', 2, 2), ('t:c', 3, 1); \
+         INSERT INTO {quoted}.outbox (stream, seq, slot, message_id, category, type_name, lane, envelope, status) VALUES \
+         ('t:a', 1, 1, 'a1', 't', 'T', 0, '{{}}', 1), ('t:a', 2, 1, 'a2', 't', 'T', 0, '{{}}', 1), \
+         ('t:a', 3, 1, 'a3', 't', 'T', 0, '{{}}', 2), ('t:a', 4, 1, 'a4', 't', 'T', 0, '{{}}', 0), \
+         ('t:b', 2, 2, 'b2', 't', 'T', 0, '{{}}', 1), ('t:c', 1, 3, 'c1', 't', 'T', 0, '{{}}', 0);"
+    ));
+    sqlx::raw_sql(AssertSqlSafe(setup)).execute(&pool).await?;
+
+    let outbox = PgOutbox::builder(pool.clone()).schema(&schema).build()?;
+    outbox.migrate().await?;
+    let positions: Vec<(String, i64)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT stream, published_seq FROM {quoted}.outbox_streams ORDER BY stream"
+    )))
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(
+        positions,
+        vec![
+            ("t:a".to_owned(), 3),
+            ("t:b".to_owned(), 2),
+            ("t:c".to_owned(), 0)
+        ]
+    );
+    assert_eq!(count_status(&outbox, 0).await?, 2, "a4 and c1 pending");
+    assert_eq!(count_status(&outbox, 1).await?, 3);
+    assert_eq!(count_status(&outbox, 2).await?, 1);
+    let status = OutboxStatusReport::read(&outbox).await?;
+    assert_eq!((status.pending, status.abandoned), (2, 1), "{status}");
     Ok(())
 }

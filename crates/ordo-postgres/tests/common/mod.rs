@@ -117,14 +117,17 @@ pub async fn xlen(redis: &Pool, stream: &str) -> anyhow::Result<u64> {
     Ok(value.convert()?)
 }
 
-/// How many rows of `outbox` have `status` (0 pending, 1 published, 2 abandoned).
+/// How many rows of `outbox` have `status` (0 pending, 1 published, 2
+/// abandoned): a row is published when its position is at or below its
+/// scope's published position.
 pub async fn count_status(outbox: &PgOutbox, status: i16) -> anyhow::Result<i64> {
     let sql = format!(
-        "SELECT count(*) FROM \"{}\".outbox WHERE status = $1",
-        outbox.schema()
+        "SELECT count(*) FROM \"{s}\".outbox o JOIN \"{s}\".outbox_streams s ON s.stream = o.stream \
+         WHERE (CASE WHEN o.status = 2 THEN 2 WHEN o.seq <= s.published_seq THEN 1 ELSE 0 END) = $1",
+        s = outbox.schema()
     );
     Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-        .bind(status)
+        .bind(i32::from(status))
         .fetch_one(outbox.pool())
         .await?)
 }
