@@ -128,7 +128,8 @@ async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
         Bench::Worker(args) => {
             let url = redis
                 .redis_url
-                .as_deref()
+                .as_ref()
+                .map(ordo_redis::SecretUrl::expose)
                 .context("`worker` needs --redis-url or REDIS_URL")?;
             worker::run(&args, url).await.map(|()| Report::new())
         }

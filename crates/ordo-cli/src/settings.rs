@@ -1,6 +1,7 @@
 //! Where the CLI finds Redis and its settings.
 //!
-//! The Redis URL comes from `--redis-url`, else `REDIS_URL`, else the
+//! The Redis URL comes from `--redis-url`, else the first line of
+//! `--redis-url-file`, else `REDIS_URL`, else the
 //! `[redis]` table of the domain.toml, else `redis://127.0.0.1:6379`; a Redis
 //! Cluster is named by its nodes, `redis-cluster://host:port,host:port,...`. The
 //! domain.toml is `--config PATH`, else the nearest `domain.toml` from the
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use ordo_core::config::Config;
+use ordo_redis::SecretUrl;
 use serde::Deserialize;
 
 use crate::cli::GlobalArgs;
@@ -35,7 +37,8 @@ const DEFAULT_WARN_PARTITIONS: u64 = 10_000;
 /// The resolved settings.
 #[derive(Debug, Clone)]
 pub(crate) struct CliSettings {
-    pub(crate) redis_url: String,
+    /// Shown only redacted (`Display` and `Debug` mask the password).
+    pub(crate) redis_url: SecretUrl,
     /// The domain configuration (defaults when no domain.toml was found).
     pub(crate) config: Config,
     /// `[cli] warn_partitions`, or the default.
@@ -65,8 +68,8 @@ struct CliTable {
 }
 
 impl CliSettings {
-    /// Resolves the settings from the arguments, the environment (clap reads
-    /// `REDIS_URL`) and the domain.toml.
+    /// Resolves the settings from the arguments, the environment
+    /// (`REDIS_URL`) and the domain.toml.
     pub(crate) fn load(args: &GlobalArgs) -> Result<Self, Failure> {
         let path = match &args.config {
             Some(path) if !path.is_file() => {
@@ -82,18 +85,29 @@ impl CliSettings {
             Some(path) => read(path)?,
             None => (CliFile::default(), Config::default()),
         };
-        let (redis_url, source) = match (&args.redis_url, file.redis.url) {
-            (Some(url), _) => (url.clone(), "--redis-url (or REDIS_URL)".to_owned()),
-            (None, Some(url)) => {
-                let path = path
-                    .as_deref()
-                    .map_or_else(String::new, |path| path.display().to_string());
-                (url, format!("`[redis] url` in {path}"))
-            }
-            (None, None) => (DEFAULT_REDIS_URL.to_owned(), "the default Redis URL".to_owned()),
+        let from_env = std::env::var("REDIS_URL").ok().filter(|url| !url.is_empty());
+        let (redis_url, source) = if let Some(url) = &args.redis_url {
+            (url.clone(), "--redis-url".to_owned())
+        } else if let Some(url_file) = &args.redis_url_file {
+            (
+                read_url_file(url_file, "--redis-url-file")?,
+                format!("--redis-url-file {}", url_file.display()),
+            )
+        } else if let Some(url) = from_env {
+            (SecretUrl::new(url), "REDIS_URL".to_owned())
+        } else if let Some(url) = file.redis.url {
+            let path = path
+                .as_deref()
+                .map_or_else(String::new, |path| path.display().to_string());
+            (SecretUrl::new(url), format!("`[redis] url` in {path}"))
+        } else {
+            (
+                SecretUrl::new(DEFAULT_REDIS_URL),
+                "the default Redis URL".to_owned(),
+            )
         };
         // Checked here, before connecting, so the error says where the URL came from.
-        ordo_redis::client_config(&redis_url)
+        ordo_redis::client_config(redis_url.expose())
             .map_err(|error| Failure::Usage(format!("{source}: {error}")))?;
         Ok(Self {
             redis_url,
@@ -101,6 +115,21 @@ impl CliSettings {
             warn_partitions: file.cli.warn_partitions.unwrap_or(DEFAULT_WARN_PARTITIONS),
         })
     }
+}
+
+/// The URL on the first line of the file at `path` (named by `option` in
+/// errors, which never show the file's content).
+pub(crate) fn read_url_file(path: &Path, option: &str) -> Result<SecretUrl, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| Failure::Usage(format!("{option} {}: cannot read it: {error}", path.display())))?;
+    let url = text.lines().next().unwrap_or("").trim();
+    if url.is_empty() {
+        return Err(Failure::Usage(format!(
+            "{option} {}: the first line is empty; write the URL there",
+            path.display()
+        )));
+    }
+    Ok(SecretUrl::new(url))
 }
 
 /// Reads the CLI's tables and the domain configuration of `path`.

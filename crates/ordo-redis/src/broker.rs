@@ -20,6 +20,7 @@ use crate::consumer::{self, Settings};
 use crate::error::{Error, Result};
 use crate::partition::Partitions;
 use crate::publish;
+use crate::secret::SecretUrl;
 
 /// Entries read per fenced read by default.
 const DEFAULT_READ_BATCH: usize = 64;
@@ -55,7 +56,7 @@ pub struct RedisBroker {
 
 #[derive(Debug)]
 struct Inner {
-    url: String,
+    url: SecretUrl,
     config: Config,
     settings: Settings,
     partitions: Partitions,
@@ -70,7 +71,7 @@ struct Inner {
 /// Configures a [`RedisBroker`].
 #[derive(Debug, Clone)]
 pub struct RedisBrokerBuilder {
-    url: String,
+    url: SecretUrl,
     config: Config,
     instance_id: Option<String>,
     pool_size: usize,
@@ -83,7 +84,7 @@ impl RedisBroker {
     /// A builder for a broker on the Redis at `url` (`redis://host:port/db`).
     pub fn builder(url: impl Into<String>) -> RedisBrokerBuilder {
         RedisBrokerBuilder {
-            url: url.into(),
+            url: SecretUrl::new(url),
             config: Config::default(),
             instance_id: None,
             pool_size: DEFAULT_POOL_SIZE,
@@ -217,10 +218,10 @@ impl RedisBrokerBuilder {
                 reason: "must be at least 1".to_owned(),
             });
         }
-        let pool =
-            connection::builder(&self.url, settings.lease_ttl / 3, true)?.build_pool(self.pool_size)?;
+        let pool = connection::builder(self.url.expose(), settings.lease_ttl / 3, true)?
+            .build_pool(self.pool_size)?;
         pool.init().await.map_err(|source| Error::Connect {
-            url: crate::error::redacted_url(&self.url),
+            url: self.url.to_string(),
             source,
         })?;
         if !self.allow_eviction {

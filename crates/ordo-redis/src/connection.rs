@@ -13,6 +13,7 @@ use fred::types::config::{Blocking, Config as FredConfig, ReconnectPolicy};
 
 use crate::error::{Error, Result};
 use crate::nodes::{self, Node};
+use crate::secret::redact_url;
 
 /// Reconnect delays: from 100 ms doubling up to 2 s, forever.
 fn reconnect_policy() -> ReconnectPolicy {
@@ -44,7 +45,7 @@ const CLUSTER_SCHEMES: [&str; 4] = [
 pub fn client_config(url: &str) -> Result<FredConfig> {
     let invalid = |reason: String| Error::Config {
         key: "url",
-        reason: format!("{:?} is not a valid Redis URL: {reason}", redact(url)),
+        reason: format!("{:?} is not a valid Redis URL: {reason}", redact_url(url)),
     };
     let url = url.trim();
     let rewritten = seed_list(url).map_err(invalid)?;
@@ -116,21 +117,6 @@ fn seed(index: usize, node: &str) -> std::result::Result<&str, String> {
         _ => Err(format!(
             "node {position} ({node:?}) has a port that is not a number in 1..=65535"
         )),
-    }
-}
-
-/// `url` with the password replaced by `***`, for error messages.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rsplit_once('@') {
-        Some((userinfo, _)) if userinfo.contains(':') => {
-            let user = userinfo.split_once(':').map_or("", |(user, _)| user);
-            format!("{scheme}://{user}:***@{}", &rest[userinfo.len() + 1..])
-        }
-        _ => url.to_owned(),
     }
 }
 
@@ -325,8 +311,5 @@ mod tests {
         let error = reason("redis-cluster://me:s3cret@a:1,,b:2");
         assert!(!error.contains("s3cret"), "{error}");
         assert!(error.contains("\"redis-cluster://me:***@a:1,,b:2\""), "{error}");
-        assert_eq!(redact("redis://:pw@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(redact("redis://user@h:1"), "redis://user@h:1");
-        assert_eq!(redact("redis://h:1/0?x=a@b"), "redis://h:1/0?x=a@b");
     }
 }

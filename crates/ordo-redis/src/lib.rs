@@ -55,6 +55,7 @@ mod partition;
 mod process;
 mod publish;
 mod scripts;
+mod secret;
 mod status;
 
 pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
@@ -67,6 +68,7 @@ pub use fence::{FencedWrite, RedisFence};
 pub use fred;
 pub use keys::{PartitionId, PartitionKeys, layout};
 pub use partition::StreamEntry;
+pub use secret::{SecretUrl, redact_url};
 
 // Unstable owner internals (see "Stability" above).
 #[doc(hidden)]

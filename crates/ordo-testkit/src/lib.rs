@@ -41,6 +41,7 @@ mod local;
 mod postgres;
 mod redis;
 mod resp;
+mod secret;
 mod signal;
 mod wait;
 

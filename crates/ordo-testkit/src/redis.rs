@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::error::{Result, TestkitError};
 use crate::local::LocalServer;
 use crate::resp::Endpoint;
+use crate::secret::{SecretUrl, redact};
 
 /// How long [`Redis::ping`] waits for a reply.
 const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(1);
@@ -36,7 +37,7 @@ const EXTERNAL_PING_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct Redis {
     endpoint: Endpoint,
-    url: String,
+    url: SecretUrl,
     backend: Backend,
 }
 
@@ -81,7 +82,7 @@ impl RedisBuilder {
         let server = LocalServer::start(self.options())?;
         let endpoint = server.endpoint();
         Ok(Redis {
-            url: format!("redis://{endpoint}"),
+            url: SecretUrl(format!("redis://{endpoint}")),
             endpoint,
             backend: Backend::Local(server),
         })
@@ -104,7 +105,7 @@ impl RedisBuilder {
         let container = crate::container::ContainerServer::start(args)?;
         let endpoint = container.endpoint().clone();
         let redis = Redis {
-            url: format!("redis://{endpoint}"),
+            url: SecretUrl(format!("redis://{endpoint}")),
             endpoint,
             backend: Backend::Container(container),
         };
@@ -155,7 +156,7 @@ impl Redis {
     /// The URL to hand to a client: `redis://127.0.0.1:PORT` for a server the
     /// testkit started, `REDIS_URL` as given for an external one.
     pub fn url(&self) -> String {
-        self.url.clone()
+        self.url.0.clone()
     }
 
     /// The TCP port the server listens on.
@@ -241,18 +242,18 @@ impl Redis {
 
     fn external(url: &str) -> Result<Redis> {
         let endpoint = Endpoint::parse(url).map_err(|reason| TestkitError::InvalidRedisUrl {
-            url: url.to_owned(),
+            url: redact(url),
             reason,
         })?;
         endpoint
             .ping(EXTERNAL_PING_TIMEOUT)
             .map_err(|source| TestkitError::ExternalUnreachable {
-                url: url.to_owned(),
+                url: redact(url),
                 source: Box::new(source),
             })?;
         Ok(Redis {
             endpoint,
-            url: url.to_owned(),
+            url: SecretUrl(url.to_owned()),
             backend: Backend::External,
         })
     }
