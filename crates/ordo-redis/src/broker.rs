@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::partition::Partitions;
 use crate::publish;
 use crate::secret::SecretUrl;
+use crate::tls::TlsFiles;
 
 /// Entries read per fenced read by default.
 const DEFAULT_READ_BATCH: usize = 64;
@@ -78,6 +79,7 @@ pub struct RedisBrokerBuilder {
     read_batch: usize,
     dedup_window: Duration,
     allow_eviction: bool,
+    tls: TlsFiles,
 }
 
 impl RedisBroker {
@@ -91,6 +93,7 @@ impl RedisBroker {
             read_batch: DEFAULT_READ_BATCH,
             dedup_window: DEFAULT_DEDUP_WINDOW,
             allow_eviction: false,
+            tls: TlsFiles::default(),
         }
     }
 
@@ -199,6 +202,15 @@ impl RedisBrokerBuilder {
         self
     }
 
+    /// The TLS files of a `rediss://` URL: the CA to trust instead of the
+    /// system's, and a client certificate for mutual TLS. Setting any for a
+    /// URL without TLS is an error at [`build`](Self::build).
+    #[must_use]
+    pub fn tls(mut self, tls: TlsFiles) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// Validates the settings and connects.
     pub async fn build(self) -> Result<RedisBroker> {
         let settings = self.settings()?;
@@ -218,7 +230,7 @@ impl RedisBrokerBuilder {
                 reason: "must be at least 1".to_owned(),
             });
         }
-        let pool = connection::builder(self.url.expose(), settings.lease_ttl / 3, true)?
+        let pool = connection::builder(self.url.expose(), &settings.tls, settings.lease_ttl / 3, true)?
             .build_pool(self.pool_size)?;
         pool.init().await.map_err(|source| Error::Connect {
             url: self.url.to_string(),
@@ -275,6 +287,7 @@ impl RedisBrokerBuilder {
             read_batch: self.read_batch,
             wake_block: partitioning.poll_interval().max(Duration::from_millis(1)),
             max_concurrency: partitioning.max_concurrency(),
+            tls: self.tls.clone(),
         })
     }
 }

@@ -14,6 +14,7 @@ use fred::types::config::{Blocking, Config as FredConfig, ReconnectPolicy};
 use crate::error::{Error, Result};
 use crate::nodes::{self, Node};
 use crate::secret::redact_url;
+use crate::tls::TlsFiles;
 
 /// Reconnect delays: from 100 ms doubling up to 2 s, forever.
 fn reconnect_policy() -> ReconnectPolicy {
@@ -50,6 +51,20 @@ pub fn client_config(url: &str) -> Result<FredConfig> {
     let url = url.trim();
     let rewritten = seed_list(url).map_err(invalid)?;
     FredConfig::from_url(rewritten.as_deref().unwrap_or(url)).map_err(|e| invalid(e.details().to_owned()))
+}
+
+/// [`client_config`] with the TLS of `tls` (a CA file, a client
+/// certificate) for a `rediss://` URL.
+///
+/// # Errors
+///
+/// As [`client_config`]; and [`Error::Config`] naming the TLS setting
+/// (`tls_ca_file`, `tls_cert_file`, `tls_key_file`) whose file cannot be
+/// read or used, or `tls` when files are set for a URL without TLS.
+pub fn client_config_with_tls(url: &str, tls: &TlsFiles) -> Result<FredConfig> {
+    let mut config = client_config(url)?;
+    tls.apply(&mut config)?;
+    Ok(config)
 }
 
 /// A cluster URL with a comma-separated node list, rewritten to fred's form
@@ -124,8 +139,13 @@ fn seed(index: usize, node: &str) -> std::result::Result<&str, String> {
 /// `command_timeout` (zero: never). With `fail_fast` the first connection
 /// attempt reports its failure; without, it is retried like a reconnect
 /// (for background clients that must not give up).
-pub(crate) fn builder(url: &str, command_timeout: Duration, fail_fast: bool) -> Result<Builder> {
-    let mut config = client_config(url)?;
+pub(crate) fn builder(
+    url: &str,
+    tls: &TlsFiles,
+    command_timeout: Duration,
+    fail_fast: bool,
+) -> Result<Builder> {
+    let mut config = client_config_with_tls(url, tls)?;
     config.fail_fast = fail_fast;
     let mut builder = Builder::from_config(config);
     builder
@@ -137,8 +157,8 @@ pub(crate) fn builder(url: &str, command_timeout: Duration, fail_fast: bool) -> 
 /// A builder for a client that runs blocking reads: sending any other
 /// command on it interrupts the blocked read (`CLIENT UNBLOCK`), which is
 /// how the waker picks up newly idle streams at once.
-pub(crate) fn blocking_builder(url: &str) -> Result<Builder> {
-    let mut config = client_config(url)?;
+pub(crate) fn blocking_builder(url: &str, tls: &TlsFiles) -> Result<Builder> {
+    let mut config = client_config_with_tls(url, tls)?;
     config.blocking = Blocking::Interrupt;
     config.fail_fast = false;
     let mut builder = Builder::from_config(config);

@@ -49,5 +49,5 @@ pub use child::Process;
 pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{Result, TestkitError};
 pub use postgres::Postgres;
-pub use redis::{Redis, RedisBuilder};
+pub use redis::{Redis, RedisBuilder, RedisTls};
 pub use wait::{ConditionError, eventually, wait_until};

@@ -38,6 +38,8 @@ const EXTERNAL_PING_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Redis {
     endpoint: Endpoint,
     url: SecretUrl,
+    /// The TLS port of a server started with [`RedisBuilder::tls`].
+    tls_port: Option<u16>,
     backend: Backend,
 }
 
@@ -55,6 +57,22 @@ enum Backend {
 pub struct RedisBuilder {
     append_only: bool,
     extra_args: Vec<OsString>,
+    tls: Option<RedisTls>,
+}
+
+/// The TLS side of a testkit Redis (see [`RedisBuilder::tls`]): PEM files of
+/// the server's certificate, its key and the CA that client certificates
+/// must chain to.
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    /// The server's certificate (`--tls-cert-file`).
+    pub cert_file: std::path::PathBuf,
+    /// The server's private key (`--tls-key-file`).
+    pub key_file: std::path::PathBuf,
+    /// The CA of client certificates (`--tls-ca-cert-file`).
+    pub ca_file: std::path::PathBuf,
+    /// Whether clients must present a certificate (`--tls-auth-clients`).
+    pub require_client_certificate: bool,
 }
 
 impl RedisBuilder {
@@ -73,16 +91,50 @@ impl RedisBuilder {
         self
     }
 
+    /// Also listens for TLS on a port of its own ([`Redis::tls_url`]), with
+    /// these files; the plain port stays open for the testkit's PING (and
+    /// for tests that compare).
+    pub fn tls(mut self, tls: RedisTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Starts a `redis-server` with these options and waits until it answers
     /// PING. `REDIS_URL` is ignored: options only apply to a server the testkit runs.
     ///
     /// The binary is `ORDO_REDIS_SERVER` if set, else `redis-server` on `PATH`;
     /// when there is none, the error says how to install one.
     pub fn start(self) -> Result<Redis> {
-        let server = LocalServer::start(self.options())?;
+        let mut options = self.options();
+        let tls_port = match &self.tls {
+            Some(tls) => {
+                let port = crate::local::free_port()?;
+                options.extend([
+                    "--tls-port".into(),
+                    port.to_string().into(),
+                    "--tls-cert-file".into(),
+                    tls.cert_file.clone().into(),
+                    "--tls-key-file".into(),
+                    tls.key_file.clone().into(),
+                    "--tls-ca-cert-file".into(),
+                    tls.ca_file.clone().into(),
+                    "--tls-auth-clients".into(),
+                    if tls.require_client_certificate {
+                        "yes"
+                    } else {
+                        "no"
+                    }
+                    .into(),
+                ]);
+                Some(port)
+            }
+            None => None,
+        };
+        let server = LocalServer::start(options)?;
         let endpoint = server.endpoint();
         Ok(Redis {
             url: SecretUrl(format!("redis://{endpoint}")),
+            tls_port,
             endpoint,
             backend: Backend::Local(server),
         })
@@ -106,6 +158,7 @@ impl RedisBuilder {
         let endpoint = container.endpoint().clone();
         let redis = Redis {
             url: SecretUrl(format!("redis://{endpoint}")),
+            tls_port: None,
             endpoint,
             backend: Backend::Container(container),
         };
@@ -157,6 +210,12 @@ impl Redis {
     /// testkit started, `REDIS_URL` as given for an external one.
     pub fn url(&self) -> String {
         self.url.0.clone()
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` for a server started with
+    /// [`RedisBuilder::tls`]; `None` otherwise.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port.map(|port| format!("rediss://127.0.0.1:{port}"))
     }
 
     /// The TCP port the server listens on.
@@ -254,6 +313,7 @@ impl Redis {
         Ok(Redis {
             endpoint,
             url: SecretUrl(url.to_owned()),
+            tls_port: None,
             backend: Backend::External,
         })
     }

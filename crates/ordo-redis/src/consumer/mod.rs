@@ -37,6 +37,7 @@ use crate::connection;
 use crate::error::Result;
 use crate::partition::Partitions;
 use crate::secret::SecretUrl;
+use crate::tls::TlsFiles;
 
 /// The timings and sizes the consumer runs with.
 #[derive(Debug, Clone)]
@@ -55,6 +56,8 @@ pub(crate) struct Settings {
     pub(crate) wake_block: Duration,
     /// How many handler runs may be in flight at once across partitions.
     pub(crate) max_concurrency: usize,
+    /// The TLS of every connection (`rediss://`).
+    pub(crate) tls: TlsFiles,
 }
 
 /// What every task of a consumer shares.
@@ -166,7 +169,7 @@ pub(crate) async fn run(
     renewals: heartbeat::RenewalSignal,
 ) -> Result<()> {
     let background = CancellationToken::new();
-    let waker_client = connection::blocking_builder(url.expose())?.build()?;
+    let waker_client = connection::blocking_builder(url.expose(), &settings.tls)?.build()?;
     connection::connect_in_background(&waker_client);
     let (waker, waker_handle) =
         waker::Waker::new(waker_client.clone(), settings.wake_block, settings.poll_interval);
