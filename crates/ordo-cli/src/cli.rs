@@ -42,6 +42,18 @@ pub(crate) struct GlobalArgs {
     /// command line, where `ps` shows it).
     #[arg(long, global = true, value_name = "PATH", conflicts_with = "redis_url")]
     pub(crate) redis_url_file: Option<PathBuf>,
+    /// rediss:// only: the CA certificates (PEM) to trust instead of the
+    /// system's (default: `[redis] tls_ca_file` of domain.toml).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) tls_ca_file: Option<PathBuf>,
+    /// rediss:// only: the client certificate (PEM) of mutual TLS, with
+    /// `--tls-key-file` (default: `[redis] tls_cert_file`).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) tls_cert_file: Option<PathBuf>,
+    /// rediss:// only: the client certificate's private key (PEM)
+    /// (default: `[redis] tls_key_file`).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) tls_key_file: Option<PathBuf>,
     /// The domain.toml to read `[redis]`, `[cli]` and `[server.*]` from
     /// (default: the nearest domain.toml from the current directory upward).
     #[arg(long, global = true, value_name = "PATH")]

@@ -25,6 +25,7 @@ impl Context {
     pub(crate) async fn connect(settings: CliSettings) -> Result<Self, Failure> {
         let broker = RedisBroker::builder(settings.redis_url.expose())
             .config(settings.config.clone())
+            .tls(settings.tls.clone())
             .pool_size(POOL_SIZE)
             .build()
             .await

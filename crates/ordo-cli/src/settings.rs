@@ -13,6 +13,12 @@
 //! [redis]
 //! url = "redis://127.0.0.1:6379/0"   # or "redis-cluster://10.0.0.1:7000,10.0.0.2:7000"
 //!
+//! # rediss:// only: the CA to trust (default: the system's), and a client
+//! # certificate for mutual TLS; paths relative to this file.
+//! # tls_ca_file = "redis-ca.pem"
+//! # tls_cert_file = "ordo-client.pem"
+//! # tls_key_file = "ordo-client.key"
+//!
 //! [cli]
 //! warn_partitions = 10000   # `ordo status` warns above this many live partitions per category
 //! ```
@@ -21,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use ordo_core::config::Config;
-use ordo_redis::SecretUrl;
+use ordo_redis::{SecretUrl, TlsFiles};
 use serde::Deserialize;
 
 use crate::cli::GlobalArgs;
@@ -39,6 +45,8 @@ const DEFAULT_WARN_PARTITIONS: u64 = 10_000;
 pub(crate) struct CliSettings {
     /// Shown only redacted (`Display` and `Debug` mask the password).
     pub(crate) redis_url: SecretUrl,
+    /// The TLS files of a `rediss://` URL: `--tls-*-file`, else `[redis] tls_*_file`.
+    pub(crate) tls: TlsFiles,
     /// The domain configuration (defaults when no domain.toml was found).
     pub(crate) config: Config,
     /// `[cli] warn_partitions`, or the default.
@@ -59,6 +67,9 @@ struct CliFile {
 #[serde(deny_unknown_fields)]
 struct RedisTable {
     url: Option<String>,
+    tls_ca_file: Option<PathBuf>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,6 +96,19 @@ impl CliSettings {
             Some(path) => read(path)?,
             None => (CliFile::default(), Config::default()),
         };
+        // domain.toml's paths are relative to the file, the flags' to the current directory.
+        let base = path.as_deref().and_then(Path::parent).unwrap_or(Path::new(""));
+        let tls = TlsFiles::new()
+            .with_files(
+                file.redis.tls_ca_file.as_deref().map(|file| base.join(file)),
+                file.redis.tls_cert_file.as_deref().map(|file| base.join(file)),
+                file.redis.tls_key_file.as_deref().map(|file| base.join(file)),
+            )
+            .with_files(
+                args.tls_ca_file.clone(),
+                args.tls_cert_file.clone(),
+                args.tls_key_file.clone(),
+            );
         let from_env = std::env::var("REDIS_URL").ok().filter(|url| !url.is_empty());
         let (redis_url, source) = if let Some(url) = &args.redis_url {
             (url.clone(), "--redis-url".to_owned())
@@ -111,6 +135,7 @@ impl CliSettings {
             .map_err(|error| Failure::Usage(format!("{source}: {error}")))?;
         Ok(Self {
             redis_url,
+            tls,
             config,
             warn_partitions: file.cli.warn_partitions.unwrap_or(DEFAULT_WARN_PARTITIONS),
         })

@@ -4,81 +4,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use ordo_core::broker::Broker;
 use ordo_core::key::Lane;
 use ordo_redis::{RedisBroker, TlsFiles};
-use ordo_testkit::{Redis, RedisTls};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
-};
+use ordo_testkit::{Redis, TestCa};
 
 use common::publication;
 
-/// A CA, and certificates it signs, written as PEM files into a directory.
-struct Authority {
-    certificate: rcgen::Certificate,
-    key: KeyPair,
-    /// The CA certificate's file.
-    file: PathBuf,
-}
-
-impl Authority {
-    fn new(dir: &Path, name: &str) -> anyhow::Result<Self> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params.distinguished_name.push(DnType::CommonName, name);
-        let certificate = params.self_signed(&key)?;
-        let file = dir.join(format!("{name}.pem"));
-        std::fs::write(&file, certificate.pem())?;
-        Ok(Self {
-            certificate,
-            key,
-            file,
-        })
-    }
-
-    /// A certificate for `names` with `purpose`, signed by this CA; its
-    /// certificate and key files.
-    fn issue(
-        &self,
-        dir: &Path,
-        file_name: &str,
-        names: &[&str],
-        purpose: ExtendedKeyUsagePurpose,
-    ) -> anyhow::Result<(PathBuf, PathBuf)> {
-        let key = KeyPair::generate()?;
-        let mut params =
-            CertificateParams::new(names.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>())?;
-        params.distinguished_name.push(DnType::CommonName, file_name);
-        params.extended_key_usages = vec![purpose];
-        let certificate = params.signed_by(&key, &self.certificate, &self.key)?;
-        let cert_file = dir.join(format!("{file_name}.pem"));
-        let key_file = dir.join(format!("{file_name}.key"));
-        std::fs::write(&cert_file, certificate.pem())?;
-        std::fs::write(&key_file, key.serialize_pem())?;
-        Ok((cert_file, key_file))
-    }
-}
-
 /// A Redis listening for TLS with a certificate of `ca`.
-fn tls_redis(dir: &Path, ca: &Authority, require_client_certificate: bool) -> anyhow::Result<Redis> {
-    let (cert_file, key_file) = ca.issue(
-        dir,
-        "server",
-        &["127.0.0.1", "localhost"],
-        ExtendedKeyUsagePurpose::ServerAuth,
-    )?;
+fn tls_redis(ca: &TestCa, require_client_certificate: bool) -> anyhow::Result<Redis> {
     Ok(Redis::builder()
-        .tls(RedisTls {
-            cert_file,
-            key_file,
-            ca_file: ca.file.clone(),
-            require_client_certificate,
-        })
+        .tls(ca.redis_tls(require_client_certificate)?)
         .start()?)
 }
 
@@ -102,14 +38,14 @@ fn connect_error(error: &anyhow::Error) -> String {
 #[tokio::test]
 async fn the_right_ca_is_trusted_and_a_wrong_one_refused() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let ca = Authority::new(dir.path(), "ordo-ca")?;
-    let stranger = Authority::new(dir.path(), "stranger-ca")?;
-    let redis = tls_redis(dir.path(), &ca, false)?;
+    let ca = TestCa::new(dir.path(), "ordo-ca")?;
+    let stranger = TestCa::new(dir.path(), "stranger-ca")?;
+    let redis = tls_redis(&ca, false)?;
     let url = redis.tls_url().expect("a TLS port");
 
-    publish_through(&url, TlsFiles::new().ca_file(&ca.file)).await?;
+    publish_through(&url, TlsFiles::new().ca_file(ca.file())).await?;
 
-    let refused = publish_through(&url, TlsFiles::new().ca_file(&stranger.file))
+    let refused = publish_through(&url, TlsFiles::new().ca_file(stranger.file()))
         .await
         .expect_err("a server certificate of another CA is refused");
     let text = connect_error(&refused);
@@ -125,7 +61,7 @@ async fn the_right_ca_is_trusted_and_a_wrong_one_refused() -> anyhow::Result<()>
     assert!(connect_error(&unknown).contains("UnknownIssuer"), "{unknown:#}");
 
     // TLS files with a URL without TLS: a configuration error, not a silent plain connection.
-    let plain = publish_through(&redis.url(), TlsFiles::new().ca_file(&ca.file))
+    let plain = publish_through(&redis.url(), TlsFiles::new().ca_file(ca.file()))
         .await
         .expect_err("TLS files need rediss://");
     assert!(
@@ -138,25 +74,20 @@ async fn the_right_ca_is_trusted_and_a_wrong_one_refused() -> anyhow::Result<()>
 #[tokio::test]
 async fn mutual_tls_needs_the_client_certificate() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let ca = Authority::new(dir.path(), "ordo-ca")?;
-    let redis = tls_redis(dir.path(), &ca, true)?;
+    let ca = TestCa::new(dir.path(), "ordo-ca")?;
+    let redis = tls_redis(&ca, true)?;
     let url = redis.tls_url().expect("a TLS port");
-    let (cert_file, key_file) = ca.issue(
-        dir.path(),
-        "worker",
-        &["worker"],
-        ExtendedKeyUsagePurpose::ClientAuth,
-    )?;
+    let (cert_file, key_file) = ca.client("worker")?;
 
     publish_through(
         &url,
         TlsFiles::new()
-            .ca_file(&ca.file)
+            .ca_file(ca.file())
             .client_certificate(&cert_file, &key_file),
     )
     .await?;
 
-    let anonymous = publish_through(&url, TlsFiles::new().ca_file(&ca.file))
+    let anonymous = publish_through(&url, TlsFiles::new().ca_file(ca.file()))
         .await
         .expect_err("the server requires a client certificate");
     assert!(
@@ -167,7 +98,7 @@ async fn mutual_tls_needs_the_client_certificate() -> anyhow::Result<()> {
     let half = publish_through(
         &url,
         TlsFiles::new()
-            .ca_file(&ca.file)
+            .ca_file(ca.file())
             .with_files(None, Some(cert_file.clone()), None),
     )
     .await

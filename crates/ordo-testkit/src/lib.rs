@@ -32,6 +32,7 @@
 //!
 //! This crate is Unix-only: it controls processes with signals.
 
+mod certs;
 mod child;
 mod cluster;
 #[cfg(feature = "testcontainers")]
@@ -45,6 +46,7 @@ mod secret;
 mod signal;
 mod wait;
 
+pub use certs::TestCa;
 pub use child::Process;
 pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{Result, TestkitError};
