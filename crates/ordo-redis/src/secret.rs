@@ -87,7 +87,7 @@ fn is_password(name: &str) -> bool {
     name.to_ascii_lowercase().contains("password")
 }
 
-/// A connection URL that keeps its secrets: its [`Debug`] and [`Display`]
+/// A connection URL that keeps its secrets: its [`Debug`] and [`Display`](fmt::Display)
 /// show it through [`redact_url`]; only [`SecretUrl::expose`] gives the URL
 /// itself, for connecting.
 #[derive(Clone, PartialEq, Eq)]
