@@ -112,8 +112,8 @@ pub struct ChaosArgs {
     pub postgres: bool,
     /// The PostgreSQL of the PostgreSQL mode (implies `--postgres`); the run
     /// works in a schema of its own, dropped at the end.
-    #[arg(long, env = "DATABASE_URL", value_name = "URL")]
-    pub database_url: Option<String>,
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    pub database_url: Option<ordo_redis::SecretUrl>,
     /// Relay-only processes of the PostgreSQL mode (besides the relay in
     /// every worker), the targets of `relay_kill` and `relay_stop`.
     #[arg(long, default_value = "2")]
@@ -254,8 +254,12 @@ struct Database {
 impl Database {
     /// `--database-url`, or a private server; the run's schema created.
     async fn start(args: &ChaosArgs) -> Result<Self> {
-        let (server, url) = match args.database_url.as_deref().filter(|u| !u.trim().is_empty()) {
-            Some(url) => (None, url.to_owned()),
+        let (server, url) = match args
+            .database_url
+            .as_ref()
+            .filter(|u| !u.expose().trim().is_empty())
+        {
+            Some(url) => (None, url.clone()),
             None => {
                 let server = tokio::task::spawn_blocking(ordo_testkit::Postgres::start_local)
                     .await
@@ -263,7 +267,7 @@ impl Database {
                     .context(
                         "could not start a private PostgreSQL (or pass --database-url / set DATABASE_URL)",
                     )?;
-                let url = server.url().to_owned();
+                let url = ordo_redis::SecretUrl::new(server.url());
                 (Some(server), url)
             }
         };
@@ -324,8 +328,8 @@ fn parts(
     let postgres = database.map(|d| d.target.clone());
     let spec = WorkerSpec {
         redis_url: match &proxy {
-            Some(proxy) => proxy.url_for(redis.url())?,
-            None => redis.url().to_owned(),
+            Some(proxy) => proxy.url_for(redis.url())?.into(),
+            None => redis.url().into(),
         },
         lease_ttl_ms: args.lease_ttl_ms.get(),
         postgres: postgres.clone(),
@@ -349,7 +353,7 @@ fn parts(
         client,
         proxy,
         traffic: TrafficPlan {
-            redis_url: redis.url().to_owned(),
+            redis_url: redis.url().into(),
             keys,
             rate: args.rate.get(),
             slow_percent: args.slow_percent,

@@ -28,6 +28,7 @@
 
 pub mod baseline;
 pub mod chaos;
+pub mod connect;
 pub mod engine;
 pub mod failover;
 pub mod handler_latency;

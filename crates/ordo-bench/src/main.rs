@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 use ordo_bench::Report;
 use ordo_bench::baseline::{self, BaselineArgs};
 use ordo_bench::chaos::{self, ChaosArgs};
+use ordo_bench::connect::{self, ConnectArgs};
 use ordo_bench::failover::{self, FailoverArgs};
 use ordo_bench::handler_latency::{self, LatencyArgs};
 use ordo_bench::idle::{self, IdleArgs};
@@ -66,6 +67,10 @@ enum Bench {
     /// (`relay_msgs_per_s_1`, `relay_msgs_per_s_3`), and commit to handler
     /// start through a NOTIFY-woken relay (`relay_latency_p50_ms`, `_p99_ms`).
     Relay(RelayArgs),
+    /// Connection set-up (connect, handshake, PING) over plain TCP, TLS and
+    /// mutual TLS to a private TLS redis-server: `connect_plain_p50_ms`,
+    /// `connect_tls_p50_ms`, `connect_mtls_p50_ms`, `tls_to_plain_p50_ratio`.
+    Connect(ConnectArgs),
     /// One engine instance in its own process, until SIGTERM (spawned by
     /// the benchmarks that kill instances; prints the harness's lines).
     #[command(hide = true)]
@@ -125,10 +130,12 @@ async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
         Bench::Failover(args) => failover::run(&args, &redis.start().await?).await,
         Bench::Chaos(args) => chaos::run(&args, redis).await,
         Bench::Relay(args) => relay::run(&args, &redis.start().await?).await,
+        Bench::Connect(args) => connect::run(&args).await,
         Bench::Worker(args) => {
             let url = redis
                 .redis_url
-                .as_deref()
+                .as_ref()
+                .map(ordo_redis::SecretUrl::expose)
                 .context("`worker` needs --redis-url or REDIS_URL")?;
             worker::run(&args, url).await.map(|()| Report::new())
         }

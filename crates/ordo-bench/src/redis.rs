@@ -25,8 +25,14 @@ pub struct RedisArgs {
     /// Redis to run against (redis://host:port[/db], or a Redis Cluster:
     /// redis-cluster://host:port[,host:port...]). Without it, a private
     /// redis-server is started for the run and stopped at its end.
-    #[arg(long, env = "REDIS_URL", global = true, value_name = "URL")]
-    pub redis_url: Option<String>,
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        global = true,
+        value_name = "URL"
+    )]
+    pub redis_url: Option<ordo_redis::SecretUrl>,
     /// Without --redis-url: start a private local Redis Cluster (three
     /// primaries, redis-server --cluster-enabled yes) instead of one server.
     #[arg(long, global = true, conflicts_with = "redis_url")]
@@ -50,13 +56,13 @@ impl RedisArgs {
     ) -> Result<BenchRedis> {
         if let Some(url) = self
             .redis_url
-            .as_deref()
-            .map(str::trim)
+            .as_ref()
+            .map(|url| url.expose().trim())
             .filter(|url| !url.is_empty())
         {
             ordo_redis::client_config(url).context("invalid --redis-url / REDIS_URL")?;
             return Ok(BenchRedis {
-                url: url.to_owned(),
+                url: url.into(),
                 private: Private::None,
             });
         }
@@ -67,7 +73,7 @@ impl RedisArgs {
                 .context("the task starting the Redis Cluster panicked")?
                 .context("could not start a private Redis Cluster (or pass --redis-url / set REDIS_URL)")?;
             return Ok(BenchRedis {
-                url: cluster.url(),
+                url: cluster.url().into(),
                 private: Private::Cluster(cluster),
             });
         }
@@ -76,7 +82,7 @@ impl RedisArgs {
             .context("the task starting redis-server panicked")?
             .context("could not start a private redis-server (or pass --redis-url / set REDIS_URL)")?;
         Ok(BenchRedis {
-            url: server.url(),
+            url: server.url().into(),
             private: Private::Server(server),
         })
     }
@@ -85,7 +91,7 @@ impl RedisArgs {
 /// The Redis of a run. A private server or cluster lives as long as this value.
 #[derive(Debug)]
 pub struct BenchRedis {
-    url: String,
+    url: ordo_redis::SecretUrl,
     private: Private,
 }
 
@@ -101,7 +107,7 @@ enum Private {
 impl BenchRedis {
     /// The URL to hand to clients (and to child processes).
     pub fn url(&self) -> &str {
-        &self.url
+        self.url.expose()
     }
 
     /// The private server, to kill, pause or restart it; `None` when the run
@@ -124,17 +130,17 @@ impl BenchRedis {
 
     /// Whether the run's Redis is a Redis Cluster (private or named by URL).
     pub fn is_cluster(&self) -> bool {
-        ordo_redis::client_config(&self.url).is_ok_and(|config| config.server.is_clustered())
+        ordo_redis::client_config(self.url.expose()).is_ok_and(|config| config.server.is_clustered())
     }
 
     /// A connected client with its own connection.
     pub async fn client(&self) -> Result<Client> {
-        connect(&self.url).await
+        connect(self.url.expose()).await
     }
 
     /// A connected pool of `size` connections.
     pub async fn pool(&self, size: usize) -> Result<Pool> {
-        connect_pool(&self.url, size).await
+        connect_pool(self.url.expose(), size).await
     }
 }
 
@@ -156,7 +162,7 @@ pub async fn connect(url: &str) -> Result<Client> {
     client
         .init()
         .await
-        .with_context(|| format!("could not connect to Redis at {url}"))?;
+        .with_context(|| format!("could not connect to Redis at {}", ordo_redis::redact_url(url)))?;
     Ok(client)
 }
 
@@ -165,6 +171,6 @@ pub async fn connect_pool(url: &str, size: usize) -> Result<Pool> {
     let pool = builder(url)?.build_pool(size)?;
     pool.init()
         .await
-        .with_context(|| format!("could not connect to Redis at {url}"))?;
+        .with_context(|| format!("could not connect to Redis at {}", ordo_redis::redact_url(url)))?;
     Ok(pool)
 }

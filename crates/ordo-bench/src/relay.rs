@@ -36,8 +36,8 @@ use crate::workload::BenchEvent;
 #[derive(Debug, Clone, clap::Args)]
 pub struct RelayArgs {
     /// The PostgreSQL to use; default: a private one started for the run.
-    #[arg(long, env = "DATABASE_URL")]
-    pub database_url: Option<String>,
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<ordo_redis::SecretUrl>,
     /// Concurrent writers of the commit phase.
     #[arg(long, default_value = "8")]
     pub writers: usize,
@@ -69,12 +69,12 @@ pub async fn run(args: &RelayArgs, redis: &BenchRedis) -> Result<Report> {
         Some(url) => url.clone(),
         None => {
             local = Postgres::start_local().context("could not start a private PostgreSQL")?;
-            local.url().to_owned()
+            ordo_redis::SecretUrl::new(local.url())
         }
     };
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(u32::try_from(args.writers.max(32) + 8).unwrap_or(40))
-        .connect(&url)
+        .connect(url.expose())
         .await
         .with_context(|| format!("could not connect to {url}"))?;
     // The relay of the latency phase has connections of its own, as a relay

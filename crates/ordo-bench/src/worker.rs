@@ -22,6 +22,10 @@ use std::process::Command;
 use anyhow::{Context as _, Result};
 use ordo_harness::worker::WorkerOptions;
 
+/// How a worker child process gets its `--database-url`: by environment, off
+/// the command line (`DATABASE_URL` itself is left to the parent run's own use).
+pub const WORKER_DATABASE_URL_ENV: &str = "ORDO_BENCH_WORKER_DATABASE_URL";
+
 /// Options of `ordo-bench worker`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct WorkerArgs {
@@ -45,8 +49,8 @@ pub struct WorkerArgs {
     pub reap_idle_ms: u64,
     /// The PostgreSQL mode of `chaos`: the outbox and the effects in this
     /// database, and a relay in this process.
-    #[arg(long)]
-    pub database_url: Option<String>,
+    #[arg(long, env = WORKER_DATABASE_URL_ENV, hide_env_values = true)]
+    pub database_url: Option<ordo_redis::SecretUrl>,
     /// The outbox schema in `--database-url`.
     #[arg(long, default_value = "ordo", requires = "database_url")]
     pub pg_schema: String,
@@ -83,12 +87,15 @@ impl WorkerArgs {
     }
 
     /// The command that runs this worker as a child of the current process
-    /// (`<current exe> --redis-url URL worker ...`).
+    /// (`<current exe> worker ...`). The URLs go by environment (`REDIS_URL`,
+    /// and the database's), never on the command line, where `ps` shows them.
     pub fn command(&self, redis_url: &str) -> Result<Command> {
         let exe = std::env::current_exe().context("cannot locate the ordo-bench executable")?;
         let mut command = Command::new(exe);
         command
-            .args(["--redis-url", redis_url, "worker", "--instance", &self.instance])
+            .env("REDIS_URL", redis_url)
+            .env_remove(WORKER_DATABASE_URL_ENV)
+            .args(["worker", "--instance", &self.instance])
             .args(["--lease-ttl-ms", &self.lease_ttl_ms.to_string()])
             .args(["--poll-ms", &self.poll_ms.to_string()])
             .args(["--discovery-ms", &self.discovery_ms.to_string()])
@@ -97,7 +104,9 @@ impl WorkerArgs {
             command.args(["--heartbeat-ms", &heartbeat_ms.to_string()]);
         }
         if let Some(url) = &self.database_url {
-            command.args(["--database-url", url, "--pg-schema", &self.pg_schema]);
+            command
+                .env(WORKER_DATABASE_URL_ENV, url.expose())
+                .args(["--pg-schema", &self.pg_schema]);
             if self.relay_only {
                 command.arg("--relay-only");
             }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use ordo_redis::SecretUrl;
 
 const AFTER_HELP: &str = "\
 Exit codes:
@@ -13,8 +14,10 @@ Exit codes:
   4  `status --check`: halted partitions exist
   5  `status --check`: a warning (too many partitions, partitions nobody consumes)
 
-Redis: --redis-url, else REDIS_URL, else `[redis] url` in the nearest domain.toml
-(current directory upward), else redis://127.0.0.1:6379. A Redis Cluster is named by
+Redis: --redis-url, else the first line of --redis-url-file, else REDIS_URL, else
+`[redis] url` in the nearest domain.toml (current directory upward), else
+redis://127.0.0.1:6379. A URL with a password is best given by file or environment:
+a command line is visible to every user of the host (`ps`). Passwords are shown as ***. A Redis Cluster is named by
 its nodes: redis-cluster://host:port[,host:port...] (any one reachable node is enough).";
 
 /// Operate Ordo's Redis runtime: partitions, owners, lag, stuck keys and
@@ -32,9 +35,25 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
     /// The Redis to operate on (`redis://host:port/db`, or a Redis Cluster:
-    /// `redis-cluster://host:port[,host:port...]`).
-    #[arg(long, env = "REDIS_URL", global = true, value_name = "URL")]
-    pub(crate) redis_url: Option<String>,
+    /// `redis-cluster://host:port[,host:port...]`); default: REDIS_URL.
+    #[arg(long, global = true, value_name = "URL")]
+    pub(crate) redis_url: Option<SecretUrl>,
+    /// A file whose first line is the Redis URL (keeps a password off the
+    /// command line, where `ps` shows it).
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "redis_url")]
+    pub(crate) redis_url_file: Option<PathBuf>,
+    /// rediss:// only: the CA certificates (PEM) to trust instead of the
+    /// system's (default: `[redis] tls_ca_file` of domain.toml).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) tls_ca_file: Option<PathBuf>,
+    /// rediss:// only: the client certificate (PEM) of mutual TLS, with
+    /// `--tls-key-file` (default: `[redis] tls_cert_file`).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) tls_cert_file: Option<PathBuf>,
+    /// rediss:// only: the client certificate's private key (PEM)
+    /// (default: `[redis] tls_key_file`).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) tls_key_file: Option<PathBuf>,
     /// The domain.toml to read `[redis]`, `[cli]` and `[server.*]` from
     /// (default: the nearest domain.toml from the current directory upward).
     #[arg(long, global = true, value_name = "PATH")]
@@ -85,7 +104,11 @@ pub(crate) struct StatusArgs {
     /// oldest pending row's age, abandoned rows, live relays); abandoned
     /// rows are a warning.
     #[arg(long, value_name = "URL")]
-    pub(crate) database_url: Option<String>,
+    pub(crate) database_url: Option<SecretUrl>,
+    /// A file whose first line is the `--database-url` (keeps a password
+    /// off the command line, where `ps` shows it).
+    #[arg(long, value_name = "PATH", conflicts_with = "database_url")]
+    pub(crate) database_url_file: Option<PathBuf>,
     /// The PostgreSQL outbox's schema (with `--database-url`).
     #[arg(long, value_name = "SCHEMA", default_value = "ordo")]
     pub(crate) outbox_schema: String,

@@ -1,6 +1,5 @@
 //! The connection every command works through, and the lookups they share.
 
-use anyhow::Context as _;
 use fred::interfaces::ClientLike;
 use ordo_redis::{ClusterStatus, PartitionAdmin, PartitionKeys, RedisBroker};
 
@@ -24,12 +23,18 @@ pub(crate) struct Context {
 impl Context {
     /// Connects to the configured Redis.
     pub(crate) async fn connect(settings: CliSettings) -> Result<Self, Failure> {
-        let broker = RedisBroker::builder(settings.redis_url.as_str())
+        let broker = RedisBroker::builder(settings.redis_url.expose())
             .config(settings.config.clone())
+            .tls(settings.tls.clone())
             .pool_size(POOL_SIZE)
             .build()
             .await
-            .with_context(|| format!("cannot connect to Redis at {}", settings.redis_url))?;
+            .map_err(|error| match error {
+                // Already names the URL (its password masked).
+                error @ ordo_redis::Error::Connect { .. } => anyhow::Error::from(error),
+                error => anyhow::Error::from(error)
+                    .context(format!("cannot use the Redis at {}", settings.redis_url)),
+            })?;
         let suffix = settings.config.priority_lanes().backfill_suffix();
         Ok(Self {
             admin: broker.admin(),

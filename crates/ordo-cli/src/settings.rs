@@ -1,6 +1,7 @@
 //! Where the CLI finds Redis and its settings.
 //!
-//! The Redis URL comes from `--redis-url`, else `REDIS_URL`, else the
+//! The Redis URL comes from `--redis-url`, else the first line of
+//! `--redis-url-file`, else `REDIS_URL`, else the
 //! `[redis]` table of the domain.toml, else `redis://127.0.0.1:6379`; a Redis
 //! Cluster is named by its nodes, `redis-cluster://host:port,host:port,...`. The
 //! domain.toml is `--config PATH`, else the nearest `domain.toml` from the
@@ -12,6 +13,12 @@
 //! [redis]
 //! url = "redis://127.0.0.1:6379/0"   # or "redis-cluster://10.0.0.1:7000,10.0.0.2:7000"
 //!
+//! # rediss:// only: the CA to trust (default: the system's), and a client
+//! # certificate for mutual TLS; paths relative to this file.
+//! # tls_ca_file = "redis-ca.pem"
+//! # tls_cert_file = "ordo-client.pem"
+//! # tls_key_file = "ordo-client.key"
+//!
 //! [cli]
 //! warn_partitions = 10000   # `ordo status` warns above this many live partitions per category
 //! ```
@@ -20,6 +27,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use ordo_core::config::Config;
+use ordo_redis::{SecretUrl, TlsFiles};
 use serde::Deserialize;
 
 use crate::cli::GlobalArgs;
@@ -35,7 +43,10 @@ const DEFAULT_WARN_PARTITIONS: u64 = 10_000;
 /// The resolved settings.
 #[derive(Debug, Clone)]
 pub(crate) struct CliSettings {
-    pub(crate) redis_url: String,
+    /// Shown only redacted (`Display` and `Debug` mask the password).
+    pub(crate) redis_url: SecretUrl,
+    /// The TLS files of a `rediss://` URL: `--tls-*-file`, else `[redis] tls_*_file`.
+    pub(crate) tls: TlsFiles,
     /// The domain configuration (defaults when no domain.toml was found).
     pub(crate) config: Config,
     /// `[cli] warn_partitions`, or the default.
@@ -56,6 +67,9 @@ struct CliFile {
 #[serde(deny_unknown_fields)]
 struct RedisTable {
     url: Option<String>,
+    tls_ca_file: Option<PathBuf>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -65,8 +79,8 @@ struct CliTable {
 }
 
 impl CliSettings {
-    /// Resolves the settings from the arguments, the environment (clap reads
-    /// `REDIS_URL`) and the domain.toml.
+    /// Resolves the settings from the arguments, the environment
+    /// (`REDIS_URL`) and the domain.toml.
     pub(crate) fn load(args: &GlobalArgs) -> Result<Self, Failure> {
         let path = match &args.config {
             Some(path) if !path.is_file() => {
@@ -82,25 +96,65 @@ impl CliSettings {
             Some(path) => read(path)?,
             None => (CliFile::default(), Config::default()),
         };
-        let (redis_url, source) = match (&args.redis_url, file.redis.url) {
-            (Some(url), _) => (url.clone(), "--redis-url (or REDIS_URL)".to_owned()),
-            (None, Some(url)) => {
-                let path = path
-                    .as_deref()
-                    .map_or_else(String::new, |path| path.display().to_string());
-                (url, format!("`[redis] url` in {path}"))
-            }
-            (None, None) => (DEFAULT_REDIS_URL.to_owned(), "the default Redis URL".to_owned()),
+        // domain.toml's paths are relative to the file, the flags' to the current directory.
+        let base = path.as_deref().and_then(Path::parent).unwrap_or(Path::new(""));
+        let tls = TlsFiles::new()
+            .with_files(
+                file.redis.tls_ca_file.as_deref().map(|file| base.join(file)),
+                file.redis.tls_cert_file.as_deref().map(|file| base.join(file)),
+                file.redis.tls_key_file.as_deref().map(|file| base.join(file)),
+            )
+            .with_files(
+                args.tls_ca_file.clone(),
+                args.tls_cert_file.clone(),
+                args.tls_key_file.clone(),
+            );
+        let from_env = std::env::var("REDIS_URL").ok().filter(|url| !url.is_empty());
+        let (redis_url, source) = if let Some(url) = &args.redis_url {
+            (url.clone(), "--redis-url".to_owned())
+        } else if let Some(url_file) = &args.redis_url_file {
+            (
+                read_url_file(url_file, "--redis-url-file")?,
+                format!("--redis-url-file {}", url_file.display()),
+            )
+        } else if let Some(url) = from_env {
+            (SecretUrl::new(url), "REDIS_URL".to_owned())
+        } else if let Some(url) = file.redis.url {
+            let path = path
+                .as_deref()
+                .map_or_else(String::new, |path| path.display().to_string());
+            (SecretUrl::new(url), format!("`[redis] url` in {path}"))
+        } else {
+            (
+                SecretUrl::new(DEFAULT_REDIS_URL),
+                "the default Redis URL".to_owned(),
+            )
         };
         // Checked here, before connecting, so the error says where the URL came from.
-        ordo_redis::client_config(&redis_url)
+        ordo_redis::client_config(redis_url.expose())
             .map_err(|error| Failure::Usage(format!("{source}: {error}")))?;
         Ok(Self {
             redis_url,
+            tls,
             config,
             warn_partitions: file.cli.warn_partitions.unwrap_or(DEFAULT_WARN_PARTITIONS),
         })
     }
+}
+
+/// The URL on the first line of the file at `path` (named by `option` in
+/// errors, which never show the file's content).
+pub(crate) fn read_url_file(path: &Path, option: &str) -> Result<SecretUrl, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| Failure::Usage(format!("{option} {}: cannot read it: {error}", path.display())))?;
+    let url = text.lines().next().unwrap_or("").trim();
+    if url.is_empty() {
+        return Err(Failure::Usage(format!(
+            "{option} {}: the first line is empty; write the URL there",
+            path.display()
+        )));
+    }
+    Ok(SecretUrl::new(url))
 }
 
 /// Reads the CLI's tables and the domain configuration of `path`.

@@ -16,7 +16,7 @@ async fn a_malformed_redis_url_is_a_usage_error_naming_its_source() -> anyhow::R
     .await?
     .expect_code(2)?;
     assert!(
-        flag.stderr.contains("--redis-url (or REDIS_URL): ")
+        flag.stderr.contains("--redis-url: ")
             && flag
                 .stderr
                 .contains("\"redis-cluster://a:1,,b:2\" is not a valid Redis URL")
@@ -28,7 +28,8 @@ async fn a_malformed_redis_url_is_a_usage_error_naming_its_source() -> anyhow::R
         .await?
         .expect_code(2)?;
     assert!(
-        env.stderr.contains("\"localhost:6379\" is not a valid Redis URL"),
+        env.stderr.contains("REDIS_URL: ")
+            && env.stderr.contains("\"localhost:6379\" is not a valid Redis URL"),
         "{}",
         env.stderr
     );

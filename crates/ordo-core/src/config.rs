@@ -40,7 +40,8 @@
 //! counts from 1 to `N + 1`. A `[handlers.NAME]` table overrides it for one
 //! handler, with the same meaning.
 //!
-//! Every key is optional. The file may also hold the `[redis]` table (`url`)
+//! Every key is optional. The file may also hold the `[redis]` table (`url`,
+//! `tls_ca_file`, `tls_cert_file`, `tls_key_file`)
 //! and the `[cli]` table (`warn_partitions`) that the `ordo` operator tool
 //! reads. Any other key, at any level, is an error naming the key and
 //! listing the valid keys at its level, so a typo (`[server.partioning]`, a
@@ -419,7 +420,15 @@ const SCHEMA: &[(&str, Node)] = &[
         Node::Table(&[("max_lag", Node::Value), ("max_pending_age_ms", Node::Value)]),
     ),
     ("outbox", Node::Table(&[("max_payload_bytes", Node::Value)])),
-    ("redis", Node::Table(&[("url", Node::Value)])),
+    (
+        "redis",
+        Node::Table(&[
+            ("url", Node::Value),
+            ("tls_ca_file", Node::Value),
+            ("tls_cert_file", Node::Value),
+            ("tls_key_file", Node::Value),
+        ]),
+    ),
     ("cli", Node::Table(&[("warn_partitions", Node::Value)])),
 ];
 
@@ -521,6 +530,9 @@ struct RawFile {
 )]
 struct RawRedis {
     url: Option<String>,
+    tls_ca_file: Option<std::path::PathBuf>,
+    tls_cert_file: Option<std::path::PathBuf>,
+    tls_key_file: Option<std::path::PathBuf>,
 }
 
 /// `[cli]`: read by the `ordo` tool; checked here so a typo is caught.

@@ -249,7 +249,7 @@ fn unknown_keys_are_rejected_at_every_level_listing_the_valid_ones() {
         ),
         (
             "[redis]\nurll = \"redis://x\"",
-            "unknown key `redis.urll` in the domain configuration; valid keys in [redis]: url",
+            "unknown key `redis.urll` in the domain configuration; valid keys in [redis]: url, tls_ca_file, tls_cert_file, tls_key_file",
         ),
     ];
     for (text, expected) in cases {
@@ -285,7 +285,7 @@ fn a_table_in_place_of_a_value_or_the_reverse_is_named_without_internal_types() 
 #[test]
 fn the_tables_of_the_ordo_tool_are_accepted() {
     let config = Config::from_toml_str(
-        "[redis]\nurl = \"redis://127.0.0.1:6379/0\"\n[cli]\nwarn_partitions = 5\n[server.partitioning]\nlease_ttl_ms = 6000",
+        "[redis]\nurl = \"rediss://127.0.0.1:6379/0\"\ntls_ca_file = \"ca.pem\"\ntls_cert_file = \"c.pem\"\ntls_key_file = \"c.key\"\n[cli]\nwarn_partitions = 5\n[server.partitioning]\nlease_ttl_ms = 6000",
     )
     .unwrap();
     assert_eq!(config.partitioning().lease_ttl(), Duration::from_secs(6));

@@ -25,7 +25,9 @@ const EVENTS_PER_COMMIT: usize = 100;
 const PUBLISHED: &str = include_str!("lua/published.lua");
 
 /// What to publish.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` shows the Redis URL with its password masked.
+#[derive(Clone, PartialEq, Eq)]
 pub struct PublishOptions {
     /// The Redis URL.
     pub redis_url: String,
@@ -41,6 +43,20 @@ pub struct PublishOptions {
     pub poison: bool,
     /// How long to wait for the outbox to be published.
     pub deadline: Duration,
+}
+
+impl std::fmt::Debug for PublishOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublishOptions")
+            .field("redis_url", &ordo_redis::redact_url(&self.redis_url))
+            .field("keys", &self.keys)
+            .field("events", &self.events)
+            .field("first_seq", &self.first_seq)
+            .field("work_ms", &self.work_ms)
+            .field("poison", &self.poison)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
 }
 
 impl PublishOptions {

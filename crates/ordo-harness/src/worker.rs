@@ -63,7 +63,9 @@ const ENDED_TTL_S: u64 = 600;
 const CLEAR: &str = include_str!("lua/clear.lua");
 
 /// How a worker runs: where, as whom, and its timings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` shows the Redis URL with its password masked.
+#[derive(Clone, PartialEq, Eq)]
 pub struct WorkerOptions {
     /// The Redis URL.
     pub redis_url: String,
@@ -85,6 +87,23 @@ pub struct WorkerOptions {
     pub backoff_initial_ms: u64,
     /// `server.partitioning.retry_backoff_max_ms`.
     pub backoff_max_ms: u64,
+}
+
+impl std::fmt::Debug for WorkerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerOptions")
+            .field("redis_url", &ordo_redis::redact_url(&self.redis_url))
+            .field("instance", &self.instance)
+            .field("lease_ttl_ms", &self.lease_ttl_ms)
+            .field("heartbeat_ms", &self.heartbeat_ms)
+            .field("poll_ms", &self.poll_ms)
+            .field("discovery_ms", &self.discovery_ms)
+            .field("reap_idle_ms", &self.reap_idle_ms)
+            .field("max_retries", &self.max_retries)
+            .field("backoff_initial_ms", &self.backoff_initial_ms)
+            .field("backoff_max_ms", &self.backoff_max_ms)
+            .finish()
+    }
 }
 
 impl WorkerOptions {

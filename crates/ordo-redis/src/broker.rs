@@ -20,6 +20,8 @@ use crate::consumer::{self, Settings};
 use crate::error::{Error, Result};
 use crate::partition::Partitions;
 use crate::publish;
+use crate::secret::SecretUrl;
+use crate::tls::TlsFiles;
 
 /// Entries read per fenced read by default.
 const DEFAULT_READ_BATCH: usize = 64;
@@ -55,7 +57,7 @@ pub struct RedisBroker {
 
 #[derive(Debug)]
 struct Inner {
-    url: String,
+    url: SecretUrl,
     config: Config,
     settings: Settings,
     partitions: Partitions,
@@ -72,26 +74,28 @@ struct Inner {
 /// Configures a [`RedisBroker`].
 #[derive(Debug, Clone)]
 pub struct RedisBrokerBuilder {
-    url: String,
+    url: SecretUrl,
     config: Config,
     instance_id: Option<String>,
     pool_size: usize,
     read_batch: usize,
     dedup_window: Duration,
     allow_eviction: bool,
+    tls: TlsFiles,
 }
 
 impl RedisBroker {
     /// A builder for a broker on the Redis at `url` (`redis://host:port/db`).
     pub fn builder(url: impl Into<String>) -> RedisBrokerBuilder {
         RedisBrokerBuilder {
-            url: url.into(),
+            url: SecretUrl::new(url),
             config: Config::default(),
             instance_id: None,
             pool_size: DEFAULT_POOL_SIZE,
             read_batch: DEFAULT_READ_BATCH,
             dedup_window: DEFAULT_DEDUP_WINDOW,
             allow_eviction: false,
+            tls: TlsFiles::default(),
         }
     }
 
@@ -207,6 +211,15 @@ impl RedisBrokerBuilder {
         self
     }
 
+    /// The TLS files of a `rediss://` URL: the CA to trust instead of the
+    /// system's, and a client certificate for mutual TLS. Setting any for a
+    /// URL without TLS is an error at [`build`](Self::build).
+    #[must_use]
+    pub fn tls(mut self, tls: TlsFiles) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// Validates the settings and connects.
     pub async fn build(self) -> Result<RedisBroker> {
         let settings = self.settings()?;
@@ -226,10 +239,10 @@ impl RedisBrokerBuilder {
                 reason: "must be at least 1".to_owned(),
             });
         }
-        let pool =
-            connection::builder(&self.url, settings.lease_ttl / 3, true)?.build_pool(self.pool_size)?;
+        let pool = connection::builder(self.url.expose(), &settings.tls, settings.lease_ttl / 3, true)?
+            .build_pool(self.pool_size)?;
         pool.init().await.map_err(|source| Error::Connect {
-            url: crate::error::redacted_url(&self.url),
+            url: self.url.to_string(),
             source,
         })?;
         if !self.allow_eviction {
@@ -284,6 +297,7 @@ impl RedisBrokerBuilder {
             read_batch: self.read_batch,
             wake_block: partitioning.poll_interval().max(Duration::from_millis(1)),
             max_concurrency: partitioning.max_concurrency(),
+            tls: self.tls.clone(),
         })
     }
 }

@@ -13,6 +13,8 @@ use fred::types::config::{Blocking, Config as FredConfig, ReconnectPolicy};
 
 use crate::error::{Error, Result};
 use crate::nodes::{self, Node};
+use crate::secret::redact_url;
+use crate::tls::TlsFiles;
 
 /// Reconnect delays: from 100 ms doubling up to 2 s, forever.
 fn reconnect_policy() -> ReconnectPolicy {
@@ -44,11 +46,25 @@ const CLUSTER_SCHEMES: [&str; 4] = [
 pub fn client_config(url: &str) -> Result<FredConfig> {
     let invalid = |reason: String| Error::Config {
         key: "url",
-        reason: format!("{:?} is not a valid Redis URL: {reason}", redact(url)),
+        reason: format!("{:?} is not a valid Redis URL: {reason}", redact_url(url)),
     };
     let url = url.trim();
     let rewritten = seed_list(url).map_err(invalid)?;
     FredConfig::from_url(rewritten.as_deref().unwrap_or(url)).map_err(|e| invalid(e.details().to_owned()))
+}
+
+/// [`client_config`] with the TLS of `tls` (a CA file, a client
+/// certificate) for a `rediss://` URL.
+///
+/// # Errors
+///
+/// As [`client_config`]; and [`Error::Config`] naming the TLS setting
+/// (`tls_ca_file`, `tls_cert_file`, `tls_key_file`) whose file cannot be
+/// read or used, or `tls` when files are set for a URL without TLS.
+pub fn client_config_with_tls(url: &str, tls: &TlsFiles) -> Result<FredConfig> {
+    let mut config = client_config(url)?;
+    tls.apply(&mut config)?;
+    Ok(config)
 }
 
 /// A cluster URL with a comma-separated node list, rewritten to fred's form
@@ -119,27 +135,17 @@ fn seed(index: usize, node: &str) -> std::result::Result<&str, String> {
     }
 }
 
-/// `url` with the password replaced by `***`, for error messages.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rsplit_once('@') {
-        Some((userinfo, _)) if userinfo.contains(':') => {
-            let user = userinfo.split_once(':').map_or("", |(user, _)| user);
-            format!("{scheme}://{user}:***@{}", &rest[userinfo.len() + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// A builder of clients for `url` whose commands time out after
 /// `command_timeout` (zero: never). With `fail_fast` the first connection
 /// attempt reports its failure; without, it is retried like a reconnect
 /// (for background clients that must not give up).
-pub(crate) fn builder(url: &str, command_timeout: Duration, fail_fast: bool) -> Result<Builder> {
-    let mut config = client_config(url)?;
+pub(crate) fn builder(
+    url: &str,
+    tls: &TlsFiles,
+    command_timeout: Duration,
+    fail_fast: bool,
+) -> Result<Builder> {
+    let mut config = client_config_with_tls(url, tls)?;
     config.fail_fast = fail_fast;
     let mut builder = Builder::from_config(config);
     builder
@@ -151,8 +157,8 @@ pub(crate) fn builder(url: &str, command_timeout: Duration, fail_fast: bool) -> 
 /// A builder for a client that runs blocking reads: sending any other
 /// command on it interrupts the blocked read (`CLIENT UNBLOCK`), which is
 /// how the waker picks up newly idle streams at once.
-pub(crate) fn blocking_builder(url: &str) -> Result<Builder> {
-    let mut config = client_config(url)?;
+pub(crate) fn blocking_builder(url: &str, tls: &TlsFiles) -> Result<Builder> {
+    let mut config = client_config_with_tls(url, tls)?;
     config.blocking = Blocking::Interrupt;
     config.fail_fast = false;
     let mut builder = Builder::from_config(config);
@@ -325,8 +331,5 @@ mod tests {
         let error = reason("redis-cluster://me:s3cret@a:1,,b:2");
         assert!(!error.contains("s3cret"), "{error}");
         assert!(error.contains("\"redis-cluster://me:***@a:1,,b:2\""), "{error}");
-        assert_eq!(redact("redis://:pw@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(redact("redis://user@h:1"), "redis://user@h:1");
-        assert_eq!(redact("redis://h:1/0?x=a@b"), "redis://h:1/0?x=a@b");
     }
 }

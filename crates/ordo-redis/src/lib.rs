@@ -56,11 +56,13 @@ mod partition;
 mod process;
 mod publish;
 mod scripts;
+mod secret;
 mod status;
+mod tls;
 
 pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
 pub use broker::{RedisBroker, RedisBrokerBuilder};
-pub use connection::client_config;
+pub use connection::{client_config, client_config_with_tls};
 pub use error::{Error, Result};
 pub use fence::{FencedWrite, RedisFence};
 /// The Redis client Ordo is built on, for building clients and effects
@@ -68,6 +70,8 @@ pub use fence::{FencedWrite, RedisFence};
 pub use fred;
 pub use keys::{PartitionId, PartitionKeys, layout};
 pub use partition::StreamEntry;
+pub use secret::{SecretUrl, redact_url};
+pub use tls::TlsFiles;
 
 // Unstable owner internals (see "Stability" above).
 #[doc(hidden)]

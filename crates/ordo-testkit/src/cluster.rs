@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Result, TestkitError};
 use crate::local::{LocalServer, resolve};
 use crate::resp::{Endpoint, Reply};
+use crate::secret::{SecretUrl, redact};
 use crate::wait::POLL_INTERVAL;
 
 /// How many primaries a local cluster has: the fewest `redis-cli --cluster create` accepts.
@@ -69,7 +70,7 @@ const CLI_HINT: &str = "redis-cli creates the cluster: install it with `apt-get 
 /// ```
 #[derive(Debug)]
 pub struct RedisCluster {
-    url: String,
+    url: SecretUrl,
     nodes: Vec<ClusterNode>,
     external: bool,
 }
@@ -168,7 +169,7 @@ impl RedisClusterBuilder {
             })
             .collect::<Result<Vec<_>>>()?;
         let cluster = RedisCluster {
-            url: cluster_url(nodes.iter().map(|node| &node.endpoint)),
+            url: SecretUrl(cluster_url(nodes.iter().map(|node| &node.endpoint))),
             nodes,
             external: false,
         };
@@ -220,7 +221,7 @@ impl RedisCluster {
     /// The URL to hand to a client: `redis-cluster://127.0.0.1:p1,127.0.0.1:p2,...`
     /// naming every node, or `REDIS_CLUSTER_URL` as given.
     pub fn url(&self) -> String {
-        self.url.clone()
+        self.url.0.clone()
     }
 
     /// Whether this cluster comes from `REDIS_CLUSTER_URL` (and so cannot be controlled).
@@ -416,20 +417,20 @@ impl RedisCluster {
 
     fn external(url: &str) -> Result<RedisCluster> {
         let endpoints = parse_cluster_url(url).map_err(|reason| TestkitError::InvalidRedisClusterUrl {
-            url: url.to_owned(),
+            url: redact(url),
             reason,
         })?;
         for endpoint in &endpoints {
             endpoint.ping(EXTERNAL_PING_TIMEOUT).map_err(|source| {
                 TestkitError::ExternalClusterUnreachable {
-                    url: url.to_owned(),
+                    url: redact(url),
                     node: endpoint.to_string(),
                     source: Box::new(source),
                 }
             })?;
         }
         let cluster = RedisCluster {
-            url: url.to_owned(),
+            url: SecretUrl(url.to_owned()),
             nodes: endpoints
                 .into_iter()
                 .map(|endpoint| ClusterNode {

@@ -86,7 +86,7 @@ pub enum TestkitError {
         "REDIS_URL={url:?} is not a usable Redis URL ({reason}); expected redis://host:port or redis://host:port/db"
     )]
     InvalidRedisUrl {
-        /// The value of `REDIS_URL`.
+        /// The value of `REDIS_URL`, its password masked.
         url: String,
         /// What is wrong with it.
         reason: &'static str,
@@ -97,7 +97,7 @@ pub enum TestkitError {
         "REDIS_URL={url} is set but no Redis answered PING there; start that Redis, or unset REDIS_URL so the testkit starts redis-server itself"
     )]
     ExternalUnreachable {
-        /// The value of `REDIS_URL`.
+        /// The value of `REDIS_URL`, its password masked.
         url: String,
         /// Why the PING failed.
         #[source]
@@ -193,7 +193,7 @@ pub enum TestkitError {
          redis-cluster://host:port[,host:port...]"
     )]
     InvalidRedisClusterUrl {
-        /// The value of `REDIS_CLUSTER_URL`.
+        /// The value of `REDIS_CLUSTER_URL`, its password masked.
         url: String,
         /// What is wrong with it.
         reason: String,
@@ -205,7 +205,7 @@ pub enum TestkitError {
          REDIS_CLUSTER_URL so the testkit starts a local one"
     )]
     ExternalClusterUnreachable {
-        /// The value of `REDIS_CLUSTER_URL`.
+        /// The value of `REDIS_CLUSTER_URL`, its password masked.
         url: String,
         /// The node that did not answer.
         node: String,

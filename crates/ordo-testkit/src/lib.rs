@@ -32,6 +32,7 @@
 //!
 //! This crate is Unix-only: it controls processes with signals.
 
+mod certs;
 mod child;
 mod cluster;
 #[cfg(feature = "testcontainers")]
@@ -41,12 +42,14 @@ mod local;
 mod postgres;
 mod redis;
 mod resp;
+mod secret;
 mod signal;
 mod wait;
 
+pub use certs::TestCa;
 pub use child::Process;
 pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{Result, TestkitError};
 pub use postgres::Postgres;
-pub use redis::{Redis, RedisBuilder};
+pub use redis::{Redis, RedisBuilder, RedisTls};
 pub use wait::{ConditionError, eventually, wait_until};

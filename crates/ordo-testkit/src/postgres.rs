@@ -22,6 +22,7 @@ use tempfile::TempDir;
 
 use crate::error::{Result, TestkitError};
 use crate::local::free_port;
+use crate::secret::SecretUrl;
 use crate::signal::{self, pid_of};
 use crate::wait::POLL_INTERVAL;
 
@@ -42,7 +43,7 @@ const INSTALL_HINT: &str = "install PostgreSQL with `apt-get install postgresql`
 /// directory removed on drop.
 #[derive(Debug)]
 pub struct Postgres {
-    url: String,
+    url: SecretUrl,
     local: Option<LocalPostgres>,
 }
 
@@ -58,7 +59,10 @@ impl Postgres {
     /// `DATABASE_URL` when set, otherwise a private server started now.
     pub fn start() -> Result<Postgres> {
         match std::env::var("DATABASE_URL") {
-            Ok(url) if !url.is_empty() => Ok(Postgres { url, local: None }),
+            Ok(url) if !url.is_empty() => Ok(Postgres {
+                url: SecretUrl(url),
+                local: None,
+            }),
             _ => Self::start_local(),
         }
     }
@@ -147,7 +151,7 @@ impl Postgres {
             source,
         })?;
         let mut postgres = Postgres {
-            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            url: SecretUrl(format!("postgres://postgres@127.0.0.1:{port}/postgres")),
             local: Some(LocalPostgres {
                 _dir: dir,
                 child: Some(child),
@@ -160,7 +164,7 @@ impl Postgres {
 
     /// The connection URL (`postgres://postgres@127.0.0.1:<port>/postgres`).
     pub fn url(&self) -> &str {
-        &self.url
+        &self.url.0
     }
 
     /// Whether the server comes from `DATABASE_URL`.

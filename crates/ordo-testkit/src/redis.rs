@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::error::{Result, TestkitError};
 use crate::local::LocalServer;
 use crate::resp::Endpoint;
+use crate::secret::{SecretUrl, redact};
 
 /// How long [`Redis::ping`] waits for a reply.
 const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(1);
@@ -36,7 +37,9 @@ const EXTERNAL_PING_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct Redis {
     endpoint: Endpoint,
-    url: String,
+    url: SecretUrl,
+    /// The TLS port of a server started with [`RedisBuilder::tls`].
+    tls_port: Option<u16>,
     backend: Backend,
 }
 
@@ -54,6 +57,22 @@ enum Backend {
 pub struct RedisBuilder {
     append_only: bool,
     extra_args: Vec<OsString>,
+    tls: Option<RedisTls>,
+}
+
+/// The TLS side of a testkit Redis (see [`RedisBuilder::tls`]): PEM files of
+/// the server's certificate, its key and the CA that client certificates
+/// must chain to.
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    /// The server's certificate (`--tls-cert-file`).
+    pub cert_file: std::path::PathBuf,
+    /// The server's private key (`--tls-key-file`).
+    pub key_file: std::path::PathBuf,
+    /// The CA of client certificates (`--tls-ca-cert-file`).
+    pub ca_file: std::path::PathBuf,
+    /// Whether clients must present a certificate (`--tls-auth-clients`).
+    pub require_client_certificate: bool,
 }
 
 impl RedisBuilder {
@@ -72,16 +91,50 @@ impl RedisBuilder {
         self
     }
 
+    /// Also listens for TLS on a port of its own ([`Redis::tls_url`]), with
+    /// these files; the plain port stays open for the testkit's PING (and
+    /// for tests that compare).
+    pub fn tls(mut self, tls: RedisTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Starts a `redis-server` with these options and waits until it answers
     /// PING. `REDIS_URL` is ignored: options only apply to a server the testkit runs.
     ///
     /// The binary is `ORDO_REDIS_SERVER` if set, else `redis-server` on `PATH`;
     /// when there is none, the error says how to install one.
     pub fn start(self) -> Result<Redis> {
-        let server = LocalServer::start(self.options())?;
+        let mut options = self.options();
+        let tls_port = match &self.tls {
+            Some(tls) => {
+                let port = crate::local::free_port()?;
+                options.extend([
+                    "--tls-port".into(),
+                    port.to_string().into(),
+                    "--tls-cert-file".into(),
+                    tls.cert_file.clone().into(),
+                    "--tls-key-file".into(),
+                    tls.key_file.clone().into(),
+                    "--tls-ca-cert-file".into(),
+                    tls.ca_file.clone().into(),
+                    "--tls-auth-clients".into(),
+                    if tls.require_client_certificate {
+                        "yes"
+                    } else {
+                        "no"
+                    }
+                    .into(),
+                ]);
+                Some(port)
+            }
+            None => None,
+        };
+        let server = LocalServer::start(options)?;
         let endpoint = server.endpoint();
         Ok(Redis {
-            url: format!("redis://{endpoint}"),
+            url: SecretUrl(format!("redis://{endpoint}")),
+            tls_port,
             endpoint,
             backend: Backend::Local(server),
         })
@@ -104,7 +157,8 @@ impl RedisBuilder {
         let container = crate::container::ContainerServer::start(args)?;
         let endpoint = container.endpoint().clone();
         let redis = Redis {
-            url: format!("redis://{endpoint}"),
+            url: SecretUrl(format!("redis://{endpoint}")),
+            tls_port: None,
             endpoint,
             backend: Backend::Container(container),
         };
@@ -155,7 +209,13 @@ impl Redis {
     /// The URL to hand to a client: `redis://127.0.0.1:PORT` for a server the
     /// testkit started, `REDIS_URL` as given for an external one.
     pub fn url(&self) -> String {
-        self.url.clone()
+        self.url.0.clone()
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` for a server started with
+    /// [`RedisBuilder::tls`]; `None` otherwise.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port.map(|port| format!("rediss://127.0.0.1:{port}"))
     }
 
     /// The TCP port the server listens on.
@@ -241,18 +301,19 @@ impl Redis {
 
     fn external(url: &str) -> Result<Redis> {
         let endpoint = Endpoint::parse(url).map_err(|reason| TestkitError::InvalidRedisUrl {
-            url: url.to_owned(),
+            url: redact(url),
             reason,
         })?;
         endpoint
             .ping(EXTERNAL_PING_TIMEOUT)
             .map_err(|source| TestkitError::ExternalUnreachable {
-                url: url.to_owned(),
+                url: redact(url),
                 source: Box::new(source),
             })?;
         Ok(Redis {
             endpoint,
-            url: url.to_owned(),
+            url: SecretUrl(url.to_owned()),
+            tls_port: None,
             backend: Backend::External,
         })
     }

@@ -38,8 +38,8 @@ const WORKER_POOL: u32 = 8;
 /// Where a run keeps its PostgreSQL state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgTarget {
-    /// The database URL.
-    pub url: String,
+    /// The database URL (shown with its password masked).
+    pub url: ordo_redis::SecretUrl,
     /// The outbox schema (its tables and `chaos_effects`).
     pub schema: String,
 }
@@ -54,6 +54,7 @@ impl PgTarget {
     pub async fn connect_with(&self, size: u32, settings: &[(&str, &str)]) -> Result<PgPool> {
         let options: sqlx::postgres::PgConnectOptions = self
             .url
+            .expose()
             .parse()
             .with_context(|| format!("`{}` is not a PostgreSQL URL", self.url))?;
         sqlx::postgres::PgPoolOptions::new()

@@ -37,7 +37,7 @@ const TICK: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone)]
 pub(crate) struct TrafficPlan {
     /// The Redis URL.
-    pub(crate) redis_url: String,
+    pub(crate) redis_url: ordo_redis::SecretUrl,
     /// The keys, in round-robin order.
     pub(crate) keys: Vec<String>,
     /// Events per second over all keys.
@@ -65,7 +65,7 @@ impl Traffic {
     /// Connects and starts publishing.
     pub(crate) async fn start(plan: TrafficPlan) -> Result<Self> {
         let config = Config::default();
-        let broker = RedisBroker::builder(&plan.redis_url)
+        let broker = RedisBroker::builder(plan.redis_url.expose())
             .config(config.clone())
             .instance_id("chaos-publisher")
             .build()
@@ -205,7 +205,7 @@ mod tests {
 
     fn plan(slow_percent: u64) -> TrafficPlan {
         TrafficPlan {
-            redis_url: "redis://unused".to_owned(),
+            redis_url: "redis://unused".into(),
             keys: vec!["k0".to_owned(), "k1".to_owned()],
             rate: 10,
             slow_percent,

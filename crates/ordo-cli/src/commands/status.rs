@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use ordo_core::health::{HealthState, SubscriptionHealth};
+use ordo_redis::SecretUrl;
 
 use crate::cli::StatusArgs;
 use crate::context::Context;
@@ -13,6 +14,8 @@ use crate::view::{CategoryView, GroupView, HaltView, InstanceView, OutboxView, S
 
 /// Errors are cut to this many characters in tables (`inspect` shows them whole).
 const ERROR_WIDTH: usize = 60;
+/// How long `--database-url` may take to connect.
+const OUTBOX_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub(crate) async fn run(ctx: &Context, args: &StatusArgs) -> Result<Verdict, Failure> {
     for category in &args.categories {
@@ -20,7 +23,12 @@ pub(crate) async fn run(ctx: &Context, args: &StatusArgs) -> Result<Verdict, Fai
     }
     let threshold = args.warn_partitions.unwrap_or(ctx.settings.warn_partitions);
     let mut snapshot = snapshot(ctx, &args.categories, threshold).await?;
-    if let Some(url) = &args.database_url {
+    let database_url = match (&args.database_url, &args.database_url_file) {
+        (Some(url), _) => Some(url.clone()),
+        (None, Some(path)) => Some(crate::settings::read_url_file(path, "--database-url-file")?),
+        (None, None) => None,
+    };
+    if let Some(url) = &database_url {
         let outbox = outbox_view(url, &args.outbox_schema).await?;
         if outbox.abandoned > 0 {
             snapshot.warnings.push(format!(
@@ -58,12 +66,15 @@ pub(crate) async fn run(ctx: &Context, args: &StatusArgs) -> Result<Verdict, Fai
 }
 
 /// The PostgreSQL outbox in `schema` of the database at `url`.
-async fn outbox_view(url: &str, schema: &str) -> Result<OutboxView, Failure> {
+async fn outbox_view(url: &SecretUrl, schema: &str) -> Result<OutboxView, Failure> {
     use anyhow::Context as _;
     let pool = ordo_postgres::sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .connect(url)
+        // An operator waiting on an unreachable database wants the error, not 30 s of retries.
+        .acquire_timeout(OUTBOX_CONNECT_TIMEOUT)
+        .connect(url.expose())
         .await
+        // `url` shows itself with its password masked.
         .with_context(|| format!("cannot connect to the PostgreSQL outbox database at {url}"))?;
     let outbox = ordo_postgres::PgOutbox::builder(pool.clone())
         .schema(schema)
@@ -261,7 +272,7 @@ fn warnings_of(view: &CategoryView, threshold: u64) -> Vec<String> {
 }
 
 /// The text form of `snapshot`.
-pub(crate) fn render(snapshot: &Snapshot, redis_url: &str) -> String {
+pub(crate) fn render(snapshot: &Snapshot, redis_url: &SecretUrl) -> String {
     if snapshot.categories.is_empty() {
         return format!("no Ordo categories found in {redis_url}\n");
     }

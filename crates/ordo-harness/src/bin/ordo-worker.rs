@@ -42,8 +42,8 @@ enum Command {
 #[derive(Debug, Args)]
 struct RedisArgs {
     /// The Redis URL.
-    #[arg(long, env = "REDIS_URL")]
-    redis_url: String,
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    redis_url: ordo_redis::SecretUrl,
 }
 
 #[derive(Debug, Args)]
@@ -133,7 +133,7 @@ async fn main() -> Result<()> {
 
 async fn run(args: RunArgs) -> Result<()> {
     let options = WorkerOptions {
-        redis_url: args.redis.redis_url,
+        redis_url: args.redis.redis_url.expose().to_owned(),
         instance: args.instance,
         lease_ttl_ms: args.lease_ttl_ms,
         heartbeat_ms: args.heartbeat_ms,
@@ -159,7 +159,7 @@ async fn publish(args: PublishArgs) -> Result<()> {
         bail!("no keys to publish to: give --keys N or --key NAME");
     }
     let options = PublishOptions {
-        redis_url: args.redis.redis_url,
+        redis_url: args.redis.redis_url.expose().to_owned(),
         keys,
         events: args.events,
         first_seq: args.first_seq,
@@ -174,7 +174,7 @@ async fn publish(args: PublishArgs) -> Result<()> {
 
 async fn verify(args: VerifyArgs) -> Result<()> {
     use fred::prelude::{Builder, ClientLike};
-    let config = ordo_redis::client_config(&args.redis.redis_url).context("invalid --redis-url")?;
+    let config = ordo_redis::client_config(args.redis.redis_url.expose()).context("invalid --redis-url")?;
     let client = Builder::from_config(config).build()?;
     client.init().await.context("cannot connect to Redis")?;
     let verdict = ordo_harness::verify::verify(&client).await?;

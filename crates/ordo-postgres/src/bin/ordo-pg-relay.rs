@@ -54,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
         .max_connections(4)
         .connect(&database_url)
         .await
-        .with_context(|| format!("cannot connect to {database_url}"))?;
+        .with_context(|| format!("cannot connect to {}", ordo_redis::redact_url(&database_url)))?;
     let outbox = PgOutbox::builder(pool).schema(schema).lease_ttl(ttl).build()?;
     outbox.migrate().await?;
     let config = Config::default();

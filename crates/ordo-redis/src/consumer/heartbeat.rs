@@ -35,7 +35,7 @@ pub(crate) fn spawn(
         // Renewal commands must finish well within an interval.
         call_timeout: settings.heartbeat_interval / 2,
     };
-    let builder = connection::builder(url, timing.call_timeout, false)?;
+    let builder = connection::builder(url, &settings.tls, timing.call_timeout, false)?;
     let thread = std::thread::Builder::new()
         .name("ordo-heartbeat".to_owned())
         .spawn(move || {

@@ -36,6 +36,8 @@ use tokio_util::sync::CancellationToken;
 use crate::connection;
 use crate::error::Result;
 use crate::partition::Partitions;
+use crate::secret::SecretUrl;
+use crate::tls::TlsFiles;
 
 /// The timings and sizes the consumer runs with.
 #[derive(Debug, Clone)]
@@ -54,6 +56,8 @@ pub(crate) struct Settings {
     pub(crate) wake_block: Duration,
     /// How many handler runs may be in flight at once across partitions.
     pub(crate) max_concurrency: usize,
+    /// The TLS of every connection (`rediss://`).
+    pub(crate) tls: TlsFiles,
 }
 
 /// What every task of a consumer shares.
@@ -67,7 +71,7 @@ pub(crate) struct Shared {
     /// (`max_concurrency`); each partition still runs one at a time.
     pub(crate) handler_permits: Arc<tokio::sync::Semaphore>,
     /// The broker's Redis URL (the heartbeat and waker open their own connections).
-    pub(crate) url: String,
+    pub(crate) url: SecretUrl,
 }
 
 impl Shared {
@@ -157,7 +161,7 @@ pub(crate) type SharedRef = Arc<Shared>;
 /// Runs this instance's consumer for `subscriptions` until `shutdown` is
 /// cancelled; returns once every worker stopped and released its lease.
 pub(crate) async fn run(
-    url: String,
+    url: SecretUrl,
     settings: Settings,
     partitions: Partitions,
     subscriptions: Arc<[Subscription]>,
@@ -165,14 +169,20 @@ pub(crate) async fn run(
     renewals: heartbeat::RenewalSignal,
 ) -> Result<()> {
     let background = CancellationToken::new();
-    let waker_client = connection::blocking_builder(&url)?.build()?;
+    let waker_client = connection::blocking_builder(url.expose(), &settings.tls)?.build()?;
     connection::connect_in_background(&waker_client);
     let (waker, waker_handle) =
         waker::Waker::new(waker_client.clone(), settings.wake_block, settings.poll_interval);
     let waker_task = tokio::spawn(waker.run(background.clone()));
 
     let leases = LeaseTable::default();
-    let heartbeat = heartbeat::spawn(&url, &settings, leases.clone(), renewals, background.clone())?;
+    let heartbeat = heartbeat::spawn(
+        url.expose(),
+        &settings,
+        leases.clone(),
+        renewals,
+        background.clone(),
+    )?;
 
     let handler_permits = Arc::new(tokio::sync::Semaphore::new(settings.max_concurrency));
     let shared = Arc::new(Shared {

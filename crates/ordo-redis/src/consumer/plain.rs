@@ -52,7 +52,7 @@ impl std::fmt::Debug for Plain {
 
 impl Plain {
     pub(crate) fn new(shared: SharedRef, subscription: Subscription, category: &str) -> Result<Self> {
-        let reader = connection::blocking_builder(&shared.url)?.build()?;
+        let reader = connection::blocking_builder(shared.url.expose(), &shared.settings.tls)?.build()?;
         Ok(Self {
             group: Arc::from(subscription.name()),
             stream: BaseKeys::new(category).stream().to_owned(),
