@@ -82,7 +82,7 @@ pub async fn run(args: &RelayArgs, redis: &BenchRedis) -> Result<Report> {
     // the 64 committing tasks.
     let relay_pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
-        .connect(&url)
+        .connect(url.expose())
         .await
         .with_context(|| format!("could not connect to {url}"))?;
     let schema = format!("ordo_bench_{}", std::process::id());
