@@ -367,6 +367,13 @@ fn running_executable(command: Command) -> Command {
     }
     let mut running = Command::new(SELF_EXE);
     running.args(command.get_args());
+    // The URLs travel in the environment (not in `ps`-visible arguments).
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => running.env(name, value),
+            None => running.env_remove(name),
+        };
+    }
     running
 }
 
