@@ -5,7 +5,6 @@
 mod common;
 
 use common::{Output, ordo_in};
-use fred::prelude::{Builder, ClientLike};
 use ordo_testkit::Redis;
 
 /// The password of the test's ACL user; no output may contain it.
@@ -29,23 +28,7 @@ fn assert_secret_kept(what: &str, output: &Output) {
 /// `host:port`.
 async fn redis_with_user() -> anyhow::Result<(Redis, String)> {
     let redis = Redis::start()?;
-    let client = Builder::from_config(ordo_redis::client_config(&redis.url())?).build()?;
-    client.init().await?;
-    let _: String = client
-        .custom(
-            fred::cmd!("ACL"),
-            vec![
-                "SETUSER",
-                "ordo",
-                "on",
-                &format!(">{PASSWORD}"),
-                "~*",
-                "&*",
-                "+@all",
-            ],
-        )
-        .await?;
-    client.quit().await?;
+    redis.create_user("ordo", PASSWORD)?;
     let address = redis.url().trim_start_matches("redis://").to_owned();
     Ok((redis, address))
 }

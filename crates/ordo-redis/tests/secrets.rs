@@ -9,14 +9,13 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fred::prelude::ClientLike;
 use ordo_core::broker::Broker;
 use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
 use ordo_core::log_events;
 use ordo_testkit::{Redis, eventually};
 
-use common::{Recorder, Running, config, pool, publication, subscription};
+use common::{Recorder, Running, config, publication, subscription};
 
 /// The password of the test's ACL user; no output may contain it.
 const PASSWORD: &str = "s3cret-Pa55word";
@@ -64,22 +63,7 @@ async fn a_password_in_the_url_never_shows_in_debug_errors_or_logs() -> anyhow::
             .finish(),
     )?;
     let redis = Redis::start()?;
-    let admin = pool(&redis.url()).await?;
-    let _: String = admin
-        .next()
-        .custom(
-            fred::cmd!("ACL"),
-            vec![
-                "SETUSER",
-                "ordo",
-                "on",
-                &format!(">{PASSWORD}"),
-                "~*",
-                "&*",
-                "+@all",
-            ],
-        )
-        .await?;
+    redis.create_user("ordo", PASSWORD)?;
     let address = redis.url().trim_start_matches("redis://").to_owned();
     let url = format!("redis://ordo:{PASSWORD}@{address}");
     let masked = format!("redis://ordo:***@{address}");
@@ -136,7 +120,6 @@ async fn a_password_in_the_url_never_shows_in_debug_errors_or_logs() -> anyhow::
     })
     .await?;
     run.stop().await?;
-    admin.quit().await?;
 
     let logged = lines.text();
     // The capture works: the run's lease was logged.

@@ -239,6 +239,21 @@ impl Redis {
         self.endpoint.ping(timeout)
     }
 
+    /// Creates (or resets) the ACL user `name` with `password` and every
+    /// permission (`~* &* +@all`), for tests that connect as a named user.
+    pub fn create_user(&self, name: &str, password: &str) -> Result<()> {
+        let secret = format!(">{password}");
+        let args = ["ACL", "SETUSER", name, "on", &secret, "~*", "&*", "+@all"];
+        match self.endpoint.command(&args, DEFAULT_PING_TIMEOUT)? {
+            crate::resp::Reply::Simple(ok) if ok == "OK" => Ok(()),
+            other => Err(TestkitError::UnexpectedReply {
+                addr: self.endpoint.to_string(),
+                command: "ACL SETUSER",
+                reply: format!("{other:?}"),
+            }),
+        }
+    }
+
     /// Kills the server with SIGKILL and waits until it has exited: no
     /// shutdown, no final AOF flush, clients see their connections drop.
     /// Does nothing if the server is already down.
