@@ -166,6 +166,18 @@ pub(crate) fn blocking_builder(url: &str, tls: &TlsFiles) -> Result<Builder> {
     Ok(builder)
 }
 
+/// A builder for the waker's subscriber: it never gives up reconnecting,
+/// and keeps room for many doorbell rings between two reads of them.
+pub(crate) fn subscriber_builder(url: &str, tls: &TlsFiles) -> Result<Builder> {
+    let mut builder = builder(url, tls, Duration::ZERO, false)?;
+    builder.with_performance_config(|perf| perf.broadcast_channel_capacity = SUBSCRIBER_BUFFER);
+    Ok(builder)
+}
+
+/// How many doorbell rings the waker's subscriber buffers before the waker
+/// reads them (more are dropped, and the waker then wakes every worker).
+const SUBSCRIBER_BUFFER: usize = 16_384;
+
 /// Starts connecting `client` without waiting: commands queue until the
 /// connection is up (or time out).
 pub(crate) fn connect_in_background<C: ClientLike>(client: &C) {

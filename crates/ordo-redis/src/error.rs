@@ -152,6 +152,22 @@ impl Error {
         matches!(self, Self::Fenced { .. })
     }
 
+    /// Whether Redis refused a command because a Redis Cluster slot it named
+    /// is served by another node now (`MOVED`, `ASK`, or a script touching a
+    /// key its node does not serve): the caller's view of the cluster is out
+    /// of date, and a retry after refreshing it can succeed.
+    pub(crate) fn is_moved_slot(&self) -> bool {
+        let Self::Redis(error) = self else {
+            return false;
+        };
+        let details = error.details();
+        *error.kind() == fred::error::ErrorKind::Cluster
+            || details.starts_with("MOVED")
+            || details.starts_with("ASK")
+            || details.contains("non local key")
+            || details.contains("do not hash to the same slot")
+    }
+
     pub(crate) fn protocol(context: &'static str, detail: impl Into<String>) -> Self {
         Self::Protocol {
             context,

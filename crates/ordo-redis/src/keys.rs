@@ -173,6 +173,26 @@ impl BaseKeys {
     pub(crate) fn position(&self) -> String {
         format!("{{{}}}:position", self.stream)
     }
+
+    /// Its doorbell: `{order}:doorbell` (see [`PartitionKeys::doorbell`];
+    /// no waker arms it, the publish script treats every stream alike).
+    pub(crate) fn doorbell(&self) -> String {
+        format!("{{{}}}:doorbell", self.stream)
+    }
+
+    /// The doorbell channel of its slot.
+    pub(crate) fn doorbell_channel(&self) -> String {
+        doorbell_channel(slot_of(&self.stream))
+    }
+}
+
+/// The sharded Pub/Sub channel a publish rings when it lands on an armed
+/// partition of slot `slot` (the message is the partition's
+/// [doorbell](PartitionKeys::doorbell) key): `{<slot_tag>}:ordo:doorbell`.
+/// A waker subscribes to the channels of the slots of the partitions it
+/// watches.
+pub fn doorbell_channel(slot: u16) -> String {
+    format!("{{{}}}:ordo:doorbell", slot_tag(slot))
 }
 
 /// A partition of a category, as the consumer and the index know it: an
@@ -301,6 +321,19 @@ impl PartitionKeys {
     /// position again: `{order:c-1}:position`, `{order:c-1}:backfill:position`.
     pub fn position(&self, lane: Lane) -> String {
         format!("{}:position", self.lane(lane))
+    }
+
+    /// The partition's doorbell, set ("armed") by a waker whose worker has
+    /// read every lane up to its end and waits: the next publish to the
+    /// partition deletes it and rings the [channel](Self::doorbell_channel)
+    /// of its slot: `{order:c-1}:doorbell`.
+    pub fn doorbell(&self) -> String {
+        format!("{}:doorbell", self.primary)
+    }
+
+    /// The doorbell channel of the partition's slot.
+    pub fn doorbell_channel(&self) -> String {
+        doorbell_channel(self.slot())
     }
 
     /// The partition's hash slot: the bucket of the shared structures
@@ -461,10 +494,12 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<category>:<key>}:halt:<group>", p.halt("G")),
         ("{<category>:<key>}:attempts:<group>", p.attempts("G")),
         ("{<category>:<key>}:log:<group>", p.log("G")),
+        ("{<category>:<key>}:doorbell", p.doorbell()),
         ("<category>", base.stream().to_owned()),
         ("<category>:dlq", base.dlq()),
         ("{<category>}:published", base.published()),
         ("{<category>}:position", base.position()),
+        ("{<category>}:doorbell", base.doorbell()),
         ("{<slot_tag>}:<category>:__partitions__", index("order", slot)),
         ("{<category>}:__buckets__", index_directory("order")),
         ("{<category>}:__groups__", group_registry("order")),
@@ -476,6 +511,7 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<slot_tag>}:<category>:__joining__", joining_copy("order", slot)),
         ("{<slot_tag>}:ordo:halted", halted(slot)),
         ("{ordo}:__halted_buckets__", halted_directory()),
+        ("{<slot_tag>}:ordo:doorbell", doorbell_channel(slot)),
         ("ordo:instances:<group>", instances("G")),
         (
             "{__pm__:<manager>:<correlation>}:state",

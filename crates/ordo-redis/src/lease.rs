@@ -13,11 +13,15 @@
 use std::fmt;
 use std::time::Duration;
 
-use fred::interfaces::LuaInterface;
+use fred::clients::Client;
+use fred::interfaces::{ClientLike, ClusterInterface, LuaInterface};
 use fred::types::Value;
+use tokio::task::JoinSet;
+use tracing::debug;
 
 use crate::error::{Error, Result};
 use crate::keys::LeaseKeys;
+use crate::nodes;
 use crate::scripts::{SCRIPTS, array};
 
 /// How much longer than the lease the generation counter is kept. While it
@@ -108,40 +112,97 @@ impl Owner {
 }
 
 /// Acquires up to `limit` of the free leases among `candidates`, in order,
-/// in one script call. Returns, per candidate, the lease now held by
-/// `owner` (newly acquired, or already its own, whose TTL is then renewed),
-/// or `None`. A lease held by another process under the same instance id is
-/// [`Error::DuplicateInstance`].
-pub(crate) async fn acquire<C>(
-    client: &C,
+/// with one script call per Redis node (nodes in the order of their first
+/// candidate). Returns, per candidate, the lease now held by `owner` (newly
+/// acquired, or already its own, whose TTL is then renewed), or `None`. A
+/// lease held by another process under the same instance id is
+/// [`Error::DuplicateInstance`]. On a cluster whose view is out of date (a
+/// slot moved), the view is refreshed and the acquisition tried once more
+/// (leases the first try took are then adopted as this owner's own).
+pub(crate) async fn acquire(
+    client: &Client,
     owner: &Owner,
     ttl: Duration,
     candidates: &[LeaseKeys],
     limit: usize,
-) -> Result<Vec<Option<Lease>>>
-where
-    C: LuaInterface + Send + Sync,
-{
+) -> Result<Vec<Option<Lease>>> {
     if candidates.is_empty() || limit == 0 {
         return Ok(vec![None; candidates.len()]);
     }
+    match acquire_per_node(client, owner, ttl, candidates, limit).await {
+        Err(error) if client.is_clustered() && error.is_moved_slot() => {
+            debug!(%error, "a slot moved since the cluster view was read; refreshing it and acquiring again");
+            client.sync_cluster().await?;
+            acquire_per_node(client, owner, ttl, candidates, limit).await
+        }
+        result => result,
+    }
+}
+
+async fn acquire_per_node(
+    client: &Client,
+    owner: &Owner,
+    ttl: Duration,
+    candidates: &[LeaseKeys],
+    limit: usize,
+) -> Result<Vec<Option<Lease>>> {
+    nodes::nodes(client).await?;
+    let mut groups = nodes::group_by_node(
+        client,
+        candidates.iter().enumerate().map(|(i, keys)| (&keys.lease, i)),
+    )?;
+    groups.sort_by_key(|(_, positions)| positions.first().copied());
+    let mut leases = vec![None; candidates.len()];
+    let mut remaining = limit;
+    for (_, positions) in groups {
+        if remaining == 0 {
+            break;
+        }
+        let group: Vec<&LeaseKeys> = positions.iter().map(|&i| &candidates[i]).collect();
+        let (acquired, held) = acquire_on(client, owner, ttl, &group, remaining).await?;
+        remaining = remaining.saturating_sub(acquired);
+        for (position, lease) in positions.into_iter().zip(held) {
+            leases[position] = lease;
+        }
+    }
+    Ok(leases)
+}
+
+/// One acquisition call for `candidates`, all served by one node; returns
+/// how many leases it newly acquired, and the lease held per candidate.
+async fn acquire_on(
+    client: &Client,
+    owner: &Owner,
+    ttl: Duration,
+    candidates: &[&LeaseKeys],
+    limit: usize,
+) -> Result<(usize, Vec<Option<Lease>>)> {
     let script = &SCRIPTS.acquire;
-    let keys = candidates
-        .iter()
-        .flat_map(|k| [k.lease.clone(), k.generation.clone()])
-        .collect();
-    let args = vec![
+    let Some(first) = candidates.first() else {
+        return Ok((0, Vec::new()));
+    };
+    let mut args = vec![
         Value::from(owner.identity()),
         Value::from(owner.instance()),
         millis(ttl),
         millis(ttl * GENERATION_TTL_FACTOR),
         Value::from(i64::try_from(limit).unwrap_or(i64::MAX)),
     ];
-    let tokens = array(script.run(client, keys, args).await?);
+    for keys in candidates {
+        args.push(Value::from(keys.lease.as_str()));
+        args.push(Value::from(keys.generation.as_str()));
+    }
+    let mut reply = array(script.run(client, vec![first.lease.clone()], args).await?).into_iter();
+    let acquired = reply
+        .next()
+        .and_then(|count| count.as_u64())
+        .and_then(|count| usize::try_from(count).ok())
+        .ok_or_else(|| Error::protocol(script.name(), "the acquired count is not a number"))?;
+    let tokens: Vec<Value> = reply.collect();
     if tokens.len() != candidates.len() {
         return Err(Error::protocol(script.name(), "one token per candidate expected"));
     }
-    tokens
+    let held = tokens
         .iter()
         .zip(candidates)
         .map(|(token, keys)| match token.as_i64() {
@@ -151,41 +212,94 @@ where
                 lease: keys.lease.clone(),
             }),
             Some(token) => u64::try_from(token)
-                .map(|token| Some(Lease::new(keys.clone(), owner.identity(), token)))
+                .map(|token| Some(Lease::new((*keys).clone(), owner.identity(), token)))
                 .map_err(|_| Error::protocol(script.name(), "token is negative")),
             None => Err(Error::protocol(script.name(), "token is not an integer")),
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((acquired, held))
 }
 
-/// Renews `leases` in one script call; returns the positions of those no
-/// longer held.
-pub(crate) async fn renew<'a, C>(
-    client: &C,
-    ttl: Duration,
-    leases: impl IntoIterator<Item = (&'a str, &'a str)>,
-) -> Result<Vec<usize>>
+/// Renews `leases` (key and expected value) with one script call per Redis
+/// node, the nodes' calls at once; returns the positions of those no longer
+/// held. A single Redis is one node; on a cluster the calls are grouped by
+/// the client's view of which primary serves which slot, and when a call
+/// fails because that view is out of date (a failover or a resharding moved
+/// a slot), the view is refreshed and the renewal tried once more.
+pub(crate) async fn renew(client: &Client, ttl: Duration, leases: &[(String, String)]) -> Result<Vec<usize>> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !client.is_clustered() {
+        return renew_on(client.clone(), ttl, leases.to_vec()).await;
+    }
+    match renew_per_node(client, ttl, leases).await {
+        Err(error) if error.is_moved_slot() => {
+            debug!(%error, "a slot moved since the cluster view was read; refreshing it and renewing again");
+            client.sync_cluster().await?;
+            renew_per_node(client, ttl, leases).await
+        }
+        result => result,
+    }
+}
+
+async fn renew_per_node(client: &Client, ttl: Duration, leases: &[(String, String)]) -> Result<Vec<usize>> {
+    nodes::nodes(client).await?;
+    let groups = nodes::group_by_node(client, leases.iter().enumerate().map(|(i, (key, _))| (key, i)))?;
+    let mut calls = JoinSet::new();
+    for (_node, positions) in groups {
+        // Routed by its first key, which the group's node serves.
+        let node = client.clone();
+        let group: Vec<(String, String)> = positions.iter().map(|&i| leases[i].clone()).collect();
+        calls.spawn(async move {
+            let lost = renew_on(node, ttl, group).await?;
+            Ok::<_, Error>(lost.into_iter().map(|i| positions[i]).collect::<Vec<_>>())
+        });
+    }
+    let mut lost = Vec::new();
+    let mut first_error = None;
+    while let Some(joined) = calls.join_next().await {
+        match joined.map_err(|error| Error::protocol(SCRIPTS.renew.name(), error.to_string()))? {
+            Ok(positions) => lost.extend(positions),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match first_error {
+        Some(error) => Err(error),
+        None => {
+            lost.sort_unstable();
+            Ok(lost)
+        }
+    }
+}
+
+/// One renewal call for `leases`, all served by the node `client` reaches.
+async fn renew_on<C>(client: C, ttl: Duration, leases: Vec<(String, String)>) -> Result<Vec<usize>>
 where
     C: LuaInterface + Send + Sync,
 {
-    let mut keys = Vec::new();
-    let mut args = vec![millis(ttl)];
-    for (key, value) in leases {
-        keys.push(key.to_owned());
-        args.push(Value::from(value));
-    }
-    if keys.is_empty() {
+    let Some((routing, _)) = leases.first() else {
         return Ok(Vec::new());
+    };
+    let keys = vec![routing.clone()];
+    let mut args = Vec::with_capacity(1 + 2 * leases.len());
+    args.push(millis(ttl));
+    for (key, value) in &leases {
+        args.push(Value::from(key.as_str()));
+        args.push(Value::from(value.as_str()));
     }
     let script = &SCRIPTS.renew;
-    array(script.run(client, keys, args).await?)
+    array(script.run(&client, keys, args).await?)
         .iter()
         .map(|position| {
             position
                 .as_u64()
                 .and_then(|p| usize::try_from(p).ok())
                 .and_then(|p| p.checked_sub(1))
-                .ok_or_else(|| Error::protocol(script.name(), "lost position is not a positive integer"))
+                .filter(|&p| p < leases.len())
+                .ok_or_else(|| Error::protocol(script.name(), "lost position is not a position in the call"))
         })
         .collect()
 }

@@ -80,8 +80,8 @@ pub use keys::LeaseKeys;
 #[doc(hidden)]
 pub mod names {
     pub use crate::keys::{
-        group_registry, group_registry_copy, halted, halted_directory, index, index_directory, instances,
-        joining, joining_copy,
+        doorbell_channel, group_registry, group_registry_copy, halted, halted_directory, index,
+        index_directory, instances, joining, joining_copy,
     };
 }
 /// Registering groups by hand (unstable, for tests and tools).

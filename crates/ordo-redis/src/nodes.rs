@@ -115,13 +115,6 @@ where
 ///
 /// Uses the client's cached cluster view (call [`nodes`] first on a fresh
 /// client); a key whose slot no known primary serves is an error.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the cluster publish path adopts it once keys carry one hash tag (issue 11 part 1)"
-    )
-)]
 pub(crate) fn group_by_node<K, T>(
     client: &Client,
     items: impl IntoIterator<Item = (K, T)>,

@@ -210,7 +210,7 @@ impl Partitions {
     /// Acquires the lease `keys` if it is free.
     pub async fn acquire_keys(&self, keys: &LeaseKeys) -> Result<Option<Lease>> {
         let mut leases = lease::acquire(
-            &self.client,
+            self.client.next(),
             &self.owner,
             self.lease_ttl,
             std::slice::from_ref(keys),
@@ -220,20 +220,19 @@ impl Partitions {
         Ok(leases.pop().flatten())
     }
 
-    /// Acquires up to `limit` free leases among `candidates`, in order, in
-    /// one call.
+    /// Acquires up to `limit` free leases among `candidates`, in order, with
+    /// one call per Redis node.
     pub async fn acquire_many(&self, candidates: &[LeaseKeys], limit: usize) -> Result<Vec<Option<Lease>>> {
-        lease::acquire(&self.client, &self.owner, self.lease_ttl, candidates, limit).await
+        lease::acquire(self.client.next(), &self.owner, self.lease_ttl, candidates, limit).await
     }
 
-    /// Renews `leases` in one call; returns those that were lost.
+    /// Renews `leases` with one call per Redis node; returns those that were lost.
     pub async fn renew<'l>(&self, leases: &'l [Lease]) -> Result<Vec<&'l Lease>> {
-        let lost = lease::renew(
-            &self.client,
-            self.lease_ttl,
-            leases.iter().map(|l| (l.key(), l.value())),
-        )
-        .await?;
+        let held: Vec<(String, String)> = leases
+            .iter()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        let lost = lease::renew(self.client.next(), self.lease_ttl, &held).await?;
         Ok(lost.into_iter().filter_map(|i| leases.get(i)).collect())
     }
 
@@ -515,6 +514,7 @@ impl Partitions {
                 partition.index(),
                 partition.published(Lane::Primary),
                 partition.published(Lane::Backfill),
+                partition.doorbell(),
             ];
             let mut args = vec![
                 Value::from(lease.value()),

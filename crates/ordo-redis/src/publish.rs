@@ -150,7 +150,7 @@ async fn publish_chunk(
     backfill_suffix: &str,
     chunk: &[Publication],
 ) -> Result<(), (usize, Error)> {
-    let mut keys = Vec::with_capacity(chunk.len() * 6);
+    let mut keys = Vec::with_capacity(chunk.len() * 8);
     let mut args = Vec::with_capacity(chunk.len() * 5 + 2);
     args.push(crate::lease::millis(dedup.window));
     if dedup.window.is_zero() {
@@ -175,6 +175,8 @@ async fn publish_chunk(
         keys.push(names.published);
         keys.push(names.joining);
         keys.push(names.position);
+        keys.push(names.doorbell);
+        keys.push(names.channel);
         args.push(Value::from(names.member.unwrap_or_default()));
         args.push(Value::from(envelope.type_name.as_str()));
         args.push(Value::from(json));
@@ -212,6 +214,9 @@ struct Names {
     joining: String,
     published: String,
     position: String,
+    doorbell: String,
+    /// The doorbell channel of the stream's slot.
+    channel: String,
     /// The index member (`None` for the base stream, which is not indexed).
     member: Option<String>,
     /// The slot of every name above.
@@ -230,6 +235,8 @@ impl Names {
                     joining: partition.joining(),
                     published: partition.published(publication.lane),
                     position: partition.position(publication.lane),
+                    doorbell: partition.doorbell(),
+                    channel: partition.doorbell_channel(),
                     member: Some(partition.key().to_owned()),
                     slot: partition.slot(),
                 }
@@ -246,6 +253,8 @@ impl Names {
                     joining: joining(&publication.category),
                     published: base.published(),
                     position: base.position(),
+                    doorbell: base.doorbell(),
+                    channel: base.doorbell_channel(),
                     member: None,
                     slot: slot_of(base.stream()),
                 }

@@ -66,13 +66,13 @@ fn keys(n: usize) -> Vec<String> {
 
 crate::on_both_topologies!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    two_instances_split_the_partitions_and_keep_each_key_in_order,
-    cluster: #[ignore = "needs one renew call per slot or node: the heartbeat renews every lease of the instance in one script call, and with partitions in several slots Redis Cluster refuses it (CROSSSLOT); the waker blocks with one XREAD over every owned stream, likewise multi-slot (issue 11 part 2: per-node heartbeat and waker)"]
+    two_instances_split_the_partitions_and_keep_each_key_in_order
 );
 
 async fn two_instances_split_the_partitions_and_keep_each_key_in_order(
     redis: TestRedis,
 ) -> anyhow::Result<()> {
+    common::logs();
     let url = redis.url();
     let category = common::category("order");
     let keys = keys(8);
@@ -120,6 +120,87 @@ async fn two_instances_split_the_partitions_and_keep_each_key_in_order(
     );
     run_a.stop().await?;
     run_b.stop().await?;
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_publish_rings_the_doorbell_of_its_idle_partition
+);
+
+/// An idle worker is woken by the publish itself, never by polling: the
+/// fallback poll is set to a minute, so a lost wake-up fails the test. Each
+/// round publishes as soon as the previous one was handled, while the
+/// workers are turning idle and arming their doorbells again (the race the
+/// arming script closes).
+async fn a_publish_rings_the_doorbell_of_its_idle_partition(redis: TestRedis) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("order");
+    let keys = keys(4);
+    let config = ordo_core::config::Config::from_toml_str(
+        "[server.partitioning]\n\
+         lease_ttl_ms = 3000\n\
+         heartbeat_interval_seconds = 0.6\n\
+         poll_interval_seconds = 60\n\
+         discovery_interval_seconds = 0.1\n",
+    )?;
+    let a = broker(&url, config).await?;
+    publish_all(&a, &category, &keys, 0..1).await?;
+    let recorder = Recorder::new();
+    let run = Running::start(
+        &a,
+        vec![subscription(
+            "P",
+            HandlerKind::Event,
+            &[&category],
+            true,
+            Arc::new(recorder.clone()),
+        )],
+    );
+    let handled = |n: usize| {
+        let recorder = recorder.clone();
+        async move { Ok(recorder.handled().len() >= n) }
+    };
+    eventually(Duration::from_secs(30), "the first entries handled", || {
+        handled(keys.len())
+    })
+    .await?;
+    let client = pool(&url).await?;
+    eventually(
+        Duration::from_secs(10),
+        "every idle partition's doorbell armed",
+        || {
+            let (client, category, keys) = (client.clone(), category.clone(), keys.clone());
+            async move {
+                for key in &keys {
+                    let doorbell = PartitionKeys::new(&category, key, "backfill").doorbell();
+                    if client.exists::<u64, _>(doorbell).await? == 0 {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        },
+    )
+    .await?;
+    for round in 1..=20u64 {
+        publish_all(&a, &category, &keys, round..round + 1).await?;
+        let expected = keys.len() * usize::try_from(round + 1)?;
+        eventually(
+            Duration::from_secs(10),
+            "the round's entries handled (by a ring, not a poll)",
+            || handled(expected),
+        )
+        .await?;
+    }
+    for key in &keys {
+        assert_eq!(
+            recorder.seqs(key),
+            (0..=20).collect::<Vec<_>>(),
+            "key {key} in order, once each"
+        );
+    }
+    run.stop().await?;
     Ok(())
 }
 

@@ -171,8 +171,7 @@ fn common_ids(pending: Value) -> Vec<String> {
 
 crate::on_both_topologies!(
     #[tokio::test]
-    renewal_reports_exactly_the_leases_taken_over,
-    cluster: #[ignore = "renews two leases of partitions in different slots with one renew call, which Redis Cluster refuses (CROSSSLOT): needs the renew call split per slot or node (issue 11 part 2: per-node heartbeat)"]
+    renewal_reports_exactly_the_leases_taken_over
 );
 
 async fn renewal_reports_exactly_the_leases_taken_over(redis: TestRedis) -> anyhow::Result<()> {

@@ -56,8 +56,7 @@ fn poison(fail: Arc<std::sync::atomic::AtomicBool>) -> Recorder {
 
 crate::on_both_topologies!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    a_poison_message_halts_its_partition_only_and_each_operator_action_does_what_it_says,
-    cluster: #[ignore = "needs one renew call per slot or node: the heartbeat renews every lease of the instance in one script call, and with partitions in several slots Redis Cluster refuses it (CROSSSLOT); the waker blocks with one XREAD over every owned stream, likewise multi-slot (issue 11 part 2: per-node heartbeat and waker)"]
+    a_poison_message_halts_its_partition_only_and_each_operator_action_does_what_it_says
 );
 
 async fn a_poison_message_halts_its_partition_only_and_each_operator_action_does_what_it_says(

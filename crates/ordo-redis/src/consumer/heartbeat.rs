@@ -1,5 +1,5 @@
-//! The heartbeat: renews every lease this instance holds, in one script call
-//! per interval, whatever the handlers do.
+//! The heartbeat: renews every lease this instance holds, with one script
+//! call per Redis node and interval, whatever the handlers do.
 //!
 //! It runs on its own OS thread with its own single-threaded runtime and
 //! its own Redis connection: a handler that blocks every runtime worker
@@ -125,7 +125,7 @@ async fn beat(
             continue;
         }
         let ttl = timing.ttl;
-        match lease::renew(client, ttl, held.iter().map(|(k, v)| (k.as_str(), v.as_str()))).await {
+        match lease::renew(client, ttl, &held).await {
             Ok(positions) => {
                 renewed = started;
                 renewals.renewed();

@@ -7,11 +7,12 @@
 //! - one **worker** per owned unit ([`worker`]: a partition, or a process
 //!   manager's correlation value) reads, handles and acknowledges under the
 //!   lease, strictly one message at a time;
-//! - the **waker** ([`waker`]) blocks in one `XREAD` over every idle owned
-//!   stream on its own connection and wakes only the workers whose streams
-//!   got entries, so idle partitions cost nothing each;
-//! - the **heartbeat** ([`heartbeat`]) renews every held lease in one script
-//!   call per interval, on its own thread, runtime and connection, so no
+//! - the **waker** ([`waker`]) arms an idle partition's doorbell, which the
+//!   next publish to it rings on a sharded Pub/Sub channel the waker listens
+//!   to, and wakes only the workers whose partitions rang, so idle partitions
+//!   cost nothing each;
+//! - the **heartbeat** ([`heartbeat`]) renews every held lease with one
+//!   script call per Redis node and interval, on its own thread, runtime and connection, so no
 //!   handler can starve it, and kills the worker of a lease it lost or
 //!   cannot renew in time;
 //! - **plain consumers** ([`plain`]) read non-partitioned categories' base
@@ -52,7 +53,7 @@ pub(crate) struct Settings {
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,
     pub(crate) read_batch: usize,
-    /// How long the waker's `XREAD` blocks when nothing changes.
+    /// How long a plain consumer's `XREADGROUP` blocks when nothing changes.
     pub(crate) wake_block: Duration,
     /// How many handler runs may be in flight at once across partitions.
     pub(crate) max_concurrency: usize,
@@ -169,10 +170,14 @@ pub(crate) async fn run(
     renewals: heartbeat::RenewalSignal,
 ) -> Result<()> {
     let background = CancellationToken::new();
-    let waker_client = connection::blocking_builder(url.expose(), &settings.tls)?.build()?;
+    let waker_client =
+        connection::subscriber_builder(url.expose(), &settings.tls)?.build_subscriber_client()?;
     connection::connect_in_background(&waker_client);
-    let (waker, waker_handle) =
-        waker::Waker::new(waker_client.clone(), settings.wake_block, settings.poll_interval);
+    let (waker, waker_handle) = waker::Waker::new(
+        waker_client.clone(),
+        partitions.client().clone(),
+        settings.poll_interval,
+    );
     let waker_task = tokio::spawn(waker.run(background.clone()));
 
     let leases = LeaseTable::default();

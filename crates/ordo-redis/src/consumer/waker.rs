@@ -1,42 +1,84 @@
-//! The waker: one blocking `XREAD` over every idle owned stream, on its own
-//! connection, waking only the workers whose streams got new entries.
+//! The waker: wakes an idle worker when an entry is published to a
+//! partition it waits on, at no cost per idle partition and interval.
 //!
-//! An idle worker registers its lanes with the last ids its fenced read saw
-//! and waits. The waker blocks in `XREAD BLOCK <ms> STREAMS s1..sN id1..idN`;
-//! when it returns, the workers of the streams that got entries are woken
-//! (and unregistered: a busy worker is not watched). A registration while the
-//! read blocks interrupts it (the client sends `CLIENT UNBLOCK` when another
-//! command follows a blocked one), so a newly idle stream is watched at once.
-//! Because registrations carry explicit ids, an entry added between a
-//! worker's read and its registration is still seen. Idle cost: one `XREAD`
-//! per block timeout, whatever the number of streams.
+//! A worker that has read every lane of its partitions up to their end
+//! registers them, each lane with the last id it saw, and waits. The waker
+//! subscribes to the sharded Pub/Sub doorbell channel of each partition's
+//! slot (once per slot, on its own connection), then **arms** each
+//! partition's doorbell with one script that first checks that no entry
+//! arrived after those ids; if one did, the worker is woken at once. The
+//! publish script deletes an armed doorbell and rings its slot's channel
+//! with the doorbell's name; the waker wakes the workers waiting on it.
+//!
+//! Because the check and the arming are one atomic step, and the
+//! subscription is confirmed before the arming, a publish lands either
+//! before the arming (and the worker is woken by the check) or after (and
+//! rings a channel the waker listens to): no wake-up is lost.
+//!
+//! Idle cost: nothing per interval, whatever the number of idle partitions;
+//! one script per partition that turns idle. It is the same on a single
+//! Redis and on a Redis Cluster, where one blocking `XREAD` over the
+//! streams of many slots is refused (`CROSSSLOT`) and a sharded channel
+//! lives on the node serving its slot.
+//!
+//! Rings published while the subscriber is disconnected are lost: after it
+//! reconnects, the waker subscribes again and wakes every waiting worker to
+//! read again. A failed subscription or arming falls back to waking the
+//! worker after the retry delay (polling, until Redis answers again).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::Client;
-use fred::prelude::{ClientLike, StreamsInterface};
+use fred::clients::{Pool, SubscriberClient};
+use fred::interfaces::{EventInterface, PubsubInterface};
 use fred::types::Value;
 use tokio::sync::Notify;
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::scripts::array;
+use crate::error::Result;
+use crate::scripts::SCRIPTS;
 
 /// A worker's identity for the waker.
 pub(crate) type WatcherId = u64;
 
+/// One partition a worker waits on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Bell {
+    /// The partition's doorbell key.
+    pub(crate) doorbell: String,
+    /// The doorbell channel of the partition's slot.
+    pub(crate) channel: String,
+    /// Each lane of the partition, with the last id the worker read.
+    pub(crate) lanes: Vec<(String, String)>,
+}
+
 enum Command {
     Watch {
         watcher: WatcherId,
-        streams: Vec<(String, String)>,
+        bells: Vec<Bell>,
         notify: Arc<Notify>,
     },
     Unwatch {
         watcher: WatcherId,
     },
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Watch { watcher, bells, .. } => f
+                .debug_struct("Watch")
+                .field("watcher", watcher)
+                .field("bells", bells)
+                .finish(),
+            Self::Unwatch { watcher } => f.debug_struct("Unwatch").field("watcher", watcher).finish(),
+        }
+    }
 }
 
 /// Registers idle workers with the waker.
@@ -46,11 +88,12 @@ pub(crate) struct WakerHandle {
 }
 
 impl WakerHandle {
-    /// Wakes `notify` once any of `streams` has an entry after its id.
-    pub(crate) fn watch(&self, watcher: WatcherId, streams: Vec<(String, String)>, notify: Arc<Notify>) {
+    /// Wakes `notify` once any of `bells`' partitions has an entry after the
+    /// worker's ids (replacing what `watcher` watched before).
+    pub(crate) fn watch(&self, watcher: WatcherId, bells: Vec<Bell>, notify: Arc<Notify>) {
         let _ = self.commands.send(Command::Watch {
             watcher,
-            streams,
+            bells,
             notify,
         });
     }
@@ -61,53 +104,67 @@ impl WakerHandle {
     }
 }
 
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Watch { watcher, streams, .. } => f
-                .debug_struct("Watch")
-                .field("watcher", watcher)
-                .field("streams", streams)
-                .finish(),
-            Self::Unwatch { watcher } => f.debug_struct("Unwatch").field("watcher", watcher).finish(),
-        }
-    }
+/// What an arming task found for one registration.
+#[derive(Debug)]
+enum Armed {
+    /// An entry arrived after the worker's read: wake it now.
+    Ready { watcher: WatcherId, registration: u64 },
+    /// The subscription or the arming failed; the retry delay has passed.
+    Failed { watcher: WatcherId, registration: u64 },
 }
 
 struct Watch {
-    streams: Vec<(String, String)>,
+    /// Which registration of the watcher this is (arming results of an
+    /// earlier one are ignored).
+    registration: u64,
+    doorbells: Vec<String>,
     notify: Arc<Notify>,
 }
 
 /// The waker's state and loop.
 pub(crate) struct Waker {
-    client: Client,
-    block: Duration,
+    subscriber: SubscriberClient,
+    client: Pool,
     retry: Duration,
     commands: UnboundedReceiver<Command>,
+    armed_tx: UnboundedSender<Armed>,
+    armed: UnboundedReceiver<Armed>,
     watches: HashMap<WatcherId, Watch>,
+    /// The watchers waiting on each doorbell.
+    waiting: HashMap<String, HashSet<WatcherId>>,
+    /// The doorbell channels subscribed to (never unsubscribed: there is
+    /// one per slot at most).
+    subscribed: HashSet<String>,
+    registrations: u64,
 }
 
 impl std::fmt::Debug for Waker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Waker")
             .field("watches", &self.watches.len())
+            .field("subscribed", &self.subscribed.len())
             .finish_non_exhaustive()
     }
 }
 
 impl Waker {
-    /// A waker reading with `client` (a dedicated connection configured to
-    /// interrupt blocked reads), blocking at most `block` per read and
-    /// waiting `retry` after a failed one.
-    pub(crate) fn new(client: Client, block: Duration, retry: Duration) -> (Self, WakerHandle) {
+    /// A waker listening with `subscriber` (its own connections), arming
+    /// with `client`, and falling back to waking a worker after `retry`
+    /// when Redis refuses a subscription or an arming.
+    pub(crate) fn new(subscriber: SubscriberClient, client: Pool, retry: Duration) -> (Self, WakerHandle) {
         let (commands_tx, commands) = unbounded_channel();
+        let (armed_tx, armed) = unbounded_channel();
         let waker = Self {
+            subscriber,
             client,
-            block,
             retry,
             commands,
+            armed_tx,
+            armed,
             watches: HashMap::new(),
+            waiting: HashMap::new(),
+            subscribed: HashSet::new(),
+            registrations: 0,
         };
         (
             waker,
@@ -119,159 +176,190 @@ impl Waker {
 
     /// Runs until `shutdown` is cancelled.
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        let mut rings = self.subscriber.message_rx();
+        let mut reconnects = self.subscriber.reconnect_rx();
         loop {
-            while let Ok(command) = self.commands.try_recv() {
-                self.apply(command);
-            }
-            if self.watches.is_empty() {
-                tokio::select! {
-                    command = self.commands.recv() => match command {
-                        Some(command) => self.apply(command),
-                        None => return,
-                    },
-                    () = shutdown.cancelled() => return,
-                }
-                continue;
-            }
-            if !self.read_once(&shutdown).await {
-                return;
-            }
-        }
-    }
-
-    /// One blocking read over the watched streams; returns false on shutdown.
-    async fn read_once(&mut self, shutdown: &CancellationToken) -> bool {
-        let (keys, ids) = self.read_arguments();
-        let block_ms = u64::try_from(self.block.as_millis()).unwrap_or(u64::MAX).max(1);
-        let client = self.client.clone();
-        let read = client.xread::<Value, _, _>(Some(1), Some(block_ms), keys, ids);
-        tokio::pin!(read);
-        let mut interrupted = false;
-        let result = loop {
             tokio::select! {
-                result = &mut read => break result,
-                command = self.commands.recv(), if !interrupted => {
-                    let Some(command) = command else { return false };
-                    self.apply(command);
-                    // Any command on this client interrupts the blocked read;
-                    // its reply (entries or an UNBLOCKED error) is still
-                    // awaited above, so no wake-up is lost.
-                    interrupted = true;
-                    let client = client.clone();
-                    tokio::spawn(async move {
-                        let _: Result<(), _> = client.ping(None).await;
-                    });
+                biased;
+                () = shutdown.cancelled() => return,
+                reconnect = reconnects.recv() => {
+                    if matches!(reconnect, Err(RecvError::Closed)) {
+                        return;
+                    }
+                    self.resubscribe().await;
                 }
-                () = shutdown.cancelled() => return false,
-            }
-        };
-        match result {
-            Ok(value) => self.wake(value),
-            // An UNBLOCKED reply is an interruption even when this read was
-            // not interrupted on purpose: the PING that interrupts a read
-            // can land after that read already returned, and unblock the
-            // next one. The ids are explicit, so reading again loses
-            // nothing; taking it for a failure would stop watching for the
-            // retry delay (a poll interval added to the latency).
-            Err(error) if interrupted || error.details().starts_with("UNBLOCKED") => {
-                debug!(%error, "waker read interrupted to watch new streams");
-            }
-            Err(error) => {
-                // The connection may have dropped with entries in flight:
-                // wake everyone (a spurious wake costs one fenced read).
-                warn!(%error, "waker read failed; waking every watcher");
-                self.wake_all();
-                return sleep_or_shutdown(self.retry, shutdown).await;
+                ring = rings.recv() => match ring {
+                    Ok(message) => self.ring(&message.value),
+                    Err(RecvError::Lagged(missed)) => {
+                        debug!(missed, "doorbell rings were dropped before being read; waking every watcher");
+                        self.wake_all();
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+                Some(armed) = self.armed.recv() => self.armed(armed),
+                command = self.commands.recv() => match command {
+                    Some(command) => self.apply(command).await,
+                    None => return,
+                },
             }
         }
-        true
     }
 
-    fn apply(&mut self, command: Command) {
+    /// After a reconnection: rings may have been lost while disconnected,
+    /// so every channel is subscribed again and every watcher woken.
+    async fn resubscribe(&mut self) {
+        if let Err(error) = self.subscriber.resubscribe_all().await {
+            warn!(%error, "cannot subscribe to the doorbell channels again; they are subscribed anew as workers wait");
+            self.subscribed.clear();
+            let _ = self.subscriber.unsubscribe_all().await;
+        }
+        debug!(
+            watchers = self.watches.len(),
+            "doorbell subscriber reconnected; waking every watcher"
+        );
+        self.wake_all();
+    }
+
+    async fn apply(&mut self, command: Command) {
         match command {
             Command::Watch {
                 watcher,
-                streams,
+                bells,
                 notify,
-            } => {
-                self.watches.insert(watcher, Watch { streams, notify });
-            }
+            } => self.watch(watcher, bells, notify).await,
             Command::Unwatch { watcher } => {
-                self.watches.remove(&watcher);
+                self.remove(watcher);
             }
         }
     }
 
-    /// Each watched stream once, from the smallest id any watcher holds.
-    fn read_arguments(&self) -> (Vec<String>, Vec<String>) {
-        let mut from: BTreeMap<&str, &str> = BTreeMap::new();
-        for watch in self.watches.values() {
-            for (stream, id) in &watch.streams {
-                from.entry(stream)
-                    .and_modify(|current| {
-                        if id_less(id, current) {
-                            *current = id;
-                        }
-                    })
-                    .or_insert(id);
-            }
+    async fn watch(&mut self, watcher: WatcherId, bells: Vec<Bell>, notify: Arc<Notify>) {
+        self.remove(watcher);
+        self.registrations += 1;
+        let registration = self.registrations;
+        let doorbells: Vec<String> = bells.iter().map(|bell| bell.doorbell.clone()).collect();
+        for doorbell in &doorbells {
+            self.waiting.entry(doorbell.clone()).or_default().insert(watcher);
         }
-        from.into_iter()
-            .map(|(s, i)| (s.to_owned(), i.to_owned()))
-            .unzip()
-    }
-
-    /// Wakes the watchers of every stream in an XREAD reply.
-    fn wake(&mut self, reply: Value) {
-        let streams: Vec<String> = array(reply)
-            .into_iter()
-            .filter_map(|entry| array(entry).into_iter().next())
-            .filter_map(|name| name.as_str().map(|s| s.into_owned()))
-            .collect();
-        if streams.is_empty() {
-            return;
-        }
-        self.watches.retain(|_, watch| {
-            let hit = watch.streams.iter().any(|(s, _)| streams.contains(s));
-            if hit {
-                watch.notify.notify_one();
-            }
-            !hit
+        self.watches.insert(
+            watcher,
+            Watch {
+                registration,
+                doorbells,
+                notify,
+            },
+        );
+        // Subscribed before arming: a ring can only follow the arming.
+        let subscribed = self.subscribe(&bells).await;
+        let client = self.client.clone();
+        let report = self.armed_tx.clone();
+        let retry = self.retry;
+        tokio::spawn(async move {
+            let armed = match subscribed {
+                Ok(()) => arm(&client, &bells).await,
+                Err(error) => Err(error),
+            };
+            let outcome = match armed {
+                Ok(false) => return,
+                Ok(true) => Armed::Ready {
+                    watcher,
+                    registration,
+                },
+                Err(error) => {
+                    warn!(%error, "cannot arm a doorbell; the worker reads again after the retry delay");
+                    tokio::time::sleep(retry).await;
+                    Armed::Failed {
+                        watcher,
+                        registration,
+                    }
+                }
+            };
+            let _ = report.send(outcome);
         });
     }
 
+    /// Subscribes to the channels of `bells` not subscribed to yet.
+    async fn subscribe(&mut self, bells: &[Bell]) -> Result<()> {
+        for bell in bells {
+            if !self.subscribed.contains(&bell.channel) {
+                self.subscriber.ssubscribe(bell.channel.as_str()).await?;
+                self.subscribed.insert(bell.channel.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn armed(&mut self, armed: Armed) {
+        let (Armed::Ready {
+            watcher,
+            registration,
+        }
+        | Armed::Failed {
+            watcher,
+            registration,
+        }) = armed;
+        if self
+            .watches
+            .get(&watcher)
+            .is_some_and(|watch| watch.registration == registration)
+            && let Some(watch) = self.remove(watcher)
+        {
+            watch.notify.notify_one();
+        }
+    }
+
+    /// Wakes the watchers of the doorbell a ring names.
+    fn ring(&mut self, doorbell: &Value) {
+        let Some(doorbell) = doorbell.as_str() else {
+            return;
+        };
+        let Some(watchers) = self.waiting.remove(doorbell.as_ref()) else {
+            return;
+        };
+        for watcher in watchers {
+            if let Some(watch) = self.remove(watcher) {
+                watch.notify.notify_one();
+            }
+        }
+    }
+
+    /// Forgets `watcher`'s registration and returns it.
+    fn remove(&mut self, watcher: WatcherId) -> Option<Watch> {
+        let watch = self.watches.remove(&watcher)?;
+        for doorbell in &watch.doorbells {
+            if let Entry::Occupied(mut waiting) = self.waiting.entry(doorbell.clone()) {
+                waiting.get_mut().remove(&watcher);
+                if waiting.get().is_empty() {
+                    waiting.remove();
+                }
+            }
+        }
+        Some(watch)
+    }
+
     fn wake_all(&mut self) {
+        self.waiting.clear();
         for (_, watch) in self.watches.drain() {
             watch.notify.notify_one();
         }
     }
 }
 
-async fn sleep_or_shutdown(duration: Duration, shutdown: &CancellationToken) -> bool {
-    super::sleep_unless(shutdown, duration).await
-}
-
-/// Compares two stream ids (`ms-seq`); malformed ids compare as equal.
-fn id_less(a: &str, b: &str) -> bool {
-    fn parse(id: &str) -> Option<(u64, u64)> {
-        let (ms, seq) = id.split_once('-')?;
-        Some((ms.parse().ok()?, seq.parse().ok()?))
+/// Arms the doorbell of each of `bells`; true when one of them has an entry
+/// after the worker's read (the rest are then left unarmed).
+async fn arm(client: &Pool, bells: &[Bell]) -> Result<bool> {
+    for bell in bells {
+        let mut keys = Vec::with_capacity(1 + bell.lanes.len());
+        keys.push(bell.doorbell.clone());
+        let mut args = Vec::with_capacity(bell.lanes.len());
+        for (lane, id) in &bell.lanes {
+            keys.push(lane.clone());
+            args.push(Value::from(id.as_str()));
+        }
+        let reply = SCRIPTS.arm.run(client, keys, args).await?;
+        if reply.as_i64() == Some(1) {
+            return Ok(true);
+        }
     }
-    match (parse(a), parse(b)) {
-        (Some(a), Some(b)) => a < b,
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::id_less;
-
-    #[test]
-    fn ids_compare_numerically() {
-        assert!(id_less("9-0", "10-0"));
-        assert!(id_less("10-2", "10-10"));
-        assert!(!id_less("10-10", "10-2"));
-        assert!(!id_less("0-0", "0-0"));
-    }
+    Ok(false)
 }

@@ -33,7 +33,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::SharedRef;
 use super::unit::Unit;
-use super::waker::WatcherId;
+use super::waker::{Bell, WatcherId};
 use crate::error::Error;
 use crate::fence::RedisFence;
 use crate::keys::PartitionKeys;
@@ -304,20 +304,28 @@ impl Worker {
     /// Waits for new entries (or the time to reap); `Some` to stop.
     async fn wait_idle(&self, idle: &[(usize, Idle)], reap_after: &mut Option<Instant>) -> Option<Exit> {
         let settings = &self.shared.settings;
-        let mut streams = Vec::new();
-        for (index, state) in idle {
-            let partition = &self.unit.partitions[*index];
-            streams.push((partition.primary().to_owned(), state.primary_last.clone()));
-            streams.push((partition.backfill().to_owned(), state.backfill_last.clone()));
-        }
+        let bell = |partition: &PartitionKeys, primary_last: &str, backfill_last: &str| Bell {
+            doorbell: partition.doorbell(),
+            channel: partition.doorbell_channel(),
+            lanes: vec![
+                (partition.primary().to_owned(), primary_last.to_owned()),
+                (partition.backfill().to_owned(), backfill_last.to_owned()),
+            ],
+        };
         // Partitions of a process-manager unit that do not exist (yet) are
         // watched from the start, so a publish that creates them wakes us.
-        for (index, partition) in self.unit.partitions.iter().enumerate() {
-            if !idle.iter().any(|(i, _)| *i == index) {
-                streams.push((partition.primary().to_owned(), "0-0".to_owned()));
-                streams.push((partition.backfill().to_owned(), "0-0".to_owned()));
-            }
-        }
+        let bells = self
+            .unit
+            .partitions
+            .iter()
+            .enumerate()
+            .map(
+                |(index, partition)| match idle.iter().find(|(i, _)| *i == index) {
+                    Some((_, state)) => bell(partition, &state.primary_last, &state.backfill_last),
+                    None => bell(partition, "0-0", "0-0"),
+                },
+            )
+            .collect();
         // `reap_idle_ms = 0`: never reap, so no reap timer at all.
         let reap_in = settings.reap_idle.map(|reap_idle| {
             let due = idle
@@ -335,7 +343,7 @@ impl Worker {
                 None => std::future::pending().await,
             }
         };
-        self.shared.waker.watch(self.watcher, streams, self.wake.clone());
+        self.shared.waker.watch(self.watcher, bells, self.wake.clone());
         tokio::select! {
             () = self.wake.notified() => None,
             () = self.control.stop.cancelled() => Some(Exit::Released),

@@ -30,6 +30,10 @@
 --   this: its position already makes it idempotent, and the id set is the
 --   costliest part of a publish (a ZADD and its trimming per message).
 --
+-- An appended entry rings the partition's doorbell when a waker armed it
+-- (its worker waits for exactly this): the doorbell is deleted and its name
+-- published on the slot's channel, once per arming.
+--
 -- Returns {'ok', id or 'dup'...} or, when an XADD failed,
 -- {'error', published, message}.
 local window, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -40,9 +44,10 @@ end
 local ids = {'ok'}
 local trimmed = {}
 local joining_now = {}
-for i = 0, #KEYS / 6 - 1 do
-  local stream, index, registry, recent, joining, position_key =
-    KEYS[6 * i + 1], KEYS[6 * i + 2], KEYS[6 * i + 3], KEYS[6 * i + 4], KEYS[6 * i + 5], KEYS[6 * i + 6]
+for i = 0, #KEYS / 8 - 1 do
+  local stream, index, registry, recent, joining, position_key, doorbell, channel =
+    KEYS[8 * i + 1], KEYS[8 * i + 2], KEYS[8 * i + 3], KEYS[8 * i + 4], KEYS[8 * i + 5], KEYS[8 * i + 6],
+    KEYS[8 * i + 7], KEYS[8 * i + 8]
   local member, type_name, envelope, message_id, position =
     ARGV[5 * i + 3], ARGV[5 * i + 4], ARGV[5 * i + 5], ARGV[5 * i + 6], ARGV[5 * i + 7]
   local by_id = window > 0 and position == ''
@@ -87,6 +92,9 @@ for i = 0, #KEYS / 6 - 1 do
     end
     if member ~= '' then
       redis.call('SADD', index, member)
+    end
+    if redis.call('DEL', doorbell) == 1 then
+      redis.call('SPUBLISH', channel, doorbell)
     end
     if position ~= '' then
       redis.call('SET', position_key, position)

@@ -6,7 +6,8 @@
 --
 -- KEYS: lease key, primary lane, backfill lane, partition index bucket
 --       (in the partition's slot),
---       primary lane's published ids, backfill lane's published ids, then
+--       primary lane's published ids, backfill lane's published ids, the
+--       partition's doorbell, then
 --       six per group of ARGV: its halt, lease, generation, commit marker,
 --       attempt sequence and failed-attempt counts on this partition
 -- ARGV: lease value, index member, idle ms, then the groups the caller
@@ -28,7 +29,7 @@ end
 local idle_ms = tonumber(ARGV[3])
 local passed = {}
 for i = 4, #ARGV do
-  passed[ARGV[i]] = 6 + (i - 4) * 6
+  passed[ARGV[i]] = 7 + (i - 4) * 6
 end
 local now = now_ms()
 local unknown = false
@@ -61,7 +62,7 @@ for _, base in pairs(passed) do
     return {'busy', idle_ms}
   end
 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7])
 for _, base in pairs(passed) do
   -- The operator action log stays: it is the record of what was decided.
   redis.call('DEL', KEYS[base + 2], KEYS[base + 3], KEYS[base + 4], KEYS[base + 5], KEYS[base + 6])

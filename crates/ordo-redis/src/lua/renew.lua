@@ -1,13 +1,23 @@
--- Renews every lease an instance holds, in one call per heartbeat.
+#!lua flags=allow-cross-slot-keys
+-- Renews every lease an instance holds on one Redis node, in one call per
+-- heartbeat, whatever the number of leases.
 --
--- KEYS: lease keys
--- ARGV: ttl ms, then the value expected in each lease key
+-- KEYS[1]: one of the lease keys (a Redis Cluster routes the call by it)
+-- ARGV: ttl ms, then a pair per lease: its key and the value expected in it
 --
--- Returns the (1-based) positions of the leases that are no longer held.
+-- Returns the (1-based) positions of the pairs whose lease is no longer held.
+--
+-- The one script that takes key names in ARGV: a Redis Cluster refuses a
+-- call whose declared keys span slots (CROSSSLOT), and the leases of one
+-- node's partitions sit in as many slots as there are partitions. The
+-- `allow-cross-slot-keys` flag lets one call touch every slot its node
+-- serves; a key of a slot the node no longer serves (after a failover or a
+-- resharding) fails the call, and the caller groups the leases by node again.
 local lost = {}
-for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[i + 1] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+for i = 1, (#ARGV - 1) / 2 do
+  local key, expected = ARGV[2 * i], ARGV[2 * i + 1]
+  if redis.call('GET', key) == expected then
+    redis.call('PEXPIRE', key, ARGV[1])
   else
     lost[#lost + 1] = i
   end
