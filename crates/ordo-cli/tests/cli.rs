@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{AUDITOR, CATEGORY, Fixture, PROJECTOR, WAIT, ordo_in};
+use common::{AUDITOR, CATEGORY, Fixture, PROJECTOR, WAIT, noted, ordo_in};
 use ordo_testkit::eventually;
 
 /// The halted head's entry id, as `inspect --json` reports it.
@@ -67,13 +67,7 @@ async fn status_shows_partitions_owners_and_the_halted_key() -> anyhow::Result<(
         .ordo(&["status", "--warn-partitions", "2"])
         .await?
         .expect_code(0)?;
-    assert!(
-        warned
-            .stdout
-            .contains("warning: category `order` has 3 live partitions"),
-        "{}",
-        warned.stdout
-    );
+    warned.expect_stdout("warning: category `order` has 3 live partitions")?;
     fixture.stop().await
 }
 
@@ -137,16 +131,8 @@ async fn partitions_lists_each_key_sorted_with_owner_and_halt() -> anyhow::Resul
 
     // An unknown category is a usage error that lists the known ones.
     let unknown = fixture.ordo(&["partitions", "ordr"]).await?.expect_code(2)?;
-    assert!(
-        unknown.stderr.contains("unknown category `ordr`"),
-        "{}",
-        unknown.stderr
-    );
-    assert!(
-        unknown.stderr.contains("known categories: order"),
-        "{}",
-        unknown.stderr
-    );
+    unknown.expect_stderr("unknown category `ordr`")?;
+    unknown.expect_stderr("known categories: order")?;
     fixture.stop().await
 }
 
@@ -207,26 +193,14 @@ async fn skip_refuses_unless_halted_confirmed_and_unchanged_then_resumes_the_key
         .ordo(&["skip", CATEGORY, "alice", "--yes"])
         .await?
         .expect_code(3)?;
-    assert!(
-        not_halted.stderr.contains("`order:alice` is not halted"),
-        "{}",
-        not_halted.stderr
-    );
+    not_halted.expect_stderr("`order:alice` is not halted")?;
     let unconfirmed = fixture.ordo(&["skip", CATEGORY, "bob"]).await?.expect_code(3)?;
-    assert!(
-        unconfirmed.stderr.contains("stdin is not a terminal"),
-        "{}",
-        unconfirmed.stderr
-    );
+    unconfirmed.expect_stderr("stdin is not a terminal")?;
     let changed = fixture
         .ordo(&["skip", CATEGORY, "bob", "--yes", "--expect-head", "1-0"])
         .await?
         .expect_code(3)?;
-    assert!(
-        changed.stderr.contains(&format!("is {head}, not 1-0")),
-        "{}",
-        changed.stderr
-    );
+    changed.expect_stderr(&format!("is {head}, not 1-0"))?;
     assert_eq!(fixture.halted().await?.len(), 1, "refusals change nothing");
 
     let skipped = fixture
@@ -349,11 +323,7 @@ async fn dlq_moves_the_head_aside_and_replay_puts_it_back() -> anyhow::Result<()
         .ordo(&["dlq", "replay", CATEGORY, "bob", "--yes"])
         .await?
         .expect_code(0)?;
-    assert!(
-        empty.stdout.contains("no dead letters to replay"),
-        "{}",
-        empty.stdout
-    );
+    empty.expect_stdout("no dead letters to replay")?;
     fixture.stop().await
 }
 
@@ -365,29 +335,13 @@ async fn several_groups_need_group_named() -> anyhow::Result<()> {
         .ordo(&["inspect", CATEGORY, "bob"])
         .await?
         .expect_code(2)?;
-    assert!(
-        ambiguous
-            .stderr
-            .contains(&format!("several groups: {AUDITOR}, {PROJECTOR}")),
-        "{}",
-        ambiguous.stderr
-    );
-    assert!(
-        ambiguous
-            .stderr
-            .contains(&format!("halted on key `bob`: {PROJECTOR}")),
-        "{}",
-        ambiguous.stderr
-    );
+    ambiguous.expect_stderr(&format!("several groups: {AUDITOR}, {PROJECTOR}"))?;
+    ambiguous.expect_stderr(&format!("halted on key `bob`: {PROJECTOR}"))?;
     let unknown = fixture
         .ordo(&["skip", CATEGORY, "bob", "--group", "Nobody", "--yes"])
         .await?
         .expect_code(2)?;
-    assert!(
-        unknown.stderr.contains("group `Nobody` does not consume"),
-        "{}",
-        unknown.stderr
-    );
+    unknown.expect_stderr("group `Nobody` does not consume")?;
     // The auditor handled bob: not halted for it.
     fixture
         .ordo(&["skip", CATEGORY, "bob", "--group", AUDITOR, "--yes"])
@@ -472,11 +426,7 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
     let warned = ordo_in(&nested, &["status", "--check"], &[])
         .await?
         .expect_code(5)?;
-    assert!(
-        warned.stdout.contains("over the warning threshold of 2"),
-        "{}",
-        warned.stdout
-    );
+    warned.expect_stdout("over the warning threshold of 2")?;
     ordo_in(&nested, &["status", "--check", "--warn-partitions", "3"], &[])
         .await?
         .expect_code(0)?;
@@ -531,37 +481,12 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
 async fn status_check_reports_partitions_without_a_registered_group() -> anyhow::Result<()> {
     let redis = ordo_testkit::Redis::start_local()?;
     let broker = ordo_redis::RedisBroker::builder(redis.url()).build().await?;
-    let envelope = ordo_core::message::Envelope {
-        id: "m-1".to_owned(),
-        kind: ordo_core::message::MessageKind::Event,
-        type_name: "Noted".to_owned(),
-        category: "ledger".to_owned(),
-        aggregate_id: None,
-        routing_key: None,
-        partition_key: Some("acct-1".to_owned()),
-        metadata: ordo_core::message::Metadata::new(),
-        payload: "{}".into(),
-    };
-    ordo_core::broker::Broker::publish(
-        &broker,
-        &[ordo_core::broker::Publication::to_partition(
-            "acct-1",
-            ordo_core::key::Lane::Primary,
-            envelope,
-        )],
-    )
-    .await?;
+    ordo_core::broker::Broker::publish(&broker, &[noted("ledger", "acct-1", 1)]).await?;
     let dir = tempfile::tempdir()?;
     let url = redis.url();
     let checked = ordo_in(dir.path(), &["status", "--check", "--redis-url", &url], &[])
         .await?
         .expect_code(5)?;
-    assert!(
-        checked
-            .stdout
-            .contains("category `ledger` has 1 partition but no registered consumer group"),
-        "{}",
-        checked.stdout
-    );
+    checked.expect_stdout("category `ledger` has 1 partition but no registered consumer group")?;
     Ok(())
 }

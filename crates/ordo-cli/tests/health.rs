@@ -134,6 +134,6 @@ async fn lag_over_the_threshold_is_lagging_with_a_warning() -> anyhow::Result<()
         );
     }
     let text = fixture.ordo(&["status", "--check"]).await?.expect_code(5)?;
-    assert!(text.stdout.contains("is lagging"), "{}", text.stdout);
+    text.expect_stdout("is lagging")?;
     fixture.stop().await
 }

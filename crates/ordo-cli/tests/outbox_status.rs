@@ -43,12 +43,7 @@ async fn status_shows_the_postgres_outbox_and_warns_about_abandoned_rows() -> an
     let text = ordo_in(dir.path(), &args, &[("REDIS_URL", &url)])
         .await?
         .expect_code(0)?;
-    assert!(
-        text.stdout
-            .contains(&format!("PostgreSQL outbox `{schema}`: 2 pending")),
-        "{}",
-        text.stdout
-    );
+    text.expect_stdout(&format!("PostgreSQL outbox `{schema}`: 2 pending"))?;
     let json_args = [&args[..], &["--json", "--check"]].concat();
     let checked = ordo_in(dir.path(), &json_args, &[("REDIS_URL", &url)])
         .await?
@@ -68,6 +63,6 @@ async fn status_shows_the_postgres_outbox_and_warns_about_abandoned_rows() -> an
     let failed = ordo_in(dir.path(), &missing, &[("REDIS_URL", &url)])
         .await?
         .expect_code(1)?;
-    assert!(failed.stderr.contains("is it migrated"), "{}", failed.stderr);
+    failed.expect_stderr("is it migrated")?;
     Ok(())
 }

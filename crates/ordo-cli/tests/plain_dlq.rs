@@ -5,13 +5,11 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use common::{Output, ordo_in};
+use common::{Output, WAIT, ordo_on};
 use ordo::prelude::*;
-use ordo_redis::RedisBroker;
-use ordo_testkit::Redis;
+use ordo_testkit::{Redis, eventually};
 
 /// The aggregate of the plain category `payment`.
 #[derive(Debug, Aggregate)]
@@ -48,37 +46,11 @@ impl Ledger {
     }
 }
 
-const CONFIG: &str = "\
-[server.partitioning]
-lease_ttl_ms = 3000
-heartbeat_interval_seconds = 0.5
-poll_interval_seconds = 0.05
-discovery_interval_seconds = 0.1
-max_retries = 1
-retry_backoff_initial_ms = 10
-retry_backoff_max_ms = 20
-";
-
-async fn until(what: &str, mut condition: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let started = Instant::now();
-    while !condition() {
-        if started.elapsed() > Duration::from_secs(15) {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_dead_letters_are_listed_inspected_replayed_and_purged() -> anyhow::Result<()> {
     let redis = Redis::start_local()?;
     let url = redis.url();
-    let config = Config::from_toml_str(CONFIG)?;
-    let broker = RedisBroker::builder(url.clone())
-        .config(config.clone())
-        .build()
-        .await?;
+    let (broker, config) = common::broker(&url).await?;
     let ledger = Ledger {
         handled: Arc::default(),
         poisoned: Arc::new(AtomicBool::new(true)),
@@ -91,15 +63,7 @@ async fn plain_dead_letters_are_listed_inspected_replayed_and_purged() -> anyhow
         .init()?;
     let running = domain.start();
     let dir = tempfile::tempdir()?;
-    let ordo = |args: &[&str]| {
-        let mut all = vec!["--redis-url".to_owned(), url.clone()];
-        all.extend(args.iter().map(|a| (*a).to_owned()));
-        let dir = dir.path().to_owned();
-        async move {
-            let all: Vec<&str> = all.iter().map(String::as_str).collect();
-            ordo_in(&dir, &all, &[]).await
-        }
-    };
+    let ordo = async |args: &[&str]| ordo_on(&url, dir.path(), args).await;
     let raise = |id: &'static str, poison: bool| {
         let domain = domain.clone();
         async move {
@@ -115,22 +79,25 @@ async fn plain_dead_letters_are_listed_inspected_replayed_and_purged() -> anyhow
     raise("p-1", false).await?;
     raise("p-2", true).await?;
     raise("p-3", false).await?;
-    until("p-1 and p-3 booked", || ledger.handled.lock().unwrap().len() == 2).await?;
+    eventually(WAIT, "p-1 and p-3 booked", || async {
+        Ok(ledger.handled.lock().unwrap().len() == 2)
+    })
+    .await?;
     let listed = |output: &Output| -> anyhow::Result<Vec<serde_json::Value>> {
         Ok(output.json()?.as_array().cloned().unwrap_or_default())
     };
-    let started = Instant::now();
-    let letters = loop {
-        let letters = listed(
+    let plain_letters = || async {
+        listed(
             &ordo(&["dlq", "list", "payment", "--plain", "--json"])
                 .await?
                 .expect_code(0)?,
-        )?;
-        if !letters.is_empty() || started.elapsed() > Duration::from_secs(15) {
-            break letters;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        )
     };
+    eventually(WAIT, "p-2 dead-lettered", || async {
+        Ok(!plain_letters().await?.is_empty())
+    })
+    .await?;
+    let letters = plain_letters().await?;
 
     // list: the plain dead letter, with no key, its group, attempts and error.
     assert_eq!(letters.len(), 1, "{letters:?}");
@@ -163,19 +130,11 @@ async fn plain_dead_letters_are_listed_inspected_replayed_and_purged() -> anyhow
     let text = ordo(&["dlq", "inspect", "payment", "--plain", "--id", &id])
         .await?
         .expect_code(0)?;
-    assert!(
-        text.stdout.contains("payment p-2 cannot be booked"),
-        "{}",
-        text.stdout
-    );
+    text.expect_stdout("payment p-2 cannot be booked")?;
     let unknown = ordo(&["dlq", "inspect", "payment", "--plain", "--id", "0-1"])
         .await?
         .expect_code(2)?;
-    assert!(
-        unknown.stderr.contains("no dead letter `0-1` in `payment:dlq`"),
-        "{}",
-        unknown.stderr
-    );
+    unknown.expect_stderr("no dead letter `0-1` in `payment:dlq`")?;
     // A key and --plain together, or neither, are refused by the parser.
     ordo(&["dlq", "inspect", "payment", "k", "--plain", "--id", &id])
         .await?
@@ -193,35 +152,21 @@ async fn plain_dead_letters_are_listed_inspected_replayed_and_purged() -> anyhow
     let report = replayed.json()?;
     assert!(report["key"].is_null());
     assert_eq!(report["replayed"][0]["dead_letter_id"], id.as_str());
-    until("p-2 booked after the replay", || {
-        ledger.handled.lock().unwrap().contains(&"p-2".to_owned())
+    eventually(WAIT, "p-2 booked after the replay", || async {
+        Ok(ledger.handled.lock().unwrap().contains(&"p-2".to_owned()))
     })
     .await?;
-    assert!(
-        listed(
-            &ordo(&["dlq", "list", "payment", "--plain", "--json"])
-                .await?
-                .expect_code(0)?
-        )?
-        .is_empty()
-    );
+    assert!(plain_letters().await?.is_empty());
 
     // purge: one by id, then the rest; an unknown id purges nothing.
     ledger.poisoned.store(true, Ordering::SeqCst);
     raise("p-4", true).await?;
     raise("p-5", true).await?;
-    let started = Instant::now();
-    let letters = loop {
-        let letters = listed(
-            &ordo(&["dlq", "list", "payment", "--plain", "--json"])
-                .await?
-                .expect_code(0)?,
-        )?;
-        if letters.len() == 2 || started.elapsed() > Duration::from_secs(15) {
-            break letters;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    eventually(WAIT, "p-4 and p-5 dead-lettered", || async {
+        Ok(plain_letters().await?.len() == 2)
+    })
+    .await?;
+    let letters = plain_letters().await?;
     assert_eq!(letters.len(), 2);
     let first = letters[0]["id"].as_str().unwrap().to_owned();
     let refused = ordo(&[
@@ -229,7 +174,7 @@ async fn plain_dead_letters_are_listed_inspected_replayed_and_purged() -> anyhow
     ])
     .await?
     .expect_code(2)?;
-    assert!(refused.stderr.contains("nothing purged"), "{}", refused.stderr);
+    refused.expect_stderr("nothing purged")?;
     ordo(&["dlq", "purge", "payment", "--plain", "--id", &first])
         .await?
         .expect_code(3)?;
@@ -239,24 +184,13 @@ async fn plain_dead_letters_are_listed_inspected_replayed_and_purged() -> anyhow
     .await?
     .expect_code(0)?;
     assert_eq!(purged.json()?["purged"], serde_json::json!([first]));
-    let left = listed(
-        &ordo(&["dlq", "list", "payment", "--plain", "--json"])
-            .await?
-            .expect_code(0)?,
-    )?;
+    let left = plain_letters().await?;
     assert_eq!(left.len(), 1);
     assert_eq!(left[0]["message"]["envelope"]["payload"]["payment_id"], "p-5");
     ordo(&["dlq", "purge", "payment", "--plain", "-y"])
         .await?
         .expect_code(0)?;
-    assert!(
-        listed(
-            &ordo(&["dlq", "list", "payment", "--plain", "--json"])
-                .await?
-                .expect_code(0)?
-        )?
-        .is_empty()
-    );
+    assert!(plain_letters().await?.is_empty());
 
     running.shutdown().await?;
     Ok(())

@@ -75,7 +75,7 @@ async fn the_url_comes_from_a_file_or_the_environment_and_its_password_is_masked
         .await?
         .expect_code(0)?;
     assert_secret_kept("--help", &help);
-    assert!(help.stdout.contains("--redis-url-file <PATH>"), "{}", help.stdout);
+    help.expect_stdout("--redis-url-file <PATH>")?;
     Ok(())
 }
 
@@ -92,13 +92,7 @@ async fn errors_mask_the_password_of_every_url() -> anyhow::Result<()> {
     .await?
     .expect_code(1)?;
     assert_secret_kept("a refused connection", &refused);
-    assert!(
-        refused
-            .stderr
-            .contains(&format!("cannot connect to Redis at redis://ordo:***@{address}")),
-        "{}",
-        refused.stderr
-    );
+    refused.expect_stderr(&format!("cannot connect to Redis at redis://ordo:***@{address}"))?;
 
     let invalid = ordo_in(
         dir.path(),
@@ -108,7 +102,7 @@ async fn errors_mask_the_password_of_every_url() -> anyhow::Result<()> {
     .await?
     .expect_code(2)?;
     assert_secret_kept("an invalid URL", &invalid);
-    assert!(invalid.stderr.contains("REDIS_URL: "), "{}", invalid.stderr);
+    invalid.expect_stderr("REDIS_URL: ")?;
 
     // Nothing listens on port 1: the outbox database is unreachable.
     let database_url = format!("postgres://ordo:{WRONG}@127.0.0.1:1/ordo");
@@ -127,13 +121,9 @@ async fn errors_mask_the_password_of_every_url() -> anyhow::Result<()> {
             .await?
             .expect_code(1)?;
         assert_secret_kept("an unreachable outbox database", &unreachable);
-        assert!(
-            unreachable.stderr.contains(
-                "cannot connect to the PostgreSQL outbox database at postgres://ordo:***@127.0.0.1:1/ordo"
-            ),
-            "{}",
-            unreachable.stderr
-        );
+        unreachable.expect_stderr(
+            "cannot connect to the PostgreSQL outbox database at postgres://ordo:***@127.0.0.1:1/ordo",
+        )?;
     }
 
     let empty = dir.path().join("empty");
@@ -149,10 +139,6 @@ async fn errors_mask_the_password_of_every_url() -> anyhow::Result<()> {
     )
     .await?
     .expect_code(2)?;
-    assert!(
-        empty_file.stderr.contains("the first line is empty"),
-        "{}",
-        empty_file.stderr
-    );
+    empty_file.expect_stderr("the first line is empty")?;
     Ok(())
 }

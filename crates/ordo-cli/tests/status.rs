@@ -1,31 +1,14 @@
 //! `ClusterStatus` (the queries behind `ordo status` and `ordo partitions`)
 //! on a real Redis, where Redis itself cannot tell a group's lag.
 
+mod common;
+
+use common::noted;
 use fred::interfaces::StreamsInterface;
 use fred::types::Value;
 use ordo_core::broker::{Broker, Publication};
-use ordo_core::key::Lane;
-use ordo_core::message::{Envelope, MessageKind, Metadata};
 use ordo_redis::{ClusterStatus, RedisBroker};
 use ordo_testkit::Redis;
-
-fn publication(category: &str, key: &str, seq: u64) -> Publication {
-    Publication::to_partition(
-        key,
-        Lane::Primary,
-        Envelope {
-            id: format!("m-{seq}"),
-            kind: MessageKind::Event,
-            type_name: "Noted".to_owned(),
-            category: category.to_owned(),
-            aggregate_id: None,
-            routing_key: None,
-            partition_key: Some(key.to_owned()),
-            metadata: Metadata::new(),
-            payload: format!("{{\"seq\":{seq}}}").into(),
-        },
-    )
-}
 
 /// The `lag` field of `group` in an `XINFO GROUPS` reply.
 fn reported_lag(groups: Value, group: &str) -> Value {
@@ -49,7 +32,7 @@ async fn lag_is_counted_when_redis_cannot_tell_it() -> anyhow::Result<()> {
     let stream = ordo_redis::PartitionKeys::new("audit", "k", "backfill")
         .primary()
         .to_owned();
-    let publications: Vec<Publication> = (1..=4).map(|seq| publication("audit", "k", seq)).collect();
+    let publications: Vec<Publication> = (1..=4).map(|seq| noted("audit", "k", seq)).collect();
     broker.publish(&publications).await?;
     let client = broker.client();
     let _: Value = client.xgroup_create(&stream, "Auditor", "0", false).await?;

@@ -52,12 +52,6 @@ async fn status_reads_a_tls_redis_with_the_files_of_domain_toml_or_the_flags() -
     )
     .await?
     .expect_code(1)?;
-    assert!(
-        refused
-            .stderr
-            .contains(&format!("cannot connect to Redis at {url}")),
-        "{}",
-        refused.stderr
-    );
+    refused.expect_stderr(&format!("cannot connect to Redis at {url}"))?;
     Ok(())
 }

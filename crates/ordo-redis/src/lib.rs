@@ -47,6 +47,7 @@ mod connection;
 mod consumer;
 mod error;
 mod fence;
+mod groups;
 pub mod health;
 mod keys;
 mod lease;

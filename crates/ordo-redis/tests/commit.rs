@@ -12,10 +12,7 @@ use std::time::Duration;
 
 use common::pool;
 use common::proxy::Proxy;
-use fred::clients::Client;
 use fred::interfaces::{ClientLike, KeysInterface, ListInterface};
-use fred::prelude::{Builder, Config as FredConfig};
-use fred::types::config::ReconnectPolicy;
 use ordo_redis::{FencedWrite, PartitionKeys, Partitions, RedisFence};
 use ordo_testkit::Redis;
 use ordo_testkit::eventually;
@@ -33,12 +30,9 @@ async fn a_commit_resent_after_a_lost_reply_is_applied_once() -> anyhow::Result<
     let effects = format!("{category}:effects");
     let counter = format!("{category}:counter");
 
-    // A client that reconnects and resends in-flight commands (fred's
-    // default of three attempts), through the proxy.
-    let client: Client = Builder::from_config(FredConfig::from_url(&proxy.url())?)
-        .set_policy(ReconnectPolicy::new_constant(0, 20))
-        .build()?;
-    client.init().await?;
+    // A client that reconnects and resends in-flight commands, through the
+    // proxy.
+    let client = proxy.resending_client(20).await?;
     // Loads the script through the proxy, so the call whose reply is lost
     // is the commit itself.
     fence
@@ -94,10 +88,7 @@ async fn a_resent_commit_answers_the_same_after_the_lease_moved_on() -> anyhow::
 
     // The client's reconnection is slow enough for the lease to expire and
     // be taken over before the commit is resent.
-    let client: Client = Builder::from_config(FredConfig::from_url(&proxy.url())?)
-        .set_policy(ReconnectPolicy::new_constant(0, 1_500))
-        .build()?;
-    client.init().await?;
+    let client = proxy.resending_client(1_500).await?;
     fence
         .commit(&client, &FencedWrite::new().rpush(&effects, "warm-up"))
         .await?;

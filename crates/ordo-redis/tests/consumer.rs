@@ -13,11 +13,14 @@ use fred::interfaces::{ClientLike, KeysInterface, SetsInterface};
 use ordo_core::broker::Broker;
 use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
-use ordo_redis::{PartitionKeys, RedisBroker};
+use ordo_redis::PartitionKeys;
 use ordo_testkit::Redis;
 
 use common::topology::TestRedis;
-use common::{Outcome, Recorder, Running, broker, config, pool, publication, subscription};
+use common::{
+    Outcome, Recorder, Running, broker, config, keys, pool, publication, publish_all, publish_seqs,
+    subscribe, subscription,
+};
 use ordo_testkit::eventually;
 
 /// Who holds `group`'s lease on each of `keys` (instance ids).
@@ -44,26 +47,6 @@ fn count_by_owner(owners: &[Option<String>]) -> BTreeMap<String, usize> {
     counts
 }
 
-async fn publish_all(
-    broker: &RedisBroker,
-    category: &str,
-    keys: &[String],
-    seqs: std::ops::Range<u64>,
-) -> anyhow::Result<()> {
-    let mut publications = Vec::new();
-    for seq in seqs {
-        for key in keys {
-            publications.push(publication(category, key, seq, Lane::Primary));
-        }
-    }
-    broker.publish(&publications).await?;
-    Ok(())
-}
-
-fn keys(n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("k{i}")).collect()
-}
-
 crate::on_both_topologies!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     two_instances_split_the_partitions_and_keep_each_key_in_order
@@ -77,26 +60,18 @@ async fn two_instances_split_the_partitions_and_keep_each_key_in_order(
     let category = common::category("order");
     let keys = keys(8);
     let recorder = Recorder::with(Arc::new(|_, _, _| Outcome::Slow(Duration::from_millis(2))));
-    let sub = || {
-        subscription(
-            "Projector",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )
-    };
+    let sub = || subscribe::partitioned("Projector", &category, &recorder);
     let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
     let b = broker(&url, config(3_000, 3_600_000, 0)).await?;
     publish_all(&a, &category, &keys, 0..30).await?;
 
     let run_a = Running::start(&a, vec![sub()]);
     let run_b = Running::start(&b, vec![sub()]);
-    eventually(Duration::from_secs(30), "every message handled", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.handled().len() >= 8 * 30) }
-    })
-    .await?;
+    recorder
+        .until(Duration::from_secs(30), "every message handled", |r| {
+            r.handled().len() >= 8 * 30
+        })
+        .await?;
     let client = pool(&url).await?;
     eventually(Duration::from_secs(10), "an even split of the leases", || {
         let (client, category, keys) = (client.clone(), category.clone(), keys.clone());
@@ -211,15 +186,7 @@ async fn a_joining_instance_gets_its_share_and_a_leaving_one_hands_over_at_once(
     let category = common::category("order");
     let keys = keys(9);
     let recorder = Recorder::new();
-    let sub = || {
-        subscription(
-            "Projector",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )
-    };
+    let sub = || subscribe::partitioned("Projector", &category, &recorder);
     // A long TTL: hand-over must not wait for it.
     let cfg = || config(30_000, 3_600_000, 0);
     let a = broker(&url, cfg()).await?;
@@ -259,11 +226,11 @@ async fn a_joining_instance_gets_its_share_and_a_leaving_one_hands_over_at_once(
         left.elapsed()
     );
     publish_all(&a, &category, &keys, 1..2).await?;
-    eventually(Duration::from_secs(10), "the new messages handled", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.handled().len() >= 18) }
-    })
-    .await?;
+    recorder
+        .until(Duration::from_secs(10), "the new messages handled", |r| {
+            r.handled().len() >= 18
+        })
+        .await?;
     assert!(recorder.overlaps().is_empty());
     run_a.stop().await?;
     run_b.stop().await?;
@@ -291,28 +258,19 @@ async fn the_primary_lane_drains_before_the_backfill_lane() -> anyhow::Result<()
     publications.extend((0..3).map(|s| publication(&category, "k", s, Lane::Primary)));
     a.publish(&publications).await?;
 
-    let run = Running::start(
-        &a,
-        vec![subscription(
-            "P",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )],
-    );
-    eventually(Duration::from_secs(10), "the first backfill message", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.seqs("k").contains(&100)) }
-    })
-    .await?;
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &recorder)]);
+    recorder
+        .until(Duration::from_secs(10), "the first backfill message", |r| {
+            r.seqs("k").contains(&100)
+        })
+        .await?;
     a.publish(&[publication(&category, "k", 3, Lane::Primary)])
         .await?;
-    eventually(Duration::from_secs(10), "every message", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.seqs("k").len() == 10) }
-    })
-    .await?;
+    recorder
+        .until(Duration::from_secs(10), "every message", |r| {
+            r.seqs("k").len() == 10
+        })
+        .await?;
     let seqs = recorder.seqs("k");
     assert_eq!(&seqs[..4], &[0, 1, 2, 100], "primary first: {seqs:?}");
     let late = seqs.iter().position(|s| *s == 3).expect("handled");
@@ -355,11 +313,11 @@ async fn a_process_manager_owns_each_correlation_value_across_categories() -> an
     a.publish(&publications).await?;
     let run_a = Running::start(&a, vec![sub()]);
     let run_b = Running::start(&b, vec![sub()]);
-    eventually(Duration::from_secs(30), "every message", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.handled().len() >= 80) }
-    })
-    .await?;
+    recorder
+        .until(Duration::from_secs(30), "every message", |r| {
+            r.handled().len() >= 80
+        })
+        .await?;
     assert!(
         recorder.overlaps().is_empty(),
         "one correlation value ran twice at once: {:?}",
@@ -405,16 +363,7 @@ async fn a_cold_partition_is_retired_and_a_later_publish_brings_it_back(
     let category = common::category("order");
     let recorder = Recorder::new();
     let a = broker(&url, config(3_000, 400, 0)).await?;
-    let run = Running::start(
-        &a,
-        vec![subscription(
-            "P",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )],
-    );
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &recorder)]);
     a.publish(&[
         publication(&category, "k", 0, Lane::Primary),
         publication(&category, "k", 1, Lane::Backfill),
@@ -439,15 +388,7 @@ async fn a_cold_partition_is_retired_and_a_later_publish_brings_it_back(
 
     a.publish(&[publication(&category, "k", 2, Lane::Primary)])
         .await?;
-    eventually(
-        Duration::from_secs(10),
-        "the re-created partition consumed",
-        || {
-            let recorder = recorder.clone();
-            async move { Ok(recorder.seqs("k") == [0, 1, 2]) }
-        },
-    )
-    .await?;
+    recorder.wait_seqs("k", &[0, 1, 2]).await?;
     run.stop().await?;
     Ok(())
 }
@@ -462,21 +403,12 @@ async fn idle_cost_does_not_grow_with_owned_partitions() -> anyhow::Result<()> {
     let keys = keys(500);
     publish_all(&a, &category, &keys, 0..1).await?;
     let recorder = Recorder::new();
-    let run = Running::start(
-        &a,
-        vec![subscription(
-            "P",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )],
-    );
-    eventually(Duration::from_secs(60), "every partition drained", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.handled().len() >= 500) }
-    })
-    .await?;
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &recorder)]);
+    recorder
+        .until(Duration::from_secs(60), "every partition drained", |r| {
+            r.handled().len() >= 500
+        })
+        .await?;
     let client = pool(&url).await?;
     // Let the last acknowledgements settle, then count the commands clients
     // send while idle (scripts count once: the commands a script runs inside
@@ -537,23 +469,10 @@ async fn the_consumer_survives_a_redis_restart() -> anyhow::Result<()> {
     let category = common::category("order");
     let recorder = Recorder::new();
     let a = broker(&url, config(2_000, 3_600_000, 0)).await?;
-    let run = Running::start(
-        &a,
-        vec![subscription(
-            "P",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )],
-    );
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &recorder)]);
     a.publish(&[publication(&category, "k", 0, Lane::Primary)])
         .await?;
-    eventually(Duration::from_secs(10), "the first message", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.seqs("k") == [0]) }
-    })
-    .await?;
+    recorder.wait_seqs("k", &[0]).await?;
     redis.restart()?;
     // Publishing retries through the reconnect.
     let mut published = false;
@@ -568,15 +487,13 @@ async fn the_consumer_survives_a_redis_restart() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(published, "publishing works again after the restart");
-    eventually(
-        Duration::from_secs(20),
-        "the message published after the restart",
-        || {
-            let recorder = recorder.clone();
-            async move { Ok(recorder.seqs("k").ends_with(&[1])) }
-        },
-    )
-    .await?;
+    recorder
+        .until(
+            Duration::from_secs(20),
+            "the message published after the restart",
+            |r| r.seqs("k").ends_with(&[1]),
+        )
+        .await?;
     let seqs = recorder.seqs("k");
     assert_eq!(seqs.first(), Some(&0));
     run.stop().await?;
@@ -602,43 +519,26 @@ async fn a_handler_blocking_longer_than_the_lease_does_not_lose_it() -> anyhow::
             Outcome::Succeed
         }
     }));
-    let sub = || {
-        subscription(
-            "P",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )
-    };
+    let sub = || subscribe::partitioned("P", &category, &recorder);
     let a = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
-    a.publish(
-        &(0..3)
-            .map(|s| publication(&category, "k", s, Lane::Primary))
-            .collect::<Vec<_>>(),
-    )
-    .await?;
+    publish_seqs(&a, &category, "k", 0..3).await?;
     let run_a = Running::start(&a, vec![sub()]);
-    eventually(Duration::from_secs(10), "the slow message to start", || {
-        let recorder = recorder.clone();
-        async move { Ok(!recorder.record.lock().unwrap().attempts.is_empty()) }
-    })
-    .await?;
+    recorder
+        .until(
+            Duration::from_secs(10),
+            "the slow message to start",
+            Recorder::started,
+        )
+        .await?;
     let b = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
     let run_b = Running::start(&b, vec![sub()]);
-    eventually(Duration::from_secs(10), "every message", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.seqs("k").len() == 3) }
-    })
-    .await?;
+    recorder
+        .until(Duration::from_secs(10), "every message", |r| {
+            r.seqs("k").len() == 3
+        })
+        .await?;
     assert_eq!(recorder.seqs("k"), [0, 1, 2]);
-    let attempts = recorder
-        .record
-        .lock()
-        .unwrap()
-        .attempts
-        .get(&("k".to_owned(), 0))
-        .copied();
+    let attempts = recorder.attempts("k", 0);
     assert_eq!(
         attempts,
         Some(1),
@@ -658,23 +558,11 @@ async fn one_broker_runs_one_consumer_at_a_time() -> anyhow::Result<()> {
     let a = broker(&redis.url(), config(3_000, 3_600_000, 0)).await?;
     let category = common::category("order");
     let recorder = Recorder::new();
-    let sub = || {
-        subscription(
-            "P",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )
-    };
+    let sub = || subscribe::partitioned("P", &category, &recorder);
     let first = Running::start(&a, vec![sub()]);
     a.publish(&[publication(&category, "k", 0, Lane::Primary)])
         .await?;
-    eventually(Duration::from_secs(10), "the first consumer to run", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.seqs("k") == [0]) }
-    })
-    .await?;
+    recorder.wait_seqs("k", &[0]).await?;
     // Already cancelled: were it (wrongly) accepted, it would stop at once.
     let cancelled = tokio_util::sync::CancellationToken::new();
     cancelled.cancel();

@@ -9,13 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ordo_core::broker::{Broker, Publication};
-use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
 use ordo_core::log_events;
 use ordo_testkit::Redis;
 use tracing_subscriber::layer::SubscriberExt;
 
-use common::{Outcome, Recorder, Running, broker, config, envelope, publication, subscription};
+use common::{Outcome, Recorder, Running, broker, config, envelope, publication, subscribe};
 use ordo_testkit::eventually;
 
 /// Collects the `event` field of every log line.
@@ -57,20 +56,8 @@ async fn halts_reaps_leases_and_dead_letters_are_logged_with_their_event_names()
     let run = Running::start(
         &redis_broker,
         vec![
-            subscription(
-                "Keyed",
-                HandlerKind::Event,
-                &[&keyed],
-                true,
-                Arc::new(poison.clone()),
-            ),
-            subscription(
-                "Plain",
-                HandlerKind::Event,
-                &[&plain],
-                false,
-                Arc::new(failing.clone()),
-            ),
+            subscribe::partitioned("Keyed", &keyed, &poison),
+            subscribe::plain("Plain", &plain, &failing),
         ],
     );
     redis_broker

@@ -19,7 +19,7 @@ use ordo_core::key::Lane;
 use ordo_testkit::Redis;
 
 use common::topology::TestRedis;
-use common::{Recorder, Running, broker, config, pool, publication, subscription};
+use common::{Recorder, Running, broker, config, pool, publication, subscribe, subscription};
 use ordo_testkit::eventually;
 
 /// A group that registers at once but acquires nothing for 20 s (its first
@@ -44,15 +44,7 @@ async fn a_new_group_gets_what_was_published_after_it_joined(redis: TestRedis) -
     let client = pool(&url).await?;
     let first = Recorder::new();
     let second = Recorder::new();
-    let sub = |name: &'static str, recorder: &Recorder| {
-        subscription(
-            name,
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )
-    };
+    let sub = |name: &'static str, recorder: &Recorder| subscribe::partitioned(name, &category, recorder);
 
     // The first group alone: the partition's stream is created without
     // the second group.
@@ -60,10 +52,7 @@ async fn a_new_group_gets_what_was_published_after_it_joined(redis: TestRedis) -
     let run_a = Running::start(&a, vec![sub("First", &first)]);
     a.publish(&[publication(&category, "k", 0, Lane::Primary)])
         .await?;
-    eventually(Duration::from_secs(10), "the first group to handle 0", || async {
-        Ok(first.seqs("k") == [0])
-    })
-    .await?;
+    first.wait_seqs("k", &[0]).await?;
 
     // The second group joins: its instance registers it, then announces
     // itself (so registering is over), but reads nothing yet.
@@ -85,12 +74,7 @@ async fn a_new_group_gets_what_was_published_after_it_joined(redis: TestRedis) -
         publication(&category, "k", 2, Lane::Primary),
     ])
     .await?;
-    eventually(
-        Duration::from_secs(10),
-        "the first group to handle 1, 2",
-        || async { Ok(first.seqs("k") == [0, 1, 2]) },
-    )
-    .await?;
+    first.wait_seqs("k", &[0, 1, 2]).await?;
     run_b.stop().await?;
 
     // The second group's consumer runs for real now: it gets 1 and 2.
@@ -130,13 +114,7 @@ async fn workers_restore_the_group_registries_after_redis_loses_its_data() -> an
     let run = Running::start(
         &a,
         vec![
-            subscription(
-                "P",
-                HandlerKind::Event,
-                &[&partitioned],
-                true,
-                Arc::new(recorder.clone()),
-            ),
+            subscribe::partitioned("P", &partitioned, &recorder),
             subscription(
                 "B",
                 HandlerKind::Event,
@@ -148,11 +126,7 @@ async fn workers_restore_the_group_registries_after_redis_loses_its_data() -> an
     );
     a.publish(&[publication(&partitioned, "k", 0, Lane::Primary)])
         .await?;
-    eventually(Duration::from_secs(10), "the first message", || {
-        let recorder = recorder.clone();
-        async move { Ok(recorder.seqs("k") == [0]) }
-    })
-    .await?;
+    recorder.wait_seqs("k", &[0]).await?;
 
     redis.restart()?;
     let status = ordo_redis::ClusterStatus::new(pool(&url).await?, "backfill");
@@ -239,16 +213,7 @@ async fn a_registration_without_slot_copies_is_redone_at_start() -> anyhow::Resu
         .await?;
     let recorder = Recorder::new();
     let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
-    let run = Running::start(
-        &a,
-        vec![subscription(
-            "Old",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )],
-    );
+    let run = Running::start(&a, vec![subscribe::partitioned("Old", &category, &recorder)]);
     let slot = common::partition(&category, "k").slot();
     eventually(Duration::from_secs(10), "the slot copies written", || {
         let (client, category) = (client.clone(), category.clone());
@@ -260,10 +225,7 @@ async fn a_registration_without_slot_copies_is_redone_at_start() -> anyhow::Resu
     .await?;
     a.publish(&[publication(&category, "k", 0, Lane::Primary)])
         .await?;
-    eventually(Duration::from_secs(10), "the message handled", || async {
-        Ok(recorder.seqs("k") == [0])
-    })
-    .await?;
+    recorder.wait_seqs("k", &[0]).await?;
     run.stop().await?;
     Ok(())
 }

@@ -7,14 +7,12 @@ use std::time::Duration;
 
 use fred::interfaces::StreamsInterface;
 use fred::types::Value;
-use ordo_core::broker::Broker;
-use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
 use ordo_redis::{Error, HaltedPartition, PartitionAdmin};
 use ordo_testkit::Redis;
 
 use common::topology::TestRedis;
-use common::{Outcome, Recorder, Running, broker, config, pool, publication, subscription};
+use common::{Outcome, Recorder, Running, broker, config, pool, publish_all, publish_seqs, subscribe};
 use ordo_testkit::eventually;
 
 const MAX_RETRIES: u32 = 2;
@@ -31,16 +29,6 @@ async fn wait_halted(admin: &PartitionAdmin, key: &str) -> anyhow::Result<Halted
     )
     .await?;
     Ok(halted_on(admin, key).await?.expect("halted"))
-}
-
-async fn wait_seqs(recorder: &Recorder, key: &str, expected: &[u64]) -> anyhow::Result<()> {
-    eventually(
-        Duration::from_secs(10),
-        &format!("{key} to handle {expected:?}"),
-        || async { Ok(recorder.seqs(key) == expected) },
-    )
-    .await?;
-    Ok(())
 }
 
 /// `bad` fails on seq 1 while `fail` says so; everything else succeeds.
@@ -68,26 +56,12 @@ async fn a_poison_message_halts_its_partition_only_and_each_operator_action_does
     let recorder = poison(fail.clone());
     let a = broker(&url, config(3_000, 3_600_000, MAX_RETRIES)).await?;
     let admin = a.admin();
-    let mut publications = Vec::new();
-    for seq in 0..4 {
-        for key in ["bad", "bad2", "good"] {
-            publications.push(publication(&category, key, seq, Lane::Primary));
-        }
-    }
-    a.publish(&publications).await?;
-    let run = Running::start(
-        &a,
-        vec![subscription(
-            "P",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )],
-    );
+    let keys = ["bad", "bad2", "good"].map(str::to_owned);
+    publish_all(&a, &category, &keys, 0..4).await?;
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &recorder)]);
 
     // The poison halts `bad` and `bad2` at seq 1; `good` flows.
-    wait_seqs(&recorder, "good", &[0, 1, 2, 3]).await?;
+    recorder.wait_seqs("good", &[0, 1, 2, 3]).await?;
     let halt = wait_halted(&admin, "bad").await?;
     wait_halted(&admin, "bad2").await?;
     assert_eq!(recorder.seqs("bad"), [0]);
@@ -98,15 +72,7 @@ async fn a_poison_message_halts_its_partition_only_and_each_operator_action_does
     assert_eq!(halt.attempts, MAX_RETRIES + 1);
     assert!(halt.error.contains("poison bad/1"), "{}", halt.error);
     assert_eq!(halt.owner, a.instance_id());
-    let attempts = |key: &str| {
-        recorder
-            .record
-            .lock()
-            .unwrap()
-            .attempts
-            .get(&(key.to_owned(), 1))
-            .copied()
-    };
+    let attempts = |key: &str| recorder.attempts(key, 1);
     assert_eq!(attempts("bad"), Some(MAX_RETRIES + 1));
 
     // Inspect shows the head message.
@@ -130,12 +96,12 @@ async fn a_poison_message_halts_its_partition_only_and_each_operator_action_does
     // Skip: the head is acknowledged unhandled; the partition resumes after it.
     let skipped = admin.skip("P", &category, "bad").await?;
     assert_eq!(skipped, halt.head);
-    wait_seqs(&recorder, "bad", &[0, 2, 3]).await?;
+    recorder.wait_seqs("bad", &[0, 2, 3]).await?;
     assert!(halted_on(&admin, "bad").await?.is_none());
 
     // Dead-letter: the head goes to `{category}:bad2:dlq` with its error.
     admin.dead_letter("P", &category, "bad2").await?;
-    wait_seqs(&recorder, "bad2", &[0, 2, 3]).await?;
+    recorder.wait_seqs("bad2", &[0, 2, 3]).await?;
     let client = pool(&url).await?;
     let dlq: Value = client
         .xrange(common::partition(&category, "bad2").dlq(), "-", "+", None)
@@ -177,22 +143,9 @@ async fn a_halt_survives_a_failover_and_the_new_owner_does_not_rerun_the_head(
     let category = common::category("order");
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let recorder = poison(fail.clone());
-    let sub = || {
-        subscription(
-            "P",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )
-    };
+    let sub = || subscribe::partitioned("P", &category, &recorder);
     let a = broker(&url, config(3_000, 3_600_000, MAX_RETRIES)).await?;
-    a.publish(
-        &(0..3)
-            .map(|s| publication(&category, "bad", s, Lane::Primary))
-            .collect::<Vec<_>>(),
-    )
-    .await?;
+    publish_seqs(&a, &category, "bad", 0..3).await?;
     let run_a = Running::start(&a, vec![sub()]);
     let admin = a.admin();
     let halt = wait_halted(&admin, "bad").await?;
@@ -219,18 +172,12 @@ async fn a_halt_survives_a_failover_and_the_new_owner_does_not_rerun_the_head(
     // read, within a poll interval; give it five.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(halted_on(&admin, "bad").await?, Some(halt.clone()));
-    let attempts = recorder
-        .record
-        .lock()
-        .unwrap()
-        .attempts
-        .get(&("bad".to_owned(), 1))
-        .copied();
+    let attempts = recorder.attempts("bad", 1);
     assert_eq!(attempts, Some(MAX_RETRIES + 1));
 
     // The operator retries: B runs the head (now succeeding) and the rest.
     admin.retry("P", &category, "bad").await?;
-    wait_seqs(&recorder, "bad", &[0, 1, 2]).await?;
+    recorder.wait_seqs("bad", &[0, 1, 2]).await?;
     run_b.stop().await?;
     Ok(())
 }
@@ -252,22 +199,8 @@ async fn an_action_expecting_a_head_that_changed_changes_nothing() -> anyhow::Re
         }
     }));
     let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
-    a.publish(
-        &(0..4)
-            .map(|s| publication(&category, "bad", s, Lane::Primary))
-            .collect::<Vec<_>>(),
-    )
-    .await?;
-    let run = Running::start(
-        &a,
-        vec![subscription(
-            "P",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )],
-    );
+    publish_seqs(&a, &category, "bad", 0..4).await?;
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &recorder)]);
     let admin = a.admin();
     let first = wait_halted(&admin, "bad").await?.head;
     let inspected = admin.inspect("P", &category, "bad").await?;
@@ -333,7 +266,7 @@ async fn an_action_expecting_a_head_that_changed_changes_nothing() -> anyhow::Re
             .await?,
         second.head
     );
-    wait_seqs(&recorder, "bad", &[0, 3]).await?;
+    recorder.wait_seqs("bad", &[0, 3]).await?;
     run.stop().await?;
     Ok(())
 }

@@ -12,12 +12,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ordo_core::broker::Broker;
-use ordo_core::handler::HandlerKind;
-use ordo_core::key::Lane;
 use ordo_testkit::Redis;
 
-use common::{Outcome, Recorder, Running, broker, config, publication, subscription};
+use common::{Outcome, Recorder, Running, broker, config, publish_seqs, subscribe};
 use ordo_testkit::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -36,28 +33,17 @@ async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_expires() -> any
             Outcome::Succeed
         }
     }));
-    let sub = || {
-        subscription(
-            "K",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )
-    };
+    let sub = || subscribe::partitioned("K", &category, &recorder);
     let a = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
-    a.publish(
-        &(0..2)
-            .map(|s| publication(&category, "k", s, Lane::Primary))
-            .collect::<Vec<_>>(),
-    )
-    .await?;
+    publish_seqs(&a, &category, "k", 0..2).await?;
     let run_a = Running::start(&a, vec![sub()]);
-    eventually(Duration::from_secs(10), "the blocking run to start", || {
-        let recorder = recorder.clone();
-        async move { Ok(!recorder.record.lock().unwrap().attempts.is_empty()) }
-    })
-    .await?;
+    recorder
+        .until(
+            Duration::from_secs(10),
+            "the blocking run to start",
+            Recorder::started,
+        )
+        .await?;
     let b = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
     let run_b = Running::start(&b, vec![sub()]);
     // A's shutdown waits a TTL for the run, then kills it.

@@ -20,7 +20,9 @@ use ordo_core::message::Envelope;
 use ordo_redis::PartitionKeys;
 use ordo_testkit::Redis;
 
-use common::{Outcome, Recorder, Running, broker, config, envelope, pool, publication, subscription};
+use common::{
+    Outcome, Recorder, Running, broker, config, envelope, pool, publication, subscribe, subscription,
+};
 use ordo_testkit::eventually;
 
 fn with_settings(mut subscription: Subscription, settings: HandlerConfig) -> Subscription {
@@ -45,22 +47,12 @@ async fn reap_idle_ms_zero_never_retires_a_drained_partition() -> anyhow::Result
     let kept_recorder = Recorder::new();
     let run_never = Running::start(
         &never,
-        vec![subscription(
-            "Never",
-            HandlerKind::Event,
-            &[&kept],
-            true,
-            Arc::new(kept_recorder.clone()),
-        )],
+        vec![subscribe::partitioned("Never", &kept, &kept_recorder)],
     );
     never
         .publish(&[publication(&kept, "k", 0, Lane::Primary)])
         .await?;
-    eventually(Duration::from_secs(10), "the kept partition drained", || {
-        let recorder = kept_recorder.clone();
-        async move { Ok(recorder.seqs("k") == [0]) }
-    })
-    .await?;
+    kept_recorder.wait_seqs("k", &[0]).await?;
 
     // A partition drained after the kept one, on a broker that reaps after
     // 300 ms: once it is gone, the kept one has been idle for longer.
@@ -68,13 +60,7 @@ async fn reap_idle_ms_zero_never_retires_a_drained_partition() -> anyhow::Result
     let reaped_recorder = Recorder::new();
     let run_reaping = Running::start(
         &reaping,
-        vec![subscription(
-            "Reaping",
-            HandlerKind::Event,
-            &[&reaped],
-            true,
-            Arc::new(reaped_recorder.clone()),
-        )],
+        vec![subscribe::partitioned("Reaping", &reaped, &reaped_recorder)],
     );
     reaping
         .publish(&[publication(&reaped, "k", 0, Lane::Primary)])
@@ -116,30 +102,12 @@ async fn a_handler_max_retries_means_n_plus_one_attempts_for_keyed_and_plain_gro
         &redis_broker,
         vec![
             with_settings(
-                subscription(
-                    "KeyedOwn",
-                    HandlerKind::Event,
-                    &[&keyed],
-                    true,
-                    Arc::new(keyed_own.clone()),
-                ),
+                subscribe::partitioned("KeyedOwn", &keyed, &keyed_own),
                 HandlerConfig::new().with_max_retries(1),
             ),
-            subscription(
-                "KeyedDefault",
-                HandlerKind::Event,
-                &[&keyed],
-                true,
-                Arc::new(keyed_default.clone()),
-            ),
+            subscribe::partitioned("KeyedDefault", &keyed, &keyed_default),
             with_settings(
-                subscription(
-                    "PlainOwn",
-                    HandlerKind::Event,
-                    &[&plain],
-                    false,
-                    Arc::new(plain_own.clone()),
-                ),
+                subscribe::plain("PlainOwn", &plain, &plain_own),
                 HandlerConfig::new().with_max_retries(0),
             ),
         ],
@@ -211,22 +179,10 @@ async fn a_handler_max_concurrency_bounds_its_runs_across_partitions() -> anyhow
         &redis_broker,
         vec![
             with_settings(
-                subscription(
-                    "Bounded",
-                    HandlerKind::Event,
-                    &[&category],
-                    true,
-                    Arc::new(bounded.clone()),
-                ),
+                subscribe::partitioned("Bounded", &category, &bounded),
                 HandlerConfig::new().with_max_concurrency(NonZeroUsize::new(2).unwrap()),
             ),
-            subscription(
-                "Free",
-                HandlerKind::Event,
-                &[&category],
-                true,
-                Arc::new(free.clone()),
-            ),
+            subscribe::partitioned("Free", &category, &free),
         ],
     );
     let publications: Vec<Publication> = (0..8)

@@ -17,14 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ordo_core::broker::{Broker, DynHandler};
-use ordo_core::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
+use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 use ordo_redis::{PartitionKeys, Partitions};
 use ordo_testkit::Redis;
 
 use common::proxy::Proxy;
-use common::{Running, pool, publication, subscription};
+use common::{Running, pool, publication, subscribe};
 use ordo_testkit::eventually;
 
 const GROUP: &str = "Projector";
@@ -107,16 +107,7 @@ async fn a_partitioned_instance_stops_its_handlers_before_its_leases_expire() ->
     cut_off
         .publish(&[publication(&category, "k", 0, Lane::Primary)])
         .await?;
-    let run = Running::start(
-        &cut_off,
-        vec![subscription(
-            GROUP,
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(handler.clone()),
-        )],
-    );
+    let run = Running::start(&cut_off, vec![subscribe::partitioned(GROUP, &category, &handler)]);
     eventually(Duration::from_secs(10), "the first run to start", || async {
         Ok(!seen.lock().unwrap().runs.is_empty())
     })

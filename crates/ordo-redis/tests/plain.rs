@@ -18,7 +18,7 @@ use ordo_core::message::Envelope;
 use ordo_testkit::Redis;
 
 use common::topology::TestRedis;
-use common::{Outcome, Recorder, Running, broker, config, envelope, pool, seq_of, subscription};
+use common::{Outcome, Recorder, Running, broker, config, envelope, pool, seq_of, subscribe, subscription};
 use ordo_testkit::eventually;
 
 fn base(category: &str, seq: u64) -> Publication {
@@ -50,15 +50,7 @@ async fn a_live_instance_slowly_working_through_its_batch_keeps_its_entries(
     let url = redis.url();
     let category = common::category("plain");
     let recorder = Recorder::with(Arc::new(|_, _, _| Outcome::Slow(Duration::from_millis(120))));
-    let sub = || {
-        subscription(
-            "Plain",
-            HandlerKind::Event,
-            &[&category],
-            false,
-            Arc::new(recorder.clone()),
-        )
-    };
+    let sub = || subscribe::plain("Plain", &category, &recorder);
     let a = broker(&url, config(1_000, 3_600_000, 0)).await?;
     a.publish(&(0..20).map(|seq| base(&category, seq)).collect::<Vec<_>>())
         .await?;
@@ -156,16 +148,7 @@ async fn a_plain_retry_backoff_ends_at_shutdown_and_leaves_the_entry_pending() -
     let category = common::category("plain");
     let recorder = Recorder::with(Arc::new(|_, _, _| Outcome::Fail));
     let a = broker(&url, slow_retries(3)).await?;
-    let run = Running::start(
-        &a,
-        vec![subscription(
-            "Plain",
-            HandlerKind::Event,
-            &[&category],
-            false,
-            Arc::new(recorder.clone()),
-        )],
-    );
+    let run = Running::start(&a, vec![subscribe::plain("Plain", &category, &recorder)]);
     a.publish(&[base(&category, 0)]).await?;
     eventually(Duration::from_secs(10), "the first attempt", || async {
         Ok(attempts(&recorder, 0) == 1)
@@ -195,29 +178,12 @@ async fn a_stop_during_the_backoff_does_not_renew_the_retry_budget() -> anyhow::
     common::logs();
     let category = common::category("budget");
     let recorder = Recorder::with(Arc::new(|_, _, _| Outcome::Fail));
-    let sub = || {
-        subscription(
-            "Budget",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )
-    };
+    let sub = || subscribe::partitioned("Budget", &category, &recorder);
     let a = broker(&url, slow_retries(2)).await?;
     a.publish(&[common::publication(&category, "k", 0, Lane::Primary)])
         .await?;
     let run_a = Running::start(&a, vec![sub()]);
-    let tries = |recorder: &Recorder| {
-        recorder
-            .record
-            .lock()
-            .unwrap()
-            .attempts
-            .get(&("k".to_owned(), 0))
-            .copied()
-            .unwrap_or(0)
-    };
+    let tries = |recorder: &Recorder| recorder.attempts("k", 0).unwrap_or(0);
     eventually(Duration::from_secs(10), "the first attempt", || async {
         Ok(tries(&recorder) == 1)
     })

@@ -23,7 +23,7 @@ use std::time::Duration;
 use fred::clients::Pool;
 use fred::interfaces::{KeysInterface, ListInterface};
 use ordo_core::broker::{Broker, DynHandler};
-use ordo_core::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
+use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 use ordo_core::process::ProcessStore;
@@ -31,7 +31,7 @@ use ordo_redis::{FencedWrite, PartitionKeys, Partitions, RedisFence, RedisProces
 use ordo_testkit::Redis;
 use tokio::sync::watch;
 
-use common::{Running, pool, publication, subscription};
+use common::{Running, pool, publication, subscribe};
 use ordo_testkit::eventually;
 
 const GROUP: &str = "Projector";
@@ -168,16 +168,7 @@ async fn a_stale_owner_does_not_run_the_handler_again(failure: Failure) -> anyho
     broker
         .publish(&[publication(&category, "k", 0, Lane::Primary)])
         .await?;
-    let run = Running::start(
-        &broker,
-        vec![subscription(
-            GROUP,
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(handler.clone()),
-        )],
-    );
+    let run = Running::start(&broker, vec![subscribe::partitioned(GROUP, &category, &handler)]);
 
     eventually(Duration::from_secs(10), "the first run to start", || async {
         Ok(!handler.runs().is_empty())

@@ -10,12 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ordo_core::broker::Broker;
-use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
 use ordo_core::log_events;
 use ordo_testkit::{Redis, eventually};
 
-use common::{Recorder, Running, config, publication, subscription};
+use common::{Recorder, Running, config, publication, subscribe};
 
 /// The password of the test's ACL user; no output may contain it.
 const PASSWORD: &str = "s3cret-Pa55word";
@@ -100,13 +99,7 @@ async fn a_password_in_the_url_never_shows_in_debug_errors_or_logs() -> anyhow::
     let recorder = Recorder::new();
     let run = Running::start(
         &broker,
-        vec![subscription(
-            "Keeper",
-            HandlerKind::Event,
-            &[&category],
-            true,
-            Arc::new(recorder.clone()),
-        )],
+        vec![subscribe::partitioned("Keeper", &category, &recorder)],
     );
     broker
         .publish(&[

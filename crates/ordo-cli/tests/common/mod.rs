@@ -13,6 +13,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use ordo::RunningDomain;
 use ordo::prelude::*;
+use ordo_core::broker::Publication;
+use ordo_core::key::Lane;
+use ordo_core::message::{Envelope, MessageKind, Metadata};
 use ordo_redis::{HaltedPartition, RedisBroker};
 use ordo_testkit::Redis;
 use ordo_testkit::eventually;
@@ -106,7 +109,7 @@ pub struct Fixture {
 }
 
 /// A fast domain configuration: one retry, short timings.
-const CONFIG: &str = "\
+pub const CONFIG: &str = "\
 [server.partitioning]
 lease_ttl_ms = 3000
 heartbeat_interval_seconds = 0.5
@@ -122,11 +125,7 @@ impl Fixture {
     /// everything that can be handled is, and (with `poison`) `bob` halted.
     pub async fn start(poison: bool, with_auditor: bool) -> anyhow::Result<Self> {
         let redis = Redis::start_local()?;
-        let config = Config::from_toml_str(CONFIG)?;
-        let broker = RedisBroker::builder(redis.url())
-            .config(config.clone())
-            .build()
-            .await?;
+        let (broker, config) = broker(&redis.url()).await?;
         let handled = Arc::new(Mutex::new(Vec::new()));
         let poisoned = Arc::new(AtomicBool::new(true));
         let projector = OrderProjector {
@@ -202,10 +201,7 @@ impl Fixture {
     /// Runs `ordo args...` against this Redis, from a directory without a
     /// domain.toml, with stdin not a terminal.
     pub async fn ordo(&self, args: &[&str]) -> anyhow::Result<Output> {
-        let url = self.redis.url();
-        let mut all = vec!["--redis-url", url.as_str()];
-        all.extend_from_slice(args);
-        ordo_in(self.dir.path(), &all, &[]).await
+        ordo_on(&self.redis.url(), self.dir.path(), args).await
     }
 
     /// Shuts the domain down, keeping Redis and its data.
@@ -223,6 +219,31 @@ impl Fixture {
         }
         Ok(())
     }
+}
+
+/// A broker on `url` with the fast [`CONFIG`], and that configuration for
+/// its domain.
+pub async fn broker(url: &str) -> anyhow::Result<(RedisBroker, Config)> {
+    let config = Config::from_toml_str(CONFIG)?;
+    let broker = RedisBroker::builder(url).config(config.clone()).build().await?;
+    Ok((broker, config))
+}
+
+/// A partitioned publication of a `Noted` event to `key` of `category`
+/// (no handler is registered for it), with payload `{"seq": seq}`.
+pub fn noted(category: &str, key: &str, seq: u64) -> Publication {
+    let envelope = Envelope {
+        id: format!("m-{seq}"),
+        kind: MessageKind::Event,
+        type_name: "Noted".to_owned(),
+        category: category.to_owned(),
+        aggregate_id: None,
+        routing_key: None,
+        partition_key: Some(key.to_owned()),
+        metadata: Metadata::new(),
+        payload: format!("{{\"seq\":{seq}}}").into(),
+    };
+    Publication::to_partition(key, Lane::Primary, envelope)
 }
 
 /// What a run of the binary printed and how it exited.
@@ -247,10 +268,33 @@ impl Output {
         Ok(self)
     }
 
+    /// Fails unless the stdout contains `text`, showing the stdout.
+    pub fn expect_stdout(&self, text: &str) -> anyhow::Result<&Self> {
+        if !self.stdout.contains(text) {
+            bail!("expected `{text}` in the stdout:\n{}", self.stdout);
+        }
+        Ok(self)
+    }
+
+    /// Fails unless the stderr contains `text`, showing the stderr.
+    pub fn expect_stderr(&self, text: &str) -> anyhow::Result<&Self> {
+        if !self.stderr.contains(text) {
+            bail!("expected `{text}` in the stderr:\n{}", self.stderr);
+        }
+        Ok(self)
+    }
+
     /// The stdout as JSON.
     pub fn json(&self) -> anyhow::Result<serde_json::Value> {
         serde_json::from_str(&self.stdout).with_context(|| format!("stdout is not JSON:\n{}", self.stdout))
     }
+}
+
+/// Runs `ordo --redis-url url args...` in `dir`, with stdin not a terminal.
+pub async fn ordo_on(url: &str, dir: &Path, args: &[&str]) -> anyhow::Result<Output> {
+    let mut all = vec!["--redis-url", url];
+    all.extend_from_slice(args);
+    ordo_in(dir, &all, &[]).await
 }
 
 /// Runs the `ordo` binary in `dir` with `args` and extra environment.

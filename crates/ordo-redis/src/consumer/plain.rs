@@ -23,6 +23,7 @@ use tracing::{Instrument, info_span, warn};
 use super::{SharedRef, sleep_unless};
 use crate::connection;
 use crate::error::Result;
+use crate::groups::{self, IfNoStream};
 use crate::keys::{BaseKeys, instances};
 use crate::lease::millis;
 use crate::partition::StreamEntry;
@@ -126,16 +127,13 @@ impl Plain {
     }
 
     async fn ensure_group(&self) -> Result<()> {
-        let created: std::result::Result<Value, _> = self
-            .shared
-            .partitions
-            .client()
-            .xgroup_create(&self.stream, &*self.group, "0", true)
-            .await;
-        match created {
-            Err(error) if !error.details().starts_with("BUSYGROUP") => Err(error.into()),
-            _ => Ok(()),
-        }
+        groups::create(
+            self.shared.partitions.client(),
+            &self.stream,
+            &self.group,
+            IfNoStream::Create,
+        )
+        .await
     }
 
     async fn read(&self, count: Option<u64>, block: Option<u64>, from: &str) -> Result<Vec<RawEntry>> {

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use fred::interfaces::{KeysInterface, SetsInterface, SortedSetsInterface, StreamsInterface};
+use fred::interfaces::{KeysInterface, SetsInterface, SortedSetsInterface};
 use fred::types::Value;
 use ordo_core::broker::Subscription;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -24,6 +24,7 @@ use super::worker::{Control, Exit, Worker};
 use super::{SharedRef, balance};
 use crate::buckets;
 use crate::error::Result;
+use crate::groups::{self, IfNoStream};
 use crate::keys::{
     BaseKeys, PartitionId, PartitionKeys, group_registry, group_registry_copy, index, index_directory,
     instances, joining,
@@ -201,14 +202,13 @@ impl Supervisor {
                 }
                 // The group on the base stream first (from the start), so
                 // the other groups' trimming keeps what it has not read.
-                let created: std::result::Result<Value, _> = client
-                    .xgroup_create(BaseKeys::new(category).stream(), &*plan.group, "0", true)
-                    .await;
-                if let Err(error) = created
-                    && !error.details().starts_with("BUSYGROUP")
-                {
-                    return Err(error.into());
-                }
+                groups::create(
+                    client,
+                    BaseKeys::new(category).stream(),
+                    &plan.group,
+                    IfNoStream::Create,
+                )
+                .await?;
                 let _: Value = client.sadd(group_registry(category), &*plan.group).await?;
                 registered += 1;
             }
@@ -234,16 +234,11 @@ impl Supervisor {
             for member in chunk {
                 let partition = PartitionKeys::of(PartitionId::from_member(category, member), suffix);
                 for lane in [partition.primary(), partition.backfill()] {
-                    let _: Value = pipeline.xgroup_create(lane, group, "0", false).await?;
+                    groups::create(&pipeline, lane, group, IfNoStream::Skip).await?;
                 }
             }
             for created in pipeline.try_all::<Value>().await {
-                match created {
-                    Err(error) if !(error.details().starts_with("BUSYGROUP") || no_such_stream(&error)) => {
-                        return Err(error.into());
-                    }
-                    _ => {}
-                }
+                groups::settle(created, IfNoStream::Skip)?;
             }
         }
         if !todo.is_empty() {
@@ -477,11 +472,6 @@ impl Supervisor {
             }
         }
     }
-}
-
-/// Whether `error` is `XGROUP CREATE` refusing a stream that does not exist.
-fn no_such_stream(error: &fred::error::Error) -> bool {
-    error.details().contains("requires the key to exist")
 }
 
 /// When [`Supervisor::register_groups`] runs.

@@ -18,6 +18,17 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Creates consumer group `group` on `stream`, reading from its start (id
+-- 0), and the stream too, empty, when `mkstream` is true: the one way scripts
+-- create a group, the same as `groups::create` (src/groups.rs) outside them.
+local function create_group(stream, group, mkstream)
+  if mkstream then
+    redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+  else
+    redis.call('XGROUP', 'CREATE', stream, group, '0')
+  end
+end
+
 -- XINFO replies are flat name/value arrays.
 local function to_map(flat)
   local map = {}

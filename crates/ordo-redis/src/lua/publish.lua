@@ -61,7 +61,7 @@ for i = 0, #KEYS / 8 - 1 do
   else
     if redis.call('EXISTS', stream) == 0 then
       for _, group in ipairs(redis.call('SMEMBERS', registry)) do
-        redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+        create_group(stream, group, true)
       end
     else
       if joining_now[joining] == nil then
@@ -77,7 +77,7 @@ for i = 0, #KEYS / 8 - 1 do
           end
           for _, group in ipairs(redis.call('SMEMBERS', registry)) do
             if not present[group] then
-              redis.call('XGROUP', 'CREATE', stream, group, '0')
+              create_group(stream, group, false)
             end
           end
         end

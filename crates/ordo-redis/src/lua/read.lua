@@ -33,7 +33,7 @@ local function read_group(stream, from)
     if string.sub(reply.err, 1, 7) ~= 'NOGROUP' then
       error(reply.err)
     end
-    redis.call('XGROUP', 'CREATE', stream, group, '0')
+    create_group(stream, group, false)
     reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, from)
   end
   if not reply then

@@ -21,6 +21,7 @@ use ordo_core::key::Lane;
 use ordo_core::message::{Envelope, MessageKind, Metadata};
 use ordo_core::policy::{ProcessingContext, SequenceId, SequencingPolicy};
 use ordo_redis::{RedisBroker, RedisFence};
+use ordo_testkit::eventually;
 
 /// Logs to the test output (`RUST_LOG`, default `ordo_redis=info`).
 pub fn logs() {
@@ -92,6 +93,40 @@ pub fn stream(category: &str, key: &str) -> String {
 /// A partitioned publication on `lane`.
 pub fn publication(category: &str, key: &str, seq: u64, lane: Lane) -> Publication {
     Publication::to_partition(key, lane, envelope(category, "Happened", Some(key), seq))
+}
+
+/// Publishes `seqs` for `key` on the primary lane, in order, in one call.
+pub async fn publish_seqs(
+    broker: &RedisBroker,
+    category: &str,
+    key: &str,
+    seqs: std::ops::Range<u64>,
+) -> anyhow::Result<()> {
+    publish_all(broker, category, &[key.to_owned()], seqs).await
+}
+
+/// Publishes `seqs` for every key of `keys` on the primary lane, seq by seq
+/// (each seq for every key before the next), in one call.
+pub async fn publish_all(
+    broker: &RedisBroker,
+    category: &str,
+    keys: &[String],
+    seqs: std::ops::Range<u64>,
+) -> anyhow::Result<()> {
+    use ordo_core::broker::Broker;
+    let mut publications = Vec::new();
+    for seq in seqs {
+        for key in keys {
+            publications.push(publication(category, key, seq, Lane::Primary));
+        }
+    }
+    broker.publish(&publications).await?;
+    Ok(())
+}
+
+/// `n` partition keys: `k0`, `k1`, ...
+pub fn keys(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("k{i}")).collect()
 }
 
 /// The `seq` of a test payload.
@@ -171,6 +206,45 @@ impl Recorder {
     pub fn overlaps(&self) -> Vec<String> {
         self.record.lock().unwrap().overlaps.clone()
     }
+
+    /// How many times `(key, seq)` was attempted, if at all.
+    pub fn attempts(&self, key: &str, seq: u64) -> Option<u32> {
+        self.record
+            .lock()
+            .unwrap()
+            .attempts
+            .get(&(key.to_owned(), seq))
+            .copied()
+    }
+
+    /// Whether any attempt started.
+    pub fn started(&self) -> bool {
+        !self.record.lock().unwrap().attempts.is_empty()
+    }
+
+    /// Waits up to 10 s until the seqs handled for `key` are `expected`, in
+    /// that order.
+    pub async fn wait_seqs(&self, key: &str, expected: &[u64]) -> anyhow::Result<()> {
+        let what = format!("{key} to handle {expected:?}");
+        self.until(Duration::from_secs(10), &what, |r| r.seqs(key) == expected)
+            .await
+    }
+
+    /// Waits up to `deadline` until `condition` holds of what this recorder
+    /// saw; the error names `what`.
+    pub async fn until(
+        &self,
+        deadline: Duration,
+        what: &str,
+        condition: impl Fn(&Self) -> bool,
+    ) -> anyhow::Result<()> {
+        eventually(deadline, what, || {
+            let done = condition(self);
+            async move { Ok(done) }
+        })
+        .await?;
+        Ok(())
+    }
 }
 
 impl DynHandler for Recorder {
@@ -249,6 +323,41 @@ pub fn subscription(
         policy_overridden: false,
         handler,
         settings: Default::default(),
+    }
+}
+
+/// The two common shapes of [`subscription`]: an event handler group on
+/// one category calling a clone of a handler for messages of type
+/// `Happened`.
+pub mod subscribe {
+    use std::sync::Arc;
+
+    use ordo_core::broker::{DynHandler, Subscription};
+    use ordo_core::handler::HandlerKind;
+
+    /// Partitioned: sequential by partition key.
+    pub fn partitioned<H>(name: &'static str, category: &str, handler: &H) -> Subscription
+    where
+        H: DynHandler + Clone + 'static,
+    {
+        on(name, category, true, Arc::new(handler.clone()))
+    }
+
+    /// Plain: on the category's base stream, in no particular order.
+    pub fn plain<H>(name: &'static str, category: &str, handler: &H) -> Subscription
+    where
+        H: DynHandler + Clone + 'static,
+    {
+        on(name, category, false, Arc::new(handler.clone()))
+    }
+
+    fn on(
+        name: &'static str,
+        category: &str,
+        partitioned: bool,
+        handler: Arc<dyn DynHandler>,
+    ) -> Subscription {
+        super::subscription(name, HandlerKind::Event, &[category], partitioned, handler)
     }
 }
 

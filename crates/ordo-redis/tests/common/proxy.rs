@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fred::clients::Client;
+use fred::prelude::{Builder, ClientLike, Config};
+use fred::types::config::ReconnectPolicy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -75,6 +78,17 @@ impl Proxy {
     /// The URL clients connect to.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A client through the proxy that, when its connection drops,
+    /// reconnects after `reconnect_delay_ms` and resends the commands that
+    /// were in flight (fred's default of three attempts).
+    pub async fn resending_client(&self, reconnect_delay_ms: u32) -> anyhow::Result<Client> {
+        let client = Builder::from_config(Config::from_url(&self.url())?)
+            .set_policy(ReconnectPolicy::new_constant(0, reconnect_delay_ms))
+            .build()?;
+        client.init().await?;
+        Ok(client)
     }
 
     /// The next reply from Redis is not forwarded, and its connection is
