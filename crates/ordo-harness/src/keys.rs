@@ -1,4 +1,9 @@
-//! Where the harness keeps its records in Redis (all under `harness:`).
+//! Where the harness keeps its records in Redis.
+//!
+//! A key's records carry its partition's hash tag
+//! (`{bench:k0}:harness:applied`): a fenced commit may only touch the slot
+//! of its lease on a Redis Cluster, and the run-start script writes them
+//! with the partition's other records. Only [`PUBLISHED`] is global.
 //!
 //! Ordo's own keys (streams, leases, halts) are described by ordo-redis;
 //! [`lease`] and [`partition`] name the ones the harness reads.
@@ -8,47 +13,58 @@ use ordo_redis::PartitionKeys;
 use crate::tick::CATEGORY;
 use crate::worker::GROUP;
 
-/// The number of runs that started while another run of the same key was
-/// in flight under a lease that was still valid.
-pub const OVERLAPS: &str = "harness:overlaps";
+/// The number of runs of `key` that started while another run of it was in
+/// flight under a lease that was still valid.
+pub fn overlaps(key: &str) -> String {
+    tagged(key, "overlaps")
+}
 
-/// One entry per detected overlap: `{their marker} vs {my marker}`.
-pub const OVERLAP_LOG: &str = "harness:overlap_log";
+/// One entry per detected overlap on `key`: `{their marker} vs {my marker}`.
+pub fn overlap_log(key: &str) -> String {
+    tagged(key, "overlap_log")
+}
 
-/// The number of runs that found their lease already lost when they began
-/// (and so did not start): a stale owner invoked its handler.
-pub const STALE_STARTS: &str = "harness:stale_starts";
+/// The number of runs of `key` that found their lease already lost when they
+/// began (and so did not start): a stale owner invoked its handler.
+pub fn stale_starts(key: &str) -> String {
+    tagged(key, "stale_starts")
+}
 
 /// Per key, how many events were published (their seqs are `0..count`).
 pub const PUBLISHED: &str = "harness:published";
 
+/// A record of `key`, in its partition's slot.
+fn tagged(key: &str, what: &str) -> String {
+    format!("{}:harness:{what}", partition(key).primary())
+}
+
 /// The applied effects of `key`, in commit order: `{seq}:{token}` entries,
 /// appended by fenced commits only.
 pub fn applied(key: &str) -> String {
-    format!("harness:applied:{key}")
+    tagged(key, "applied")
 }
 
 /// Per seq of `key`, how many handler runs started (retries and re-runs
 /// after a failover included; recorded before the run, unfenced).
 pub fn starts(key: &str) -> String {
-    format!("harness:starts:{key}")
+    tagged(key, "starts")
 }
 
 /// Per seq of `key`, how many runs committed their effect (fenced).
 pub fn runs(key: &str) -> String {
-    format!("harness:runs:{key}")
+    tagged(key, "runs")
 }
 
 /// The in-flight marker of `key`: `{token}:{run id}` of the run in progress.
 pub fn marker(key: &str) -> String {
-    format!("harness:inflight:{key}")
+    tagged(key, "inflight")
 }
 
 /// The runs of `key` that have ended (committed or failed): a command of
 /// such a run that reaches Redis late (delayed on its connection after its
 /// client gave up on it and retried) must not mark it in flight again.
 pub fn ended(key: &str) -> String {
-    format!("harness:ended:{key}")
+    tagged(key, "ended")
 }
 
 /// The streams and Ordo bookkeeping keys of `key`'s partition.

@@ -142,20 +142,18 @@ where
         .hgetall(keys::PUBLISHED)
         .await
         .map_err(HarnessError::redis("read the published counts"))?;
-    let overlaps: Option<u64> = client
-        .get(keys::OVERLAPS)
-        .await
-        .map_err(HarnessError::redis("read the overlap counter"))?;
-    let stale_starts: Option<u64> = client
-        .get(keys::STALE_STARTS)
-        .await
-        .map_err(HarnessError::redis("read the stale-start counter"))?;
-    let mut verdict = Verdict {
-        overlaps: overlaps.unwrap_or(0),
-        stale_starts: stale_starts.unwrap_or(0),
-        ..Verdict::default()
-    };
+    let mut verdict = Verdict::default();
     for (key, count) in published {
+        let overlaps: Option<u64> = client
+            .get(keys::overlaps(&key))
+            .await
+            .map_err(HarnessError::redis("read an overlap counter"))?;
+        let stale_starts: Option<u64> = client
+            .get(keys::stale_starts(&key))
+            .await
+            .map_err(HarnessError::redis("read a stale-start counter"))?;
+        verdict.overlaps += overlaps.unwrap_or(0);
+        verdict.stale_starts += stale_starts.unwrap_or(0);
         let report = key_report(client, &key, count).await?;
         verdict.events += report.published;
         verdict.keys += 1;
@@ -169,6 +167,27 @@ where
         verdict.per_key.insert(key, report);
     }
     Ok(verdict)
+}
+
+/// The overlap log of every published key: `{their marker} vs {my marker}`
+/// per overlap, key by key.
+pub async fn overlap_log<C>(client: &C) -> Result<Vec<String>>
+where
+    C: HashesInterface + ListInterface + Send + Sync,
+{
+    let published: Vec<String> = client
+        .hkeys(keys::PUBLISHED)
+        .await
+        .map_err(HarnessError::redis("read the published keys"))?;
+    let mut log = Vec::new();
+    for key in published {
+        let entries: Vec<String> = client
+            .lrange(keys::overlap_log(&key), 0, -1)
+            .await
+            .map_err(HarnessError::redis("read an overlap log"))?;
+        log.extend(entries);
+    }
+    Ok(log)
 }
 
 /// Reads and checks one key's records.

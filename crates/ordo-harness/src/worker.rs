@@ -381,10 +381,10 @@ impl Run {
         let keys = vec![
             keys::marker(key),
             self.fence.lease_key().to_owned(),
-            keys::OVERLAPS.to_owned(),
+            keys::overlaps(key),
             keys::starts(key),
-            keys::OVERLAP_LOG.to_owned(),
-            keys::STALE_STARTS.to_owned(),
+            keys::overlap_log(key),
+            keys::stale_starts(key),
             keys::ended(key),
         ];
         let args = vec![

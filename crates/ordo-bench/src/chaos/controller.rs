@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike as _, KeysInterface as _, ListInterface as _};
+use fred::interfaces::{ClientLike as _, KeysInterface as _};
 use ordo_harness::keys;
 use ordo_harness::verify::Verdict;
 use ordo_testkit::RedisCluster;
@@ -233,7 +233,7 @@ impl Controller {
         let verdict = self.verify()?;
         let overlap_log = if verdict.overlaps > 0 {
             self.runtime
-                .block_on(self.client.lrange(keys::OVERLAP_LOG, 0, -1))
+                .block_on(ordo_harness::verify::overlap_log(&self.client))
                 .context("could not read the overlap log")?
         } else {
             Vec::new()
@@ -560,12 +560,17 @@ impl Controller {
     /// Every key's lease: `(key, instance, token)`.
     fn read_leases(&self) -> Result<Vec<(String, String, u64)>> {
         let lease_keys: Vec<String> = self.plan.keys.iter().map(|k| keys::lease(k)).collect();
+        // One GET per lease: on a cluster the leases live in many slots.
+        let read = async {
+            let mut values = Vec::with_capacity(lease_keys.len());
+            for lease in lease_keys {
+                values.push(self.client.get::<Option<String>, _>(lease).await?);
+            }
+            Ok::<_, fred::error::Error>(values)
+        };
         let values: Vec<Option<String>> = self
             .runtime
-            .block_on(tokio::time::timeout(
-                LEASE_READ_WITHIN,
-                self.client.mget(lease_keys),
-            ))
+            .block_on(tokio::time::timeout(LEASE_READ_WITHIN, read))
             .context("timed out")??;
         Ok(self
             .plan

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fred::clients::Pool;
-use fred::interfaces::{KeysInterface, ListInterface};
+use fred::interfaces::KeysInterface;
 use fred::prelude::{Builder, ClientLike, Config};
 use fred::types::config::ReconnectPolicy;
 use ordo_harness::keys;
@@ -241,9 +241,10 @@ impl Env {
         );
     }
 
-    /// The overlap log: `{their marker} vs {my marker}` per overlap.
+    /// The overlap log of every published key: `{their marker} vs {my
+    /// marker}` per overlap.
     pub fn overlap_log(&self) -> Vec<String> {
-        self.block_on(self.client.lrange(keys::OVERLAP_LOG, 0, -1))
+        self.block_on(ordo_harness::verify::overlap_log(&self.client))
             .unwrap_or_default()
     }
 }
