@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::partition::Partitions;
 use crate::publish;
 use crate::secret::SecretUrl;
-use crate::settings::{self, RedisSettings};
+use crate::settings::RedisSettings;
 use crate::tls::TlsFiles;
 
 /// Entries read per fenced read by default.
@@ -321,7 +321,7 @@ impl Broker for RedisBroker {
 
     /// The lease, heartbeat, reap and discovery keys ([`RedisSettings`]).
     fn partitioning_keys(&self) -> &'static [&'static str] {
-        settings::PARTITIONING_KEYS
+        RedisSettings::KEYS
     }
 
     /// The broker's [`RedisProcessStore`](crate::RedisProcessStore): process

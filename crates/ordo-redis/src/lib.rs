@@ -73,7 +73,7 @@ pub use fred;
 pub use keys::{PartitionId, PartitionKeys, layout};
 pub use partition::StreamEntry;
 pub use secret::{SecretUrl, redact_url};
-pub use settings::{PARTITIONING_KEYS, ReapPolicy, RedisSettings};
+pub use settings::{ReapPolicy, RedisSettings};
 pub use tls::TlsFiles;
 
 // Unstable owner internals (see "Stability" above).

@@ -27,15 +27,6 @@ const HEARTBEAT_KEY: &str = "server.partitioning.heartbeat_interval_seconds";
 const REAP_IDLE_KEY: &str = "server.partitioning.reap_idle_ms";
 const DISCOVERY_KEY: &str = "server.partitioning.discovery_interval_seconds";
 
-/// The keys of `[server.partitioning]` the Redis broker reads beyond
-/// ordo-core's (`Broker::partitioning_keys` of [`RedisBroker`](crate::RedisBroker)).
-pub const PARTITIONING_KEYS: &[&str] = &[
-    "lease_ttl_ms",
-    "heartbeat_interval_seconds",
-    "reap_idle_ms",
-    "discovery_interval_seconds",
-];
-
 /// The Redis broker's timings, from `[server.partitioning]` of the domain
 /// configuration ([`RedisSettings::from_config`]). Every cross-field rule
 /// between them is checked there, once.
@@ -75,6 +66,15 @@ impl Default for RedisSettings {
 }
 
 impl RedisSettings {
+    /// The keys of `[server.partitioning]` the Redis broker reads beyond
+    /// ordo-core's (`Broker::partitioning_keys` of [`RedisBroker`](crate::RedisBroker)).
+    pub const KEYS: &'static [&'static str] = &[
+        "lease_ttl_ms",
+        "heartbeat_interval_seconds",
+        "reap_idle_ms",
+        "discovery_interval_seconds",
+    ];
+
     /// Reads and validates the Redis broker's keys of `config`'s
     /// `[server.partitioning]`.
     ///
@@ -86,7 +86,7 @@ impl RedisSettings {
     /// a value out of range, a heartbeat over a third of the lease TTL, or
     /// a discovery interval not under it.
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
-        let table = config.broker_partitioning(PARTITIONING_KEYS)?;
+        let table = config.broker_partitioning(Self::KEYS)?;
         let lease_ttl = Duration::from_millis(positive_int(
             LEASE_TTL_KEY,
             integer(table, "lease_ttl_ms")?,
