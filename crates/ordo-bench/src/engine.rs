@@ -433,13 +433,11 @@ mod tests {
     #[test]
     fn the_config_keeps_the_defaults_but_the_reap_time() {
         let config = config(Some(86_400_000)).unwrap();
+        let redis = ordo_redis::RedisSettings::from_config(&config).unwrap();
+        assert_eq!(redis.reap_idle(), Some(Duration::from_secs(86_400)));
         assert_eq!(
-            config.partitioning().reap_idle(),
-            Some(Duration::from_secs(86_400))
-        );
-        assert_eq!(
-            config.partitioning().lease_ttl(),
-            Config::default().partitioning().lease_ttl()
+            redis.lease_ttl(),
+            ordo_redis::RedisSettings::default().lease_ttl()
         );
         assert_eq!(self::config(None).unwrap(), Config::default());
     }

@@ -5,9 +5,11 @@
 //! `[redis]` table of the domain.toml, else `redis://127.0.0.1:6379`; a Redis
 //! Cluster is named by its nodes, `redis-cluster://host:port,host:port,...`. The
 //! domain.toml is `--config PATH`, else the nearest `domain.toml` from the
-//! current directory upward. Besides `[server.partitioning]` and
-//! `[server.priority_lanes]` (read by ordo-core's `Config`: the backfill
-//! suffix names the backfill lanes), the CLI reads two tables of its own:
+//! current directory upward. Besides `[server.partitioning]` (read by
+//! ordo-core's `Config` and, for the Redis broker's keys, checked by
+//! `ordo_redis::RedisSettings`) and `[server.priority_lanes]` (read by
+//! ordo-core's `Config`: the backfill suffix names the backfill lanes), the
+//! CLI reads two tables of its own:
 //!
 //! ```toml
 //! [redis]
@@ -54,7 +56,8 @@ pub(crate) struct CliSettings {
 }
 
 /// The tables of domain.toml the CLI reads itself (the whole file, unknown
-/// keys included, is checked by `Config::from_toml_str`).
+/// keys included, is checked by `Config::from_toml_str`, and the Redis
+/// broker's keys of `[server.partitioning]` by `RedisSettings::from_config`).
 #[derive(Debug, Default, Deserialize)]
 struct CliFile {
     #[serde(default)]
@@ -162,6 +165,8 @@ fn read(path: &Path) -> Result<(CliFile, Config), Failure> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let file: CliFile = toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
     let config = Config::from_toml_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    // The Redis broker's keys of [server.partitioning], and any typo there.
+    ordo_redis::RedisSettings::from_config(&config).with_context(|| format!("invalid {}", path.display()))?;
     Ok((file, config))
 }
 

@@ -459,6 +459,14 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
             "unknown key `lease_ttl_ms` in the domain configuration; valid keys at the top level: \
              server, handlers, health, outbox, redis, cli",
         ),
+        // The Redis broker's keys share [server.partitioning] with ordo-core's.
+        (
+            "[server.partitioning]\nlease_tll_ms = 6000\n",
+            "unknown key `server.partitioning.lease_tll_ms` in the domain configuration; valid keys in \
+             [server.partitioning]: poll_interval_seconds, max_retries, retry_backoff_initial_ms, \
+             retry_backoff_max_ms, max_concurrency, lease_ttl_ms, heartbeat_interval_seconds, \
+             reap_idle_ms, discovery_interval_seconds",
+        ),
     ] {
         std::fs::write(&typo_file, text)?;
         let config = typo_file.to_str().expect("a UTF-8 path");

@@ -156,6 +156,16 @@ pub trait Broker: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// The keys of `[server.partitioning]` this broker reads beyond
+    /// ordo-core's own (the Redis broker's timings), which it parses with
+    /// [`Config::broker_partitioning`]. `Domain::init()` refuses a
+    /// configuration with a key of that table that neither ordo-core nor
+    /// the broker reads ([`UsageProblem::UnknownConfigKey`](crate::error::UsageProblem::UnknownConfigKey)).
+    /// None by default.
+    fn partitioning_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// The health of each of `subscriptions` on this broker, judged with
     /// `thresholds` (see [`crate::health`]), in the order given. The
     /// default reports every subscription `unknown`: a broker that cannot
@@ -210,6 +220,10 @@ impl<B: Broker + ?Sized> Broker for Arc<B> {
 
     fn config(&self) -> Option<Config> {
         (**self).config()
+    }
+
+    fn partitioning_keys(&self) -> &'static [&'static str] {
+        (**self).partitioning_keys()
     }
 
     fn health<'a>(

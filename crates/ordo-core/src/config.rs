@@ -3,11 +3,7 @@
 //!
 //! ```toml
 //! [server.partitioning]
-//! lease_ttl_ms = 15000                # ownership lease lifetime
-//! heartbeat_interval_seconds = 3.0    # default lease_ttl_ms / 5000; at most a third of the TTL
 //! poll_interval_seconds = 0.25        # idle wait of pollers (outbox processor, partition workers)
-//! reap_idle_ms = 3600000              # idle time before a drained partition is retired; 0: never
-//! discovery_interval_seconds = 1.0    # how often the partition index is re-read
 //! max_retries = 3                     # retries after a handler's first failed attempt
 //! retry_backoff_initial_ms = 100      # first retry delay (doubles, jittered)
 //! retry_backoff_max_ms = 5000         # retry delay cap
@@ -40,12 +36,27 @@
 //! counts from 1 to `N + 1`. A `[handlers.NAME]` table overrides it for one
 //! handler, with the same meaning.
 //!
+//! # Keys a broker reads
+//!
+//! A broker may read keys of its own from `[server.partitioning]` (the
+//! Redis broker's timings, documented on `ordo_redis::RedisSettings`). This crate keeps them unread in the
+//! [`Config`]; the broker declares them ([`Broker::partitioning_keys`]) and
+//! parses them with [`Config::broker_partitioning`]. A key of
+//! `[server.partitioning]` that neither this crate nor the domain's broker
+//! reads is an error: at [`Config::broker_partitioning`] (which the Redis
+//! broker's builder calls) and at `DomainBuilder::init()`
+//! ([`UsageProblem::UnknownConfigKey`]), naming the key and listing the valid
+//! ones. The inline broker reads none.
+//!
 //! Every key is optional. The file may also hold the `[redis]` table (`url`,
 //! `tls_ca_file`, `tls_cert_file`, `tls_key_file`)
 //! and the `[cli]` table (`warn_partitions`) that the `ordo` operator tool
 //! reads. Any other key, at any level, is an error naming the key and
 //! listing the valid keys at its level, so a typo (`[server.partioning]`, a
-//! top-level `lease_ttl_ms`) is never silently dropped.
+//! top-level `max_retries`) is never silently dropped.
+//!
+//! [`Broker::partitioning_keys`]: crate::broker::Broker::partitioning_keys
+//! [`UsageProblem::UnknownConfigKey`]: crate::error::UsageProblem::UnknownConfigKey
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -57,10 +68,7 @@ use crate::backoff::Backoff;
 use crate::error::ConfigError;
 use crate::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, segment_rule};
 
-const LEASE_TTL_MS: u64 = 15_000;
 const POLL_INTERVAL_SECONDS: f64 = 0.25;
-const REAP_IDLE_MS: u64 = 3_600_000;
-const DISCOVERY_INTERVAL_SECONDS: f64 = 1.0;
 const MAX_RETRIES: u32 = 3;
 const RETRY_BACKOFF_INITIAL_MS: u64 = 100;
 const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
@@ -75,6 +83,9 @@ const MAX_PAYLOAD_BYTES: u64 = 4 * 1024 * 1024;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     partitioning: PartitioningConfig,
+    /// The keys of `[server.partitioning]` this crate does not read, left
+    /// to the broker (see [`Config::broker_partitioning`]).
+    broker_partitioning: toml::Table,
     priority_lanes: PriorityLanesConfig,
     handlers: BTreeMap<String, HandlerConfig>,
     health: HealthConfig,
@@ -183,38 +194,15 @@ impl HealthConfig {
     }
 }
 
-/// `[server.partitioning]`: timing of leases, polling, reaping and retries.
+/// `[server.partitioning]`, the keys this crate reads: polling, retries and
+/// concurrency. A broker's own keys of the table are read by the broker
+/// (see [`Config::broker_partitioning`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitioningConfig {
-    lease_ttl: Duration,
-    heartbeat_interval: Duration,
     poll_interval: Duration,
-    reap: ReapPolicy,
-    discovery_interval: Duration,
     max_retries: u32,
     backoff: Backoff,
     max_concurrency: usize,
-}
-
-/// When a drained, idle partition is retired (`reap_idle_ms`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReapPolicy {
-    /// `reap_idle_ms = 0`: partitions are never retired; their index entries
-    /// and empty streams stay until an operator removes them (what users of
-    /// the source framework set for a small, fixed set of keys).
-    Never,
-    /// Retired once drained and idle this long.
-    After(Duration),
-}
-
-impl ReapPolicy {
-    /// The idle time after which a partition is retired; `None` for never.
-    pub fn idle(self) -> Option<Duration> {
-        match self {
-            Self::Never => None,
-            Self::After(idle) => Some(idle),
-        }
-    }
 }
 
 /// `[server.priority_lanes]`: the low-priority backfill lane.
@@ -238,7 +226,9 @@ impl Config {
         check_keys(&table, "", SCHEMA)?;
         // Parsed again from the text so that a type error points at its line.
         let raw: RawFile = toml::from_str(text).map_err(ConfigError::Parse)?;
-        Self::from_raw(raw)
+        let mut config = Self::from_raw(raw)?;
+        config.broker_partitioning = broker_keys(&table);
+        Ok(config)
     }
 
     /// Reads, parses and validates a `domain.toml` file.
@@ -254,6 +244,37 @@ impl Config {
     /// `[server.partitioning]`.
     pub fn partitioning(&self) -> &PartitioningConfig {
         &self.partitioning
+    }
+
+    /// The keys of `[server.partitioning]` that this crate does not read,
+    /// for the broker that reads them: `keys` are the ones it declares
+    /// ([`Broker::partitioning_keys`](crate::broker::Broker::partitioning_keys)).
+    /// The broker validates their values itself.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::UnknownKey`] for a key that neither this crate nor
+    /// `keys` names, listing both.
+    pub fn broker_partitioning(&self, keys: &[&'static str]) -> Result<&toml::Table, ConfigError> {
+        match self.unknown_partitioning_key(keys) {
+            Some((key, valid)) => Err(ConfigError::UnknownKey { key, valid }),
+            None => Ok(&self.broker_partitioning),
+        }
+    }
+
+    /// The first key of `[server.partitioning]` that neither this crate nor
+    /// `keys` names, in full, with the valid keys of the table.
+    pub(crate) fn unknown_partitioning_key(
+        &self,
+        keys: &[&'static str],
+    ) -> Option<(String, Vec<&'static str>)> {
+        let unknown = self
+            .broker_partitioning
+            .keys()
+            .find(|key| !keys.contains(&key.as_str()))?;
+        let mut valid = PARTITIONING_KEYS.to_vec();
+        valid.extend(keys.iter().filter(|key| !PARTITIONING_KEYS.contains(key)));
+        Some((format!("{PARTITIONING}.{unknown}"), valid))
     }
 
     /// `[server.priority_lanes]`.
@@ -293,6 +314,7 @@ impl Config {
             .collect::<Result<_, ConfigError>>()?;
         Ok(Self {
             partitioning,
+            broker_partitioning: toml::Table::new(),
             priority_lanes: raw.server.priority_lanes.validate()?,
             handlers,
             health: raw.health.validate()?,
@@ -302,35 +324,9 @@ impl Config {
 }
 
 impl PartitioningConfig {
-    /// `lease_ttl_ms`: how long an ownership lease lives without renewal.
-    pub fn lease_ttl(&self) -> Duration {
-        self.lease_ttl
-    }
-
-    /// `heartbeat_interval_seconds`: how often held leases are renewed.
-    pub fn heartbeat_interval(&self) -> Duration {
-        self.heartbeat_interval
-    }
-
     /// `poll_interval_seconds`: how long an idle poller waits between checks.
     pub fn poll_interval(&self) -> Duration {
         self.poll_interval
-    }
-
-    /// `reap_idle_ms`: how long a drained partition idles before retirement;
-    /// `None` when `reap_idle_ms = 0` (never retired).
-    pub fn reap_idle(&self) -> Option<Duration> {
-        self.reap.idle()
-    }
-
-    /// `reap_idle_ms` as a policy: [`ReapPolicy::Never`] for `0`.
-    pub fn reap_policy(&self) -> ReapPolicy {
-        self.reap
-    }
-
-    /// `discovery_interval_seconds`: how often the partition index is re-read.
-    pub fn discovery_interval(&self) -> Duration {
-        self.discovery_interval
     }
 
     /// `max_retries`: retries after a handler's first failed attempt (0: none).
@@ -375,6 +371,9 @@ enum Node {
     Table(&'static [(&'static str, Node)]),
     /// A table of tables named freely (`[handlers.NAME]`), each with these keys.
     Named(&'static [(&'static str, Node)]),
+    /// A table with these value keys, and any others for the broker to
+    /// check (`[server.partitioning]`, see [`Config::broker_partitioning`]).
+    Open(&'static [&'static str]),
     Value,
 }
 
@@ -382,20 +381,7 @@ const SCHEMA: &[(&str, Node)] = &[
     (
         "server",
         Node::Table(&[
-            (
-                "partitioning",
-                Node::Table(&[
-                    ("lease_ttl_ms", Node::Value),
-                    ("heartbeat_interval_seconds", Node::Value),
-                    ("poll_interval_seconds", Node::Value),
-                    ("reap_idle_ms", Node::Value),
-                    ("discovery_interval_seconds", Node::Value),
-                    ("max_retries", Node::Value),
-                    ("retry_backoff_initial_ms", Node::Value),
-                    ("retry_backoff_max_ms", Node::Value),
-                    ("max_concurrency", Node::Value),
-                ]),
-            ),
+            ("partitioning", Node::Open(PARTITIONING_KEYS)),
             (
                 "priority_lanes",
                 Node::Table(&[
@@ -432,6 +418,30 @@ const SCHEMA: &[(&str, Node)] = &[
     ("cli", Node::Table(&[("warn_partitions", Node::Value)])),
 ];
 
+/// The keys of `[server.partitioning]` that this crate reads.
+pub const PARTITIONING_KEYS: &[&str] = &[
+    "poll_interval_seconds",
+    "max_retries",
+    "retry_backoff_initial_ms",
+    "retry_backoff_max_ms",
+    "max_concurrency",
+];
+
+/// The keys of `[server.partitioning]` in `table` (a checked file) that
+/// this crate does not read.
+fn broker_keys(table: &toml::Table) -> toml::Table {
+    let partitioning = table
+        .get("server")
+        .and_then(|server| server.get("partitioning"))
+        .and_then(toml::Value::as_table);
+    partitioning
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| !PARTITIONING_KEYS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
 /// Rejects a key of `table` (at dotted path `path`) that `schema` does not
 /// list, and a table where a value belongs or the reverse.
 fn check_keys(
@@ -453,6 +463,19 @@ fn check_keys(
         };
         match (node, value) {
             (Node::Table(children), toml::Value::Table(inner)) => check_keys(inner, &full, children)?,
+            (Node::Open(values), toml::Value::Table(inner)) => {
+                // The other keys are the broker's to check.
+                let table = inner
+                    .iter()
+                    .find(|(key, value)| values.contains(&key.as_str()) && value.is_table());
+                if let Some((key, _)) = table {
+                    return Err(ConfigError::WrongType {
+                        key: format!("{full}.{key}"),
+                        expected: "a value",
+                        found: "a table",
+                    });
+                }
+            }
             (Node::Named(children), toml::Value::Table(inner)) => {
                 for (name, value) in inner {
                     let named = format!("{full}.{name}");
@@ -468,7 +491,7 @@ fn check_keys(
                     }
                 }
             }
-            (Node::Table(_) | Node::Named(_), other) => {
+            (Node::Table(_) | Node::Named(_) | Node::Open(_), other) => {
                 return Err(ConfigError::WrongType {
                     key: full,
                     expected: "a table",
@@ -556,15 +579,12 @@ struct RawServer {
 }
 
 /// Integers are read signed so that a negative value gets a message naming
-/// its key rather than a type error.
+/// its key rather than a type error. Other keys are the broker's, kept by
+/// [`broker_keys`] (the file's keys were checked by [`check_keys`]).
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [server.partitioning] table")]
+#[serde(expecting = "the [server.partitioning] table")]
 struct RawPartitioning {
-    lease_ttl_ms: Option<i64>,
-    heartbeat_interval_seconds: Option<f64>,
     poll_interval_seconds: Option<f64>,
-    reap_idle_ms: Option<i64>,
-    discovery_interval_seconds: Option<f64>,
     max_retries: Option<i64>,
     retry_backoff_initial_ms: Option<i64>,
     retry_backoff_max_ms: Option<i64>,
@@ -689,13 +709,6 @@ const PARTITIONING: &str = "server.partitioning";
 
 impl RawPartitioning {
     fn validate(self) -> Result<PartitioningConfig, ConfigError> {
-        let lease_ttl_ms = positive_int(
-            "server.partitioning.lease_ttl_ms",
-            self.lease_ttl_ms,
-            LEASE_TTL_MS,
-        )?;
-        let lease_ttl = Duration::from_millis(lease_ttl_ms);
-        let heartbeat_interval = self.heartbeat_interval(lease_ttl)?;
         let initial_ms = positive_int(
             "server.partitioning.retry_backoff_initial_ms",
             self.retry_backoff_initial_ms,
@@ -714,46 +727,15 @@ impl RawPartitioning {
                 )
             })?;
         Ok(PartitioningConfig {
-            lease_ttl,
-            heartbeat_interval,
             poll_interval: positive_seconds(
                 "server.partitioning.poll_interval_seconds",
                 self.poll_interval_seconds,
                 POLL_INTERVAL_SECONDS,
             )?,
-            reap: reap_policy(self.reap_idle_ms)?,
-            discovery_interval: positive_seconds(
-                "server.partitioning.discovery_interval_seconds",
-                self.discovery_interval_seconds,
-                DISCOVERY_INTERVAL_SECONDS,
-            )?,
             max_retries: max_retries(self.max_retries)?,
             backoff,
             max_concurrency: max_concurrency(self.max_concurrency)?,
         })
-    }
-
-    /// The heartbeat: by default a fifth of the TTL; at most a third of it,
-    /// so a live owner gets at least two more renewals in before its lease
-    /// could lapse.
-    fn heartbeat_interval(&self, lease_ttl: Duration) -> Result<Duration, ConfigError> {
-        const KEY: &str = "server.partitioning.heartbeat_interval_seconds";
-        let Some(seconds) = self.heartbeat_interval_seconds else {
-            return Ok(lease_ttl / 5);
-        };
-        let heartbeat = positive_seconds(KEY, Some(seconds), 0.0)?;
-        if heartbeat.saturating_mul(3) > lease_ttl {
-            return Err(invalid(
-                KEY,
-                format!(
-                    "must be well under the lease TTL (at most a third of {PARTITIONING}.lease_ttl_ms = {} ms, \
-                     i.e. {} s) so a live owner never lets its lease lapse, got {seconds}",
-                    lease_ttl.as_millis(),
-                    lease_ttl.as_secs_f64() / 3.0,
-                ),
-            ));
-        }
-        Ok(heartbeat)
     }
 }
 
@@ -813,24 +795,6 @@ fn positive_seconds(key: &'static str, value: Option<f64>, default: f64) -> Resu
         ));
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| invalid(key, format!("is too large, got {seconds}")))
-}
-
-/// `reap_idle_ms`: `0` is "never reap", as the source framework's users set
-/// it; a negative value is an error naming the key.
-fn reap_policy(value: Option<i64>) -> Result<ReapPolicy, ConfigError> {
-    const KEY: &str = "server.partitioning.reap_idle_ms";
-    match value {
-        Some(0) => Ok(ReapPolicy::Never),
-        Some(v) if v < 0 => Err(invalid(
-            KEY,
-            format!("must be 0 (never reap) or a number of milliseconds, got {v}"),
-        )),
-        other => Ok(ReapPolicy::After(Duration::from_millis(positive_int(
-            KEY,
-            other,
-            REAP_IDLE_MS,
-        )?))),
-    }
 }
 
 fn max_retries(value: Option<i64>) -> Result<u32, ConfigError> {

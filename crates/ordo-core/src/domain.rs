@@ -229,7 +229,8 @@ impl DomainBuilder {
     /// handlers, a handler consuming another aggregate's messages, an
     /// unregistered category (once aggregates are registered), a partitioned
     /// handler without a key field, a process manager with a sequencing
-    /// policy.
+    /// policy, a key of `[server.partitioning]` that neither ordo-core nor
+    /// the broker reads.
     pub fn init(self) -> Result<Domain, IncorrectUsageError> {
         let broker_config = self.broker.as_ref().and_then(|(broker, _)| broker.config());
         let config = match (self.config, broker_config) {
@@ -247,13 +248,29 @@ impl DomainBuilder {
             (Arc::new(inline.clone()), Some(inline))
         });
         let descriptors: Vec<&HandlerDescriptor> = self.registrations.iter().map(|r| &r.descriptor).collect();
-        let partitioning = registry::check(
+        let unread_key = config
+            .unknown_partitioning_key(broker.partitioning_keys())
+            .map(|(key, valid)| UsageProblem::UnknownConfigKey {
+                key,
+                broker: broker.name().to_owned(),
+                valid,
+            });
+        let partitioning = match registry::check(
             &descriptors,
             &self.aggregates,
             broker.name(),
             broker.capabilities(),
-        )
-        .map_err(IncorrectUsageError::new)?;
+        ) {
+            Ok(partitioning) => match unread_key {
+                None => partitioning,
+                Some(problem) => return Err(IncorrectUsageError::new(vec![problem])),
+            },
+            Err(problems) => {
+                return Err(IncorrectUsageError::new(
+                    unread_key.into_iter().chain(problems).collect(),
+                ));
+            }
+        };
         let handler_settings = resolve_handler_settings(&config, &self.handler_settings, &descriptors)?;
         let message_types = registry::message_types(&descriptors);
         let aggregate_categories = self.aggregates.iter().map(|a| a.category).collect();

@@ -207,6 +207,22 @@ pub enum UsageProblem {
         /// The broker's name.
         broker: String,
     },
+    /// `[server.partitioning]` has a key that neither ordo-core nor the
+    /// domain's broker reads ([`Broker::partitioning_keys`](crate::broker::Broker::partitioning_keys)):
+    /// a typo, or a key of another broker (the inline broker reads none).
+    #[error(
+        "unknown key `{key}` in the domain configuration; valid keys in [server.partitioning] with \
+         broker `{broker}`: {}",
+        valid.join(", ")
+    )]
+    UnknownConfigKey {
+        /// The full dotted key, like `server.partitioning.max_retry`.
+        key: String,
+        /// The broker's name.
+        broker: String,
+        /// The keys ordo-core and the broker read.
+        valid: Vec<&'static str>,
+    },
     /// A process manager carries a `#[sequencing_policy]`.
     #[error(
         "process manager `{handler}` declares a sequencing policy; process managers are always \
@@ -505,7 +521,7 @@ pub enum ConfigError {
     /// A value is out of range.
     #[error("{key} {reason}")]
     Invalid {
-        /// The full key, like `server.partitioning.lease_ttl_ms`.
+        /// The full key, like `server.partitioning.max_retries`.
         key: &'static str,
         /// What is wrong, with the value found.
         reason: String,

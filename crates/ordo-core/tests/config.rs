@@ -12,11 +12,7 @@ use support::chain;
 fn defaults_match_the_contract() {
     for config in [Config::default(), Config::from_toml_str("").unwrap()] {
         let p = config.partitioning();
-        assert_eq!(p.lease_ttl(), Duration::from_millis(15_000));
-        assert_eq!(p.heartbeat_interval(), Duration::from_secs(3));
         assert_eq!(p.poll_interval(), Duration::from_millis(250));
-        assert_eq!(p.reap_idle(), Some(Duration::from_millis(3_600_000)));
-        assert_eq!(p.discovery_interval(), Duration::from_secs(1));
         assert_eq!(p.max_retries(), 3);
         assert_eq!(p.backoff().initial(), Duration::from_millis(100));
         assert_eq!(p.backoff().max(), Duration::from_millis(5_000));
@@ -31,11 +27,7 @@ fn every_key_is_read() {
     let config = Config::from_toml_str(
         r#"
         [server.partitioning]
-        lease_ttl_ms = 9000
-        heartbeat_interval_seconds = 2.5
         poll_interval_seconds = 0.5
-        reap_idle_ms = 60000
-        discovery_interval_seconds = 2
         max_retries = 0
         retry_backoff_initial_ms = 10
         retry_backoff_max_ms = 20
@@ -48,11 +40,7 @@ fn every_key_is_read() {
     )
     .unwrap();
     let p = config.partitioning();
-    assert_eq!(p.lease_ttl(), Duration::from_secs(9));
-    assert_eq!(p.heartbeat_interval(), Duration::from_millis(2500));
     assert_eq!(p.poll_interval(), Duration::from_millis(500));
-    assert_eq!(p.reap_idle(), Some(Duration::from_secs(60)));
-    assert_eq!(p.discovery_interval(), Duration::from_secs(2));
     assert_eq!(p.max_retries(), 0);
     assert_eq!(p.backoff().initial(), Duration::from_millis(10));
     assert_eq!(p.backoff().max(), Duration::from_millis(20));
@@ -61,49 +49,53 @@ fn every_key_is_read() {
     assert_eq!(config.priority_lanes().backfill_suffix(), "slow");
 }
 
+/// The Redis broker's keys are tested with it (ordo-redis tests/settings.rs);
+/// this is the mechanism, with a made-up broker key.
 #[test]
-fn the_heartbeat_default_follows_a_custom_ttl() {
-    let config = Config::from_toml_str("[server.partitioning]\nlease_ttl_ms = 3000").unwrap();
+fn keys_core_does_not_read_are_kept_for_the_broker_that_declares_them() {
+    let config = Config::from_toml_str(
+        "[server.partitioning]\nmax_retries = 1\nbatch_ms = 20\nmode = \"fast\"\n[server.priority_lanes]\nenabled = true",
+    )
+    .unwrap();
+    assert_eq!(config.partitioning().max_retries(), 1);
+    let broker = config.broker_partitioning(&["mode", "batch_ms"]).unwrap();
     assert_eq!(
-        config.partitioning().heartbeat_interval(),
-        Duration::from_millis(600)
+        broker
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.to_string()))
+            .collect::<Vec<_>>(),
+        [("batch_ms", "20".to_owned()), ("mode", "\"fast\"".to_owned())]
+    );
+    // A broker that reads no `mode` does not get it unchecked.
+    let error = config.broker_partitioning(&["batch_ms"]).unwrap_err();
+    assert_eq!(
+        chain(&error),
+        "unknown key `server.partitioning.mode` in the domain configuration; valid keys in \
+         [server.partitioning]: poll_interval_seconds, max_retries, retry_backoff_initial_ms, \
+         retry_backoff_max_ms, max_concurrency, batch_ms"
+    );
+    // Core's own keys are never handed to a broker.
+    assert!(Config::default().broker_partitioning(&[]).unwrap().is_empty());
+    assert_eq!(
+        config,
+        Config::from_toml_str(
+            "[server.partitioning]\nmax_retries = 1\nbatch_ms = 20\nmode = \"fast\"\n[server.priority_lanes]\nenabled = true"
+        )
+        .unwrap()
+    );
+    assert_ne!(
+        config,
+        Config::from_toml_str(
+            "[server.partitioning]\nmax_retries = 1\nbatch_ms = 21\nmode = \"fast\"\n[server.priority_lanes]\nenabled = true"
+        )
+        .unwrap(),
+        "a broker's keys are part of the configuration (a broker and its domain must agree on them)"
     );
 }
 
 #[test]
 fn each_invalid_value_is_rejected_naming_its_key() {
     let cases = [
-        (
-            "lease_ttl_ms = 0",
-            "server.partitioning.lease_ttl_ms",
-            "greater than 0, got 0",
-        ),
-        ("lease_ttl_ms = -5", "server.partitioning.lease_ttl_ms", "got -5"),
-        (
-            "heartbeat_interval_seconds = 0",
-            "server.partitioning.heartbeat_interval_seconds",
-            "got 0",
-        ),
-        (
-            "heartbeat_interval_seconds = -1.5",
-            "server.partitioning.heartbeat_interval_seconds",
-            "got -1.5",
-        ),
-        (
-            "heartbeat_interval_seconds = nan",
-            "server.partitioning.heartbeat_interval_seconds",
-            "got NaN",
-        ),
-        (
-            "heartbeat_interval_seconds = inf",
-            "server.partitioning.heartbeat_interval_seconds",
-            "got inf",
-        ),
-        (
-            "heartbeat_interval_seconds = 6",
-            "server.partitioning.heartbeat_interval_seconds",
-            "a third",
-        ),
         (
             "poll_interval_seconds = 0",
             "server.partitioning.poll_interval_seconds",
@@ -113,13 +105,6 @@ fn each_invalid_value_is_rejected_naming_its_key() {
             "poll_interval_seconds = -0.25",
             "server.partitioning.poll_interval_seconds",
             "got -0.25",
-        ),
-        // 0 is "never reap" (tests/operations.rs); a negative value is an error.
-        ("reap_idle_ms = -5", "server.partitioning.reap_idle_ms", "got -5"),
-        (
-            "discovery_interval_seconds = 0",
-            "server.partitioning.discovery_interval_seconds",
-            "got 0",
         ),
         ("max_retries = -1", "server.partitioning.max_retries", "got -1"),
         (
@@ -155,22 +140,6 @@ fn each_invalid_value_is_rejected_naming_its_key() {
 }
 
 #[test]
-fn a_heartbeat_not_well_under_the_ttl_says_why() {
-    let error =
-        Config::from_toml_str("[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 1.5")
-            .unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "server.partitioning.heartbeat_interval_seconds must be well under the lease TTL (at most a third of \
-         server.partitioning.lease_ttl_ms = 3000 ms, i.e. 1 s) so a live owner never lets its lease lapse, got 1.5"
-    );
-    let ok =
-        Config::from_toml_str("[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 1")
-            .unwrap();
-    assert_eq!(ok.partitioning().heartbeat_interval(), Duration::from_secs(1));
-}
-
-#[test]
 fn an_invalid_backfill_suffix_is_rejected() {
     for (suffix, detail) in [
         ("", "must not be empty"),
@@ -199,10 +168,7 @@ fn an_invalid_backfill_suffix_is_rejected() {
 
 #[test]
 fn unknown_keys_in_ordo_tables_are_rejected_naming_the_key() {
-    for (table, key) in [
-        ("server.partitioning", "lease_ttl"),
-        ("server.priority_lanes", "enable"),
-    ] {
+    for (table, key) in [("server.priority_lanes", "enable"), ("health", "max_lagg")] {
         let error = Config::from_toml_str(&format!("[{table}]\n{key} = 1")).unwrap_err();
         assert!(matches!(error, ConfigError::UnknownKey { .. }), "{error:?}");
         let text = chain(&error);
@@ -212,9 +178,9 @@ fn unknown_keys_in_ordo_tables_are_rejected_naming_the_key() {
 
 #[test]
 fn a_value_of_the_wrong_type_is_rejected() {
-    let error = Config::from_toml_str("[server.partitioning]\nlease_ttl_ms = \"soon\"").unwrap_err();
+    let error = Config::from_toml_str("[server.partitioning]\nmax_retries = \"soon\"").unwrap_err();
     assert!(matches!(error, ConfigError::Parse(_)), "{error:?}");
-    assert!(chain(&error).contains("lease_ttl_ms"), "{}", chain(&error));
+    assert!(chain(&error).contains("max_retries"), "{}", chain(&error));
     assert!(!chain(&error).contains("Raw"), "{}", chain(&error));
 }
 
@@ -241,13 +207,6 @@ fn unknown_keys_are_rejected_at_every_level_listing_the_valid_ones() {
              partitioning, priority_lanes",
         ),
         (
-            "[server.partitioning]\nlease_ttl = 1",
-            "unknown key `server.partitioning.lease_ttl` in the domain configuration; valid keys in \
-             [server.partitioning]: lease_ttl_ms, heartbeat_interval_seconds, poll_interval_seconds, \
-             reap_idle_ms, discovery_interval_seconds, max_retries, retry_backoff_initial_ms, \
-             retry_backoff_max_ms, max_concurrency",
-        ),
-        (
             "[redis]\nurll = \"redis://x\"",
             "unknown key `redis.urll` in the domain configuration; valid keys in [redis]: url, tls_ca_file, tls_cert_file, tls_key_file",
         ),
@@ -257,6 +216,18 @@ fn unknown_keys_are_rejected_at_every_level_listing_the_valid_ones() {
         assert!(matches!(error, ConfigError::UnknownKey { .. }), "{error:?}");
         assert_eq!(chain(&error), expected);
     }
+    // `[server.partitioning]` may hold a broker's keys: an unknown one there
+    // is rejected where the broker's keys are known (below, and at
+    // `Domain::init()`: tests/domain.rs), listing core's and the broker's.
+    let config = Config::from_toml_str("[server.partitioning]\nmax_retry = 1").unwrap();
+    let error = config.broker_partitioning(&[]).unwrap_err();
+    assert!(matches!(error, ConfigError::UnknownKey { .. }), "{error:?}");
+    assert_eq!(
+        chain(&error),
+        "unknown key `server.partitioning.max_retry` in the domain configuration; valid keys in \
+         [server.partitioning]: poll_interval_seconds, max_retries, retry_backoff_initial_ms, \
+         retry_backoff_max_ms, max_concurrency"
+    );
 }
 
 #[test]
@@ -271,8 +242,8 @@ fn a_table_in_place_of_a_value_or_the_reverse_is_named_without_internal_types() 
             "`server` in the domain configuration must be a table, got a string",
         ),
         (
-            "[server.partitioning.lease_ttl_ms]\nx = 1",
-            "`server.partitioning.lease_ttl_ms` in the domain configuration must be a value, got a table",
+            "[server.partitioning.max_retries]\nx = 1",
+            "`server.partitioning.max_retries` in the domain configuration must be a value, got a table",
         ),
     ] {
         let error = Config::from_toml_str(text).unwrap_err();
@@ -285,10 +256,10 @@ fn a_table_in_place_of_a_value_or_the_reverse_is_named_without_internal_types() 
 #[test]
 fn the_tables_of_the_ordo_tool_are_accepted() {
     let config = Config::from_toml_str(
-        "[redis]\nurl = \"rediss://127.0.0.1:6379/0\"\ntls_ca_file = \"ca.pem\"\ntls_cert_file = \"c.pem\"\ntls_key_file = \"c.key\"\n[cli]\nwarn_partitions = 5\n[server.partitioning]\nlease_ttl_ms = 6000",
+        "[redis]\nurl = \"rediss://127.0.0.1:6379/0\"\ntls_ca_file = \"ca.pem\"\ntls_cert_file = \"c.pem\"\ntls_key_file = \"c.key\"\n[cli]\nwarn_partitions = 5\n[server.partitioning]\nmax_retries = 6",
     )
     .unwrap();
-    assert_eq!(config.partitioning().lease_ttl(), Duration::from_secs(6));
+    assert_eq!(config.partitioning().max_retries(), 6);
 }
 
 #[test]

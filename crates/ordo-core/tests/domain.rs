@@ -207,6 +207,77 @@ fn the_default_broker_and_an_inline_broker_passed_in_are_recognised_as_inline() 
     assert!(recording.inline_broker().is_none());
 }
 
+/// A key of `[server.partitioning]` that neither ordo-core nor the broker
+/// reads is refused at `init()`: a typo of a broker's key, or (the inline
+/// broker reads none) a key only another broker reads.
+#[test]
+fn a_partitioning_key_no_one_reads_is_rejected_naming_the_broker_and_the_valid_keys() {
+    let config =
+        |text: &str| ordo_core::Config::from_toml_str(&format!("[server.partitioning]\n{text}")).unwrap();
+    let core_keys = vec![
+        "poll_interval_seconds",
+        "max_retries",
+        "retry_backoff_initial_ms",
+        "retry_backoff_max_ms",
+        "max_concurrency",
+    ];
+    for key in ["lease_tll_ms", "lease_ttl_ms"] {
+        let inline_default = Domain::builder().config(config(&format!("{key} = 6000")));
+        let inline_given = Domain::builder()
+            .broker(InlineBroker::new())
+            .config(config(&format!("{key} = 6000")));
+        for builder in [inline_default, inline_given] {
+            let (problems, message) = problems(builder);
+            assert_eq!(
+                problems,
+                vec![UsageProblem::UnknownConfigKey {
+                    key: format!("server.partitioning.{key}"),
+                    broker: "inline".to_owned(),
+                    valid: core_keys.clone(),
+                }]
+            );
+            assert!(
+                message.contains(&format!(
+                    "unknown key `server.partitioning.{key}` in the domain configuration; valid keys in \
+                     [server.partitioning] with broker `inline`: poll_interval_seconds, max_retries, \
+                     retry_backoff_initial_ms, retry_backoff_max_ms, max_concurrency"
+                )),
+                "{message}"
+            );
+        }
+    }
+    // A broker that declares the key reads it; a typo of it is still refused,
+    // along with every other problem.
+    let declaring = || RecordingBroker::partitioning().reading_partitioning_keys(&["lease_ttl_ms"]);
+    Domain::builder()
+        .broker(declaring())
+        .config(config("lease_ttl_ms = 6000\nmax_retries = 1"))
+        .init()
+        .expect("the broker reads lease_ttl_ms");
+    let p = probe();
+    let (problems, _) = problems(
+        Domain::builder()
+            .broker(declaring())
+            .config(config("lease_tll_ms = 6000"))
+            .event_handler(Recorder::<ByClient>::new(&p))
+            .event_handler(Recorder::<ByOrder>::new(&p)),
+    );
+    let mut valid = core_keys;
+    valid.push("lease_ttl_ms");
+    assert_eq!(
+        problems[0],
+        UsageProblem::UnknownConfigKey {
+            key: "server.partitioning.lease_tll_ms".to_owned(),
+            broker: "recording".to_owned(),
+            valid,
+        }
+    );
+    assert!(
+        matches!(problems[1..], [UsageProblem::ConflictingKeys { .. }]),
+        "{problems:?}"
+    );
+}
+
 #[test]
 fn command_handlers_with_different_keys_on_one_category_are_rejected() {
     let p = probe();

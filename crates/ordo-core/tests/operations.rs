@@ -1,5 +1,5 @@
 //! What operators rely on, on the inline broker: per-handler settings,
-//! `reap_idle_ms = 0`, priority routing by number, health as data and the
+//! priority routing by number, health as data and the
 //! stable log event names.
 
 mod support;
@@ -15,7 +15,7 @@ use ordo_core::key::Lane;
 use ordo_core::uow::priority;
 use ordo_core::{
     Config, ConfigError, Domain, HandlerConfig, HealthState, InMemoryOutbox, NewOutboxRow, Outbox,
-    OutboxProcessor, ReapPolicy, UsageProblem, log_events,
+    OutboxProcessor, UsageProblem, log_events,
 };
 use support::*;
 use tracing_subscriber::layer::SubscriberExt;
@@ -190,23 +190,6 @@ fn handler_tables_are_checked_key_by_key() {
         (Duration::from_millis(100), Duration::from_millis(700))
     );
     assert_eq!(handler.max_concurrency(), Some(3));
-}
-
-// -------------------------------------------------------------- reaping
-
-#[test]
-fn reap_idle_ms_zero_means_never_reap() {
-    let never = Config::from_toml_str("[server.partitioning]\nreap_idle_ms = 0\n").unwrap();
-    assert_eq!(never.partitioning().reap_policy(), ReapPolicy::Never);
-    assert_eq!(never.partitioning().reap_idle(), None);
-    let after = Config::from_toml_str("[server.partitioning]\nreap_idle_ms = 500\n").unwrap();
-    assert_eq!(
-        after.partitioning().reap_policy(),
-        ReapPolicy::After(Duration::from_millis(500))
-    );
-    let negative = Config::from_toml_str("[server.partitioning]\nreap_idle_ms = -1\n").unwrap_err();
-    assert_eq!(negative.key(), Some("server.partitioning.reap_idle_ms"));
-    assert!(negative.to_string().contains("0 (never reap)"), "{negative}");
 }
 
 // -------------------------------------------------------------- priority

@@ -125,7 +125,8 @@ impl WorkerOptions {
     }
 
     /// The domain configuration these options describe (validated as
-    /// `domain.toml` would be).
+    /// `domain.toml` would be for the Redis broker, its keys by
+    /// `ordo_redis::RedisSettings`).
     pub fn config(&self) -> Result<Config> {
         let text = format!(
             "[server.partitioning]\n\
@@ -146,7 +147,9 @@ impl WorkerOptions {
             self.backoff_initial_ms,
             self.backoff_max_ms,
         );
-        Config::from_toml_str(&text).map_err(HarnessError::Config)
+        let config = Config::from_toml_str(&text).map_err(HarnessError::Config)?;
+        ordo_redis::RedisSettings::from_config(&config).map_err(HarnessError::Config)?;
+        Ok(config)
     }
 }
 

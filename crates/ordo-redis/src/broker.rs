@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::partition::Partitions;
 use crate::publish;
 use crate::secret::SecretUrl;
+use crate::settings::RedisSettings;
 use crate::tls::TlsFiles;
 
 /// Entries read per fenced read by default.
@@ -156,8 +157,10 @@ impl RedisBroker {
 }
 
 impl RedisBrokerBuilder {
-    /// The domain configuration (`[server.partitioning]`,
-    /// `[server.priority_lanes]`); default: [`Config::default`]. A domain
+    /// The domain configuration (`[server.partitioning]`, its Redis keys
+    /// read as [`RedisSettings`], and `[server.priority_lanes]`); default:
+    /// [`Config::default`]. [`build`](Self::build) rejects a configuration
+    /// [`RedisSettings::from_config`] rejects ([`Error::DomainConfig`]). A domain
     /// on this broker uses it too (`Domain::builder().config(..)` is then
     /// unnecessary, and refused if different).
     #[must_use]
@@ -268,17 +271,7 @@ impl RedisBrokerBuilder {
 
     fn settings(&self) -> Result<Settings> {
         let partitioning = self.config.partitioning();
-        if partitioning.discovery_interval() >= partitioning.lease_ttl() {
-            return Err(Error::Config {
-                key: "server.partitioning.discovery_interval_seconds",
-                reason: format!(
-                    "must be under the lease TTL ({} ms): an instance announces itself once per discovery \
-                     interval and its announcement lives one TTL, got {} s",
-                    partitioning.lease_ttl().as_millis(),
-                    partitioning.discovery_interval().as_secs_f64(),
-                ),
-            });
-        }
+        let redis = RedisSettings::from_config(&self.config)?;
         if self.read_batch == 0 {
             return Err(Error::Config {
                 key: "read_batch",
@@ -286,11 +279,11 @@ impl RedisBrokerBuilder {
             });
         }
         Ok(Settings {
-            lease_ttl: partitioning.lease_ttl(),
-            heartbeat_interval: partitioning.heartbeat_interval(),
+            lease_ttl: redis.lease_ttl(),
+            heartbeat_interval: redis.heartbeat_interval(),
             poll_interval: partitioning.poll_interval(),
-            reap_idle: partitioning.reap_idle(),
-            discovery_interval: partitioning.discovery_interval(),
+            reap_idle: redis.reap_idle(),
+            discovery_interval: redis.discovery_interval(),
             max_retries: partitioning.max_retries(),
             backoff: partitioning.backoff(),
             backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),
@@ -324,6 +317,11 @@ impl Broker for RedisBroker {
     /// The configuration the broker was built with: the domain's default.
     fn config(&self) -> Option<Config> {
         Some(self.inner.config.clone())
+    }
+
+    /// The lease, heartbeat, reap and discovery keys ([`RedisSettings`]).
+    fn partitioning_keys(&self) -> &'static [&'static str] {
+        RedisSettings::KEYS
     }
 
     /// The broker's [`RedisProcessStore`](crate::RedisProcessStore): process

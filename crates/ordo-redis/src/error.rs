@@ -123,6 +123,11 @@ pub enum Error {
         instance: String,
     },
 
+    /// The domain configuration's `[server.partitioning]` is invalid for
+    /// this broker (see [`RedisSettings::from_config`](crate::RedisSettings::from_config)).
+    #[error("invalid domain configuration for the Redis broker")]
+    DomainConfig(#[source] ordo_core::error::ConfigError),
+
     /// The broker was configured with an invalid value.
     #[error("invalid broker configuration: `{key}` {reason}")]
     Config {
@@ -143,6 +148,12 @@ fn holder_text(holder: &Option<String>) -> String {
 impl From<fred::error::Error> for Error {
     fn from(error: fred::error::Error) -> Self {
         Self::Redis(error)
+    }
+}
+
+impl From<ordo_core::error::ConfigError> for Error {
+    fn from(error: ordo_core::error::ConfigError) -> Self {
+        Self::DomainConfig(error)
     }
 }
 

@@ -58,6 +58,7 @@ mod process;
 mod publish;
 mod scripts;
 mod secret;
+mod settings;
 mod status;
 mod tls;
 
@@ -72,6 +73,7 @@ pub use fred;
 pub use keys::{PartitionId, PartitionKeys, layout};
 pub use partition::StreamEntry;
 pub use secret::{SecretUrl, redact_url};
+pub use settings::{ReapPolicy, RedisSettings};
 pub use tls::TlsFiles;
 
 // Unstable owner internals (see "Stability" above).

@@ -94,7 +94,7 @@ pub use ordo_core::{
 pub use ordo_core::{
     BackoffError, CommitError, Config, ConfigError, DispatchError, Domain, DomainBuilder, HandlerConfig,
     HealthConfig, IncorrectUsageError, OutboxError, PartitioningConfig, PriorityLanesConfig,
-    ProcessStoreError, ReapPolicy, RunningDomain, SettleError, ShutdownError, UsageProblem,
+    ProcessStoreError, RunningDomain, SettleError, ShutdownError, UsageProblem,
 };
 
 // Health and readiness, for probes.

@@ -541,6 +541,8 @@ impl<S> Fulfillment<S> {
 #[derive(Debug, Clone)]
 pub struct RecordingBroker {
     inner: Arc<RecordingInner>,
+    /// The `[server.partitioning]` keys it declares as its own.
+    partitioning_keys: &'static [&'static str],
 }
 
 #[derive(Debug)]
@@ -585,7 +587,14 @@ impl RecordingBroker {
                 runs: std::sync::atomic::AtomicUsize::new(0),
                 run_error,
             }),
+            partitioning_keys: &[],
         }
+    }
+
+    /// Declares `keys` of `[server.partitioning]` as the broker's own.
+    pub fn reading_partitioning_keys(mut self, keys: &'static [&'static str]) -> Self {
+        self.partitioning_keys = keys;
+        self
     }
 
     /// The next publish publishes `n` publications, then fails.
@@ -631,6 +640,10 @@ impl Broker for RecordingBroker {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities
+    }
+
+    fn partitioning_keys(&self) -> &'static [&'static str] {
+        self.partitioning_keys
     }
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {

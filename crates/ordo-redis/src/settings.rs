@@ -1,0 +1,246 @@
+//! The Redis broker's own keys of `[server.partitioning]`: lease,
+//! heartbeat, reap and discovery timings.
+//!
+//! ```toml
+//! [server.partitioning]
+//! lease_ttl_ms = 15000                # ownership lease lifetime
+//! heartbeat_interval_seconds = 3.0    # default lease_ttl_ms / 5000; at most a third of the TTL
+//! reap_idle_ms = 3600000              # idle time before a drained partition is retired; 0: never
+//! discovery_interval_seconds = 1.0    # how often the partition index is re-read; under the TTL
+//! ```
+//!
+//! They share the table with ordo-core's keys (`poll_interval_seconds`,
+//! `max_retries`, the retry backoff, `max_concurrency`), which the broker
+//! reads from `Config::partitioning()`.
+
+use std::time::Duration;
+
+use ordo_core::config::Config;
+use ordo_core::error::ConfigError;
+
+const LEASE_TTL_MS: u64 = 15_000;
+const REAP_IDLE_MS: u64 = 3_600_000;
+const DISCOVERY_INTERVAL_SECONDS: f64 = 1.0;
+
+const LEASE_TTL_KEY: &str = "server.partitioning.lease_ttl_ms";
+const HEARTBEAT_KEY: &str = "server.partitioning.heartbeat_interval_seconds";
+const REAP_IDLE_KEY: &str = "server.partitioning.reap_idle_ms";
+const DISCOVERY_KEY: &str = "server.partitioning.discovery_interval_seconds";
+
+/// The Redis broker's timings, from `[server.partitioning]` of the domain
+/// configuration ([`RedisSettings::from_config`]). Every cross-field rule
+/// between them is checked there, once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisSettings {
+    lease_ttl: Duration,
+    heartbeat_interval: Duration,
+    reap: ReapPolicy,
+    discovery_interval: Duration,
+}
+
+/// When a drained, idle partition is retired (`reap_idle_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReapPolicy {
+    /// `reap_idle_ms = 0`: partitions are never retired; their index entries
+    /// and empty streams stay until an operator removes them (what users of
+    /// the source framework set for a small, fixed set of keys).
+    Never,
+    /// Retired once drained and idle this long.
+    After(Duration),
+}
+
+impl ReapPolicy {
+    /// The idle time after which a partition is retired; `None` for never.
+    pub fn idle(self) -> Option<Duration> {
+        match self {
+            Self::Never => None,
+            Self::After(idle) => Some(idle),
+        }
+    }
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self::from_config(&Config::default()).expect("the built-in defaults are valid")
+    }
+}
+
+impl RedisSettings {
+    /// The keys of `[server.partitioning]` the Redis broker reads beyond
+    /// ordo-core's (`Broker::partitioning_keys` of [`RedisBroker`](crate::RedisBroker)).
+    pub const KEYS: &'static [&'static str] = &[
+        "lease_ttl_ms",
+        "heartbeat_interval_seconds",
+        "reap_idle_ms",
+        "discovery_interval_seconds",
+    ];
+
+    /// Reads and validates the Redis broker's keys of `config`'s
+    /// `[server.partitioning]`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::UnknownKey`] for a key of the table that neither
+    /// ordo-core nor this broker reads; [`ConfigError::WrongType`] for a
+    /// value of the wrong type; [`ConfigError::Invalid`] naming the key for
+    /// a value out of range, a heartbeat over a third of the lease TTL, or
+    /// a discovery interval not under it.
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        let table = config.broker_partitioning(Self::KEYS)?;
+        let lease_ttl = Duration::from_millis(positive_int(
+            LEASE_TTL_KEY,
+            integer(table, "lease_ttl_ms")?,
+            LEASE_TTL_MS,
+        )?);
+        let heartbeat_interval = heartbeat_interval(number(table, "heartbeat_interval_seconds")?, lease_ttl)?;
+        let reap = reap_policy(integer(table, "reap_idle_ms")?)?;
+        let discovery_interval = positive_seconds(
+            DISCOVERY_KEY,
+            number(table, "discovery_interval_seconds")?,
+            DISCOVERY_INTERVAL_SECONDS,
+        )?;
+        if discovery_interval >= lease_ttl {
+            return Err(ConfigError::Invalid {
+                key: DISCOVERY_KEY,
+                reason: format!(
+                    "must be under the lease TTL ({LEASE_TTL_KEY} = {} ms): an instance announces itself \
+                     once per discovery interval and its announcement lives one TTL, got {} s",
+                    lease_ttl.as_millis(),
+                    discovery_interval.as_secs_f64(),
+                ),
+            });
+        }
+        Ok(Self {
+            lease_ttl,
+            heartbeat_interval,
+            reap,
+            discovery_interval,
+        })
+    }
+
+    /// `lease_ttl_ms`: how long an ownership lease lives without renewal.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// `heartbeat_interval_seconds`: how often held leases are renewed.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat_interval
+    }
+
+    /// `reap_idle_ms` as a policy: [`ReapPolicy::Never`] for `0`.
+    pub fn reap_policy(&self) -> ReapPolicy {
+        self.reap
+    }
+
+    /// `reap_idle_ms`: how long a drained partition idles before retirement;
+    /// `None` when `reap_idle_ms = 0` (never retired).
+    pub fn reap_idle(&self) -> Option<Duration> {
+        self.reap.idle()
+    }
+
+    /// `discovery_interval_seconds`: how often the partition index is re-read.
+    pub fn discovery_interval(&self) -> Duration {
+        self.discovery_interval
+    }
+}
+
+/// The heartbeat: by default a fifth of the TTL; at most a third of it, so
+/// a live owner gets at least two more renewals in before its lease could
+/// lapse.
+fn heartbeat_interval(seconds: Option<f64>, lease_ttl: Duration) -> Result<Duration, ConfigError> {
+    let Some(seconds) = seconds else {
+        return Ok(lease_ttl / 5);
+    };
+    let heartbeat = positive_seconds(HEARTBEAT_KEY, Some(seconds), 0.0)?;
+    if heartbeat.saturating_mul(3) > lease_ttl {
+        return Err(ConfigError::Invalid {
+            key: HEARTBEAT_KEY,
+            reason: format!(
+                "must be well under the lease TTL (at most a third of {LEASE_TTL_KEY} = {} ms, i.e. {} s) \
+                 so a live owner never lets its lease lapse, got {seconds}",
+                lease_ttl.as_millis(),
+                lease_ttl.as_secs_f64() / 3.0,
+            ),
+        });
+    }
+    Ok(heartbeat)
+}
+
+/// `reap_idle_ms`: `0` is "never reap", as the source framework's users set
+/// it; a negative value is an error naming the key.
+fn reap_policy(value: Option<i64>) -> Result<ReapPolicy, ConfigError> {
+    match value {
+        Some(0) => Ok(ReapPolicy::Never),
+        Some(v) if v < 0 => Err(ConfigError::Invalid {
+            key: REAP_IDLE_KEY,
+            reason: format!("must be 0 (never reap) or a number of milliseconds, got {v}"),
+        }),
+        other => Ok(ReapPolicy::After(Duration::from_millis(positive_int(
+            REAP_IDLE_KEY,
+            other,
+            REAP_IDLE_MS,
+        )?))),
+    }
+}
+
+fn positive_int(key: &'static str, value: Option<i64>, default: u64) -> Result<u64, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v > 0 => Ok(v.unsigned_abs()),
+        Some(v) => Err(ConfigError::Invalid {
+            key,
+            reason: format!("must be greater than 0, got {v}"),
+        }),
+    }
+}
+
+fn positive_seconds(key: &'static str, value: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
+    let seconds = value.unwrap_or(default);
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(ConfigError::Invalid {
+            key,
+            reason: format!("must be a finite number greater than 0, got {seconds}"),
+        });
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| ConfigError::Invalid {
+        key,
+        reason: format!("is too large, got {seconds}"),
+    })
+}
+
+/// The integer at `key` of the table, if set.
+fn integer(table: &toml::Table, key: &str) -> Result<Option<i64>, ConfigError> {
+    match table.get(key) {
+        None => Ok(None),
+        Some(toml::Value::Integer(value)) => Ok(Some(*value)),
+        Some(other) => Err(wrong_type(key, "an integer", other)),
+    }
+}
+
+/// The number (an integer or a float) at `key` of the table, if set.
+fn number(table: &toml::Table, key: &str) -> Result<Option<f64>, ConfigError> {
+    match table.get(key) {
+        None => Ok(None),
+        Some(toml::Value::Float(value)) => Ok(Some(*value)),
+        // Exact up to 2^53 s, far beyond any sensible interval.
+        Some(toml::Value::Integer(value)) => Ok(Some(*value as f64)),
+        Some(other) => Err(wrong_type(key, "a number", other)),
+    }
+}
+
+fn wrong_type(key: &str, expected: &'static str, found: &toml::Value) -> ConfigError {
+    ConfigError::WrongType {
+        key: format!("server.partitioning.{key}"),
+        expected,
+        found: match found {
+            toml::Value::String(_) => "a string",
+            toml::Value::Integer(_) => "an integer",
+            toml::Value::Float(_) => "a float",
+            toml::Value::Boolean(_) => "a boolean",
+            toml::Value::Datetime(_) => "a datetime",
+            toml::Value::Array(_) => "an array",
+            toml::Value::Table(_) => "a table",
+        },
+    }
+}
