@@ -51,5 +51,5 @@ pub use child::Process;
 pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{Result, TestkitError};
 pub use postgres::Postgres;
-pub use redis::{Redis, RedisBuilder, RedisTls};
+pub use redis::{AclDenial, Redis, RedisBuilder, RedisTls};
 pub use wait::{ConditionError, eventually, wait_until};
