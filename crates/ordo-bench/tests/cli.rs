@@ -106,3 +106,43 @@ fn baseline_prints_one_figure_per_line_and_leaves_no_stream_behind() -> Result<(
     assert_eq!(leftovers, Vec::<String>::new());
     Ok(())
 }
+
+#[test]
+fn a_url_with_an_acl_user_and_password_is_used_and_never_printed() -> Result<()> {
+    const PASSWORD: &str = "b3nch-Pa55word";
+    let redis = Redis::start_local()?;
+    redis.create_user("bench", PASSWORD)?;
+    let address = redis.url().trim_start_matches("redis://").to_owned();
+    let url = format!("redis://bench:{PASSWORD}@{address}/0");
+    for (how, flag) in [("--redis-url", true), ("REDIS_URL", false)] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ordo-bench"));
+        command.args(["baseline", "--events", "200", "--keys", "4"]);
+        if flag {
+            command.args(["--redis-url", &url]);
+        } else {
+            command.env("REDIS_URL", &url);
+        }
+        let output = command.output()?;
+        let stdout = String::from_utf8(output.stdout)?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        ensure!(
+            output.status.success(),
+            "ordo-bench with the URL in {how} failed: {}\n{stderr}",
+            output.status
+        );
+        assert!(stdout.contains("events: 200\n"), "{how}: {stdout}");
+        assert!(
+            !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD),
+            "{how} shows the password:\n{stdout}\n{stderr}"
+        );
+    }
+    // A wrong password is refused, and not shown either.
+    let wrong = format!("redis://bench:wr0ng-{PASSWORD}@{address}/0");
+    let output = Command::new(env!("CARGO_BIN_EXE_ordo-bench"))
+        .args(["baseline", "--events", "10", "--redis-url", &wrong])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure!(!output.status.success(), "a wrong password was accepted");
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+    Ok(())
+}

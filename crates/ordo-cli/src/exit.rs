@@ -12,6 +12,11 @@
 use std::fmt;
 use std::process::ExitCode;
 
+/// Said after an error Redis's ACL refused (`NOPERM`).
+const NOPERM_HINT: &str = "the Redis ACL user of this URL lacks a permission this command needs: \
+     docs/OPERATIONS.md (\"ACL users\") gives the rule of each role (the reader's cannot skip, \
+     retry, dlq, replay or purge)";
+
 /// A command that did not do what was asked.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -54,7 +59,14 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             // `{:#}` prints the chain of causes on one line.
-            Self::Error(error) => write!(f, "error: {error:#}"),
+            Self::Error(error) => {
+                let text = format!("{error:#}");
+                write!(f, "error: {text}")?;
+                if text.contains("NOPERM") {
+                    write!(f, "\nhint: {NOPERM_HINT}")?;
+                }
+                Ok(())
+            }
             Self::Usage(message) => write!(f, "error: {message}"),
             Self::Refused(message) => write!(f, "refused: {message}"),
         }

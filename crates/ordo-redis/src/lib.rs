@@ -40,6 +40,7 @@
 //! exported, hidden from the docs, for Ordo's own tests, benchmarks and
 //! harness: they are **unstable** and may change in any release.
 
+mod acl;
 mod admin;
 mod broker;
 mod buckets;
@@ -62,6 +63,7 @@ mod settings;
 mod status;
 mod tls;
 
+pub use acl::AclRole;
 pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
 pub use broker::{RedisBroker, RedisBrokerBuilder};
 pub use connection::{client_config, client_config_with_tls};

@@ -43,6 +43,7 @@ mod postgres;
 mod redis;
 mod resp;
 mod secret;
+mod sentinel;
 mod signal;
 mod wait;
 
@@ -51,5 +52,6 @@ pub use child::Process;
 pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{Result, TestkitError};
 pub use postgres::Postgres;
-pub use redis::{Redis, RedisBuilder, RedisTls};
+pub use redis::{AclDenial, Redis, RedisBuilder, RedisTls};
+pub use sentinel::{RedisSentinel, SENTINEL_SERVICE};
 pub use wait::{ConditionError, eventually, wait_until};

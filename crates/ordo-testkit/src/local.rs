@@ -32,6 +32,10 @@ const LOG_FILE: &str = "redis.log";
 const STDERR_FILE: &str = "redis.stderr";
 /// A cluster node's own record of the cluster (its id, epoch, peers).
 const NODES_FILE: &str = "nodes.conf";
+/// A Sentinel's configuration, which it rewrites as it learns the topology.
+const SENTINEL_FILE: &str = "sentinel.conf";
+/// What a Sentinel logs once it serves clients (it logs no [`READY_LINE`]).
+const SENTINEL_READY_LINE: &str = "Sentinel ID is";
 
 const INSTALL_HINT: &str = "install it with `apt-get install redis-server` (or set ORDO_REDIS_SERVER=/path/to/redis-server), \
      or set REDIS_URL=redis://host:port to use a running Redis 7";
@@ -50,6 +54,9 @@ pub(crate) struct LocalServer {
     /// The cluster bus port of a cluster node (`--cluster-port`), `None` for a plain server.
     /// Chosen freely rather than Redis's default `port + 10000`, which can exceed 65535.
     bus_port: Option<u16>,
+    /// A Sentinel's configuration (`redis-server sentinel.conf --sentinel`),
+    /// written to its directory before the first launch; Sentinel rewrites it.
+    sentinel: bool,
     child: Option<Child>,
     paused: bool,
 }
@@ -84,18 +91,34 @@ impl LocalServer {
         Self::start_node(options, true)
     }
 
+    /// Starts a Redis Sentinel (`redis-server sentinel.conf --sentinel`) on
+    /// a free port in a new temporary directory, its `sentinel.conf` holding
+    /// `config`, and waits until it answers PING.
+    pub(crate) fn start_sentinel(config: &str) -> Result<Self> {
+        Self::start_kind(Vec::new(), false, Some(config))
+    }
+
     fn start_node(options: Vec<OsString>, cluster: bool) -> Result<Self> {
+        Self::start_kind(options, cluster, None)
+    }
+
+    fn start_kind(options: Vec<OsString>, cluster: bool, sentinel: Option<&str>) -> Result<Self> {
         let program = find_redis_server()?;
         let dir = tempfile::Builder::new()
             .prefix("ordo-redis-")
             .tempdir()
             .map_err(TestkitError::io("create a temporary directory for redis-server"))?;
+        if let Some(config) = sentinel {
+            std::fs::write(dir.path().join(SENTINEL_FILE), config)
+                .map_err(TestkitError::io("write sentinel.conf"))?;
+        }
         let mut server = LocalServer {
             program,
             options,
             dir,
             port: 0,
             bus_port: None,
+            sentinel: sentinel.is_some(),
             child: None,
             paused: false,
         };
@@ -243,7 +266,12 @@ impl LocalServer {
                 };
                 return Err(LaunchFailure { error, port_in_use });
             }
-            if self.log_since(log_start).contains(READY_LINE) && self.endpoint().ping(PING_TIMEOUT).is_ok() {
+            let ready_line = if self.sentinel {
+                SENTINEL_READY_LINE
+            } else {
+                READY_LINE
+            };
+            if self.log_since(log_start).contains(ready_line) && self.endpoint().ping(PING_TIMEOUT).is_ok() {
                 self.child = Some(child);
                 self.paused = false;
                 return Ok(());
@@ -266,7 +294,13 @@ impl LocalServer {
 
     fn arguments(&self) -> Vec<OsString> {
         let dir = self.dir.path().as_os_str();
-        let mut arguments: Vec<OsString> = vec![
+        let mut arguments: Vec<OsString> = Vec::new();
+        if self.sentinel {
+            // The configuration file comes first; Sentinel needs one it can rewrite.
+            arguments.push(self.dir.path().join(SENTINEL_FILE).into_os_string());
+            arguments.push("--sentinel".into());
+        }
+        arguments.extend::<[OsString; 12]>([
             "--port".into(),
             self.port.to_string().into(),
             "--bind".into(),
@@ -279,7 +313,7 @@ impl LocalServer {
             "no".into(),
             "--logfile".into(),
             self.log_path().into_os_string(),
-        ];
+        ]);
         if let Some(bus_port) = self.bus_port {
             arguments.extend([
                 "--cluster-enabled".into(),
@@ -451,6 +485,7 @@ mod tests {
             dir: tempfile::tempdir().unwrap(),
             port: taken.local_addr().unwrap().port(),
             bus_port: None,
+            sentinel: false,
             child: None,
             paused: false,
         };

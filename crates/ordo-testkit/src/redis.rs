@@ -242,13 +242,79 @@ impl Redis {
     /// Creates (or resets) the ACL user `name` with `password` and every
     /// permission (`~* &* +@all`), for tests that connect as a named user.
     pub fn create_user(&self, name: &str, password: &str) -> Result<()> {
+        self.create_user_with_rules(name, password, &["~*", "&*", "+@all"])
+    }
+
+    /// Creates (or resets) the ACL user `name` with `password` and exactly
+    /// the ACL `rules` given (`ACL SETUSER name reset on >password rules...`):
+    /// every permission not in `rules` is withheld.
+    pub fn create_user_with_rules<S: AsRef<str>>(
+        &self,
+        name: &str,
+        password: &str,
+        rules: &[S],
+    ) -> Result<()> {
         let secret = format!(">{password}");
-        let args = ["ACL", "SETUSER", name, "on", &secret, "~*", "&*", "+@all"];
+        let mut args = vec!["ACL", "SETUSER", name, "reset", "on", &secret];
+        args.extend(rules.iter().map(AsRef::as_ref));
         match self.endpoint.command(&args, DEFAULT_PING_TIMEOUT)? {
             crate::resp::Reply::Simple(ok) if ok == "OK" => Ok(()),
             other => Err(TestkitError::UnexpectedReply {
                 addr: self.endpoint.to_string(),
                 command: "ACL SETUSER",
+                reply: format!("{other:?}"),
+            }),
+        }
+    }
+
+    /// The server's `ACL LOG`: every command, key or channel an ACL user was
+    /// refused (newest first), and failed logins.
+    pub fn acl_log(&self) -> Result<Vec<AclDenial>> {
+        let unexpected = |reply: &dyn std::fmt::Debug| TestkitError::UnexpectedReply {
+            addr: self.endpoint.to_string(),
+            command: "ACL LOG",
+            reply: format!("{reply:?}"),
+        };
+        let reply = self.endpoint.command(&["ACL", "LOG"], DEFAULT_PING_TIMEOUT)?;
+        let crate::resp::Reply::Array(Some(entries)) = reply else {
+            return Err(unexpected(&reply));
+        };
+        let mut denials = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let crate::resp::Reply::Array(Some(fields)) = &entry else {
+                return Err(unexpected(&entry));
+            };
+            let field = |name: &str| -> String {
+                fields
+                    .chunks(2)
+                    .find(|pair| pair[0].text() == Some(name))
+                    .and_then(|pair| pair.get(1))
+                    .map(|value| match value {
+                        crate::resp::Reply::Integer(n) => n.to_string(),
+                        other => other.text().unwrap_or_default().to_owned(),
+                    })
+                    .unwrap_or_default()
+            };
+            denials.push(AclDenial {
+                username: field("username"),
+                reason: field("reason"),
+                context: field("context"),
+                object: field("object"),
+            });
+        }
+        Ok(denials)
+    }
+
+    /// Empties the server's `ACL LOG`.
+    pub fn reset_acl_log(&self) -> Result<()> {
+        match self
+            .endpoint
+            .command(&["ACL", "LOG", "RESET"], DEFAULT_PING_TIMEOUT)?
+        {
+            crate::resp::Reply::Simple(ok) if ok == "OK" => Ok(()),
+            other => Err(TestkitError::UnexpectedReply {
+                addr: self.endpoint.to_string(),
+                command: "ACL LOG RESET",
                 reply: format!("{other:?}"),
             }),
         }
@@ -358,6 +424,19 @@ impl Redis {
             (timeout, _) => timeout,
         })
     }
+}
+
+/// One entry of `ACL LOG`: what an ACL user was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclDenial {
+    /// The user refused.
+    pub username: String,
+    /// `command`, `key`, `channel` or `auth`.
+    pub reason: String,
+    /// Where: `toplevel`, `multi` or `lua` (inside a script).
+    pub context: String,
+    /// The command, key or channel refused.
+    pub object: String,
 }
 
 #[cfg(test)]
