@@ -32,8 +32,11 @@ const SCRIPTS: &[&str] = &["+evalsha", "+script|load"];
 
 /// Every publish (the publish script, and listing a new slot's bucket in the
 /// category's directory): a new stream gets the registered groups, an
-/// existing one the groups it lacks while a group joins the category.
+/// existing one the groups it lacks while a group joins the category; an
+/// armed doorbell is deleted and rung on its slot's channel.
 const PUBLISH: &[&str] = &[
+    "+del",
+    "+spublish",
     "+exists",
     "+smembers",
     "+scard",
@@ -64,12 +67,17 @@ const POSITIONS: &[&str] = &["+get", "+set"];
 /// retries, reaping, discovery, the instance set, plain consumer groups
 /// (and claiming a dead plain consumer's entries: `XINFO CONSUMERS`,
 /// `XCLAIM`, `XGROUP DELCONSUMER`, `ZSCORE`), process managers' state.
-/// `PING` and `CLIENT UNBLOCK`: the waker's client checks its connection,
-/// and interrupts its own blocking `XREAD` to send another command (fred's
-/// `Blocking::Interrupt`).
+/// The waker subscribes to the doorbell channels (`SSUBSCRIBE`, and
+/// `SUNSUBSCRIBE` when it must subscribe anew) and arms doorbells (an
+/// `XREVRANGE` per lane, then `SET`). `PING` and `CLIENT UNBLOCK`: a plain
+/// consumer's client checks its connection, and a shutdown interrupts its
+/// blocking `XREADGROUP` to quit (fred's `Blocking::Interrupt`).
 const WORKER: &[&str] = &[
     "+ping",
     "+client|unblock",
+    "+ssubscribe",
+    "+sunsubscribe",
+    "+xrevrange",
     "+get",
     "+set",
     "+pexpire",
@@ -83,7 +91,6 @@ const WORKER: &[&str] = &[
     "+srem",
     "+sunion",
     "+time",
-    "+xread",
     "+xreadgroup",
     "+xack",
     "+xpending",
@@ -151,6 +158,10 @@ const ORDO_KEYS: &[&str] = &[
     "ordo:instances:*",
     "{__pm__:*",
 ];
+
+/// The sharded Pub/Sub channels of the doorbells (one per hash slot), which
+/// every publish may ring and the waker subscribes to.
+const DOORBELL_CHANNELS: &str = "&{*}:ordo:doorbell";
 
 /// Who connects to Redis, and so which ACL rule it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -230,7 +241,8 @@ impl AclRole {
 
     /// The `ACL SETUSER` rules of the role for a client working on
     /// `categories` (after the user name, `on` and the password): no keys,
-    /// channels or commands but the role's. A pattern shared by every
+    /// channels or commands but the role's (every role but the reader may
+    /// use the doorbell channels). A pattern shared by every
     /// category is listed once.
     pub fn rules<S: AsRef<str>>(self, categories: &[S]) -> Vec<String> {
         let mut rules = vec![
@@ -239,6 +251,9 @@ impl AclRole {
             "-@all".to_owned(),
         ];
         rules.extend(self.commands().into_iter().map(str::to_owned));
+        if self != AclRole::Reader {
+            rules.push(DOORBELL_CHANNELS.to_owned());
+        }
         let mut patterns: Vec<String> = Vec::new();
         for category in categories {
             let escaped = glob_escape(category.as_ref());

@@ -150,8 +150,8 @@ async fn publish_chunk(
     backfill_suffix: &str,
     chunk: &[Publication],
 ) -> Result<(), (usize, Error)> {
-    let mut keys = Vec::with_capacity(chunk.len() * 8);
-    let mut args = Vec::with_capacity(chunk.len() * 5 + 2);
+    let mut keys = Vec::with_capacity(chunk.len() * 7);
+    let mut args = Vec::with_capacity(chunk.len() * 6 + 2);
     args.push(crate::lease::millis(dedup.window));
     if dedup.window.is_zero() {
         args[0] = Value::from(0);
@@ -176,7 +176,6 @@ async fn publish_chunk(
         keys.push(names.joining);
         keys.push(names.position);
         keys.push(names.doorbell);
-        keys.push(names.channel);
         args.push(Value::from(names.member.unwrap_or_default()));
         args.push(Value::from(envelope.type_name.as_str()));
         args.push(Value::from(json));
@@ -186,6 +185,7 @@ async fn publish_chunk(
                 .map(|seq| seq.to_string())
                 .unwrap_or_default(),
         ));
+        args.push(Value::from(names.channel));
     }
     let script = &SCRIPTS.publish;
     let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;

@@ -7,9 +7,10 @@
 --       lanes), position key of the publication's position scope. For a
 --       partition, the bucket, registry and marker are the copies in the
 --       partition's own slot, so a publication touches one slot.
--- ARGV: dedup window ms (0: off), dedup cap per stream, then five per
+-- ARGV: dedup window ms (0: off), dedup cap per stream, then six per
 --       publication: index member ('' when not partitioned), type name,
---       envelope JSON, message id, position ('' when it has none)
+--       envelope JSON, message id, position ('' when it has none), the
+--       doorbell channel of its slot (a channel, not a key)
 --
 -- Every registered group exists on the stream before the entry is added: a
 -- new stream gets them all at id 0, and while a group is joining the
@@ -44,12 +45,12 @@ end
 local ids = {'ok'}
 local trimmed = {}
 local joining_now = {}
-for i = 0, #KEYS / 8 - 1 do
-  local stream, index, registry, recent, joining, position_key, doorbell, channel =
-    KEYS[8 * i + 1], KEYS[8 * i + 2], KEYS[8 * i + 3], KEYS[8 * i + 4], KEYS[8 * i + 5], KEYS[8 * i + 6],
-    KEYS[8 * i + 7], KEYS[8 * i + 8]
-  local member, type_name, envelope, message_id, position =
-    ARGV[5 * i + 3], ARGV[5 * i + 4], ARGV[5 * i + 5], ARGV[5 * i + 6], ARGV[5 * i + 7]
+for i = 0, #KEYS / 7 - 1 do
+  local stream, index, registry, recent, joining, position_key, doorbell =
+    KEYS[7 * i + 1], KEYS[7 * i + 2], KEYS[7 * i + 3], KEYS[7 * i + 4], KEYS[7 * i + 5], KEYS[7 * i + 6],
+    KEYS[7 * i + 7]
+  local member, type_name, envelope, message_id, position, channel =
+    ARGV[6 * i + 3], ARGV[6 * i + 4], ARGV[6 * i + 5], ARGV[6 * i + 6], ARGV[6 * i + 7], ARGV[6 * i + 8]
   local by_id = window > 0 and position == ''
   if position ~= '' and tonumber(redis.call('GET', position_key) or '0') >= tonumber(position) then
     -- Already published (by this relay before a crash, or by another one).
