@@ -13,6 +13,7 @@
 //! Benchmarks that run on a shared Redis clear their keys before and after
 //! ([`delete_matching`]); [`BENCH_KEYS`] are this module's.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, Result, ensure};
 use fred::clients::Client;
 use fred::prelude::ClientLike as _;
+use fred::types::cluster::ClusterRouting;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use ordo::{HandlerContext, HandlerResult, Metadata, event_handler};
 use ordo_core::config::Config;
@@ -351,8 +353,28 @@ pub async fn fill(domain: &Domain, seqs: Range<u64>, keys: usize, per_commit: us
 }
 
 /// Deletes every key matching one of `patterns` (SCAN + UNLINK); returns
-/// how many were deleted.
+/// how many were deleted. On a Redis Cluster every primary is scanned (a
+/// `SCAN` sees one node's keys), and keys are unlinked one slot at a time (a
+/// multi-key command must name one slot).
 pub async fn delete_matching(client: &Client, patterns: &[&str]) -> Result<u64> {
+    if !client.is_clustered() {
+        return delete_on_node(client, patterns).await;
+    }
+    let mut deleted = 0;
+    for node in client
+        .split_cluster()
+        .context("cannot list the cluster's primaries")?
+    {
+        node.init().await.context("cannot connect to a cluster primary")?;
+        let result = delete_on_node(&node, patterns).await;
+        let _ = node.quit().await;
+        deleted += result?;
+    }
+    Ok(deleted)
+}
+
+/// [`delete_matching`] on the one node `client` talks to.
+async fn delete_on_node(client: &Client, patterns: &[&str]) -> Result<u64> {
     let mut deleted = 0;
     for pattern in patterns {
         let mut cursor = "0".to_owned();
@@ -367,7 +389,14 @@ pub async fn delete_matching(client: &Client, patterns: &[&str]) -> Result<u64> 
             let (next, keys): (String, Vec<String>) = reply
                 .convert()
                 .with_context(|| format!("unexpected SCAN reply for {pattern}"))?;
-            if !keys.is_empty() {
+            let mut by_slot: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+            for key in keys {
+                by_slot
+                    .entry(ClusterRouting::hash_key(key.as_bytes()))
+                    .or_default()
+                    .push(key);
+            }
+            for keys in by_slot.into_values() {
                 let unlinked: u64 = client
                     .custom(
                         CustomCommand::new_static("UNLINK", ClusterHash::FirstKey, false),
