@@ -184,6 +184,17 @@ fn tls_makes_the_private_redis_a_tls_one_and_the_run_uses_it() -> Result<()> {
 }
 
 #[test]
+fn worker_processes_get_the_tls_files() -> Result<()> {
+    // `failover` runs `ordo-bench worker` processes: they reach the TLS-only
+    // URL only with the run's CA file, which travels by environment.
+    let (stdout, _) = bench_ok(&[
+        "failover", "--tls", "--ttls", "2000", "--trials", "1", "--keys", "2", "--rate", "50",
+    ])?;
+    assert!(stdout.contains("failover_ms_ttl_2000: "), "{stdout}");
+    Ok(())
+}
+
+#[test]
 fn a_rediss_url_with_mutual_tls_files_works_and_a_wrong_ca_is_refused() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let ca = ordo_testkit::TestCa::new(dir.path(), "bench-ca")?;
