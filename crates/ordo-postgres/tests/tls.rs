@@ -146,3 +146,31 @@ async fn sslmode_disable_is_refused_by_a_server_that_requires_tls() -> anyhow::R
     assert_eq!(one, 1);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_client_certificate_in_the_url_is_presented_when_the_server_demands_one() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let ca = TestCa::new(dir.path(), "pg-ca")?;
+    // `clientcert=verify-full`: a certificate of `ca` whose common name is the user.
+    let (cert, key) = ca.client("postgres")?;
+    let mut tls = ca.postgres_tls(true)?;
+    tls.require_client_certificate = true;
+    let pg = Postgres::builder().tls(tls).start()?;
+    let url = url_with(&pg, "verify-full", Some(ca.file()));
+
+    let error = pg_pool(&url, 1)
+        .await
+        .expect_err("without a client certificate the server must refuse");
+    let text = format!("{error:#}");
+    assert!(text.contains("certificate"), "{text}");
+
+    let with_cert = format!("{url}&sslcert={}&sslkey={}", cert.display(), key.display());
+    let pool = pg_pool(&with_cert, 1).await?;
+    let (ssl, client_dn): (bool, Option<String>) =
+        sqlx::query_as("SELECT ssl, client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .fetch_one(&pool)
+            .await?;
+    assert!(ssl);
+    assert_eq!(client_dn.as_deref(), Some("/CN=postgres"));
+    Ok(())
+}

@@ -97,13 +97,16 @@ impl TestCa {
     }
 
     /// TLS settings for a testkit PostgreSQL with a server certificate of
-    /// this CA, refusing plain connections or not.
+    /// this CA, refusing plain connections or not; client certificates of
+    /// this CA are accepted (set `require_client_certificate` to demand one).
     pub fn postgres_tls(&self, require_tls: bool) -> Result<PostgresTls> {
         let (cert_file, key_file) = self.server("postgres-server")?;
         Ok(PostgresTls {
             cert_file,
             key_file,
+            ca_file: self.file.clone(),
             require_tls,
+            require_client_certificate: false,
         })
     }
 

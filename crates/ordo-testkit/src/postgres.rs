@@ -47,9 +47,14 @@ pub struct PostgresTls {
     pub cert_file: PathBuf,
     /// The server's private key (`ssl_key_file`).
     pub key_file: PathBuf,
+    /// The CA of client certificates (`ssl_ca_file`).
+    pub ca_file: PathBuf,
     /// Whether clients must use TLS: `pg_hba.conf` then holds `hostssl`
     /// lines only, so a plain connection is refused.
     pub require_tls: bool,
+    /// Whether clients must present a certificate of `ca_file` whose common
+    /// name is their user name (`clientcert=verify-full`); implies `require_tls`.
+    pub require_client_certificate: bool,
 }
 
 /// Options for a private PostgreSQL ([`Postgres::builder`]).
@@ -324,7 +329,8 @@ impl Drop for Postgres {
 fn set_up_tls(data: &Path, tls: &PostgresTls, owner: Option<(u32, u32)>) -> Result<Vec<String>> {
     const CERT: &str = "server.crt";
     const KEY: &str = "server.key";
-    for (from, to) in [(&tls.cert_file, CERT), (&tls.key_file, KEY)] {
+    const CA: &str = "client-ca.crt";
+    for (from, to) in [(&tls.cert_file, CERT), (&tls.key_file, KEY), (&tls.ca_file, CA)] {
         let target = data.join(to);
         fs::copy(from, &target).map_err(|source| TestkitError::Io {
             what: format!("copy {} into the PostgreSQL data directory", from.display()),
@@ -338,11 +344,16 @@ fn set_up_tls(data: &Path, tls: &PostgresTls, owner: Option<(u32, u32)>) -> Resu
             ))?;
         }
     }
-    if tls.require_tls {
+    if tls.require_tls || tls.require_client_certificate {
+        let option = if tls.require_client_certificate {
+            " clientcert=verify-full"
+        } else {
+            ""
+        };
         // Replaces initdb's `host` lines (TLS or not); the file keeps its owner.
         fs::write(
             data.join("pg_hba.conf"),
-            "hostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+            format!("hostssl all all 127.0.0.1/32 trust{option}\nhostssl all all ::1/128 trust{option}\n"),
         )
         .map_err(TestkitError::io("write pg_hba.conf (hostssl only)"))?;
     }
@@ -353,6 +364,8 @@ fn set_up_tls(data: &Path, tls: &PostgresTls, owner: Option<(u32, u32)>) -> Resu
         &format!("ssl_cert_file={CERT}"),
         "-c",
         &format!("ssl_key_file={KEY}"),
+        "-c",
+        &format!("ssl_ca_file={CA}"),
     ]
     .map(str::to_owned)
     .to_vec())
