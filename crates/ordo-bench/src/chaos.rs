@@ -331,6 +331,7 @@ fn parts(
             Some(proxy) => proxy.url_for(redis.url())?.into(),
             None => redis.url().into(),
         },
+        tls: redis.tls().clone(),
         lease_ttl_ms: args.lease_ttl_ms.get(),
         postgres: postgres.clone(),
         relay_only: false,
@@ -354,6 +355,7 @@ fn parts(
         proxy,
         traffic: TrafficPlan {
             redis_url: redis.url().into(),
+            tls: redis.tls().clone(),
             keys,
             rate: args.rate.get(),
             slow_percent: args.slow_percent,
@@ -570,7 +572,7 @@ fn range(first: u64, last: u64) -> String {
 
 /// A client that reconnects across Redis restarts.
 async fn connect(redis: &BenchRedis) -> Result<Pool> {
-    let mut builder = crate::redis::builder(redis.url())?;
+    let mut builder = crate::redis::builder(redis.url(), redis.tls())?;
     builder.set_policy(ReconnectPolicy::new_exponential(0, 100, 1_000, 2));
     let pool = builder.build_pool(2)?;
     pool.init()

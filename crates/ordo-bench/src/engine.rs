@@ -31,6 +31,7 @@ use ordo_core::domain::{Domain, RunningDomain};
 use ordo_redis::RedisBroker;
 
 use crate::latency::LatencyRecorder;
+use crate::redis::BenchRedis;
 use crate::workload::{BenchAggregate, BenchEvent};
 
 /// The handler's name: the consumer group of the `bench` partitions (the
@@ -251,10 +252,10 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Connects an instance named `instance` to `url`, counting into
-    /// `tally`. Not started.
+    /// Connects an instance named `instance` to the run's Redis (with its
+    /// TLS files), counting into `tally`. Not started.
     pub async fn connect(
-        url: &str,
+        redis: &BenchRedis,
         instance: &str,
         options: &EngineOptions,
         tally: Arc<Tally>,
@@ -262,7 +263,8 @@ impl Engine {
         let config = options.config.clone();
         let handler = BenchHandler::new(tally);
         let handled = Arc::clone(&handler.handled);
-        let broker = RedisBroker::builder(url)
+        let broker = RedisBroker::builder(redis.url())
+            .tls(redis.tls().files())
             .config(config.clone())
             .instance_id(instance)
             .read_batch(options.read_batch)

@@ -29,7 +29,7 @@ use ordo_core::config::Config;
 use ordo_harness::line::{self, Line};
 use ordo_harness::tick::Tick;
 use ordo_harness::worker::TickHandler;
-use ordo_redis::RedisBroker;
+use ordo_redis::{RedisBroker, TlsFiles};
 use ordo_testkit::Process;
 
 use crate::engine;
@@ -147,10 +147,15 @@ async fn trial(
     let mut workers = Vec::with_capacity(2);
     for name in ["a", "b"] {
         let instance = format!("failover-{ttl_ms}-{trial}-{name}-{}", std::process::id());
-        let command = WorkerArgs::new(&instance, ttl_ms).command(redis.url())?;
+        let command = WorkerArgs::new(&instance, ttl_ms).command(redis.url(), redis.tls())?;
         workers.push((instance, spawn(command)?));
     }
-    let publisher = tokio::spawn(publish(redis.url().to_owned(), args.keys, args.rate));
+    let publisher = tokio::spawn(publish(
+        redis.url().to_owned(),
+        redis.tls().files(),
+        args.keys,
+        args.rate,
+    ));
     let result = kill_and_take_over(admin, &mut workers, ttl_ms, trial).await;
     publisher.abort();
     let published = publisher.await;
@@ -263,9 +268,13 @@ async fn stop(mut worker: Process) -> Result<()> {
 
 /// Publishes `rate` [`Tick`]s per second over `keys` keys through a unit
 /// of work and the outbox processor each, until aborted.
-async fn publish(url: String, keys: NonZeroUsize, rate: f64) -> Result<()> {
+async fn publish(url: String, tls: TlsFiles, keys: NonZeroUsize, rate: f64) -> Result<()> {
     let config = Config::default();
-    let broker = RedisBroker::builder(&url).config(config.clone()).build().await?;
+    let broker = RedisBroker::builder(&url)
+        .tls(tls)
+        .config(config.clone())
+        .build()
+        .await?;
     let handler = TickHandler::new(broker.client().clone(), "bench-publisher");
     let domain = ordo_harness::worker::domain(broker, handler, config)?;
     let load = OfferedLoad {

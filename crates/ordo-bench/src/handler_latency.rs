@@ -63,7 +63,7 @@ async fn measure(args: &LatencyArgs, redis: &BenchRedis) -> Result<Report> {
     let tally = Tally::new(args.keys);
     let instance = format!("bench-latency-{}", std::process::id());
     let engine = Engine::connect(
-        redis.url(),
+        redis,
         &instance,
         &EngineOptions::new(engine::config(None)?),
         tally.clone(),

@@ -77,7 +77,7 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
     let tally = Tally::new(args.partitions);
     let instance = format!("bench-idle-{}", std::process::id());
     let config = engine::config(Some(REAP_IDLE_MS))?;
-    let engine = Engine::connect(redis.url(), &instance, &EngineOptions::new(config), tally.clone()).await?;
+    let engine = Engine::connect(redis, &instance, &EngineOptions::new(config), tally.clone()).await?;
     engine::fill(&engine.domain, 0..partitions as u64, partitions, 100).await?;
 
     let started = Instant::now();

@@ -137,7 +137,9 @@ async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
                 .as_ref()
                 .map(ordo_redis::SecretUrl::expose)
                 .context("`worker` needs --redis-url or REDIS_URL")?;
-            worker::run(&args, url).await.map(|()| Report::new())
+            worker::run(&args, url, &redis.tls_files)
+                .await
+                .map(|()| Report::new())
         }
     }
 }

@@ -71,6 +71,9 @@ impl CommandMonitor {
     /// counting once Redis has confirmed `MONITOR`. Blocks while it connects.
     pub fn start(url: &str) -> Result<Self> {
         let config = Config::from_url(url).with_context(|| format!("{url:?} is not a usable Redis URL"))?;
+        if config.tls.is_some() {
+            bail!("MONITOR counting speaks plain TCP: run this benchmark without TLS (--tls / rediss://)");
+        }
         let ServerConfig::Centralized { server } = &config.server else {
             bail!("MONITOR needs a single Redis server, not {url}");
         };

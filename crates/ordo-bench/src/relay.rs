@@ -115,7 +115,7 @@ async fn measure(
     // A domain to raise and validate the events (its broker is not used).
     let tally = Tally::new(args.keys);
     let engine = Engine::connect(
-        redis.url(),
+        redis,
         &format!("bench-relay-{}", std::process::id()),
         &EngineOptions::new(engine::config(None)?),
         tally.clone(),
@@ -288,6 +288,7 @@ async fn measure(
 async fn relay(outbox: &PgOutbox, redis: &BenchRedis, args: &RelayArgs) -> Result<PgRelay> {
     let config = Config::default();
     let broker = RedisBroker::builder(redis.url())
+        .tls(redis.tls().files())
         .config(config.clone())
         .build()
         .await?;

@@ -115,7 +115,7 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
     let mut engines = Vec::with_capacity(count);
     for n in 0..count {
         let instance = format!("bench-{count}-{n}-{}", std::process::id());
-        engines.push(Engine::connect(redis.url(), &instance, &options, tally.clone()).await?);
+        engines.push(Engine::connect(redis, &instance, &options, tally.clone()).await?);
     }
     let filled = engine::fill(
         &engines[0].domain,

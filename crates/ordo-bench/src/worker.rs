@@ -22,6 +22,8 @@ use std::process::Command;
 use anyhow::{Context as _, Result};
 use ordo_harness::worker::WorkerOptions;
 
+use crate::redis::TlsPaths;
+
 /// How a worker child process gets its `--database-url`: by environment, off
 /// the command line (`DATABASE_URL` itself is left to the parent run's own use).
 pub const WORKER_DATABASE_URL_ENV: &str = "ORDO_BENCH_WORKER_DATABASE_URL";
@@ -75,9 +77,10 @@ impl WorkerArgs {
         }
     }
 
-    /// The harness's options for these arguments on `redis_url`.
-    pub fn options(&self, redis_url: &str) -> WorkerOptions {
+    /// The harness's options for these arguments on `redis_url` with `tls`.
+    pub fn options(&self, redis_url: &str, tls: &TlsPaths) -> WorkerOptions {
         let mut options = WorkerOptions::new(redis_url, &self.instance);
+        options.tls = tls.files();
         options.lease_ttl_ms = self.lease_ttl_ms;
         options.heartbeat_ms = self.heartbeat_ms.unwrap_or(self.lease_ttl_ms / 5);
         options.poll_ms = self.poll_ms;
@@ -88,10 +91,12 @@ impl WorkerArgs {
 
     /// The command that runs this worker as a child of the current process
     /// (`<current exe> worker ...`). The URLs go by environment (`REDIS_URL`,
-    /// and the database's), never on the command line, where `ps` shows them.
-    pub fn command(&self, redis_url: &str) -> Result<Command> {
+    /// and the database's), never on the command line, where `ps` shows them;
+    /// so do the TLS files.
+    pub fn command(&self, redis_url: &str, tls: &TlsPaths) -> Result<Command> {
         let exe = std::env::current_exe().context("cannot locate the ordo-bench executable")?;
         let mut command = Command::new(exe);
+        tls.pass_to(&mut command);
         command
             .env("REDIS_URL", redis_url)
             .env_remove(WORKER_DATABASE_URL_ENV)
@@ -115,9 +120,9 @@ impl WorkerArgs {
     }
 }
 
-/// Runs the worker on `redis_url` until SIGTERM or SIGINT.
-pub async fn run(args: &WorkerArgs, redis_url: &str) -> Result<()> {
-    let options = args.options(redis_url);
+/// Runs the worker on `redis_url` (with `tls`) until SIGTERM or SIGINT.
+pub async fn run(args: &WorkerArgs, redis_url: &str, tls: &TlsPaths) -> Result<()> {
+    let options = args.options(redis_url, tls);
     let shutdown = ordo_harness::worker::shutdown_on_signal()?;
     match &args.database_url {
         Some(url) => {
@@ -141,11 +146,15 @@ mod tests {
     #[test]
     fn the_heartbeat_follows_the_ttl_unless_given() {
         let mut args = WorkerArgs::new("w1", 2_000);
-        let options = args.options("redis://127.0.0.1:1");
+        let options = args.options("redis://127.0.0.1:1", &TlsPaths::default());
         assert_eq!((options.lease_ttl_ms, options.heartbeat_ms), (2_000, 400));
         assert_eq!((options.poll_ms, options.discovery_ms), (250, 1_000));
         options.config().unwrap();
         args.heartbeat_ms = Some(300);
-        assert_eq!(args.options("redis://127.0.0.1:1").heartbeat_ms, 300);
+        assert_eq!(
+            args.options("redis://127.0.0.1:1", &TlsPaths::default())
+                .heartbeat_ms,
+            300
+        );
     }
 }

@@ -5,6 +5,7 @@ use std::process::Command;
 use anyhow::{Context as _, Result, ensure};
 use fred::prelude::ClientLike as _;
 use fred::types::{ClusterHash, CustomCommand};
+use ordo_bench::redis::TlsPaths;
 use ordo_testkit::Redis;
 
 #[test]
@@ -94,7 +95,7 @@ fn baseline_prints_one_figure_per_line_and_leaves_no_stream_behind() -> Result<(
     assert!(stdout.contains("consumers: 3\n"), "{stdout}");
 
     let leftovers: Vec<String> = tokio::runtime::Runtime::new()?.block_on(async {
-        let client = ordo_bench::redis::connect(&redis.url()).await?;
+        let client = ordo_bench::redis::connect(&redis.url(), &TlsPaths::default()).await?;
         let keys = client
             .custom(
                 CustomCommand::new_static("KEYS", ClusterHash::Random, false),
@@ -144,5 +145,96 @@ fn a_url_with_an_acl_user_and_password_is_used_and_never_printed() -> Result<()>
     let stderr = String::from_utf8_lossy(&output.stderr);
     ensure!(!output.status.success(), "a wrong password was accepted");
     assert!(!stderr.contains(PASSWORD), "{stderr}");
+    Ok(())
+}
+
+/// Runs `ordo-bench` with `args`; its stdout and stderr, failing with both if it failed.
+fn bench_ok(args: &[&str]) -> Result<(String, String)> {
+    let output = Command::new(env!("CARGO_BIN_EXE_ordo-bench"))
+        .args(args)
+        .env_remove("REDIS_URL")
+        .output()?;
+    let stdout = String::from_utf8(output.stdout)?;
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    ensure!(
+        output.status.success(),
+        "ordo-bench {args:?} failed: {}\n{stdout}\n{stderr}",
+        output.status
+    );
+    Ok((stdout, stderr))
+}
+
+#[test]
+fn tls_makes_the_private_redis_a_tls_one_and_the_run_uses_it() -> Result<()> {
+    let (stdout, _) = bench_ok(&["baseline", "--tls", "--events", "300", "--keys", "4"])?;
+    assert!(stdout.contains("events: 300\n"), "{stdout}");
+    // The engines (RedisBroker) too.
+    let (stdout, _) = bench_ok(&[
+        "throughput",
+        "--tls",
+        "--events",
+        "300",
+        "--keys",
+        "4",
+        "--instances",
+        "1",
+    ])?;
+    assert!(stdout.contains("events: 300"), "{stdout}");
+    Ok(())
+}
+
+#[test]
+fn worker_processes_get_the_tls_files() -> Result<()> {
+    // `failover` runs `ordo-bench worker` processes: they reach the TLS-only
+    // URL only with the run's CA file, which travels by environment.
+    let (stdout, _) = bench_ok(&[
+        "failover", "--tls", "--ttls", "2000", "--trials", "1", "--keys", "2", "--rate", "50",
+    ])?;
+    assert!(stdout.contains("failover_ms_ttl_2000: "), "{stdout}");
+    Ok(())
+}
+
+#[test]
+fn a_rediss_url_with_mutual_tls_files_works_and_a_wrong_ca_is_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let ca = ordo_testkit::TestCa::new(dir.path(), "bench-ca")?;
+    let other = ordo_testkit::TestCa::new(dir.path(), "other-ca")?;
+    let (cert, key) = ca.client("bench-client")?;
+    // Clients must present a certificate of `ca`: the run works only if every
+    // client it makes (and its engines) uses the files.
+    let redis = Redis::builder().tls(ca.redis_tls(true)?).start()?;
+    let url = redis.tls_url().context("no TLS port")?;
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let (ca_file, other_file, cert, key) = (path(ca.file()), path(other.file()), path(&cert), path(&key));
+    let (stdout, _) = bench_ok(&[
+        "throughput",
+        "--events",
+        "300",
+        "--keys",
+        "4",
+        "--instances",
+        "1",
+        "--redis-url",
+        &url,
+        "--tls-ca-file",
+        &ca_file,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+    ])?;
+    assert!(stdout.contains("events: 300"), "{stdout}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_ordo-bench"))
+        .args(["baseline", "--events", "100", "--keys", "4"])
+        .args(["--redis-url", &url, "--tls-ca-file", &other_file])
+        .args(["--tls-cert-file", &cert, "--tls-key-file", &key])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a wrong CA was accepted: {stderr}");
+    assert!(
+        stderr.contains(&format!("could not connect to Redis at {url}")) && stderr.contains("UnknownIssuer"),
+        "{stderr}"
+    );
     Ok(())
 }

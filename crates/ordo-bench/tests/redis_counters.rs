@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, ensure};
 use fred::prelude::{ClientLike as _, LuaInterface as _};
 use ordo_bench::monitor::CommandMonitor;
-use ordo_bench::redis::connect;
+use ordo_bench::redis::{TlsPaths, connect};
 use ordo_bench::stats::RedisStats;
 use ordo_testkit::Redis;
 
@@ -16,7 +16,7 @@ const SCRIPT: &str = "for i = 1, 3 do redis.call('INCR', KEYS[1]) end return 1";
 async fn info_counts_the_commands_a_script_runs() -> Result<()> {
     // A server of its own: the exact counts must not include anyone else's commands.
     let redis = Redis::start_local()?;
-    let client = connect(&redis.url()).await?;
+    let client = connect(&redis.url(), &TlsPaths::default()).await?;
     let before = RedisStats::read(&client).await?;
     let _: i64 = client.eval(SCRIPT, vec!["counter"], Vec::<String>::new()).await?;
     let delta = RedisStats::read(&client).await?.since(&before);
@@ -30,7 +30,7 @@ async fn info_counts_the_commands_a_script_runs() -> Result<()> {
 #[tokio::test]
 async fn monitor_counts_what_clients_send_apart_from_what_scripts_run() -> Result<()> {
     let redis = Redis::start_local()?;
-    let client = connect(&redis.url()).await?;
+    let client = connect(&redis.url(), &TlsPaths::default()).await?;
     let monitor = CommandMonitor::start(&redis.url())?;
     let _: i64 = client.eval(SCRIPT, vec!["counter"], Vec::<String>::new()).await?;
     let _: String = client.ping(None).await?;

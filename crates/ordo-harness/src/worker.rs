@@ -87,6 +87,8 @@ pub struct WorkerOptions {
     pub backoff_initial_ms: u64,
     /// `server.partitioning.retry_backoff_max_ms`.
     pub backoff_max_ms: u64,
+    /// The TLS files of a `rediss://` URL (none: the system's CAs).
+    pub tls: ordo_redis::TlsFiles,
 }
 
 impl std::fmt::Debug for WorkerOptions {
@@ -102,6 +104,7 @@ impl std::fmt::Debug for WorkerOptions {
             .field("max_retries", &self.max_retries)
             .field("backoff_initial_ms", &self.backoff_initial_ms)
             .field("backoff_max_ms", &self.backoff_max_ms)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -121,6 +124,7 @@ impl WorkerOptions {
             max_retries: 2,
             backoff_initial_ms: 20,
             backoff_max_ms: 200,
+            tls: ordo_redis::TlsFiles::new(),
         }
     }
 
@@ -164,6 +168,7 @@ fn seconds(ms: u64) -> String {
 pub async fn run(options: &WorkerOptions, shutdown: CancellationToken) -> Result<()> {
     let config = options.config()?;
     let broker = RedisBroker::builder(&options.redis_url)
+        .tls(options.tls.clone())
         .config(config.clone())
         .instance_id(&options.instance)
         .build()

@@ -9,6 +9,7 @@ use rcgen::{
 };
 
 use crate::error::{Result, TestkitError};
+use crate::postgres::PostgresTls;
 use crate::redis::RedisTls;
 
 /// A test certificate authority whose files live in a directory of the test.
@@ -92,6 +93,20 @@ impl TestCa {
             key_file,
             ca_file: self.file.clone(),
             require_client_certificate,
+        })
+    }
+
+    /// TLS settings for a testkit PostgreSQL with a server certificate of
+    /// this CA, refusing plain connections or not; client certificates of
+    /// this CA are accepted (set `require_client_certificate` to demand one).
+    pub fn postgres_tls(&self, require_tls: bool) -> Result<PostgresTls> {
+        let (cert_file, key_file) = self.server("postgres-server")?;
+        Ok(PostgresTls {
+            cert_file,
+            key_file,
+            ca_file: self.file.clone(),
+            require_tls,
+            require_client_certificate: false,
         })
     }
 

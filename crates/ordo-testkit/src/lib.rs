@@ -51,7 +51,7 @@ pub use certs::TestCa;
 pub use child::Process;
 pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{Result, TestkitError};
-pub use postgres::Postgres;
+pub use postgres::{Postgres, PostgresBuilder, PostgresTls};
 pub use redis::{AclDenial, Redis, RedisBuilder, RedisTls};
 pub use sentinel::{RedisSentinel, SENTINEL_SERVICE};
 pub use wait::{ConditionError, eventually, wait_until};

@@ -11,7 +11,7 @@
 use std::fs::{self, File};
 use std::io::Read;
 use std::net::TcpStream;
-use std::os::unix::fs::{MetadataExt, chown};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, chown};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -37,6 +37,47 @@ const LOG_FILE: &str = "postgres.log";
 const INSTALL_HINT: &str = "install PostgreSQL with `apt-get install postgresql` (its binaries land in \
      /usr/lib/postgresql/<version>/bin, which the testkit searches), put `initdb` and `postgres` on PATH, \
      set ORDO_PG_BIN=/dir/with/binaries, or set DATABASE_URL=postgres://user@host:port/db to use a running server";
+
+/// The TLS side of a testkit PostgreSQL (see [`PostgresBuilder::tls`]): PEM
+/// files of the server's certificate and key, copied into the data directory
+/// (owned by the server's user, mode 0600, as PostgreSQL demands).
+#[derive(Debug, Clone)]
+pub struct PostgresTls {
+    /// The server's certificate (`ssl_cert_file`).
+    pub cert_file: PathBuf,
+    /// The server's private key (`ssl_key_file`).
+    pub key_file: PathBuf,
+    /// The CA of client certificates (`ssl_ca_file`).
+    pub ca_file: PathBuf,
+    /// Whether clients must use TLS: `pg_hba.conf` then holds `hostssl`
+    /// lines only, so a plain connection is refused.
+    pub require_tls: bool,
+    /// Whether clients must present a certificate of `ca_file` whose common
+    /// name is their user name (`clientcert=verify-full`); implies `require_tls`.
+    pub require_client_certificate: bool,
+}
+
+/// Options for a private PostgreSQL ([`Postgres::builder`]).
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct PostgresBuilder {
+    tls: Option<PostgresTls>,
+}
+
+impl PostgresBuilder {
+    /// Serves TLS (`ssl = on`) with these files; clients ask for it with
+    /// `?sslmode=verify-full&sslrootcert=<CA file>` on [`Postgres::url`].
+    pub fn tls(mut self, tls: PostgresTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Starts a private server with these options (`DATABASE_URL` is
+    /// ignored: options only apply to a server the testkit runs).
+    pub fn start(self) -> Result<Postgres> {
+        Postgres::start_with(&self)
+    }
+}
 
 /// A PostgreSQL server for tests: private (started by the testkit) or
 /// external (`DATABASE_URL`). The private one is shut down and its
@@ -69,6 +110,15 @@ impl Postgres {
 
     /// A private server, whatever `DATABASE_URL` says (for tests that kill or pause it).
     pub fn start_local() -> Result<Postgres> {
+        Self::start_with(&PostgresBuilder::default())
+    }
+
+    /// Options for a private server (TLS).
+    pub fn builder() -> PostgresBuilder {
+        PostgresBuilder::default()
+    }
+
+    fn start_with(options: &PostgresBuilder) -> Result<Postgres> {
         let bin = find_bin_dir()?;
         let dir = tempfile::Builder::new()
             .prefix("ordo-postgres-")
@@ -115,6 +165,10 @@ impl Postgres {
                 ),
             });
         }
+        let tls_args = match &options.tls {
+            Some(tls) => set_up_tls(&data, tls, owner)?,
+            None => Vec::new(),
+        };
         let port = free_port()?;
         let log_path = dir.path().join(LOG_FILE);
         let log = File::create(&log_path).map_err(TestkitError::io("create the PostgreSQL log file"))?;
@@ -141,6 +195,7 @@ impl Postgres {
                 "full_page_writes=off",
             ])
             .args(["-c", "max_connections=200", "-c", "shared_buffers=64MB"])
+            .args(&tls_args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
@@ -266,6 +321,54 @@ impl Drop for Postgres {
             local.shutdown();
         }
     }
+}
+
+/// Copies the certificate and key into the data directory (PostgreSQL
+/// refuses a key readable by others) and, when TLS is required, lets only
+/// `hostssl` connections in; returns the server's `-c` arguments.
+fn set_up_tls(data: &Path, tls: &PostgresTls, owner: Option<(u32, u32)>) -> Result<Vec<String>> {
+    const CERT: &str = "server.crt";
+    const KEY: &str = "server.key";
+    const CA: &str = "client-ca.crt";
+    for (from, to) in [(&tls.cert_file, CERT), (&tls.key_file, KEY), (&tls.ca_file, CA)] {
+        let target = data.join(to);
+        fs::copy(from, &target).map_err(|source| TestkitError::Io {
+            what: format!("copy {} into the PostgreSQL data directory", from.display()),
+            source,
+        })?;
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o600))
+            .map_err(TestkitError::io("make the PostgreSQL TLS files private (0600)"))?;
+        if let Some((uid, gid)) = owner {
+            chown(&target, Some(uid), Some(gid)).map_err(TestkitError::io(
+                "give the PostgreSQL TLS files to the postgres user",
+            ))?;
+        }
+    }
+    if tls.require_tls || tls.require_client_certificate {
+        let option = if tls.require_client_certificate {
+            " clientcert=verify-full"
+        } else {
+            ""
+        };
+        // Replaces initdb's `host` lines (TLS or not); the file keeps its owner.
+        fs::write(
+            data.join("pg_hba.conf"),
+            format!("hostssl all all 127.0.0.1/32 trust{option}\nhostssl all all ::1/128 trust{option}\n"),
+        )
+        .map_err(TestkitError::io("write pg_hba.conf (hostssl only)"))?;
+    }
+    Ok([
+        "-c",
+        "ssl=on",
+        "-c",
+        &format!("ssl_cert_file={CERT}"),
+        "-c",
+        &format!("ssl_key_file={KEY}"),
+        "-c",
+        &format!("ssl_ca_file={CA}"),
+    ]
+    .map(str::to_owned)
+    .to_vec())
 }
 
 /// Runs `command` as `owner` (uid, gid) when given.

@@ -1011,6 +1011,7 @@ mod tests {
         let args = RedisArgs {
             redis_url: None,
             cluster: true,
+            ..RedisArgs::default()
         };
         let mut redis = args
             .start_with(

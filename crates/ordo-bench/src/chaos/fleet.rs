@@ -33,6 +33,8 @@ const DEFAULT_LOG: &str = "error,fred=off";
 pub(crate) struct WorkerSpec {
     /// The Redis URL.
     pub(crate) redis_url: ordo_redis::SecretUrl,
+    /// Its TLS files (passed to the workers by environment).
+    pub(crate) tls: crate::redis::TlsPaths,
     /// The lease TTL.
     pub(crate) lease_ttl_ms: u64,
     /// The PostgreSQL mode's database and schema.
@@ -173,7 +175,7 @@ impl Fleet {
         // Discovery must stay under the TTL (an instance's announcement
         // lives one TTL); Ordo's default otherwise.
         args.discovery_ms = args.discovery_ms.min(self.spec.lease_ttl_ms / 2);
-        let mut command = running_executable(args.command(self.spec.redis_url.expose())?);
+        let mut command = running_executable(args.command(self.spec.redis_url.expose(), &self.spec.tls)?);
         command.env("RUST_LOG", log);
         let process = Process::spawn(command).with_context(|| format!("could not start worker {name}"))?;
         self.members.push(Member {

@@ -217,6 +217,7 @@ pub async fn run_worker(
     let lease_ttl = Duration::from_millis(options.lease_ttl_ms);
     let outbox = target.outbox(&pool, &options.instance, lease_ttl)?;
     let broker = RedisBroker::builder(&options.redis_url)
+        .tls(options.tls.clone())
         .config(config.clone())
         .instance_id(&options.instance)
         .build()

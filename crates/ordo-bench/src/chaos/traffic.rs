@@ -38,6 +38,8 @@ const TICK: Duration = Duration::from_millis(50);
 pub(crate) struct TrafficPlan {
     /// The Redis URL.
     pub(crate) redis_url: ordo_redis::SecretUrl,
+    /// Its TLS files.
+    pub(crate) tls: crate::redis::TlsPaths,
     /// The keys, in round-robin order.
     pub(crate) keys: Vec<String>,
     /// Events per second over all keys.
@@ -66,6 +68,7 @@ impl Traffic {
     pub(crate) async fn start(plan: TrafficPlan) -> Result<Self> {
         let config = Config::default();
         let broker = RedisBroker::builder(plan.redis_url.expose())
+            .tls(plan.tls.files())
             .config(config.clone())
             .instance_id("chaos-publisher")
             .build()
@@ -206,6 +209,7 @@ mod tests {
     fn plan(slow_percent: u64) -> TrafficPlan {
         TrafficPlan {
             redis_url: "redis://unused".into(),
+            tls: crate::redis::TlsPaths::default(),
             keys: vec!["k0".to_owned(), "k1".to_owned()],
             rate: 10,
             slow_percent,

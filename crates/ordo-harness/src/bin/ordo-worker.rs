@@ -143,6 +143,7 @@ async fn run(args: RunArgs) -> Result<()> {
         max_retries: args.max_retries,
         backoff_initial_ms: args.backoff_initial_ms,
         backoff_max_ms: args.backoff_max_ms,
+        tls: ordo_redis::TlsFiles::new(),
     };
     let shutdown = worker::shutdown_on_signal()?;
     worker::run(&options, shutdown)
