@@ -21,6 +21,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
+use fred::interfaces::ClusterInterface as _;
 use fred::clients::Client;
 use fred::prelude::{ClientLike as _, KeysInterface as _};
 use fred::types::{ClusterHash, CustomCommand, Value};
@@ -103,12 +104,26 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
             used: redis_cpu(admin).await?.saturating_sub(cpu_before),
             over: window,
         };
-        let url = redis.url().to_owned();
-        let monitor = tokio::task::spawn_blocking(move || CommandMonitor::start(&url))
-            .await
-            .context("the task starting MONITOR panicked")??;
-        let counts = monitor.measure(window).await;
-        drop(monitor);
+        // One MONITOR per node (every primary of a cluster), over one window.
+        let config = ordo_redis::client_config(redis.url())?;
+        let mut monitors = Vec::new();
+        for (host, port) in nodes(admin) {
+            let config = config.clone();
+            monitors.push(
+                tokio::task::spawn_blocking(move || CommandMonitor::start_on(&config, &host, port))
+                    .await
+                    .context("the task starting MONITOR panicked")??,
+            );
+        }
+        for monitor in &monitors {
+            monitor.take();
+        }
+        tokio::time::sleep(window).await;
+        let mut counts = CommandCounts::default();
+        for monitor in &monitors {
+            counts.merge(monitor.take());
+        }
+        drop(monitors);
         anyhow::Ok((owned, drained, cpu, counts))
     }
     .await;
@@ -128,9 +143,42 @@ struct CpuUse {
     over: Duration,
 }
 
+/// The nodes commands go to: the one server, or every primary of a cluster
+/// (as `host`, `port`).
+fn nodes(client: &Client) -> Vec<(String, u16)> {
+    match client.cached_cluster_state() {
+        Some(state) if client.is_clustered() => state
+            .unique_primary_nodes()
+            .into_iter()
+            .map(|server| (server.host.to_string(), server.port))
+            .collect(),
+        _ => match &client.client_config().server {
+            fred::types::config::ServerConfig::Centralized { server } => {
+                vec![(server.host.to_string(), server.port)]
+            }
+            _ => Vec::new(),
+        },
+    }
+}
+
 /// The CPU time the Redis server has used so far (`used_cpu_sys` +
-/// `used_cpu_user` of `INFO cpu`, its main thread and any others).
+/// `used_cpu_user` of `INFO cpu`, its main thread and any others); on a
+/// cluster, of every primary together.
 async fn redis_cpu(client: &Client) -> Result<Duration> {
+    if client.is_clustered() {
+        let mut total = Duration::ZERO;
+        for node in client.split_cluster().context("cannot list the cluster's primaries")? {
+            node.init().await.context("cannot connect to a cluster primary")?;
+            let used = node_cpu(&node).await;
+            let _ = node.quit().await;
+            total += used?;
+        }
+        return Ok(total);
+    }
+    node_cpu(client).await
+}
+
+async fn node_cpu(client: &Client) -> Result<Duration> {
     let info: String = client
         .custom(
             CustomCommand::new_static("INFO", ClusterHash::FirstKey, false),
@@ -151,8 +199,9 @@ async fn redis_cpu(client: &Client) -> Result<Duration> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
-/// How many of the partitions' leases `instance` holds (one `MGET` per
-/// [`MGET_CHUNK`] lease keys).
+/// How many of the partitions' leases `instance` holds (one pipeline of
+/// `GET`s per [`MGET_CHUNK`] lease keys: on a cluster the leases are in
+/// many slots, which one `MGET` cannot name).
 async fn owned_partitions(client: &Client, partitions: usize, instance: &str) -> Result<usize> {
     let prefix = format!("{instance}:");
     let leases: Vec<String> = (0..partitions)
@@ -164,10 +213,11 @@ async fn owned_partitions(client: &Client, partitions: usize, instance: &str) ->
         .collect();
     let mut owned = 0;
     for chunk in leases.chunks(MGET_CHUNK) {
-        let values: Vec<Value> = client
-            .mget(chunk.to_vec())
-            .await
-            .context("MGET of the leases failed")?;
+        let pipeline = client.pipeline();
+        for lease in chunk {
+            let _: () = pipeline.get(lease).await.context("queueing a lease GET failed")?;
+        }
+        let values: Vec<Value> = pipeline.all().await.context("reading the leases failed")?;
         owned += values
             .iter()
             .filter(|value| value.as_str().is_some_and(|v| v.starts_with(&prefix)))

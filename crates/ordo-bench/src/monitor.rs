@@ -38,6 +38,19 @@ pub struct CommandCounts {
 }
 
 impl CommandCounts {
+    /// Adds `other`'s counts (another node's, over the same window).
+    pub fn merge(&mut self, other: CommandCounts) {
+        self.elapsed = self.elapsed.max(other.elapsed);
+        self.client_commands += other.client_commands;
+        self.script_commands += other.script_commands;
+        for (client, n) in other.by_client {
+            *self.by_client.entry(client).or_default() += n;
+        }
+        for (command, n) in other.by_command {
+            *self.by_command.entry(command).or_default() += n;
+        }
+    }
+
     /// Client commands per second over the window.
     pub fn client_commands_per_s(&self) -> f64 {
         crate::report::rate(self.client_commands, self.elapsed)
@@ -70,14 +83,20 @@ impl CommandMonitor {
     /// Connects to `url`, authenticates if it names credentials, and starts
     /// counting once Redis has confirmed `MONITOR`. Blocks while it connects.
     pub fn start(url: &str) -> Result<Self> {
-        let config = Config::from_url(url).with_context(|| format!("{url:?} is not a usable Redis URL"))?;
+        let config = ordo_redis::client_config(url)?;
+        let ServerConfig::Centralized { server } = &config.server else {
+            bail!("MONITOR needs a single Redis server, not {url} (a cluster has one per primary: start_on)");
+        };
+        Self::start_on(&config, &server.host, server.port)
+    }
+
+    /// Like [`CommandMonitor::start`], on the server at `host:port` with the
+    /// credentials of `config` (one primary of a cluster).
+    pub fn start_on(config: &Config, host: &str, port: u16) -> Result<Self> {
         if config.tls.is_some() {
             bail!("MONITOR counting speaks plain TCP: run this benchmark without TLS (--tls / rediss://)");
         }
-        let ServerConfig::Centralized { server } = &config.server else {
-            bail!("MONITOR needs a single Redis server, not {url}");
-        };
-        let address = format!("{}:{}", server.host, server.port);
+        let address = format!("{host}:{port}");
         let stream = TcpStream::connect(&address)
             .with_context(|| format!("could not connect to Redis at {address}"))?;
         stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;

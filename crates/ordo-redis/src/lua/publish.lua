@@ -44,6 +44,7 @@ if window > 0 then
 end
 local ids = {'ok'}
 local trimmed = {}
+local rung = {}
 local joining_now = {}
 for i = 0, #KEYS / 7 - 1 do
   local stream, index, registry, recent, joining, position_key, doorbell =
@@ -94,8 +95,12 @@ for i = 0, #KEYS / 7 - 1 do
     if member ~= '' then
       redis.call('SADD', index, member)
     end
-    if redis.call('DEL', doorbell) == 1 then
-      redis.call('SPUBLISH', channel, doorbell)
+    -- Once per doorbell and call: nothing can arm it during the script.
+    if not rung[doorbell] then
+      rung[doorbell] = true
+      if redis.call('DEL', doorbell) == 1 then
+        redis.call('SPUBLISH', channel, doorbell)
+      end
     end
     if position ~= '' then
       redis.call('SET', position_key, position)
