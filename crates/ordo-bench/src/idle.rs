@@ -21,8 +21,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-use fred::interfaces::ClusterInterface as _;
 use fred::clients::Client;
+use fred::interfaces::ClusterInterface as _;
 use fred::prelude::{ClientLike as _, KeysInterface as _};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use ordo_core::key::DEFAULT_BACKFILL_SUFFIX;
@@ -167,7 +167,10 @@ fn nodes(client: &Client) -> Vec<(String, u16)> {
 async fn redis_cpu(client: &Client) -> Result<Duration> {
     if client.is_clustered() {
         let mut total = Duration::ZERO;
-        for node in client.split_cluster().context("cannot list the cluster's primaries")? {
+        for node in client
+            .split_cluster()
+            .context("cannot list the cluster's primaries")?
+        {
             node.init().await.context("cannot connect to a cluster primary")?;
             let used = node_cpu(&node).await;
             let _ = node.quit().await;
