@@ -11,12 +11,13 @@
 use std::collections::BTreeSet;
 
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, KeysInterface, SetsInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, SetsInterface};
 use fred::types::Expiration;
 use fred::types::Value;
 
 use crate::error::{Error, Result};
 use crate::keys::{SLOTS, group_registry, group_registry_copy, joining, joining_copy};
+use crate::scripts::{SCRIPTS, array};
 
 /// Buckets read per pipelined round trip.
 const READ_CHUNK: usize = 512;
@@ -81,6 +82,46 @@ pub(crate) async fn members(
         }
         let replies: Vec<Vec<String>> = pipeline.all().await?;
         members.extend(replies.into_iter().flatten());
+    }
+    Ok(members)
+}
+
+/// Like [`members`], for the consumer's discovery, which runs every second:
+/// on a cluster one script call per node reads every listed bucket that node
+/// serves (instead of one `SMEMBERS` per bucket, which grows with the slots
+/// in use, up to 16,384). When a slot moved since the client's view of the
+/// cluster was read, the view is refreshed and the read tried once more.
+pub(crate) async fn members_per_node(
+    client: &Pool,
+    directory: &str,
+    bucket: impl Fn(u16) -> String,
+) -> Result<BTreeSet<String>> {
+    if !client.next().is_clustered() {
+        return members(client, directory, bucket).await;
+    }
+    let slots = listed(client, directory).await?;
+    let buckets: Vec<String> = slots.iter().map(|slot| bucket(*slot)).collect();
+    match union_per_node(client, &buckets).await {
+        Err(error) if error.is_moved_slot() => {
+            client.next().sync_cluster().await?;
+            union_per_node(client, &buckets).await
+        }
+        result => result,
+    }
+}
+
+async fn union_per_node(client: &Pool, buckets: &[String]) -> Result<BTreeSet<String>> {
+    let client = client.next();
+    crate::nodes::nodes(client).await?;
+    let groups = crate::nodes::group_by_node(client, buckets.iter().map(|name| (name, name)))?;
+    let mut members = BTreeSet::new();
+    for (_, names) in groups {
+        let Some(first) = names.first() else {
+            continue;
+        };
+        let args: Vec<Value> = names.iter().map(|name| Value::from(name.as_str())).collect();
+        let reply = SCRIPTS.union.run(client, vec![(*first).clone()], args).await?;
+        members.extend(array(reply).into_iter().filter_map(|member| member.as_string()));
     }
     Ok(members)
 }

@@ -486,5 +486,5 @@ enum Registration {
 /// The members of every bucket of `category`'s partition index: the
 /// directory of its slots, then each listed bucket.
 async fn indexed_members(client: &fred::clients::Pool, category: &str) -> Result<BTreeSet<String>> {
-    buckets::members(client, &index_directory(category), |slot| index(category, slot)).await
+    buckets::members_per_node(client, &index_directory(category), |slot| index(category, slot)).await
 }
