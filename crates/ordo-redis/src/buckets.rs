@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, SetsInterface};
+use fred::interfaces::{ClientLike, KeysInterface, SetsInterface};
 use fred::types::Expiration;
 use fred::types::Value;
 
@@ -101,13 +101,7 @@ pub(crate) async fn members_per_node(
     }
     let slots = listed(client, directory).await?;
     let buckets: Vec<String> = slots.iter().map(|slot| bucket(*slot)).collect();
-    match union_per_node(client, &buckets).await {
-        Err(error) if error.is_moved_slot() => {
-            client.next().sync_cluster().await?;
-            union_per_node(client, &buckets).await
-        }
-        result => result,
-    }
+    crate::nodes::once_more_if_moved(client.next(), "discovery", || union_per_node(client, &buckets)).await
 }
 
 async fn union_per_node(client: &Pool, buckets: &[String]) -> Result<BTreeSet<String>> {

@@ -14,10 +14,9 @@ use std::fmt;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, ClusterInterface, LuaInterface};
+use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::Value;
 use tokio::task::JoinSet;
-use tracing::debug;
 
 use crate::error::{Error, Result};
 use crate::keys::LeaseKeys;
@@ -129,14 +128,10 @@ pub(crate) async fn acquire(
     if candidates.is_empty() || limit == 0 {
         return Ok(vec![None; candidates.len()]);
     }
-    match acquire_per_node(client, owner, ttl, candidates, limit).await {
-        Err(error) if client.is_clustered() && error.is_moved_slot() => {
-            debug!(%error, "a slot moved since the cluster view was read; refreshing it and acquiring again");
-            client.sync_cluster().await?;
-            acquire_per_node(client, owner, ttl, candidates, limit).await
-        }
-        result => result,
-    }
+    nodes::once_more_if_moved(client, "acquire", || {
+        acquire_per_node(client, owner, ttl, candidates, limit)
+    })
+    .await
 }
 
 async fn acquire_per_node(
@@ -233,14 +228,7 @@ pub(crate) async fn renew(client: &Client, ttl: Duration, leases: &[(String, Str
     if !client.is_clustered() {
         return renew_on(client.clone(), ttl, leases.to_vec()).await;
     }
-    match renew_per_node(client, ttl, leases).await {
-        Err(error) if error.is_moved_slot() => {
-            debug!(%error, "a slot moved since the cluster view was read; refreshing it and renewing again");
-            client.sync_cluster().await?;
-            renew_per_node(client, ttl, leases).await
-        }
-        result => result,
-    }
+    nodes::once_more_if_moved(client, "renew", || renew_per_node(client, ttl, leases)).await
 }
 
 async fn renew_per_node(client: &Client, ttl: Duration, leases: &[(String, String)]) -> Result<Vec<usize>> {

@@ -78,6 +78,24 @@ fn cached_primaries(client: &Client) -> Vec<Server> {
         .unwrap_or_default()
 }
 
+/// Runs `call`; when it failed because a Redis Cluster slot moved since the
+/// client's view of the cluster was read (a failover, a resharding), the
+/// view is refreshed and `call` runs once more. On a single Redis, once.
+pub(crate) async fn once_more_if_moved<T, F, Fut>(client: &Client, what: &'static str, call: F) -> Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    match call().await {
+        Err(error) if client.is_clustered() && error.is_moved_slot() => {
+            tracing::debug!(%error, what, "a slot moved since the cluster view was read; refreshing it and trying again");
+            client.sync_cluster().await?;
+            call().await
+        }
+        result => result,
+    }
+}
+
 /// Runs `command` on every node at once, and returns each node's result in
 /// the order of [`nodes`]. The first error is returned (after every call ended).
 pub(crate) async fn on_every_node<T, F, Fut>(client: &Client, mut command: F) -> Result<Vec<(Node, T)>>
