@@ -9,7 +9,7 @@
 //! ([`engine::COMMITTED_AT_US`]); the handler records the time from that
 //! commit to its own start. The path measured is the application's: commit
 //! to the outbox, the outbox processor woken by the commit publishing to
-//! the partition stream, the waker's blocking `XREAD` returning, the
+//! the partition stream, the partition's doorbell ringing the waker, the
 //! worker's fenced read, the handler task starting.
 //!
 //! `latency_max_lag_ms` says how late the ticker ever was, so a reader can

@@ -12,8 +12,8 @@
 //! `idle_script_cmds_per_s`). Nothing else talks to Redis meanwhile, so
 //! every command counted is the instance's.
 //!
-//! Commands are not the whole idle cost: a blocking `XREAD` over thousands
-//! of streams and a renewal of thousands of leases cost Redis CPU time in
+//! Commands are not the whole idle cost: a renewal of thousands of leases and
+//! a discovery read of thousands of index members cost Redis CPU time in
 //! proportion to the partitions. `idle_redis_cpu_ms_per_s` is the CPU time
 //! Redis used per second (its `INFO cpu`) over a window of the same length
 //! just before the counted one, without `MONITOR` running.

@@ -82,3 +82,35 @@ pub fn lease(key: &str) -> String {
 pub fn dlq(key: &str) -> String {
     partition(key).dlq()
 }
+
+#[cfg(test)]
+mod tests {
+    use fred::types::cluster::ClusterRouting;
+
+    use super::*;
+
+    /// A fenced commit touches the lease and the records it writes in one
+    /// script, which a Redis Cluster runs only when they share a slot.
+    #[test]
+    fn a_keys_records_share_its_lease_slot() {
+        for key in ["k0", "k1", "k17"] {
+            let slot = ClusterRouting::hash_key(lease(key).as_bytes());
+            for record in [
+                applied(key),
+                starts(key),
+                runs(key),
+                marker(key),
+                ended(key),
+                overlaps(key),
+                overlap_log(key),
+                stale_starts(key),
+            ] {
+                assert_eq!(
+                    ClusterRouting::hash_key(record.as_bytes()),
+                    slot,
+                    "{record} of {key}"
+                );
+            }
+        }
+    }
+}

@@ -154,9 +154,9 @@ pub(crate) fn builder(
     Ok(builder)
 }
 
-/// A builder for a client that runs blocking reads: sending any other
-/// command on it interrupts the blocked read (`CLIENT UNBLOCK`), which is
-/// how the waker picks up newly idle streams at once.
+/// A builder for a client that runs blocking reads (a plain consumer's
+/// `XREADGROUP`): sending any other command on it, such as `QUIT` at
+/// shutdown, interrupts the blocked read (`CLIENT UNBLOCK`).
 pub(crate) fn blocking_builder(url: &str, tls: &TlsFiles) -> Result<Builder> {
     let mut config = client_config_with_tls(url, tls)?;
     config.blocking = Blocking::Interrupt;

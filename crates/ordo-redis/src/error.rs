@@ -176,7 +176,6 @@ impl Error {
             || details.starts_with("MOVED")
             || details.starts_with("ASK")
             || details.contains("non local key")
-            || details.contains("do not hash to the same slot")
     }
 
     pub(crate) fn protocol(context: &'static str, detail: impl Into<String>) -> Self {

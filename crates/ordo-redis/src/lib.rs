@@ -14,9 +14,10 @@
 //!   [`Error::Fenced`] and stops touching the partition.
 //! - **Fair share**: live instances announce themselves; each owns its share
 //!   of every group's partitions and hands surplus over between messages.
-//! - **Idle cost**: one heartbeat script renews every lease, one blocking
-//!   `XREAD` waits on every idle stream, one `SMEMBERS` per category and
-//!   interval discovers partitions: independent of the partitions owned.
+//! - **Idle cost**: one heartbeat script per Redis node renews every lease,
+//!   an idle partition costs no command (its armed doorbell is rung by the
+//!   next publish), one discovery read per category, node and interval finds
+//!   partitions: the command count is independent of the partitions owned.
 //! - **Halts** are recorded and listed; [`PartitionAdmin`] inspects, skips,
 //!   dead-letters or retries a halted head, optionally only if it is still
 //!   the entry the operator inspected ([`HeadAction::expecting`]).

@@ -2,10 +2,10 @@
 //!
 //! On a single Redis there is one node; on a Redis Cluster every primary is
 //! one. Work whose cost must not grow with the number of partitions is done
-//! per node: the heartbeat renews every lease a node holds with one call, the
-//! waker blocks with one read per node, a batch is published as one script
-//! call per node, and settings that protect Ordo's data (no eviction) are
-//! checked on every node. This module finds the nodes, routes a command to
+//! per node: the heartbeat renews (and the supervisor acquires) every lease a
+//! node holds with one call, discovery reads a node's index buckets with one
+//! call, and settings that protect Ordo's data (no eviction) are checked on
+//! every node. This module finds the nodes, routes a command to
 //! one, runs a command on all of them, and groups keys by the node that
 //! serves them; it knows nothing of Ordo's key names.
 
@@ -15,7 +15,7 @@ use std::future::Future;
 use fred::clients::{Client, WithOptions};
 use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::cluster::ClusterRouting;
-use fred::types::config::{Options, Server, ServerConfig};
+use fred::types::config::{Options, Server};
 use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
@@ -171,39 +171,11 @@ where
     Ok(groups)
 }
 
-/// One new, unconnected client per node, configured like `client`: a blocking
-/// read holds its connection, so each node's blocking read needs its own.
-/// Call [`nodes`] first on a fresh cluster client.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the waker adopts it for one blocking read per node (issue 11 part 2)"
-    )
-)]
-pub(crate) fn split(client: &Client) -> Result<Vec<(Node, Client)>> {
-    if !client.is_clustered() {
-        return Ok(vec![(Node::Single, client.clone_new())]);
-    }
-    client
-        .split_cluster()?
-        .into_iter()
-        .map(|node_client| match &node_client.client_config().server {
-            ServerConfig::Centralized { server } => Ok((Node::Primary(server.clone()), node_client)),
-            other => Err(Error::protocol(
-                "split_cluster",
-                format!("expected one centralized client per primary, got {other:?}"),
-            )),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
-    use std::time::Duration;
 
-    use fred::interfaces::{ServerInterface, StreamsInterface};
+    use fred::interfaces::ServerInterface;
     use fred::prelude::Builder;
     use ordo_testkit::{Redis, RedisCluster};
 
@@ -241,10 +213,6 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        let split = split(&client).unwrap();
-        assert_eq!(split.len(), 1);
-        split[0].1.init().await.unwrap();
-        assert_eq!(port_of(&split[0].1).await.unwrap(), redis.port());
     }
 
     #[tokio::test]
@@ -324,69 +292,5 @@ mod tests {
             seen += items.len();
         }
         assert_eq!(seen, keys.len());
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn split_clients_block_on_their_own_node_at_once() {
-        let cluster = RedisCluster::start_local().unwrap();
-        let client = connect(&cluster.url()).await;
-        nodes(&client).await.unwrap();
-        let readers = split(&client).unwrap();
-        assert_eq!(readers.len(), 3);
-        // A stream served by each node.
-        let port_of_index = |index| cluster.node(index).unwrap().port();
-        let mut streams = std::collections::BTreeMap::new();
-        for i in 0.. {
-            let stream = format!("{{order:c-{i}}}");
-            streams
-                .entry(port_of_index(cluster.node_for_key(&stream).unwrap()))
-                .or_insert(stream);
-            if streams.len() == 3 {
-                break;
-            }
-        }
-        let (&serving, woken_stream) = streams.iter().next().unwrap();
-        let woken_stream = woken_stream.clone();
-        let mut reads = JoinSet::new();
-        for (node, reader) in readers {
-            reader.init().await.unwrap();
-            let Node::Primary(server) = &node else {
-                panic!("{node}")
-            };
-            assert_eq!(port_of(&reader).await.unwrap(), server.port);
-            // Every node blocks on its own connection at once; only one is woken.
-            let stream = streams[&server.port].clone();
-            let block_ms = if server.port == serving { 10_000 } else { 500 };
-            reads.spawn(async move {
-                let read: fred::types::Value = reader.xread(None, Some(block_ms), stream, "$").await?;
-                Ok::<_, Error>((node, read))
-            });
-        }
-        let serving_node = Node::Primary(Server::new("127.0.0.1", serving));
-        let watcher = serving_node.route(&client);
-        let started = std::time::Instant::now();
-        loop {
-            let info: String = watcher.info(Some(fred::types::InfoKind::Clients)).await.unwrap();
-            if info.lines().any(|line| line.trim() == "blocked_clients:1") {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "the read never blocked: {info}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let _: String = client
-            .xadd(woken_stream, false, None, "*", vec![("seq", "1")])
-            .await
-            .unwrap();
-        let mut woken = Vec::new();
-        while let Some(read) = reads.join_next().await {
-            let (node, read) = read.unwrap().unwrap();
-            if !read.is_null() {
-                woken.push(node);
-            }
-        }
-        assert_eq!(woken, [serving_node]);
     }
 }

@@ -26,7 +26,6 @@
 //! read again. A failed subscription or arming falls back to waking the
 //! worker after the retry delay (polling, until Redis answers again).
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -327,10 +326,10 @@ impl Waker {
     fn remove(&mut self, watcher: WatcherId) -> Option<Watch> {
         let watch = self.watches.remove(&watcher)?;
         for doorbell in &watch.doorbells {
-            if let Entry::Occupied(mut waiting) = self.waiting.entry(doorbell.clone()) {
-                waiting.get_mut().remove(&watcher);
-                if waiting.get().is_empty() {
-                    waiting.remove();
+            if let Some(waiting) = self.waiting.get_mut(doorbell) {
+                waiting.remove(&watcher);
+                if waiting.is_empty() {
+                    self.waiting.remove(doorbell);
                 }
             }
         }
