@@ -178,6 +178,17 @@ impl Error {
             || details.contains("non local key")
     }
 
+    /// The same error for one more caller, when one failed call answers
+    /// several (the group commit's): a Redis error as it is, anything else
+    /// as a protocol error that carries its text.
+    pub(crate) fn again(&self) -> Self {
+        match self {
+            Self::Redis(error) => Self::Redis(error.clone()),
+            Self::Protocol { context, detail } => Self::protocol(context, detail.clone()),
+            other => Self::protocol("a shared call", ordo_core::error::error_chain(other)),
+        }
+    }
+
     pub(crate) fn protocol(context: &'static str, detail: impl Into<String>) -> Self {
         Self::Protocol {
             context,

@@ -41,6 +41,7 @@
 //! exported, hidden from the docs, for Ordo's own tests, benchmarks and
 //! harness: they are **unstable** and may change in any release.
 
+mod ack;
 mod acl;
 mod admin;
 mod broker;
@@ -95,6 +96,8 @@ pub mod names {
 pub mod registry {
     pub use crate::buckets::{mark_joining, register_group};
 }
+#[doc(hidden)]
+pub use ack::{Ack, Acked};
 #[doc(hidden)]
 pub use lease::Lease;
 #[doc(hidden)]

@@ -15,6 +15,7 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 
+use crate::ack::{self, Ack};
 use crate::error::{Error, Result};
 use crate::keys::{CONSUMER, LeaseKeys, PartitionKeys, halted_directory};
 use crate::lease::{self, Lease, Owner, millis};
@@ -357,28 +358,21 @@ impl Partitions {
         attempt: u64,
         had_failures: bool,
     ) -> Result<bool> {
-        let script = &SCRIPTS.ack;
-        let keys = vec![
-            lease.key().to_owned(),
-            partition.lane(lane).to_owned(),
-            partition.primary().to_owned(),
-            lease.keys().sequence.clone(),
-            partition.attempts(group),
-        ];
-        let mut args = vec![
-            Value::from(lease.value()),
-            Value::from(group),
-            attempt_value(attempt),
-            millis(self.sequence_ttl()),
-            Value::from(i64::from(had_failures)),
-        ];
-        args.extend(ids.iter().map(|id| Value::from(*id)));
-        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "ok" => Ok(reply.integer(0)? == 1),
-            _ => Err(reply.unexpected("unknown outcome")),
-        }
+        let one = Ack::closing(lease, group, partition, lane, ids, attempt, had_failures);
+        let mut acked = self.acknowledge(std::slice::from_ref(&one)).await?;
+        acked
+            .pop()
+            .ok_or_else(|| Error::protocol(SCRIPTS.ack.name(), "no outcome"))?
+    }
+
+    /// Acknowledges `acks` (of any partitions, under any leases) with one
+    /// script call per Redis node, calls to different nodes at once, and
+    /// returns each one's outcome in order: each is checked against its own
+    /// lease and done or refused ([`Error::Fenced`]) on its own. The error
+    /// of a failed call (`Err` outside) leaves its acknowledgements done or
+    /// not; sending them again is harmless.
+    pub async fn acknowledge(&self, acks: &[Ack]) -> Result<Vec<ack::Acked>> {
+        ack::acknowledge(self.client.next(), self.sequence_ttl(), acks).await
     }
 
     /// Closes every attempt up to `attempt` of `lease`'s holder, under the

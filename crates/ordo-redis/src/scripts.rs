@@ -13,8 +13,19 @@ use crate::error::{Error, Result};
 
 macro_rules! with_common {
     ($file:literal) => {
-        concat!(include_str!("lua/common.lua"), include_str!($file))
+        with_common(include_str!($file))
     };
+}
+
+/// `common.lua` prepended to the script `body`, after its first line when
+/// that is a `#!lua` line (Redis reads a script's flags from its first line
+/// only).
+fn with_common(body: &str) -> String {
+    const COMMON: &str = include_str!("lua/common.lua");
+    match body.split_once('\n') {
+        Some((shebang, rest)) if shebang.starts_with("#!") => format!("{shebang}\n{COMMON}{rest}"),
+        _ => format!("{COMMON}{body}"),
+    }
 }
 
 /// One script: fred's [`Script`](fred::types::scripts::Script) (its source

@@ -10,7 +10,7 @@ use fred::types::Value;
 use ordo_core::broker::Broker;
 use ordo_core::key::Lane;
 use ordo_redis::{
-    Error, FencedWrite, Lease, PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisFence,
+    Ack, Error, FencedWrite, Lease, PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisFence,
 };
 use ordo_testkit::Redis;
 
@@ -203,6 +203,85 @@ async fn renewal_reports_exactly_the_leases_taken_over(redis: TestRedis) -> anyh
         "only the taken-over lease is reported lost"
     );
     assert!(b.renew(std::slice::from_ref(&taken)).await?.is_empty());
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_stale_acknowledgement_never_fails_the_others_of_its_call
+);
+
+/// Group commit: acknowledgements of many partitions travel in one call (one
+/// per node on a cluster), each checked against its own lease. One of them
+/// under a lease taken over since is refused, alone: the others are done.
+async fn a_stale_acknowledgement_never_fails_the_others_of_its_call(redis: TestRedis) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("groupack");
+    let keys: Vec<String> = (0..8).map(|n| format!("k{n}")).collect();
+    let partitions: Vec<PartitionKeys> = keys
+        .iter()
+        .map(|key| PartitionKeys::new(&category, key, "backfill"))
+        .collect();
+    for key in &keys {
+        publish(&url, &category, key, 0..2).await?;
+    }
+    // `a` holds every partition but the stale one for long; `s` holds that
+    // one with a short lease, which lapses and `b` takes over.
+    let a = Partitions::new(pool(&url).await?, "a", Duration::from_secs(60));
+    let s = owner(&url, "s").await?;
+    let b = owner(&url, "b").await?;
+    let stale = 3;
+    let mut leases = Vec::new();
+    let mut heads = Vec::new();
+    for (n, partition) in partitions.iter().enumerate() {
+        let holder = if n == stale { &s } else { &a };
+        let lease = holder.acquire("G", partition).await?.expect("free");
+        let read = entries(holder.read(&lease, "G", partition, 1).await?).await?;
+        heads.push(read[0].0.clone());
+        leases.push(lease);
+    }
+    wait_expired(&s, &leases[stale]).await?;
+    let taken = b
+        .acquire("G", &partitions[stale])
+        .await?
+        .expect("expired lease is free");
+
+    let acks: Vec<Ack> = partitions
+        .iter()
+        .zip(&leases)
+        .zip(&heads)
+        .map(|((partition, lease), head)| Ack::new(lease, "G", partition, Lane::Primary, &[head.as_str()]))
+        .collect();
+    let outcomes = a.acknowledge(&acks).await?;
+    assert_eq!(outcomes.len(), partitions.len());
+    for (n, outcome) in outcomes.iter().enumerate() {
+        if n == stale {
+            match outcome {
+                Err(Error::Fenced { holder, .. }) => {
+                    assert_eq!(
+                        holder.as_deref(),
+                        Some(taken.value()),
+                        "the refusal names the new holder"
+                    );
+                }
+                other => panic!("the stale acknowledgement is refused, got {other:?}"),
+            }
+        } else {
+            assert!(matches!(outcome, Ok(false)), "acknowledgement {n}: {outcome:?}");
+        }
+    }
+    for (n, partition) in partitions.iter().enumerate() {
+        let pending: Value = a
+            .client()
+            .xpending(partition.primary(), "G", ("-", "+", 10))
+            .await?;
+        let expected = if n == stale {
+            vec![heads[n].clone()]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(common_ids(pending), expected, "partition {n}'s pending entries");
+    }
     Ok(())
 }
 

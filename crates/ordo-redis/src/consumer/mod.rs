@@ -19,6 +19,7 @@
 //!   streams through an ordinary consumer group.
 
 pub(crate) mod balance;
+pub(crate) mod group_commit;
 pub(crate) mod heartbeat;
 pub(crate) mod plain;
 pub(crate) mod supervisor;
@@ -66,6 +67,8 @@ pub(crate) struct Settings {
 pub(crate) struct Shared {
     pub(crate) settings: Settings,
     pub(crate) partitions: Partitions,
+    /// Sends the workers' acknowledgements, many per call.
+    pub(crate) acks: group_commit::GroupCommit,
     pub(crate) leases: LeaseTable,
     pub(crate) waker: waker::WakerHandle,
     /// Bounds the handler runs in flight across every partition
@@ -190,8 +193,10 @@ pub(crate) async fn run(
     )?;
 
     let handler_permits = Arc::new(tokio::sync::Semaphore::new(settings.max_concurrency));
+    let (acks, committer) = group_commit::GroupCommit::spawn(partitions.clone(), background.clone());
     let shared = Arc::new(Shared {
         handler_permits,
+        acks,
         settings,
         partitions,
         leases,
@@ -202,8 +207,9 @@ pub(crate) async fn run(
         .run(shutdown)
         .await;
 
-    tracing::debug!("workers stopped; stopping the waker and the heartbeat");
+    tracing::debug!("workers stopped; stopping the committer, the waker and the heartbeat");
     background.cancel();
+    let _ = committer.await;
     let _ = waker_task.await;
     tracing::debug!("waker stopped");
     let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;

@@ -34,6 +34,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::SharedRef;
 use super::unit::Unit;
 use super::waker::{Bell, WatcherId};
+use crate::ack::Ack;
 use crate::error::Error;
 use crate::fence::RedisFence;
 use crate::keys::PartitionKeys;
@@ -480,18 +481,17 @@ impl Worker {
             0
         };
         let had_failures = self.had_failures.swap(false, Ordering::SeqCst);
+        let ack = Ack::closing(
+            &self.lease,
+            &self.unit.group,
+            partition,
+            lane,
+            &ids,
+            close,
+            had_failures,
+        );
         let acked = self
-            .until_answered("acknowledgement", false, || {
-                self.shared.partitions.ack_handled(
-                    &self.lease,
-                    &self.unit.group,
-                    partition,
-                    lane,
-                    &ids,
-                    close,
-                    had_failures,
-                )
-            })
+            .until_answered("acknowledgement", false, || self.shared.acks.ack(ack.clone()))
             .await;
         match acked {
             Ok(Ok(waiting)) => Some(waiting),

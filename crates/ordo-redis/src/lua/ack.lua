@@ -1,36 +1,66 @@
--- The fenced acknowledgement of handled entries of one lane, with trimming
--- at the end of each batch.
+#!lua flags=allow-cross-slot-keys
+-- The fenced acknowledgement of handled entries: of one partition lane, or
+-- of many partitions' lanes at once (group commit: the acknowledgements that
+-- partition workers have in flight at the same moment travel in one call).
+-- Each acknowledgement is checked against its own lease and done or refused
+-- on its own: a stale one never fails the others of its call.
 --
--- KEYS: lease key, acknowledged lane, primary lane, attempt sequence,
---       failed-attempt counts
--- ARGV: lease value, group, attempt of the handled message (closed by the
---       acknowledgement; 0 when it sent no fenced command), sequence ttl ms,
---       1 when the ids have failed attempts on record (else 0), id...
+-- KEYS[1]: the lease key of the first acknowledgement (a Redis Cluster
+--          routes the call by it)
+-- ARGV: attempt sequence ttl ms, then per acknowledgement:
+--       lease key, lease value, acknowledged lane, primary lane, attempt
+--       sequence, failed-attempt counts, group, attempt of the handled
+--       message (closed by the acknowledgement; 0 when it sent no fenced
+--       command), 1 when the ids have failed attempts on record (else 0),
+--       the number of ids, id...
 --
--- Returns {'fenced', holder} or {'ok', primary_waiting}: whether the primary
--- lane has entries this group has not handled yet, so that the owner of a
--- partition checks its primary lane before each backfill entry without an
--- extra round trip.
-local fenced = fence(KEYS[1], ARGV[1])
-if fenced then
-  return fenced
+-- Like the renewal and acquisition scripts, it takes key names in ARGV: one
+-- node's partitions sit in as many slots as there are partitions, a Redis
+-- Cluster refuses declared keys of several slots (CROSSSLOT), and the
+-- `allow-cross-slot-keys` flag lets one call touch every slot its node
+-- serves. The caller groups acknowledgements by node; a key of a slot the
+-- node no longer serves fails the call (the ones before it stay done:
+-- acknowledging again is harmless), and the caller groups them again.
+--
+-- Returns two values per acknowledgement, in order: 'ok' and 1 when the
+-- primary lane has entries this group has not handled yet (so that the
+-- owner of a partition checks its primary lane before each backfill entry
+-- without an extra round trip), else 0; or 'fenced' and the current holder
+-- ('' when none).
+local ttl = ARGV[1]
+local out = {}
+local at = 2
+while at <= #ARGV do
+  local lease, value, lane, primary = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  local sequence, failures, group = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
+  local attempt, had_failures = ARGV[at + 7], ARGV[at + 8]
+  local first = at + 10
+  local last = at + 9 + tonumber(ARGV[at + 9])
+  at = last + 1
+  local fenced = fence(lease, value)
+  if fenced then
+    out[#out + 1] = fenced[1]
+    out[#out + 1] = fenced[2]
+  else
+    redis.call('XACK', lane, group, unpack(ARGV, first, last))
+    close_attempt(sequence, value, attempt, ttl)
+    if had_failures == '1' then
+      redis.call('HDEL', failures, unpack(ARGV, first, last))
+    end
+    -- Trimming reads every group's position (XINFO GROUPS, XPENDING per
+    -- group, XTRIM): about half the cost of an acknowledgement. Do it once
+    -- this group has acknowledged everything it was delivered (the end of a
+    -- read batch), not after every message; until then at most one read
+    -- batch of acknowledged entries stays in the stream.
+    if redis.call('XPENDING', lane, group)[1] == 0 then
+      trim_acked(lane)
+    end
+    local waiting = 0
+    if lane ~= primary and has_unread(primary, group) then
+      waiting = 1
+    end
+    out[#out + 1] = 'ok'
+    out[#out + 1] = waiting
+  end
 end
-local group = ARGV[2]
-redis.call('XACK', KEYS[2], group, unpack(ARGV, 6))
-close_attempt(KEYS[4], ARGV[1], ARGV[3], ARGV[4])
-if ARGV[5] == '1' then
-  redis.call('HDEL', KEYS[5], unpack(ARGV, 6))
-end
--- Trimming reads every group's position (XINFO GROUPS, XPENDING per group,
--- XTRIM): about half the cost of this script. Do it once this group has
--- acknowledged everything it was delivered (the end of a read batch), not
--- after every message; until then at most one read batch of acknowledged
--- entries stays in the stream.
-if redis.call('XPENDING', KEYS[2], group)[1] == 0 then
-  trim_acked(KEYS[2])
-end
-local waiting = 0
-if KEYS[2] ~= KEYS[3] and has_unread(KEYS[3], group) then
-  waiting = 1
-end
-return {'ok', waiting}
+return out

@@ -1,0 +1,198 @@
+//! The fenced acknowledgement, of one partition lane or of many at once.
+//!
+//! `ack.lua` takes any number of acknowledgements, each checked against its
+//! own lease and done or refused on its own. [`acknowledge`] sends them with
+//! one script call per Redis node; the consumer's group commit
+//! ([`crate::consumer::group_commit`]) gathers what partition workers have in
+//! flight at the same moment into one such call.
+
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::interfaces::{ClientLike, LuaInterface};
+use fred::types::Value;
+use ordo_core::key::Lane;
+use tokio::task::JoinSet;
+
+use crate::error::{Error, Result};
+use crate::keys::PartitionKeys;
+use crate::lease::{Lease, millis};
+use crate::nodes;
+use crate::scripts::{SCRIPTS, array};
+
+/// One acknowledgement: handled entries of one partition lane, under a
+/// lease (for [`Partitions::acknowledge`](crate::Partitions::acknowledge)).
+#[derive(Debug, Clone)]
+pub struct Ack {
+    lease_key: String,
+    lease_value: String,
+    lane: String,
+    primary: String,
+    sequence: String,
+    failures: String,
+    group: String,
+    /// The attempt the acknowledgement closes (0: none).
+    attempt: u64,
+    /// Whether the ids may have failed attempts on record (to clear).
+    had_failures: bool,
+    ids: Vec<String>,
+}
+
+impl Ack {
+    /// Acknowledges `ids` of `partition`'s `lane` for `group` under `lease`.
+    pub fn new(lease: &Lease, group: &str, partition: &PartitionKeys, lane: Lane, ids: &[&str]) -> Self {
+        Self::closing(lease, group, partition, lane, ids, 0, true)
+    }
+
+    /// [`Ack::new`] that also closes every attempt up to `attempt` of the
+    /// lease's holder (see [`Partitions::ack_attempt`](crate::Partitions::ack_attempt));
+    /// `had_failures`: whether the ids may have failed attempts on record (to clear).
+    pub(crate) fn closing(
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        lane: Lane,
+        ids: &[&str],
+        attempt: u64,
+        had_failures: bool,
+    ) -> Self {
+        Self {
+            lease_key: lease.key().to_owned(),
+            lease_value: lease.value().to_owned(),
+            lane: partition.lane(lane).to_owned(),
+            primary: partition.primary().to_owned(),
+            sequence: lease.keys().sequence.clone(),
+            failures: partition.attempts(group),
+            group: group.to_owned(),
+            attempt,
+            had_failures,
+            ids: ids.iter().map(|&id| id.to_owned()).collect(),
+        }
+    }
+
+    /// The lease key (which routes the acknowledgement on a cluster).
+    pub fn lease_key(&self) -> &str {
+        &self.lease_key
+    }
+
+    fn push_args(&self, args: &mut Vec<Value>) {
+        args.extend([
+            Value::from(self.lease_key.as_str()),
+            Value::from(self.lease_value.as_str()),
+            Value::from(self.lane.as_str()),
+            Value::from(self.primary.as_str()),
+            Value::from(self.sequence.as_str()),
+            Value::from(self.failures.as_str()),
+            Value::from(self.group.as_str()),
+            Value::from(i64::try_from(self.attempt).unwrap_or(i64::MAX)),
+            Value::from(i64::from(self.had_failures)),
+            Value::from(i64::try_from(self.ids.len()).unwrap_or(i64::MAX)),
+        ]);
+        args.extend(self.ids.iter().map(|id| Value::from(id.as_str())));
+    }
+
+    fn fenced(&self, holder: String) -> Error {
+        Error::Fenced {
+            lease: self.lease_key.clone(),
+            expected: self.lease_value.clone(),
+            holder: Some(holder).filter(|h| !h.is_empty()),
+        }
+    }
+}
+
+/// What one acknowledgement came to: whether its partition's primary lane
+/// has entries waiting (so a backfill batch yields to it), or
+/// [`Error::Fenced`] when its lease is no longer held.
+pub type Acked = Result<bool>;
+
+/// Acknowledges `acks` with one script call per Redis node (calls to
+/// different nodes at once) and returns each one's outcome, in order. An
+/// outer error means a call failed: some of its acknowledgements may be done
+/// and others not, and sending them again is harmless (acknowledging an
+/// entry twice, closing an attempt twice, changes nothing).
+pub(crate) async fn acknowledge(client: &Client, sequence_ttl: Duration, acks: &[Ack]) -> Result<Vec<Acked>> {
+    if acks.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !client.is_clustered() {
+        return acknowledge_on(client.clone(), sequence_ttl, acks.to_vec()).await;
+    }
+    nodes::once_more_if_moved(client, "acknowledge", || per_node(client, sequence_ttl, acks)).await
+}
+
+async fn per_node(client: &Client, sequence_ttl: Duration, acks: &[Ack]) -> Result<Vec<Acked>> {
+    nodes::nodes(client).await?;
+    let groups = nodes::group_by_node(
+        client,
+        acks.iter().enumerate().map(|(i, ack)| (ack.lease_key(), i)),
+    )?;
+    if let [(_, _)] = groups.as_slice() {
+        // One node: no task to spawn.
+        return acknowledge_on(client.clone(), sequence_ttl, acks.to_vec()).await;
+    }
+    let mut calls = JoinSet::new();
+    for (_node, positions) in groups {
+        // Routed by its first lease key, which the group's node serves.
+        let node = client.clone();
+        let group: Vec<Ack> = positions.iter().map(|&i| acks[i].clone()).collect();
+        calls.spawn(async move { (positions, acknowledge_on(node, sequence_ttl, group).await) });
+    }
+    let mut outcomes: Vec<Option<Acked>> = acks.iter().map(|_| None).collect();
+    let mut first_error = None;
+    while let Some(joined) = calls.join_next().await {
+        let (positions, result) =
+            joined.map_err(|error| Error::protocol(SCRIPTS.ack.name(), error.to_string()))?;
+        match result {
+            Ok(acked) => {
+                for (position, outcome) in positions.into_iter().zip(acked) {
+                    outcomes[position] = Some(outcome);
+                }
+            }
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    Ok(outcomes.into_iter().flatten().collect())
+}
+
+/// One call for `acks`, all served by the node `client` reaches.
+async fn acknowledge_on<C>(client: C, sequence_ttl: Duration, acks: Vec<Ack>) -> Result<Vec<Acked>>
+where
+    C: LuaInterface + Send + Sync,
+{
+    let Some(routing) = acks.first().map(|ack| ack.lease_key.clone()) else {
+        return Ok(Vec::new());
+    };
+    let mut args = Vec::with_capacity(1 + acks.len() * 11);
+    args.push(millis(sequence_ttl));
+    for ack in &acks {
+        ack.push_args(&mut args);
+    }
+    let script = &SCRIPTS.ack;
+    let reply = array(script.run(&client, vec![routing], args).await?);
+    if reply.len() != 2 * acks.len() {
+        return Err(Error::protocol(
+            script.name(),
+            format!("{} values for {} acknowledgements", reply.len(), acks.len()),
+        ));
+    }
+    let mut outcomes = Vec::with_capacity(acks.len());
+    for (pair, ack) in reply.chunks_exact(2).zip(&acks) {
+        let outcome = match pair[0].as_str().as_deref() {
+            Some("ok") => Ok(pair[1].as_i64() == Some(1)),
+            Some("fenced") => Err(ack.fenced(pair[1].as_string().unwrap_or_default())),
+            _ => {
+                return Err(Error::protocol(
+                    script.name(),
+                    format!("unknown outcome {:?} for lease `{}`", pair[0], ack.lease_key),
+                ));
+            }
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}

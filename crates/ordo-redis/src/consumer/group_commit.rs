@@ -1,0 +1,210 @@
+//! Group commit of acknowledgements.
+//!
+//! Each partition worker still waits for its own acknowledgement before it
+//! starts its next message, so after a failover only a key's in-flight
+//! message runs again. What changes is how acknowledgements travel: the
+//! ones that workers of different partitions have in flight at the same
+//! moment go to Redis together, in one `ack.lua` call per node, each checked
+//! against its own lease and done or refused on its own (see
+//! [`crate::ack`]), as databases commit the log records of many transactions
+//! with one write.
+//!
+//! The committer never waits for company: an acknowledgement that finds a
+//! call slot free is sent at once, alone. Only while [`CALLS_IN_FLIGHT`]
+//! calls are out do acknowledgements queue, and the next call takes all of
+//! them (up to [`MAX_BATCH`]). So the batches grow with the load, and a
+//! lone acknowledgement costs one call, as before.
+
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::ack::{Ack, Acked};
+use crate::error::Error;
+use crate::partition::Partitions;
+
+/// Calls out at once before acknowledgements queue for the next one: two,
+/// so one call's round trip overlaps Redis running the other.
+pub(crate) const CALLS_IN_FLIGHT: usize = 2;
+
+/// The most acknowledgements one call takes.
+pub(crate) const MAX_BATCH: usize = 256;
+
+/// A handle to the committer task, which every worker reaches through the
+/// consumer's shared state.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupCommit {
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+#[derive(Debug)]
+struct Request {
+    ack: Ack,
+    reply: oneshot::Sender<Acked>,
+}
+
+impl GroupCommit {
+    /// Starts the committer, sending acknowledgements through `partitions`
+    /// until `stop` is cancelled (once the workers stopped) or every handle
+    /// is dropped.
+    pub(crate) fn spawn(partitions: Partitions, stop: CancellationToken) -> (Self, JoinHandle<()>) {
+        let (requests, receiver) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                () = commit(partitions, receiver) => {}
+                () = stop.cancelled() => {}
+            }
+        });
+        (Self { requests }, task)
+    }
+
+    /// Sends `ack` with whatever else is waiting and returns its own
+    /// outcome: done (whether its primary lane has entries waiting), refused
+    /// ([`Error::Fenced`]), or the error of the call that carried it (it may
+    /// or may not be done; sending it again is harmless).
+    pub(crate) async fn ack(&self, ack: Ack) -> Acked {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request { ack, reply })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+fn stopped() -> Error {
+    Error::protocol("group commit", "the committer stopped before answering")
+}
+
+/// The committer: takes every acknowledgement waiting (at least one) as soon
+/// as a call slot is free, and sends them in one call on a task of its own.
+async fn commit(partitions: Partitions, mut requests: mpsc::UnboundedReceiver<Request>) {
+    let slots = Arc::new(Semaphore::new(CALLS_IN_FLIGHT));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = requests.recv().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match requests.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        let (acks, replies): (Vec<Ack>, Vec<_>) = batch
+            .into_iter()
+            .map(|request| (request.ack, request.reply))
+            .unzip();
+        let partitions = partitions.clone();
+        tokio::spawn(async move {
+            let result = partitions.acknowledge(&acks).await;
+            drop(slot);
+            match result {
+                Ok(outcomes) => {
+                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                        // A worker that stopped waiting (killed) has no use for it.
+                        let _ = reply.send(outcome);
+                    }
+                }
+                Err(error) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(error.again()));
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use fred::interfaces::{ClientLike, StreamsInterface};
+    use fred::prelude::Builder;
+    use ordo_core::key::Lane;
+    use ordo_testkit::Redis;
+    use tokio::task::JoinSet;
+
+    use super::*;
+    use crate::keys::PartitionKeys;
+    use crate::lease::Lease;
+
+    /// `calls` of `cmdstat_evalsha` in `INFO commandstats`.
+    async fn evalsha_calls(partitions: &Partitions) -> u64 {
+        let info: String = partitions
+            .client()
+            .info(Some(fred::types::InfoKind::CommandStats))
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().unwrap())
+    }
+
+    /// Owns `count` partitions with one entry each, read: ready to acknowledge.
+    async fn owned(partitions: &Partitions, count: usize) -> Vec<(PartitionKeys, Lease, String)> {
+        let mut owned = Vec::new();
+        for n in 0..count {
+            let partition = PartitionKeys::new("groupcommit", &format!("k{n}"), "backfill");
+            let id: String = partitions
+                .client()
+                .xadd(partition.primary(), false, None, "*", ("type", "T"))
+                .await
+                .unwrap();
+            let lease = partitions.acquire("G", &partition).await.unwrap().unwrap();
+            partitions.read(&lease, "G", &partition, 1).await.unwrap();
+            owned.push((partition, lease, id));
+        }
+        owned
+    }
+
+    fn ack((partition, lease, id): &(PartitionKeys, Lease, String)) -> Ack {
+        Ack::new(lease, "G", partition, Lane::Primary, &[id.as_str()])
+    }
+
+    #[tokio::test]
+    async fn acknowledgements_in_flight_together_travel_in_one_call() {
+        let redis = Redis::start().unwrap();
+        let pool = Builder::from_config(crate::client_config(&redis.url()).unwrap())
+            .build_pool(2)
+            .unwrap();
+        pool.init().await.unwrap();
+        let partitions = Partitions::new(pool, "a", Duration::from_secs(60));
+        let mut owned = owned(&partitions, 65).await;
+        let (commit, _task) = GroupCommit::spawn(partitions.clone(), CancellationToken::new());
+
+        // A lone acknowledgement goes at once, alone (and loads the script).
+        let lone = owned.pop().unwrap();
+        assert!(!commit.ack(ack(&lone)).await.unwrap());
+        let before = evalsha_calls(&partitions).await;
+
+        // 64 sent at the same moment (none answered before all are sent, on
+        // this one-thread runtime) share one call.
+        let mut sent = JoinSet::new();
+        for partition in &owned {
+            let (commit, ack) = (commit.clone(), ack(partition));
+            sent.spawn(async move { commit.ack(ack).await });
+        }
+        while let Some(outcome) = sent.join_next().await {
+            assert!(!outcome.unwrap().unwrap());
+        }
+        assert_eq!(evalsha_calls(&partitions).await - before, 1);
+        for (partition, _, _) in &owned {
+            let pending: fred::types::Value = partitions
+                .client()
+                .xpending(partition.primary(), "G", ())
+                .await
+                .unwrap();
+            assert_eq!(
+                pending.into_array().first().and_then(fred::types::Value::as_i64),
+                Some(0)
+            );
+        }
+    }
+}
