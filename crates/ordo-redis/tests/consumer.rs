@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, KeysInterface, SetsInterface};
+use fred::interfaces::{ClientLike, KeysInterface, SetsInterface, StreamsInterface};
 use ordo_core::broker::Broker;
 use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
@@ -95,6 +95,34 @@ async fn two_instances_split_the_partitions_and_keep_each_key_in_order(
     );
     run_a.stop().await?;
     run_b.stop().await?;
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_worker_trims_what_it_acknowledged
+);
+
+/// The worker trims its lane with the last acknowledgement of each read
+/// batch (not after every message): once everything is handled, only the
+/// last entry (kept so the lane still shows its last id) is left.
+async fn a_worker_trims_what_it_acknowledged(redis: TestRedis) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("trim");
+    let recorder = Recorder::new();
+    let broker = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    // Three read batches of 64 and a partial one.
+    publish_seqs(&broker, &category, "k", 0..200).await?;
+    let run = Running::start(&broker, vec![subscribe::partitioned("Projector", &category, &recorder)]);
+    recorder.wait_seqs("k", &(0..200).collect::<Vec<_>>()).await?;
+    let client = pool(&url).await?;
+    let lane = PartitionKeys::new(&category, "k", "backfill").primary().to_owned();
+    eventually(Duration::from_secs(10), "the lane trimmed to its last entry", || {
+        let (client, lane) = (client.clone(), lane.clone());
+        async move { Ok(client.xlen::<u64, _>(&lane).await? == 1) }
+    })
+    .await?;
+    run.stop().await?;
     Ok(())
 }
 

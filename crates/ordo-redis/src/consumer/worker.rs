@@ -408,7 +408,8 @@ impl Worker {
         pending: bool,
     ) -> Flow {
         let mut primary_waiting = false;
-        for entry in entries {
+        let last = entries.len().saturating_sub(1);
+        for (index, entry) in entries.into_iter().enumerate() {
             if self.control.stop.is_cancelled() {
                 return Flow::Stop;
             }
@@ -423,7 +424,7 @@ impl Worker {
                 Handled::Stop => return Flow::Stop,
                 Handled::Lost => return Flow::Lost,
             }
-            match self.ack(partition, lane, &entry).await {
+            match self.ack(partition, lane, &entry, index == last).await {
                 Some(waiting) => primary_waiting = waiting,
                 None => return Flow::Lost,
             }
@@ -470,9 +471,16 @@ impl Worker {
         }
     }
 
-    /// Acknowledges one handled entry (closing its last attempt); `None`
-    /// when the lease is gone.
-    async fn ack(&self, partition: &PartitionKeys, lane: Lane, entry: &StreamEntry) -> Option<bool> {
+    /// Acknowledges one handled entry (closing its last attempt), and trims
+    /// the lane with the last entry of a read batch; `None` when the lease
+    /// is gone.
+    async fn ack(
+        &self,
+        partition: &PartitionKeys,
+        lane: Lane,
+        entry: &StreamEntry,
+        last_of_batch: bool,
+    ) -> Option<bool> {
         let ids = [entry.id()];
         // Only an attempt that sent fenced commands can have one arrive late.
         let close = if self.fence_used.swap(false, Ordering::SeqCst) {
@@ -489,7 +497,8 @@ impl Worker {
             &ids,
             close,
             had_failures,
-        );
+        )
+        .trimming(last_of_batch);
         let acked = self
             .until_answered("acknowledgement", false, || self.shared.acks.ack(ack.clone()))
             .await;

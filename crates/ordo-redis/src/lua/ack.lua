@@ -12,7 +12,7 @@
 --       sequence, failed-attempt counts, group, attempt of the handled
 --       message (closed by the acknowledgement; 0 when it sent no fenced
 --       command), 1 when the ids have failed attempts on record (else 0),
---       the number of ids, id...
+--       1 to trim the lane (else 0), the number of ids, id...
 --
 -- Like the renewal and acquisition scripts, it takes key names in ARGV: one
 -- node's partitions sit in as many slots as there are partitions, a Redis
@@ -33,9 +33,9 @@ local at = 2
 while at <= #ARGV do
   local lease, value, lane, primary = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local sequence, failures, group = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
-  local attempt, had_failures = ARGV[at + 7], ARGV[at + 8]
-  local first = at + 10
-  local last = at + 9 + tonumber(ARGV[at + 9])
+  local attempt, had_failures, trim = ARGV[at + 7], ARGV[at + 8], ARGV[at + 9]
+  local first = at + 11
+  local last = at + 10 + tonumber(ARGV[at + 10])
   at = last + 1
   local fenced = fence(lease, value)
   if fenced then
@@ -48,11 +48,11 @@ while at <= #ARGV do
       redis.call('HDEL', failures, unpack(ARGV, first, last))
     end
     -- Trimming reads every group's position (XINFO GROUPS, XPENDING per
-    -- group, XTRIM): about half the cost of an acknowledgement. Do it once
-    -- this group has acknowledged everything it was delivered (the end of a
-    -- read batch), not after every message; until then at most one read
-    -- batch of acknowledged entries stays in the stream.
-    if redis.call('XPENDING', lane, group)[1] == 0 then
+    -- group, XTRIM): about half the cost of an acknowledgement. The worker
+    -- asks for it with the last acknowledgement of each read batch, not
+    -- after every message; until then at most one read batch of
+    -- acknowledged entries stays in the stream.
+    if trim == '1' then
       trim_acked(lane)
     end
     local waiting = 0
