@@ -78,6 +78,8 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
     let tally = Tally::new(args.partitions);
     let instance = format!("bench-idle-{}", std::process::id());
     let config = engine::config(Some(REAP_IDLE_MS))?;
+    let memory_before = redis_memory(admin).await?;
+    let rss_before = resident_bytes();
     let engine = Engine::connect(redis, &instance, &EngineOptions::new(config), tally.clone()).await?;
     engine::fill(&engine.domain, 0..partitions as u64, partitions, 100).await?;
 
@@ -95,6 +97,13 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
         );
         let drained = started.elapsed();
         tokio::time::sleep(Duration::from_secs_f64(args.settle_s)).await;
+        let memory = Memory {
+            partitions,
+            redis_before: memory_before,
+            redis_idle: redis_memory(admin).await?,
+            rss_before,
+            rss_idle: resident_bytes(),
+        };
         // Redis's own CPU first, without MONITOR (which costs Redis a line
         // per command, script commands included).
         let window = Duration::from_secs_f64(args.window_s);
@@ -124,7 +133,7 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
             counts.merge(monitor.take());
         }
         drop(monitors);
-        anyhow::Ok((owned, drained, cpu, counts))
+        anyhow::Ok((owned, drained, cpu, counts, memory))
     }
     .await;
     running
@@ -132,8 +141,40 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
         .await
         .context("the engine did not shut down cleanly")?;
     engine.close().await?;
-    let (owned, drained, cpu, counts) = counted?;
-    Ok(report(owned, drained, cpu, &counts))
+    let (owned, drained, cpu, counts, memory) = counted?;
+    let mut report = report(owned, drained, cpu, &counts);
+    memory.report(&mut report);
+    Ok(report)
+}
+
+/// What the idle partitions hold in memory: Redis's (each partition's
+/// stream with its one handled entry, lease, index entry and group) and
+/// this process's (the engine's workers and their state, and the bench).
+#[derive(Debug, Clone, Copy)]
+struct Memory {
+    partitions: usize,
+    redis_before: u64,
+    redis_idle: u64,
+    rss_before: Option<u64>,
+    rss_idle: Option<u64>,
+}
+
+impl Memory {
+    fn report(&self, report: &mut Report) {
+        let per_partition =
+            |before: u64, after: u64| after.saturating_sub(before) / self.partitions.max(1) as u64;
+        report
+            .count("idle_redis_used_memory_bytes", self.redis_idle)
+            .count(
+                "idle_redis_bytes_per_partition",
+                per_partition(self.redis_before, self.redis_idle),
+            );
+        if let (Some(before), Some(idle)) = (self.rss_before, self.rss_idle) {
+            report
+                .count("idle_engine_rss_bytes", idle)
+                .count("idle_engine_rss_bytes_per_partition", per_partition(before, idle));
+        }
+    }
 }
 
 /// CPU time Redis used over a window.
@@ -159,6 +200,57 @@ fn nodes(client: &Client) -> Vec<(String, u16)> {
             _ => Vec::new(),
         },
     }
+}
+
+/// The bytes Redis holds (`used_memory` of `INFO memory`); on a cluster, of
+/// every primary together.
+pub(crate) async fn redis_memory(client: &Client) -> Result<u64> {
+    if client.is_clustered() {
+        let mut total = 0;
+        for node in client
+            .split_cluster()
+            .context("cannot list the cluster's primaries")?
+        {
+            node.init().await.context("cannot connect to a cluster primary")?;
+            let used = node_memory(&node).await;
+            let _ = node.quit().await;
+            total += used?;
+        }
+        return Ok(total);
+    }
+    node_memory(client).await
+}
+
+async fn node_memory(client: &Client) -> Result<u64> {
+    let info: String = client
+        .custom(
+            CustomCommand::new_static("INFO", ClusterHash::FirstKey, false),
+            vec!["memory"],
+        )
+        .await
+        .context("INFO memory failed")?;
+    let value = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("used_memory:"))
+        .context("INFO memory has no used_memory")?;
+    value
+        .parse()
+        .with_context(|| format!("bad INFO line used_memory:{value}"))
+}
+
+/// This process's resident memory (`VmRSS` of `/proc/self/status`), in
+/// bytes; `None` where there is no such file.
+pub(crate) fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// The CPU time the Redis server has used so far (`used_cpu_sys` +

@@ -16,9 +16,11 @@
 //!    `ordered_startup_ms_{n}`; `ordered_max_share_{n}` is the largest share
 //!    of the events one instance handled (0.5 when two split the keys
 //!    evenly). Each instance's command pool has `--pool-size` connections
-//!    (Ordo's default, 4, unless given): every message costs one fenced
-//!    acknowledgement round trip, and more connections let more of the
-//!    partitions' round trips be in flight at once.
+//!    (Ordo's default, 8, unless given): every message costs one fenced
+//!    acknowledgement, and the acknowledgements of partitions in flight at
+//!    the same moment travel together (group commit). What the backlog adds
+//!    to Redis's `used_memory`, over the events, is
+//!    `redis_bytes_per_pending_msg`.
 //!
 //! Then [`crate::baseline`] drains the same number of events with a plain
 //! consumer group with the same batch size (`baseline_msgs_per_s`), and
@@ -78,6 +80,8 @@ struct Drain {
     elapsed: Duration,
     /// The largest share of the events one instance handled.
     max_share: f64,
+    /// What the backlog added to Redis's `used_memory`.
+    backlog_bytes: u64,
 }
 
 /// Runs the drains and the baseline and reports their rates.
@@ -117,6 +121,8 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
         let instance = format!("bench-{count}-{n}-{}", std::process::id());
         engines.push(Engine::connect(redis, &instance, &options, tally.clone()).await?);
     }
+    let admin = redis.client().await?;
+    let memory_before = crate::idle::redis_memory(&admin).await?;
     let filled = engine::fill(
         &engines[0].domain,
         0..events,
@@ -124,6 +130,10 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
         args.per_commit.get(),
     )
     .await?;
+    let backlog_bytes = crate::idle::redis_memory(&admin)
+        .await?
+        .saturating_sub(memory_before);
+    admin.quit().await?;
 
     let started = Instant::now();
     let running: Vec<RunningDomain> = engines.iter().map(Engine::start).collect();
@@ -165,6 +175,7 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
         filled,
         startup: first.saturating_duration_since(started),
         elapsed: last.saturating_duration_since(first),
+        backlog_bytes,
     })
 }
 
@@ -193,7 +204,11 @@ fn report(args: &ThroughputArgs, drains: &[Drain], baseline: &Report) -> Result<
         .count("batch", args.batch.get() as u64)
         .count("per_commit", args.per_commit.get() as u64)
         .count("pool_size", args.pool_size.get() as u64)
-        .per_second("commit_msgs_per_s", rate(published, committing));
+        .per_second("commit_msgs_per_s", rate(published, committing))
+        .count(
+            "redis_bytes_per_pending_msg",
+            drains[0].backlog_bytes / args.events.get(),
+        );
     for drain in drains {
         report
             .millis(format!("ordered_startup_ms_{}", drain.instances), drain.startup)
