@@ -24,13 +24,14 @@ use anyhow::{Context as _, Result, ensure};
 use fred::clients::Client;
 use fred::interfaces::ClusterInterface as _;
 use fred::prelude::{ClientLike as _, KeysInterface as _};
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::Value;
 use ordo_core::key::DEFAULT_BACKFILL_SUFFIX;
 use ordo_redis::PartitionKeys;
 
 use crate::engine::{self, BENCH_KEYS, Engine, EngineOptions, GROUP, Tally};
 use crate::monitor::{CommandCounts, CommandMonitor};
 use crate::redis::BenchRedis;
+use crate::redis_info;
 use crate::report::Report;
 use crate::workload::{CATEGORY, key_name};
 
@@ -78,8 +79,8 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
     let tally = Tally::new(args.partitions);
     let instance = format!("bench-idle-{}", std::process::id());
     let config = engine::config(Some(REAP_IDLE_MS))?;
-    let memory_before = redis_memory(admin).await?;
-    let rss_before = resident_bytes();
+    let memory_before = redis_info::memory(admin).await?;
+    let rss_before = redis_info::resident_bytes();
     let engine = Engine::connect(redis, &instance, &EngineOptions::new(config), tally.clone()).await?;
     engine::fill(&engine.domain, 0..partitions as u64, partitions, 100).await?;
 
@@ -100,17 +101,17 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
         let memory = Memory {
             partitions,
             redis_before: memory_before,
-            redis_idle: redis_memory(admin).await?,
+            redis_idle: redis_info::memory(admin).await?,
             rss_before,
-            rss_idle: resident_bytes(),
+            rss_idle: redis_info::resident_bytes(),
         };
         // Redis's own CPU first, without MONITOR (which costs Redis a line
         // per command, script commands included).
         let window = Duration::from_secs_f64(args.window_s);
-        let cpu_before = redis_cpu(admin).await?;
+        let cpu_before = redis_info::cpu(admin).await?;
         tokio::time::sleep(window).await;
         let cpu = CpuUse {
-            used: redis_cpu(admin).await?.saturating_sub(cpu_before),
+            used: redis_info::cpu(admin).await?.saturating_sub(cpu_before),
             over: window,
         };
         // One MONITOR per node (every primary of a cluster), over one window.
@@ -200,98 +201,6 @@ fn nodes(client: &Client) -> Vec<(String, u16)> {
             _ => Vec::new(),
         },
     }
-}
-
-/// The bytes Redis holds (`used_memory` of `INFO memory`); on a cluster, of
-/// every primary together.
-pub(crate) async fn redis_memory(client: &Client) -> Result<u64> {
-    if client.is_clustered() {
-        let mut total = 0;
-        for node in client
-            .split_cluster()
-            .context("cannot list the cluster's primaries")?
-        {
-            node.init().await.context("cannot connect to a cluster primary")?;
-            let used = node_memory(&node).await;
-            let _ = node.quit().await;
-            total += used?;
-        }
-        return Ok(total);
-    }
-    node_memory(client).await
-}
-
-async fn node_memory(client: &Client) -> Result<u64> {
-    let info: String = client
-        .custom(
-            CustomCommand::new_static("INFO", ClusterHash::FirstKey, false),
-            vec!["memory"],
-        )
-        .await
-        .context("INFO memory failed")?;
-    let value = info
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("used_memory:"))
-        .context("INFO memory has no used_memory")?;
-    value
-        .parse()
-        .with_context(|| format!("bad INFO line used_memory:{value}"))
-}
-
-/// This process's resident memory (`VmRSS` of `/proc/self/status`), in
-/// bytes; `None` where there is no such file.
-pub(crate) fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
-}
-
-/// The CPU time the Redis server has used so far (`used_cpu_sys` +
-/// `used_cpu_user` of `INFO cpu`, its main thread and any others); on a
-/// cluster, of every primary together.
-async fn redis_cpu(client: &Client) -> Result<Duration> {
-    if client.is_clustered() {
-        let mut total = Duration::ZERO;
-        for node in client
-            .split_cluster()
-            .context("cannot list the cluster's primaries")?
-        {
-            node.init().await.context("cannot connect to a cluster primary")?;
-            let used = node_cpu(&node).await;
-            let _ = node.quit().await;
-            total += used?;
-        }
-        return Ok(total);
-    }
-    node_cpu(client).await
-}
-
-async fn node_cpu(client: &Client) -> Result<Duration> {
-    let info: String = client
-        .custom(
-            CustomCommand::new_static("INFO", ClusterHash::FirstKey, false),
-            vec!["cpu"],
-        )
-        .await
-        .context("INFO cpu failed")?;
-    let mut seconds = 0.0;
-    for name in ["used_cpu_sys:", "used_cpu_user:"] {
-        let value = info
-            .lines()
-            .find_map(|line| line.trim().strip_prefix(name))
-            .with_context(|| format!("INFO cpu has no {name}"))?;
-        seconds += value
-            .parse::<f64>()
-            .with_context(|| format!("bad INFO line {name}{value}"))?;
-    }
-    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// How many of the partitions' leases `instance` holds (one pipeline of

@@ -37,6 +37,7 @@ pub mod latency;
 pub mod load;
 pub mod monitor;
 pub mod redis;
+pub mod redis_info;
 pub mod relay;
 pub mod report;
 pub mod stats;

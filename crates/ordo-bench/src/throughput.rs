@@ -20,7 +20,13 @@
 //!    acknowledgement, and the acknowledgements of partitions in flight at
 //!    the same moment travel together (group commit). What the backlog adds
 //!    to Redis's `used_memory`, over the events, is
-//!    `redis_bytes_per_pending_msg`.
+//!    `redis_bytes_per_pending_msg`. What the drain cost per message, from
+//!    the engines' start to the last event handled:
+//!    `ordered_script_calls_per_msg_{n}` and `ordered_script_us_per_msg_{n}`
+//!    (`EVALSHA` in `INFO commandstats`: the fenced reads, the
+//!    acknowledgements, the heartbeat's renewals), `ordered_redis_cpu_us_per_msg_{n}`
+//!    (`INFO cpu`) and `ordered_engine_cpu_us_per_msg_{n}` (this process's
+//!    CPU time: the engines' and the tally's).
 //!
 //! Then [`crate::baseline`] drains the same number of events with a plain
 //! consumer group with the same batch size (`baseline_msgs_per_s`), and
@@ -39,6 +45,7 @@ use ordo_core::domain::RunningDomain;
 use crate::baseline::{self, BaselineArgs};
 use crate::engine::{self, BENCH_KEYS, Engine, EngineOptions, Filled, Tally};
 use crate::redis::BenchRedis;
+use crate::redis_info;
 use crate::report::{Figure, Report, rate};
 use crate::workload::BenchEvent;
 
@@ -82,6 +89,7 @@ struct Drain {
     max_share: f64,
     /// What the backlog added to Redis's `used_memory`.
     backlog_bytes: u64,
+    costs: Costs,
 }
 
 /// Runs the drains and the baseline and reports their rates.
@@ -122,7 +130,7 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
         engines.push(Engine::connect(redis, &instance, &options, tally.clone()).await?);
     }
     let admin = redis.client().await?;
-    let memory_before = crate::idle::redis_memory(&admin).await?;
+    let memory_before = redis_info::memory(&admin).await?;
     let filled = engine::fill(
         &engines[0].domain,
         0..events,
@@ -130,17 +138,17 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
         args.per_commit.get(),
     )
     .await?;
-    let backlog_bytes = crate::idle::redis_memory(&admin)
-        .await?
-        .saturating_sub(memory_before);
-    admin.quit().await?;
+    let backlog_bytes = redis_info::memory(&admin).await?.saturating_sub(memory_before);
 
+    let before = Costs::now(&admin).await?;
     let started = Instant::now();
     let running: Vec<RunningDomain> = engines.iter().map(Engine::start).collect();
     let drained = tally
         .wait_for(events, Duration::from_secs(args.deadline_s))
         .await
         .with_context(|| format!("the drain with {count} instance(s) did not finish"));
+    let costs = Costs::now(&admin).await?.since(&before);
+    admin.quit().await?;
     for domain in running {
         domain
             .shutdown()
@@ -176,7 +184,63 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
         startup: first.saturating_duration_since(started),
         elapsed: last.saturating_duration_since(first),
         backlog_bytes,
+        costs,
     })
+}
+
+/// What a drain cost: Redis's CPU and script calls, this process's CPU
+/// (the engines', and the bench's tally), from the engines' start to the
+/// last event handled (the first discovery round included, in which
+/// little runs).
+#[derive(Debug, Clone, Copy)]
+struct Costs {
+    redis_cpu: Duration,
+    scripts: redis_info::CommandStats,
+    process_cpu: Option<Duration>,
+}
+
+impl Costs {
+    async fn now(admin: &fred::clients::Client) -> Result<Self> {
+        Ok(Self {
+            redis_cpu: redis_info::cpu(admin).await?,
+            scripts: redis_info::command_stats(admin, "evalsha").await?,
+            process_cpu: redis_info::process_cpu(),
+        })
+    }
+
+    fn since(&self, earlier: &Costs) -> Self {
+        Self {
+            redis_cpu: self.redis_cpu.saturating_sub(earlier.redis_cpu),
+            scripts: self.scripts.since(earlier.scripts),
+            process_cpu: self
+                .process_cpu
+                .zip(earlier.process_cpu)
+                .map(|(now, then)| now.saturating_sub(then)),
+        }
+    }
+
+    fn report(&self, report: &mut Report, instances: usize, events: u64) {
+        let per_message = |total: f64| total / events.max(1) as f64;
+        report
+            .ratio(
+                format!("ordered_script_calls_per_msg_{instances}"),
+                per_message(self.scripts.calls as f64),
+            )
+            .ratio(
+                format!("ordered_script_us_per_msg_{instances}"),
+                per_message(self.scripts.usec as f64),
+            )
+            .ratio(
+                format!("ordered_redis_cpu_us_per_msg_{instances}"),
+                per_message(self.redis_cpu.as_secs_f64() * 1e6),
+            );
+        if let Some(cpu) = self.process_cpu {
+            report.ratio(
+                format!("ordered_engine_cpu_us_per_msg_{instances}"),
+                per_message(cpu.as_secs_f64() * 1e6),
+            );
+        }
+    }
 }
 
 fn report(args: &ThroughputArgs, drains: &[Drain], baseline: &Report) -> Result<Report> {
@@ -214,6 +278,9 @@ fn report(args: &ThroughputArgs, drains: &[Drain], baseline: &Report) -> Result<
             .millis(format!("ordered_startup_ms_{}", drain.instances), drain.startup)
             .millis(format!("ordered_elapsed_ms_{}", drain.instances), drain.elapsed)
             .ratio(format!("ordered_max_share_{}", drain.instances), drain.max_share);
+        drain
+            .costs
+            .report(&mut report, drain.instances, args.events.get());
     }
     if let Some(elapsed) = baseline.get("elapsed_ms") {
         report.push("baseline_elapsed_ms", elapsed.clone());

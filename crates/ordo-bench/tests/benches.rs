@@ -66,6 +66,17 @@ fn throughput_drains_every_backlog_and_compares_with_the_baseline() -> Result<()
         assert!(number(&figures, rate) > 0.0, "{rate}: {figures}");
     }
     assert_eq!(figures["ordered_max_share_1"], 1.0, "{figures}");
+    // Every message costs an acknowledgement script, at most one call each
+    // (fewer when the group commit takes several in one call), and some CPU.
+    for instances in [1, 2] {
+        let calls = number(&figures, &format!("ordered_script_calls_per_msg_{instances}"));
+        assert!(calls > 0.0 && calls <= 1.5, "{figures}");
+        for cost in ["script_us", "redis_cpu_us", "engine_cpu_us"] {
+            let name = format!("ordered_{cost}_per_msg_{instances}");
+            assert!(number(&figures, &name) > 0.0, "{name}: {figures}");
+        }
+    }
+    assert!(number(&figures, "redis_bytes_per_pending_msg") > 0.0, "{figures}");
     let share = number(&figures, "ordered_max_share_2");
     assert!((0.5..=1.0).contains(&share), "{figures}");
     let ratio = number(&figures, "ordered_msgs_per_s_1") / number(&figures, "baseline_msgs_per_s");
@@ -132,6 +143,13 @@ fn idle_owns_every_partition_and_counts_its_commands() -> Result<()> {
         })
         .sum();
     assert_eq!(breakdown, commands, "{figures}");
+    for memory in [
+        "idle_redis_used_memory_bytes",
+        "idle_redis_bytes_per_partition",
+        "idle_engine_rss_bytes",
+    ] {
+        assert!(number(&figures, memory) > 0.0, "{memory}: {figures}");
+    }
     Ok(())
 }
 

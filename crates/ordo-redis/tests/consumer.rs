@@ -113,14 +113,23 @@ async fn a_worker_trims_what_it_acknowledged(redis: TestRedis) -> anyhow::Result
     let broker = broker(&url, config(3_000, 3_600_000, 0)).await?;
     // Three read batches of 64 and a partial one.
     publish_seqs(&broker, &category, "k", 0..200).await?;
-    let run = Running::start(&broker, vec![subscribe::partitioned("Projector", &category, &recorder)]);
+    let run = Running::start(
+        &broker,
+        vec![subscribe::partitioned("Projector", &category, &recorder)],
+    );
     recorder.wait_seqs("k", &(0..200).collect::<Vec<_>>()).await?;
     let client = pool(&url).await?;
-    let lane = PartitionKeys::new(&category, "k", "backfill").primary().to_owned();
-    eventually(Duration::from_secs(10), "the lane trimmed to its last entry", || {
-        let (client, lane) = (client.clone(), lane.clone());
-        async move { Ok(client.xlen::<u64, _>(&lane).await? == 1) }
-    })
+    let lane = PartitionKeys::new(&category, "k", "backfill")
+        .primary()
+        .to_owned();
+    eventually(
+        Duration::from_secs(10),
+        "the lane trimmed to its last entry",
+        || {
+            let (client, lane) = (client.clone(), lane.clone());
+            async move { Ok(client.xlen::<u64, _>(&lane).await? == 1) }
+        },
+    )
     .await?;
     run.stop().await?;
     Ok(())

@@ -1,0 +1,142 @@
+//! Figures read from Redis's `INFO`, summed over every node (the one server,
+//! or every primary of a cluster), and the bench process's own memory.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use fred::clients::Client;
+use fred::prelude::ClientLike as _;
+use fred::types::{ClusterHash, CustomCommand};
+
+/// The CPU time Redis has used so far (`used_cpu_sys` + `used_cpu_user` of
+/// `INFO cpu`: its main thread and any others).
+pub async fn cpu(client: &Client) -> Result<Duration> {
+    let seconds = sum(client, "cpu", &["used_cpu_sys", "used_cpu_user"]).await?;
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// The bytes Redis holds (`used_memory` of `INFO memory`).
+pub async fn memory(client: &Client) -> Result<u64> {
+    Ok(sum(client, "memory", &["used_memory"]).await? as u64)
+}
+
+/// How often `command` ran, and the microseconds it took, so far
+/// (`cmdstat_<command>` of `INFO commandstats`; a script command's time
+/// includes the commands its script ran).
+pub async fn command_stats(client: &Client, command: &str) -> Result<CommandStats> {
+    let mut total = CommandStats::default();
+    for info in per_node(client, "commandstats").await? {
+        let prefix = format!("cmdstat_{command}:");
+        let Some(line) = info.lines().find_map(|line| line.trim().strip_prefix(&prefix)) else {
+            continue;
+        };
+        for field in line.split(',') {
+            match field.split_once('=') {
+                Some(("calls", calls)) => {
+                    total.calls += calls
+                        .parse::<u64>()
+                        .with_context(|| format!("bad {prefix}{line}"))?;
+                }
+                Some(("usec", usec)) => {
+                    total.usec += usec
+                        .parse::<u64>()
+                        .with_context(|| format!("bad {prefix}{line}"))?;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// One command's counters in `INFO commandstats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommandStats {
+    /// Calls that ran (not those refused before running).
+    pub calls: u64,
+    /// Microseconds they took, in all.
+    pub usec: u64,
+}
+
+impl CommandStats {
+    /// What ran between `earlier` and `self`.
+    pub fn since(self, earlier: CommandStats) -> CommandStats {
+        CommandStats {
+            calls: self.calls.saturating_sub(earlier.calls),
+            usec: self.usec.saturating_sub(earlier.usec),
+        }
+    }
+}
+
+/// This process's resident memory (`VmRSS` of `/proc/self/status`), in
+/// bytes; `None` where there is no such file.
+pub fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// The CPU time this process has used so far (user and system, from
+/// `/proc/self/stat`, whose times are in Linux's fixed 100 ticks a second);
+/// `None` where there is no such file.
+pub fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces; fields count from after it.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index)?.parse::<u64>().ok();
+    // utime and stime are fields 14 and 15, the 12th and 13th after the name.
+    Some(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
+}
+
+/// The sum over every node of the numeric `INFO <section>` fields `names`.
+async fn sum(client: &Client, section: &str, names: &[&str]) -> Result<f64> {
+    let mut total = 0.0;
+    for info in per_node(client, section).await? {
+        for name in names {
+            let prefix = format!("{name}:");
+            let value = info
+                .lines()
+                .find_map(|line| line.trim().strip_prefix(&prefix))
+                .with_context(|| format!("INFO {section} has no {name}"))?;
+            total += value
+                .parse::<f64>()
+                .with_context(|| format!("bad INFO line {name}:{value}"))?;
+        }
+    }
+    Ok(total)
+}
+
+/// `INFO <section>` of every node.
+async fn per_node(client: &Client, section: &str) -> Result<Vec<String>> {
+    if !client.is_clustered() {
+        return Ok(vec![info(client, section).await?]);
+    }
+    let mut infos = Vec::new();
+    for node in client
+        .split_cluster()
+        .context("cannot list the cluster's primaries")?
+    {
+        node.init().await.context("cannot connect to a cluster primary")?;
+        let text = info(&node, section).await;
+        let _ = node.quit().await;
+        infos.push(text?);
+    }
+    Ok(infos)
+}
+
+async fn info(client: &Client, section: &str) -> Result<String> {
+    client
+        .custom(
+            CustomCommand::new_static("INFO", ClusterHash::FirstKey, false),
+            vec![section.to_owned()],
+        )
+        .await
+        .with_context(|| format!("INFO {section} failed"))
+}
