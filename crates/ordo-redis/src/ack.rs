@@ -6,8 +6,10 @@
 //! ([`crate::consumer::group_commit`]) gathers what partition workers have in
 //! flight at the same moment into one such call.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::Value;
@@ -22,54 +24,65 @@ use crate::scripts::{SCRIPTS, array};
 
 /// One acknowledgement: handled entries of one partition lane, under a
 /// lease (for [`Partitions::acknowledge`](crate::Partitions::acknowledge)).
+///
+/// Cheap to clone: the names are shared (a worker builds them once per read
+/// batch and derives each message's acknowledgement from them).
 #[derive(Debug, Clone)]
 pub struct Ack {
-    lease_key: String,
-    lease_value: String,
-    lane: String,
-    primary: String,
-    sequence: String,
-    failures: String,
-    group: String,
+    names: Arc<Names>,
     /// The attempt the acknowledgement closes (0: none).
     attempt: u64,
     /// Whether the ids may have failed attempts on record (to clear).
     had_failures: bool,
     /// Whether to trim what every group has acknowledged from the lane.
     trim: bool,
-    ids: Vec<String>,
+    ids: Vec<Str>,
+}
+
+/// The names an acknowledgement of one lane touches.
+#[derive(Debug)]
+struct Names {
+    lease_key: Str,
+    lease_value: Str,
+    lane: Str,
+    primary: Str,
+    sequence: Str,
+    failures: Str,
+    group: Str,
 }
 
 impl Ack {
     /// Acknowledges `ids` of `partition`'s `lane` for `group` under `lease`.
     pub fn new(lease: &Lease, group: &str, partition: &PartitionKeys, lane: Lane, ids: &[&str]) -> Self {
-        Self::closing(lease, group, partition, lane, ids, 0, true)
+        Self {
+            names: Arc::new(Names {
+                lease_key: Str::from(lease.key()),
+                lease_value: Str::from(lease.value()),
+                lane: Str::from(partition.lane(lane)),
+                primary: Str::from(partition.primary()),
+                sequence: Str::from(lease.keys().sequence.as_str()),
+                failures: Str::from(partition.attempts(group)),
+                group: Str::from(group),
+            }),
+            attempt: 0,
+            had_failures: true,
+            trim: true,
+            ids: ids.iter().map(|&id| Str::from(id)).collect(),
+        }
     }
 
-    /// [`Ack::new`] that also closes every attempt up to `attempt` of the
-    /// lease's holder (see [`Partitions::ack_attempt`](crate::Partitions::ack_attempt));
-    /// `had_failures`: whether the ids may have failed attempts on record (to clear).
-    pub(crate) fn closing(
-        lease: &Lease,
-        group: &str,
-        partition: &PartitionKeys,
-        lane: Lane,
-        ids: &[&str],
-        attempt: u64,
-        had_failures: bool,
-    ) -> Self {
+    /// The acknowledgement of `ids` of the same lane under the same lease,
+    /// closing every attempt up to `attempt` of the lease's holder (see
+    /// [`Partitions::ack_attempt`](crate::Partitions::ack_attempt); 0 closes
+    /// nothing); `had_failures`: whether the ids may have failed attempts
+    /// on record (to clear).
+    pub(crate) fn of(&self, ids: &[&str], attempt: u64, had_failures: bool) -> Self {
         Self {
-            lease_key: lease.key().to_owned(),
-            lease_value: lease.value().to_owned(),
-            lane: partition.lane(lane).to_owned(),
-            primary: partition.primary().to_owned(),
-            sequence: lease.keys().sequence.clone(),
-            failures: partition.attempts(group),
-            group: group.to_owned(),
+            names: self.names.clone(),
             attempt,
             had_failures,
             trim: true,
-            ids: ids.iter().map(|&id| id.to_owned()).collect(),
+            ids: ids.iter().map(|&id| Str::from(id)).collect(),
         }
     }
 
@@ -84,30 +97,31 @@ impl Ack {
 
     /// The lease key (which routes the acknowledgement on a cluster).
     pub fn lease_key(&self) -> &str {
-        &self.lease_key
+        &self.names.lease_key
     }
 
     fn push_args(&self, args: &mut Vec<Value>) {
+        let names = &self.names;
         args.extend([
-            Value::from(self.lease_key.as_str()),
-            Value::from(self.lease_value.as_str()),
-            Value::from(self.lane.as_str()),
-            Value::from(self.primary.as_str()),
-            Value::from(self.sequence.as_str()),
-            Value::from(self.failures.as_str()),
-            Value::from(self.group.as_str()),
+            Value::from(names.lease_key.clone()),
+            Value::from(names.lease_value.clone()),
+            Value::from(names.lane.clone()),
+            Value::from(names.primary.clone()),
+            Value::from(names.sequence.clone()),
+            Value::from(names.failures.clone()),
+            Value::from(names.group.clone()),
             Value::from(i64::try_from(self.attempt).unwrap_or(i64::MAX)),
             Value::from(i64::from(self.had_failures)),
             Value::from(i64::from(self.trim)),
             Value::from(i64::try_from(self.ids.len()).unwrap_or(i64::MAX)),
         ]);
-        args.extend(self.ids.iter().map(|id| Value::from(id.as_str())));
+        args.extend(self.ids.iter().cloned().map(Value::from));
     }
 
     fn fenced(&self, holder: String) -> Error {
         Error::Fenced {
-            lease: self.lease_key.clone(),
-            expected: self.lease_value.clone(),
+            lease: self.names.lease_key.to_string(),
+            expected: self.names.lease_value.to_string(),
             holder: Some(holder).filter(|h| !h.is_empty()),
         }
     }
@@ -177,7 +191,7 @@ async fn acknowledge_on<C>(client: C, sequence_ttl: Duration, acks: Vec<Ack>) ->
 where
     C: LuaInterface + Send + Sync,
 {
-    let Some(routing) = acks.first().map(|ack| ack.lease_key.clone()) else {
+    let Some(routing) = acks.first().map(|ack| ack.lease_key().to_owned()) else {
         return Ok(Vec::new());
     };
     let mut args = Vec::with_capacity(1 + acks.len() * 12);
@@ -201,7 +215,7 @@ where
             _ => {
                 return Err(Error::protocol(
                     script.name(),
-                    format!("unknown outcome {:?} for lease `{}`", pair[0], ack.lease_key),
+                    format!("unknown outcome {:?} for lease `{}`", pair[0], ack.lease_key()),
                 ));
             }
         };

@@ -358,7 +358,7 @@ impl Partitions {
         attempt: u64,
         had_failures: bool,
     ) -> Result<bool> {
-        let one = Ack::closing(lease, group, partition, lane, ids, attempt, had_failures);
+        let one = Ack::new(lease, group, partition, lane, &[]).of(ids, attempt, had_failures);
         let mut acked = self.acknowledge(std::slice::from_ref(&one)).await?;
         acked
             .pop()

@@ -408,6 +408,8 @@ impl Worker {
         pending: bool,
     ) -> Flow {
         let mut primary_waiting = false;
+        // The names every acknowledgement of this batch touches, built once.
+        let acks = Ack::new(&self.lease, &self.unit.group, partition, lane, &[]);
         let last = entries.len().saturating_sub(1);
         for (index, entry) in entries.into_iter().enumerate() {
             if self.control.stop.is_cancelled() {
@@ -424,7 +426,7 @@ impl Worker {
                 Handled::Stop => return Flow::Stop,
                 Handled::Lost => return Flow::Lost,
             }
-            match self.ack(partition, lane, &entry, index == last).await {
+            match self.ack(&acks, &entry, index == last).await {
                 Some(waiting) => primary_waiting = waiting,
                 None => return Flow::Lost,
             }
@@ -474,13 +476,7 @@ impl Worker {
     /// Acknowledges one handled entry (closing its last attempt), and trims
     /// the lane with the last entry of a read batch; `None` when the lease
     /// is gone.
-    async fn ack(
-        &self,
-        partition: &PartitionKeys,
-        lane: Lane,
-        entry: &StreamEntry,
-        last_of_batch: bool,
-    ) -> Option<bool> {
+    async fn ack(&self, acks: &Ack, entry: &StreamEntry, last_of_batch: bool) -> Option<bool> {
         let ids = [entry.id()];
         // Only an attempt that sent fenced commands can have one arrive late.
         let close = if self.fence_used.swap(false, Ordering::SeqCst) {
@@ -489,16 +485,7 @@ impl Worker {
             0
         };
         let had_failures = self.had_failures.swap(false, Ordering::SeqCst);
-        let ack = Ack::closing(
-            &self.lease,
-            &self.unit.group,
-            partition,
-            lane,
-            &ids,
-            close,
-            had_failures,
-        )
-        .trimming(last_of_batch);
+        let ack = acks.of(&ids, close, had_failures).trimming(last_of_batch);
         let acked = self
             .until_answered("acknowledgement", false, || self.shared.acks.ack(ack.clone()))
             .await;
