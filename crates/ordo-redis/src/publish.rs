@@ -413,7 +413,7 @@ impl Names {
                 // own registry and joining marker share its slot.
                 Self {
                     stream: base.stream().to_owned(),
-                    // Not written (no member), but a KEYS entry all the same.
+                    // Not written (no member), but an argument all the same.
                     index: group_registry(&publication.category),
                     registry: group_registry(&publication.category),
                     joining: joining(&publication.category),

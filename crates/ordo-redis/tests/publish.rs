@@ -551,6 +551,14 @@ async fn batches_published_across_a_primary_failover_keep_each_key_in_order() ->
     let (mut seq, mut during, mut after, mut failures) = (0, 0, 0, 0);
     while after < 5 {
         let done = failed_over.load(Ordering::SeqCst);
+        if !done && failing_over.is_finished() {
+            failing_over.await??;
+            anyhow::bail!("the failover ended without saying so");
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the failover did not end within 60 s"
+        );
         let batch: Vec<Publication> = (seq..seq + 2)
             .flat_map(|seq| keys.iter().map(move |key| (key, seq)).collect::<Vec<_>>())
             .map(|(key, seq)| publication(&category, key, seq, Lane::Primary))
