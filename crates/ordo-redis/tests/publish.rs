@@ -17,7 +17,7 @@ use ordo_core::key::Lane;
 use ordo_redis::{PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisBroker};
 use ordo_testkit::{Redis, RedisCluster};
 
-use common::topology::TestRedis;
+use common::topology::{TestRedis, Topology};
 use common::{broker, config, envelope, pool, publication};
 
 crate::on_both_topologies!(
@@ -595,6 +595,76 @@ async fn batches_published_across_a_primary_failover_keep_each_key_in_order() ->
             stream_seqs(&client, &category, key).await?,
             (0..seq).collect::<Vec<_>>(),
             "{key} once each and in order ({failures} publishes failed)"
+        );
+    }
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_publish_failing_part_way_reports_a_written_prefix_and_the_rest_can_follow
+);
+
+/// A publish whose `XADD` fails on one key (its stream name holds a string)
+/// reports how many publications from the start of the batch were written:
+/// exactly up to the failing one on a single Redis, at most that on a
+/// cluster (where other nodes' calls run at once, and the failure stops
+/// them before their next call), and never one that is not written.
+/// Publishing the rest again once the key is fixed, as the outbox does,
+/// leaves every key with each of its entries once, in batch order: what was
+/// written beyond the reported prefix is dropped as a re-publish.
+async fn a_publish_failing_part_way_reports_a_written_prefix_and_the_rest_can_follow(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("partial");
+    let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let keys = common::keys(24);
+    let first_bad = 10;
+    let bad = &keys[first_bad];
+    let _: Value = client
+        .set(common::stream(&category, bad), "not a stream", None, None, false)
+        .await?;
+    let mut batch = Vec::new();
+    for seq in 0..3 {
+        for key in &keys {
+            batch.push(publication(&category, key, seq, Lane::Primary));
+        }
+    }
+
+    let error = publisher
+        .publish(&batch)
+        .await
+        .err()
+        .context("the publish fails at the key whose stream is a string")?;
+    let published = error.published;
+    assert!(
+        published <= first_bad,
+        "{published} reported written, the first failing publication is {first_bad}"
+    );
+    if redis.topology() == Topology::Single {
+        assert_eq!(published, first_bad, "in order on one server");
+    }
+    for key in keys.iter().filter(|key| *key != bad) {
+        let reported = batch[..published]
+            .iter()
+            .filter(|publication| publication.key.as_deref() == Some(key.as_str()))
+            .count();
+        let seqs = stream_seqs(&client, &category, key).await?;
+        assert!(
+            seqs.len() >= reported && seqs.iter().copied().eq(0..u64::try_from(seqs.len())?),
+            "{key}: {reported} reported written, the stream has {seqs:?}"
+        );
+    }
+
+    let _: Value = client.del(common::stream(&category, bad)).await?;
+    publisher.publish(&batch[published..]).await?;
+    for key in &keys {
+        assert_eq!(
+            stream_seqs(&client, &category, key).await?,
+            [0, 1, 2],
+            "{key} once each, in batch order"
         );
     }
     Ok(())
