@@ -110,6 +110,11 @@ pub const POSITION_METADATA: &str = "ordo.position";
 #[error("broker publish failed after {published} of the batch's publications")]
 pub struct PublishError {
     /// How many publications, from the start of the batch, were published.
+    /// Conservative: some after them may be published too (a broker that
+    /// publishes to several nodes at once, a reply lost with its
+    /// connection); a caller publishes the rest again, and the broker drops
+    /// what it already has (by outbox position, or message id within its
+    /// deduplication window).
     pub published: usize,
     /// Why the next one was not.
     #[source]

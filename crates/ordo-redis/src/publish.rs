@@ -4,27 +4,42 @@
 //!
 //! Every name one publication's script step touches is in the partition's
 //! slot (its index bucket and registry copies are the slot's, see
-//! [`crate::keys::index`]), so on Redis Cluster a script call takes the
-//! publications of one slot: a batch is cut into runs of consecutive
-//! publications with the same slot, published in order.
+//! [`crate::keys::index`]). A batch is published with one script call per
+//! Redis node and [`CHUNK`] publications: on a single Redis the batch in
+//! order, one chunk per call; on a Redis Cluster the batch grouped by the
+//! primary serving each publication's slot, in batch order within each
+//! group, the groups' calls at once. A stream lives on one node, so each
+//! stream's publications keep their batch order.
+//!
+//! The script takes every name in `ARGV`, with the first stream of the call
+//! in `KEYS[1]` (a cluster routes the call by it), and carries the
+//! `allow-cross-slot-keys` flag: a cluster refuses declared keys of several
+//! slots in one call, even with the flag. Like the lease scripts, it then
+//! touches every slot of its node it is given; a slot the node no longer
+//! serves fails the call (see [`publish`]).
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use fred::clients::Pool;
+use fred::clients::{Client, Pool};
 use fred::interfaces::ClientLike;
 use fred::types::Value;
 use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError};
+use tokio::task::JoinSet;
 
 use crate::buckets;
 use crate::error::Error;
 use crate::keys::{BaseKeys, PartitionKeys, group_registry, index_directory, joining, slot_of};
+use crate::nodes;
 use crate::scripts::{Reply, SCRIPTS};
 
 /// Publications per script call: large enough to amortise the round trip,
 /// small enough to keep each script short.
 const CHUNK: usize = 128;
+
+/// Script arguments per publication (see `publish.lua`).
+const ARGS_PER_PUBLICATION: usize = 13;
 
 /// How publishes are deduplicated: a message id appended to a stream is not
 /// appended again within `window` (zero: off); at most `cap` ids are kept
@@ -45,20 +60,46 @@ impl ListedSlots {
     fn contains(&self, category: &str, slot: u16) -> bool {
         self.0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .contains(&(category.to_owned(), slot))
     }
 
     fn insert(&self, category: &str, slot: u16) {
         self.0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .insert((category.to_owned(), slot));
     }
 }
 
-/// Publishes `publications` in order, [`CHUNK`] per script call (on a
-/// cluster, at most a run of one slot per call).
+/// Publishes `publications`, each stream's in batch order, with one script
+/// call per node and [`CHUNK`] publications (see the module documentation);
+/// on failure, says how many from the start of the batch were published.
+///
+/// On a cluster the nodes' calls run at once, so when one fails, later
+/// publications of the batch may be written on other nodes already (the
+/// first failure stops the other nodes before their next call: at most one
+/// chunk each goes on). [`PublishError::published`] counts the publications
+/// up to the first one not known to be written, never more: a conservative
+/// prefix, as after a call whose reply was lost. A caller that publishes
+/// again from there (the outbox processor, the PostgreSQL relay) re-sends
+/// what was written beyond the prefix, and the script drops it: a
+/// publication with an outbox position by the position check (its scope's
+/// last position is not below it), any other by the message-id window
+/// ([`Dedup`]). With the window off (`publish_dedup_window(0)`, or
+/// [`RedisBroker::republish`](crate::RedisBroker::republish)) such a
+/// publication is appended again after its first copy: at-least-once, each
+/// stream still in batch order.
+///
+/// When a call fails because a slot moved since the client's view of the
+/// cluster was read (a failover, a resharding), the view is refreshed and
+/// what is not written yet is grouped by node again and published once more.
+/// The script reads every stream of its call before it writes anything, so a
+/// call refused for a moved slot wrote nothing and the retry sends only
+/// what was not written. Only a slot moving *during* a call (a resharding
+/// migrating the slot's keys one by one) can fail a call part-way, which
+/// then counts as not written and is re-sent: idempotence drops its
+/// written part, as above.
 pub(crate) async fn publish(
     client: &Pool,
     dedup: Dedup,
@@ -66,71 +107,162 @@ pub(crate) async fn publish(
     listed: &ListedSlots,
     publications: &[Publication],
 ) -> Result<(), PublishError> {
-    let clustered = client.next().is_clustered();
-    let mut published = 0;
-    for chunk in calls(publications, backfill_suffix, clustered) {
-        let written = match list_slots(client, listed, backfill_suffix, chunk).await {
-            Ok(()) => publish_chunk(client, dedup, backfill_suffix, chunk).await,
-            Err(error) => Err((0, error)),
-        };
-        match written {
-            Ok(()) => published += chunk.len(),
+    let mut prepared = Vec::with_capacity(publications.len());
+    let mut unencodable = None;
+    for publication in publications {
+        match Prepared::of(publication, backfill_suffix) {
+            Ok(one) => prepared.push(one),
+            Err(error) => {
+                // What precedes it is published; it and what follows are not.
+                unencodable = Some(error);
+                break;
+            }
+        }
+    }
+    let batch = Arc::new(Batch::new(prepared));
+    // One client of the pool routes, groups and sends the whole batch, so
+    // the cluster view the retry refreshes is the one it groups by (each
+    // client has its own). Calls to different nodes go over different
+    // connections: one client is enough for one call per node at a time.
+    let router = client.next();
+    let result = match list_slots(client, listed, &batch.prepared).await {
+        Ok(()) => {
+            nodes::once_more_if_moved(router, "publish", || publish_unwritten(router, dedup, &batch)).await
+        }
+        Err(error) => Err(error),
+    };
+    let error = match result {
+        Ok(()) => unencodable,
+        Err(error) => Some(error),
+    };
+    match error {
+        None => Ok(()),
+        Some(error) => Err(PublishError {
+            published: batch.published(),
+            source: Box::new(error),
+        }),
+    }
+}
+
+/// A batch on its way: its publications ready to send, and which of them
+/// are written.
+struct Batch {
+    prepared: Vec<Prepared>,
+    written: Mutex<Vec<bool>>,
+}
+
+impl Batch {
+    fn new(prepared: Vec<Prepared>) -> Self {
+        let written = Mutex::new(vec![false; prepared.len()]);
+        Self { prepared, written }
+    }
+
+    /// The positions not written yet, in batch order.
+    fn unwritten(&self) -> Vec<usize> {
+        let written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        (0..written.len()).filter(|&i| !written[i]).collect()
+    }
+
+    fn mark_written(&self, positions: &[usize]) {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        for &position in positions {
+            written[position] = true;
+        }
+    }
+
+    /// How many from the start of the batch are written.
+    fn published(&self) -> usize {
+        let written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        written.iter().take_while(|written| **written).count()
+    }
+}
+
+/// Publishes what of `batch` is not written yet: grouped by node (one group
+/// on a single Redis), each group's chunks in order, the groups at once.
+/// Returns the first failure; the first failure stops every group before its
+/// next call.
+async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Arc<Batch>) -> Result<(), Error> {
+    let unwritten = batch.unwritten();
+    if unwritten.is_empty() {
+        return Ok(());
+    }
+    let groups = if router.is_clustered() {
+        nodes::nodes(router).await?;
+        nodes::group_by_node(
+            router,
+            unwritten
+                .into_iter()
+                .map(|i| (batch.prepared[i].stream.as_bytes(), i)),
+        )?
+    } else {
+        vec![(nodes::Node::Single, unwritten)]
+    };
+    let failure = Arc::new(Mutex::new(None));
+    if let [(_, positions)] = groups.as_slice() {
+        // One node: no task to spawn.
+        publish_group(router, dedup, batch, positions, &failure).await;
+    } else {
+        let mut calls = JoinSet::new();
+        for (_, positions) in groups {
+            let (client, batch, failure) = (router.clone(), Arc::clone(batch), Arc::clone(&failure));
+            calls.spawn(async move { publish_group(&client, dedup, &batch, &positions, &failure).await });
+        }
+        while let Some(joined) = calls.join_next().await {
+            if let Err(error) = joined {
+                let error = Error::protocol(SCRIPTS.publish.name(), error.to_string());
+                failure
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get_or_insert(error);
+            }
+        }
+    }
+    let first = failure.lock().unwrap_or_else(PoisonError::into_inner).take();
+    first.map_or(Ok(()), Err)
+}
+
+/// Publishes `positions` of `batch`, all on one node, [`CHUNK`] per call in
+/// order; marks what is written. Stops at its own failure (recorded in
+/// `failure` unless another group's came first) or before a call once
+/// another group failed.
+async fn publish_group(
+    client: &Client,
+    dedup: Dedup,
+    batch: &Batch,
+    positions: &[usize],
+    failure: &Mutex<Option<Error>>,
+) {
+    for chunk in positions.chunks(CHUNK) {
+        if failure.lock().unwrap_or_else(PoisonError::into_inner).is_some() {
+            return;
+        }
+        match publish_chunk(client, dedup, batch, chunk).await {
+            Ok(()) => batch.mark_written(chunk),
             Err((written, error)) => {
-                return Err(PublishError {
-                    published: published + written,
-                    source: Box::new(error),
-                });
+                batch.mark_written(&chunk[..written.min(chunk.len())]);
+                failure
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get_or_insert(error);
+                return;
             }
         }
     }
-    Ok(())
 }
 
-/// `publications` cut into the script calls that publish them, in order:
-/// at most [`CHUNK`] each, and on a cluster only consecutive publications
-/// of one slot (a script's keys must share one).
-fn calls<'a>(
-    publications: &'a [Publication],
-    backfill_suffix: &str,
-    clustered: bool,
-) -> Vec<&'a [Publication]> {
-    let mut calls = Vec::new();
-    for chunk in publications.chunks(CHUNK) {
-        if !clustered {
-            calls.push(chunk);
-            continue;
-        }
-        let mut start = 0;
-        let slots: Vec<u16> = chunk.iter().map(|p| Names::of(p, backfill_suffix).slot).collect();
-        for end in 1..=chunk.len() {
-            if end == chunk.len() || slots[end] != slots[start] {
-                calls.push(&chunk[start..end]);
-                start = end;
-            }
-        }
-    }
-    calls
-}
-
-/// Lists the index buckets of `chunk`'s partitions in their categories'
+/// Lists the index buckets of `prepared`'s partitions in their categories'
 /// directories, unless this process did before. Before the script: a
 /// partition is never indexed in a bucket discovery does not read.
-async fn list_slots(
-    client: &Pool,
-    listed: &ListedSlots,
-    backfill_suffix: &str,
-    chunk: &[Publication],
-) -> Result<(), Error> {
+async fn list_slots(client: &Pool, listed: &ListedSlots, prepared: &[Prepared]) -> Result<(), Error> {
     let mut missing: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
-    for publication in chunk {
-        if publication.key.is_none() {
+    for one in prepared {
+        if !one.indexed {
             continue;
         }
-        let slot = Names::of(publication, backfill_suffix).slot;
-        if !listed.contains(&publication.category, slot) {
-            let slots = missing.entry(&publication.category).or_default();
-            if !slots.contains(&slot) {
-                slots.push(slot);
+        if !listed.contains(&one.category, one.slot) {
+            let slots = missing.entry(&one.category).or_default();
+            if !slots.contains(&one.slot) {
+                slots.push(one.slot);
             }
         }
     }
@@ -143,49 +275,29 @@ async fn list_slots(
     Ok(())
 }
 
-/// Publishes one chunk; on failure says how many of it were published.
+/// Publishes `chunk` (positions of `batch`, all served by the node `client`
+/// sends the call to) in one script call; on failure says how many of it
+/// were written.
 async fn publish_chunk(
-    client: &Pool,
+    client: &Client,
     dedup: Dedup,
-    backfill_suffix: &str,
-    chunk: &[Publication],
+    batch: &Batch,
+    chunk: &[usize],
 ) -> Result<(), (usize, Error)> {
-    let mut keys = Vec::with_capacity(chunk.len() * 7);
-    let mut args = Vec::with_capacity(chunk.len() * 6 + 2);
-    args.push(crate::lease::millis(dedup.window));
-    if dedup.window.is_zero() {
-        args[0] = Value::from(0);
-    }
+    let Some(&first) = chunk.first() else {
+        return Ok(());
+    };
+    let keys = vec![batch.prepared[first].stream.clone()];
+    let mut args = Vec::with_capacity(2 + chunk.len() * ARGS_PER_PUBLICATION);
+    args.push(if dedup.window.is_zero() {
+        Value::from(0)
+    } else {
+        crate::lease::millis(dedup.window)
+    });
     args.push(Value::from(i64::try_from(dedup.cap).unwrap_or(i64::MAX)));
-    for publication in chunk {
-        let envelope = &publication.envelope;
-        let json = serde_json::to_string(envelope).map_err(|source| {
-            (
-                0,
-                Error::Encode {
-                    message_id: envelope.id.clone(),
-                    source,
-                },
-            )
-        })?;
-        let names = Names::of(publication, backfill_suffix);
-        keys.push(names.stream);
-        keys.push(names.index);
-        keys.push(names.registry);
-        keys.push(names.published);
-        keys.push(names.joining);
-        keys.push(names.position);
-        keys.push(names.doorbell);
-        args.push(Value::from(names.member.unwrap_or_default()));
-        args.push(Value::from(envelope.type_name.as_str()));
-        args.push(Value::from(json));
-        args.push(Value::from(envelope.id.as_str()));
-        args.push(Value::from(
-            position(publication)
-                .map(|seq| seq.to_string())
-                .unwrap_or_default(),
-        ));
-        args.push(Value::from(names.channel));
+    for &position in chunk {
+        // Cheap clones: text values share their bytes.
+        args.extend(batch.prepared[position].args.iter().cloned());
     }
     let script = &SCRIPTS.publish;
     let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;
@@ -201,6 +313,60 @@ async fn publish_chunk(
             ))
         }
         _ => Err((0, reply.unexpected("unknown outcome"))),
+    }
+}
+
+/// A publication ready to send: what routes and lists it, and its script
+/// arguments.
+struct Prepared {
+    /// Its stream: the call's routing key, and what it is grouped by.
+    stream: String,
+    category: String,
+    /// The slot of every name it touches.
+    slot: u16,
+    /// Whether it goes to a partition (listed in an index bucket).
+    indexed: bool,
+    /// Its [`ARGS_PER_PUBLICATION`] script arguments.
+    args: Vec<Value>,
+}
+
+impl Prepared {
+    fn of(publication: &Publication, backfill_suffix: &str) -> Result<Self, Error> {
+        let envelope = &publication.envelope;
+        let json = serde_json::to_string(envelope).map_err(|source| Error::Encode {
+            message_id: envelope.id.clone(),
+            source,
+        })?;
+        let names = Names::of(publication, backfill_suffix);
+        let indexed = names.member.is_some();
+        let stream = names.stream.clone();
+        let args = vec![
+            Value::from(names.stream),
+            Value::from(names.index),
+            Value::from(names.registry),
+            Value::from(names.published),
+            Value::from(names.joining),
+            Value::from(names.position),
+            Value::from(names.doorbell),
+            Value::from(names.member.unwrap_or_default()),
+            Value::from(envelope.type_name.as_str()),
+            Value::from(json),
+            Value::from(envelope.id.as_str()),
+            Value::from(
+                position(publication)
+                    .map(|seq| seq.to_string())
+                    .unwrap_or_default(),
+            ),
+            Value::from(names.channel),
+        ];
+        debug_assert_eq!(args.len(), ARGS_PER_PUBLICATION);
+        Ok(Self {
+            stream,
+            category: publication.category.clone(),
+            slot: names.slot,
+            indexed,
+            args,
+        })
     }
 }
 
@@ -247,7 +413,7 @@ impl Names {
                 // own registry and joining marker share its slot.
                 Self {
                     stream: base.stream().to_owned(),
-                    // Not written (no member), but a KEYS entry all the same.
+                    // Not written (no member), but an argument all the same.
                     index: group_registry(&publication.category),
                     registry: group_registry(&publication.category),
                     joining: joining(&publication.category),

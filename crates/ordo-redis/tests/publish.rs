@@ -3,19 +3,21 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use fred::interfaces::{KeysInterface, LuaInterface, SetsInterface, StreamsInterface};
-use fred::types::Value;
+use anyhow::Context as _;
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SetsInterface, StreamsInterface};
+use fred::types::{InfoKind, Value};
 use ordo_core::broker::{Broker, Publication};
 use ordo_core::key::Lane;
-use ordo_redis::{PartitionKeys, Partitions, ReadOutcome, ReapOutcome};
-use ordo_testkit::Redis;
+use ordo_redis::{PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisBroker};
+use ordo_testkit::{Redis, RedisCluster};
 
-use common::topology::TestRedis;
+use common::topology::{TestRedis, Topology};
 use common::{broker, config, envelope, pool, publication};
 
 crate::on_both_topologies!(
@@ -295,5 +297,375 @@ async fn a_batch_over_many_slots_keeps_each_key_in_order_and_every_category_is_f
         !client.exists::<bool, _>(&directory).await?,
         "a known slot is not listed again"
     );
+    Ok(())
+}
+
+/// The seqs of `category:key`'s primary stream, in stream order.
+async fn stream_seqs(client: &Pool, category: &str, key: &str) -> anyhow::Result<Vec<u64>> {
+    let entries: Vec<(String, HashMap<String, String>)> = client
+        .xrange(common::stream(category, key), "-", "+", None)
+        .await?;
+    entries
+        .iter()
+        .map(|(id, fields)| {
+            let envelope: ordo_core::message::Envelope = serde_json::from_str(
+                fields
+                    .get("envelope")
+                    .with_context(|| format!("entry {id} has no envelope"))?,
+            )?;
+            Ok(common::seq_of(&envelope))
+        })
+        .collect()
+}
+
+/// A node's `EVALSHA` calls and failed calls, from its `INFO commandstats`.
+async fn evalsha_stats(node: &Pool) -> anyhow::Result<(u64, u64)> {
+    let info: String = node.next().info(Some(InfoKind::CommandStats)).await?;
+    let Some(line) = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:"))
+    else {
+        return Ok((0, 0));
+    };
+    let field = |name: &str| -> anyhow::Result<u64> {
+        line.split(',')
+            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+            .with_context(|| format!("no {name} in `{line}`"))?
+            .parse()
+            .with_context(|| format!("{name} in `{line}`"))
+    };
+    Ok((field("calls")?, field("failed_calls")?))
+}
+
+/// A client on each primary of `cluster` alone, by node index.
+async fn primaries(cluster: &RedisCluster) -> anyhow::Result<BTreeMap<usize, Pool>> {
+    let mut nodes = BTreeMap::new();
+    for index in cluster.primaries()? {
+        nodes.insert(index, pool(&cluster.node(index)?.url()).await?);
+    }
+    Ok(nodes)
+}
+
+/// On a cluster a batch costs one script call per node and 128
+/// publications, the nodes' calls at once: 64 keys interleaved (consecutive
+/// publications nearly always of different slots) cost each primary the
+/// chunks of what it serves, not a call per run of one slot (512 calls
+/// before). Each key's entries are in batch order.
+#[tokio::test]
+async fn a_batch_over_many_keys_costs_one_call_per_cluster_node_and_chunk() -> anyhow::Result<()> {
+    let cluster = RedisCluster::start_local()?;
+    let url = cluster.url();
+    let category = common::category("pernode");
+    let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    // Loads the script on every primary first (a `NOSCRIPT` reply and its
+    // retry would count as calls).
+    publisher
+        .publish(&[publication(&category, "warm", 0, Lane::Primary)])
+        .await?;
+
+    let keys = common::keys(64);
+    let seqs = 8;
+    let mut batch = Vec::new();
+    for seq in 0..seqs {
+        for key in &keys {
+            batch.push(publication(&category, key, seq, Lane::Primary));
+        }
+    }
+    let mut served: BTreeMap<usize, usize> = BTreeMap::new();
+    for key in &keys {
+        let node = cluster.node_for_key(&common::stream(&category, key))?;
+        *served.entry(node).or_default() += usize::try_from(seqs)?;
+    }
+    assert_eq!(served.len(), 3, "64 keys over the three primaries: {served:?}");
+    let nodes = primaries(&cluster).await?;
+    let mut before = BTreeMap::new();
+    for (index, node) in &nodes {
+        before.insert(*index, evalsha_stats(node).await?.0);
+    }
+
+    publisher.publish(&batch).await?;
+
+    for (index, node) in &nodes {
+        let calls = evalsha_stats(node).await?.0 - before[index];
+        let publications = served.get(index).copied().unwrap_or(0);
+        assert_eq!(
+            calls,
+            u64::try_from(publications.div_ceil(128))?,
+            "node {index} serves {publications} of the batch's {} publications",
+            batch.len()
+        );
+    }
+    for key in &keys {
+        assert_eq!(
+            stream_seqs(&client, &category, key).await?,
+            (0..seqs).collect::<Vec<_>>(),
+            "{key} in batch order"
+        );
+    }
+    Ok(())
+}
+
+/// Moves the empty hash slot `slot` from primary `from` to primary `to` as
+/// a resharding does (`IMPORTING`/`MIGRATING`, then `NODE` on every
+/// primary), and waits until the cluster agrees.
+async fn move_empty_slot(
+    cluster: &RedisCluster,
+    nodes: &BTreeMap<usize, Pool>,
+    slot: u16,
+    from: usize,
+    to: usize,
+) -> anyhow::Result<()> {
+    let cluster_command = |index: usize, args: Vec<String>| {
+        let node = nodes[&index].next().clone();
+        async move {
+            let reply: Value = node.custom(fred::cmd!("CLUSTER"), args).await?;
+            anyhow::Ok(reply)
+        }
+    };
+    let id = |reply: Value| reply.as_string().context("CLUSTER MYID is text");
+    let from_id = id(cluster_command(from, vec!["MYID".into()]).await?)?;
+    let to_id = id(cluster_command(to, vec!["MYID".into()]).await?)?;
+    let count = cluster_command(from, vec!["COUNTKEYSINSLOT".into(), slot.to_string()]).await?;
+    assert_eq!(count.as_u64(), Some(0), "slot {slot} is empty");
+    let set = |state: &str, id: &str| {
+        vec![
+            "SETSLOT".into(),
+            slot.to_string(),
+            state.to_owned(),
+            id.to_owned(),
+        ]
+    };
+    cluster_command(to, set("IMPORTING", &from_id)).await?;
+    cluster_command(from, set("MIGRATING", &to_id)).await?;
+    cluster_command(to, set("NODE", &to_id)).await?;
+    cluster_command(from, set("NODE", &to_id)).await?;
+    for &other in nodes.keys().filter(|&&index| index != from && index != to) {
+        cluster_command(other, set("NODE", &to_id)).await?;
+    }
+    cluster.wait_ok()?;
+    Ok(())
+}
+
+/// A slot that moved since the broker read the cluster view (a resharding)
+/// fails the call naming it before anything is written; the broker
+/// refreshes its view, groups what was not written by node again and
+/// publishes it once more. Every publication lands once and in order, even
+/// with the message-id window off (nothing of the refused call was written).
+#[tokio::test]
+async fn a_batch_naming_a_moved_slot_is_grouped_again_and_published_once() -> anyhow::Result<()> {
+    let cluster = RedisCluster::start_local()?;
+    let url = cluster.url();
+    let category = common::category("moved");
+    let publisher = RedisBroker::builder(url.as_str())
+        .config(config(15_000, 3_600_000, 0))
+        .publish_dedup_window(Duration::ZERO)
+        .build()
+        .await?;
+    let client = pool(&url).await?;
+    // Loads the script; the broker's clients read the cluster view.
+    publisher
+        .publish(&[publication(&category, "warm", 0, Lane::Primary)])
+        .await?;
+    let nodes = primaries(&cluster).await?;
+
+    // Two keys served by one primary, in two slots; the second one's slot
+    // then moves to another primary behind the broker's back.
+    let keys = common::keys(64);
+    let slot = |key: &str| common::partition(&category, key).slot();
+    let owner = |key: &str| cluster.node_for_key(&common::stream(&category, key));
+    let stays = &keys[0];
+    let from = owner(stays)?;
+    let used = [
+        slot(stays),
+        slot("warm"),
+        fred::types::cluster::ClusterRouting::hash_key(
+            ordo_redis::names::index_directory(&category).as_bytes(),
+        ),
+    ];
+    let mut moves = None;
+    for key in &keys[1..] {
+        if owner(key)? == from && !used.contains(&slot(key)) {
+            moves = Some(key);
+            break;
+        }
+    }
+    let moves = moves.context("a second key on the same primary")?;
+    let to = *nodes
+        .keys()
+        .find(|&&index| index != from)
+        .context("another primary")?;
+    move_empty_slot(&cluster, &nodes, slot(moves), from, to).await?;
+    assert_eq!(owner(moves)?, to);
+    let failed_before = evalsha_stats(&nodes[&from]).await?.1;
+
+    publisher
+        .publish(&[
+            publication(&category, stays, 0, Lane::Primary),
+            publication(&category, moves, 0, Lane::Primary),
+            publication(&category, stays, 1, Lane::Primary),
+            publication(&category, moves, 1, Lane::Primary),
+        ])
+        .await?;
+
+    assert_eq!(
+        evalsha_stats(&nodes[&from]).await?.1,
+        failed_before + 1,
+        "the call grouped by the stale view failed on the old primary"
+    );
+    assert_eq!(stream_seqs(&client, &category, stays).await?, [0, 1], "{stays}");
+    assert_eq!(stream_seqs(&client, &category, moves).await?, [0, 1], "{moves}");
+    Ok(())
+}
+
+/// Batches over many keys published while a primary fails over (a manual
+/// `CLUSTER FAILOVER`), the publisher publishing each batch again from what
+/// a failed publish reports as published, as the outbox processor does:
+/// afterwards every key has each of its entries once, in batch order (a
+/// publish never reports more than it wrote, and what it wrote beyond that
+/// is dropped as a re-publish by the message-id window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_published_across_a_primary_failover_keep_each_key_in_order() -> anyhow::Result<()> {
+    let mut cluster = RedisCluster::builder().replicas(true).start()?;
+    let url = cluster.url();
+    let category = common::category("failover");
+    let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let keys = common::keys(32);
+    let primary = cluster.node_for_key(&common::stream(&category, &keys[0]))?;
+    let replica = *cluster
+        .replicas_of(primary)?
+        .first()
+        .context("the primary has a replica")?;
+
+    let failed_over = Arc::new(AtomicBool::new(false));
+    let failing_over = {
+        let failed_over = Arc::clone(&failed_over);
+        tokio::task::spawn_blocking(move || {
+            cluster.failover(replica)?;
+            failed_over.store(true, Ordering::SeqCst);
+            anyhow::Ok(cluster)
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let (mut seq, mut during, mut after, mut failures) = (0, 0, 0, 0);
+    while after < 5 {
+        let done = failed_over.load(Ordering::SeqCst);
+        if !done && failing_over.is_finished() {
+            failing_over.await??;
+            anyhow::bail!("the failover ended without saying so");
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the failover did not end within 60 s"
+        );
+        let batch: Vec<Publication> = (seq..seq + 2)
+            .flat_map(|seq| keys.iter().map(move |key| (key, seq)).collect::<Vec<_>>())
+            .map(|(key, seq)| publication(&category, key, seq, Lane::Primary))
+            .collect();
+        let mut published = 0;
+        while published < batch.len() {
+            match publisher.publish(&batch[published..]).await {
+                Ok(()) => published = batch.len(),
+                Err(error) => {
+                    failures += 1;
+                    published += error.published;
+                    anyhow::ensure!(
+                        tokio::time::Instant::now() < deadline,
+                        "still failing after 60 s: {error}"
+                    );
+                }
+            }
+        }
+        seq += 2;
+        if done {
+            after += 1;
+        } else {
+            during += 1;
+        }
+    }
+    let cluster = failing_over.await??;
+    assert!(during > 0, "batches published while failing over");
+    assert_ne!(
+        cluster.node_for_key(&common::stream(&category, &keys[0]))?,
+        primary
+    );
+    for key in &keys {
+        assert_eq!(
+            stream_seqs(&client, &category, key).await?,
+            (0..seq).collect::<Vec<_>>(),
+            "{key} once each and in order ({failures} publishes failed)"
+        );
+    }
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_publish_failing_part_way_reports_a_written_prefix_and_the_rest_can_follow
+);
+
+/// A publish whose `XADD` fails on one key (its stream name holds a string)
+/// reports how many publications from the start of the batch were written:
+/// exactly up to the failing one on a single Redis, at most that on a
+/// cluster (where other nodes' calls run at once, and the failure stops
+/// them before their next call), and never one that is not written.
+/// Publishing the rest again once the key is fixed, as the outbox does,
+/// leaves every key with each of its entries once, in batch order: what was
+/// written beyond the reported prefix is dropped as a re-publish.
+async fn a_publish_failing_part_way_reports_a_written_prefix_and_the_rest_can_follow(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("partial");
+    let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let keys = common::keys(24);
+    let first_bad = 10;
+    let bad = &keys[first_bad];
+    let _: Value = client
+        .set(common::stream(&category, bad), "not a stream", None, None, false)
+        .await?;
+    let mut batch = Vec::new();
+    for seq in 0..3 {
+        for key in &keys {
+            batch.push(publication(&category, key, seq, Lane::Primary));
+        }
+    }
+
+    let error = publisher
+        .publish(&batch)
+        .await
+        .err()
+        .context("the publish fails at the key whose stream is a string")?;
+    let published = error.published;
+    assert!(
+        published <= first_bad,
+        "{published} reported written, the first failing publication is {first_bad}"
+    );
+    if redis.topology() == Topology::Single {
+        assert_eq!(published, first_bad, "in order on one server");
+    }
+    for key in keys.iter().filter(|key| *key != bad) {
+        let reported = batch[..published]
+            .iter()
+            .filter(|publication| publication.key.as_deref() == Some(key.as_str()))
+            .count();
+        let seqs = stream_seqs(&client, &category, key).await?;
+        assert!(
+            seqs.len() >= reported && seqs.iter().copied().eq(0..u64::try_from(seqs.len())?),
+            "{key}: {reported} reported written, the stream has {seqs:?}"
+        );
+    }
+
+    let _: Value = client.del(common::stream(&category, bad)).await?;
+    publisher.publish(&batch[published..]).await?;
+    for key in &keys {
+        assert_eq!(
+            stream_seqs(&client, &category, key).await?,
+            [0, 1, 2],
+            "{key} once each, in batch order"
+        );
+    }
     Ok(())
 }

@@ -1,16 +1,28 @@
+#!lua flags=allow-cross-slot-keys
 -- Publishes a batch of messages, each atomically with its index entry, so a
 -- publish can never interleave with a reap of the same partition.
 --
--- KEYS, six per publication: stream, partition index bucket, group
---       registry, the stream's set of recently published message ids, the
---       category's joining marker (set while a new group joins its existing
---       lanes), position key of the publication's position scope. For a
---       partition, the bucket, registry and marker are the copies in the
---       partition's own slot, so a publication touches one slot.
--- ARGV: dedup window ms (0: off), dedup cap per stream, then six per
---       publication: index member ('' when not partitioned), type name,
+-- KEYS[1]: the first publication's stream (a Redis Cluster routes the call
+--       by it). Every name travels in ARGV, like in renew.lua: on a
+--       cluster one call publishes everything of the batch one node serves,
+--       which sits in many slots, and a cluster refuses declared keys of
+--       several slots in one call; the `allow-cross-slot-keys` flag lets the
+--       call touch every slot of its node.
+-- ARGV: dedup window ms (0: off), dedup cap per stream, then thirteen per
+--       publication: stream, partition index bucket, group registry, the
+--       stream's set of recently published message ids, the category's
+--       joining marker (set while a new group joins its existing lanes),
+--       position key of the publication's position scope, the partition's
+--       doorbell; index member ('' when not partitioned), type name,
 --       envelope JSON, message id, position ('' when it has none), the
---       doorbell channel of its slot (a channel, not a key)
+--       doorbell channel of its slot (a channel, not a key). For a
+--       partition, the bucket, registry and marker are the copies in the
+--       partition's own slot, so a publication's names share one slot.
+--
+-- Every stream is read (EXISTS) before anything is written: on a cluster,
+-- a stream of a slot this node no longer serves (after a failover or a
+-- resharding) fails the call there, with nothing written, and the caller
+-- groups what it publishes by node again.
 --
 -- Every registered group exists on the stream before the entry is added: a
 -- new stream gets them all at id 0, and while a group is joining the
@@ -27,9 +39,10 @@
 -- * within the window, a message id already appended to the stream in the
 --   last `window` ms (at most `cap` ids per stream are kept) is not appended
 --   again, so a publish retried after its reply was lost (a timeout, a Redis
---   restart) does not duplicate it. A publication with a position skips
---   this: its position already makes it idempotent, and the id set is the
---   costliest part of a publish (a ZADD and its trimming per message).
+--   restart, another node's failure in the same batch) does not duplicate
+--   it. A publication with a position skips this: its position already
+--   makes it idempotent, and the id set is the costliest part of a publish
+--   (a ZADD and its trimming per message).
 --
 -- An appended entry rings the partition's doorbell when a waker armed it
 -- (its worker waits for exactly this): the doorbell is deleted and its name
@@ -42,16 +55,27 @@ local now = nil
 if window > 0 then
   now = now_ms()
 end
+local per = 13
+local count = (#ARGV - 2) / per
+-- Whether each stream exists: read once per stream before any write, then
+-- kept up to date (only this script creates a stream meanwhile).
+local exists = {}
+for i = 0, count - 1 do
+  local stream = ARGV[per * i + 3]
+  if exists[stream] == nil then
+    exists[stream] = redis.call('EXISTS', stream) == 1
+  end
+end
 local ids = {'ok'}
 local trimmed = {}
 local rung = {}
 local joining_now = {}
-for i = 0, #KEYS / 7 - 1 do
+for i = 0, count - 1 do
+  local at = per * i + 2
   local stream, index, registry, recent, joining, position_key, doorbell =
-    KEYS[7 * i + 1], KEYS[7 * i + 2], KEYS[7 * i + 3], KEYS[7 * i + 4], KEYS[7 * i + 5], KEYS[7 * i + 6],
-    KEYS[7 * i + 7]
+    ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
   local member, type_name, envelope, message_id, position, channel =
-    ARGV[6 * i + 3], ARGV[6 * i + 4], ARGV[6 * i + 5], ARGV[6 * i + 6], ARGV[6 * i + 7], ARGV[6 * i + 8]
+    ARGV[at + 8], ARGV[at + 9], ARGV[at + 10], ARGV[at + 11], ARGV[at + 12], ARGV[at + 13]
   local by_id = window > 0 and position == ''
   if position ~= '' and tonumber(redis.call('GET', position_key) or '0') >= tonumber(position) then
     -- Already published (by this relay before a crash, or by another one).
@@ -61,7 +85,7 @@ for i = 0, #KEYS / 7 - 1 do
   elseif by_id and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
     ids[#ids + 1] = 'dup'
   else
-    if redis.call('EXISTS', stream) == 0 then
+    if not exists[stream] then
       for _, group in ipairs(redis.call('SMEMBERS', registry)) do
         create_group(stream, group, true)
       end
@@ -92,6 +116,7 @@ for i = 0, #KEYS / 7 - 1 do
       end
       return {'error', i, id.err}
     end
+    exists[stream] = true
     if member ~= '' then
       redis.call('SADD', index, member)
     end

@@ -7,7 +7,8 @@
 --
 -- Returns the (1-based) positions of the pairs whose lease is no longer held.
 --
--- The one script that takes key names in ARGV: a Redis Cluster refuses a
+-- Like acquire, union and publish (the scripts that work per node), it
+-- takes key names in ARGV: a Redis Cluster refuses a
 -- call whose declared keys span slots (CROSSSLOT), and the leases of one
 -- node's partitions sit in as many slots as there are partitions. The
 -- `allow-cross-slot-keys` flag lets one call touch every slot its node
