@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use fred::clients::Pool;
+use fred::clients::{Client, Pool};
 use fred::interfaces::{ClientLike, KeysInterface, SetsInterface};
 use fred::types::Expiration;
 use fred::types::Value;
@@ -101,11 +101,13 @@ pub(crate) async fn members_per_node(
     }
     let slots = listed(client, directory).await?;
     let buckets: Vec<String> = slots.iter().map(|slot| bucket(*slot)).collect();
-    crate::nodes::once_more_if_moved(client.next(), "discovery", || union_per_node(client, &buckets)).await
+    // One client throughout: each client of a pool keeps its own view of the
+    // cluster, and the retry must group by the view the refresh updated.
+    let client = client.next();
+    crate::nodes::once_more_if_moved(client, "discovery", || union_per_node(client, &buckets)).await
 }
 
-async fn union_per_node(client: &Pool, buckets: &[String]) -> Result<BTreeSet<String>> {
-    let client = client.next();
+async fn union_per_node(client: &Client, buckets: &[String]) -> Result<BTreeSet<String>> {
     crate::nodes::nodes(client).await?;
     let groups = crate::nodes::group_by_node(client, buckets.iter().map(|name| (name, name)))?;
     let mut members = BTreeSet::new();
@@ -189,4 +191,55 @@ pub async fn mark_joining(client: &Pool, category: &str, group: &str, ttl_ms: i6
         )
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use fred::prelude::Builder;
+    use fred::types::cluster::ClusterRouting;
+    use ordo_testkit::RedisCluster;
+
+    use super::*;
+    use crate::keys::{index, index_directory};
+
+    /// Discovery after a resharding moved a listed slot: the call grouped by
+    /// the stale view fails, and the retry groups by the refreshed one. (It
+    /// failed again when the retry took another client of the pool, whose
+    /// view was never refreshed.)
+    #[tokio::test]
+    async fn discovery_after_a_slot_moved_groups_by_the_refreshed_view() {
+        let cluster = RedisCluster::start_local().unwrap();
+        let client = Builder::from_config(crate::client_config(&cluster.url()).unwrap())
+            .build_pool(4)
+            .unwrap();
+        client.init().await.unwrap();
+        let category = "moved_discovery";
+        let directory = index_directory(category);
+        // Two listed buckets: one holding a partition, one empty (its slot can
+        // be moved without migrating keys), neither in the directory's slot.
+        let directory_slot = ClusterRouting::hash_key(directory.as_bytes());
+        let (kept, moved) = (100, 200);
+        assert!(![kept, moved].contains(&directory_slot));
+        list(&client, &directory, &[kept, moved]).await.unwrap();
+        let _: i64 = client.sadd(index(category, kept), "k").await.unwrap();
+        let expected = BTreeSet::from(["k".to_owned()]);
+        let found = members_per_node(&client, &directory, |slot| index(category, slot))
+            .await
+            .unwrap();
+        assert_eq!(found, expected);
+
+        let from = cluster.node_for_key(&index(category, moved)).unwrap();
+        let to = cluster
+            .primaries()
+            .unwrap()
+            .into_iter()
+            .find(|&node| node != from)
+            .unwrap();
+        cluster.move_empty_slot(moved, to).unwrap();
+
+        let found = members_per_node(&client, &directory, |slot| index(category, slot))
+            .await
+            .unwrap();
+        assert_eq!(found, expected);
+    }
 }

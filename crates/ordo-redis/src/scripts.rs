@@ -59,7 +59,7 @@ pub(crate) struct Scripts {
 
 /// The scripts, shared by every client and runtime in the process.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    publish: Script::new("publish", flagged_with_common(include_str!("lua/publish.lua"))),
+    publish: Script::new("publish", with_common!("lua/publish.lua")),
     acquire: Script::new("acquire", include_str!("lua/acquire.lua")),
     renew: Script::new("renew", include_str!("lua/renew.lua")),
     arm: Script::new("arm", include_str!("lua/arm.lua")),
@@ -76,17 +76,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ack_plain: Script::new("ack_plain", with_common!("lua/ack_plain.lua")),
     claim_plain: Script::new("claim_plain", with_common!("lua/claim_plain.lua")),
 });
-
-/// `common.lua` prepended to a script that may start with a shebang line
-/// (`#!lua flags=...`), which stays the first line: Redis reads the script's
-/// flags only there.
-fn flagged_with_common(source: &str) -> String {
-    let common = include_str!("lua/common.lua");
-    match source.split_once('\n') {
-        Some((shebang, body)) if shebang.starts_with("#!") => format!("{shebang}\n{common}{body}"),
-        _ => format!("{common}{source}"),
-    }
-}
 
 /// The placeholder in `commit.lua` for the allowed commands.
 const ALLOWED_PLACEHOLDER: &str = "{--[[ALLOWED]]}";
@@ -143,11 +132,11 @@ mod tests {
 
     #[test]
     fn a_shebang_stays_the_first_line_of_a_script_with_the_common_helpers() {
-        let publish = flagged_with_common(include_str!("lua/publish.lua"));
+        let publish = with_common!("lua/publish.lua");
         assert!(publish.starts_with("#!lua flags=allow-cross-slot-keys\n"));
         assert!(publish.contains("local function create_group"));
         assert_eq!(publish.matches("#!lua").count(), 1);
-        let plain = flagged_with_common("return 1\n");
+        let plain = with_common("return 1\n");
         assert_eq!(plain, concat!(include_str!("lua/common.lua"), "return 1\n"));
     }
 

@@ -406,47 +406,6 @@ async fn a_batch_over_many_keys_costs_one_call_per_cluster_node_and_chunk() -> a
     Ok(())
 }
 
-/// Moves the empty hash slot `slot` from primary `from` to primary `to` as
-/// a resharding does (`IMPORTING`/`MIGRATING`, then `NODE` on every
-/// primary), and waits until the cluster agrees.
-async fn move_empty_slot(
-    cluster: &RedisCluster,
-    nodes: &BTreeMap<usize, Pool>,
-    slot: u16,
-    from: usize,
-    to: usize,
-) -> anyhow::Result<()> {
-    let cluster_command = |index: usize, args: Vec<String>| {
-        let node = nodes[&index].next().clone();
-        async move {
-            let reply: Value = node.custom(fred::cmd!("CLUSTER"), args).await?;
-            anyhow::Ok(reply)
-        }
-    };
-    let id = |reply: Value| reply.as_string().context("CLUSTER MYID is text");
-    let from_id = id(cluster_command(from, vec!["MYID".into()]).await?)?;
-    let to_id = id(cluster_command(to, vec!["MYID".into()]).await?)?;
-    let count = cluster_command(from, vec!["COUNTKEYSINSLOT".into(), slot.to_string()]).await?;
-    assert_eq!(count.as_u64(), Some(0), "slot {slot} is empty");
-    let set = |state: &str, id: &str| {
-        vec![
-            "SETSLOT".into(),
-            slot.to_string(),
-            state.to_owned(),
-            id.to_owned(),
-        ]
-    };
-    cluster_command(to, set("IMPORTING", &from_id)).await?;
-    cluster_command(from, set("MIGRATING", &to_id)).await?;
-    cluster_command(to, set("NODE", &to_id)).await?;
-    cluster_command(from, set("NODE", &to_id)).await?;
-    for &other in nodes.keys().filter(|&&index| index != from && index != to) {
-        cluster_command(other, set("NODE", &to_id)).await?;
-    }
-    cluster.wait_ok()?;
-    Ok(())
-}
-
 /// A slot that moved since the broker read the cluster view (a resharding)
 /// fails the call naming it before anything is written; the broker
 /// refreshes its view, groups what was not written by node again and
@@ -495,7 +454,7 @@ async fn a_batch_naming_a_moved_slot_is_grouped_again_and_published_once() -> an
         .keys()
         .find(|&&index| index != from)
         .context("another primary")?;
-    move_empty_slot(&cluster, &nodes, slot(moves), from, to).await?;
+    cluster.move_empty_slot(slot(moves), to)?;
     assert_eq!(owner(moves)?, to);
     let failed_before = evalsha_stats(&nodes[&from]).await?.1;
 

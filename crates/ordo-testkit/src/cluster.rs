@@ -284,6 +284,69 @@ impl RedisCluster {
             })
     }
 
+    /// Moves the empty hash slot `slot` to primary `to`, as a resharding does
+    /// (`CLUSTER SETSLOT ... IMPORTING`/`MIGRATING` on the two primaries,
+    /// then `NODE` on every primary), and waits until the cluster agrees.
+    /// Clients that read the slot map before keep sending the slot's keys to
+    /// the old primary until they read it again.
+    pub fn move_empty_slot(&self, slot: u16, to: usize) -> Result<()> {
+        if self.external {
+            return Err(TestkitError::ExternalCluster {
+                action: "move a slot of",
+            });
+        }
+        let slot_text = slot.to_string();
+        let from = self
+            .nodes
+            .iter()
+            .position(|node| {
+                let Ok(slots) = node.command(&["CLUSTER", "SLOTS"]) else {
+                    return false;
+                };
+                matches!(node.role(), Ok(NodeRole::Primary))
+                    && serving_port(&slots, i64::from(slot)) == Some(node.port())
+            })
+            .ok_or(TestkitError::NotRunning {
+                action: "find the primary serving a slot of",
+            })?;
+        let id = |index: usize| -> Result<String> {
+            let node = self.node(index)?;
+            match node.command(&["CLUSTER", "MYID"])? {
+                Reply::Bulk(Some(id)) => Ok(id),
+                other => Err(node.bad_reply("CLUSTER MYID", &other)),
+            }
+        };
+        let (from_id, to_id) = (id(from)?, id(to)?);
+        let setslot = |index: usize, state: &str, node_id: &str| -> Result<()> {
+            let node = self.node(index)?;
+            match node.command(&["CLUSTER", "SETSLOT", &slot_text, state, node_id])? {
+                Reply::Simple(ok) if ok == "OK" => Ok(()),
+                other => Err(node.bad_reply(&format!("CLUSTER SETSLOT {slot} {state}"), &other)),
+            }
+        };
+        if from != to {
+            let keys = self
+                .node(from)?
+                .command(&["CLUSTER", "COUNTKEYSINSLOT", &slot_text])?;
+            if !matches!(keys, Reply::Integer(0)) {
+                return Err(self.node(from)?.bad_reply(
+                    &format!("CLUSTER COUNTKEYSINSLOT {slot} (the slot is not empty)"),
+                    &keys,
+                ));
+            }
+            setslot(to, "IMPORTING", &from_id)?;
+            setslot(from, "MIGRATING", &to_id)?;
+            setslot(to, "NODE", &to_id)?;
+            setslot(from, "NODE", &to_id)?;
+            for other in self.primaries()? {
+                if other != from && other != to {
+                    setslot(other, "NODE", &to_id)?;
+                }
+            }
+        }
+        self.wait_ok()
+    }
+
     /// Promotes replica `replica` with a manual `CLUSTER FAILOVER` and waits
     /// until it is a primary and the cluster is ok again.
     ///

@@ -7,7 +7,7 @@
 --
 -- Returns the (1-based) positions of the pairs whose lease is no longer held.
 --
--- Like acquire, union and publish (the scripts that work per node), it
+-- Like acquire, union, publish and ack (the scripts that work per node), it
 -- takes key names in ARGV: a Redis Cluster refuses a
 -- call whose declared keys span slots (CROSSSLOT), and the leases of one
 -- node's partitions sit in as many slots as there are partitions. The
