@@ -9,13 +9,15 @@
 //! [`crate::ack`]), as databases commit the log records of many transactions
 //! with one write.
 //!
-//! The committer never waits for company: an acknowledgement that finds a
-//! call slot free is sent at once, alone. Only while [`CALLS_IN_FLIGHT`]
-//! calls are out do acknowledgements queue, and the next call takes all of
-//! them (up to [`MAX_BATCH`]). So the batches grow with the load, and a
-//! lone acknowledgement costs one call, as before.
+//! It never waits for company: an acknowledgement that finds a call slot
+//! free and nobody queued is sent at once, alone, by its own worker (no
+//! hand-over to another task: a lone acknowledgement costs what it did
+//! before). Only while [`CALLS_IN_FLIGHT`] calls are out do
+//! acknowledgements queue, and the committer task's next call takes all of
+//! them (up to [`MAX_BATCH`]). So the batches grow with the load.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -37,6 +39,11 @@ pub(crate) const MAX_BATCH: usize = 256;
 #[derive(Debug, Clone)]
 pub(crate) struct GroupCommit {
     requests: mpsc::UnboundedSender<Request>,
+    /// The call slots, shared by the committer and the workers' lone calls.
+    slots: Arc<Semaphore>,
+    /// Acknowledgements sent to the committer and not yet taken into a call.
+    queued: Arc<AtomicUsize>,
+    partitions: Partitions,
 }
 
 #[derive(Debug)]
@@ -51,13 +58,20 @@ impl GroupCommit {
     /// is dropped.
     pub(crate) fn spawn(partitions: Partitions, stop: CancellationToken) -> (Self, JoinHandle<()>) {
         let (requests, receiver) = mpsc::unbounded_channel();
+        let handle = Self {
+            requests,
+            slots: Arc::new(Semaphore::new(CALLS_IN_FLIGHT)),
+            queued: Arc::default(),
+            partitions,
+        };
+        let committer = handle.clone();
         let task = tokio::spawn(async move {
             tokio::select! {
-                () = commit(partitions, receiver) => {}
+                () = committer.commit(receiver) => {}
                 () = stop.cancelled() => {}
             }
         });
-        (Self { requests }, task)
+        (handle, task)
     }
 
     /// Sends `ack` with whatever else is waiting and returns its own
@@ -65,59 +79,71 @@ impl GroupCommit {
     /// ([`Error::Fenced`]), or the error of the call that carried it (it may
     /// or may not be done; sending it again is harmless).
     pub(crate) async fn ack(&self, ack: Ack) -> Acked {
+        if self.queued.load(Ordering::Acquire) == 0
+            && let Ok(slot) = self.slots.clone().try_acquire_owned()
+        {
+            let outcome = self.partitions.acknowledge(std::slice::from_ref(&ack)).await;
+            drop(slot);
+            return outcome?
+                .pop()
+                .ok_or_else(|| Error::protocol("group commit", "no outcome for the acknowledgement"))?;
+        }
         let (reply, answer) = oneshot::channel();
-        self.requests
-            .send(Request { ack, reply })
-            .map_err(|_| stopped())?;
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if self.requests.send(Request { ack, reply }).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(stopped());
+        }
         answer.await.map_err(|_| stopped())?
+    }
+
+    /// The committer: takes every acknowledgement queued (at least one) as
+    /// soon as a call slot is free, and sends them in one call on a task of
+    /// its own.
+    async fn commit(self, mut requests: mpsc::UnboundedReceiver<Request>) {
+        loop {
+            let Ok(slot) = self.slots.clone().acquire_owned().await else {
+                return;
+            };
+            let Some(first) = requests.recv().await else {
+                return;
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match requests.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            self.queued.fetch_sub(batch.len(), Ordering::AcqRel);
+            let (acks, replies): (Vec<Ack>, Vec<_>) = batch
+                .into_iter()
+                .map(|request| (request.ack, request.reply))
+                .unzip();
+            let partitions = self.partitions.clone();
+            tokio::spawn(async move {
+                let result = partitions.acknowledge(&acks).await;
+                drop(slot);
+                match result {
+                    Ok(outcomes) => {
+                        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                            // A worker that stopped waiting (killed) has no use for it.
+                            let _ = reply.send(outcome);
+                        }
+                    }
+                    Err(error) => {
+                        for reply in replies {
+                            let _ = reply.send(Err(error.again()));
+                        }
+                    }
+                }
+            });
+        }
     }
 }
 
 fn stopped() -> Error {
     Error::protocol("group commit", "the committer stopped before answering")
-}
-
-/// The committer: takes every acknowledgement waiting (at least one) as soon
-/// as a call slot is free, and sends them in one call on a task of its own.
-async fn commit(partitions: Partitions, mut requests: mpsc::UnboundedReceiver<Request>) {
-    let slots = Arc::new(Semaphore::new(CALLS_IN_FLIGHT));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let Some(first) = requests.recv().await else {
-            return;
-        };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match requests.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
-            }
-        }
-        let (acks, replies): (Vec<Ack>, Vec<_>) = batch
-            .into_iter()
-            .map(|request| (request.ack, request.reply))
-            .unzip();
-        let partitions = partitions.clone();
-        tokio::spawn(async move {
-            let result = partitions.acknowledge(&acks).await;
-            drop(slot);
-            match result {
-                Ok(outcomes) => {
-                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                        // A worker that stopped waiting (killed) has no use for it.
-                        let _ = reply.send(outcome);
-                    }
-                }
-                Err(error) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(error.again()));
-                    }
-                }
-            }
-        });
-    }
 }
 
 #[cfg(test)]
@@ -185,7 +211,8 @@ mod tests {
         let before = evalsha_calls(&partitions).await;
 
         // 64 sent at the same moment (none answered before all are sent, on
-        // this one-thread runtime) share one call.
+        // this one-thread runtime): the first finds a call slot free and goes
+        // alone, the others queue for the committer's call.
         let mut sent = JoinSet::new();
         for partition in &owned {
             let (commit, ack) = (commit.clone(), ack(partition));
@@ -194,7 +221,7 @@ mod tests {
         while let Some(outcome) = sent.join_next().await {
             assert!(!outcome.unwrap().unwrap());
         }
-        assert_eq!(evalsha_calls(&partitions).await - before, 1);
+        assert_eq!(evalsha_calls(&partitions).await - before, 2);
         for (partition, _, _) in &owned {
             let pending: fred::types::Value = partitions
                 .client()
