@@ -64,10 +64,16 @@ impl GroupCommit {
             queued: Arc::default(),
             partitions,
         };
-        let committer = handle.clone();
+        // The committer holds no sender: the channel closes with the last handle.
+        let committer = commit(
+            handle.slots.clone(),
+            handle.queued.clone(),
+            handle.partitions.clone(),
+            receiver,
+        );
         let task = tokio::spawn(async move {
             tokio::select! {
-                () = committer.commit(receiver) => {}
+                () = committer => {}
                 () = stop.cancelled() => {}
             }
         });
@@ -96,49 +102,53 @@ impl GroupCommit {
         }
         answer.await.map_err(|_| stopped())?
     }
+}
 
-    /// The committer: takes every acknowledgement queued (at least one) as
-    /// soon as a call slot is free, and sends them in one call on a task of
-    /// its own.
-    async fn commit(self, mut requests: mpsc::UnboundedReceiver<Request>) {
-        loop {
-            let Ok(slot) = self.slots.clone().acquire_owned().await else {
-                return;
-            };
-            let Some(first) = requests.recv().await else {
-                return;
-            };
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match requests.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
+/// The committer: takes every acknowledgement queued (at least one) as soon
+/// as a call slot is free, and sends them in one call on a task of its own.
+async fn commit(
+    slots: Arc<Semaphore>,
+    queued: Arc<AtomicUsize>,
+    partitions: Partitions,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+) {
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = requests.recv().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match requests.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        queued.fetch_sub(batch.len(), Ordering::AcqRel);
+        let (acks, replies): (Vec<Ack>, Vec<_>) = batch
+            .into_iter()
+            .map(|request| (request.ack, request.reply))
+            .unzip();
+        let partitions = partitions.clone();
+        tokio::spawn(async move {
+            let result = partitions.acknowledge(&acks).await;
+            drop(slot);
+            match result {
+                Ok(outcomes) => {
+                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                        // A worker that stopped waiting (killed) has no use for it.
+                        let _ = reply.send(outcome);
+                    }
+                }
+                Err(error) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(error.again()));
+                    }
                 }
             }
-            self.queued.fetch_sub(batch.len(), Ordering::AcqRel);
-            let (acks, replies): (Vec<Ack>, Vec<_>) = batch
-                .into_iter()
-                .map(|request| (request.ack, request.reply))
-                .unzip();
-            let partitions = self.partitions.clone();
-            tokio::spawn(async move {
-                let result = partitions.acknowledge(&acks).await;
-                drop(slot);
-                match result {
-                    Ok(outcomes) => {
-                        for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                            // A worker that stopped waiting (killed) has no use for it.
-                            let _ = reply.send(outcome);
-                        }
-                    }
-                    Err(error) => {
-                        for reply in replies {
-                            let _ = reply.send(Err(error.again()));
-                        }
-                    }
-                }
-            });
-        }
+        });
     }
 }
 
