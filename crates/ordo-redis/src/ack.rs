@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use fred::bytes_utils::Str;
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, LuaInterface};
+use fred::interfaces::LuaInterface;
 use fred::types::Value;
 use ordo_core::key::Lane;
-use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::keys::PartitionKeys;
@@ -141,49 +140,12 @@ pub(crate) async fn acknowledge(client: &Client, sequence_ttl: Duration, acks: &
     if acks.is_empty() {
         return Ok(Vec::new());
     }
-    if !client.is_clustered() {
-        return acknowledge_on(client.clone(), sequence_ttl, acks.to_vec()).await;
-    }
-    nodes::once_more_if_moved(client, "acknowledge", || per_node(client, sequence_ttl, acks)).await
-}
-
-async fn per_node(client: &Client, sequence_ttl: Duration, acks: &[Ack]) -> Result<Vec<Acked>> {
-    nodes::nodes(client).await?;
-    let groups = nodes::group_by_node(
-        client,
-        acks.iter().enumerate().map(|(i, ack)| (ack.lease_key(), i)),
-    )?;
-    if let [(_, _)] = groups.as_slice() {
-        // One node: no task to spawn.
-        return acknowledge_on(client.clone(), sequence_ttl, acks.to_vec()).await;
-    }
-    let mut calls = JoinSet::new();
-    for (_node, positions) in groups {
-        // Routed by its first lease key, which the group's node serves.
-        let node = client.clone();
-        let group: Vec<Ack> = positions.iter().map(|&i| acks[i].clone()).collect();
-        calls.spawn(async move { (positions, acknowledge_on(node, sequence_ttl, group).await) });
-    }
-    let mut outcomes: Vec<Option<Acked>> = acks.iter().map(|_| None).collect();
-    let mut first_error = None;
-    while let Some(joined) = calls.join_next().await {
-        let (positions, result) =
-            joined.map_err(|error| Error::protocol(SCRIPTS.ack.name(), error.to_string()))?;
-        match result {
-            Ok(acked) => {
-                for (position, outcome) in positions.into_iter().zip(acked) {
-                    outcomes[position] = Some(outcome);
-                }
-            }
-            Err(error) => {
-                first_error.get_or_insert(error);
-            }
-        }
-    }
-    if let Some(error) = first_error {
-        return Err(error);
-    }
-    Ok(outcomes.into_iter().flatten().collect())
+    nodes::once_more_if_moved(client, "acknowledge", || {
+        nodes::per_node(client, acks, Ack::lease_key, |node, group| {
+            acknowledge_on(node, sequence_ttl, group)
+        })
+    })
+    .await
 }
 
 /// One call for `acks`, all served by the node `client` reaches.

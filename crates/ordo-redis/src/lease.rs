@@ -14,9 +14,8 @@ use std::fmt;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, LuaInterface};
+use fred::interfaces::LuaInterface;
 use fred::types::Value;
-use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
 use crate::keys::LeaseKeys;
@@ -225,42 +224,26 @@ pub(crate) async fn renew(client: &Client, ttl: Duration, leases: &[(String, Str
     if leases.is_empty() {
         return Ok(Vec::new());
     }
-    if !client.is_clustered() {
-        return renew_on(client.clone(), ttl, leases.to_vec()).await;
-    }
-    nodes::once_more_if_moved(client, "renew", || renew_per_node(client, ttl, leases)).await
-}
-
-async fn renew_per_node(client: &Client, ttl: Duration, leases: &[(String, String)]) -> Result<Vec<usize>> {
-    nodes::nodes(client).await?;
-    let groups = nodes::group_by_node(client, leases.iter().enumerate().map(|(i, (key, _))| (key, i)))?;
-    let mut calls = JoinSet::new();
-    for (_node, positions) in groups {
-        // Routed by its first key, which the group's node serves.
-        let node = client.clone();
-        let group: Vec<(String, String)> = positions.iter().map(|&i| leases[i].clone()).collect();
-        calls.spawn(async move {
-            let lost = renew_on(node, ttl, group).await?;
-            Ok::<_, Error>(lost.into_iter().map(|i| positions[i]).collect::<Vec<_>>())
-        });
-    }
-    let mut lost = Vec::new();
-    let mut first_error = None;
-    while let Some(joined) = calls.join_next().await {
-        match joined.map_err(|error| Error::protocol(SCRIPTS.renew.name(), error.to_string()))? {
-            Ok(positions) => lost.extend(positions),
-            Err(error) => {
-                first_error.get_or_insert(error);
-            }
-        }
-    }
-    match first_error {
-        Some(error) => Err(error),
-        None => {
-            lost.sort_unstable();
-            Ok(lost)
-        }
-    }
+    let lost = nodes::once_more_if_moved(client, "renew", || {
+        nodes::per_node(
+            client,
+            leases,
+            |(key, _)| key.as_str(),
+            |node, group| async move {
+                let mut lost = vec![false; group.len()];
+                for position in renew_on(node, ttl, group).await? {
+                    lost[position] = true;
+                }
+                Ok(lost)
+            },
+        )
+    })
+    .await?;
+    Ok(lost
+        .into_iter()
+        .enumerate()
+        .filter_map(|(position, lost)| lost.then_some(position))
+        .collect())
 }
 
 /// One renewal call for `leases`, all served by the node `client` reaches.

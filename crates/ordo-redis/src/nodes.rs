@@ -110,7 +110,64 @@ where
         let call = command(node.clone(), node.route(client));
         calls.spawn(async move { (index, call.await) });
     }
-    let mut results: Vec<Option<T>> = nodes.iter().map(|_| None).collect();
+    let results = gather(calls, nodes.len()).await?;
+    Ok(nodes.into_iter().zip(results).collect())
+}
+
+/// Runs `call` once per node with the items that node serves (grouped by
+/// `key`, in the items' order; the call is routed by its first item's key),
+/// calls to different nodes at once (one node: no task), and returns each
+/// item's output in the items' order. `call` returns one output per item it
+/// was given. The first error is returned (after every call ended).
+///
+/// Refreshes nothing: wrap it in [`once_more_if_moved`] with the same
+/// `client`, whose view the retry then groups by.
+pub(crate) async fn per_node<T, O, C, Fut>(
+    client: &Client,
+    items: &[T],
+    key: impl for<'a> Fn(&'a T) -> &'a str,
+    mut call: C,
+) -> Result<Vec<O>>
+where
+    T: Clone,
+    C: FnMut(Client, Vec<T>) -> Fut,
+    Fut: Future<Output = Result<Vec<O>>> + Send + 'static,
+    O: Send + 'static,
+{
+    nodes(client).await?;
+    let groups = group_by_node(client, items.iter().enumerate().map(|(i, item)| (key(item), i)))?;
+    let per_group = if let [(_, positions)] = groups.as_slice() {
+        let group = positions.iter().map(|&i| items[i].clone()).collect();
+        vec![call(client.clone(), group).await?]
+    } else {
+        let mut calls = JoinSet::new();
+        for (index, (_, positions)) in groups.iter().enumerate() {
+            let group = positions.iter().map(|&i| items[i].clone()).collect();
+            let call = call(client.clone(), group);
+            calls.spawn(async move { (index, call.await) });
+        }
+        gather(calls, groups.len()).await?
+    };
+    let mut outputs: Vec<Option<O>> = items.iter().map(|_| None).collect();
+    for ((_, positions), group) in groups.into_iter().zip(per_group) {
+        if group.len() != positions.len() {
+            return Err(Error::protocol(
+                "a per-node call",
+                format!("{} outputs for {} items", group.len(), positions.len()),
+            ));
+        }
+        for (position, output) in positions.into_iter().zip(group) {
+            outputs[position] = Some(output);
+        }
+    }
+    Ok(outputs.into_iter().flatten().collect())
+}
+
+/// Awaits every call of `calls` (each tagged with its index below `count`)
+/// and returns their values in index order; the first error, after every
+/// call ended.
+async fn gather<T: Send + 'static>(mut calls: JoinSet<(usize, Result<T>)>, count: usize) -> Result<Vec<T>> {
+    let mut results: Vec<Option<T>> = (0..count).map(|_| None).collect();
     let mut first_error = None;
     while let Some(joined) = calls.join_next().await {
         let (index, result) =
@@ -122,10 +179,10 @@ where
             }
         }
     }
-    if let Some(error) = first_error {
-        return Err(error);
+    match first_error {
+        Some(error) => Err(error),
+        None => Ok(results.into_iter().flatten().collect()),
     }
-    Ok(nodes.into_iter().zip(results.into_iter().flatten()).collect())
 }
 
 /// Groups `items` by the node that serves their key, keeping the items' order

@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::{Client, Pool};
-use fred::interfaces::ClientLike;
 use fred::types::Value;
 use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError};
 use tokio::task::JoinSet;
@@ -186,17 +185,13 @@ async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Arc<Batch>) ->
     if unwritten.is_empty() {
         return Ok(());
     }
-    let groups = if router.is_clustered() {
-        nodes::nodes(router).await?;
-        nodes::group_by_node(
-            router,
-            unwritten
-                .into_iter()
-                .map(|i| (batch.prepared[i].stream.as_bytes(), i)),
-        )?
-    } else {
-        vec![(nodes::Node::Single, unwritten)]
-    };
+    nodes::nodes(router).await?;
+    let groups = nodes::group_by_node(
+        router,
+        unwritten
+            .into_iter()
+            .map(|i| (batch.prepared[i].stream.as_bytes(), i)),
+    )?;
     let failure = Arc::new(Mutex::new(None));
     if let [(_, positions)] = groups.as_slice() {
         // One node: no task to spawn.
