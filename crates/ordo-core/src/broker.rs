@@ -27,6 +27,10 @@ pub struct Capabilities {
     /// The broker runs handlers in this process in submission order, so a
     /// `sequential_by` declaration is a no-op there (the inline broker).
     pub ordered_in_process: bool,
+    /// The broker can run a category with a fixed number of hashed
+    /// partitions (`[categories.NAME] partitions = N`), keeping each key's
+    /// order inside a partition.
+    pub hashed_partitions: bool,
 }
 
 impl Capabilities {
@@ -34,19 +38,29 @@ impl Capabilities {
     pub const NONE: Self = Self {
         stream_partitioning: false,
         ordered_in_process: false,
+        hashed_partitions: false,
     };
 
     /// Stream partitioning (the Redis broker).
     pub const STREAM_PARTITIONING: Self = Self {
         stream_partitioning: true,
         ordered_in_process: false,
+        hashed_partitions: false,
     };
 
     /// In-process ordering (the inline broker).
     pub const ORDERED_IN_PROCESS: Self = Self {
         stream_partitioning: false,
         ordered_in_process: true,
+        hashed_partitions: false,
     };
+
+    /// `self`, able to run hashed partitions too.
+    #[must_use]
+    pub const fn with_hashed_partitions(mut self) -> Self {
+        self.hashed_partitions = true;
+        self
+    }
 }
 
 /// One outbox row on its way to a broker: where it goes, as (category, key,

@@ -20,6 +20,10 @@
 //! retry_backoff_max_ms = 10000
 //! max_concurrency = 4                 # at most this many runs of this handler at once
 //!
+//! [categories.order]                 # one stream category's own settings
+//! partitions = "per_key"              # one partition per key (the default), or a number N:
+//!                                     # N hashed partitions, each key in hash(key) mod N
+//!
 //! [health]
 //! max_lag = 10000                     # more undelivered entries than this: `lagging`
 //! max_pending_age_ms = 300000         # an entry in flight longer than this: `lagging`
@@ -59,6 +63,7 @@
 //! [`UsageProblem::UnknownConfigKey`]: crate::error::UsageProblem::UnknownConfigKey
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -66,7 +71,7 @@ use serde::Deserialize;
 
 use crate::backoff::Backoff;
 use crate::error::ConfigError;
-use crate::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, segment_rule};
+use crate::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, MAX_HASHED_PARTITIONS, segment_rule};
 
 const POLL_INTERVAL_SECONDS: f64 = 0.25;
 const MAX_RETRIES: u32 = 3;
@@ -90,6 +95,36 @@ pub struct Config {
     handlers: BTreeMap<String, HandlerConfig>,
     health: HealthConfig,
     outbox: OutboxConfig,
+    categories: BTreeMap<String, Partitions>,
+}
+
+/// How a partitioned category's keys map to partitions: `partitions` in
+/// `[categories.NAME]`.
+///
+/// Handlers and macros are the same either way; each key's messages are
+/// handled in publish order, one at a time, and different keys in parallel.
+/// What differs is what a broker coordinates: a lease, a stream and an
+/// index entry per key, or per hashed partition (see docs/REDIS.md,
+/// "Choosing how a category is partitioned").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Partitions {
+    /// `partitions = "per_key"` (the default): each key is its own partition.
+    #[default]
+    PerKey,
+    /// `partitions = N`: N partitions, each holding many keys; a key's
+    /// messages go to partition [`hashed_partition`](crate::key::hashed_partition)`(key, N)`.
+    /// Changing N moves keys between partitions: an offline operation (see
+    /// docs/OPERATIONS.md, "Changing a category's partitions").
+    Hashed(std::num::NonZeroU32),
+}
+
+impl fmt::Display for Partitions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PerKey => f.write_str("per_key"),
+            Self::Hashed(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 /// `[outbox]`: what a commit accepts.
@@ -297,6 +332,25 @@ impl Config {
         &self.outbox
     }
 
+    /// How `category` is partitioned (`[categories.NAME] partitions`;
+    /// [`Partitions::PerKey`] when the file does not say).
+    pub fn partitions(&self, category: &str) -> Partitions {
+        self.categories.get(category).copied().unwrap_or_default()
+    }
+
+    /// The categories with a `[categories.NAME]` table, and their partitioning.
+    pub fn categories(&self) -> &BTreeMap<String, Partitions> {
+        &self.categories
+    }
+
+    /// `self` with `category` partitioned as `partitions` (as
+    /// `[categories.NAME] partitions` sets it).
+    #[must_use]
+    pub fn with_partitions(mut self, category: impl Into<String>, partitions: Partitions) -> Self {
+        self.categories.insert(category.into(), partitions);
+        self
+    }
+
     /// The key validation rules, with the configured backfill suffix reserved.
     pub fn key_rules(&self) -> KeyRules {
         KeyRules::with_backfill_suffix(self.priority_lanes.backfill_suffix.clone())
@@ -319,6 +373,11 @@ impl Config {
             handlers,
             health: raw.health.validate()?,
             outbox: raw.outbox.validate()?,
+            categories: raw
+                .categories
+                .into_iter()
+                .map(|(name, category)| Ok((name.clone(), category.validate(&name)?)))
+                .collect::<Result<_, ConfigError>>()?,
         })
     }
 }
@@ -406,6 +465,7 @@ const SCHEMA: &[(&str, Node)] = &[
         Node::Table(&[("max_lag", Node::Value), ("max_pending_age_ms", Node::Value)]),
     ),
     ("outbox", Node::Table(&[("max_payload_bytes", Node::Value)])),
+    ("categories", Node::Named(&[("partitions", Node::Value)])),
     (
         "redis",
         Node::Table(&[
@@ -537,6 +597,8 @@ struct RawFile {
     #[serde(default)]
     outbox: RawOutbox,
     #[serde(default)]
+    categories: BTreeMap<String, RawCategory>,
+    #[serde(default)]
     #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
     redis: RawRedis,
     #[serde(default)]
@@ -613,6 +675,39 @@ struct RawHandler {
 struct RawHealth {
     max_lag: Option<i64>,
     max_pending_age_ms: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [categories.NAME] table")]
+struct RawCategory {
+    partitions: Option<toml::Value>,
+}
+
+impl RawCategory {
+    fn validate(self, category: &str) -> Result<Partitions, ConfigError> {
+        let bad = |reason: String| ConfigError::InvalidCategorySetting {
+            category: category.to_owned(),
+            key: "partitions",
+            reason,
+        };
+        match self.partitions {
+            None => Ok(Partitions::PerKey),
+            Some(toml::Value::String(text)) if text == "per_key" => Ok(Partitions::PerKey),
+            Some(toml::Value::Integer(n)) => u32::try_from(n)
+                .ok()
+                .filter(|n| *n <= MAX_HASHED_PARTITIONS)
+                .and_then(std::num::NonZeroU32::new)
+                .map(Partitions::Hashed)
+                .ok_or_else(|| bad(format!("must be between 1 and {MAX_HASHED_PARTITIONS}, got {n}"))),
+            Some(other) => Err(bad(format!(
+                "must be \"per_key\" or a number of partitions, got {}",
+                match other {
+                    toml::Value::String(text) => format!("\"{text}\""),
+                    other => with_article(other.type_str()).to_owned(),
+                }
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

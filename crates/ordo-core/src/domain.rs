@@ -230,7 +230,8 @@ impl DomainBuilder {
     /// unregistered category (once aggregates are registered), a partitioned
     /// handler without a key field, a process manager with a sequencing
     /// policy, a key of `[server.partitioning]` that neither ordo-core nor
-    /// the broker reads.
+    /// the broker reads, a `[categories.NAME] partitions` setting the
+    /// category or the broker cannot have.
     pub fn init(self) -> Result<Domain, IncorrectUsageError> {
         let broker_config = self.broker.as_ref().and_then(|(broker, _)| broker.config());
         let config = match (self.config, broker_config) {
@@ -271,6 +272,16 @@ impl DomainBuilder {
                 ));
             }
         };
+        let problems = registry::check_partitions(
+            &config,
+            &partitioning,
+            &descriptors,
+            broker.name(),
+            broker.capabilities(),
+        );
+        if !problems.is_empty() {
+            return Err(IncorrectUsageError::new(problems));
+        }
         let handler_settings = resolve_handler_settings(&config, &self.handler_settings, &descriptors)?;
         let message_types = registry::message_types(&descriptors);
         let aggregate_categories = self.aggregates.iter().map(|a| a.category).collect();

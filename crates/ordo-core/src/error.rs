@@ -223,6 +223,48 @@ pub enum UsageProblem {
         /// The keys ordo-core and the broker read.
         valid: Vec<&'static str>,
     },
+    /// `[categories.NAME] partitions` names a category no event handler
+    /// partitions (`sequential_by`), so it has no partitions to set.
+    #[error(
+        "`[categories.{category}] partitions = {partitions}`: no registered event handler partitions \
+         category `{category}` with `sequential_by`, so it has no partitions to configure"
+    )]
+    PartitionsOfUnpartitionedCategory {
+        /// The category named in `domain.toml`.
+        category: String,
+        /// The setting.
+        partitions: crate::config::Partitions,
+    },
+    /// A `sequential_by` process manager consumes a category configured
+    /// with hashed partitions: its unit of ownership is one correlation
+    /// value across its categories, which holds only per key.
+    #[error(
+        "process manager `{handler}` is `sequential_by` on category `{category}`, which \
+         `[categories.{category}] partitions = {partitions}` splits into hashed partitions; a process \
+         manager owns one correlation value across its categories, so they must stay `per_key`"
+    )]
+    HashedProcessManager {
+        /// The process manager.
+        handler: &'static str,
+        /// The hashed category.
+        category: String,
+        /// The setting.
+        partitions: crate::config::Partitions,
+    },
+    /// A category is configured with hashed partitions on a broker that
+    /// cannot run them.
+    #[error(
+        "`[categories.{category}] partitions = {partitions}`, but broker `{broker}` does not support \
+         hashed partitions"
+    )]
+    BrokerCannotHash {
+        /// The category.
+        category: String,
+        /// The setting.
+        partitions: crate::config::Partitions,
+        /// The broker's name.
+        broker: String,
+    },
     /// A process manager carries a `#[sequencing_policy]`.
     #[error(
         "process manager `{handler}` declares a sequencing policy; process managers are always \
@@ -514,6 +556,16 @@ pub enum ConfigError {
         /// The handler name (the table's name).
         handler: String,
         /// The key in the table, like `max_retries`.
+        key: &'static str,
+        /// What is wrong, with the value found.
+        reason: String,
+    },
+    /// A `[categories.NAME]` value is out of range.
+    #[error("categories.{category}.{key} {reason}")]
+    InvalidCategorySetting {
+        /// The category (the table's name).
+        category: String,
+        /// The key in the table, like `partitions`.
         key: &'static str,
         /// What is wrong, with the value found.
         reason: String,

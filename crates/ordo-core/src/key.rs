@@ -13,6 +13,28 @@ pub const DLQ_TOKEN: &str = "dlq";
 /// The default backfill lane suffix (`[server.priority_lanes] backfill_suffix`).
 pub const DEFAULT_BACKFILL_SUFFIX: &str = "backfill";
 
+/// The most partitions a hashed category may have (`partitions = N` in
+/// `[categories.NAME]`).
+pub const MAX_HASHED_PARTITIONS: u32 = 65_536;
+
+/// The hashed partition (`0..partitions`) of a category configured with
+/// `partitions = N`: the 64-bit FNV-1a hash of the key's UTF-8 bytes,
+/// modulo N.
+///
+/// The hash is part of the data format: every process (publishers, workers,
+/// the `ordo` tool, the PostgreSQL relay) must place a key in the same
+/// partition, whatever its version or platform, so it is written out here
+/// rather than taken from `std` (whose hashers may change between
+/// releases).
+pub fn hashed_partition(key: &str, partitions: std::num::NonZeroU32) -> u32 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = key
+        .bytes()
+        .fold(OFFSET, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(PRIME));
+    u32::try_from(hash % u64::from(partitions.get())).expect("below a u32")
+}
+
 /// A field type that can hold a partition key: strings, integers, UUIDs and
 /// `Option`s of those (an `Option` that is `None` is a null key).
 #[diagnostic::on_unimplemented(
@@ -243,4 +265,49 @@ pub enum Lane {
     Primary,
     /// The partition's low-priority lane, drained after the primary one.
     Backfill,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::hashed_partition;
+
+    fn n(partitions: u32) -> NonZeroU32 {
+        NonZeroU32::new(partitions).unwrap()
+    }
+
+    #[test]
+    fn the_hashed_partition_is_fnv1a_64_modulo_n() {
+        // Published FNV-1a 64-bit test vectors: a change of hash would move
+        // every key of every hashed category to another partition.
+        let max = n(u32::MAX);
+        assert_eq!(
+            hashed_partition("", max),
+            (0xcbf2_9ce4_8422_2325_u64 % u64::from(u32::MAX)) as u32
+        );
+        assert_eq!(
+            hashed_partition("a", max),
+            (0xaf63_dc4c_8601_ec8c_u64 % u64::from(u32::MAX)) as u32
+        );
+        assert_eq!(
+            hashed_partition("foobar", max),
+            (0x8594_4171_f739_67e8_u64 % u64::from(u32::MAX)) as u32
+        );
+        assert_eq!(hashed_partition("c-1", n(1)), 0);
+    }
+
+    #[test]
+    fn keys_spread_evenly_over_the_partitions() {
+        let partitions = 256;
+        let mut counts = vec![0_u32; partitions];
+        for key in 0..256_000 {
+            counts[hashed_partition(&format!("client-{key}"), n(partitions as u32)) as usize] += 1;
+        }
+        let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        assert!(
+            *min > 850 && *max < 1150,
+            "uneven spread: {min}..{max} per partition"
+        );
+    }
 }

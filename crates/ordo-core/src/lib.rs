@@ -70,7 +70,7 @@ pub use policy::{
 
 // The domain and its configuration.
 pub use config::{
-    Config, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, PriorityLanesConfig,
+    Config, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, Partitions, PriorityLanesConfig,
 };
 pub use domain::{Domain, DomainBuilder, RunningDomain};
 pub use error::{

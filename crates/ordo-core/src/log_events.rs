@@ -13,6 +13,10 @@ pub const HANDLER_FAILED: &str = "handler.failed";
 /// A message failed every attempt and its key (partition) halted (error on
 /// the inline broker, warn on Redis; the halt is listed until resolved).
 pub const PARTITION_HALTED: &str = "partition.halted";
+/// A message of a hashed partition failed every attempt and its key was
+/// parked: its messages are held aside, the partition's other keys flow
+/// (warn; the parked key is listed until resolved).
+pub const KEY_PARKED: &str = "key.parked";
 /// A halted key of the inline broker was resolved (skip, retry, dead-letter) (info).
 pub const PARTITION_RESUMED: &str = "partition.resumed";
 /// A drained, idle partition was retired (info).
@@ -42,6 +46,7 @@ pub const CONSUMER_FAILED: &str = "consumer.failed";
 pub const ALL: &[&str] = &[
     HANDLER_FAILED,
     PARTITION_HALTED,
+    KEY_PARKED,
     PARTITION_RESUMED,
     PARTITION_REAPED,
     MESSAGE_DEAD_LETTERED,

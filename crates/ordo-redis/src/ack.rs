@@ -39,7 +39,7 @@ pub struct Ack {
 }
 
 /// The names an acknowledgement of one lane touches.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Names {
     lease_key: Str,
     lease_value: Str,
@@ -83,6 +83,15 @@ impl Ack {
             trim: true,
             ids: ids.iter().map(|&id| Str::from(id)).collect(),
         }
+    }
+
+    /// The acknowledgement closing its attempt in `sequence` (one key's
+    /// own, in a hashed partition) rather than in the lease's.
+    pub(crate) fn closing_in(mut self, sequence: &str) -> Self {
+        let mut names = (*self.names).clone();
+        names.sequence = Str::from(sequence);
+        self.names = Arc::new(names);
+        self
     }
 
     /// Whether the acknowledgement also trims what every group has

@@ -5,8 +5,15 @@
 //! operator decides. Halts are recorded in Redis (`{S}:halt:{group}`) and
 //! listed in the halted set's bucket of the partition's slot (whose slot is
 //! listed in the never-shrinking halted directory), so they survive
-//! failovers and never disappear from view. The owner polls the record and resumes within one poll
-//! interval of a decision.
+//! failovers and never disappear from view. The owner polls the record
+//! and resumes within one poll interval of a decision.
+//!
+//! In a hashed partition (`[categories.NAME] partitions = N`) a poison
+//! message parks its key instead (see `parking`): the same API lists,
+//! inspects and resolves a parked key by its category and key, as long as
+//! the admin knows the category's partitioning ([`PartitionAdmin::with_routing`];
+//! [`RedisBroker::admin`](crate::RedisBroker::admin) does). The head of a
+//! parked key is the first of its held messages.
 
 use std::collections::HashMap;
 
@@ -16,7 +23,8 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::keys::{PartitionKeys, halted, halted_directory};
+use crate::keys::{PartitionId, PartitionKeys, Routing, halted, halted_directory};
+use crate::parking::held_entry;
 use crate::partition::{StreamEntry, parse_lane};
 use crate::scripts::{Reply, SCRIPTS, array, parse_entries};
 
@@ -41,6 +49,11 @@ pub struct HaltedPartition {
     pub owner: String,
     /// When it halted (Redis server clock, ms since the Unix epoch).
     pub halted_at_ms: u64,
+    /// Whether this is a parked key of a hashed partition (its messages
+    /// held aside, the partition's other keys flowing) rather than a halted
+    /// partition of its own; `head` is then the id of its first held
+    /// message.
+    pub parked: bool,
 }
 
 /// A halted partition's head, as an operator inspects it.
@@ -59,6 +72,7 @@ pub struct Inspection {
 pub struct PartitionAdmin {
     client: Pool,
     backfill_suffix: String,
+    routing: Routing,
 }
 
 /// The decisions an operator can take on a halted head.
@@ -86,7 +100,16 @@ impl PartitionAdmin {
         Self {
             client,
             backfill_suffix: backfill_suffix.to_owned(),
+            routing: Routing::default(),
         }
+    }
+
+    /// The admin of categories partitioned as `routing` says (a hashed
+    /// category's keys are parked in their partitions, not halted).
+    #[must_use]
+    pub fn with_routing(mut self, routing: Routing) -> Self {
+        self.routing = routing;
+        self
     }
 
     /// Every halted partition, of every group.
@@ -94,8 +117,10 @@ impl PartitionAdmin {
         let keys = crate::buckets::members(&self.client, &halted_directory(), halted).await?;
         let mut halted = Vec::with_capacity(keys.len());
         for key in keys {
+            if let Some((category, group)) = parse_parked(&key) {
+                halted.extend(self.parked_records(&key, category, group).await?);
             // A record cleared between the two reads is simply not halted.
-            if let Some(record) = self.record(&key).await? {
+            } else if let Some(record) = self.record(&key).await? {
                 halted.push(record);
             }
         }
@@ -107,6 +132,9 @@ impl PartitionAdmin {
     /// `category:key`.
     pub async fn inspect(&self, group: &str, category: &str, key: &str) -> Result<Inspection> {
         let partition = self.partition(category, key);
+        if partition.id().is_hashed() {
+            return self.inspect_parked(group, &partition, key).await;
+        }
         let halt = self
             .record(&partition.halt(group))
             .await?
@@ -180,6 +208,11 @@ impl PartitionAdmin {
             ..
         } = *target;
         let partition = self.partition(category, key);
+        if partition.id().is_hashed() {
+            return self
+                .resolve_parked(group, &partition, key, expected, action)
+                .await;
+        }
         let halt_key = partition.halt(group);
         let keys = vec![
             halt_key.clone(),
@@ -213,7 +246,84 @@ impl PartitionAdmin {
     }
 
     fn partition(&self, category: &str, key: &str) -> PartitionKeys {
-        PartitionKeys::new(category, key, &self.backfill_suffix)
+        PartitionKeys::of(self.routing.partition_of(category, key), &self.backfill_suffix)
+    }
+
+    /// The parked keys of one hashed partition (`name`: its parked hash).
+    async fn parked_records(&self, name: &str, category: &str, group: &str) -> Result<Vec<HaltedPartition>> {
+        let records: HashMap<String, String> = self.client.hgetall(name).await?;
+        records
+            .into_iter()
+            .map(|(key, record)| parse_parked_record(name, category, group, key, &record))
+            .collect()
+    }
+
+    async fn inspect_parked(&self, group: &str, partition: &PartitionKeys, key: &str) -> Result<Inspection> {
+        let name = partition.parked(group);
+        let record: Option<String> = self.client.hget(&name, key).await?;
+        let halt = match record {
+            Some(record) => parse_parked_record(&name, partition.category(), group, key.to_owned(), &record)?,
+            None => return Err(not_halted_key(group, partition, key)),
+        };
+        let entries: Value = self
+            .client
+            .xrange(
+                partition.held(group, key),
+                halt.head.as_str(),
+                halt.head.as_str(),
+                None,
+            )
+            .await?;
+        let head = parse_entries("XRANGE", entries)?
+            .into_iter()
+            .next()
+            .map(held_entry)
+            .transpose()?;
+        Ok(Inspection {
+            halt,
+            head,
+            deliveries: None,
+        })
+    }
+
+    async fn resolve_parked(
+        &self,
+        group: &str,
+        partition: &PartitionKeys,
+        key: &str,
+        expected: Option<&str>,
+        action: Action,
+    ) -> Result<String> {
+        let name = partition.parked(group);
+        let keys = vec![
+            name.clone(),
+            partition.halted(),
+            partition.log(group),
+            partition.held(group, key),
+            partition.dlq(),
+            partition.attempts(group),
+        ];
+        let args = vec![
+            Value::from(name),
+            Value::from(group),
+            Value::from(action.name()),
+            Value::from(""),
+            Value::from(expected.unwrap_or_default()),
+            Value::from(key),
+        ];
+        let script = &SCRIPTS.resolve_parked;
+        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?;
+        match reply.tag() {
+            "ok" => reply.string(0),
+            "not_halted" => Err(not_halted_key(group, partition, key)),
+            "head_changed" => Err(Error::HeadChanged {
+                group: group.to_owned(),
+                partition: format!("{}:{key}", partition.category()),
+                expected: expected.unwrap_or_default().to_owned(),
+                actual: reply.string(0)?,
+            }),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
     }
 
     async fn record(&self, halt_key: &str) -> Result<Option<HaltedPartition>> {
@@ -245,6 +355,7 @@ impl PartitionAdmin {
             attempts: u32::try_from(number("attempts")?).unwrap_or(u32::MAX),
             owner: field("owner")?,
             halted_at_ms: number("at")?,
+            parked: false,
         }))
     }
 
@@ -301,6 +412,56 @@ impl<'a> HeadAction<'a> {
     /// attempts. Returns the head's entry id.
     pub async fn retry(self) -> Result<String> {
         self.admin.resolve(&self, Action::Retry).await
+    }
+}
+
+/// The (category, group) of a hashed partition's parked hash name
+/// (`{order:__7__}:parked:G`), if `name` is one.
+fn parse_parked(name: &str) -> Option<(&str, &str)> {
+    let (tag, group) = name.strip_prefix('{')?.split_once("}:parked:")?;
+    let (category, member) = tag.rsplit_once(':')?;
+    PartitionId::from_member(category, member)
+        .is_hashed()
+        .then_some((category, group))
+}
+
+/// A parked key's record (JSON, written by `park.lua`).
+fn parse_parked_record(
+    name: &str,
+    category: &str,
+    group: &str,
+    key: String,
+    record: &str,
+) -> Result<HaltedPartition> {
+    #[derive(serde::Deserialize)]
+    struct Record {
+        head: String,
+        lane: String,
+        error: String,
+        attempts: u32,
+        owner: String,
+        at: u64,
+    }
+    let record: Record = serde_json::from_str(record)
+        .map_err(|error| Error::protocol("park record", format!("`{name}` field `{key}`: {error}")))?;
+    Ok(HaltedPartition {
+        group: group.to_owned(),
+        category: category.to_owned(),
+        key,
+        lane: parse_lane(&record.lane)?,
+        head: record.head,
+        error: record.error,
+        attempts: record.attempts,
+        owner: record.owner,
+        halted_at_ms: record.at,
+        parked: true,
+    })
+}
+
+fn not_halted_key(group: &str, partition: &PartitionKeys, key: &str) -> Error {
+    Error::NotHalted {
+        group: group.to_owned(),
+        partition: format!("{}:{key}", partition.category()),
     }
 }
 

@@ -128,6 +128,7 @@ impl RedisBroker {
             self.client(),
             dedup,
             &self.inner.settings.backfill_suffix,
+            &self.inner.settings.routing,
             &self.inner.listed,
             &fresh,
         )
@@ -142,6 +143,7 @@ impl RedisBroker {
     /// The operator API: halted partitions, inspect, skip, dead-letter, retry.
     pub fn admin(&self) -> PartitionAdmin {
         PartitionAdmin::new(self.client().clone(), &self.inner.settings.backfill_suffix)
+            .with_routing(self.inner.settings.routing.clone())
     }
 
     /// A process-manager store on this broker's Redis, whose saves are
@@ -287,6 +289,7 @@ impl RedisBrokerBuilder {
             max_retries: partitioning.max_retries(),
             backoff: partitioning.backoff(),
             backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),
+            routing: crate::keys::Routing::new(&self.config),
             read_batch: self.read_batch,
             wake_block: partitioning.poll_interval().max(Duration::from_millis(1)),
             max_concurrency: partitioning.max_concurrency(),
@@ -301,7 +304,7 @@ impl Broker for RedisBroker {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::STREAM_PARTITIONING
+        Capabilities::STREAM_PARTITIONING.with_hashed_partitions()
     }
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
@@ -309,6 +312,7 @@ impl Broker for RedisBroker {
             self.client(),
             self.inner.dedup,
             &self.inner.settings.backfill_suffix,
+            &self.inner.settings.routing,
             &self.inner.listed,
             publications,
         ))

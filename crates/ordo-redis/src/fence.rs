@@ -72,6 +72,16 @@ impl Eq for Used {}
 /// overwritten by each commit, deleted when the partition is reaped).
 const COMMIT_MARKER_TTL: Duration = Duration::from_secs(300);
 
+/// The names one key of a hashed partition commits and closes its attempts
+/// under (see [`PartitionKeys::key_names`](crate::PartitionKeys::key_names)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyNames {
+    /// Its last fenced commit.
+    pub(crate) commit: String,
+    /// Its attempt sequence.
+    pub(crate) sequence: String,
+}
+
 impl RedisFence {
     /// The fence of `lease`, for commits outside any numbered attempt
     /// (they are checked against the lease only).
@@ -87,15 +97,23 @@ impl RedisFence {
     /// delayed on its connection past its client's timeout, or resent after
     /// a reconnect, can never land after a later attempt's effects.
     pub fn for_attempt(lease: &Lease, attempt: u64) -> Self {
-        Self::tracked(lease, attempt, Arc::default())
+        Self::tracked(lease, None, attempt, Arc::default())
     }
 
     /// [`RedisFence::for_attempt`] that sets `used` when it sends a command.
-    pub(crate) fn tracked(lease: &Lease, attempt: u64, used: Arc<AtomicBool>) -> Self {
+    /// `own`: the commit marker and attempt sequence of one key of a hashed
+    /// partition, whose keys commit side by side under one lease (`None`:
+    /// the lease's).
+    pub(crate) fn tracked(
+        lease: &Lease,
+        own: Option<&KeyNames>,
+        attempt: u64,
+        used: Arc<AtomicBool>,
+    ) -> Self {
         Self {
             lease_key: lease.key().to_owned(),
-            marker: lease.keys().commit.clone(),
-            sequence: lease.keys().sequence.clone(),
+            marker: own.map_or_else(|| lease.keys().commit.clone(), |own| own.commit.clone()),
+            sequence: own.map_or_else(|| lease.keys().sequence.clone(), |own| own.sequence.clone()),
             value: lease.value().to_owned(),
             token: lease.token(),
             attempt,

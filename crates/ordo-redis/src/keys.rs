@@ -214,6 +214,28 @@ impl PartitionId {
         }
     }
 
+    /// Hashed partition `index` of `category` (configured with
+    /// `partitions = N`; see [`Routing`]): its member is `__<index>__`, a
+    /// form no key can have (keys of the reserved `__name__` form are
+    /// refused), so it never names a key's own partition.
+    pub fn hashed(category: &str, index: u32) -> Self {
+        Self {
+            category: category.to_owned(),
+            member: format!("__{index}__"),
+        }
+    }
+
+    /// Whether this is a hashed partition (many keys, each in order),
+    /// rather than one key's own partition.
+    pub fn is_hashed(&self) -> bool {
+        self.member.len() > 4
+            && self.member.starts_with("__")
+            && self.member.ends_with("__")
+            && self.member[2..self.member.len() - 2]
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+    }
+
     /// The partition whose index member (an entry of the category index)
     /// is `member`.
     pub(crate) fn from_member(category: &str, member: &str) -> Self {
@@ -236,6 +258,46 @@ impl PartitionId {
     /// The hash tag of every name of the partition: `{order:c-1}`.
     fn tag(&self) -> String {
         format!("{{{}:{}}}", self.category, self.member)
+    }
+}
+
+/// Where each category's keys go: each key its own partition (the
+/// default), or one of the category's N hashed partitions
+/// (`[categories.NAME] partitions = N`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routing {
+    hashed: std::collections::BTreeMap<String, std::num::NonZeroU32>,
+}
+
+impl Routing {
+    /// The routing `config` sets.
+    pub fn new(config: &ordo_core::Config) -> Self {
+        let hashed = config
+            .categories()
+            .iter()
+            .filter_map(|(category, partitions)| match partitions {
+                ordo_core::Partitions::Hashed(n) => Some((category.clone(), *n)),
+                ordo_core::Partitions::PerKey => None,
+            })
+            .collect();
+        Self { hashed }
+    }
+
+    /// How `category` is partitioned.
+    pub fn partitions(&self, category: &str) -> ordo_core::Partitions {
+        self.hashed
+            .get(category)
+            .map_or(ordo_core::Partitions::PerKey, |n| {
+                ordo_core::Partitions::Hashed(*n)
+            })
+    }
+
+    /// The partition of `category` that `key`'s messages go to.
+    pub fn partition_of(&self, category: &str, key: &str) -> PartitionId {
+        match self.hashed.get(category) {
+            Some(n) => PartitionId::hashed(category, ordo_core::key::hashed_partition(key, *n)),
+            None => PartitionId::for_key(category, key),
+        }
     }
 }
 
@@ -382,6 +444,38 @@ impl PartitionKeys {
     /// The capped log of operator actions of `group` on this partition.
     pub fn log(&self, group: &str) -> String {
         format!("{}:log:{group}", self.primary)
+    }
+
+    /// The keys of a hashed partition that `group` parked on a poison
+    /// message (a hash: key to its park record, JSON).
+    pub fn parked(&self, group: &str) -> String {
+        format!("{}:parked:{group}", self.primary)
+    }
+
+    /// The keys of a hashed partition whose messages `group` holds aside
+    /// (a set): parked keys, and resolved ones whose held messages have not
+    /// all run yet.
+    pub fn holding(&self, group: &str) -> String {
+        format!("{}:holding:{group}", self.primary)
+    }
+
+    /// The messages of `key` that `group` holds aside, in order (a stream):
+    /// the poison message first, then every later message of the key, moved
+    /// out of the partition's lanes so that they can be trimmed while the
+    /// key is parked.
+    pub fn held(&self, group: &str, key: &str) -> String {
+        format!("{}:held:{group}:{key}", self.primary)
+    }
+
+    /// The commit marker and attempt sequence of `key` in a hashed
+    /// partition (its keys commit and close attempts side by side under
+    /// the one lease of `group`, so each has its own).
+    pub(crate) fn key_names(&self, group: &str, key: &str) -> crate::fence::KeyNames {
+        let lease = self.lease(group);
+        crate::fence::KeyNames {
+            commit: format!("{}:{key}", lease.commit),
+            sequence: format!("{}:{key}", lease.sequence),
+        }
     }
 }
 

@@ -56,6 +56,7 @@ mod keys;
 mod lease;
 mod metrics;
 mod nodes;
+mod parking;
 mod partition;
 mod process;
 mod publish;
@@ -74,7 +75,7 @@ pub use fence::{FencedWrite, RedisFence};
 /// The Redis client Ordo is built on, for building clients and effects
 /// that match its version.
 pub use fred;
-pub use keys::{PartitionId, PartitionKeys, layout};
+pub use keys::{PartitionId, PartitionKeys, Routing, layout};
 pub use partition::StreamEntry;
 pub use secret::{SecretUrl, redact_url};
 pub use settings::{ReapPolicy, RedisSettings};

@@ -27,6 +27,7 @@ pub struct StreamEntry {
     id: String,
     lane: Lane,
     type_name: Option<String>,
+    key: Option<String>,
     envelope: Option<String>,
 }
 
@@ -34,6 +35,7 @@ impl StreamEntry {
     pub(crate) fn from_raw(raw: RawEntry, lane: Lane) -> Self {
         Self {
             type_name: raw.field("type").map(str::to_owned),
+            key: raw.field("key").map(str::to_owned),
             envelope: raw.field("envelope").map(str::to_owned),
             id: raw.id,
             lane,
@@ -53,6 +55,12 @@ impl StreamEntry {
     /// The message type name, as published.
     pub fn type_name(&self) -> Option<&str> {
         self.type_name.as_deref()
+    }
+
+    /// The partition key, written with the entry when its partition is
+    /// hashed (holds many keys).
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
     }
 
     /// The envelope as published (JSON), when the entry has one.
@@ -198,7 +206,7 @@ impl Partitions {
     }
 
     /// How long a lease's attempt sequence is kept after its last change.
-    fn sequence_ttl(&self) -> Duration {
+    pub(crate) fn sequence_ttl(&self) -> Duration {
         self.lease_ttl * crate::lease::SEQUENCE_TTL_FACTOR
     }
 
@@ -314,6 +322,103 @@ impl Partitions {
         }
     }
 
+    /// The fenced read of a hashed partition: pending entries after each
+    /// lane's cursor (while it is an entry id), then new ones; the primary
+    /// lane before the backfill lane. `cursors` moves on with what it read
+    /// (`>` once a lane's pending entries are all read). Never
+    /// [`ReadOutcome::Halted`]: a hashed partition parks keys, not itself.
+    pub(crate) async fn read_hashed(
+        &self,
+        lease: &Lease,
+        group: &str,
+        partition: &PartitionKeys,
+        count: usize,
+        cursors: &mut [String; 2],
+    ) -> Result<ReadOutcome> {
+        let script = &SCRIPTS.read_hashed;
+        let keys = vec![
+            lease.key().to_owned(),
+            partition.primary().to_owned(),
+            partition.backfill().to_owned(),
+        ];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(group),
+            Value::from(CONSUMER),
+            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
+            Value::from(cursors[0].as_str()),
+            Value::from(cursors[1].as_str()),
+        ];
+        let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
+        match reply.tag() {
+            "entries" => {
+                let lane = match reply.integer(0)? {
+                    1 => Lane::Primary,
+                    2 => Lane::Backfill,
+                    other => return Err(reply.unexpected(format!("unknown lane {other}"))),
+                };
+                let entries = parse_entries(script.name(), reply.take(1)?)?
+                    .into_iter()
+                    .map(|raw| StreamEntry::from_raw(raw, lane))
+                    .collect();
+                let pending = reply.integer(2)? == 1;
+                *cursors = [reply.string(3)?, reply.string(4)?];
+                Ok(ReadOutcome::Entries {
+                    lane,
+                    entries,
+                    pending,
+                })
+            }
+            "idle" => {
+                *cursors = [">".to_owned(), ">".to_owned()];
+                Ok(ReadOutcome::Idle(Idle {
+                    primary_last: reply.string(0)?,
+                    backfill_last: reply.string(1)?,
+                    idle_for: Duration::from_millis(reply.integer(2)?.max(0).unsigned_abs()),
+                }))
+            }
+            "gone" => Ok(ReadOutcome::Gone),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
+    }
+
+    /// The fenced read-back of `key`'s entries of `partition`'s `lane` with
+    /// ids in `(after, up_to]` (delivered, pending, and not kept in memory
+    /// by the owner of the hashed partition): at most `count` of them,
+    /// looking at no more than `scan` entries of the lane. Returns them and
+    /// the id looked at last, or `None` when the read reached `up_to`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn refill(
+        &self,
+        lease: &Lease,
+        partition: &PartitionKeys,
+        lane: Lane,
+        key: &str,
+        (after, up_to): (&str, &str),
+        count: usize,
+        scan: usize,
+    ) -> Result<(Vec<StreamEntry>, Option<String>)> {
+        let script = &SCRIPTS.refill;
+        let keys = vec![lease.key().to_owned(), partition.lane(lane).to_owned()];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(key),
+            Value::from(after),
+            Value::from(up_to),
+            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
+            Value::from(i64::try_from(scan).unwrap_or(i64::MAX)),
+        ];
+        let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
+        let entries = parse_entries(script.name(), reply.take(0)?)?
+            .into_iter()
+            .map(|raw| StreamEntry::from_raw(raw, lane))
+            .collect();
+        let last = reply.string(1)?;
+        Ok((entries, (!last.is_empty()).then_some(last)))
+    }
+
     /// The fenced acknowledgement of handled entries of one lane (which also
     /// trims what every group has acknowledged). Returns whether the primary
     /// lane has entries waiting, so a backfill batch can yield to it.
@@ -380,7 +485,9 @@ impl Partitions {
     /// [`RedisFence`](crate::RedisFence) commit of a closed attempt that
     /// reaches Redis late is refused.
     pub async fn close_attempt(&self, lease: &Lease, attempt: u64) -> Result<()> {
-        self.close(lease, attempt, None).await.map(|_| ())
+        self.close(lease, &lease.keys().sequence, attempt, None)
+            .await
+            .map(|_| ())
     }
 
     /// Records that attempt `attempt` (numbered per lease) on the entry
@@ -397,7 +504,22 @@ impl Partitions {
         id: &str,
         attempt: u64,
     ) -> Result<u32> {
-        self.close(lease, attempt, Some((partition.attempts(group), id)))
+        self.attempt_failed_in(lease, &lease.keys().sequence, group, partition, id, attempt)
+            .await
+    }
+
+    /// [`Partitions::attempt_failed`] closing the attempt in `sequence` (a
+    /// key's own, in a hashed partition).
+    pub(crate) async fn attempt_failed_in(
+        &self,
+        lease: &Lease,
+        sequence: &str,
+        group: &str,
+        partition: &PartitionKeys,
+        id: &str,
+        attempt: u64,
+    ) -> Result<u32> {
+        self.close(lease, sequence, attempt, Some((partition.attempts(group), id)))
             .await
     }
 
@@ -409,11 +531,17 @@ impl Partitions {
         Ok(count.unwrap_or(0))
     }
 
-    async fn close(&self, lease: &Lease, attempt: u64, entry: Option<(String, &str)>) -> Result<u32> {
+    async fn close(
+        &self,
+        lease: &Lease,
+        sequence: &str,
+        attempt: u64,
+        entry: Option<(String, &str)>,
+    ) -> Result<u32> {
         let script = &SCRIPTS.close;
         // Without an entry the sequence key stands in (same slot, unused).
-        let (counts, id) = entry.unwrap_or_else(|| (lease.keys().sequence.clone(), ""));
-        let keys = vec![lease.key().to_owned(), lease.keys().sequence.clone(), counts];
+        let (counts, id) = entry.unwrap_or_else(|| (sequence.to_owned(), ""));
+        let keys = vec![lease.key().to_owned(), sequence.to_owned(), counts];
         let args = vec![
             Value::from(lease.value()),
             attempt_value(attempt),

@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 
 use crate::buckets;
 use crate::error::Error;
-use crate::keys::{BaseKeys, PartitionKeys, group_registry, index_directory, joining, slot_of};
+use crate::keys::{BaseKeys, PartitionKeys, Routing, group_registry, index_directory, joining, slot_of};
 use crate::nodes;
 use crate::scripts::{Reply, SCRIPTS};
 
@@ -38,7 +38,7 @@ use crate::scripts::{Reply, SCRIPTS};
 const CHUNK: usize = 128;
 
 /// Script arguments per publication (see `publish.lua`).
-const ARGS_PER_PUBLICATION: usize = 13;
+const ARGS_PER_PUBLICATION: usize = 14;
 
 /// How publishes are deduplicated: a message id appended to a stream is not
 /// appended again within `window` (zero: off); at most `cap` ids are kept
@@ -103,13 +103,14 @@ pub(crate) async fn publish(
     client: &Pool,
     dedup: Dedup,
     backfill_suffix: &str,
+    routing: &Routing,
     listed: &ListedSlots,
     publications: &[Publication],
 ) -> Result<(), PublishError> {
     let mut prepared = Vec::with_capacity(publications.len());
     let mut unencodable = None;
     for publication in publications {
-        match Prepared::of(publication, backfill_suffix) {
+        match Prepared::of(publication, backfill_suffix, routing) {
             Ok(one) => prepared.push(one),
             Err(error) => {
                 // What precedes it is published; it and what follows are not.
@@ -326,13 +327,13 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn of(publication: &Publication, backfill_suffix: &str) -> Result<Self, Error> {
+    fn of(publication: &Publication, backfill_suffix: &str, routing: &Routing) -> Result<Self, Error> {
         let envelope = &publication.envelope;
         let json = serde_json::to_string(envelope).map_err(|source| Error::Encode {
             message_id: envelope.id.clone(),
             source,
         })?;
-        let names = Names::of(publication, backfill_suffix);
+        let names = Names::of(publication, backfill_suffix, routing);
         let indexed = names.member.is_some();
         let stream = names.stream.clone();
         let args = vec![
@@ -353,6 +354,7 @@ impl Prepared {
                     .unwrap_or_default(),
             ),
             Value::from(names.channel),
+            Value::from(names.hashed_key.unwrap_or_default()),
         ];
         debug_assert_eq!(args.len(), ARGS_PER_PUBLICATION);
         Ok(Self {
@@ -380,15 +382,20 @@ struct Names {
     channel: String,
     /// The index member (`None` for the base stream, which is not indexed).
     member: Option<String>,
+    /// The key, written with the entry, when its partition is hashed (it
+    /// holds many keys; its positions are kept per key).
+    hashed_key: Option<String>,
     /// The slot of every name above.
     slot: u16,
 }
 
 impl Names {
-    fn of(publication: &Publication, backfill_suffix: &str) -> Self {
+    fn of(publication: &Publication, backfill_suffix: &str, routing: &Routing) -> Self {
         match &publication.key {
             Some(key) => {
-                let partition = PartitionKeys::new(&publication.category, key, backfill_suffix);
+                let id = routing.partition_of(&publication.category, key);
+                let hashed_key = id.is_hashed().then(|| key.clone());
+                let partition = PartitionKeys::of(id, backfill_suffix);
                 Self {
                     stream: partition.lane(publication.lane).to_owned(),
                     index: partition.index(),
@@ -399,6 +406,7 @@ impl Names {
                     doorbell: partition.doorbell(),
                     channel: partition.doorbell_channel(),
                     member: Some(partition.key().to_owned()),
+                    hashed_key,
                     slot: partition.slot(),
                 }
             }
@@ -417,6 +425,7 @@ impl Names {
                     doorbell: base.doorbell(),
                     channel: base.doorbell_channel(),
                     member: None,
+                    hashed_key: None,
                     slot: slot_of(base.stream()),
                 }
             }

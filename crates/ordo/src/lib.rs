@@ -93,7 +93,7 @@ pub use ordo_core::{
 // The domain, its configuration and its errors.
 pub use ordo_core::{
     BackoffError, CommitError, Config, ConfigError, DispatchError, Domain, DomainBuilder, HandlerConfig,
-    HealthConfig, IncorrectUsageError, OutboxError, PartitioningConfig, PriorityLanesConfig,
+    HealthConfig, IncorrectUsageError, OutboxError, PartitioningConfig, Partitions, PriorityLanesConfig,
     ProcessStoreError, RunningDomain, SettleError, ShutdownError, UsageProblem,
 };
 

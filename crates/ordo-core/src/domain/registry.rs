@@ -7,6 +7,7 @@ use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 
 use crate::broker::Capabilities;
+use crate::config::{Config, Partitions};
 use crate::error::{CommitError, UsageProblem};
 use crate::field::{KeyFieldError, KeyReadError, read_key};
 use crate::handler::{HandlerDescriptor, HandlerKind, KeyExtractor, RustType};
@@ -356,4 +357,48 @@ fn partitioning(claims: &[Claim]) -> Partitioning {
         }
     }
     partitioning
+}
+
+/// The `[categories.NAME] partitions` settings: a hashed category must be a
+/// partitioned event category, consumed by no `sequential_by` process
+/// manager, on a broker that runs hashed partitions (the inline broker
+/// orders every key in process, so the setting changes nothing there).
+pub(super) fn check_partitions(
+    config: &Config,
+    partitioning: &Partitioning,
+    descriptors: &[&HandlerDescriptor],
+    broker_name: &str,
+    capabilities: Capabilities,
+) -> Vec<UsageProblem> {
+    let mut problems = Vec::new();
+    for (category, &partitions) in config.categories() {
+        let Partitions::Hashed(_) = partitions else {
+            continue;
+        };
+        if !partitioning.contains_key(category.as_str()) {
+            problems.push(UsageProblem::PartitionsOfUnpartitionedCategory {
+                category: category.clone(),
+                partitions,
+            });
+            continue;
+        }
+        let managers = descriptors.iter().filter(|d| {
+            d.kind == HandlerKind::ProcessManager
+                && d.partitioned
+                && d.handles.iter().any(|h| h.category == category.as_str())
+        });
+        problems.extend(managers.map(|d| UsageProblem::HashedProcessManager {
+            handler: d.name,
+            category: category.clone(),
+            partitions,
+        }));
+        if !capabilities.hashed_partitions && !capabilities.ordered_in_process {
+            problems.push(UsageProblem::BrokerCannotHash {
+                category: category.clone(),
+                partitions,
+                broker: broker_name.to_owned(),
+            });
+        }
+    }
+    problems
 }

@@ -20,6 +20,7 @@
 
 pub(crate) mod balance;
 pub(crate) mod group_commit;
+pub(crate) mod hashed;
 pub(crate) mod heartbeat;
 pub(crate) mod plain;
 pub(crate) mod supervisor;
@@ -53,6 +54,8 @@ pub(crate) struct Settings {
     pub(crate) max_retries: u32,
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,
+    /// Which categories have hashed partitions.
+    pub(crate) routing: crate::keys::Routing,
     pub(crate) read_batch: usize,
     /// How long a plain consumer's `XREADGROUP` blocks when nothing changes.
     pub(crate) wake_block: Duration,

@@ -36,7 +36,7 @@ use super::unit::Unit;
 use super::waker::{Bell, WatcherId};
 use crate::ack::Ack;
 use crate::error::Error;
-use crate::fence::RedisFence;
+use crate::fence::{KeyNames, RedisFence};
 use crate::keys::PartitionKeys;
 use crate::lease::Lease;
 use crate::metrics;
@@ -75,7 +75,7 @@ enum Flow {
 }
 
 /// What handling one message came to.
-enum Handled {
+pub(super) enum Handled {
     /// Handled (or not for this handler): acknowledge it.
     Done,
     /// Failed every attempt and the partition was halted.
@@ -88,24 +88,90 @@ enum Handled {
 
 /// One worker.
 pub(crate) struct Worker {
-    shared: SharedRef,
-    subscription: Subscription,
-    unit: Unit,
-    lease: Lease,
-    control: Control,
-    watcher: WatcherId,
-    wake: Arc<Notify>,
+    pub(super) shared: SharedRef,
+    pub(super) subscription: Subscription,
+    pub(super) unit: Unit,
+    pub(super) lease: Lease,
+    pub(super) control: Control,
+    pub(super) watcher: WatcherId,
+    pub(super) wake: Arc<Notify>,
     /// The last handler attempt started under the lease (attempts are
     /// numbered per lease from 1; see [`RedisFence::for_attempt`]).
     attempts: AtomicU64,
     /// Set when a killed handler run did not end: the lease is then left to
     /// expire rather than released, so nobody else runs the key meanwhile.
-    unfinished: AtomicBool,
-    /// Set by the fences of this worker's attempts when they send a command:
+    pub(super) unfinished: AtomicBool,
+    /// The one sequence of messages of a per-key partition.
+    slot: Slot,
+}
+
+/// What one sequence of messages handled one at a time keeps from one
+/// message to the next: the whole partition of a key, or one key of a
+/// hashed partition.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    /// Set by the fences of the slot's attempts when they send a command:
     /// only then does the acknowledgement need to close the attempt.
     fence_used: Arc<AtomicBool>,
     /// Whether the entry being handled has failed attempts on record.
     had_failures: AtomicBool,
+    /// The commit marker and attempt sequence of its attempts: `None` for
+    /// the lease's own; one key of a hashed partition has its own, since
+    /// keys run their attempts side by side.
+    own: Option<KeyNames>,
+    /// The key, in a hashed partition (a poison message parks it).
+    key: Option<Arc<str>>,
+    /// Whether the entry being handled is one of the key's held messages.
+    held: AtomicBool,
+}
+
+impl Slot {
+    /// The slot of `key` of a hashed partition, with its own names.
+    pub(crate) fn of_key(key: Arc<str>, own: KeyNames) -> Self {
+        Self {
+            own: Some(own),
+            key: Some(key),
+            ..Self::default()
+        }
+    }
+
+    /// The key, in a hashed partition.
+    pub(crate) fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The key's own commit marker and attempt sequence, in a hashed partition.
+    pub(crate) fn own(&self) -> Option<&KeyNames> {
+        self.own.as_ref()
+    }
+
+    /// Marks the entry being handled as one of the key's held messages.
+    pub(crate) fn set_held(&self, held: bool) {
+        self.held.store(held, Ordering::SeqCst);
+    }
+
+    /// Whether the entry being handled is one of the key's held messages.
+    pub(crate) fn is_held(&self) -> bool {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// The attempt sequence its attempts are closed in.
+    pub(crate) fn sequence<'a>(&'a self, lease: &'a Lease) -> &'a str {
+        self.own
+            .as_ref()
+            .map_or(lease.keys().sequence.as_str(), |own| own.sequence.as_str())
+    }
+
+    /// Whether an attempt of the slot sent a fenced command since the last
+    /// call (then its acknowledgement closes it).
+    pub(crate) fn take_fence_used(&self) -> bool {
+        self.fence_used.swap(false, Ordering::SeqCst)
+    }
+
+    /// Whether the entry just handled had failed attempts on record.
+    pub(crate) fn take_had_failures(&self) -> bool {
+        self.had_failures.swap(false, Ordering::SeqCst)
+    }
 }
 
 impl std::fmt::Debug for Worker {
@@ -136,18 +202,17 @@ impl Worker {
             wake: Arc::new(Notify::new()),
             attempts: AtomicU64::new(0),
             unfinished: AtomicBool::new(false),
-            fence_used: Arc::default(),
-            had_failures: AtomicBool::new(false),
+            slot: Slot::default(),
         }
     }
 
     /// Numbers a new attempt.
-    fn next_attempt(&self) -> u64 {
+    pub(super) fn next_attempt(&self) -> u64 {
         self.attempts.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// The last attempt numbered.
-    fn last_attempt(&self) -> u64 {
+    pub(super) fn last_attempt(&self) -> u64 {
         self.attempts.load(Ordering::Relaxed)
     }
 
@@ -197,6 +262,9 @@ impl Worker {
     }
 
     async fn work(&self) -> Exit {
+        if self.unit.partitions.iter().any(|p| p.id().is_hashed()) {
+            return super::hashed::Hashed::new(self).run().await;
+        }
         let mut failures = 0;
         // No reap attempt before this (set when one found the partition busy).
         let mut reap_after: Option<Instant> = None;
@@ -239,7 +307,7 @@ impl Worker {
     }
 
     /// Sleeps `duration`, or less when asked to stop.
-    async fn pause(&self, duration: Duration) {
+    pub(super) async fn pause(&self, duration: Duration) {
         tokio::select! {
             () = tokio::time::sleep(duration) => {}
             () = self.control.stop.cancelled() => {}
@@ -302,9 +370,9 @@ impl Worker {
         }
     }
 
-    /// Waits for new entries (or the time to reap); `Some` to stop.
-    async fn wait_idle(&self, idle: &[(usize, Idle)], reap_after: &mut Option<Instant>) -> Option<Exit> {
-        let settings = &self.shared.settings;
+    /// The doorbells of the unit's partitions, at the positions `idle` read
+    /// (from the start for those it did not).
+    pub(super) fn bells(&self, idle: &[(usize, Idle)]) -> Vec<Bell> {
         let bell = |partition: &PartitionKeys, primary_last: &str, backfill_last: &str| Bell {
             doorbell: partition.doorbell(),
             channel: partition.doorbell_channel(),
@@ -315,8 +383,7 @@ impl Worker {
         };
         // Partitions of a process-manager unit that do not exist (yet) are
         // watched from the start, so a publish that creates them wakes us.
-        let bells = self
-            .unit
+        self.unit
             .partitions
             .iter()
             .enumerate()
@@ -326,7 +393,17 @@ impl Worker {
                     None => bell(partition, "0-0", "0-0"),
                 },
             )
-            .collect();
+            .collect()
+    }
+
+    /// Waits for new entries (or the time to reap); `Some` to stop.
+    pub(super) async fn wait_idle(
+        &self,
+        idle: &[(usize, Idle)],
+        reap_after: &mut Option<Instant>,
+    ) -> Option<Exit> {
+        let settings = &self.shared.settings;
+        let bells = self.bells(idle);
         // `reap_idle_ms = 0`: never reap, so no reap timer at all.
         let reap_in = settings.reap_idle.map(|reap_idle| {
             let due = idle
@@ -420,13 +497,13 @@ impl Worker {
             if lane == Lane::Backfill && primary_waiting {
                 return Flow::Continue;
             }
-            match self.handle_entry(partition, &entry, pending).await {
+            match self.handle_entry(&self.slot, partition, &entry, pending).await {
                 Handled::Done => {}
                 Handled::Halted => return Flow::Halted,
                 Handled::Stop => return Flow::Stop,
                 Handled::Lost => return Flow::Lost,
             }
-            match self.ack(&acks, &entry, index == last).await {
+            match self.ack(&self.slot, &acks, &entry, index == last).await {
                 Some(waiting) => primary_waiting = waiting,
                 None => return Flow::Lost,
             }
@@ -440,7 +517,7 @@ impl Worker {
     /// Returns the answer (a success or a refusal: fenced, stale), or the
     /// reason to stop asking: killed (`Lost`), or asked to stop between
     /// messages (`Stop`, only when `stoppable`).
-    async fn until_answered<T, F, Fut>(
+    pub(super) async fn until_answered<T, F, Fut>(
         &self,
         what: &'static str,
         stoppable: bool,
@@ -476,15 +553,21 @@ impl Worker {
     /// Acknowledges one handled entry (closing its last attempt), and trims
     /// the lane with the last entry of a read batch; `None` when the lease
     /// is gone.
-    async fn ack(&self, acks: &Ack, entry: &StreamEntry, last_of_batch: bool) -> Option<bool> {
+    pub(super) async fn ack(
+        &self,
+        slot: &Slot,
+        acks: &Ack,
+        entry: &StreamEntry,
+        last_of_batch: bool,
+    ) -> Option<bool> {
         let ids = [entry.id()];
         // Only an attempt that sent fenced commands can have one arrive late.
-        let close = if self.fence_used.swap(false, Ordering::SeqCst) {
+        let close = if slot.take_fence_used() {
             self.last_attempt()
         } else {
             0
         };
-        let had_failures = self.had_failures.swap(false, Ordering::SeqCst);
+        let had_failures = slot.take_had_failures();
         let ack = acks.of(&ids, close, had_failures).trimming(last_of_batch);
         let acked = self
             .until_answered("acknowledgement", false, || self.shared.acks.ack(ack.clone()))
@@ -503,13 +586,21 @@ impl Worker {
     /// every attempt failed. Failed attempts are counted with the pending
     /// entry, so a worker stopped during the backoff leaves its successor
     /// only the retry budget that is left.
-    async fn handle_entry(&self, partition: &PartitionKeys, entry: &StreamEntry, pending: bool) -> Handled {
+    pub(super) async fn handle_entry(
+        &self,
+        slot: &Slot,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        pending: bool,
+    ) -> Handled {
         let envelope = match entry.decode() {
             Ok(envelope) => Arc::new(envelope),
             // A message that cannot be decoded will never succeed: halt now.
             Err(error) => {
                 let attempt = self.next_attempt();
-                return self.halt(partition, entry, error.to_string(), 1, attempt).await;
+                return self
+                    .halt(slot, partition, entry, error.to_string(), 1, attempt)
+                    .await;
             }
         };
         if !self.subscription.handles(&envelope) {
@@ -532,7 +623,7 @@ impl Worker {
                 Ok(Ok(count)) => {
                     failed = count;
                     if count > 0 {
-                        self.had_failures.store(true, Ordering::SeqCst);
+                        slot.had_failures.store(true, Ordering::SeqCst);
                     }
                 }
                 Ok(Err(_)) => return Handled::Lost,
@@ -543,7 +634,7 @@ impl Worker {
         while failed < attempts {
             let attempt = failed + 1;
             let sequence = self.next_attempt();
-            match self.invoke(&envelope, attempt, sequence, partition).await {
+            match self.invoke(slot, &envelope, attempt, sequence, partition).await {
                 Some(Ok(())) => {
                     metrics::handled(&self.unit, partition.category());
                     return Handled::Done;
@@ -562,8 +653,8 @@ impl Worker {
                 }
                 None => return Handled::Lost,
             }
-            self.had_failures.store(true, Ordering::SeqCst);
-            failed = match self.attempt_failed(partition, entry, sequence).await {
+            slot.had_failures.store(true, Ordering::SeqCst);
+            failed = match self.attempt_failed(slot, partition, entry, sequence).await {
                 Ok(count) => count.max(attempt),
                 Err(stopped) => return stopped,
             };
@@ -576,21 +667,23 @@ impl Worker {
         }
         // The halt is an act of its own (the failed attempts are closed).
         let halt = self.next_attempt();
-        self.halt(partition, entry, last_error, failed, halt).await
+        self.halt(slot, partition, entry, last_error, failed, halt).await
     }
 
     /// Closes the failed attempt `sequence` on `entry` and counts the
     /// failure with the pending entry; returns the entry's failed attempts.
     async fn attempt_failed(
         &self,
+        slot: &Slot,
         partition: &PartitionKeys,
         entry: &StreamEntry,
         sequence: u64,
     ) -> Result<u32, Handled> {
         let recorded = self
             .until_answered("recording the failed attempt", true, || {
-                self.shared.partitions.attempt_failed(
+                self.shared.partitions.attempt_failed_in(
                     &self.lease,
+                    slot.sequence(&self.lease),
                     &self.unit.group,
                     partition,
                     entry.id(),
@@ -635,6 +728,7 @@ impl Worker {
     /// was lost meanwhile.
     async fn invoke(
         &self,
+        slot: &Slot,
         envelope: &Arc<Envelope>,
         attempt: u32,
         sequence: u64,
@@ -646,8 +740,9 @@ impl Worker {
             .with_correlation_id(self.unit.correlation.clone())
             .with_extension(RedisFence::tracked(
                 &self.lease,
+                slot.own.as_ref(),
                 sequence,
-                self.fence_used.clone(),
+                slot.fence_used.clone(),
             ));
         // The handler's own slot (`[handlers.NAME] max_concurrency`) first:
         // waiting for it holds none of the process-wide permits.
@@ -687,6 +782,7 @@ impl Worker {
     /// Records the halt under the fence, retrying transient failures.
     async fn halt(
         &self,
+        slot: &Slot,
         partition: &PartitionKeys,
         entry: &StreamEntry,
         error: String,
@@ -699,6 +795,9 @@ impl Worker {
             error,
             attempts,
         };
+        if slot.key().is_some() {
+            return self.park(slot, partition, entry, reason, sequence).await;
+        }
         let halted = self
             .until_answered("recording the halt", false, || {
                 self.shared.partitions.halt_attempt(

@@ -8,14 +8,15 @@
 --       which sits in many slots, and a cluster refuses declared keys of
 --       several slots in one call; the `allow-cross-slot-keys` flag lets the
 --       call touch every slot of its node.
--- ARGV: dedup window ms (0: off), dedup cap per stream, then thirteen per
+-- ARGV: dedup window ms (0: off), dedup cap per stream, then fourteen per
 --       publication: stream, partition index bucket, group registry, the
 --       stream's set of recently published message ids, the category's
 --       joining marker (set while a new group joins its existing lanes),
 --       position key of the publication's position scope, the partition's
 --       doorbell; index member ('' when not partitioned), type name,
 --       envelope JSON, message id, position ('' when it has none), the
---       doorbell channel of its slot (a channel, not a key). For a
+--       doorbell channel of its slot (a channel, not a key), the key when
+--       the partition is hashed ('' otherwise). For a
 --       partition, the bucket, registry and marker are the copies in the
 --       partition's own slot, so a publication's names share one slot.
 --
@@ -35,7 +36,9 @@
 -- * a publication with a position (from the PostgreSQL outbox's relay) is
 --   added only when its position is above the scope's last published one,
 --   which is then raised to it: re-publishing is a no-op, and positions of a
---   scope only go up (see ordo_core::broker::POSITION_SCOPE_METADATA);
+--   scope only go up (see ordo_core::broker::POSITION_SCOPE_METADATA). A
+--   scope is one key's lane: a hashed partition holds many keys, so its
+--   position key is a hash with one field per key;
 -- * within the window, a message id already appended to the stream in the
 --   last `window` ms (at most `cap` ids per stream are kept) is not appended
 --   again, so a publish retried after its reply was lost (a timeout, a Redis
@@ -55,7 +58,7 @@ local now = nil
 if window > 0 then
   now = now_ms()
 end
-local per = 13
+local per = 14
 local count = (#ARGV - 2) / per
 -- Whether each stream exists: read once per stream before any write, then
 -- kept up to date (only this script creates a stream meanwhile).
@@ -74,10 +77,18 @@ for i = 0, count - 1 do
   local at = per * i + 2
   local stream, index, registry, recent, joining, position_key, doorbell =
     ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
-  local member, type_name, envelope, message_id, position, channel =
-    ARGV[at + 8], ARGV[at + 9], ARGV[at + 10], ARGV[at + 11], ARGV[at + 12], ARGV[at + 13]
+  local member, type_name, envelope, message_id, position, channel, key =
+    ARGV[at + 8], ARGV[at + 9], ARGV[at + 10], ARGV[at + 11], ARGV[at + 12], ARGV[at + 13], ARGV[at + 14]
   local by_id = window > 0 and position == ''
-  if position ~= '' and tonumber(redis.call('GET', position_key) or '0') >= tonumber(position) then
+  local last_position = nil
+  if position ~= '' then
+    if key == '' then
+      last_position = redis.call('GET', position_key)
+    else
+      last_position = redis.call('HGET', position_key, key)
+    end
+  end
+  if position ~= '' and tonumber(last_position or '0') >= tonumber(position) then
     -- Already published (by this relay before a crash, or by another one).
     ids[#ids + 1] = 'dup'
   -- Recorded first (one command checks and records); taken back if the
@@ -109,7 +120,12 @@ for i = 0, count - 1 do
         end
       end
     end
-    local id = redis.pcall('XADD', stream, '*', 'type', type_name, 'envelope', envelope)
+    local id
+    if key == '' then
+      id = redis.pcall('XADD', stream, '*', 'type', type_name, 'envelope', envelope)
+    else
+      id = redis.pcall('XADD', stream, '*', 'type', type_name, 'key', key, 'envelope', envelope)
+    end
     if type(id) == 'table' and id.err then
       if by_id then
         redis.call('ZREM', recent, message_id)
@@ -128,7 +144,11 @@ for i = 0, count - 1 do
       end
     end
     if position ~= '' then
-      redis.call('SET', position_key, position)
+      if key == '' then
+        redis.call('SET', position_key, position)
+      else
+        redis.call('HSET', position_key, key, position)
+      end
     end
     if by_id and not trimmed[recent] then
       -- Expired and surplus ids go once per stream and call.

@@ -149,6 +149,8 @@ pub struct Record {
     pub in_flight: HashSet<String>,
     /// Keys seen handled twice at the same time.
     pub overlaps: Vec<String>,
+    /// The most keys handled at the same time.
+    pub max_in_flight: usize,
     /// Attempts per (key, seq).
     pub attempts: BTreeMap<(String, u64), u32>,
 }
@@ -258,6 +260,7 @@ impl DynHandler for Recorder {
                 if !record.in_flight.insert(key.clone()) {
                     record.overlaps.push(key.clone());
                 }
+                record.max_in_flight = record.max_in_flight.max(record.in_flight.len());
                 *record.attempts.entry((key.clone(), seq)).or_default() += 1;
             }
             let outcome = (self.behaviour)(&key, seq, ctx.attempt());

@@ -1,0 +1,807 @@
+//! The owner of a hashed partition (`[categories.NAME] partitions = N`):
+//! many keys in one partition, each key's messages handled strictly in
+//! order, one at a time, different keys side by side.
+//!
+//! One lease covers the partition, so coordination costs stay per
+//! partition (N leases, N streams, N index entries), whatever the number of
+//! keys. Inside, the worker reads ahead and gives each key a queue of its
+//! own:
+//!
+//! - **Order per key.** A key runs one message at a time, acknowledging
+//!   each before starting its next, so after a failover at most the
+//!   in-flight message of each key runs again. Read-ahead that had not
+//!   started is read back by the next owner as pending entries and runs
+//!   once; no count is kept per delivery, only failed attempts count.
+//! - **Fairness and memory.** A key's queue holds at most [`KEY_QUEUE`]
+//!   entries; the reader moves on past a saturated key and only remembers
+//!   where the key's skipped entries lie in the lane (delivered and
+//!   pending), reading them back in order once the key's queue empties. A
+//!   hot key cannot starve the others, and the partition keeps at most
+//!   [`READ_AHEAD`] entries in memory.
+//! - **Parking.** A poison message parks its key, not the partition: it and
+//!   the key's later messages move to the key's held stream (see
+//!   [`crate::parking`]), every other key keeps flowing, and the lanes can
+//!   be trimmed. Once an operator resolves the key, its held messages run
+//!   first, in order, then its newer ones.
+//! - **Fencing.** Every read, acknowledgement, park and move is fenced by
+//!   the lease, as in a per-key partition. The keys' attempts run side by
+//!   side, so each key closes its attempts in a sequence of its own and
+//!   commits under a marker of its own ([`PartitionKeys::key_names`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use tokio::sync::Notify;
+
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use ordo_core::key::Lane;
+use tracing::{info, warn};
+
+use super::worker::{Exit, Handled, Slot, Worker};
+use crate::ack::Ack;
+use crate::error::Error;
+use crate::keys::PartitionKeys;
+use crate::metrics;
+use crate::parking::HeldNext;
+use crate::partition::{HaltReason, ReadOutcome, StreamEntry};
+
+/// The most entries of one key kept in memory; the reader moves on past
+/// a key whose queue is full.
+pub(crate) const KEY_QUEUE: usize = 16;
+
+/// The most entries of one partition kept in memory (queued or being
+/// handled); the reader waits while there are more.
+pub(crate) const READ_AHEAD: usize = 512;
+
+/// How many lane entries one read-back of a key's skipped entries looks at.
+const REFILL_SCAN: usize = 2048;
+
+/// Acknowledgements between two trims of a lane.
+const TRIM_EVERY: usize = 64;
+
+/// The owner of one hashed partition, for the time its worker runs.
+pub(super) struct Hashed<'w> {
+    worker: &'w Worker,
+    partition: &'w PartitionKeys,
+    state: Mutex<State>,
+    /// Rung when memory frees up for a reader that waits for it.
+    room: Notify,
+}
+
+/// What the owner keeps in memory.
+#[derive(Default)]
+struct State {
+    /// The keys with something queued, skipped, running or held aside.
+    keys: HashMap<Arc<str>, Key>,
+    /// Entries in memory: queued, or being handled.
+    in_memory: usize,
+    /// Acknowledgements so far (every [`TRIM_EVERY`]th trims).
+    acked: usize,
+    /// Whether the reader waits for memory to free up.
+    full: bool,
+}
+
+/// One key of the partition.
+struct Key {
+    queue: VecDeque<Queued>,
+    /// Whether a run of the key is going on (at most one at a time).
+    running: bool,
+    /// Per lane (primary, backfill): entries of the key the reader passed
+    /// over, in the lane and pending.
+    skipped: [Option<Skipped>; 2],
+    mode: Mode,
+    slot: Arc<Slot>,
+}
+
+/// A queued entry.
+struct Queued {
+    entry: StreamEntry,
+    /// Delivered before this owner read it (may have failed attempts).
+    pending: bool,
+}
+
+/// Where a key's skipped entries lie in one lane: ids in `(after, up_to]`.
+#[derive(Debug, Clone)]
+struct Skipped {
+    after: String,
+    up_to: String,
+    pending: bool,
+}
+
+/// How a key's messages are handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Run as they come.
+    Flowing,
+    /// Parked on a poison message: held aside until an operator resolves it.
+    Parked,
+    /// Resolved: its held messages run first.
+    Holding,
+}
+
+/// What a key's run does next (decided under the lock).
+enum Step {
+    Run(Queued),
+    Hold(Lane, Vec<Queued>),
+    Refill(Lane, Skipped),
+    Held,
+    Rest,
+}
+
+/// How a key's run ended.
+enum KeyEnd {
+    /// Nothing left to do for now.
+    Rested,
+    /// Asked to stop between messages.
+    Stop,
+    /// The lease is gone.
+    Lost,
+}
+
+/// What the owner waits for, besides the keys' runs.
+enum Event {
+    Read(Result<ReadOutcome, Error>, [String; 2]),
+    Woken,
+    Retry,
+    Resumed(Result<Vec<String>, Error>),
+}
+
+/// What the reader is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    Reading,
+    /// Waiting for memory to free up.
+    Full,
+    /// Waiting for a doorbell.
+    Waiting,
+}
+
+fn lane_index(lane: Lane) -> usize {
+    match lane {
+        Lane::Primary => 0,
+        Lane::Backfill => 1,
+    }
+}
+
+fn lane_of(index: usize) -> Lane {
+    if index == 0 { Lane::Primary } else { Lane::Backfill }
+}
+
+/// The id just before `id` in a stream (ids are `ms-seq`), so that a
+/// read-back can start after it.
+fn id_before(id: &str) -> String {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    let (ms, seq) = (ms.parse::<u64>().unwrap_or(0), seq.parse::<u64>().unwrap_or(0));
+    match (ms, seq) {
+        (0, 0) => "0-0".to_owned(),
+        (ms, 0) => format!("{}-{}", ms - 1, u64::MAX),
+        (ms, seq) => format!("{ms}-{}", seq - 1),
+    }
+}
+
+/// The key of an entry of a hashed partition (written with it by the
+/// publish script; read from the envelope for an entry without one).
+fn key_of(entry: &StreamEntry) -> Arc<str> {
+    if let Some(key) = entry.key() {
+        return Arc::from(key);
+    }
+    let key = entry.decode().ok().and_then(|envelope| envelope.partition_key);
+    Arc::from(key.unwrap_or_default())
+}
+
+impl<'w> Hashed<'w> {
+    pub(super) fn new(worker: &'w Worker) -> Self {
+        Self {
+            worker,
+            partition: &worker.unit.partitions[0],
+            state: Mutex::default(),
+            room: Notify::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn new_key(&self, key: &str, mode: Mode) -> Key {
+        let own = self.partition.key_names(&self.worker.unit.group, key);
+        Key {
+            queue: VecDeque::new(),
+            running: false,
+            skipped: [None, None],
+            mode,
+            slot: Arc::new(Slot::of_key(Arc::from(key), own)),
+        }
+    }
+
+    /// Runs until stopped, killed, or the partition is gone.
+    pub(super) async fn run(&self) -> Exit {
+        let w = self.worker;
+        let mut runs: FuturesUnordered<BoxFuture<'_, KeyEnd>> = FuturesUnordered::new();
+        let mut others: FuturesUnordered<BoxFuture<'_, Event>> = FuturesUnordered::new();
+        match self.take_over().await {
+            Ok(resumed) => runs.extend(resumed.into_iter().map(|key| self.run_key(key))),
+            Err(Handled::Stop) => return Exit::Released,
+            Err(_) => return Exit::Lost,
+        }
+        // Pending entries first (after id 0): a previous owner's read-ahead.
+        let mut cursors = ["0".to_owned(), "0".to_owned()];
+        others.push(self.read(cursors.clone()));
+        let mut reader = Reader::Reading;
+        let mut first = true;
+        let mut failures = 0;
+        let mut polling = false;
+        let mut stopping = false;
+        let mut lost = false;
+        let mut reap_after: Option<Instant> = None;
+        loop {
+            if (stopping || lost) && runs.is_empty() {
+                return if lost { Exit::Lost } else { Exit::Released };
+            }
+            tokio::select! {
+                biased;
+                () = w.control.kill.cancelled(), if !lost => {
+                    lost = true;
+                    others.clear();
+                }
+                () = w.control.stop.cancelled(), if !stopping && !lost => {
+                    stopping = true;
+                    others.clear();
+                    w.shared.waker.unwatch(w.watcher);
+                }
+                Some(end) = runs.next() => match end {
+                    KeyEnd::Lost => {
+                        // The lease is gone for every key: stop them all.
+                        w.control.kill.cancel();
+                    }
+                    KeyEnd::Stop => {}
+                    KeyEnd::Rested => {
+                        let empty = self.state().keys.is_empty();
+                        // Everything done: read again, to wait with the
+                        // reap timer when still idle.
+                        let read = reader == Reader::Waiting && empty && runs.is_empty();
+                        if read && !stopping && !lost {
+                            others.clear();
+                            polling = false;
+                            w.shared.waker.unwatch(w.watcher);
+                            reader = Reader::Reading;
+                            others.push(self.read(cursors.clone()));
+                        }
+                    }
+                },
+                Some(event) = others.next() => match event {
+                    Event::Read(Ok(ReadOutcome::Entries { lane, entries, pending }), read_to) => {
+                        cursors = read_to;
+                        failures = 0;
+                        if pending && first {
+                            info!(entries = entries.len(), partition = self.partition.primary(), "reclaimed pending entries");
+                            metrics::reclaimed(&w.unit, self.partition.category(), entries.len());
+                        }
+                        let (start, full) = self.dispatch(lane, entries, pending);
+                        runs.extend(start.into_iter().map(|key| self.run_key(key)));
+                        if full {
+                            reader = Reader::Full;
+                            others.push(Box::pin(async move {
+                                self.room.notified().await;
+                                Event::Retry
+                            }));
+                        } else {
+                            others.push(self.read(cursors.clone()));
+                        }
+                    }
+                    Event::Read(Ok(ReadOutcome::Idle(idle)), read_to) => {
+                        cursors = read_to;
+                        failures = 0;
+                        first = false;
+                        let quiet = runs.is_empty() && self.state().keys.is_empty();
+                        if quiet {
+                            // Nothing in memory, nothing parked: wait like a
+                            // per-key partition, and retire it when cold.
+                            if let Some(exit) = w.wait_idle(&[(0, idle)], &mut reap_after).await {
+                                return exit;
+                            }
+                            others.push(self.read(cursors.clone()));
+                        } else {
+                            reader = Reader::Waiting;
+                            w.shared.waker.watch(w.watcher, w.bells(&[(0, idle)]), w.wake.clone());
+                            others.push(Box::pin(async move {
+                                w.wake.notified().await;
+                                Event::Woken
+                            }));
+                            if !polling {
+                                polling = self.poll_resumed(&others);
+                            }
+                        }
+                    }
+                    Event::Read(Ok(ReadOutcome::Gone | ReadOutcome::Halted { .. }), _) => {
+                        if runs.is_empty() {
+                            return Exit::Gone;
+                        }
+                        stopping = true;
+                    }
+                    Event::Read(Err(error), _) if error.is_fenced() => {
+                        info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost");
+                        w.control.kill.cancel();
+                    }
+                    Event::Read(Err(error), _) => {
+                        failures += 1;
+                        warn!(%error, failures, "partition read failed; backing off");
+                        let delay = w.shared.settings.backoff.delay(failures);
+                        others.push(Box::pin(async move {
+                            tokio::time::sleep(delay).await;
+                            Event::Retry
+                        }));
+                    }
+                    Event::Woken | Event::Retry => {
+                        reader = Reader::Reading;
+                        polling = false;
+                        others.clear();
+                        others.push(self.read(cursors.clone()));
+                    }
+                    Event::Resumed(resumed) => {
+                        polling = false;
+                        match resumed {
+                            Ok(keys) => {
+                                let start = self.resume(keys);
+                                runs.extend(start.into_iter().map(|key| self.run_key(key)));
+                            }
+                            Err(error) => warn!(%error, "checking the parked keys failed"),
+                        }
+                        if reader == Reader::Waiting {
+                            polling = self.poll_resumed(&others);
+                        }
+                    }
+                },
+                else => {
+                    // Nothing to wait for: read.
+                    reader = Reader::Reading;
+                    others.push(self.read(cursors.clone()));
+                }
+            }
+        }
+    }
+
+    /// Reads the parked and holding keys a previous owner left; returns
+    /// the resolved keys whose held messages are to run.
+    async fn take_over(&self) -> Result<Vec<Arc<str>>, Handled> {
+        let w = self.worker;
+        let parking = w
+            .until_answered("reading the parked keys", true, || {
+                w.shared.partitions.parking(&w.unit.group, self.partition)
+            })
+            .await?
+            .map_err(|_| Handled::Lost)?;
+        let mut state = self.state();
+        let mut start = Vec::new();
+        for key in parking.holding {
+            let mode = if parking.parked.contains(&key) {
+                Mode::Parked
+            } else {
+                Mode::Holding
+            };
+            let mut entry = self.new_key(&key, mode);
+            let key: Arc<str> = Arc::from(key);
+            if mode == Mode::Holding {
+                entry.running = true;
+                start.push(key.clone());
+            }
+            state.keys.insert(key, entry);
+        }
+        Ok(start)
+    }
+
+    /// One fenced read, from `cursors`.
+    fn read(&self, mut cursors: [String; 2]) -> BoxFuture<'_, Event> {
+        let w = self.worker;
+        Box::pin(async move {
+            let read = w
+                .shared
+                .partitions
+                .read_hashed(
+                    &w.lease,
+                    &w.unit.group,
+                    self.partition,
+                    w.shared.settings.read_batch,
+                    &mut cursors,
+                )
+                .await;
+            Event::Read(read, cursors)
+        })
+    }
+
+    /// Queues `entries` to their keys (or skips them, for a key whose
+    /// queue is full); returns the keys to start a run for, and whether
+    /// memory is full (the reader then waits for [`Hashed::room`]).
+    fn dispatch(&self, lane: Lane, entries: Vec<StreamEntry>, pending: bool) -> (Vec<Arc<str>>, bool) {
+        let mut guard = self.state();
+        let State {
+            keys,
+            in_memory,
+            full,
+            ..
+        } = &mut *guard;
+        let at = lane_index(lane);
+        let mut start = Vec::new();
+        for entry in entries {
+            let key = key_of(&entry);
+            let state = match keys.get_mut(&key) {
+                Some(state) => state,
+                None => keys
+                    .entry(key.clone())
+                    .or_insert(self.new_key(&key, Mode::Flowing)),
+            };
+            if let Some(skipped) = &mut state.skipped[at] {
+                skipped.up_to = entry.id().to_owned();
+                skipped.pending |= pending;
+            } else if state.queue.len() >= KEY_QUEUE {
+                state.skipped[at] = Some(Skipped {
+                    after: id_before(entry.id()),
+                    up_to: entry.id().to_owned(),
+                    pending,
+                });
+            } else {
+                state.queue.push_back(Queued { entry, pending });
+                *in_memory += 1;
+            }
+            if !state.running {
+                state.running = true;
+                start.push(key);
+            }
+        }
+        *full = *in_memory >= READ_AHEAD;
+        (start, *full)
+    }
+
+    /// Marks `keys` resolved (their held messages run next); returns the
+    /// ones to start a run for.
+    fn resume(&self, keys: Vec<String>) -> Vec<Arc<str>> {
+        let mut state = self.state();
+        let mut start = Vec::new();
+        for key in keys {
+            let key: Arc<str> = Arc::from(key);
+            if let Some(entry) = state.keys.get_mut(&key)
+                && entry.mode == Mode::Parked
+            {
+                info!(key = %key, partition = self.partition.primary(), "parked key resolved; running its held messages");
+                entry.mode = Mode::Holding;
+                if !entry.running {
+                    entry.running = true;
+                    start.push(key);
+                }
+            }
+        }
+        start
+    }
+
+    /// Schedules a check of which parked keys an operator resolved, after
+    /// the poll interval; `false` when no key is parked.
+    fn poll_resumed(&self, others: &FuturesUnordered<BoxFuture<'w, Event>>) -> bool
+    where
+        Self: 'w,
+    {
+        let parked: Vec<String> = self
+            .state()
+            .keys
+            .iter()
+            .filter(|(_, key)| key.mode == Mode::Parked)
+            .map(|(key, _)| key.to_string())
+            .collect();
+        if parked.is_empty() {
+            return false;
+        }
+        let w = self.worker;
+        let partition = self.partition;
+        others.push(Box::pin(async move {
+            tokio::time::sleep(w.shared.settings.poll_interval).await;
+            let still = w
+                .shared
+                .partitions
+                .still_parked(&w.unit.group, partition, &parked)
+                .await;
+            Event::Resumed(still.map(|still| {
+                parked
+                    .into_iter()
+                    .zip(still)
+                    .filter_map(|(key, parked)| (!parked).then_some(key))
+                    .collect()
+            }))
+        }));
+        true
+    }
+
+    /// What `key`'s run does next; a run that rests lets go of the key
+    /// (and forgets a key with nothing left).
+    fn next_step(&self, key: &Arc<str>) -> Step {
+        let mut state = self.state();
+        let Some(entry) = state.keys.get_mut(key) else {
+            return Step::Rest;
+        };
+        if let Some(front) = entry.queue.front() {
+            if entry.mode == Mode::Flowing {
+                return Step::Run(entry.queue.pop_front().expect("a front"));
+            }
+            // Parked or resolved and holding: behind what it holds.
+            let lane = front.entry.lane();
+            let mut batch = Vec::new();
+            while entry.queue.front().is_some_and(|q| q.entry.lane() == lane) {
+                batch.extend(entry.queue.pop_front());
+            }
+            return Step::Hold(lane, batch);
+        }
+        if let Some(at) = entry.skipped.iter().position(Option::is_some) {
+            let skipped = entry.skipped[at].clone().expect("a skipped span");
+            return Step::Refill(lane_of(at), skipped);
+        }
+        match entry.mode {
+            Mode::Holding => Step::Held,
+            Mode::Parked => {
+                entry.running = false;
+                Step::Rest
+            }
+            Mode::Flowing => {
+                state.keys.remove(key);
+                Step::Rest
+            }
+        }
+    }
+
+    /// `count` entries left memory (handled, or held aside).
+    fn forget(&self, count: usize) {
+        let mut state = self.state();
+        state.in_memory = state.in_memory.saturating_sub(count);
+        if state.full && state.in_memory <= READ_AHEAD / 2 {
+            state.full = false;
+            self.room.notify_one();
+        }
+    }
+
+    fn set_mode(&self, key: &Arc<str>, mode: Mode) {
+        if let Some(entry) = self.state().keys.get_mut(key) {
+            entry.mode = mode;
+        }
+    }
+
+    /// Runs `key`'s messages one at a time, until it has nothing left to do.
+    fn run_key(&self, key: Arc<str>) -> BoxFuture<'_, KeyEnd> {
+        Box::pin(async move {
+            let w = self.worker;
+            let Some(slot) = self.state().keys.get(&key).map(|k| k.slot.clone()) else {
+                return KeyEnd::Rested;
+            };
+            loop {
+                if w.control.kill.is_cancelled() {
+                    return KeyEnd::Lost;
+                }
+                if w.control.stop.is_cancelled() {
+                    return KeyEnd::Stop;
+                }
+                match self.next_step(&key) {
+                    Step::Rest => return KeyEnd::Rested,
+                    Step::Run(queued) => {
+                        let handled = w
+                            .handle_entry(&slot, self.partition, &queued.entry, queued.pending)
+                            .await;
+                        match handled {
+                            Handled::Done => {
+                                if !self.ack(&slot, &queued.entry).await {
+                                    return KeyEnd::Lost;
+                                }
+                            }
+                            Handled::Halted => self.set_mode(&key, Mode::Parked),
+                            Handled::Stop => return KeyEnd::Stop,
+                            Handled::Lost => return KeyEnd::Lost,
+                        }
+                        self.forget(1);
+                    }
+                    Step::Hold(lane, batch) => {
+                        let entries: Vec<&StreamEntry> = batch.iter().map(|q| &q.entry).collect();
+                        let held = w
+                            .until_answered("holding a parked key's messages", true, || {
+                                w.shared.partitions.hold(
+                                    &w.lease,
+                                    &w.unit.group,
+                                    self.partition,
+                                    &key,
+                                    lane,
+                                    &entries,
+                                )
+                            })
+                            .await;
+                        match held {
+                            Ok(Ok(())) => self.forget(batch.len()),
+                            Ok(Err(_)) | Err(Handled::Lost) => return KeyEnd::Lost,
+                            Err(_) => return KeyEnd::Stop,
+                        }
+                    }
+                    Step::Refill(lane, skipped) => {
+                        if let Some(end) = self.refill(&key, lane, skipped).await {
+                            return end;
+                        }
+                    }
+                    Step::Held => {
+                        if let Some(end) = self.run_held(&key, &slot).await {
+                            return end;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// Reads back the next entries of `key` that the reader skipped.
+    async fn refill(&self, key: &Arc<str>, lane: Lane, skipped: Skipped) -> Option<KeyEnd> {
+        let w = self.worker;
+        let read = w
+            .until_answered("reading back a key's skipped entries", true, || {
+                w.shared.partitions.refill(
+                    &w.lease,
+                    self.partition,
+                    lane,
+                    key,
+                    (&skipped.after, &skipped.up_to),
+                    KEY_QUEUE,
+                    REFILL_SCAN,
+                )
+            })
+            .await;
+        let (found, last) = match read {
+            Ok(Ok(read)) => read,
+            Ok(Err(_)) | Err(Handled::Lost) => return Some(KeyEnd::Lost),
+            Err(_) => return Some(KeyEnd::Stop),
+        };
+        let mut guard = self.state();
+        let State { keys, in_memory, .. } = &mut *guard;
+        let entry = keys.get_mut(key)?;
+        *in_memory += found.len();
+        entry.queue.extend(found.into_iter().map(|entry| Queued {
+            entry,
+            pending: skipped.pending,
+        }));
+        let at = lane_index(lane);
+        if let Some(now) = &mut entry.skipped[at] {
+            match last {
+                Some(last) => now.after = last,
+                // Read back up to where the span ended when the read began;
+                // the reader may have skipped more of the key since.
+                None if now.up_to == skipped.up_to => entry.skipped[at] = None,
+                None => now.after = skipped.up_to,
+            }
+        }
+        None
+    }
+
+    /// Runs the next held message of resolved `key` (or finds it holds no
+    /// more, and lets it flow).
+    async fn run_held(&self, key: &Arc<str>, slot: &Slot) -> Option<KeyEnd> {
+        let w = self.worker;
+        let next = w
+            .until_answered("reading a resolved key's held messages", true, || {
+                w.shared
+                    .partitions
+                    .held_next(&w.lease, &w.unit.group, self.partition, key)
+            })
+            .await;
+        let entry = match next {
+            Ok(Ok(HeldNext::Entry(entry))) => entry,
+            Ok(Ok(HeldNext::Parked)) => {
+                self.set_mode(key, Mode::Parked);
+                return None;
+            }
+            Ok(Ok(HeldNext::Done)) => {
+                info!(key = %key, partition = self.partition.primary(), "resolved key's held messages all ran; it flows again");
+                self.set_mode(key, Mode::Flowing);
+                return None;
+            }
+            Ok(Err(_)) | Err(Handled::Lost) => return Some(KeyEnd::Lost),
+            Err(_) => return Some(KeyEnd::Stop),
+        };
+        slot.set_held(true);
+        let handled = w.handle_entry(slot, self.partition, &entry, true).await;
+        slot.set_held(false);
+        match handled {
+            Handled::Done => {
+                let close = if slot.take_fence_used() {
+                    w.last_attempt()
+                } else {
+                    0
+                };
+                slot.take_had_failures();
+                let acked = w
+                    .until_answered("acknowledging a held message", false, || {
+                        w.shared.partitions.ack_held(
+                            &w.lease,
+                            &w.unit.group,
+                            self.partition,
+                            key,
+                            slot.own().expect("a key's slot"),
+                            entry.id(),
+                            close,
+                        )
+                    })
+                    .await;
+                match acked {
+                    Ok(Ok(())) => None,
+                    _ => Some(KeyEnd::Lost),
+                }
+            }
+            Handled::Halted => {
+                self.set_mode(key, Mode::Parked);
+                None
+            }
+            Handled::Stop => Some(KeyEnd::Stop),
+            Handled::Lost => Some(KeyEnd::Lost),
+        }
+    }
+
+    /// Acknowledges a handled lane entry of a key (trimming the lane every
+    /// [`TRIM_EVERY`] acknowledgements); `false` when the lease is gone.
+    async fn ack(&self, slot: &Slot, entry: &StreamEntry) -> bool {
+        let w = self.worker;
+        let trim = {
+            let mut state = self.state();
+            state.acked += 1;
+            state.acked.is_multiple_of(TRIM_EVERY)
+        };
+        let names = Ack::new(&w.lease, &w.unit.group, self.partition, entry.lane(), &[])
+            .closing_in(slot.sequence(&w.lease));
+        w.ack(slot, &names, entry, trim).await.is_some()
+    }
+}
+
+impl Worker {
+    /// Parks the key of `slot` (a key of a hashed partition) on `entry`,
+    /// which failed every attempt: the key's other messages are held aside
+    /// with it, the partition's other keys keep flowing.
+    pub(super) async fn park(
+        &self,
+        slot: &Slot,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        reason: HaltReason,
+        sequence: u64,
+    ) -> Handled {
+        let (Some(key), Some(own)) = (slot.key(), slot.own()) else {
+            return Handled::Lost;
+        };
+        let held = slot.is_held();
+        let parked = self
+            .until_answered("parking the key", false, || {
+                self.shared.partitions.park(
+                    &self.lease,
+                    &self.unit.group,
+                    partition,
+                    key,
+                    own,
+                    entry,
+                    held,
+                    &reason,
+                    sequence,
+                )
+            })
+            .await;
+        match parked {
+            Ok(Ok(head)) => {
+                warn!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %reason.error, attempts = reason.attempts, "key parked on a poison message");
+                metrics::halted(&self.unit, partition.category());
+                Handled::Halted
+            }
+            // An earlier try of this very park landed (its reply was lost).
+            Ok(Err(Error::Stale { .. })) => Handled::Halted,
+            Ok(Err(_)) | Err(_) => Handled::Lost,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::id_before;
+
+    #[test]
+    fn the_id_before_an_entry_id() {
+        assert_eq!(id_before("5-3"), "5-2");
+        assert_eq!(id_before("5-0"), format!("4-{}", u64::MAX));
+        assert_eq!(id_before("0-0"), "0-0");
+    }
+}

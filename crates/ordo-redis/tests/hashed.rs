@@ -1,0 +1,303 @@
+//! Hashed partitions (`[categories.NAME] partitions = N`) end to end,
+//! against a real Redis: many keys per partition, each in order and one at
+//! a time, side by side; fairness to the other keys of a hot key's
+//! partition; parking a poison key while the others flow.
+
+mod common;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::KeysInterface;
+use ordo_core::Partitions;
+use ordo_redis::{PartitionId, PartitionKeys};
+
+use common::topology::TestRedis;
+use common::{Outcome, Recorder, Running, broker, config, keys, pool, publish_all, publish_seqs, subscribe};
+
+/// The test config with `category` split into `n` hashed partitions.
+fn hashed(category: &str, n: u32, max_retries: u32) -> ordo_core::Config {
+    config(3_000, 3_600_000, max_retries)
+        .with_partitions(category, Partitions::Hashed(NonZeroU32::new(n).unwrap()))
+}
+
+/// The names of hashed partition `index` of `category`.
+fn hashed_partition(category: &str, index: u32) -> PartitionKeys {
+    PartitionKeys::of(PartitionId::hashed(category, index), "backfill")
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    the_keys_of_a_hashed_partition_run_side_by_side_each_in_order
+);
+
+async fn the_keys_of_a_hashed_partition_run_side_by_side_each_in_order(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    common::logs();
+    let url = redis.url();
+    let category = common::category("hashed");
+    let keys = keys(40);
+    let recorder = Recorder::with(Arc::new(|_, _, _| Outcome::Slow(Duration::from_millis(2))));
+    let broker = broker(&url, hashed(&category, 2, 0)).await?;
+    publish_all(&broker, &category, &keys, 0..25).await?;
+
+    let client = pool(&url).await?;
+    // Two partitions, two streams: none per key.
+    for index in 0..2 {
+        let stream = hashed_partition(&category, index);
+        assert_eq!(
+            client.exists::<u32, _>(stream.primary()).await?,
+            1,
+            "{}",
+            stream.primary()
+        );
+    }
+    assert_eq!(
+        client
+            .exists::<u32, _>(common::stream(&category, &keys[0]))
+            .await?,
+        0
+    );
+
+    let run = Running::start(
+        &broker,
+        vec![subscribe::partitioned("Projector", &category, &recorder)],
+    );
+    recorder
+        .until(Duration::from_secs(30), "every message handled", |r| {
+            r.handled().len() >= 40 * 25
+        })
+        .await?;
+    for key in &keys {
+        assert_eq!(
+            recorder.seqs(key),
+            (0..25).collect::<Vec<_>>(),
+            "key {key} in publish order, once each"
+        );
+    }
+    assert!(
+        recorder.overlaps().is_empty(),
+        "same-key overlaps: {:?}",
+        recorder.overlaps()
+    );
+    let side_by_side = recorder.record.lock().unwrap().max_in_flight;
+    assert!(
+        side_by_side > 2,
+        "keys of one partition ran side by side (two partitions, {side_by_side} keys at once at most)"
+    );
+    // One lease per partition, none per key.
+    for index in 0..2 {
+        let lease = hashed_partition(&category, index).lease("Projector").lease;
+        assert_eq!(client.exists::<u32, _>(&lease).await?, 1, "{lease}");
+    }
+    let per_key = common::partition(&category, &keys[0]).lease("Projector").lease;
+    assert_eq!(client.exists::<u32, _>(&per_key).await?, 0);
+    run.stop().await?;
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_hot_key_does_not_hold_up_the_other_keys_of_its_partition
+);
+
+/// A hot key's backlog is ahead of every other key's message in the one
+/// partition's stream: the reader moves on past it (its queue is full), so
+/// the other keys run while the hot key is still far from done, and the
+/// hot key's skipped messages are read back later, in order.
+async fn a_hot_key_does_not_hold_up_the_other_keys_of_its_partition(redis: TestRedis) -> anyhow::Result<()> {
+    common::logs();
+    let url = redis.url();
+    let category = common::category("hot");
+    let cold = keys(30);
+    let recorder = Recorder::with(Arc::new(|key, _, _| {
+        if key == "hot" {
+            Outcome::Slow(Duration::from_millis(3))
+        } else {
+            Outcome::Succeed
+        }
+    }));
+    let broker = broker(&url, hashed(&category, 1, 0)).await?;
+    publish_seqs(&broker, &category, "hot", 0..1000).await?;
+    publish_all(&broker, &category, &cold, 0..2).await?;
+
+    let run = Running::start(
+        &broker,
+        vec![subscribe::partitioned("Projector", &category, &recorder)],
+    );
+    recorder
+        .until(Duration::from_secs(20), "every cold key handled", |r| {
+            cold.iter().all(|key| r.seqs(key) == [0, 1])
+        })
+        .await?;
+    let hot_so_far = recorder.seqs("hot").len();
+    assert!(
+        hot_so_far < 300,
+        "the cold keys waited for {hot_so_far} of the hot key's 1,000 messages"
+    );
+    recorder
+        .until(Duration::from_secs(30), "the hot key's backlog handled", |r| {
+            r.seqs("hot").len() >= 1000
+        })
+        .await?;
+    assert_eq!(
+        recorder.seqs("hot"),
+        (0..1000).collect::<Vec<_>>(),
+        "the hot key in publish order, once each"
+    );
+    assert!(
+        recorder.overlaps().is_empty(),
+        "same-key overlaps: {:?}",
+        recorder.overlaps()
+    );
+    run.stop().await?;
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_poison_message_parks_its_key_and_the_other_keys_flow
+);
+
+/// A key whose message fails every attempt is parked: its later messages
+/// are held aside in order (out of the partition's lane, which is left
+/// with nothing pending), the partition's other keys keep flowing, and the
+/// operator resolves the key as a halted partition (listed, inspected,
+/// retried or dead-lettered against the head it saw); the held messages
+/// then run first, in order, before any newer message of the key.
+async fn a_poison_message_parks_its_key_and_the_other_keys_flow(redis: TestRedis) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use fred::interfaces::StreamsInterface;
+    use ordo_core::broker::Broker;
+
+    common::logs();
+    let url = redis.url();
+    let category = common::category("park");
+    let others = keys(10);
+    let poisoned = Arc::new(AtomicBool::new(true));
+    let poison = poisoned.clone();
+    let recorder = Recorder::with(Arc::new(move |key, seq, _| {
+        let fails =
+            (key == "bad" && seq == 2 && poison.load(Ordering::SeqCst)) || (key == "worse" && seq == 1);
+        if fails { Outcome::Fail } else { Outcome::Succeed }
+    }));
+    let broker = broker(&url, hashed(&category, 1, 1)).await?;
+    let bad = ["bad".to_owned(), "worse".to_owned()];
+    publish_all(&broker, &category, &bad, 0..5).await?;
+    publish_all(&broker, &category, &others, 0..10).await?;
+    let run = Running::start(
+        &broker,
+        vec![subscribe::partitioned("Projector", &category, &recorder)],
+    );
+
+    recorder
+        .until(Duration::from_secs(20), "the other keys handled", |r| {
+            others
+                .iter()
+                .all(|key| r.seqs(key) == (0..10).collect::<Vec<_>>())
+        })
+        .await?;
+    let admin = broker.admin();
+    ordo_testkit::eventually(Duration::from_secs(10), "both poison keys parked", || {
+        let admin = admin.clone();
+        async move { Ok(admin.halted().await?.len() == 2) }
+    })
+    .await?;
+    assert_eq!(
+        recorder.seqs("bad"),
+        [0, 1],
+        "nothing of a parked key runs after its poison message"
+    );
+    assert_eq!(recorder.seqs("worse"), [0]);
+    assert_eq!(
+        recorder.attempts("bad", 2),
+        Some(2),
+        "max_retries = 1: two attempts"
+    );
+    let parked = admin.halted().await?;
+    assert!(
+        parked
+            .iter()
+            .all(|p| p.parked && p.category == category && p.group == "Projector")
+    );
+    assert_eq!(
+        parked.iter().map(|p| p.key.as_str()).collect::<Vec<_>>(),
+        ["bad", "worse"]
+    );
+
+    // Newer messages of a parked key are held behind it.
+    publish_seqs(&broker, &category, "bad", 5..8).await?;
+    let partition = hashed_partition(&category, 0);
+    let client = pool(&url).await?;
+    ordo_testkit::eventually(Duration::from_secs(10), "the newer messages held", || {
+        let (client, held) = (client.clone(), partition.held("Projector", "bad"));
+        async move { Ok(client.xlen::<u64, _>(held).await? == 6) }
+    })
+    .await?;
+    // Nothing of the parked keys is left pending in the partition's lane.
+    let pending: fred::types::Value = client.xpending(partition.primary(), "Projector", ()).await?;
+    assert_eq!(
+        pending.into_array().first().and_then(fred::types::Value::as_u64),
+        Some(0)
+    );
+
+    // Resolve: the inspected head, retried (now healthy) and dead-lettered.
+    let inspected = admin.inspect("Projector", &category, "bad").await?;
+    let head = inspected.head.expect("the parked head is held");
+    assert_eq!(common::seq_of(&head.decode()?), 2);
+    poisoned.store(false, Ordering::SeqCst);
+    admin
+        .head("Projector", &category, "bad")
+        .expecting(&inspected.halt.head)
+        .retry()
+        .await?;
+    let worse = admin.inspect("Projector", &category, "worse").await?;
+    let stale = admin
+        .head("Projector", &category, "worse")
+        .expecting("0-1")
+        .skip()
+        .await;
+    assert!(
+        matches!(stale, Err(ordo_redis::Error::HeadChanged { .. })),
+        "{stale:?}"
+    );
+    admin
+        .head("Projector", &category, "worse")
+        .expecting(&worse.halt.head)
+        .dead_letter()
+        .await?;
+    broker
+        .publish(&[common::publication(
+            &category,
+            "bad",
+            8,
+            ordo_core::key::Lane::Primary,
+        )])
+        .await?;
+
+    recorder.wait_seqs("bad", &(0..9).collect::<Vec<_>>()).await?;
+    recorder.wait_seqs("worse", &[0, 2, 3, 4]).await?;
+    assert!(admin.halted().await?.is_empty());
+    assert_eq!(
+        client.xlen::<u64, _>(partition.dlq()).await?,
+        1,
+        "the dead-lettered head"
+    );
+    assert_eq!(
+        client
+            .exists::<u32, _>(partition.held("Projector", "bad"))
+            .await?,
+        0,
+        "nothing held any more"
+    );
+    assert!(
+        recorder.overlaps().is_empty(),
+        "same-key overlaps: {:?}",
+        recorder.overlaps()
+    );
+    run.stop().await?;
+    Ok(())
+}
