@@ -82,6 +82,23 @@ pub(crate) enum Command {
     /// A live view, refreshed in place: lag per category and the halted
     /// partitions. Ctrl-C to exit.
     Watch(WatchArgs),
+    /// Change how a drained category is partitioned (`per_key`, or a number
+    /// of hashed partitions): refused unless every message of the category
+    /// is handled. Stop its publishers first; start its processes with the
+    /// new `[categories.NAME] partitions` after.
+    Repartition(RepartitionArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RepartitionArgs {
+    /// The stream category.
+    pub(crate) category: String,
+    /// `per_key`, or the number of hashed partitions (1 to 65536).
+    #[arg(long, value_name = "N|per_key", value_parser = crate::commands::repartition::parse_partitions)]
+    pub(crate) to: ordo_core::Partitions,
+    /// Do not ask for confirmation (required when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
 }
 
 #[derive(Debug, Args)]

@@ -49,11 +49,12 @@ impl Context {
         let _ = self.broker.client().quit().await;
     }
 
-    /// The streams and bookkeeping keys of `category:key`.
+    /// The streams and bookkeeping keys of the partition of `category`
+    /// that `key` is in (its own, or a hashed one: `[categories.NAME]
+    /// partitions` of domain.toml).
     pub(crate) fn partition(&self, category: &str, key: &str) -> PartitionKeys {
-        PartitionKeys::new(
-            category,
-            key,
+        PartitionKeys::of(
+            self.broker.routing().partition_of(category, key),
             self.settings.config.priority_lanes().backfill_suffix(),
         )
     }

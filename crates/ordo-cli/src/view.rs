@@ -91,6 +91,9 @@ pub(crate) struct HaltView {
     /// The instance that halted it.
     pub(crate) owner: String,
     pub(crate) halted_at_ms: u64,
+    /// A parked key of a hashed partition (its messages held aside, the
+    /// partition's other keys flowing), rather than a halted partition.
+    pub(crate) parked: bool,
 }
 
 impl From<&HaltedPartition> for HaltView {
@@ -105,6 +108,7 @@ impl From<&HaltedPartition> for HaltView {
             attempts: halt.attempts,
             owner: halt.owner.clone(),
             halted_at_ms: halt.halted_at_ms,
+            parked: halt.parked,
         }
     }
 }

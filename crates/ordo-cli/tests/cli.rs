@@ -498,3 +498,57 @@ async fn status_check_reports_partitions_without_a_registered_group() -> anyhow:
     checked.expect_stdout("category `ledger` has 1 partition but no registered consumer group")?;
     Ok(())
 }
+
+/// `ordo repartition` refuses while the category holds a halted key (or
+/// anything else unhandled) and without confirmation, and records the new
+/// partitioning once the category is drained; processes with the old
+/// setting then refuse to publish it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repartition_waits_for_a_drained_category_then_switches_it() -> anyhow::Result<()> {
+    let mut fixture = Fixture::start(true, false).await?;
+    let refused = fixture
+        .ordo(&["repartition", CATEGORY, "--to", "8", "--yes"])
+        .await?
+        .expect_code(3)?;
+    refused.expect_stderr("is not drained")?;
+    refused.expect_stderr("1 halted partitions or parked keys")?;
+    fixture
+        .ordo(&["repartition", CATEGORY, "--to", "8"])
+        .await?
+        .expect_code(3)?
+        .expect_stderr("without confirmation")?;
+    fixture
+        .ordo(&["repartition", CATEGORY, "--to", "hashed", "--yes"])
+        .await?
+        .expect_code(2)?
+        .expect_stderr("neither `per_key` nor a number of partitions")?;
+
+    fixture.cure();
+    fixture
+        .ordo(&["retry", CATEGORY, "bob", "--yes"])
+        .await?
+        .expect_code(0)?;
+    eventually(WAIT, "bob's orders", || async {
+        Ok(fixture.handled_of("bob").len() == 3)
+    })
+    .await?;
+    fixture.stop_domain().await?;
+    fixture
+        .ordo(&["repartition", CATEGORY, "--to", "8", "--yes"])
+        .await?
+        .expect_code(0)?
+        .expect_stdout(&format!(
+            "category `{CATEGORY}`: partitioned `8` (was `per_key`); start its processes with \
+             `[categories.{CATEGORY}] partitions = 8`"
+        ))?;
+    let (old, _) = common::broker(&fixture.redis.url()).await?;
+    let publication = noted(CATEGORY, "bob", 9);
+    let refused = ordo_core::broker::Broker::publish(&old, &[publication])
+        .await
+        .expect_err("the old setting is refused");
+    assert!(
+        format!("{:#}", anyhow::Error::from(refused)).contains("partitioned `8` in Redis but `per_key`"),
+        "the old setting is refused"
+    );
+    Ok(())
+}

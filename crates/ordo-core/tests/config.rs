@@ -287,3 +287,53 @@ fn key_rules_reserve_the_configured_suffix() {
     );
     assert_eq!(rules.validate("client_id", Some("backfill")).unwrap(), "backfill");
 }
+
+#[test]
+fn a_category_is_per_key_unless_its_table_gives_a_number_of_partitions() {
+    use std::num::NonZeroU32;
+
+    use ordo_core::Partitions;
+
+    let config = Config::from_toml_str(
+        "[categories.order]\npartitions = 256\n[categories.customer]\npartitions = \"per_key\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        config.partitions("order"),
+        Partitions::Hashed(NonZeroU32::new(256).unwrap())
+    );
+    assert_eq!(config.partitions("customer"), Partitions::PerKey);
+    assert_eq!(config.partitions("invoice"), Partitions::PerKey, "the default");
+    assert_eq!(Config::default().partitions("order"), Partitions::PerKey);
+
+    for (text, expected) in [
+        (
+            "partitions = 0",
+            "categories.order.partitions must be between 1 and 65536, got 0",
+        ),
+        (
+            "partitions = -3",
+            "categories.order.partitions must be between 1 and 65536, got -3",
+        ),
+        (
+            "partitions = 65537",
+            "categories.order.partitions must be between 1 and 65536, got 65537",
+        ),
+        (
+            "partitions = \"hashed\"",
+            "categories.order.partitions must be \"per_key\" or a number of partitions, got \"hashed\"",
+        ),
+        (
+            "partitions = 2.5",
+            "categories.order.partitions must be \"per_key\" or a number of partitions, got a float",
+        ),
+        (
+            "partition = 8",
+            "unknown key `categories.order.partition` in the domain configuration; valid keys in \
+             [categories.order]: partitions",
+        ),
+    ] {
+        let error = Config::from_toml_str(&format!("[categories.order]\n{text}\n")).unwrap_err();
+        assert_eq!(chain(&error), expected, "{text}");
+    }
+}

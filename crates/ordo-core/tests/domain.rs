@@ -761,3 +761,91 @@ async fn a_publisher_publishes_and_shuts_down_without_consuming() {
     domain.start().shutdown().await.unwrap();
     assert_eq!(broker.runs(), 1);
 }
+
+/// `[categories.NAME] partitions = N` is for a category some event handler
+/// partitions, consumed by no `sequential_by` process manager (its unit is
+/// one correlation value), on a broker that runs hashed partitions (or
+/// orders every key in process, where the setting changes nothing).
+#[test]
+fn hashed_partitions_are_checked_against_the_category_its_consumers_and_the_broker() {
+    use std::num::NonZeroU32;
+
+    use ordo_core::{Config, Partitions};
+
+    let n = Partitions::Hashed(NonZeroU32::new(8).unwrap());
+    let hashed = |category: &str| Config::default().with_partitions(category, n);
+    let p = probe();
+    Domain::builder()
+        .config(hashed("order"))
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .init()
+        .expect("the inline broker orders every key in process");
+    Domain::builder()
+        .broker(RecordingBroker::new(
+            "hashing",
+            Capabilities::STREAM_PARTITIONING.with_hashed_partitions(),
+        ))
+        .config(hashed("order"))
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .init()
+        .expect("a broker that runs hashed partitions");
+
+    let (found, message) = problems(
+        Domain::builder()
+            .broker(RecordingBroker::partitioning())
+            .config(hashed("order"))
+            .event_handler(Recorder::<ByClient>::new(&p)),
+    );
+    assert_eq!(
+        found,
+        vec![UsageProblem::BrokerCannotHash {
+            category: "order".to_owned(),
+            partitions: n,
+            broker: "recording".to_owned(),
+        }]
+    );
+    assert!(
+        message.contains(
+            "`[categories.order] partitions = 8`, but broker `recording` does not support hashed partitions"
+        ),
+        "{message}"
+    );
+
+    let (found, message) = problems(
+        Domain::builder()
+            .config(hashed("customer"))
+            .event_handler(Recorder::<Unkeyed>::new(&p)),
+    );
+    assert_eq!(
+        found,
+        vec![UsageProblem::PartitionsOfUnpartitionedCategory {
+            category: "customer".to_owned(),
+            partitions: n,
+        }]
+    );
+    assert!(
+        message.contains("no registered event handler partitions category `customer`"),
+        "{message}"
+    );
+
+    let (found, message) = problems(
+        Domain::builder()
+            .config(hashed("order"))
+            .process_manager::<Fulfillment<PartitionedPm>>(),
+    );
+    assert_eq!(
+        found,
+        vec![UsageProblem::HashedProcessManager {
+            handler: "PartitionedPm",
+            category: "order".to_owned(),
+            partitions: n,
+        }]
+    );
+    assert!(message.contains("must stay `per_key`"), "{message}");
+    // `per_key` is the default, and always accepted.
+    Domain::builder()
+        .config(Config::default().with_partitions("order", Partitions::PerKey))
+        .process_manager::<Fulfillment<PartitionedPm>>()
+        .init()
+        .expect("per_key");
+}

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 
 use fred::clients::Pool;
-use fred::interfaces::{HashesInterface, StreamsInterface};
+use fred::interfaces::{HashesInterface, SetsInterface, StreamsInterface};
 use fred::types::Value;
 use ordo_core::key::Lane;
 
@@ -126,6 +126,73 @@ impl PartitionAdmin {
         }
         halted.sort_by(|a, b| (&a.group, &a.category, &a.key).cmp(&(&b.group, &b.category, &b.key)));
         Ok(halted)
+    }
+
+    /// Changes how `category` is partitioned (`[categories.NAME]
+    /// partitions`) to `to`: the offline step between draining the category
+    /// and starting its processes with the new setting. Refused with
+    /// [`Error::NotDrained`] unless every consumer group has handled every
+    /// message of every partition of the category (nothing undelivered, in
+    /// flight, halted, parked or held aside). Returns how it was
+    /// partitioned before (`None`: not recorded).
+    ///
+    /// Processes with the old setting refuse to publish or consume the
+    /// category from then on ([`Error::PartitioningMismatch`]; a publisher
+    /// left running notices within 5 seconds), so stop them first: a
+    /// message one of them publishes after the check would otherwise land
+    /// in an old partition while the key's next ones go to a new one.
+    pub async fn repartition(
+        &self,
+        category: &str,
+        to: ordo_core::Partitions,
+    ) -> Result<Option<ordo_core::Partitions>> {
+        let status = crate::ClusterStatus::new(self.client.clone(), &self.backfill_suffix);
+        let groups = status.groups(category).await?;
+        let (mut undelivered, mut in_flight, mut busy) = (0, 0, 0);
+        let partitions = status.partitions(category, &groups).await?;
+        for partition in &partitions {
+            // Without a group yet, every entry waits for the first one
+            // (a group registering reads its lanes from the start).
+            let lag: u64 = if groups.is_empty() {
+                partition.lanes.iter().map(|lane| lane.length).sum()
+            } else {
+                partition.groups.iter().map(|g| g.lag).sum()
+            };
+            let pending: u64 = partition.groups.iter().map(|g| g.pending).sum();
+            undelivered += lag;
+            in_flight += pending;
+            busy += usize::from(lag + pending > 0);
+        }
+        let stuck = self
+            .halted()
+            .await?
+            .into_iter()
+            .filter(|h| h.category == category)
+            .count();
+        let mut holding = 0;
+        for partition in &partitions {
+            let partition = PartitionKeys::of(
+                PartitionId::from_member(category, &partition.key),
+                &self.backfill_suffix,
+            );
+            for group in &groups {
+                let held: u64 = self.client.scard(partition.holding(group)).await?;
+                holding += held;
+            }
+        }
+        if busy > 0 || stuck > 0 || holding > 0 {
+            return Err(Error::NotDrained {
+                category: category.to_owned(),
+                what: format!(
+                    "{busy} of its {} partitions hold {undelivered} messages not yet delivered and {in_flight} \
+                     in flight; {stuck} halted partitions or parked keys; {holding} keys with messages held aside",
+                    partitions.len()
+                ),
+            });
+        }
+        let before = crate::partitioning::recorded(&self.client, category).await?;
+        crate::partitioning::record(&self.client, category, to).await?;
+        Ok(before)
     }
 
     /// The halt record and head message of `group`'s halted partition

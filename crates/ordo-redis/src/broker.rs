@@ -19,6 +19,7 @@ use crate::consumer::heartbeat::RenewalSignal;
 use crate::consumer::{self, Settings};
 use crate::error::{Error, Result};
 use crate::partition::Partitions;
+use crate::partitioning;
 use crate::publish;
 use crate::secret::SecretUrl;
 use crate::settings::RedisSettings;
@@ -70,6 +71,8 @@ struct Inner {
     running: AtomicBool,
     /// Set by the heartbeat while renewing the held leases fails.
     renewals: RenewalSignal,
+    /// The categories whose recorded partitioning this process checked.
+    checked: partitioning::Checked,
 }
 
 /// Configures a [`RedisBroker`].
@@ -120,6 +123,7 @@ impl RedisBroker {
                 publication
             })
             .collect();
+        self.check_partitioning(&fresh).await?;
         let dedup = publish::Dedup {
             window: Duration::ZERO,
             ..self.inner.dedup
@@ -133,6 +137,30 @@ impl RedisBroker {
             &fresh,
         )
         .await
+    }
+
+    /// Refuses to publish when a partitioned category of `publications` is
+    /// partitioned otherwise in Redis than in this broker's configuration
+    /// (nothing is published).
+    async fn check_partitioning(&self, publications: &[Publication]) -> Result<(), PublishError> {
+        let routing = &self.inner.settings.routing;
+        let categories = publications
+            .iter()
+            .filter(|p| p.key.is_some())
+            .map(|p| (p.category.as_str(), routing.partitions(&p.category)));
+        self.inner
+            .checked
+            .ensure(self.client(), categories)
+            .await
+            .map_err(|error| PublishError {
+                published: 0,
+                source: Box::new(error),
+            })
+    }
+
+    /// How this broker routes each category's keys to partitions.
+    pub fn routing(&self) -> &crate::keys::Routing {
+        &self.inner.settings.routing
     }
 
     /// The command client (a connection pool).
@@ -267,6 +295,7 @@ impl RedisBrokerBuilder {
                 listed: publish::ListedSlots::default(),
                 running: AtomicBool::new(false),
                 renewals: RenewalSignal::default(),
+                checked: partitioning::Checked::default(),
             }),
         })
     }
@@ -308,14 +337,18 @@ impl Broker for RedisBroker {
     }
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
-        Box::pin(publish::publish(
-            self.client(),
-            self.inner.dedup,
-            &self.inner.settings.backfill_suffix,
-            &self.inner.settings.routing,
-            &self.inner.listed,
-            publications,
-        ))
+        Box::pin(async move {
+            self.check_partitioning(publications).await?;
+            publish::publish(
+                self.client(),
+                self.inner.dedup,
+                &self.inner.settings.backfill_suffix,
+                &self.inner.settings.routing,
+                &self.inner.listed,
+                publications,
+            )
+            .await
+        })
     }
 
     /// The configuration the broker was built with: the domain's default.
@@ -383,6 +416,15 @@ impl Broker for RedisBroker {
                 return Err(Box::new(Error::AlreadyRunning {
                     instance: inner.partitions.instance().to_owned(),
                 }) as BrokerError);
+            }
+            let partitioned = subscriptions
+                .iter()
+                .filter(|s| s.partitioned())
+                .flat_map(|s| s.categories())
+                .map(|category| (category, inner.settings.routing.partitions(category)));
+            if let Err(error) = inner.checked.ensure(inner.partitions.client(), partitioned).await {
+                inner.running.store(false, Ordering::SeqCst);
+                return Err(Box::new(error) as BrokerError);
             }
             let result = consumer::run(
                 inner.url.clone(),

@@ -73,6 +73,38 @@ pub enum Error {
         actual: String,
     },
 
+    /// The category is partitioned one way in Redis and another in this
+    /// process's configuration (`[categories.NAME] partitions`): its
+    /// messages would go to other partitions than the ones holding its
+    /// keys' earlier messages. Nothing was published or consumed.
+    #[error(
+        "category `{category}` is partitioned `{recorded}` in Redis but `{configured}` in this process's \
+         configuration ([categories.{category}] partitions); changing it is an offline operation: \
+         drain the category, then `ordo repartition {category}` (docs/OPERATIONS.md, \"Changing a \
+         category's partitions\")"
+    )]
+    PartitioningMismatch {
+        /// The category.
+        category: String,
+        /// How Redis records it.
+        recorded: ordo_core::Partitions,
+        /// How this process is configured.
+        configured: ordo_core::Partitions,
+    },
+
+    /// `repartition` found the category not drained: some group has
+    /// messages of it still to handle, in flight, halted or parked.
+    #[error(
+        "category `{category}` is not drained: {what}; stop its publishers, let its workers handle \
+         everything (resolve halted and parked keys), then try again"
+    )]
+    NotDrained {
+        /// The category.
+        category: String,
+        /// What is left, for people.
+        what: String,
+    },
+
     /// A fenced commit named a command the commit script does not run.
     #[error("command `{command}` is not allowed in a fenced commit")]
     CommandNotAllowed {

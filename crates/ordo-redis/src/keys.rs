@@ -116,6 +116,13 @@ pub fn group_registry_copy(category: &str, slot: u16) -> String {
     format!("{{{}}}:{category}:__groups__", slot_tag(slot))
 }
 
+/// How `category` is partitioned (`per_key`, or a number of hashed
+/// partitions), recorded by the first process that publishes or consumes
+/// it and changed only by `ordo repartition`: `{order}:__partitioning__`.
+pub fn partitioning(category: &str) -> String {
+    format!("{{{category}}}:__partitioning__")
+}
+
 /// A glob matching every category's group registry (for `SCAN`).
 pub(crate) const REGISTRY_PATTERN: &str = "{*}:__groups__";
 
@@ -559,10 +566,12 @@ pub(crate) fn process_state(manager: &str, correlation: &str) -> String {
 /// Every documented name, as (the pattern docs/REDIS.md shows, the name
 /// this module formats for the sample values of the pattern's
 /// placeholders: category `order`, key `c-1`, group and manager `G`,
-/// correlation `o-9`, backfill suffix `backfill`, slot tag: the one of the
-/// slot of `{order:c-1}`).
+/// correlation `o-9`, backfill suffix `backfill`, hashed partition `7`,
+/// slot tag: the one of the slot of `{order:c-1}`).
 pub fn layout() -> Vec<(&'static str, String)> {
     let p = PartitionKeys::new("order", "c-1", "backfill");
+    let h = PartitionKeys::of(PartitionId::hashed("order", 7), "backfill");
+    let own = h.key_names("G", "c-1");
     let base = BaseKeys::new("order");
     let lease = p.lease("G");
     let pm = LeaseKeys::process("G", "o-9");
@@ -589,6 +598,13 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<category>:<key>}:attempts:<group>", p.attempts("G")),
         ("{<category>:<key>}:log:<group>", p.log("G")),
         ("{<category>:<key>}:doorbell", p.doorbell()),
+        ("{<category>:__<n>__}", h.primary().to_owned()),
+        ("{<category>:__<n>__}:position", h.position(Lane::Primary)),
+        ("{<category>:__<n>__}:parked:<group>", h.parked("G")),
+        ("{<category>:__<n>__}:holding:<group>", h.holding("G")),
+        ("{<category>:__<n>__}:held:<group>:<key>", h.held("G", "c-1")),
+        ("{<category>:__<n>__}:commit:<group>:<key>", own.commit),
+        ("{<category>:__<n>__}:seq:<group>:<key>", own.sequence),
         ("<category>", base.stream().to_owned()),
         ("<category>:dlq", base.dlq()),
         ("{<category>}:published", base.published()),
@@ -603,6 +619,7 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ),
         ("{<category>}:__joining__", joining("order")),
         ("{<slot_tag>}:<category>:__joining__", joining_copy("order", slot)),
+        ("{<category>}:__partitioning__", partitioning("order")),
         ("{<slot_tag>}:ordo:halted", halted(slot)),
         ("{ordo}:__halted_buckets__", halted_directory()),
         ("{<slot_tag>}:ordo:doorbell", doorbell_channel(slot)),
@@ -645,6 +662,7 @@ mod tests {
             .replace("<manager>", "G")
             .replace("<correlation>", "o-9")
             .replace("<backfill_suffix>", "backfill")
+            .replace("<n>", "7")
             .replace(
                 "<slot_tag>",
                 slot_tag(PartitionKeys::new("order", "c-1", "backfill").slot()),

@@ -58,6 +58,7 @@ mod metrics;
 mod nodes;
 mod parking;
 mod partition;
+mod partitioning;
 mod process;
 mod publish;
 mod scripts;
@@ -89,7 +90,7 @@ pub use keys::LeaseKeys;
 pub mod names {
     pub use crate::keys::{
         doorbell_channel, group_registry, group_registry_copy, halted, halted_directory, index,
-        index_directory, instances, joining, joining_copy,
+        index_directory, instances, joining, joining_copy, partitioning,
     };
 }
 /// Registering groups by hand (unstable, for tests and tools).

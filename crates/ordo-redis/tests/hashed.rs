@@ -301,3 +301,152 @@ async fn a_poison_message_parks_its_key_and_the_other_keys_flow(redis: TestRedis
     run.stop().await?;
     Ok(())
 }
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    outbox_positions_stay_per_key_in_a_hashed_partition
+);
+
+/// An outbox relay numbers each key's lane 1, 2, 3...; a hashed partition
+/// holds many keys, so the positions it keeps are per key: a key's low
+/// position is not taken for one already published because another key of
+/// the partition is further on, and a position published again is dropped.
+async fn outbox_positions_stay_per_key_in_a_hashed_partition(redis: TestRedis) -> anyhow::Result<()> {
+    use fred::interfaces::StreamsInterface;
+    use ordo_core::broker::{Broker, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication};
+
+    let url = redis.url();
+    let category = common::category("positions");
+    let broker = broker(&url, hashed(&category, 1, 0)).await?;
+    let positioned = |key: &str, position: u64| {
+        let mut publication = common::publication(&category, key, position, ordo_core::key::Lane::Primary);
+        let metadata = &mut publication.envelope.metadata;
+        metadata.insert(POSITION_SCOPE_METADATA.to_owned(), format!("{category}:{key}"));
+        metadata.insert(POSITION_METADATA.to_owned(), position.to_string());
+        publication
+    };
+    let first: Vec<Publication> = vec![
+        positioned("a", 1),
+        positioned("a", 2),
+        positioned("a", 3),
+        positioned("b", 1),
+        positioned("b", 2),
+    ];
+    broker.publish(&first).await?;
+    // A relay publishing again from an older mark: all already there.
+    broker
+        .publish(&[positioned("a", 2), positioned("b", 2), positioned("b", 3)])
+        .await?;
+
+    let client = pool(&url).await?;
+    let entries: fred::types::Value = client
+        .xrange(hashed_partition(&category, 0).primary(), "-", "+", None)
+        .await?;
+    let published: Vec<(String, u64)> = entries
+        .into_array()
+        .into_iter()
+        .map(|entry| {
+            let fields = entry.into_array().pop().unwrap().into_array();
+            let envelope = fields
+                .chunks(2)
+                .find(|pair| pair[0].as_str().as_deref() == Some("envelope"))
+                .and_then(|pair| pair[1].as_string())
+                .unwrap();
+            let envelope: ordo_core::message::Envelope = serde_json::from_str(&envelope).unwrap();
+            (envelope.partition_key.clone().unwrap(), common::seq_of(&envelope))
+        })
+        .collect();
+    assert_eq!(
+        published,
+        [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("b", 3)]
+            .map(|(k, s)| (k.to_owned(), s))
+            .to_vec()
+    );
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    changing_a_categorys_partitions_waits_for_a_drain_and_refuses_processes_configured_otherwise
+);
+
+/// Repartitioning is offline: a process configured with other partitions
+/// than Redis records publishes and consumes nothing (its key's messages
+/// would land in other partitions than the key's earlier ones), the switch
+/// is refused until every message is handled, and after it the old
+/// setting is the one refused.
+async fn changing_a_categorys_partitions_waits_for_a_drain_and_refuses_processes_configured_otherwise(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    use ordo_core::broker::Broker;
+
+    let url = redis.url();
+    let category = common::category("switch");
+    let four = Partitions::Hashed(NonZeroU32::new(4).unwrap());
+    let recorder = Recorder::new();
+    let sub = || subscribe::partitioned("Projector", &category, &recorder);
+    let per_key = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let hashed = broker(&url, hashed(&category, 4, 0)).await?;
+    publish_seqs(&per_key, &category, "k", 0..5).await?;
+
+    let refused = hashed
+        .publish(&[common::publication(
+            &category,
+            "k",
+            5,
+            ordo_core::key::Lane::Primary,
+        )])
+        .await
+        .expect_err("configured otherwise");
+    let message = format!("{:#}", anyhow::Error::from(refused));
+    assert!(
+        message.contains(&format!(
+            "category `{category}` is partitioned `per_key` in Redis but `4` in this process's configuration"
+        )),
+        "{message}"
+    );
+    let run = Running::start(&hashed, vec![sub()]);
+    let stopped = tokio::time::timeout(Duration::from_secs(10), run.task).await??;
+    let message = stopped
+        .expect_err("a consumer configured otherwise does not start")
+        .to_string();
+    assert!(
+        message.contains("partitioned `per_key` in Redis but `4`"),
+        "{message}"
+    );
+
+    let admin = per_key.admin();
+    let not_drained = admin
+        .repartition(&category, four)
+        .await
+        .expect_err("five messages to handle");
+    assert!(
+        matches!(&not_drained, ordo_redis::Error::NotDrained { what, .. } if what.contains("5 messages not yet delivered")),
+        "{not_drained}"
+    );
+
+    let run = Running::start(&per_key, vec![sub()]);
+    recorder.wait_seqs("k", &[0, 1, 2, 3, 4]).await?;
+    run.stop().await?;
+    assert_eq!(
+        admin.repartition(&category, four).await?,
+        Some(Partitions::PerKey)
+    );
+
+    let old = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let refused = old
+        .publish(&[common::publication(
+            &category,
+            "k",
+            5,
+            ordo_core::key::Lane::Primary,
+        )])
+        .await
+        .expect_err("the old setting, after the switch");
+    assert!(format!("{:#}", anyhow::Error::from(refused)).contains("partitioned `4` in Redis but `per_key`"));
+    publish_seqs(&hashed, &category, "k", 5..8).await?;
+    let run = Running::start(&hashed, vec![sub()]);
+    recorder.wait_seqs("k", &(0..8).collect::<Vec<_>>()).await?;
+    run.stop().await?;
+    Ok(())
+}

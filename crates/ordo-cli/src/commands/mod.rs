@@ -4,6 +4,7 @@ pub(crate) mod act;
 pub(crate) mod dlq;
 pub(crate) mod inspect;
 pub(crate) mod partitions;
+pub(crate) mod repartition;
 pub(crate) mod status;
 pub(crate) mod watch;
 

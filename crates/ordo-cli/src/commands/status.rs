@@ -369,7 +369,11 @@ pub(crate) fn halted_section(snapshot: &Snapshot) -> String {
     for halt in &snapshot.halted {
         table.row(vec![
             halt.category.clone(),
-            halt.key.clone(),
+            if halt.parked {
+                format!("{} (parked)", halt.key)
+            } else {
+                halt.key.clone()
+            },
             halt.group.clone(),
             halt.head.clone(),
             halt.attempts.to_string(),
