@@ -652,6 +652,7 @@ impl Partitions {
                     leased.commit,
                     leased.sequence,
                     partition.attempts(group),
+                    partition.holding(group),
                 ]);
                 args.push(Value::from(group.as_str()));
             }

@@ -450,3 +450,62 @@ async fn changing_a_categorys_partitions_waits_for_a_drain_and_refuses_processes
     run.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hashed_partition_with_a_parked_key_is_not_retired_by_another_group() -> anyhow::Result<()> {
+    use ordo_testkit::Redis;
+
+    common::logs();
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("keep");
+    let control = common::category("control");
+    let strict = Recorder::with(Arc::new(|key, _, _| {
+        if key == "bad" {
+            Outcome::Fail
+        } else {
+            Outcome::Succeed
+        }
+    }));
+    let lenient = Recorder::new();
+    let timer = Recorder::new();
+    // Partitions are retired after 1 s idle.
+    let config =
+        config(3_000, 1_000, 0).with_partitions(&category, Partitions::Hashed(NonZeroU32::new(1).unwrap()));
+    let broker = broker(&url, config).await?;
+    publish_all(&broker, &category, &["bad".to_owned(), "good".to_owned()], 0..3).await?;
+    let run = Running::start(
+        &broker,
+        vec![
+            subscribe::partitioned("Strict", &category, &strict),
+            subscribe::partitioned("Lenient", &category, &lenient),
+            subscribe::partitioned("Timer", &control, &timer),
+        ],
+    );
+    let admin = broker.admin();
+    ordo_testkit::eventually(Duration::from_secs(10), "`bad` parked for Strict", || {
+        let admin = admin.clone();
+        async move { Ok(admin.halted().await?.iter().any(|h| h.key == "bad" && h.parked)) }
+    })
+    .await?;
+    lenient.wait_seqs("bad", &[0, 1, 2]).await?;
+    // A partition of another category, published to after this one went
+    // quiet, is retired: this one had its chance too.
+    publish_seqs(&broker, &control, "c", 0..1).await?;
+    timer.wait_seqs("c", &[0]).await?;
+    let client = pool(&url).await?;
+    ordo_testkit::eventually(Duration::from_secs(10), "the control partition retired", || {
+        let (client, stream) = (client.clone(), common::stream(&control, "c"));
+        async move { Ok(client.exists::<u32, _>(stream).await? == 0) }
+    })
+    .await?;
+    let partition = hashed_partition(&category, 0);
+    assert_eq!(
+        client.exists::<u32, _>(partition.primary()).await?,
+        1,
+        "a partition with a parked key's messages held aside was retired"
+    );
+    assert_eq!(strict.seqs("good"), [0, 1, 2]);
+    run.stop().await?;
+    Ok(())
+}

@@ -8,8 +8,9 @@
 --       (in the partition's slot),
 --       primary lane's published ids, backfill lane's published ids, the
 --       partition's doorbell, then
---       six per group of ARGV: its halt, lease, generation, commit marker,
---       attempt sequence and failed-attempt counts on this partition
+--       seven per group of ARGV: its halt, lease, generation, commit marker,
+--       attempt sequence, failed-attempt counts and (in a hashed partition)
+--       holding keys on this partition
 -- ARGV: lease value, index member, idle ms, then the groups the caller
 --       knows of on the category
 --
@@ -29,7 +30,7 @@ end
 local idle_ms = tonumber(ARGV[3])
 local passed = {}
 for i = 4, #ARGV do
-  passed[ARGV[i]] = 7 + (i - 4) * 6
+  passed[ARGV[i]] = 7 + (i - 4) * 7
 end
 local now = now_ms()
 local unknown = false
@@ -57,8 +58,11 @@ end
 if unknown then
   return {'groups', unpack(seen)}
 end
+-- A halted partition, or a hashed one with keys held aside (parked, or
+-- resolved and not drained yet: their messages are out of the lanes),
+-- stays until its group's owner has run them.
 for _, base in pairs(passed) do
-  if redis.call('EXISTS', KEYS[base + 1]) == 1 then
+  if redis.call('EXISTS', KEYS[base + 1]) == 1 or redis.call('EXISTS', KEYS[base + 7]) == 1 then
     return {'busy', idle_ms}
   end
 end
