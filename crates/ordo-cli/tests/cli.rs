@@ -552,3 +552,56 @@ async fn repartition_waits_for_a_drained_category_then_switches_it() -> anyhow::
     );
     Ok(())
 }
+
+/// In a hashed partition a poison order parks its client's key: `ordo`
+/// (reading the same domain.toml) lists it, inspects its held head and
+/// retries it against the head it saw, like a halted partition; the key's
+/// held orders then run in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_key_is_listed_inspected_and_retried_like_a_halted_partition() -> anyhow::Result<()> {
+    let fixture = Fixture::start_hashed(4).await?;
+    assert_eq!(fixture.handled_of("alice"), ["a-1", "a-2", "a-3"]);
+    let text = fixture.ordo(&["status"]).await?.expect_code(0)?.stdout;
+    assert!(text.contains("halted partitions: 1"), "{text}");
+    assert!(text.contains("bob (parked)"), "{text}");
+    let json = fixture
+        .ordo(&["status", "--json"])
+        .await?
+        .expect_code(0)?
+        .json()?;
+    assert_eq!(json["halted"][0]["key"], "bob");
+    assert_eq!(json["halted"][0]["parked"], true);
+
+    let inspected = fixture
+        .ordo(&["inspect", CATEGORY, "bob", "--json"])
+        .await?
+        .expect_code(0)?
+        .json()?;
+    assert_eq!(inspected["halted"], true);
+    assert_eq!(inspected["head"]["envelope"]["payload"]["order_id"], "b-1");
+    let head = inspected["halt"]["head"]
+        .as_str()
+        .expect("a parked head")
+        .to_owned();
+    fixture
+        .ordo(&["retry", CATEGORY, "bob", "--yes", "--expect-head", "1-0"])
+        .await?
+        .expect_code(3)?;
+    fixture.cure();
+    fixture
+        .ordo(&["retry", CATEGORY, "bob", "--yes", "--expect-head", &head])
+        .await?
+        .expect_code(0)?;
+    eventually(WAIT, "bob's orders", || async {
+        Ok(fixture.handled_of("bob").len() == 3)
+    })
+    .await?;
+    assert_eq!(
+        fixture.handled_of("bob"),
+        ["b-1", "b-2", "b-3"],
+        "the retried head first"
+    );
+    let text = fixture.ordo(&["status"]).await?.expect_code(0)?.stdout;
+    assert!(text.contains("halted partitions: none"), "{text}");
+    fixture.stop().await
+}

@@ -41,15 +41,22 @@ pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Verdict, Fa
             inspection.head.as_ref().map(EntryView::from),
             inspection.deliveries,
         ),
+        // A flowing key of a hashed partition shares its partition's
+        // stream with other keys: its partition's status only.
+        Err(ordo_redis::Error::NotHalted { .. }) if ctx.partition(category, key).id().is_hashed() => {
+            (None, None, None)
+        }
         Err(ordo_redis::Error::NotHalted { .. }) => {
             let next = ctx.status.next_entry(&group, category, key).await?;
             (None, next.as_ref().map(EntryView::from), None)
         }
         Err(error) => return Err(error.into()),
     };
+    // The key's partition: its own, or the hashed one it is in.
+    let member = ctx.partition(category, key).key().to_owned();
     let partition = ctx
         .status
-        .partitions_of(category, &[key.to_owned()], std::slice::from_ref(&group))
+        .partitions_of(category, &[member], std::slice::from_ref(&group))
         .await?
         .pop()
         .ok_or_else(|| anyhow::anyhow!("no status returned for partition `{category}:{key}`"))?;

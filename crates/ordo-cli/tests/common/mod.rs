@@ -124,8 +124,27 @@ impl Fixture {
     /// Starts Redis and the domain, publishes [`orders`] and waits until
     /// everything that can be handled is, and (with `poison`) `bob` halted.
     pub async fn start(poison: bool, with_auditor: bool) -> anyhow::Result<Self> {
+        Self::start_with(poison, with_auditor, CONFIG).await
+    }
+
+    /// [`Fixture::start`] with `poison`, the category split into
+    /// `partitions` hashed partitions: `bob` is parked rather than halted.
+    /// The fixture's directory holds the same configuration as its
+    /// domain.toml, so the `ordo` runs there find `bob`'s partition.
+    pub async fn start_hashed(partitions: u32) -> anyhow::Result<Self> {
+        let text = format!("{CONFIG}[categories.{CATEGORY}]\npartitions = {partitions}\n");
+        let fixture = Self::start_with(true, false, &text).await?;
+        std::fs::write(fixture.dir.path().join("domain.toml"), text)?;
+        Ok(fixture)
+    }
+
+    async fn start_with(poison: bool, with_auditor: bool, config: &str) -> anyhow::Result<Self> {
         let redis = Redis::start_local()?;
-        let (broker, config) = broker(&redis.url()).await?;
+        let config = Config::from_toml_str(config)?;
+        let broker = RedisBroker::builder(redis.url())
+            .config(config.clone())
+            .build()
+            .await?;
         let handled = Arc::new(Mutex::new(Vec::new()));
         let poisoned = Arc::new(AtomicBool::new(true));
         let projector = OrderProjector {

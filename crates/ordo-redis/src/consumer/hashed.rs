@@ -268,6 +268,10 @@ impl<'w> Hashed<'w> {
                             w.shared.waker.unwatch(w.watcher);
                             reader = Reader::Reading;
                             others.push(self.read(cursors.clone()));
+                        } else if reader == Reader::Waiting && !polling {
+                            // A key parked after the reader went idle:
+                            // watch for its resolution from now on.
+                            polling = self.poll_resumed(&others);
                         }
                     }
                 },
