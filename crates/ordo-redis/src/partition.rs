@@ -291,35 +291,7 @@ impl Partitions {
         ];
         let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "entries" => {
-                let lane = match reply.integer(0)? {
-                    1 => Lane::Primary,
-                    2 => Lane::Backfill,
-                    other => return Err(reply.unexpected(format!("unknown lane {other}"))),
-                };
-                let entries = parse_entries(script.name(), reply.take(1)?)?
-                    .into_iter()
-                    .map(|raw| StreamEntry::from_raw(raw, lane))
-                    .collect();
-                let pending = reply.integer(2)? == 1;
-                Ok(ReadOutcome::Entries {
-                    lane,
-                    entries,
-                    pending,
-                })
-            }
-            "halted" => Ok(ReadOutcome::Halted {
-                head: reply.string(0)?,
-            }),
-            "idle" => Ok(ReadOutcome::Idle(Idle {
-                primary_last: reply.string(0)?,
-                backfill_last: reply.string(1)?,
-                idle_for: Duration::from_millis(reply.integer(2)?.max(0).unsigned_abs()),
-            })),
-            "gone" => Ok(ReadOutcome::Gone),
-            _ => Err(reply.unexpected("unknown outcome")),
-        }
+        read_outcome(script.name(), &mut reply)
     }
 
     /// The fenced read of a hashed partition: pending entries after each
@@ -352,35 +324,11 @@ impl Partitions {
         let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
-            "entries" => {
-                let lane = match reply.integer(0)? {
-                    1 => Lane::Primary,
-                    2 => Lane::Backfill,
-                    other => return Err(reply.unexpected(format!("unknown lane {other}"))),
-                };
-                let entries = parse_entries(script.name(), reply.take(1)?)?
-                    .into_iter()
-                    .map(|raw| StreamEntry::from_raw(raw, lane))
-                    .collect();
-                let pending = reply.integer(2)? == 1;
-                *cursors = [reply.string(3)?, reply.string(4)?];
-                Ok(ReadOutcome::Entries {
-                    lane,
-                    entries,
-                    pending,
-                })
-            }
-            "idle" => {
-                *cursors = [">".to_owned(), ">".to_owned()];
-                Ok(ReadOutcome::Idle(Idle {
-                    primary_last: reply.string(0)?,
-                    backfill_last: reply.string(1)?,
-                    idle_for: Duration::from_millis(reply.integer(2)?.max(0).unsigned_abs()),
-                }))
-            }
-            "gone" => Ok(ReadOutcome::Gone),
-            _ => Err(reply.unexpected("unknown outcome")),
+            "entries" => *cursors = [reply.string(3)?, reply.string(4)?],
+            "idle" => *cursors = [">".to_owned(), ">".to_owned()],
+            _ => {}
         }
+        read_outcome(script.name(), &mut reply)
     }
 
     /// The fenced read-back of `key`'s entries of `partition`'s `lane` with
@@ -699,6 +647,39 @@ impl Partitions {
 /// An attempt number as a script argument.
 fn attempt_value(attempt: u64) -> Value {
     Value::from(i64::try_from(attempt).unwrap_or(i64::MAX))
+}
+
+/// What a read script's reply (`read.lua`, `read_hashed.lua`) says.
+fn read_outcome(script: &'static str, reply: &mut Reply) -> Result<ReadOutcome> {
+    match reply.tag() {
+        "entries" => {
+            let lane = match reply.integer(0)? {
+                1 => Lane::Primary,
+                2 => Lane::Backfill,
+                other => return Err(reply.unexpected(format!("unknown lane {other}"))),
+            };
+            let entries = parse_entries(script, reply.take(1)?)?
+                .into_iter()
+                .map(|raw| StreamEntry::from_raw(raw, lane))
+                .collect();
+            let pending = reply.integer(2)? == 1;
+            Ok(ReadOutcome::Entries {
+                lane,
+                entries,
+                pending,
+            })
+        }
+        "halted" => Ok(ReadOutcome::Halted {
+            head: reply.string(0)?,
+        }),
+        "idle" => Ok(ReadOutcome::Idle(Idle {
+            primary_last: reply.string(0)?,
+            backfill_last: reply.string(1)?,
+            idle_for: Duration::from_millis(reply.integer(2)?.max(0).unsigned_abs()),
+        })),
+        "gone" => Ok(ReadOutcome::Gone),
+        _ => Err(reply.unexpected("unknown outcome")),
+    }
 }
 
 /// How a lane is written in halt records.

@@ -29,6 +29,40 @@ local function create_group(stream, group, mkstream)
   end
 end
 
+-- The entries `consumer` of `group` reads from `stream` (XREADGROUP:
+-- after id `from` of its pending entries, or `>` for new ones), creating the
+-- group at id 0 when the stream lacks it (a lane created before the group
+-- registered).
+local function read_group(group, consumer, count, stream, from)
+  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, from)
+  if type(reply) == 'table' and reply.err then
+    if string.sub(reply.err, 1, 7) ~= 'NOGROUP' then
+      error(reply.err)
+    end
+    create_group(stream, group, false)
+    reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, from)
+  end
+  if not reply then
+    return {}
+  end
+  return reply[1][2]
+end
+
+-- Pending entries deleted from the stream (by XDEL or a manual trim) cannot
+-- be handled: `entries` without them, acknowledged so they do not hold the
+-- lane.
+local function live_entries(stream, group, entries)
+  local out = {}
+  for _, entry in ipairs(entries) do
+    if entry[2] then
+      out[#out + 1] = entry
+    else
+      redis.call('XACK', stream, group, entry[1])
+    end
+  end
+  return out
+end
+
 -- XINFO replies are flat name/value arrays.
 local function to_map(flat)
   local map = {}

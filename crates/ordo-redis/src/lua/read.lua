@@ -27,35 +27,6 @@ if head then
   return {'halted', head}
 end
 
-local function read_group(stream, from)
-  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, from)
-  if type(reply) == 'table' and reply.err then
-    if string.sub(reply.err, 1, 7) ~= 'NOGROUP' then
-      error(reply.err)
-    end
-    create_group(stream, group, false)
-    reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, from)
-  end
-  if not reply then
-    return {}
-  end
-  return reply[1][2]
-end
-
--- Pending entries deleted from the stream (by XDEL or a manual trim) cannot
--- be handled: acknowledge them so they do not block the partition.
-local function live(stream, entries)
-  local out = {}
-  for _, entry in ipairs(entries) do
-    if entry[2] then
-      out[#out + 1] = entry
-    else
-      redis.call('XACK', stream, group, entry[1])
-    end
-  end
-  return out
-end
-
 local last_ids = {'0-0', '0-0'}
 local newest_ms = nil
 local exists = false
@@ -63,11 +34,11 @@ for lane = 1, 2 do
   local stream = KEYS[2 + lane]
   if redis.call('EXISTS', stream) == 1 then
     exists = true
-    local pending = live(stream, read_group(stream, '0'))
+    local pending = live_entries(stream, group, read_group(group, consumer, count, stream, '0'))
     if #pending > 0 then
       return {'entries', lane, pending, 1}
     end
-    local fresh = read_group(stream, '>')
+    local fresh = read_group(group, consumer, count, stream, '>')
     if #fresh > 0 then
       return {'entries', lane, fresh, 0}
     end

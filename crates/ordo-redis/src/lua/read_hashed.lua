@@ -23,21 +23,6 @@ if fenced then
 end
 local cursors = {ARGV[5], ARGV[6]}
 
-local function read_group(stream, from)
-  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, from)
-  if type(reply) == 'table' and reply.err then
-    if string.sub(reply.err, 1, 7) ~= 'NOGROUP' then
-      error(reply.err)
-    end
-    create_group(stream, group, false)
-    reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, from)
-  end
-  if not reply then
-    return {}
-  end
-  return reply[1][2]
-end
-
 local last_ids = {'0-0', '0-0'}
 local newest_ms = nil
 local exists = false
@@ -46,27 +31,18 @@ for lane = 1, 2 do
   if redis.call('EXISTS', stream) == 1 then
     exists = true
     while cursors[lane] ~= '>' do
-      local pending = read_group(stream, cursors[lane])
+      local pending = read_group(group, consumer, count, stream, cursors[lane])
       if #pending == 0 then
         cursors[lane] = '>'
       else
         cursors[lane] = pending[#pending][1]
-        -- Entries deleted from the stream (XDEL, a manual trim) cannot be
-        -- handled: acknowledge them so they do not hold the lane.
-        local live = {}
-        for _, entry in ipairs(pending) do
-          if entry[2] then
-            live[#live + 1] = entry
-          else
-            redis.call('XACK', stream, group, entry[1])
-          end
-        end
+        local live = live_entries(stream, group, pending)
         if #live > 0 then
           return {'entries', lane, live, 1, cursors[1], cursors[2]}
         end
       end
     end
-    local fresh = read_group(stream, '>')
+    local fresh = read_group(group, consumer, count, stream, '>')
     if #fresh > 0 then
       return {'entries', lane, fresh, 0, cursors[1], cursors[2]}
     end
