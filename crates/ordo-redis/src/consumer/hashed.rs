@@ -68,6 +68,9 @@ pub(super) struct Hashed<'w> {
     state: Mutex<State>,
     /// Rung when memory frees up for a reader that waits for it.
     room: Notify,
+    /// The names of an acknowledgement of each lane (primary, backfill),
+    /// built once; each key's closes its attempts in its own sequence.
+    acks: [Ack; 2],
 }
 
 /// What the owner keeps in memory.
@@ -193,11 +196,15 @@ fn key_of(entry: &StreamEntry) -> Arc<str> {
 
 impl<'w> Hashed<'w> {
     pub(super) fn new(worker: &'w Worker) -> Self {
+        let partition = &worker.unit.partitions[0];
+        let acks = [Lane::Primary, Lane::Backfill]
+            .map(|lane| Ack::new(&worker.lease, &worker.unit.group, partition, lane, &[]));
         Self {
             worker,
-            partition: &worker.unit.partitions[0],
+            partition,
             state: Mutex::default(),
             room: Notify::new(),
+            acks,
         }
     }
 
@@ -748,7 +755,8 @@ impl<'w> Hashed<'w> {
             state.acked += 1;
             state.acked.is_multiple_of(TRIM_EVERY)
         };
-        let names = Ack::new(&w.lease, &w.unit.group, self.partition, entry.lane(), &[])
+        let names = self.acks[lane_index(entry.lane())]
+            .clone()
             .closing_in(slot.sequence(&w.lease));
         w.ack(slot, &names, entry, trim).await.is_some()
     }
