@@ -609,3 +609,149 @@ fn ordo_as(
         ordo_in(&dir, &all, &[]).await
     }
 }
+
+/// The category with hashed partitions.
+const SHIPMENT: &str = "shipment";
+
+/// The aggregate of the hashed category `shipment`.
+#[derive(Debug, Aggregate)]
+pub struct Shipment;
+
+/// A shipment booked with a carrier; handled in order per carrier.
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Shipment)]
+pub struct ShipmentBooked {
+    /// The shipment's id.
+    #[aggregate_id]
+    pub shipment_id: String,
+    /// The carrier: the partition key.
+    pub carrier: String,
+}
+
+/// Records the shipments it handled per carrier; fails on poison.
+#[derive(Clone)]
+struct AclDispatcher {
+    handled: Arc<Mutex<Vec<(String, String)>>>,
+    poison: Poison,
+}
+
+#[event_handler(part_of = Shipment, sequential_by = "carrier")]
+impl AclDispatcher {
+    #[handle]
+    async fn on_booked(&self, event: &ShipmentBooked, _ctx: &HandlerContext) -> anyhow::Result<()> {
+        if self.poison.contains(&event.shipment_id) {
+            bail!("poison shipment {} cannot be dispatched", event.shipment_id);
+        }
+        self.handled
+            .lock()
+            .unwrap()
+            .push((event.carrier.clone(), event.shipment_id.clone()));
+        Ok(())
+    }
+}
+
+/// Hashed partitions under the same least-privilege rules: the publisher
+/// checks and records the category's partitioning and publishes; the
+/// worker reads ahead, reads skipped entries back, parks a poison key and
+/// runs its held messages once resolved; the reader lists the parked key
+/// and the operator inspects and retries it, then repartitions the drained
+/// category; nobody is refused anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hashed_partitions_work_under_the_documented_acl_rules() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    for role in AclRole::ALL {
+        redis.create_user_with_rules(
+            &format!("ordo-{}", role.name()),
+            PASSWORD,
+            &role.rules(&[SHIPMENT]),
+        )?;
+    }
+    let text = format!("{CONFIG}[categories.{SHIPMENT}]\npartitions = 4\n");
+    let config = Config::from_toml_str(&text)?;
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("domain.toml"), &text)?;
+    let dispatcher = AclDispatcher {
+        handled: Arc::default(),
+        poison: Poison::of(&["s-2"]),
+    };
+    let handled_of = |carrier: &str| -> Vec<String> {
+        dispatcher
+            .handled
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(c, _)| c == carrier)
+            .map(|(_, shipment)| shipment.clone())
+            .collect()
+    };
+    let domain = |role: AclRole| {
+        let (config, dispatcher, url) = (config.clone(), dispatcher.clone(), user_url(&redis, role));
+        async move {
+            let broker = RedisBroker::builder(url).config(config.clone()).build().await?;
+            anyhow::Ok(
+                Domain::builder()
+                    .aggregate::<Shipment>()
+                    .event_handler(dispatcher)
+                    .broker(broker)
+                    .config(config)
+                    .init()?,
+            )
+        }
+    };
+    let publisher = domain(AclRole::Publisher).await?;
+    let publishing = publisher.start_publisher();
+    let mut uow = publisher.unit_of_work();
+    // ups gets more than a key's queue holds, so the reader skips past it.
+    for n in 0..40 {
+        let carrier = match n {
+            1..=3 => "dhl",
+            n if n % 2 == 0 => "ups",
+            _ => "fedex",
+        };
+        uow.raise(ShipmentBooked {
+            shipment_id: format!("s-{n}"),
+            carrier: carrier.to_owned(),
+        })?;
+    }
+    uow.commit().await?;
+    let worker = domain(AclRole::Worker).await?;
+    let running = worker.start();
+    until(&redis, "dhl parked, the other carriers handled", || async {
+        Ok(handled_of("ups").len() == 19 && handled_of("fedex").len() == 18 && handled_of("dhl") == ["s-1"])
+    })
+    .await?;
+    assert_nothing_refused(&redis, "publishing and handling")?;
+
+    let reader = |args: Vec<&str>| ordo_as(&dir, &user_url(&redis, AclRole::Reader), args);
+    let operator = |args: Vec<&str>| ordo_as(&dir, &user_url(&redis, AclRole::Operator), args);
+    until(&redis, "dhl listed as parked", || async {
+        let status = reader(vec!["status", "--json"])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(status.code == 0 && status.json().map_err(|e| e.to_string())?["halted"][0]["parked"] == true)
+    })
+    .await?;
+    let inspected = operator(vec!["inspect", SHIPMENT, "dhl", "--json"])
+        .await?
+        .expect_code(0)?
+        .json()?;
+    let head = inspected["halt"]["head"]
+        .as_str()
+        .expect("a parked head")
+        .to_owned();
+    dispatcher.poison.cure(&["s-2"]);
+    operator(vec!["retry", SHIPMENT, "dhl", "--yes", "--expect-head", &head])
+        .await?
+        .expect_code(0)?;
+    until(&redis, "dhl's held shipments", || async {
+        Ok(handled_of("dhl") == ["s-1", "s-2", "s-3"])
+    })
+    .await?;
+    running.shutdown().await?;
+    operator(vec!["repartition", SHIPMENT, "--to", "8", "--yes"])
+        .await?
+        .expect_code(0)?;
+    publishing.shutdown().await?;
+    assert_nothing_refused(&redis, "the operator's commands")?;
+    Ok(())
+}

@@ -62,6 +62,11 @@ const DEDUP: &[&str] = &[
 /// position published to its scope.
 const POSITIONS: &[&str] = &["+get", "+set"];
 
+/// Checking (and, on first use, recording) how a category is partitioned:
+/// its record, and the category's index before hashed partitions are
+/// first recorded.
+const PARTITIONING: &[&str] = &["+get", "+set", "+smembers", "+sunion"];
+
 /// What a worker sends besides [`CONNECT`], [`SCRIPTS`] and the publishing
 /// groups: leases and their heartbeat, reads, acknowledgements, halts,
 /// retries, reaping, discovery, the instance set, plain consumer groups
@@ -71,7 +76,10 @@ const POSITIONS: &[&str] = &["+get", "+set"];
 /// `SUNSUBSCRIBE` when it must subscribe anew) and arms doorbells (an
 /// `XREVRANGE` per lane, then `SET`). `PING` and `CLIENT UNBLOCK`: a plain
 /// consumer's client checks its connection, and a shutdown interrupts its
-/// blocking `XREADGROUP` to quit (fred's `Blocking::Interrupt`).
+/// blocking `XREADGROUP` to quit (fred's `Blocking::Interrupt`). The owner
+/// of a hashed partition also reads skipped entries back (`XRANGE`), and
+/// parks keys: their records (`HKEYS`, `HMGET`, `HEXISTS`) and held
+/// messages (`XRANGE`, `XDEL`).
 const WORKER: &[&str] = &[
     "+ping",
     "+client|unblock",
@@ -87,6 +95,9 @@ const WORKER: &[&str] = &[
     "+hset",
     "+hdel",
     "+hincrby",
+    "+hkeys",
+    "+hmget",
+    "+hexists",
     "+sismember",
     "+srem",
     "+sunion",
@@ -95,6 +106,8 @@ const WORKER: &[&str] = &[
     "+xack",
     "+xpending",
     "+xtrim",
+    "+xrange",
+    "+xdel",
     "+xinfo|stream",
     "+xinfo|consumers",
     "+xclaim",
@@ -111,6 +124,7 @@ const WORKER: &[&str] = &[
 const READER: &[&str] = &[
     "+scan",
     "+get",
+    "+hget",
     "+hgetall",
     "+smembers",
     "+sunion",
@@ -123,10 +137,13 @@ const READER: &[&str] = &[
 ];
 
 /// What the operator's write commands (`skip`, `retry`, `dlq`, `dlq
-/// replay`, `dlq purge`) send besides [`READER`], [`SCRIPTS`] and
-/// [`PUBLISH`] (a replay is published without the deduplication window or
-/// a position): the resolve script, and `XDEL` for a purge.
-const OPERATOR: &[&str] = &["+del", "+hdel", "+srem", "+xack", "+xtrim", "+xdel"];
+/// replay`, `dlq purge`, `repartition`) send besides [`READER`],
+/// [`SCRIPTS`] and [`PUBLISH`] (a replay is published without the
+/// deduplication window or a position): the resolve scripts, `XDEL` for a
+/// purge, and recording a category's partitioning.
+const OPERATOR: &[&str] = &[
+    "+del", "+hdel", "+hlen", "+srem", "+xack", "+xtrim", "+xdel", "+set",
+];
 
 /// The keys of one category, `<category>` standing for its name (glob
 /// metacharacters escaped): the base stream of a plain category, the
@@ -206,9 +223,9 @@ impl AclRole {
     /// in order, without duplicates.
     pub fn commands(self) -> Vec<&'static str> {
         let groups: &[&[&str]] = match self {
-            AclRole::Worker => &[CONNECT, SCRIPTS, PUBLISH, DEDUP, WORKER],
-            AclRole::Publisher => &[CONNECT, SCRIPTS, PUBLISH, DEDUP, POSITIONS],
-            AclRole::Operator => &[CONNECT, READER, SCRIPTS, PUBLISH, OPERATOR],
+            AclRole::Worker => &[CONNECT, SCRIPTS, PUBLISH, DEDUP, PARTITIONING, WORKER],
+            AclRole::Publisher => &[CONNECT, SCRIPTS, PUBLISH, DEDUP, POSITIONS, PARTITIONING],
+            AclRole::Operator => &[CONNECT, READER, SCRIPTS, PUBLISH, PARTITIONING, OPERATOR],
             AclRole::Reader => &[CONNECT, READER],
         };
         let mut commands: Vec<&'static str> = Vec::new();

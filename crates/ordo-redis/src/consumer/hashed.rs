@@ -446,7 +446,9 @@ impl<'w> Hashed<'w> {
             if let Some(skipped) = &mut state.skipped[at] {
                 skipped.up_to = entry.id().to_owned();
                 skipped.pending |= pending;
-            } else if state.queue.len() >= KEY_QUEUE {
+            } else if state.queue.len() >= KEY_QUEUE || state.skipped.iter().any(Option::is_some) {
+                // Full, or behind skipped entries of the other lane (read
+                // back primary lane first, as a per-key partition reads).
                 state.skipped[at] = Some(Skipped {
                     after: id_before(entry.id()),
                     up_to: entry.id().to_owned(),
