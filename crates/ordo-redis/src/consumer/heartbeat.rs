@@ -137,6 +137,8 @@ async fn beat(
                         warn!(event = ordo_core::log_events::LEASE_LOST, lease = %key, "lease lost; stopping its worker");
                     }
                 }
+                // The lost ones are out of the table: this touches the others.
+                leases.renewed(&held, started + ttl);
             }
             Err(error) if must_give_up(started.duration_since(renewed), timing) => {
                 renewals.failed(&error);

@@ -30,7 +30,7 @@ pub(crate) mod worker;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ordo_core::backoff::Backoff;
 use ordo_core::broker::Subscription;
@@ -101,18 +101,45 @@ pub(crate) struct LeaseTable(Arc<Mutex<HashMap<String, Held>>>);
 struct Held {
     value: String,
     kill: CancellationToken,
+    /// The lease is valid at least until then (its acquisition, or the
+    /// last renewal that included it, started a TTL before).
+    valid_until: Instant,
 }
 
 impl LeaseTable {
-    /// Renews `key` while it holds `value`; `kill` stops its worker.
-    pub(crate) fn insert(&self, key: &str, value: &str, kill: CancellationToken) {
+    /// Renews `key` while it holds `value`, valid at least until
+    /// `valid_until`; `kill` stops its worker.
+    pub(crate) fn insert(&self, key: &str, value: &str, kill: CancellationToken, valid_until: Instant) {
         self.lock().insert(
             key.to_owned(),
             Held {
                 value: value.to_owned(),
                 kill,
+                valid_until,
             },
         );
+    }
+
+    /// Records that `renewed` (a snapshot's leases, less the ones lost)
+    /// are valid at least until `until`.
+    pub(crate) fn renewed(&self, renewed: &[(String, String)], until: Instant) {
+        let mut table = self.lock();
+        for (key, value) in renewed {
+            if let Some(held) = table.get_mut(key)
+                && held.value == *value
+            {
+                held.valid_until = held.valid_until.max(until);
+            }
+        }
+    }
+
+    /// Until when `key`, held as `value`, is surely valid (`None` when it
+    /// is not held, or not as `value`, any more).
+    pub(crate) fn valid_until(&self, key: &str, value: &str) -> Option<Instant> {
+        self.lock()
+            .get(key)
+            .filter(|held| held.value == value)
+            .map(|held| held.valid_until)
     }
 
     /// Removes `key` if it still maps to `value`; returns whether it did.

@@ -375,6 +375,8 @@ impl Supervisor {
         balance::preference_order(&mut candidates, self.shared.instance(), |u| u.id.as_str());
         candidates.truncate(MAX_CANDIDATES);
         let keys: Vec<_> = candidates.iter().map(|u| u.lease.clone()).collect();
+        // The leases are valid at least a TTL after the call started.
+        let valid_until = std::time::Instant::now() + self.shared.settings.lease_ttl;
         let leases = self.shared.partitions.acquire_many(&keys, limit).await?;
         let acquired: Vec<_> = candidates
             .into_iter()
@@ -382,18 +384,24 @@ impl Supervisor {
             .filter_map(|(unit, lease)| lease.map(|lease| (unit.clone(), lease)))
             .collect();
         for (unit, lease) in acquired {
-            self.start_worker(plan, unit, lease);
+            self.start_worker(plan, unit, lease, valid_until);
         }
         Ok(())
     }
 
-    fn start_worker(&mut self, plan: usize, unit: Unit, lease: crate::lease::Lease) {
+    fn start_worker(
+        &mut self,
+        plan: usize,
+        unit: Unit,
+        lease: crate::lease::Lease,
+        valid_until: std::time::Instant,
+    ) {
         info!(event = ordo_core::log_events::LEASE_ACQUIRED, group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
         metrics::lease_acquired(&unit);
         let control = Control::default();
         self.shared
             .leases
-            .insert(lease.key(), lease.value(), control.kill.clone());
+            .insert(lease.key(), lease.value(), control.kill.clone(), valid_until);
         self.next_watcher += 1;
         self.workers.insert(
             lease.key().to_owned(),

@@ -630,6 +630,9 @@ impl Worker {
                 Err(stopped) => return stopped,
             }
         }
+        if let Some(stopped) = self.confirm_lease().await {
+            return stopped;
+        }
         let mut last_error = format!("{failed} attempts failed before this owner (see the earlier logs)");
         while failed < attempts {
             let attempt = failed + 1;
@@ -695,6 +698,37 @@ impl Worker {
             info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost after a failed attempt; not retrying");
             Handled::Lost
         })
+    }
+
+    /// Makes sure the lease is still held before a message starts: when the
+    /// heartbeat renewed it recently enough that it is valid for another
+    /// heartbeat interval, at once; otherwise (the process was stalled, or
+    /// renewals are failing) by asking Redis. A message read ahead before a
+    /// stall is then never started by an owner whose lease lapsed meanwhile:
+    /// after a failover only the message in flight runs again. `Some` when
+    /// the message must not start here.
+    async fn confirm_lease(&self) -> Option<Handled> {
+        let margin = self.shared.settings.heartbeat_interval;
+        let valid_until = self
+            .shared
+            .leases
+            .valid_until(self.lease.key(), self.lease.value());
+        if valid_until.is_some_and(|until| Instant::now() + margin < until) {
+            return None;
+        }
+        match self
+            .until_answered("confirming the lease before a message", true, || {
+                self.shared.partitions.check(&self.lease)
+            })
+            .await
+        {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => {
+                info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost before a message; not starting it");
+                Some(Handled::Lost)
+            }
+            Err(stopped) => Some(stopped),
+        }
     }
 
     /// Waits out the backoff after `failed` failed attempts, then confirms
