@@ -630,31 +630,28 @@ impl Worker {
                 Err(stopped) => return stopped,
             }
         }
-        if let Some(stopped) = self.confirm_lease().await {
-            return stopped;
-        }
         let mut last_error = format!("{failed} attempts failed before this owner (see the earlier logs)");
         while failed < attempts {
             let attempt = failed + 1;
             let sequence = self.next_attempt();
             match self.invoke(slot, &envelope, attempt, sequence, partition).await {
-                Some(Ok(())) => {
+                Ok(Ok(())) => {
                     metrics::handled(&self.unit, partition.category());
                     return Handled::Done;
                 }
                 // The handler's fenced commit was refused: another instance
                 // owns the partition now and may be running this very
                 // message. Retrying (or halting) would be a stale owner's act.
-                Some(Err(error)) if fenced_by(&*error, &self.lease) => {
+                Ok(Err(error)) if fenced_by(&*error, &self.lease) => {
                     info!(event = ordo_core::log_events::LEASE_LOST, id = entry.id(), attempt, error = %error_chain(&*error), "lease lost during the handler; not retrying");
                     return Handled::Lost;
                 }
-                Some(Err(error)) => {
+                Ok(Err(error)) => {
                     metrics::failed(&self.unit, partition.category());
                     last_error = error_chain(&*error);
                     warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, error = %last_error, "handler failed");
                 }
-                None => return Handled::Lost,
+                Err(stopped) => return stopped,
             }
             slot.had_failures.store(true, Ordering::SeqCst);
             failed = match self.attempt_failed(slot, partition, entry, sequence).await {
@@ -758,8 +755,10 @@ impl Worker {
     }
 
     /// Runs the handler once through the shared attempt runner (its own
-    /// task: a panic is a failure; a kill aborts it). `None` when the lease
-    /// was lost meanwhile.
+    /// task: a panic is a failure; a kill aborts it), once it has its
+    /// permits and the lease is confirmed. `Err` when it must not run or
+    /// finish here: the lease was lost meanwhile, or the worker was asked
+    /// to stop while confirming the lease.
     async fn invoke(
         &self,
         slot: &Slot,
@@ -767,7 +766,7 @@ impl Worker {
         attempt: u32,
         sequence: u64,
         partition: &PartitionKeys,
-    ) -> Option<Result<(), HandlerError>> {
+    ) -> Result<Result<(), HandlerError>, Handled> {
         let ctx = HandlerContext::new(envelope)
             .with_attempt(attempt)
             .with_fencing_token(self.lease.token())
@@ -782,12 +781,17 @@ impl Worker {
         // waiting for it holds none of the process-wide permits.
         let own = tokio::select! {
             own = self.subscription.settings.acquire() => own,
-            () = self.control.kill.cancelled() => return None,
+            () = self.control.kill.cancelled() => return Err(Handled::Lost),
         };
         let permit = tokio::select! {
             permit = self.shared.handler_permits.clone().acquire_owned() => permit.ok(),
-            () = self.control.kill.cancelled() => return None,
+            () = self.control.kill.cancelled() => return Err(Handled::Lost),
         };
+        // Waiting for the permits may have taken a while, or the process
+        // may have been stalled: never start on a lease that may have lapsed.
+        if let Some(stopped) = self.confirm_lease().await {
+            return Err(stopped);
+        }
         let permit = (permit, own);
         let started = Instant::now();
         // An abort ends a run at its next await; a run in blocking code goes
@@ -801,15 +805,15 @@ impl Worker {
             .await;
         metrics::handler_duration(&self.unit, partition.category(), started.elapsed());
         match outcome {
-            Outcome::Succeeded => Some(Ok(())),
-            Outcome::Failed(failure) => Some(Err(failure.into_error())),
+            Outcome::Succeeded => Ok(Ok(())),
+            Outcome::Failed(failure) => Ok(Err(failure.into_error())),
             Outcome::Cancelled(cancelled) => {
                 if !cancelled.ended() {
                     self.unfinished.store(true, Ordering::SeqCst);
                 }
-                None
+                Err(Handled::Lost)
             }
-            _ => None,
+            _ => Err(Handled::Lost),
         }
     }
 
