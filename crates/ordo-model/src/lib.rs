@@ -15,8 +15,12 @@ use std::time::{Duration, Instant};
 
 use stateright::{Checker, Model};
 
+pub mod hashed;
 pub mod protocol;
 
+pub use hashed::{
+    HASHED_BY_DESIGN, Hashed, HashedConfig, HashedMutant, HashedReport, HashedViolation, check_hashed,
+};
 pub use protocol::{Action, Protocol, State};
 
 /// What is explored: instances × messages × faults.
