@@ -64,6 +64,10 @@ pub struct HashedConfig {
     pub crashes: u8,
     /// SIGSTOPs past the TTL.
     pub stalls: u8,
+    /// Handler runs that fail for good (poison messages: the key parks).
+    pub poisons: u8,
+    /// Operator decisions on a parked key (retry or skip the head seen).
+    pub resolutions: u8,
 }
 
 impl HashedConfig {
@@ -77,6 +81,8 @@ impl HashedConfig {
         queue: 0,
         crashes: 0,
         stalls: 1,
+        poisons: 0,
+        resolutions: 0,
     };
 
     /// [`HashedConfig::FULL`] with 3 messages (A0 B0 A1): the test suite's.
@@ -87,6 +93,8 @@ impl HashedConfig {
         queue: 0,
         crashes: 0,
         stalls: 1,
+        poisons: 0,
+        resolutions: 0,
     };
 
     /// An owner killed and restarted with a new nonce.
@@ -97,6 +105,24 @@ impl HashedConfig {
         queue: 0,
         crashes: 1,
         stalls: 0,
+        poisons: 0,
+        resolutions: 0,
+    };
+
+    /// A poison message parks its key: the key's messages are held aside,
+    /// the other key flows, an operator retries or skips the head it saw,
+    /// and the key's held messages run first; with a stall past the TTL
+    /// (one instance: it takes the partition over from itself, under a new
+    /// token, reading the parked keys and the pending list again).
+    pub const PARK: Self = Self {
+        instances: 1,
+        keys: 2,
+        messages: 3,
+        queue: 0,
+        crashes: 0,
+        stalls: 1,
+        poisons: 1,
+        resolutions: 1,
     };
 
     /// A queue of one entry per key: the reader skips past a saturated key
@@ -108,14 +134,33 @@ impl HashedConfig {
         queue: 1,
         crashes: 0,
         stalls: 1,
+        poisons: 0,
+        resolutions: 0,
     };
 
     /// The configurations `ordo-model hashed --config NAME` knows.
-    pub const NAMED: [(&'static str, Self); 4] = [
+    pub const NAMED: [(&'static str, Self); 7] = [
         ("full", Self::FULL),
         ("stall", Self::STALL),
         ("crash", Self::CRASH),
         ("skip", Self::SKIP),
+        ("park", Self::PARK),
+        (
+            "park-crash",
+            Self {
+                instances: 2,
+                crashes: 1,
+                stalls: 0,
+                ..Self::PARK
+            },
+        ),
+        (
+            "park-stall",
+            Self {
+                instances: 2,
+                ..Self::PARK
+            },
+        ),
     ];
 
     /// The configuration called `name` in [`HashedConfig::NAMED`].
@@ -130,6 +175,10 @@ impl HashedConfig {
     pub fn exposing(mutant: HashedMutant) -> Self {
         match mutant {
             HashedMutant::KeyNextBeforeAck | HashedMutant::TakeoverSkipsPending => Self::STALL,
+            HashedMutant::ResolvedKeySkipsHeld => Self {
+                stalls: 0,
+                ..Self::PARK
+            },
             HashedMutant::LeaseWithoutNonce => Self {
                 stalls: 0,
                 ..Self::STALL
@@ -160,7 +209,7 @@ impl fmt::Display for HashedConfig {
         write!(
             f,
             "{} instances × {} messages of {} keys, interleaved in one stream, key queue {} × faults \
-             (crashes {}, stalls {}) with commands delivered in any order",
+             (crashes {}, stalls {}, poison messages {}, operator decisions {}) with commands delivered in any order",
             self.instances,
             self.messages,
             self.keys,
@@ -170,7 +219,9 @@ impl fmt::Display for HashedConfig {
                 self.queue.to_string()
             },
             self.crashes,
-            self.stalls
+            self.stalls,
+            self.poisons,
+            self.resolutions
         )
     }
 }
@@ -190,15 +241,18 @@ pub enum HashedMutant {
     /// A lease is adopted by instance id alone, without the process's nonce
     /// (two processes share an instance id in a rolling deploy).
     LeaseWithoutNonce,
+    /// A resolved key flows again at once, before its held messages ran.
+    ResolvedKeySkipsHeld,
 }
 
 impl HashedMutant {
     /// Every mutant.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
         Self::KeyNextBeforeAck,
         Self::TakeoverSkipsPending,
         Self::RefillForgetsLateSkips,
         Self::LeaseWithoutNonce,
+        Self::ResolvedKeySkipsHeld,
     ];
 
     /// The mutant's name on the command line.
@@ -208,6 +262,7 @@ impl HashedMutant {
             Self::TakeoverSkipsPending => "takeover-skips-pending",
             Self::RefillForgetsLateSkips => "refill-forgets-late-skips",
             Self::LeaseWithoutNonce => "lease-without-nonce",
+            Self::ResolvedKeySkipsHeld => "resolved-key-skips-held",
         }
     }
 }
@@ -250,8 +305,10 @@ impl FromStr for HashedMutant {
 /// Which part of an owner sends a command: its reader, or the run of a key.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Part {
-    /// The process's worker before it owns the partition (acquire).
+    /// The process's worker: acquire, then read which keys are parked.
     Worker,
+    /// The heartbeat (its renewal of a lease that moved on fails).
+    Heartbeat,
     /// The reader (`read_hashed.lua`).
     Reader,
     /// The run of key `k`.
@@ -298,16 +355,77 @@ pub enum Op {
         /// The last position to look at.
         to: u8,
     },
+    /// What a new owner reads first: the parked keys, and those holding
+    /// messages aside (`parking`, a plain read).
+    Parking,
+    /// Park `key` on the poison message `msg` (`park.lua`): move it to the
+    /// key's held stream and acknowledge it in the lane, unless `held`
+    /// (it is the held head, failing again).
+    Park {
+        /// The lease.
+        lease: LeaseValue,
+        /// The key.
+        key: u8,
+        /// The message that failed every attempt.
+        msg: u8,
+        /// Whether it is held already.
+        held: bool,
+    },
+    /// Move `key`'s messages `msgs` (a bit each, in stream order) behind
+    /// what it holds, acknowledging them in the lane (`hold.lua`).
+    Hold {
+        /// The lease.
+        lease: LeaseValue,
+        /// The key.
+        key: u8,
+        /// The messages.
+        msgs: u8,
+    },
+    /// The next held message of a resolved key, or the end of its holding
+    /// (`held.lua`).
+    HeldNext {
+        /// The lease.
+        lease: LeaseValue,
+        /// The key.
+        key: u8,
+    },
+    /// The acknowledgement of a handled held message (`ack_held.lua`).
+    AckHeld {
+        /// The lease.
+        lease: LeaseValue,
+        /// The key.
+        key: u8,
+        /// The message.
+        msg: u8,
+    },
+    /// Whether `key` is still parked (the owner's poll, a plain read).
+    StillParked {
+        /// The key.
+        key: u8,
+    },
+    /// An operator's decision on parked `key` (`resolve_parked.lua`).
+    Resolve {
+        /// The key.
+        key: u8,
+        /// The held head the operator saw.
+        seen: u8,
+        /// Skip the head (otherwise retry it).
+        skip: bool,
+    },
 }
 
 impl Op {
     fn lease(self) -> Option<LeaseValue> {
         match self {
-            Self::Acquire => None,
+            Self::Acquire | Self::Parking | Self::StillParked { .. } | Self::Resolve { .. } => None,
             Self::Read { lease, .. }
             | Self::Commit { lease, .. }
             | Self::Ack { lease, .. }
-            | Self::Refill { lease, .. } => Some(lease),
+            | Self::Refill { lease, .. }
+            | Self::Park { lease, .. }
+            | Self::Hold { lease, .. }
+            | Self::HeldNext { lease, .. }
+            | Self::AckHeld { lease, .. } => Some(lease),
         }
     }
 }
@@ -349,6 +467,21 @@ pub enum Reply {
         /// The next position to look at, when a queue's worth was found.
         next: Option<u8>,
     },
+    /// The parked keys and the keys holding messages (a bit per key).
+    Parking {
+        /// Parked keys.
+        parked: u8,
+        /// Keys holding messages aside (parked, or resolved and not drained).
+        holding: u8,
+    },
+    /// The next held message of a resolved key.
+    Held(u8),
+    /// The key is parked (not resolved, or parked again).
+    Parked,
+    /// The key holds nothing more: it flows again.
+    Drained,
+    /// Whether the key is still parked.
+    StillParked(bool),
     /// Done.
     Ok,
 }
@@ -375,6 +508,21 @@ pub struct Key {
     pub running: Option<u8>,
     /// The key's command.
     pub call: Call,
+    /// How the key's messages are handled.
+    pub mode: Mode,
+    /// The held message `held.lua` answered, to run next.
+    pub held_next: Option<u8>,
+}
+
+/// How a key's messages are handled.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Mode {
+    /// Run as they come.
+    Flowing,
+    /// Parked on a poison message: held aside until an operator resolves it.
+    Parked,
+    /// Resolved: its held messages run first.
+    Holding,
 }
 
 impl Key {
@@ -384,11 +532,13 @@ impl Key {
             skipped: None,
             running: None,
             call: Call::None,
+            mode: Mode::Flowing,
+            held_next: None,
         }
     }
 
     fn busy(&self) -> bool {
-        self.running.is_some() || self.call != Call::None
+        self.running.is_some() || self.call != Call::None || self.held_next.is_some()
     }
 }
 
@@ -399,6 +549,10 @@ pub struct Owner {
     pub lease: LeaseValue,
     /// A command was fenced: nothing new starts, the runs in progress end.
     pub lost: bool,
+    /// The parked keys are read: the reader and the keys may start.
+    pub ready: bool,
+    /// The worker's command (reading the parked keys).
+    pub setup: Call,
     /// The reader's cursor.
     pub cursor: Option<u8>,
     /// The reader's command.
@@ -457,8 +611,30 @@ pub struct HashedState {
     pub published: u8,
     /// Entries delivered to the group (a prefix of the stream).
     pub delivered: u8,
-    /// Acknowledged entries (bit per message).
+    /// Entries acknowledged in the lane (bit per message): handled, or
+    /// moved to their key's held stream.
     pub acked: u8,
+    /// Handled messages: acknowledged after their run (in the lane or in
+    /// the held stream), or skipped by an operator.
+    pub done: u8,
+    /// Messages an operator skipped.
+    pub skipped: u8,
+    /// Parked keys (a bit per key).
+    pub parked: u8,
+    /// Keys holding messages aside (a bit per key).
+    pub holding: u8,
+    /// Each key's held stream, in order.
+    pub held: Vec<Vec<u8>>,
+    /// Poison messages left.
+    pub poisons: u8,
+    /// Operator decisions left.
+    pub resolutions: u8,
+    /// An effect of a parked key landed (a history variable).
+    pub progress_while_parked: bool,
+    /// Operator retries that landed, per key (a history variable: each
+    /// runs the key's head again).
+    pub retried: Vec<u8>,
+
     /// Committed effects, message numbers in the order they landed.
     pub effects: Vec<u8>,
     /// Commands in flight, in no particular order.
@@ -500,6 +676,17 @@ pub enum Action {
     Stall(usize),
     /// SIGCONT of process `p`.
     Resume(usize),
+    /// The handler of process `p`'s key `k` fails for good on the message it
+    /// would run next: the worker parks the key.
+    Fail(usize, u8),
+    /// An operator resolves parked key `key`, naming the head it sees:
+    /// skip it, or retry it.
+    Resolve {
+        /// The key.
+        key: u8,
+        /// Skip (otherwise retry).
+        skip: bool,
+    },
 }
 
 impl fmt::Display for Action {
@@ -529,6 +716,12 @@ pub struct Hashed {
 pub const HASHED_BY_DESIGN: [&str; 1] = [STALE_START];
 
 const STALE_START: &str = "a stale owner starts no run";
+
+/// The operator's identity on the network (its replies go nowhere).
+const OPERATOR: Identity = Identity {
+    instance: u8::MAX,
+    nonce: 0,
+};
 
 impl Hashed {
     fn has(&self, mutant: HashedMutant) -> bool {
@@ -561,36 +754,54 @@ impl Hashed {
                     l.holder == process.id
                         || self.has(HashedMutant::LeaseWithoutNonce)
                             && l.holder.instance == process.id.instance
-                }) && (0..state.published).any(|m| state.acked & Self::bit(m) == 0)
+                }) && (0..state.published).any(|m| state.done & Self::bit(m) == 0)
             }
+            (Work::Owner(owner), Part::Worker) => !owner.lost && !owner.ready && owner.setup == Call::None,
             // The heartbeat: a renewal of a lease that moved on fails, and
             // the owner stops.
-            (Work::Owner(owner), Part::Worker) => !owner.lost && state.lease != Some(owner.lease),
+            (Work::Owner(owner), Part::Heartbeat) => !owner.lost && state.lease != Some(owner.lease),
             // Abstraction of the waker: the reader reads when it has pending
             // entries to go through, or something new was appended.
             (Work::Owner(owner), Part::Reader) => {
-                !owner.lost
+                owner.ready
+                    && !owner.lost
                     && owner.reader == Call::None
                     && (owner.cursor.is_some() || state.delivered < state.published)
             }
             (Work::Owner(owner), Part::Key(k)) => {
                 let key = &owner.keys[usize::from(k)];
-                !owner.lost && !key.busy() && (!key.queue.is_empty() || key.skipped.is_some())
+                // A held message `held.lua` answered runs at once (the
+                // worker checks nothing in between); anything else waits
+                // while the lease is known to be lost.
+                owner.ready
+                    && key.running.is_none()
+                    && key.call == Call::None
+                    && (key.held_next.is_some()
+                        || !owner.lost && !key.queue.is_empty()
+                        || !owner.lost && key.skipped.is_some()
+                        || !owner.lost && key.mode == Mode::Holding
+                        // Abstraction of the poll: the owner asks whether a
+                        // parked key is still parked once an operator
+                        // resolved it.
+                        || !owner.lost && key.mode == Mode::Parked && state.parked & Self::bit(k) == 0)
             }
             _ => false,
         }
     }
 
     fn step(&self, state: &mut HashedState, p: usize, part: Part) {
-        let acked = state.acked;
         let process = &mut state.processes[p];
         let id = process.id;
         let orphaned = process.orphaned;
+        let mut started = None;
         match (&mut process.work, part) {
             (Work::Idle, Part::Worker) => {
                 process.work = Work::Acquiring(Self::send(&mut state.network, id, Part::Worker, Op::Acquire));
             }
             (Work::Owner(owner), Part::Worker) => {
+                owner.setup = Self::send(&mut state.network, id, part, Op::Parking);
+            }
+            (Work::Owner(owner), Part::Heartbeat) => {
                 owner.lost = true;
                 Self::settle(process);
             }
@@ -604,34 +815,54 @@ impl Hashed {
             (Work::Owner(owner), Part::Key(k)) => {
                 let lease = owner.lease;
                 let key = &mut owner.keys[usize::from(k)];
-                if key.queue.is_empty() {
-                    let Some((from, to)) = key.skipped else { return };
-                    let op = Op::Refill {
+                let op = if let Some(msg) = key.held_next.take() {
+                    // A resolved key's held message runs.
+                    started = Some(msg);
+                    Op::Commit { lease, msg }
+                } else if !key.queue.is_empty() && key.mode == Mode::Flowing {
+                    // A run starts: the handler runs, then commits under the fence.
+                    let msg = key.queue.remove(0);
+                    started = Some(msg);
+                    Op::Commit { lease, msg }
+                } else if !key.queue.is_empty() {
+                    // Parked, or resolved and holding: behind what it holds.
+                    let msgs = key.queue.drain(..).fold(0, |msgs, msg| msgs | Self::bit(msg));
+                    Op::Hold { lease, key: k, msgs }
+                } else if let Some((from, to)) = key.skipped {
+                    Op::Refill {
                         lease,
                         key: k,
                         from,
                         to,
-                    };
-                    key.call = Self::send(&mut state.network, id, part, op);
-                    return;
-                }
-                // A run starts: the handler runs, then commits under the fence.
-                let msg = key.queue.remove(0);
-                key.running = Some(msg);
-                key.call = Self::send(&mut state.network, id, part, Op::Commit { lease, msg });
-                let run = &mut state.runs[usize::from(msg)];
-                *run = run.saturating_add(1);
-                if orphaned {
-                    state.stale_start = true;
-                } else {
-                    let head =
-                        acked & Self::bit(msg) == 0 && self.earlier(msg).all(|m| acked & Self::bit(m) != 0);
-                    if !head {
-                        state.run_off_head = true;
                     }
-                }
+                } else if key.mode == Mode::Holding {
+                    Op::HeldNext { lease, key: k }
+                } else {
+                    Op::StillParked { key: k }
+                };
+                key.running = started;
+                key.call = Self::send(&mut state.network, id, part, op);
             }
             _ => {}
+        }
+        if let Some(msg) = started {
+            self.start_run(state, orphaned, msg);
+        }
+    }
+
+    /// The bookkeeping of a run's start: how many times the message ran,
+    /// and whether it is its key's unacknowledged head.
+    fn start_run(&self, state: &mut HashedState, orphaned: bool, msg: u8) {
+        let run = &mut state.runs[usize::from(msg)];
+        *run = run.saturating_add(1);
+        if orphaned {
+            state.stale_start = true;
+        } else {
+            let done = state.done;
+            let head = done & Self::bit(msg) == 0 && self.earlier(msg).all(|m| done & Self::bit(m) != 0);
+            if !head {
+                state.run_off_head = true;
+            }
         }
     }
 
@@ -682,11 +913,70 @@ impl Hashed {
                 }
             }
             Op::Commit { msg, .. } => {
+                if state.parked & Self::bit(self.config.key_of(msg)) != 0 {
+                    state.progress_while_parked = true;
+                }
                 state.effects.push(msg);
                 Reply::Ok
             }
             Op::Ack { msg, .. } => {
                 state.acked |= Self::bit(msg);
+                state.done |= Self::bit(msg);
+                Reply::Ok
+            }
+            Op::Parking => Reply::Parking {
+                parked: state.parked,
+                holding: state.holding,
+            },
+            Op::Park { key, msg, held, .. } => {
+                if !held {
+                    state.held[usize::from(key)].push(msg);
+                    state.acked |= Self::bit(msg);
+                }
+                state.parked |= Self::bit(key);
+                state.holding |= Self::bit(key);
+                Reply::Ok
+            }
+            Op::Hold { key, msgs, .. } => {
+                for msg in (0..8).filter(|m| msgs & Self::bit(*m) != 0) {
+                    state.held[usize::from(key)].push(msg);
+                    state.acked |= Self::bit(msg);
+                }
+                Reply::Ok
+            }
+            Op::HeldNext { key, .. } => {
+                if state.parked & Self::bit(key) != 0 {
+                    return Reply::Parked;
+                }
+                match state.held[usize::from(key)].first() {
+                    Some(msg) => Reply::Held(*msg),
+                    None => {
+                        state.holding &= !Self::bit(key);
+                        Reply::Drained
+                    }
+                }
+            }
+            Op::AckHeld { key, msg, .. } => {
+                // XDEL of the held id: a no-op when it is gone already.
+                state.held[usize::from(key)].retain(|m| *m != msg);
+                state.done |= Self::bit(msg);
+                Reply::Ok
+            }
+            Op::StillParked { key } => Reply::StillParked(state.parked & Self::bit(key) != 0),
+            Op::Resolve { key, seen, skip } => {
+                let held = &mut state.held[usize::from(key)];
+                // `head_changed` (or `not_halted`): the decision lands on nothing.
+                if state.parked & Self::bit(key) == 0 || held.first() != Some(&seen) {
+                    return Reply::Ok;
+                }
+                if skip {
+                    held.remove(0);
+                    state.skipped |= Self::bit(seen);
+                    state.done |= Self::bit(seen);
+                } else {
+                    state.retried[usize::from(key)] += 1;
+                }
+                state.parked &= !Self::bit(key);
                 Reply::Ok
             }
             Op::Refill { key, from, to, .. } => {
@@ -744,10 +1034,34 @@ impl Hashed {
                             },
                             reader: Call::None,
                             keys: (0..self.config.keys).map(|_| Key::new()).collect(),
+                            // With no poison message, nothing is ever parked:
+                            // the read of the parked keys is left out.
+                            ready: self.config.poisons == 0,
+                            setup: Call::None,
                         })
                     }
                     _ => Work::Idle,
                 };
+            }
+            (Work::Owner(owner), Part::Worker) => {
+                let Call::Answered(_, reply) = owner.setup else {
+                    return;
+                };
+                owner.setup = Call::None;
+                match reply {
+                    Reply::Parking { parked, holding } => {
+                        for (k, key) in owner.keys.iter_mut().enumerate() {
+                            let bit = Self::bit(k as u8);
+                            if parked & bit != 0 {
+                                key.mode = Mode::Parked;
+                            } else if holding & bit != 0 {
+                                key.mode = Mode::Holding;
+                            }
+                        }
+                        owner.ready = true;
+                    }
+                    _ => owner.lost = true,
+                }
             }
             (Work::Owner(owner), Part::Reader) => {
                 let Call::Answered(_, reply) = owner.reader else {
@@ -771,6 +1085,11 @@ impl Hashed {
                 };
                 key.call = Call::None;
                 match (op, reply) {
+                    // A held message's run is acknowledged in the held stream.
+                    (Op::Commit { msg, .. }, Reply::Ok) if key.mode == Mode::Holding => {
+                        let ack = Op::AckHeld { lease, key: k, msg };
+                        key.call = Self::send(&mut state.network, id, part, ack);
+                    }
                     (Op::Commit { msg, .. }, Reply::Ok) => {
                         let ack = Op::Ack { lease, msg };
                         if self.has(HashedMutant::KeyNextBeforeAck) {
@@ -785,7 +1104,22 @@ impl Hashed {
                             key.call = Self::send(&mut state.network, id, part, ack);
                         }
                     }
-                    (Op::Ack { .. }, Reply::Ok) => key.running = None,
+                    (Op::Ack { .. } | Op::AckHeld { .. }, Reply::Ok) => key.running = None,
+                    (Op::Park { .. }, Reply::Ok) => {
+                        key.running = None;
+                        key.mode = Mode::Parked;
+                    }
+                    (Op::Hold { .. }, Reply::Ok) | (Op::StillParked { .. }, Reply::StillParked(true)) => {}
+                    (Op::HeldNext { .. }, Reply::Held(msg)) => key.held_next = Some(msg),
+                    (Op::HeldNext { .. }, Reply::Parked) => key.mode = Mode::Parked,
+                    (Op::HeldNext { .. }, Reply::Drained) => key.mode = Mode::Flowing,
+                    (Op::StillParked { .. }, Reply::StillParked(false)) => {
+                        key.mode = if self.has(HashedMutant::ResolvedKeySkipsHeld) {
+                            Mode::Flowing
+                        } else {
+                            Mode::Holding
+                        };
+                    }
                     (Op::Refill { to, .. }, Reply::Refilled { found, next }) => {
                         key.queue.extend((0..8).filter(|m| found & Self::bit(*m) != 0));
                         if let Some((from, now_to)) = &mut key.skipped {
@@ -867,6 +1201,15 @@ impl Model for Hashed {
             published: 0,
             delivered: 0,
             acked: 0,
+            done: 0,
+            skipped: 0,
+            parked: 0,
+            holding: 0,
+            held: vec![Vec::new(); usize::from(self.config.keys)],
+            poisons: self.config.poisons,
+            resolutions: self.config.resolutions,
+            progress_while_parked: false,
+            retried: vec![0; usize::from(self.config.keys)],
             effects: Vec::new(),
             network: BTreeSet::new(),
             processes,
@@ -888,6 +1231,12 @@ impl Model for Hashed {
         if Self::may_expire(state) {
             actions.push(Action::Expire);
         }
+        if state.resolutions > 0 {
+            for key in (0..self.config.keys).filter(|k| state.parked & Self::bit(*k) != 0) {
+                actions.push(Action::Resolve { key, skip: true });
+                actions.push(Action::Resolve { key, skip: false });
+            }
+        }
         for (p, process) in state.processes.iter().enumerate() {
             if !process.up {
                 actions.push(Action::Restart(p));
@@ -897,8 +1246,8 @@ impl Model for Hashed {
                 actions.push(Action::Resume(p));
                 continue;
             }
-            let parts = std::iter::once(Part::Worker)
-                .chain(std::iter::once(Part::Reader))
+            let parts = [Part::Worker, Part::Heartbeat, Part::Reader]
+                .into_iter()
                 .chain((0..self.config.keys).map(Part::Key));
             for part in parts {
                 if self.may_step(state, p, part) {
@@ -906,6 +1255,7 @@ impl Model for Hashed {
                 }
                 let answered = match (&process.work, part) {
                     (Work::Acquiring(call), Part::Worker) => matches!(call, Call::Answered(..)),
+                    (Work::Owner(owner), Part::Worker) => matches!(owner.setup, Call::Answered(..)),
                     (Work::Owner(owner), Part::Reader) => matches!(owner.reader, Call::Answered(..)),
                     (Work::Owner(owner), Part::Key(k)) => {
                         matches!(owner.keys[usize::from(k)].call, Call::Answered(..))
@@ -921,6 +1271,18 @@ impl Model for Hashed {
             }
             if state.stalls > 0 {
                 actions.push(Action::Stall(p));
+            }
+            if state.poisons > 0
+                && let Work::Owner(owner) = &process.work
+                && owner.ready
+            {
+                for (k, key) in owner.keys.iter().enumerate() {
+                    let next = key.held_next.is_some()
+                        || !owner.lost && key.mode == Mode::Flowing && !key.queue.is_empty();
+                    if next && key.running.is_none() && key.call == Call::None {
+                        actions.push(Action::Fail(p, k as u8));
+                    }
+                }
             }
         }
     }
@@ -944,6 +1306,7 @@ impl Model for Hashed {
                 let live = process.live();
                 let call = match (&mut process.work, command.part) {
                     (Work::Acquiring(call), Part::Worker) => Some(call),
+                    (Work::Owner(owner), Part::Worker) => Some(&mut owner.setup),
                     (Work::Owner(owner), Part::Reader) => Some(&mut owner.reader),
                     (Work::Owner(owner), Part::Key(k)) => Some(&mut owner.keys[usize::from(k)].call),
                     _ => None,
@@ -989,6 +1352,40 @@ impl Model for Hashed {
                 state.processes[p].stalled = true;
             }
             Action::Resume(p) => state.processes[p].stalled = false,
+            Action::Fail(p, k) => {
+                state.poisons -= 1;
+                let process = &mut state.processes[p];
+                let (id, orphaned) = (process.id, process.orphaned);
+                let Work::Owner(owner) = &mut process.work else {
+                    return None;
+                };
+                let lease = owner.lease;
+                let key = &mut owner.keys[usize::from(k)];
+                let (msg, held) = match key.held_next.take() {
+                    Some(msg) => (msg, true),
+                    None => (key.queue.remove(0), false),
+                };
+                // The run started, failed every attempt, and the worker
+                // parks the key under the fence.
+                key.running = Some(msg);
+                let park = Op::Park {
+                    lease,
+                    key: k,
+                    msg,
+                    held,
+                };
+                key.call = Self::send(&mut state.network, id, Part::Key(k), park);
+                self.start_run(&mut state, orphaned, msg);
+            }
+            Action::Resolve { key, skip } => {
+                state.resolutions -= 1;
+                let seen = *state.held[usize::from(key)].first()?;
+                state.network.insert(Command {
+                    from: OPERATOR,
+                    part: Part::Worker,
+                    op: Op::Resolve { key, seen, skip },
+                });
+            }
         }
         Some(state)
     }
@@ -1015,18 +1412,31 @@ impl Model for Hashed {
                 "no key's effect lands before its earlier messages' effects",
                 |model: &Hashed, state: &HashedState| {
                     state.effects.iter().enumerate().all(|(at, msg)| {
-                        model
-                            .earlier(*msg)
-                            .all(|before| state.effects[..at].contains(&before))
+                        model.earlier(*msg).all(|before| {
+                            state.effects[..at].contains(&before) || state.skipped & Hashed::bit(before) != 0
+                        })
                     })
                 },
             ),
             Property::always(
-                "an acknowledged message has its effect",
+                "a handled message has its effect, unless an operator skipped it",
                 |model: &Hashed, state: &HashedState| {
                     (0..model.config.messages())
-                        .filter(|m| state.acked & Hashed::bit(*m) != 0)
+                        .filter(|m| state.done & !state.skipped & Hashed::bit(*m) != 0)
                         .all(|m| state.effects.contains(&m))
+                },
+            ),
+            Property::always(
+                "no effect of a parked key lands until an operator resolves it",
+                |_, state: &HashedState| !state.progress_while_parked,
+            ),
+            Property::always(
+                "each key's held messages keep publish order",
+                |_, state: &HashedState| {
+                    state
+                        .held
+                        .iter()
+                        .all(|held| held.windows(2).all(|pair| pair[0] < pair[1]))
                 },
             ),
             Property::always(
@@ -1051,18 +1461,28 @@ impl Model for Hashed {
             Property::always(
                 "a failover re-runs at most one message per key",
                 |model: &Hashed, state: &HashedState| {
+                    // Besides, each operator retry runs the key's head again.
                     let failovers = state.generation.saturating_sub(1);
-                    (0..model.config.keys).all(|key| model.reruns(state, key) <= failovers)
+                    (0..model.config.keys)
+                        .all(|key| model.reruns(state, key) <= failovers + state.retried[usize::from(key)])
                 },
             ),
             Property::always(STALE_START, |_, state: &HashedState| !state.stale_start),
             // Liveness, checked on every history that ends (faults used up,
             // nothing left to do): every message was acknowledged.
             Property::eventually(
-                "once faults stop, every published message is acknowledged",
+                "once faults stop, every published message is handled",
                 |model: &Hashed, state: &HashedState| {
-                    let all = ((1u16 << model.config.messages()) - 1) as u8;
-                    state.published == model.config.messages() && state.acked == all
+                    // Every key's messages are handled, unless the key waits
+                    // for an operator decision that will not come.
+                    state.published == model.config.messages()
+                        && (0..model.config.keys).all(|key| {
+                            let waits = state.parked & Hashed::bit(key) != 0 && state.resolutions == 0;
+                            waits
+                                || (0..model.config.messages())
+                                    .filter(|m| model.config.key_of(*m) == key)
+                                    .all(|m| state.done & Hashed::bit(m) != 0)
+                        })
                 },
             ),
         ]

@@ -51,6 +51,13 @@ fn skipping_past_a_saturated_key_and_reading_it_back_keeps_every_per_key_propert
 }
 
 #[test]
+fn a_parked_key_holds_until_resolved_while_the_other_key_flows() {
+    let report = check_hashed(HashedConfig::PARK, None);
+    assert_clean(&report);
+    assert!(report.states > 100_000, "only {} states explored", report.states);
+}
+
+#[test]
 fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
     let expect = [
         (
@@ -63,7 +70,7 @@ fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
         ),
         (
             HashedMutant::TakeoverSkipsPending,
-            "once faults stop, every published message is acknowledged",
+            "once faults stop, every published message is handled",
         ),
         (
             HashedMutant::TakeoverSkipsPending,
@@ -71,7 +78,15 @@ fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
         ),
         (
             HashedMutant::RefillForgetsLateSkips,
-            "once faults stop, every published message is acknowledged",
+            "once faults stop, every published message is handled",
+        ),
+        (
+            HashedMutant::ResolvedKeySkipsHeld,
+            "no key's effect lands before its earlier messages' effects",
+        ),
+        (
+            HashedMutant::ResolvedKeySkipsHeld,
+            "once faults stop, every published message is handled",
         ),
         (
             HashedMutant::LeaseWithoutNonce,
