@@ -31,11 +31,32 @@
 //!   back in order (`refill.lua`: the entries of the key in the span, at
 //!   most a queue's worth, and where to go on from).
 //!
-//! The properties are per key: each key's effects land in publish order and
-//! without a gap, a current owner starts a run only on its key's
-//! unacknowledged head, at most one run of a key at once by owners whose
-//! effects can land, a failover re-runs at most one message per key, and
-//! once faults stop every message is acknowledged.
+//! - **Parking** (when [`HashedConfig::poisons`] is set): a handler run
+//!   may fail for good; the worker parks the key under the fence
+//!   (`park.lua`: the message moves to the key's held stream and is
+//!   acknowledged in the lane), the key's later messages follow it there
+//!   (`hold.lua`), the other keys flow. A new owner reads which keys are
+//!   parked or holding first. An operator (racing the owners) retries or
+//!   skips the held head it saw (`resolve_parked.lua`); the owner notices the
+//!   key is no longer parked, runs its held messages first, in order
+//!   (`held.lua`, `ack_held.lua`), then lets it flow.
+//!
+//! The properties are per key: each key's effects land in publish order
+//! and without a gap (an effect lands only after those of the key's earlier
+//! messages, or their skip), a handled message has its effect, a current
+//! owner starts a run only on its key's head (its lowest message not handled),
+//! at most one run of a key at once by owners whose effects can land, a
+//! failover re-runs at most one message per key (and an operator's retry
+//! one more), no effect of a parked key lands until it is resolved, a key's
+//! held messages keep publish order, and once faults stop every message is
+//! handled, except those of a key waiting for an operator.
+//!
+//! One property of the per-key protocol does not hold, by design (see
+//! [`HASHED_BY_DESIGN`]): a stale owner starts no run. A read-ahead entry
+//! starts without a round trip to Redis, so an owner that wakes up from a
+//! pause past its TTL may start a queued message (of any key) before its
+//! heartbeat notices the lease is gone; its commit and acknowledgement are
+//! fenced, and the per-key re-run bound still holds.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -711,8 +732,12 @@ pub struct Hashed {
     pub mutant: Option<HashedMutant>,
 }
 
-/// The properties of the real design that do not hold, with why (see
-/// docs/RELIABILITY.md): reported by the checker, never failed on.
+/// The properties of the real design that do not hold (see
+/// docs/RELIABILITY.md): reported by the checker, never failed on. A stale
+/// owner that wakes up from a pause past its TTL may start a read-ahead
+/// message before its heartbeat tells it the lease is gone (nothing asks
+/// Redis between two messages of a key); the run's commit and
+/// acknowledgement are refused, the next owner runs the message too.
 pub const HASHED_BY_DESIGN: [&str; 1] = [STALE_START];
 
 const STALE_START: &str = "a stale owner starts no run";

@@ -4,7 +4,7 @@
 //! ordo-model check [--mutant NAME] [--config full|small|halts|aof]
 //!                                              # states: N, violations: K, time
 //! ordo-model mutants                           # the seeded defects, one a line
-//! ordo-model hashed [--mutant NAME] [--config full|stall|crash|skip]
+//! ordo-model hashed [--mutant NAME] [--config NAME]
 //!                                              # the hashed-partition model
 //! ordo-model hashed-mutants                    # its seeded defects
 //! ```
@@ -52,9 +52,10 @@ enum Command {
         #[arg(long)]
         mutant: Option<HashedMutant>,
         /// The configuration to explore: full (the default: 2 keys × 2
-        /// messages, a stall), stall (the same with 3 messages), crash, or
-        /// skip (a queue of one entry per key: the reader skips past a
-        /// saturated key).
+        /// messages, a stall), stall (the same with 3 messages), crash, skip
+        /// (a queue of one entry per key: the reader skips past a saturated
+        /// key), park (a poison message parks its key; one instance),
+        /// park-crash or park-stall (the same with two instances).
         #[arg(long, value_parser = parse_hashed_config)]
         config: Option<(String, HashedConfig)>,
     },
