@@ -159,13 +159,21 @@ impl HashedConfig {
         resolutions: 0,
     };
 
+    /// [`HashedConfig::PARK`] with a queue of one entry per key: a parked
+    /// key's skipped entries are read back and held behind the others.
+    pub const SKIP_PARK: Self = Self {
+        queue: 1,
+        ..Self::PARK
+    };
+
     /// The configurations `ordo-model hashed --config NAME` knows.
-    pub const NAMED: [(&'static str, Self); 7] = [
+    pub const NAMED: [(&'static str, Self); 8] = [
         ("full", Self::FULL),
         ("stall", Self::STALL),
         ("crash", Self::CRASH),
         ("skip", Self::SKIP),
         ("park", Self::PARK),
+        ("skip-park", Self::SKIP_PARK),
         (
             "park-crash",
             Self {

@@ -55,7 +55,8 @@ enum Command {
         /// messages, a stall), stall (the same with 3 messages), crash, skip
         /// (a queue of one entry per key: the reader skips past a saturated
         /// key), park (a poison message parks its key; one instance),
-        /// park-crash or park-stall (the same with two instances).
+        /// skip-park (both), park-crash or park-stall (park with two
+        /// instances).
         #[arg(long, value_parser = parse_hashed_config)]
         config: Option<(String, HashedConfig)>,
     },

@@ -58,6 +58,13 @@ fn a_parked_key_holds_until_resolved_while_the_other_key_flows() {
 }
 
 #[test]
+fn a_parked_key_with_skipped_entries_holds_them_in_order() {
+    let report = check_hashed(HashedConfig::SKIP_PARK, None);
+    assert_clean(&report);
+    assert!(report.states > 100_000, "only {} states explored", report.states);
+}
+
+#[test]
 fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
     let expect = [
         (
