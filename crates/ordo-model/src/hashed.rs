@@ -21,16 +21,19 @@
 //!   run; the worker starts it without asking Redis (only its commit and
 //!   acknowledgement are fenced), so a stale owner that wakes up may start
 //!   one.
-//! - **A lost lease.** A fenced reply stops the owner: no queued entry starts
-//!   any more, the runs in progress end (their commands are refused), and
-//!   only then does the process try to acquire again (with an empty memory).
+//! - **A lost lease.** A fenced reply, or a failed renewal of the heartbeat,
+//!   stops the owner: no queued entry starts any more, the runs in progress
+//!   end (their commands are refused), and only then does the process try to
+//!   acquire again (with an empty memory).
+//! - **Lost commit replies** (when [`HashedConfig::timeouts`] is set): the
+//!   client resends the same commit; the key's own commit marker answers it
+//!   without applying it again.
 //! - **Skipping a saturated key** (when [`HashedConfig::queue`] is set): an
 //!   entry of a key whose queue is full is not kept; the key remembers the
 //!   span of the stream its skipped entries lie in, every later entry of the
 //!   key extends the span, and once the key's queue is empty it reads them
 //!   back in order (`refill.lua`: the entries of the key in the span, at
 //!   most a queue's worth, and where to go on from).
-//!
 //! - **Parking** (when [`HashedConfig::poisons`] is set): a handler run
 //!   may fail for good; the worker parks the key under the fence
 //!   (`park.lua`: the message moves to the key's held stream and is
@@ -48,7 +51,9 @@
 //! at most one run of a key at once by owners whose effects can land, a
 //! failover re-runs at most one message per key (and an operator's retry
 //! one more), no effect of a parked key lands until it is resolved, a key's
-//! held messages keep publish order, and once faults stop every message is
+//! held messages keep publish order, under one lease a message's effect
+//! lands at most once (a commit resent after a lost reply answers from its
+//! key's own marker, `commit.lua`), and once faults stop every message is
 //! handled, except those of a key waiting for an operator.
 //!
 //! One property of the per-key protocol does not hold, by design (see
@@ -67,7 +72,7 @@ use stateright::{Checker, Model, Property};
 
 use crate::protocol::{Identity, LeaseValue};
 
-/// What is explored: instances × keys × messages per key × faults.
+/// What is explored: instances × messages of some keys × faults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HashedConfig {
     /// Engine instances (processes).
@@ -89,6 +94,8 @@ pub struct HashedConfig {
     pub poisons: u8,
     /// Operator decisions on a parked key (retry or skip the head seen).
     pub resolutions: u8,
+    /// Commit replies lost (the client resends the same commit).
+    pub timeouts: u8,
 }
 
 impl HashedConfig {
@@ -104,6 +111,7 @@ impl HashedConfig {
         stalls: 1,
         poisons: 0,
         resolutions: 0,
+        timeouts: 0,
     };
 
     /// [`HashedConfig::FULL`] with 3 messages (A0 B0 A1): the test suite's.
@@ -116,6 +124,7 @@ impl HashedConfig {
         stalls: 1,
         poisons: 0,
         resolutions: 0,
+        timeouts: 0,
     };
 
     /// An owner killed and restarted with a new nonce.
@@ -128,6 +137,7 @@ impl HashedConfig {
         stalls: 0,
         poisons: 0,
         resolutions: 0,
+        timeouts: 0,
     };
 
     /// A poison message parks its key: the key's messages are held aside,
@@ -144,6 +154,7 @@ impl HashedConfig {
         stalls: 1,
         poisons: 1,
         resolutions: 1,
+        timeouts: 0,
     };
 
     /// A queue of one entry per key: the reader skips past a saturated key
@@ -157,6 +168,23 @@ impl HashedConfig {
         stalls: 1,
         poisons: 0,
         resolutions: 0,
+        timeouts: 0,
+    };
+
+    /// Lost commit replies: the client resends the commit, and the key's
+    /// commit marker makes the resend a no-op (its keys commit side by side,
+    /// each under a marker of its own); with a stall past the TTL (one
+    /// instance: it takes the partition over from itself).
+    pub const RESEND: Self = Self {
+        instances: 1,
+        keys: 2,
+        messages: 3,
+        queue: 0,
+        crashes: 0,
+        stalls: 1,
+        poisons: 0,
+        resolutions: 0,
+        timeouts: 2,
     };
 
     /// [`HashedConfig::PARK`] with a queue of one entry per key: a parked
@@ -167,13 +195,22 @@ impl HashedConfig {
     };
 
     /// The configurations `ordo-model hashed --config NAME` knows.
-    pub const NAMED: [(&'static str, Self); 8] = [
+    pub const NAMED: [(&'static str, Self); 10] = [
         ("full", Self::FULL),
         ("stall", Self::STALL),
         ("crash", Self::CRASH),
         ("skip", Self::SKIP),
         ("park", Self::PARK),
         ("skip-park", Self::SKIP_PARK),
+        ("resend", Self::RESEND),
+        (
+            "resend-stall",
+            Self {
+                instances: 2,
+                timeouts: 1,
+                ..Self::RESEND
+            },
+        ),
         (
             "park-crash",
             Self {
@@ -204,6 +241,11 @@ impl HashedConfig {
     pub fn exposing(mutant: HashedMutant) -> Self {
         match mutant {
             HashedMutant::KeyNextBeforeAck | HashedMutant::TakeoverSkipsPending => Self::STALL,
+            HashedMutant::SharedCommitMarker => Self {
+                stalls: 0,
+                timeouts: 1,
+                ..Self::RESEND
+            },
             HashedMutant::ResolvedKeySkipsHeld => Self {
                 stalls: 0,
                 ..Self::PARK
@@ -238,7 +280,8 @@ impl fmt::Display for HashedConfig {
         write!(
             f,
             "{} instances × {} messages of {} keys, interleaved in one stream, key queue {} × faults \
-             (crashes {}, stalls {}, poison messages {}, operator decisions {}) with commands delivered in any order",
+             (crashes {}, stalls {}, poison messages {}, operator decisions {}, lost commit replies {}) with commands \
+             delivered in any order",
             self.instances,
             self.messages,
             self.keys,
@@ -250,7 +293,8 @@ impl fmt::Display for HashedConfig {
             self.crashes,
             self.stalls,
             self.poisons,
-            self.resolutions
+            self.resolutions,
+            self.timeouts
         )
     }
 }
@@ -272,11 +316,15 @@ pub enum HashedMutant {
     LeaseWithoutNonce,
     /// A resolved key flows again at once, before its held messages ran.
     ResolvedKeySkipsHeld,
+    /// The keys of a hashed partition share one commit marker, as a per-key
+    /// partition has one: a key's commit overwrites another's.
+    SharedCommitMarker,
 }
 
 impl HashedMutant {
     /// Every mutant.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
+        Self::SharedCommitMarker,
         Self::KeyNextBeforeAck,
         Self::TakeoverSkipsPending,
         Self::RefillForgetsLateSkips,
@@ -292,6 +340,7 @@ impl HashedMutant {
             Self::RefillForgetsLateSkips => "refill-forgets-late-skips",
             Self::LeaseWithoutNonce => "lease-without-nonce",
             Self::ResolvedKeySkipsHeld => "resolved-key-skips-held",
+            Self::SharedCommitMarker => "shared-commit-marker",
         }
     }
 }
@@ -660,6 +709,16 @@ pub struct HashedState {
     pub resolutions: u8,
     /// An effect of a parked key landed (a history variable).
     pub progress_while_parked: bool,
+    /// The last commit applied per key (`commit.lua`'s marker): its sender,
+    /// lease and message. A resend of it answers `ok` without applying.
+    pub markers: Vec<Option<(Identity, LeaseValue, u8)>>,
+    /// Commit replies that may still be lost.
+    pub timeouts: u8,
+    /// Per message, the token of the lease its last effect landed under
+    /// (0: none).
+    pub landed_under: Vec<u8>,
+    /// A message's effect landed twice under one lease (a history variable).
+    pub double_effect: bool,
     /// Operator retries that landed, per key (a history variable: each
     /// runs the key's head again).
     pub retried: Vec<u8>,
@@ -695,6 +754,10 @@ pub enum Action {
     Receive(usize, Part),
     /// Redis applies a command in flight.
     Apply(Command),
+    /// Redis applies a commit in flight and its reply is lost.
+    ApplyLosingReply(Command),
+    /// Process `p`'s key `k` resends the commit whose reply was lost.
+    Resend(usize, u8),
     /// The lease expires (its holder is down, stalled or gone).
     Expire,
     /// SIGKILL of process `p`.
@@ -901,6 +964,13 @@ impl Hashed {
 
     /// Redis applies `command` and answers.
     pub fn apply(&self, state: &mut HashedState, command: Command) -> Reply {
+        // The marker is checked before the fence: a resent commit applied
+        // under a lease that has moved on since still answers `ok`.
+        if let Op::Commit { lease, msg } = command.op
+            && state.markers[self.marker_of(msg)] == Some((command.from, lease, msg))
+        {
+            return Reply::Ok;
+        }
         if let Some(lease) = command.op.lease()
             && state.lease != Some(lease)
         {
@@ -945,11 +1015,22 @@ impl Hashed {
                     Reply::Idle
                 }
             }
-            Op::Commit { msg, .. } => {
+            Op::Commit { lease, msg } => {
                 if state.parked & Self::bit(self.config.key_of(msg)) != 0 {
                     state.progress_while_parked = true;
                 }
+                let under = &mut state.landed_under[usize::from(msg)];
+                if *under == lease.token {
+                    state.double_effect = true;
+                }
+                *under = lease.token;
                 state.effects.push(msg);
+                // Only a resend reads the marker: without lost replies it is
+                // not kept (a smaller state space, the same histories).
+                if self.config.timeouts > 0 {
+                    let marker = self.marker_of(msg);
+                    state.markers[marker] = Some((command.from, lease, msg));
+                }
                 Reply::Ok
             }
             Op::Ack { msg, .. } => {
@@ -1197,6 +1278,15 @@ impl Hashed {
         !state.processes.iter().any(|p| p.id == lease.holder && p.live())
     }
 
+    /// The commit marker `msg`'s key commits under.
+    fn marker_of(&self, msg: u8) -> usize {
+        if self.has(HashedMutant::SharedCommitMarker) {
+            0
+        } else {
+            usize::from(self.config.key_of(msg))
+        }
+    }
+
     /// Messages of `key` run more than once, counting every start after
     /// the first.
     fn reruns(&self, state: &HashedState, key: u8) -> u8 {
@@ -1243,6 +1333,10 @@ impl Model for Hashed {
             resolutions: self.config.resolutions,
             progress_while_parked: false,
             retried: vec![0; usize::from(self.config.keys)],
+            markers: vec![None; usize::from(self.config.keys)],
+            timeouts: self.config.timeouts,
+            landed_under: vec![0; usize::from(self.config.messages())],
+            double_effect: false,
             effects: Vec::new(),
             network: BTreeSet::new(),
             processes,
@@ -1260,6 +1354,9 @@ impl Model for Hashed {
         }
         for command in &state.network {
             actions.push(Action::Apply(*command));
+            if state.timeouts > 0 && matches!(command.op, Op::Commit { .. }) {
+                actions.push(Action::ApplyLosingReply(*command));
+            }
         }
         if Self::may_expire(state) {
             actions.push(Action::Expire);
@@ -1297,6 +1394,18 @@ impl Model for Hashed {
                 };
                 if answered {
                     actions.push(Action::Receive(p, part));
+                }
+                // A commit neither in flight nor answered lost its reply:
+                // the client resends it.
+                if let (Work::Owner(owner), Part::Key(k)) = (&process.work, part)
+                    && let Call::Sent(op @ Op::Commit { .. }) = owner.keys[usize::from(k)].call
+                    && !state.network.contains(&Command {
+                        from: process.id,
+                        part,
+                        op,
+                    })
+                {
+                    actions.push(Action::Resend(p, k));
                 }
             }
             if state.crashes > 0 {
@@ -1357,6 +1466,25 @@ impl Model for Hashed {
                         self.receive(&mut state, p, command.part);
                     }
                 }
+            }
+            Action::ApplyLosingReply(command) => {
+                state.timeouts -= 1;
+                state.network.remove(&command);
+                self.apply(&mut state, command);
+            }
+            Action::Resend(p, k) => {
+                let process = &state.processes[p];
+                let Work::Owner(owner) = &process.work else {
+                    return None;
+                };
+                let Call::Sent(op) = owner.keys[usize::from(k)].call else {
+                    return None;
+                };
+                state.network.insert(Command {
+                    from: process.id,
+                    part: Part::Key(k),
+                    op,
+                });
             }
             Action::Expire => {
                 let expired = state.lease.take()?;
@@ -1500,9 +1628,13 @@ impl Model for Hashed {
                         .all(|key| model.reruns(state, key) <= failovers + state.retried[usize::from(key)])
                 },
             ),
+            Property::always(
+                "under one lease a message's effect lands at most once",
+                |_, state: &HashedState| !state.double_effect,
+            ),
             Property::always(STALE_START, |_, state: &HashedState| !state.stale_start),
             // Liveness, checked on every history that ends (faults used up,
-            // nothing left to do): every message was acknowledged.
+            // nothing left to do): every message was handled.
             Property::eventually(
                 "once faults stop, every published message is handled",
                 |model: &Hashed, state: &HashedState| {

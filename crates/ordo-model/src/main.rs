@@ -56,7 +56,8 @@ enum Command {
         /// (a queue of one entry per key: the reader skips past a saturated
         /// key), park (a poison message parks its key; one instance),
         /// skip-park (both), park-crash or park-stall (park with two
-        /// instances).
+        /// instances), resend (lost commit replies, resent; one instance)
+        /// or resend-stall (two instances).
         #[arg(long, value_parser = parse_hashed_config)]
         config: Option<(String, HashedConfig)>,
     },

@@ -65,6 +65,13 @@ fn a_parked_key_with_skipped_entries_holds_them_in_order() {
 }
 
 #[test]
+fn a_resent_commit_lands_once_while_the_other_key_commits() {
+    let report = check_hashed(HashedConfig::RESEND, None);
+    assert_clean(&report);
+    assert!(report.states > 50_000, "only {} states explored", report.states);
+}
+
+#[test]
 fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
     let expect = [
         (
@@ -94,6 +101,10 @@ fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
         (
             HashedMutant::ResolvedKeySkipsHeld,
             "once faults stop, every published message is handled",
+        ),
+        (
+            HashedMutant::SharedCommitMarker,
+            "under one lease a message's effect lands at most once",
         ),
         (
             HashedMutant::LeaseWithoutNonce,
