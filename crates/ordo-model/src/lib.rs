@@ -4,6 +4,9 @@
 //! [`protocol`] describes one partition: Redis as a state machine whose
 //! operations are the scripts' effects, instances running the partition
 //! worker's loop, the outbox publisher, and the faults of the environment.
+//! [`hashed`] describes one hashed partition (several keys, one lease, the
+//! owner reading ahead into per-key queues, parking per key), checked by
+//! [`check_hashed`] against per-key properties, with its own mutants.
 //! [`check`] explores every interleaving of a [`Config`] and reports the
 //! properties of CONTRACT.md §1 that some history breaks. Seeded
 //! [`Mutant`]s, each a hole the real protocol closes, prove the properties
@@ -15,8 +18,12 @@ use std::time::{Duration, Instant};
 
 use stateright::{Checker, Model};
 
+pub mod hashed;
 pub mod protocol;
 
+pub use hashed::{
+    HASHED_BY_DESIGN, Hashed, HashedConfig, HashedMutant, HashedReport, HashedViolation, check_hashed,
+};
 pub use protocol::{Action, Protocol, State};
 
 /// What is explored: instances × messages × faults.

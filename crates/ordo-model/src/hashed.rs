@@ -1,0 +1,1724 @@
+//! The protocol of one HASHED partition (`[categories.NAME] partitions = N`)
+//! as a state machine: several keys share one stream and one lease, and the
+//! owner reads ahead into a queue per key.
+//!
+//! What [`crate::protocol`] models for a per-key partition carries over (one
+//! lease with a fencing token, acquired when free, renewed by a live holder,
+//! expiring when its holder is stalled or down; commands delivered in any
+//! order; crashes and restarts with a new nonce), and the owner's loop is
+//! that of `crates/ordo-redis/src/consumer/hashed.rs`:
+//!
+//! - **Read-ahead.** A fenced read (`read_hashed.lua`) delivers the next
+//!   entry in stream order into the consumer group's pending list; the owner
+//!   puts it in its key's queue. A new owner reads from a cursor: first every
+//!   pending entry (delivered, not acknowledged) from the start, in order,
+//!   then new entries (`>`).
+//! - **Per-key runs.** Every key runs on its own, side by side with the
+//!   others, and strictly one message at a time: a key's next message starts
+//!   only once the acknowledgement of the previous one (`ack.lua`, fenced)
+//!   succeeded. A run is a fenced commit of the handler's effect followed by
+//!   the fenced acknowledgement. A queued entry that has not started is no
+//!   run; the worker starts it without asking Redis (only its commit and
+//!   acknowledgement are fenced), so a stale owner that wakes up may start
+//!   one.
+//! - **A lost lease.** A fenced reply, or a failed renewal of the heartbeat,
+//!   stops the owner: no queued entry starts any more, the runs in progress
+//!   end (their commands are refused), and only then does the process try to
+//!   acquire again (with an empty memory).
+//! - **Lost commit replies** (when [`HashedConfig::timeouts`] is set): the
+//!   client resends the same commit; the key's own commit marker answers it
+//!   without applying it again.
+//! - **Skipping a saturated key** (when [`HashedConfig::queue`] is set): an
+//!   entry of a key whose queue is full is not kept; the key remembers the
+//!   span of the stream its skipped entries lie in, every later entry of the
+//!   key extends the span, and once the key's queue is empty it reads them
+//!   back in order (`refill.lua`: the entries of the key in the span, at
+//!   most a queue's worth, and where to go on from).
+//! - **Parking** (when [`HashedConfig::poisons`] is set): a handler run
+//!   may fail for good; the worker parks the key under the fence
+//!   (`park.lua`: the message moves to the key's held stream and is
+//!   acknowledged in the lane), the key's later messages follow it there
+//!   (`hold.lua`), the other keys flow. A new owner reads which keys are
+//!   parked or holding first. An operator (racing the owners) retries or
+//!   skips the held head it saw (`resolve_parked.lua`); the owner notices the
+//!   key is no longer parked, runs its held messages first, in order
+//!   (`held.lua`, `ack_held.lua`), then lets it flow.
+//!
+//! The properties are per key: each key's effects land in publish order
+//! and without a gap (an effect lands only after those of the key's earlier
+//! messages, or their skip), a handled message has its effect, a current
+//! owner starts a run only on its key's head (its lowest message not handled),
+//! at most one run of a key at once by owners whose effects can land, a
+//! failover re-runs at most one message per key (and an operator's retry
+//! one more), no effect of a parked key lands until it is resolved, a key's
+//! held messages keep publish order, under one lease a message's effect
+//! lands at most once (a commit resent after a lost reply answers from its
+//! key's own marker, `commit.lua`), and once faults stop every message is
+//! handled, except those of a key waiting for an operator.
+//!
+//! One property of the per-key protocol does not hold, by design (see
+//! [`HASHED_BY_DESIGN`]): a stale owner starts no run. A read-ahead entry
+//! starts without a round trip to Redis, so an owner that wakes up from a
+//! pause past its TTL may start a queued message (of any key) before its
+//! heartbeat notices the lease is gone; its commit and acknowledgement are
+//! fenced, and the per-key re-run bound still holds.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Model, Property};
+
+use crate::protocol::{Identity, LeaseValue};
+
+/// What is explored: instances × messages of some keys × faults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashedConfig {
+    /// Engine instances (processes).
+    pub instances: u8,
+    /// Keys in the partition.
+    pub keys: u8,
+    /// Messages in the stream, in publish order. The stream interleaves the
+    /// keys: message `m` is of key `m % keys`, so 3 messages of 2 keys
+    /// read A0 B0 A1.
+    pub messages: u8,
+    /// The most entries a key's queue holds before the reader skips past
+    /// the key (`KEY_QUEUE`); 0 for no limit.
+    pub queue: u8,
+    /// SIGKILLs the environment may inject.
+    pub crashes: u8,
+    /// SIGSTOPs past the TTL.
+    pub stalls: u8,
+    /// Handler runs that fail for good (poison messages: the key parks).
+    pub poisons: u8,
+    /// Operator decisions on a parked key (retry or skip the head seen).
+    pub resolutions: u8,
+    /// Commit replies lost (the client resends the same commit).
+    pub timeouts: u8,
+}
+
+impl HashedConfig {
+    /// Read-ahead, per-key runs side by side, and a stalled owner whose
+    /// lease expires: 2 keys × 2 messages (the default of `ordo-model
+    /// hashed`; too large for the test suite).
+    pub const FULL: Self = Self {
+        instances: 2,
+        keys: 2,
+        messages: 4,
+        queue: 0,
+        crashes: 0,
+        stalls: 1,
+        poisons: 0,
+        resolutions: 0,
+        timeouts: 0,
+    };
+
+    /// [`HashedConfig::FULL`] with 3 messages (A0 B0 A1): the test suite's.
+    pub const STALL: Self = Self {
+        instances: 2,
+        keys: 2,
+        messages: 3,
+        queue: 0,
+        crashes: 0,
+        stalls: 1,
+        poisons: 0,
+        resolutions: 0,
+        timeouts: 0,
+    };
+
+    /// An owner killed and restarted with a new nonce.
+    pub const CRASH: Self = Self {
+        instances: 2,
+        keys: 2,
+        messages: 3,
+        queue: 0,
+        crashes: 1,
+        stalls: 0,
+        poisons: 0,
+        resolutions: 0,
+        timeouts: 0,
+    };
+
+    /// A poison message parks its key: the key's messages are held aside,
+    /// the other key flows, an operator retries or skips the head it saw,
+    /// and the key's held messages run first; with a stall past the TTL
+    /// (one instance: it takes the partition over from itself, under a new
+    /// token, reading the parked keys and the pending list again).
+    pub const PARK: Self = Self {
+        instances: 1,
+        keys: 2,
+        messages: 3,
+        queue: 0,
+        crashes: 0,
+        stalls: 1,
+        poisons: 1,
+        resolutions: 1,
+        timeouts: 0,
+    };
+
+    /// A queue of one entry per key: the reader skips past a saturated key
+    /// and the key reads its skipped entries back, with a stalled owner.
+    pub const SKIP: Self = Self {
+        instances: 2,
+        keys: 2,
+        messages: 3,
+        queue: 1,
+        crashes: 0,
+        stalls: 1,
+        poisons: 0,
+        resolutions: 0,
+        timeouts: 0,
+    };
+
+    /// Lost commit replies: the client resends the commit, and the key's
+    /// commit marker makes the resend a no-op (its keys commit side by side,
+    /// each under a marker of its own); with a stall past the TTL (one
+    /// instance: it takes the partition over from itself).
+    pub const RESEND: Self = Self {
+        instances: 1,
+        keys: 2,
+        messages: 3,
+        queue: 0,
+        crashes: 0,
+        stalls: 1,
+        poisons: 0,
+        resolutions: 0,
+        timeouts: 2,
+    };
+
+    /// [`HashedConfig::PARK`] with a queue of one entry per key: a parked
+    /// key's skipped entries are read back and held behind the others.
+    pub const SKIP_PARK: Self = Self {
+        queue: 1,
+        ..Self::PARK
+    };
+
+    /// The configurations `ordo-model hashed --config NAME` knows.
+    pub const NAMED: [(&'static str, Self); 10] = [
+        ("full", Self::FULL),
+        ("stall", Self::STALL),
+        ("crash", Self::CRASH),
+        ("skip", Self::SKIP),
+        ("park", Self::PARK),
+        ("skip-park", Self::SKIP_PARK),
+        ("resend", Self::RESEND),
+        (
+            "resend-stall",
+            Self {
+                instances: 2,
+                timeouts: 1,
+                ..Self::RESEND
+            },
+        ),
+        (
+            "park-crash",
+            Self {
+                instances: 2,
+                crashes: 1,
+                stalls: 0,
+                ..Self::PARK
+            },
+        ),
+        (
+            "park-stall",
+            Self {
+                instances: 2,
+                ..Self::PARK
+            },
+        ),
+    ];
+
+    /// The configuration called `name` in [`HashedConfig::NAMED`].
+    pub fn named(name: &str) -> Option<Self> {
+        Self::NAMED
+            .into_iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, config)| config)
+    }
+
+    /// The smallest configuration whose faults can expose `mutant`.
+    pub fn exposing(mutant: HashedMutant) -> Self {
+        match mutant {
+            HashedMutant::KeyNextBeforeAck | HashedMutant::TakeoverSkipsPending => Self::STALL,
+            HashedMutant::SharedCommitMarker => Self {
+                stalls: 0,
+                timeouts: 1,
+                ..Self::RESEND
+            },
+            HashedMutant::ResolvedKeySkipsHeld => Self {
+                stalls: 0,
+                ..Self::PARK
+            },
+            HashedMutant::LeaseWithoutNonce => Self {
+                stalls: 0,
+                ..Self::STALL
+            },
+            // One key of three messages: the reader skips its last while
+            // the key reads back the one before.
+            HashedMutant::RefillForgetsLateSkips => Self {
+                keys: 1,
+                stalls: 0,
+                ..Self::SKIP
+            },
+        }
+    }
+
+    /// Messages in the stream.
+    pub fn messages(&self) -> u8 {
+        self.messages
+    }
+
+    /// The key of message `msg`.
+    pub fn key_of(&self, msg: u8) -> u8 {
+        msg % self.keys
+    }
+}
+
+impl fmt::Display for HashedConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} instances × {} messages of {} keys, interleaved in one stream, key queue {} × faults \
+             (crashes {}, stalls {}, poison messages {}, operator decisions {}, lost commit replies {}) with commands \
+             delivered in any order",
+            self.instances,
+            self.messages,
+            self.keys,
+            if self.queue == 0 {
+                "unbounded".to_owned()
+            } else {
+                self.queue.to_string()
+            },
+            self.crashes,
+            self.stalls,
+            self.poisons,
+            self.resolutions,
+            self.timeouts
+        )
+    }
+}
+
+/// A seeded defect of the hashed owner: each is a hole the real owner closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HashedMutant {
+    /// A key's next message starts once the previous one's effect is
+    /// committed, without waiting for its acknowledgement (sent, not awaited).
+    KeyNextBeforeAck,
+    /// A new owner reads only new entries (`>`), not the pending list the
+    /// previous owner left.
+    TakeoverSkipsPending,
+    /// A read-back of a key's skipped entries forgets the span even when
+    /// the reader skipped more of the key while it was reading.
+    RefillForgetsLateSkips,
+    /// A lease is adopted by instance id alone, without the process's nonce
+    /// (two processes share an instance id in a rolling deploy).
+    LeaseWithoutNonce,
+    /// A resolved key flows again at once, before its held messages ran.
+    ResolvedKeySkipsHeld,
+    /// The keys of a hashed partition share one commit marker, as a per-key
+    /// partition has one: a key's commit overwrites another's.
+    SharedCommitMarker,
+}
+
+impl HashedMutant {
+    /// Every mutant.
+    pub const ALL: [Self; 6] = [
+        Self::SharedCommitMarker,
+        Self::KeyNextBeforeAck,
+        Self::TakeoverSkipsPending,
+        Self::RefillForgetsLateSkips,
+        Self::LeaseWithoutNonce,
+        Self::ResolvedKeySkipsHeld,
+    ];
+
+    /// The mutant's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::KeyNextBeforeAck => "key-next-before-ack",
+            Self::TakeoverSkipsPending => "takeover-skips-pending",
+            Self::RefillForgetsLateSkips => "refill-forgets-late-skips",
+            Self::LeaseWithoutNonce => "lease-without-nonce",
+            Self::ResolvedKeySkipsHeld => "resolved-key-skips-held",
+            Self::SharedCommitMarker => "shared-commit-marker",
+        }
+    }
+}
+
+impl fmt::Display for HashedMutant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A hashed mutant name that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownHashedMutant(pub String);
+
+impl fmt::Display for UnknownHashedMutant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = HashedMutant::ALL.iter().map(|m| m.name()).collect();
+        write!(
+            f,
+            "unknown hashed mutant `{}`; expected one of: {}",
+            self.0,
+            names.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownHashedMutant {}
+
+impl FromStr for HashedMutant {
+    type Err = UnknownHashedMutant;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| UnknownHashedMutant(name.to_owned()))
+    }
+}
+
+/// Which part of an owner sends a command: its reader, or the run of a key.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Part {
+    /// The process's worker: acquire, then read which keys are parked.
+    Worker,
+    /// The heartbeat (its renewal of a lease that moved on fails).
+    Heartbeat,
+    /// The reader (`read_hashed.lua`).
+    Reader,
+    /// The run of key `k`.
+    Key(u8),
+}
+
+/// A command, as sent by a process.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Op {
+    /// Take the lease if it is free (or this process's own).
+    Acquire,
+    /// The fenced read from a cursor: `Some(c)` reads the pending entries
+    /// from position `c` on (then, when none is left, new ones); `None`
+    /// reads new entries only.
+    Read {
+        /// The lease.
+        lease: LeaseValue,
+        /// The cursor.
+        cursor: Option<u8>,
+    },
+    /// The fenced commit of a handler's effect for `msg`.
+    Commit {
+        /// The lease the handler ran under.
+        lease: LeaseValue,
+        /// The message handled.
+        msg: u8,
+    },
+    /// The fenced acknowledgement of `msg` (XACK).
+    Ack {
+        /// The lease.
+        lease: LeaseValue,
+        /// The message.
+        msg: u8,
+    },
+    /// The fenced read-back of `key`'s skipped entries at positions
+    /// `from..=to` (`refill.lua`).
+    Refill {
+        /// The lease.
+        lease: LeaseValue,
+        /// The key.
+        key: u8,
+        /// The first position to look at.
+        from: u8,
+        /// The last position to look at.
+        to: u8,
+    },
+    /// What a new owner reads first: the parked keys, and those holding
+    /// messages aside (`parking`, a plain read).
+    Parking,
+    /// Park `key` on the poison message `msg` (`park.lua`): move it to the
+    /// key's held stream and acknowledge it in the lane, unless `held`
+    /// (it is the held head, failing again).
+    Park {
+        /// The lease.
+        lease: LeaseValue,
+        /// The key.
+        key: u8,
+        /// The message that failed every attempt.
+        msg: u8,
+        /// Whether it is held already.
+        held: bool,
+    },
+    /// Move `key`'s messages `msgs` (a bit each, in stream order) behind
+    /// what it holds, acknowledging them in the lane (`hold.lua`).
+    Hold {
+        /// The lease.
+        lease: LeaseValue,
+        /// The key.
+        key: u8,
+        /// The messages.
+        msgs: u8,
+    },
+    /// The next held message of a resolved key, or the end of its holding
+    /// (`held.lua`).
+    HeldNext {
+        /// The lease.
+        lease: LeaseValue,
+        /// The key.
+        key: u8,
+    },
+    /// The acknowledgement of a handled held message (`ack_held.lua`).
+    AckHeld {
+        /// The lease.
+        lease: LeaseValue,
+        /// The key.
+        key: u8,
+        /// The message.
+        msg: u8,
+    },
+    /// Whether `key` is still parked (the owner's poll, a plain read).
+    StillParked {
+        /// The key.
+        key: u8,
+    },
+    /// An operator's decision on parked `key` (`resolve_parked.lua`).
+    Resolve {
+        /// The key.
+        key: u8,
+        /// The held head the operator saw.
+        seen: u8,
+        /// Skip the head (otherwise retry it).
+        skip: bool,
+    },
+}
+
+impl Op {
+    fn lease(self) -> Option<LeaseValue> {
+        match self {
+            Self::Acquire | Self::Parking | Self::StillParked { .. } | Self::Resolve { .. } => None,
+            Self::Read { lease, .. }
+            | Self::Commit { lease, .. }
+            | Self::Ack { lease, .. }
+            | Self::Refill { lease, .. }
+            | Self::Park { lease, .. }
+            | Self::Hold { lease, .. }
+            | Self::HeldNext { lease, .. }
+            | Self::AckHeld { lease, .. } => Some(lease),
+        }
+    }
+}
+
+/// A command in flight.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Command {
+    /// The sender.
+    pub from: Identity,
+    /// The part of the sender waiting for the reply.
+    pub part: Part,
+    /// The operation.
+    pub op: Op,
+}
+
+/// What Redis answered.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Reply {
+    /// The lease is held at this value.
+    Acquired(LeaseValue),
+    /// Someone else holds the lease.
+    Busy,
+    /// The lease moved on.
+    Fenced,
+    /// An entry, delivered (or delivered again) to the group's consumer.
+    Entry {
+        /// The message.
+        msg: u8,
+        /// Where the reader goes on from.
+        cursor: Option<u8>,
+    },
+    /// Nothing new to read.
+    Idle,
+    /// A read-back: the key's entries found (a bit per message, in stream
+    /// order) and the position to go on from (`None`: the span is read).
+    Refilled {
+        /// The entries found.
+        found: u8,
+        /// The next position to look at, when a queue's worth was found.
+        next: Option<u8>,
+    },
+    /// The parked keys and the keys holding messages (a bit per key).
+    Parking {
+        /// Parked keys.
+        parked: u8,
+        /// Keys holding messages aside (parked, or resolved and not drained).
+        holding: u8,
+    },
+    /// The next held message of a resolved key.
+    Held(u8),
+    /// The key is parked (not resolved, or parked again).
+    Parked,
+    /// The key holds nothing more: it flows again.
+    Drained,
+    /// Whether the key is still parked.
+    StillParked(bool),
+    /// Done.
+    Ok,
+}
+
+/// A part's command and, once Redis applied it, the reply.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Call {
+    /// Nothing asked.
+    None,
+    /// Sent, no reply yet.
+    Sent(Op),
+    /// Answered, the reply not read yet.
+    Answered(Op, Reply),
+}
+
+/// One key in an owner's memory.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Key {
+    /// Entries read ahead and not started, in stream order.
+    pub queue: Vec<u8>,
+    /// The span `(from, to)` of positions where the key's skipped entries lie.
+    pub skipped: Option<(u8, u8)>,
+    /// The message whose run is in progress (commit, then acknowledgement).
+    pub running: Option<u8>,
+    /// The key's command.
+    pub call: Call,
+    /// How the key's messages are handled.
+    pub mode: Mode,
+    /// The held message `held.lua` answered, to run next.
+    pub held_next: Option<u8>,
+}
+
+/// How a key's messages are handled.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Mode {
+    /// Run as they come.
+    Flowing,
+    /// Parked on a poison message: held aside until an operator resolves it.
+    Parked,
+    /// Resolved: its held messages run first.
+    Holding,
+}
+
+impl Key {
+    fn new() -> Self {
+        Self {
+            queue: Vec::new(),
+            skipped: None,
+            running: None,
+            call: Call::None,
+            mode: Mode::Flowing,
+            held_next: None,
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.running.is_some() || self.call != Call::None || self.held_next.is_some()
+    }
+}
+
+/// The owner of the partition, for the time its lease lasts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Owner {
+    /// The lease.
+    pub lease: LeaseValue,
+    /// A command was fenced: nothing new starts, the runs in progress end.
+    pub lost: bool,
+    /// The parked keys are read: the reader and the keys may start.
+    pub ready: bool,
+    /// The worker's command (reading the parked keys).
+    pub setup: Call,
+    /// The reader's cursor.
+    pub cursor: Option<u8>,
+    /// The reader's command.
+    pub reader: Call,
+    /// The keys, by key number.
+    pub keys: Vec<Key>,
+}
+
+/// What a process's worker is doing.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Work {
+    /// No lease: may try to acquire.
+    Idle,
+    /// Waiting for the answer to its acquire.
+    Acquiring(Call),
+    /// Owning the partition.
+    Owner(Owner),
+}
+
+/// One process.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Process {
+    /// Its identity (instance id and nonce of this start).
+    pub id: Identity,
+    /// Whether the process runs at all.
+    pub up: bool,
+    /// Whether the process is paused (SIGSTOP).
+    pub stalled: bool,
+    /// Its lease expired while it was paused: what it does under it is fenced.
+    pub orphaned: bool,
+    /// The worker.
+    pub work: Work,
+}
+
+impl Process {
+    fn live(&self) -> bool {
+        self.up && !self.stalled
+    }
+
+    fn owner(&self) -> Option<&Owner> {
+        match &self.work {
+            Work::Owner(owner) => Some(owner),
+            _ => None,
+        }
+    }
+}
+
+/// The whole system.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct HashedState {
+    /// The partition's lease.
+    pub lease: Option<LeaseValue>,
+    /// The generation counter behind fencing tokens (acquisitions so far).
+    pub generation: u8,
+    /// Messages appended to the stream.
+    pub published: u8,
+    /// Entries delivered to the group (a prefix of the stream).
+    pub delivered: u8,
+    /// Entries acknowledged in the lane (bit per message): handled, or
+    /// moved to their key's held stream.
+    pub acked: u8,
+    /// Handled messages: acknowledged after their run (in the lane or in
+    /// the held stream), or skipped by an operator.
+    pub done: u8,
+    /// Messages an operator skipped.
+    pub skipped: u8,
+    /// Parked keys (a bit per key).
+    pub parked: u8,
+    /// Keys holding messages aside (a bit per key).
+    pub holding: u8,
+    /// Each key's held stream, in order.
+    pub held: Vec<Vec<u8>>,
+    /// Poison messages left.
+    pub poisons: u8,
+    /// Operator decisions left.
+    pub resolutions: u8,
+    /// An effect of a parked key landed (a history variable).
+    pub progress_while_parked: bool,
+    /// The last commit applied per key (`commit.lua`'s marker): its sender,
+    /// lease and message. A resend of it answers `ok` without applying.
+    pub markers: Vec<Option<(Identity, LeaseValue, u8)>>,
+    /// Commit replies that may still be lost.
+    pub timeouts: u8,
+    /// Per message, the token of the lease its last effect landed under
+    /// (0: none).
+    pub landed_under: Vec<u8>,
+    /// A message's effect landed twice under one lease (a history variable).
+    pub double_effect: bool,
+    /// Operator retries that landed, per key (a history variable: each
+    /// runs the key's head again).
+    pub retried: Vec<u8>,
+
+    /// Committed effects, message numbers in the order they landed.
+    pub effects: Vec<u8>,
+    /// Commands in flight, in no particular order.
+    pub network: BTreeSet<Command>,
+    /// The processes.
+    pub processes: Vec<Process>,
+    /// Crashes left.
+    pub crashes: u8,
+    /// Stalls left.
+    pub stalls: u8,
+    /// Handler runs started per message (a history variable).
+    pub runs: Vec<u8>,
+    /// A current owner started a run on a message other than its key's
+    /// unacknowledged head (a history variable).
+    pub run_off_head: bool,
+    /// A stale owner (its lease expired while it was paused) started a run
+    /// (a history variable; its effects are fenced).
+    pub stale_start: bool,
+}
+
+/// What can happen next.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Action {
+    /// The outbox appends the next message.
+    Publish,
+    /// Process `p`'s part sends its next command (or starts a run).
+    Step(usize, Part),
+    /// Process `p`'s part reads the reply that came while it was paused.
+    Receive(usize, Part),
+    /// Redis applies a command in flight.
+    Apply(Command),
+    /// Redis applies a commit in flight and its reply is lost.
+    ApplyLosingReply(Command),
+    /// Process `p`'s key `k` resends the commit whose reply was lost.
+    Resend(usize, u8),
+    /// The lease expires (its holder is down, stalled or gone).
+    Expire,
+    /// SIGKILL of process `p`.
+    Crash(usize),
+    /// Process `p` starts again with a new nonce.
+    Restart(usize),
+    /// SIGSTOP of process `p`.
+    Stall(usize),
+    /// SIGCONT of process `p`.
+    Resume(usize),
+    /// The handler of process `p`'s key `k` fails for good on the message it
+    /// would run next: the worker parks the key.
+    Fail(usize, u8),
+    /// An operator resolves parked key `key`, naming the head it sees:
+    /// skip it, or retry it.
+    Resolve {
+        /// The key.
+        key: u8,
+        /// Skip (otherwise retry).
+        skip: bool,
+    },
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Apply(command) => write!(
+                f,
+                "redis applies {:?} from instance {} (start {}), {:?}",
+                command.op, command.from.instance, command.from.nonce, command.part
+            ),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+/// The hashed-partition model for one configuration and mutant.
+#[derive(Clone, Debug)]
+pub struct Hashed {
+    /// The configuration.
+    pub config: HashedConfig,
+    /// The seeded defect, if any.
+    pub mutant: Option<HashedMutant>,
+}
+
+/// The properties of the real design that do not hold (see
+/// docs/RELIABILITY.md): reported by the checker, never failed on. A stale
+/// owner that wakes up from a pause past its TTL may start a read-ahead
+/// message before its heartbeat tells it the lease is gone (nothing asks
+/// Redis between two messages of a key); the run's commit and
+/// acknowledgement are refused, the next owner runs the message too.
+pub const HASHED_BY_DESIGN: [&str; 1] = [STALE_START];
+
+const STALE_START: &str = "a stale owner starts no run";
+
+/// The operator's identity on the network (its replies go nowhere).
+const OPERATOR: Identity = Identity {
+    instance: u8::MAX,
+    nonce: 0,
+};
+
+impl Hashed {
+    fn has(&self, mutant: HashedMutant) -> bool {
+        self.mutant == Some(mutant)
+    }
+
+    fn bit(msg: u8) -> u8 {
+        1 << msg
+    }
+
+    /// The messages of `msg`'s key before it.
+    fn earlier(&self, msg: u8) -> impl Iterator<Item = u8> + use<> {
+        let keys = self.config.keys;
+        (0..msg).filter(move |m| m % keys == msg % keys)
+    }
+
+    fn send(network: &mut BTreeSet<Command>, from: Identity, part: Part, op: Op) -> Call {
+        network.insert(Command { from, part, op });
+        Call::Sent(op)
+    }
+
+    /// Whether part `part` of process `p` has something to do now.
+    fn may_step(&self, state: &HashedState, p: usize, part: Part) -> bool {
+        let process = &state.processes[p];
+        match (&process.work, part) {
+            // Abstraction of discovery: a worker tries to acquire only a
+            // lease that may be free (or its own), when there is work.
+            (Work::Idle, Part::Worker) => {
+                state.lease.is_none_or(|l| {
+                    l.holder == process.id
+                        || self.has(HashedMutant::LeaseWithoutNonce)
+                            && l.holder.instance == process.id.instance
+                }) && (0..state.published).any(|m| state.done & Self::bit(m) == 0)
+            }
+            (Work::Owner(owner), Part::Worker) => !owner.lost && !owner.ready && owner.setup == Call::None,
+            // The heartbeat: a renewal of a lease that moved on fails, and
+            // the owner stops.
+            (Work::Owner(owner), Part::Heartbeat) => !owner.lost && state.lease != Some(owner.lease),
+            // Abstraction of the waker: the reader reads when it has pending
+            // entries to go through, or something new was appended.
+            (Work::Owner(owner), Part::Reader) => {
+                owner.ready
+                    && !owner.lost
+                    && owner.reader == Call::None
+                    && (owner.cursor.is_some() || state.delivered < state.published)
+            }
+            (Work::Owner(owner), Part::Key(k)) => {
+                let key = &owner.keys[usize::from(k)];
+                // A held message `held.lua` answered runs at once (the
+                // worker checks nothing in between); anything else waits
+                // while the lease is known to be lost.
+                owner.ready
+                    && key.running.is_none()
+                    && key.call == Call::None
+                    && (key.held_next.is_some()
+                        || !owner.lost && !key.queue.is_empty()
+                        || !owner.lost && key.skipped.is_some()
+                        || !owner.lost && key.mode == Mode::Holding
+                        // Abstraction of the poll: the owner asks whether a
+                        // parked key is still parked once an operator
+                        // resolved it.
+                        || !owner.lost && key.mode == Mode::Parked && state.parked & Self::bit(k) == 0)
+            }
+            _ => false,
+        }
+    }
+
+    fn step(&self, state: &mut HashedState, p: usize, part: Part) {
+        let process = &mut state.processes[p];
+        let id = process.id;
+        let orphaned = process.orphaned;
+        let mut started = None;
+        match (&mut process.work, part) {
+            (Work::Idle, Part::Worker) => {
+                process.work = Work::Acquiring(Self::send(&mut state.network, id, Part::Worker, Op::Acquire));
+            }
+            (Work::Owner(owner), Part::Worker) => {
+                owner.setup = Self::send(&mut state.network, id, part, Op::Parking);
+            }
+            (Work::Owner(owner), Part::Heartbeat) => {
+                owner.lost = true;
+                Self::settle(process);
+            }
+            (Work::Owner(owner), Part::Reader) => {
+                let op = Op::Read {
+                    lease: owner.lease,
+                    cursor: owner.cursor,
+                };
+                owner.reader = Self::send(&mut state.network, id, part, op);
+            }
+            (Work::Owner(owner), Part::Key(k)) => {
+                let lease = owner.lease;
+                let key = &mut owner.keys[usize::from(k)];
+                let op = if let Some(msg) = key.held_next.take() {
+                    // A resolved key's held message runs.
+                    started = Some(msg);
+                    Op::Commit { lease, msg }
+                } else if !key.queue.is_empty() && key.mode == Mode::Flowing {
+                    // A run starts: the handler runs, then commits under the fence.
+                    let msg = key.queue.remove(0);
+                    started = Some(msg);
+                    Op::Commit { lease, msg }
+                } else if !key.queue.is_empty() {
+                    // Parked, or resolved and holding: behind what it holds.
+                    let msgs = key.queue.drain(..).fold(0, |msgs, msg| msgs | Self::bit(msg));
+                    Op::Hold { lease, key: k, msgs }
+                } else if let Some((from, to)) = key.skipped {
+                    Op::Refill {
+                        lease,
+                        key: k,
+                        from,
+                        to,
+                    }
+                } else if key.mode == Mode::Holding {
+                    Op::HeldNext { lease, key: k }
+                } else {
+                    Op::StillParked { key: k }
+                };
+                key.running = started;
+                key.call = Self::send(&mut state.network, id, part, op);
+            }
+            _ => {}
+        }
+        if let Some(msg) = started {
+            self.start_run(state, orphaned, msg);
+        }
+    }
+
+    /// The bookkeeping of a run's start: how many times the message ran,
+    /// and whether it is its key's unacknowledged head.
+    fn start_run(&self, state: &mut HashedState, orphaned: bool, msg: u8) {
+        let run = &mut state.runs[usize::from(msg)];
+        *run = run.saturating_add(1);
+        if orphaned {
+            state.stale_start = true;
+        } else {
+            let done = state.done;
+            let head = done & Self::bit(msg) == 0 && self.earlier(msg).all(|m| done & Self::bit(m) != 0);
+            if !head {
+                state.run_off_head = true;
+            }
+        }
+    }
+
+    /// Redis applies `command` and answers.
+    pub fn apply(&self, state: &mut HashedState, command: Command) -> Reply {
+        // The marker is checked before the fence: a resent commit applied
+        // under a lease that has moved on since still answers `ok`.
+        if let Op::Commit { lease, msg } = command.op
+            && state.markers[self.marker_of(msg)] == Some((command.from, lease, msg))
+        {
+            return Reply::Ok;
+        }
+        if let Some(lease) = command.op.lease()
+            && state.lease != Some(lease)
+        {
+            return Reply::Fenced;
+        }
+        match command.op {
+            Op::Acquire => match state.lease {
+                None => {
+                    state.generation += 1;
+                    let lease = LeaseValue {
+                        holder: command.from,
+                        token: state.generation,
+                    };
+                    state.lease = Some(lease);
+                    Reply::Acquired(lease)
+                }
+                Some(lease) if lease.holder == command.from => Reply::Acquired(lease),
+                Some(lease)
+                    if self.has(HashedMutant::LeaseWithoutNonce)
+                        && lease.holder.instance == command.from.instance =>
+                {
+                    Reply::Acquired(lease)
+                }
+                Some(_) => Reply::Busy,
+            },
+            Op::Read { cursor, .. } => {
+                if let Some(from) = cursor {
+                    // XREADGROUP from an id: the pending entries after it.
+                    if let Some(msg) = (from..state.delivered).find(|m| state.acked & Self::bit(*m) == 0) {
+                        return Reply::Entry {
+                            msg,
+                            cursor: Some(msg + 1),
+                        };
+                    }
+                }
+                // Then `>`: the next entry never delivered.
+                if state.delivered < state.published {
+                    let msg = state.delivered;
+                    state.delivered += 1;
+                    Reply::Entry { msg, cursor: None }
+                } else {
+                    Reply::Idle
+                }
+            }
+            Op::Commit { lease, msg } => {
+                if state.parked & Self::bit(self.config.key_of(msg)) != 0 {
+                    state.progress_while_parked = true;
+                }
+                let under = &mut state.landed_under[usize::from(msg)];
+                if *under == lease.token {
+                    state.double_effect = true;
+                }
+                *under = lease.token;
+                state.effects.push(msg);
+                // Only a resend reads the marker: without lost replies it is
+                // not kept (a smaller state space, the same histories).
+                if self.config.timeouts > 0 {
+                    let marker = self.marker_of(msg);
+                    state.markers[marker] = Some((command.from, lease, msg));
+                }
+                Reply::Ok
+            }
+            Op::Ack { msg, .. } => {
+                state.acked |= Self::bit(msg);
+                state.done |= Self::bit(msg);
+                Reply::Ok
+            }
+            Op::Parking => Reply::Parking {
+                parked: state.parked,
+                holding: state.holding,
+            },
+            Op::Park { key, msg, held, .. } => {
+                if !held {
+                    state.held[usize::from(key)].push(msg);
+                    state.acked |= Self::bit(msg);
+                }
+                state.parked |= Self::bit(key);
+                state.holding |= Self::bit(key);
+                Reply::Ok
+            }
+            Op::Hold { key, msgs, .. } => {
+                for msg in (0..8).filter(|m| msgs & Self::bit(*m) != 0) {
+                    state.held[usize::from(key)].push(msg);
+                    state.acked |= Self::bit(msg);
+                }
+                Reply::Ok
+            }
+            Op::HeldNext { key, .. } => {
+                if state.parked & Self::bit(key) != 0 {
+                    return Reply::Parked;
+                }
+                match state.held[usize::from(key)].first() {
+                    Some(msg) => Reply::Held(*msg),
+                    None => {
+                        state.holding &= !Self::bit(key);
+                        Reply::Drained
+                    }
+                }
+            }
+            Op::AckHeld { key, msg, .. } => {
+                // XDEL of the held id: a no-op when it is gone already.
+                state.held[usize::from(key)].retain(|m| *m != msg);
+                state.done |= Self::bit(msg);
+                Reply::Ok
+            }
+            Op::StillParked { key } => Reply::StillParked(state.parked & Self::bit(key) != 0),
+            Op::Resolve { key, seen, skip } => {
+                let held = &mut state.held[usize::from(key)];
+                // `head_changed` (or `not_halted`): the decision lands on nothing.
+                if state.parked & Self::bit(key) == 0 || held.first() != Some(&seen) {
+                    return Reply::Ok;
+                }
+                if skip {
+                    held.remove(0);
+                    state.skipped |= Self::bit(seen);
+                    state.done |= Self::bit(seen);
+                } else {
+                    state.retried[usize::from(key)] += 1;
+                }
+                state.parked &= !Self::bit(key);
+                Reply::Ok
+            }
+            Op::Refill { key, from, to, .. } => {
+                // XRANGE over the span: every entry of the key there, whether
+                // acknowledged or not (nothing is trimmed in the model).
+                let mut found = 0u8;
+                let mut count = 0u8;
+                for msg in from..=to.min(state.published.saturating_sub(1)) {
+                    if self.config.key_of(msg) == key {
+                        found |= Self::bit(msg);
+                        count += 1;
+                        if count == self.config.queue {
+                            // `refill.lua` answers the id of the last entry
+                            // found: the next read-back starts after it.
+                            return Reply::Refilled {
+                                found,
+                                next: Some(msg + 1),
+                            };
+                        }
+                    }
+                }
+                Reply::Refilled { found, next: None }
+            }
+        }
+    }
+
+    /// An entry read: queued to its key, or skipped when the key's queue is
+    /// full (or the key has skipped entries already).
+    fn dispatch(&self, owner: &mut Owner, msg: u8) {
+        let key = &mut owner.keys[usize::from(self.config.key_of(msg))];
+        if let Some((_, to)) = &mut key.skipped {
+            *to = msg;
+        } else if self.config.queue > 0 && key.queue.len() >= usize::from(self.config.queue) {
+            key.skipped = Some((msg, msg));
+        } else {
+            key.queue.push(msg);
+        }
+    }
+
+    fn receive(&self, state: &mut HashedState, p: usize, part: Part) {
+        let process = &mut state.processes[p];
+        let id = process.id;
+        match (&mut process.work, part) {
+            (Work::Acquiring(Call::Answered(_, reply)), Part::Worker) => {
+                process.work = match *reply {
+                    Reply::Acquired(lease) => {
+                        process.orphaned = false;
+                        Work::Owner(Owner {
+                            lease,
+                            lost: false,
+                            cursor: if self.has(HashedMutant::TakeoverSkipsPending) {
+                                None
+                            } else {
+                                Some(0)
+                            },
+                            reader: Call::None,
+                            keys: (0..self.config.keys).map(|_| Key::new()).collect(),
+                            // With no poison message, nothing is ever parked:
+                            // the read of the parked keys is left out.
+                            ready: self.config.poisons == 0,
+                            setup: Call::None,
+                        })
+                    }
+                    _ => Work::Idle,
+                };
+            }
+            (Work::Owner(owner), Part::Worker) => {
+                let Call::Answered(_, reply) = owner.setup else {
+                    return;
+                };
+                owner.setup = Call::None;
+                match reply {
+                    Reply::Parking { parked, holding } => {
+                        for (k, key) in owner.keys.iter_mut().enumerate() {
+                            let bit = Self::bit(k as u8);
+                            if parked & bit != 0 {
+                                key.mode = Mode::Parked;
+                            } else if holding & bit != 0 {
+                                key.mode = Mode::Holding;
+                            }
+                        }
+                        owner.ready = true;
+                    }
+                    _ => owner.lost = true,
+                }
+            }
+            (Work::Owner(owner), Part::Reader) => {
+                let Call::Answered(_, reply) = owner.reader else {
+                    return;
+                };
+                owner.reader = Call::None;
+                match reply {
+                    Reply::Entry { msg, cursor } => {
+                        owner.cursor = cursor;
+                        self.dispatch(owner, msg);
+                    }
+                    Reply::Idle => owner.cursor = None,
+                    _ => owner.lost = true,
+                }
+            }
+            (Work::Owner(owner), Part::Key(k)) => {
+                let lease = owner.lease;
+                let key = &mut owner.keys[usize::from(k)];
+                let Call::Answered(op, reply) = key.call else {
+                    return;
+                };
+                key.call = Call::None;
+                match (op, reply) {
+                    // A held message's run is acknowledged in the held stream.
+                    (Op::Commit { msg, .. }, Reply::Ok) if key.mode == Mode::Holding => {
+                        let ack = Op::AckHeld { lease, key: k, msg };
+                        key.call = Self::send(&mut state.network, id, part, ack);
+                    }
+                    (Op::Commit { msg, .. }, Reply::Ok) => {
+                        let ack = Op::Ack { lease, msg };
+                        if self.has(HashedMutant::KeyNextBeforeAck) {
+                            // Sent, not awaited: the key goes on at once.
+                            state.network.insert(Command {
+                                from: id,
+                                part: Part::Worker,
+                                op: ack,
+                            });
+                            key.running = None;
+                        } else {
+                            key.call = Self::send(&mut state.network, id, part, ack);
+                        }
+                    }
+                    (Op::Ack { .. } | Op::AckHeld { .. }, Reply::Ok) => key.running = None,
+                    (Op::Park { .. }, Reply::Ok) => {
+                        key.running = None;
+                        key.mode = Mode::Parked;
+                    }
+                    (Op::Hold { .. }, Reply::Ok) | (Op::StillParked { .. }, Reply::StillParked(true)) => {}
+                    (Op::HeldNext { .. }, Reply::Held(msg)) => key.held_next = Some(msg),
+                    (Op::HeldNext { .. }, Reply::Parked) => key.mode = Mode::Parked,
+                    (Op::HeldNext { .. }, Reply::Drained) => key.mode = Mode::Flowing,
+                    (Op::StillParked { .. }, Reply::StillParked(false)) => {
+                        key.mode = if self.has(HashedMutant::ResolvedKeySkipsHeld) {
+                            Mode::Flowing
+                        } else {
+                            Mode::Holding
+                        };
+                    }
+                    (Op::Refill { to, .. }, Reply::Refilled { found, next }) => {
+                        key.queue.extend((0..8).filter(|m| found & Self::bit(*m) != 0));
+                        if let Some((from, now_to)) = &mut key.skipped {
+                            match next {
+                                Some(next) => *from = next,
+                                // Read up to where the span ended when the
+                                // read-back began; the reader may have skipped
+                                // more of the key since.
+                                None if *now_to == to || self.has(HashedMutant::RefillForgetsLateSkips) => {
+                                    key.skipped = None;
+                                }
+                                None => *from = to + 1,
+                            }
+                        }
+                    }
+                    _ => {
+                        key.running = None;
+                        owner.lost = true;
+                    }
+                }
+            }
+            _ => return,
+        }
+        Self::settle(process);
+    }
+
+    /// A lost lease: once every run has ended, the worker exits (its read in
+    /// flight is dropped) and the process may try to acquire again, with an
+    /// empty memory.
+    fn settle(process: &mut Process) {
+        if let Work::Owner(owner) = &process.work
+            && owner.lost
+            && owner.keys.iter().all(|k| !k.busy())
+        {
+            process.work = Work::Idle;
+            process.orphaned = false;
+        }
+    }
+
+    fn may_expire(state: &HashedState) -> bool {
+        let Some(lease) = state.lease else { return false };
+        !state.processes.iter().any(|p| p.id == lease.holder && p.live())
+    }
+
+    /// The commit marker `msg`'s key commits under.
+    fn marker_of(&self, msg: u8) -> usize {
+        if self.has(HashedMutant::SharedCommitMarker) {
+            0
+        } else {
+            usize::from(self.config.key_of(msg))
+        }
+    }
+
+    /// Messages of `key` run more than once, counting every start after
+    /// the first.
+    fn reruns(&self, state: &HashedState, key: u8) -> u8 {
+        (0..self.config.messages())
+            .filter(|m| self.config.key_of(*m) == key)
+            .map(|m| state.runs[usize::from(m)].saturating_sub(1))
+            .sum()
+    }
+}
+
+impl Model for Hashed {
+    type State = HashedState;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<HashedState> {
+        let processes = (0..self.config.instances)
+            .map(|i| Process {
+                id: Identity {
+                    instance: if self.has(HashedMutant::LeaseWithoutNonce) {
+                        0
+                    } else {
+                        i
+                    },
+                    nonce: i,
+                },
+                up: true,
+                stalled: false,
+                orphaned: false,
+                work: Work::Idle,
+            })
+            .collect();
+        vec![HashedState {
+            lease: None,
+            generation: 0,
+            published: 0,
+            delivered: 0,
+            acked: 0,
+            done: 0,
+            skipped: 0,
+            parked: 0,
+            holding: 0,
+            held: vec![Vec::new(); usize::from(self.config.keys)],
+            poisons: self.config.poisons,
+            resolutions: self.config.resolutions,
+            progress_while_parked: false,
+            retried: vec![0; usize::from(self.config.keys)],
+            markers: vec![None; usize::from(self.config.keys)],
+            timeouts: self.config.timeouts,
+            landed_under: vec![0; usize::from(self.config.messages())],
+            double_effect: false,
+            effects: Vec::new(),
+            network: BTreeSet::new(),
+            processes,
+            crashes: self.config.crashes,
+            stalls: self.config.stalls,
+            runs: vec![0; usize::from(self.config.messages())],
+            run_off_head: false,
+            stale_start: false,
+        }]
+    }
+
+    fn actions(&self, state: &HashedState, actions: &mut Vec<Action>) {
+        if state.published < self.config.messages() {
+            actions.push(Action::Publish);
+        }
+        for command in &state.network {
+            actions.push(Action::Apply(*command));
+            if state.timeouts > 0 && matches!(command.op, Op::Commit { .. }) {
+                actions.push(Action::ApplyLosingReply(*command));
+            }
+        }
+        if Self::may_expire(state) {
+            actions.push(Action::Expire);
+        }
+        if state.resolutions > 0 {
+            for key in (0..self.config.keys).filter(|k| state.parked & Self::bit(*k) != 0) {
+                actions.push(Action::Resolve { key, skip: true });
+                actions.push(Action::Resolve { key, skip: false });
+            }
+        }
+        for (p, process) in state.processes.iter().enumerate() {
+            if !process.up {
+                actions.push(Action::Restart(p));
+                continue;
+            }
+            if process.stalled {
+                actions.push(Action::Resume(p));
+                continue;
+            }
+            let parts = [Part::Worker, Part::Heartbeat, Part::Reader]
+                .into_iter()
+                .chain((0..self.config.keys).map(Part::Key));
+            for part in parts {
+                if self.may_step(state, p, part) {
+                    actions.push(Action::Step(p, part));
+                }
+                let answered = match (&process.work, part) {
+                    (Work::Acquiring(call), Part::Worker) => matches!(call, Call::Answered(..)),
+                    (Work::Owner(owner), Part::Worker) => matches!(owner.setup, Call::Answered(..)),
+                    (Work::Owner(owner), Part::Reader) => matches!(owner.reader, Call::Answered(..)),
+                    (Work::Owner(owner), Part::Key(k)) => {
+                        matches!(owner.keys[usize::from(k)].call, Call::Answered(..))
+                    }
+                    _ => false,
+                };
+                if answered {
+                    actions.push(Action::Receive(p, part));
+                }
+                // A commit neither in flight nor answered lost its reply:
+                // the client resends it.
+                if let (Work::Owner(owner), Part::Key(k)) = (&process.work, part)
+                    && let Call::Sent(op @ Op::Commit { .. }) = owner.keys[usize::from(k)].call
+                    && !state.network.contains(&Command {
+                        from: process.id,
+                        part,
+                        op,
+                    })
+                {
+                    actions.push(Action::Resend(p, k));
+                }
+            }
+            if state.crashes > 0 {
+                actions.push(Action::Crash(p));
+            }
+            if state.stalls > 0 {
+                actions.push(Action::Stall(p));
+            }
+            if state.poisons > 0
+                && let Work::Owner(owner) = &process.work
+                && owner.ready
+            {
+                for (k, key) in owner.keys.iter().enumerate() {
+                    let next = key.held_next.is_some()
+                        || !owner.lost && key.mode == Mode::Flowing && !key.queue.is_empty();
+                    if next && key.running.is_none() && key.call == Call::None {
+                        actions.push(Action::Fail(p, k as u8));
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &HashedState, action: Action) -> Option<HashedState> {
+        let mut state = last.clone();
+        match action {
+            Action::Publish => state.published += 1,
+            Action::Step(p, part) => self.step(&mut state, p, part),
+            Action::Receive(p, part) => self.receive(&mut state, p, part),
+            Action::Apply(command) => {
+                state.network.remove(&command);
+                let reply = self.apply(&mut state, command);
+                // The reply reaches the part that waits for it, if it still
+                // does (a process start that is gone, or a worker that moved
+                // on, drops it).
+                let Some(p) = state.processes.iter().position(|p| p.up && p.id == command.from) else {
+                    return Some(state);
+                };
+                let process = &mut state.processes[p];
+                let live = process.live();
+                let call = match (&mut process.work, command.part) {
+                    (Work::Acquiring(call), Part::Worker) => Some(call),
+                    (Work::Owner(owner), Part::Worker) => Some(&mut owner.setup),
+                    (Work::Owner(owner), Part::Reader) => Some(&mut owner.reader),
+                    (Work::Owner(owner), Part::Key(k)) => Some(&mut owner.keys[usize::from(k)].call),
+                    _ => None,
+                };
+                if let Some(call) = call
+                    && *call == Call::Sent(command.op)
+                {
+                    *call = Call::Answered(command.op, reply);
+                    // A live process reads its reply at once: what it does
+                    // with it touches only its own memory and sends its next
+                    // command, which commutes with everything else that can
+                    // happen meanwhile (a reduction of the state space). A
+                    // paused one reads it when it resumes.
+                    if live {
+                        self.receive(&mut state, p, command.part);
+                    }
+                }
+            }
+            Action::ApplyLosingReply(command) => {
+                state.timeouts -= 1;
+                state.network.remove(&command);
+                self.apply(&mut state, command);
+            }
+            Action::Resend(p, k) => {
+                let process = &state.processes[p];
+                let Work::Owner(owner) = &process.work else {
+                    return None;
+                };
+                let Call::Sent(op) = owner.keys[usize::from(k)].call else {
+                    return None;
+                };
+                state.network.insert(Command {
+                    from: process.id,
+                    part: Part::Key(k),
+                    op,
+                });
+            }
+            Action::Expire => {
+                let expired = state.lease.take()?;
+                for process in &mut state.processes {
+                    if process.owner().is_some_and(|o| o.lease == expired) {
+                        process.orphaned = true;
+                    }
+                }
+            }
+            Action::Crash(p) => {
+                state.crashes -= 1;
+                let process = &mut state.processes[p];
+                process.up = false;
+                process.stalled = false;
+                process.orphaned = false;
+                process.work = Work::Idle;
+            }
+            Action::Restart(p) => {
+                let nonce = state.processes.iter().map(|p| p.id.nonce).max().unwrap_or(0) + 1;
+                let process = &mut state.processes[p];
+                process.up = true;
+                process.id.nonce = nonce;
+            }
+            Action::Stall(p) => {
+                state.stalls -= 1;
+                state.processes[p].stalled = true;
+            }
+            Action::Resume(p) => state.processes[p].stalled = false,
+            Action::Fail(p, k) => {
+                state.poisons -= 1;
+                let process = &mut state.processes[p];
+                let (id, orphaned) = (process.id, process.orphaned);
+                let Work::Owner(owner) = &mut process.work else {
+                    return None;
+                };
+                let lease = owner.lease;
+                let key = &mut owner.keys[usize::from(k)];
+                let (msg, held) = match key.held_next.take() {
+                    Some(msg) => (msg, true),
+                    None => (key.queue.remove(0), false),
+                };
+                // The run started, failed every attempt, and the worker
+                // parks the key under the fence.
+                key.running = Some(msg);
+                let park = Op::Park {
+                    lease,
+                    key: k,
+                    msg,
+                    held,
+                };
+                key.call = Self::send(&mut state.network, id, Part::Key(k), park);
+                self.start_run(&mut state, orphaned, msg);
+            }
+            Action::Resolve { key, skip } => {
+                state.resolutions -= 1;
+                let seen = *state.held[usize::from(key)].first()?;
+                state.network.insert(Command {
+                    from: OPERATOR,
+                    part: Part::Worker,
+                    op: Op::Resolve { key, seen, skip },
+                });
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "each key's effects land in publish order",
+                |model: &Hashed, state: &HashedState| {
+                    (0..model.config.keys).all(|key| {
+                        let mut of_key = state.effects.iter().filter(|m| model.config.key_of(**m) == key);
+                        let Some(mut last) = of_key.next() else {
+                            return true;
+                        };
+                        of_key.all(|m| {
+                            let ordered = last <= m;
+                            last = m;
+                            ordered
+                        })
+                    })
+                },
+            ),
+            Property::always(
+                "no key's effect lands before its earlier messages' effects",
+                |model: &Hashed, state: &HashedState| {
+                    state.effects.iter().enumerate().all(|(at, msg)| {
+                        model.earlier(*msg).all(|before| {
+                            state.effects[..at].contains(&before) || state.skipped & Hashed::bit(before) != 0
+                        })
+                    })
+                },
+            ),
+            Property::always(
+                "a handled message has its effect, unless an operator skipped it",
+                |model: &Hashed, state: &HashedState| {
+                    (0..model.config.messages())
+                        .filter(|m| state.done & !state.skipped & Hashed::bit(*m) != 0)
+                        .all(|m| state.effects.contains(&m))
+                },
+            ),
+            Property::always(
+                "no effect of a parked key lands until an operator resolves it",
+                |_, state: &HashedState| !state.progress_while_parked,
+            ),
+            Property::always(
+                "each key's held messages keep publish order",
+                |_, state: &HashedState| {
+                    state
+                        .held
+                        .iter()
+                        .all(|held| held.windows(2).all(|pair| pair[0] < pair[1]))
+                },
+            ),
+            Property::always(
+                "a current owner runs only its key's unacknowledged head",
+                |_, state: &HashedState| !state.run_off_head,
+            ),
+            Property::always(
+                "at most one run of a key at once by owners whose effects can land",
+                |model: &Hashed, state: &HashedState| {
+                    (0..model.config.keys).all(|key| {
+                        state
+                            .processes
+                            .iter()
+                            .filter(|p| p.live() && !p.orphaned)
+                            .filter_map(Process::owner)
+                            .filter(|o| !o.lost && o.keys[usize::from(key)].running.is_some())
+                            .count()
+                            <= 1
+                    })
+                },
+            ),
+            Property::always(
+                "a failover re-runs at most one message per key",
+                |model: &Hashed, state: &HashedState| {
+                    // Besides, each operator retry runs the key's head again.
+                    let failovers = state.generation.saturating_sub(1);
+                    (0..model.config.keys)
+                        .all(|key| model.reruns(state, key) <= failovers + state.retried[usize::from(key)])
+                },
+            ),
+            Property::always(
+                "under one lease a message's effect lands at most once",
+                |_, state: &HashedState| !state.double_effect,
+            ),
+            Property::always(STALE_START, |_, state: &HashedState| !state.stale_start),
+            // Liveness, checked on every history that ends (faults used up,
+            // nothing left to do): every message was handled.
+            Property::eventually(
+                "once faults stop, every published message is handled",
+                |model: &Hashed, state: &HashedState| {
+                    // Every key's messages are handled, unless the key waits
+                    // for an operator decision that will not come.
+                    state.published == model.config.messages()
+                        && (0..model.config.keys).all(|key| {
+                            let waits = state.parked & Hashed::bit(key) != 0 && state.resolutions == 0;
+                            waits
+                                || (0..model.config.messages())
+                                    .filter(|m| model.config.key_of(*m) == key)
+                                    .all(|m| state.done & Hashed::bit(m) != 0)
+                        })
+                },
+            ),
+        ]
+    }
+}
+
+/// A property some history breaks, with that history.
+#[derive(Debug, Clone)]
+pub struct HashedViolation {
+    /// The property.
+    pub property: &'static str,
+    /// The actions from the initial state to the violating one.
+    pub trace: Vec<Action>,
+    /// The violating state.
+    pub state: HashedState,
+}
+
+/// The outcome of one exhaustive check of the hashed model.
+#[derive(Debug, Clone)]
+pub struct HashedReport {
+    /// Distinct states explored.
+    pub states: usize,
+    /// The deepest history explored.
+    pub max_depth: usize,
+    /// What was explored.
+    pub config: HashedConfig,
+    /// The seeded defect, if any.
+    pub mutant: Option<HashedMutant>,
+    /// Properties broken, each with a shortest counterexample (those of
+    /// [`HASHED_BY_DESIGN`] included).
+    pub violations: Vec<HashedViolation>,
+    /// How long the check took.
+    pub elapsed: Duration,
+}
+
+impl HashedReport {
+    /// The violations other than those the design accepts
+    /// ([`HASHED_BY_DESIGN`]).
+    pub fn unexpected(&self) -> impl Iterator<Item = &HashedViolation> {
+        self.violations
+            .iter()
+            .filter(|v| !HASHED_BY_DESIGN.contains(&v.property))
+    }
+}
+
+/// Explores every history of `config` (with `mutant` seeded) breadth-first,
+/// so each counterexample is a shortest one.
+pub fn check_hashed(config: HashedConfig, mutant: Option<HashedMutant>) -> HashedReport {
+    let started = Instant::now();
+    let model = Hashed { config, mutant };
+    let properties: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
+    let checker = model.checker().spawn_bfs().join();
+    let mut discoveries = checker.discoveries();
+    let violations = properties
+        .into_iter()
+        .filter_map(|property| {
+            let path = discoveries.remove(property)?;
+            let state = path.last_state().clone();
+            Some(HashedViolation {
+                property,
+                trace: path.into_actions(),
+                state,
+            })
+        })
+        .collect();
+    HashedReport {
+        states: checker.unique_state_count(),
+        max_depth: checker.max_depth(),
+        config,
+        mutant,
+        violations,
+        elapsed: started.elapsed(),
+    }
+}
