@@ -56,12 +56,12 @@
 //! key's own marker, `commit.lua`), and once faults stop every message is
 //! handled, except those of a key waiting for an operator.
 //!
-//! One property of the per-key protocol does not hold, by design (see
-//! [`HASHED_BY_DESIGN`]): a stale owner starts no run. A read-ahead entry
-//! starts without a round trip to Redis, so an owner that wakes up from a
-//! pause past its TTL may start a queued message (of any key) before its
-//! heartbeat notices the lease is gone; its commit and acknowledgement are
-//! fenced, and the per-key re-run bound still holds.
+//! A stale owner starts no run: an owner woken from a pause (its
+//! heartbeat's last renewal may be a TTL old) confirms its lease with a
+//! fenced check before it starts another run, as the worker does
+//! (`Worker::confirm_lease`). The first version of this model, without it,
+//! found an owner starting a read-ahead message after its lease had expired
+//! (mutant `start-without-confirming`).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -240,7 +240,9 @@ impl HashedConfig {
     /// The smallest configuration whose faults can expose `mutant`.
     pub fn exposing(mutant: HashedMutant) -> Self {
         match mutant {
-            HashedMutant::KeyNextBeforeAck | HashedMutant::TakeoverSkipsPending => Self::STALL,
+            HashedMutant::KeyNextBeforeAck
+            | HashedMutant::TakeoverSkipsPending
+            | HashedMutant::StartWithoutConfirming => Self::STALL,
             HashedMutant::SharedCommitMarker => Self {
                 stalls: 0,
                 timeouts: 1,
@@ -319,12 +321,16 @@ pub enum HashedMutant {
     /// The keys of a hashed partition share one commit marker, as a per-key
     /// partition has one: a key's commit overwrites another's.
     SharedCommitMarker,
+    /// An owner woken from a pause starts queued messages without first
+    /// confirming its lease (the runtime before the model found it).
+    StartWithoutConfirming,
 }
 
 impl HashedMutant {
     /// Every mutant.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::SharedCommitMarker,
+        Self::StartWithoutConfirming,
         Self::KeyNextBeforeAck,
         Self::TakeoverSkipsPending,
         Self::RefillForgetsLateSkips,
@@ -341,6 +347,7 @@ impl HashedMutant {
             Self::LeaseWithoutNonce => "lease-without-nonce",
             Self::ResolvedKeySkipsHeld => "resolved-key-skips-held",
             Self::SharedCommitMarker => "shared-commit-marker",
+            Self::StartWithoutConfirming => "start-without-confirming",
         }
     }
 }
@@ -389,6 +396,9 @@ pub enum Part {
     Heartbeat,
     /// The reader (`read_hashed.lua`).
     Reader,
+    /// Confirming the lease before a run starts, after a pause (the
+    /// worker's `confirm_lease`: the heartbeat's last renewal is too old).
+    Confirm,
     /// The run of key `k`.
     Key(u8),
 }
@@ -420,6 +430,11 @@ pub enum Op {
         lease: LeaseValue,
         /// The message.
         msg: u8,
+    },
+    /// The fenced check that the lease is still held (`Partitions::check`).
+    Check {
+        /// The lease.
+        lease: LeaseValue,
     },
     /// The fenced read-back of `key`'s skipped entries at positions
     /// `from..=to` (`refill.lua`).
@@ -497,6 +512,7 @@ impl Op {
         match self {
             Self::Acquire | Self::Parking | Self::StillParked { .. } | Self::Resolve { .. } => None,
             Self::Read { lease, .. }
+            | Self::Check { lease }
             | Self::Commit { lease, .. }
             | Self::Ack { lease, .. }
             | Self::Refill { lease, .. }
@@ -637,6 +653,10 @@ pub struct Owner {
     pub reader: Call,
     /// The keys, by key number.
     pub keys: Vec<Key>,
+    /// Woken from a pause: no run starts until the lease is confirmed.
+    pub unconfirmed: bool,
+    /// The command confirming the lease.
+    pub confirm: Call,
 }
 
 /// What a process's worker is doing.
@@ -804,12 +824,9 @@ pub struct Hashed {
 }
 
 /// The properties of the real design that do not hold (see
-/// docs/RELIABILITY.md): reported by the checker, never failed on. A stale
-/// owner that wakes up from a pause past its TTL may start a read-ahead
-/// message before its heartbeat tells it the lease is gone (nothing asks
-/// Redis between two messages of a key); the run's commit and
-/// acknowledgement are refused, the next owner runs the message too.
-pub const HASHED_BY_DESIGN: [&str; 1] = [STALE_START];
+/// docs/RELIABILITY.md): reported by the checker, never failed on. None
+/// since a woken owner confirms its lease before starting a run.
+pub const HASHED_BY_DESIGN: [&str; 0] = [];
 
 const STALE_START: &str = "a stale owner starts no run";
 
@@ -853,6 +870,9 @@ impl Hashed {
                 }) && (0..state.published).any(|m| state.done & Self::bit(m) == 0)
             }
             (Work::Owner(owner), Part::Worker) => !owner.lost && !owner.ready && owner.setup == Call::None,
+            (Work::Owner(owner), Part::Confirm) => {
+                owner.unconfirmed && !owner.lost && owner.confirm == Call::None
+            }
             // The heartbeat: a renewal of a lease that moved on fails, and
             // the owner stops.
             (Work::Owner(owner), Part::Heartbeat) => !owner.lost && state.lease != Some(owner.lease),
@@ -869,17 +889,29 @@ impl Hashed {
                 // A held message `held.lua` answered runs at once (the
                 // worker checks nothing in between); anything else waits
                 // while the lease is known to be lost.
+                // A run (a held message `held.lua` answered, or a flowing
+                // key's queued head) does not start while the lease is
+                // unconfirmed; a held one runs even once the lease is known
+                // to be lost (the worker checks nothing in between).
+                let held = key.held_next.is_some();
+                let head = !key.queue.is_empty() && key.mode == Mode::Flowing;
                 owner.ready
                     && key.running.is_none()
                     && key.call == Call::None
-                    && (key.held_next.is_some()
-                        || !owner.lost && !key.queue.is_empty()
-                        || !owner.lost && key.skipped.is_some()
-                        || !owner.lost && key.mode == Mode::Holding
-                        // Abstraction of the poll: the owner asks whether a
-                        // parked key is still parked once an operator
-                        // resolved it.
-                        || !owner.lost && key.mode == Mode::Parked && state.parked & Self::bit(k) == 0)
+                    && ((held || head && !owner.lost) && !owner.unconfirmed
+                        // A lost owner's held message does not start: its
+                        // lease confirmation fails (it is dropped).
+                        || held && owner.lost
+                        || !held
+                            && !head
+                            && !owner.lost
+                            && (!key.queue.is_empty()
+                                || key.skipped.is_some()
+                                || key.mode == Mode::Holding
+                                // Abstraction of the poll: the owner asks
+                                // whether a parked key is still parked once
+                                // an operator resolved it.
+                                || key.mode == Mode::Parked && state.parked & Self::bit(k) == 0))
             }
             _ => false,
         }
@@ -901,6 +933,10 @@ impl Hashed {
                 owner.lost = true;
                 Self::settle(process);
             }
+            (Work::Owner(owner), Part::Confirm) => {
+                let op = Op::Check { lease: owner.lease };
+                owner.confirm = Self::send(&mut state.network, id, part, op);
+            }
             (Work::Owner(owner), Part::Reader) => {
                 let op = Op::Read {
                     lease: owner.lease,
@@ -911,7 +947,13 @@ impl Hashed {
             (Work::Owner(owner), Part::Key(k)) => {
                 let lease = owner.lease;
                 let key = &mut owner.keys[usize::from(k)];
-                let op = if let Some(msg) = key.held_next.take() {
+                let op = if owner.lost && owner.unconfirmed && key.held_next.is_some() {
+                    // The lease confirmation before the run fails: it does
+                    // not start (the next owner runs the held message).
+                    key.held_next = None;
+                    Self::settle(process);
+                    return;
+                } else if let Some(msg) = key.held_next.take() {
                     // A resolved key's held message runs.
                     started = Some(msg);
                     Op::Commit { lease, msg }
@@ -996,6 +1038,8 @@ impl Hashed {
                 }
                 Some(_) => Reply::Busy,
             },
+            // The fence above refused it unless the lease is held.
+            Op::Check { .. } => Reply::Ok,
             Op::Read { cursor, .. } => {
                 if let Some(from) = cursor {
                     // XREADGROUP from an id: the pending entries after it.
@@ -1152,6 +1196,8 @@ impl Hashed {
                             // the read of the parked keys is left out.
                             ready: self.config.poisons == 0,
                             setup: Call::None,
+                            unconfirmed: false,
+                            confirm: Call::None,
                         })
                     }
                     _ => Work::Idle,
@@ -1174,6 +1220,16 @@ impl Hashed {
                         }
                         owner.ready = true;
                     }
+                    _ => owner.lost = true,
+                }
+            }
+            (Work::Owner(owner), Part::Confirm) => {
+                let Call::Answered(_, reply) = owner.confirm else {
+                    return;
+                };
+                owner.confirm = Call::None;
+                match reply {
+                    Reply::Ok => owner.unconfirmed = false,
                     _ => owner.lost = true,
                 }
             }
@@ -1376,7 +1432,7 @@ impl Model for Hashed {
                 actions.push(Action::Resume(p));
                 continue;
             }
-            let parts = [Part::Worker, Part::Heartbeat, Part::Reader]
+            let parts = [Part::Worker, Part::Heartbeat, Part::Confirm, Part::Reader]
                 .into_iter()
                 .chain((0..self.config.keys).map(Part::Key));
             for part in parts {
@@ -1386,6 +1442,7 @@ impl Model for Hashed {
                 let answered = match (&process.work, part) {
                     (Work::Acquiring(call), Part::Worker) => matches!(call, Call::Answered(..)),
                     (Work::Owner(owner), Part::Worker) => matches!(owner.setup, Call::Answered(..)),
+                    (Work::Owner(owner), Part::Confirm) => matches!(owner.confirm, Call::Answered(..)),
                     (Work::Owner(owner), Part::Reader) => matches!(owner.reader, Call::Answered(..)),
                     (Work::Owner(owner), Part::Key(k)) => {
                         matches!(owner.keys[usize::from(k)].call, Call::Answered(..))
@@ -1419,8 +1476,9 @@ impl Model for Hashed {
                 && owner.ready
             {
                 for (k, key) in owner.keys.iter().enumerate() {
-                    let next = key.held_next.is_some()
-                        || !owner.lost && key.mode == Mode::Flowing && !key.queue.is_empty();
+                    let next = !owner.unconfirmed
+                        && (key.held_next.is_some()
+                            || !owner.lost && key.mode == Mode::Flowing && !key.queue.is_empty());
                     if next && key.running.is_none() && key.call == Call::None {
                         actions.push(Action::Fail(p, k as u8));
                     }
@@ -1449,6 +1507,7 @@ impl Model for Hashed {
                 let call = match (&mut process.work, command.part) {
                     (Work::Acquiring(call), Part::Worker) => Some(call),
                     (Work::Owner(owner), Part::Worker) => Some(&mut owner.setup),
+                    (Work::Owner(owner), Part::Confirm) => Some(&mut owner.confirm),
                     (Work::Owner(owner), Part::Reader) => Some(&mut owner.reader),
                     (Work::Owner(owner), Part::Key(k)) => Some(&mut owner.keys[usize::from(k)].call),
                     _ => None,
@@ -1512,7 +1571,17 @@ impl Model for Hashed {
                 state.stalls -= 1;
                 state.processes[p].stalled = true;
             }
-            Action::Resume(p) => state.processes[p].stalled = false,
+            Action::Resume(p) => {
+                let process = &mut state.processes[p];
+                process.stalled = false;
+                // Its heartbeat's last renewal may be a TTL old: the worker
+                // confirms the lease before it starts another run.
+                if let Work::Owner(owner) = &mut process.work
+                    && !self.has(HashedMutant::StartWithoutConfirming)
+                {
+                    owner.unconfirmed = true;
+                }
+            }
             Action::Fail(p, k) => {
                 state.poisons -= 1;
                 let process = &mut state.processes[p];
