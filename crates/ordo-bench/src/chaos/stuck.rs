@@ -8,20 +8,21 @@ use fred::clients::Pool;
 use fred::interfaces::{KeysInterface as _, StreamsInterface as _};
 use fred::types::Value;
 use ordo_core::key::DEFAULT_BACKFILL_SUFFIX;
-use ordo_harness::keys;
+use ordo_harness::keys::Records;
 use ordo_harness::worker::GROUP;
 use ordo_redis::PartitionAdmin;
 
-/// One line per key of `keys`: its lease (holder, token, time left), its
-/// stream's length, and the handler's consumer group (pending entries, last
-/// delivered id, lag); then one line per halted partition.
-pub(crate) async fn describe(client: &Pool, keys: &[String]) -> Result<Vec<String>> {
+/// One line per key of `keys`: its partition's lease (holder, token, time
+/// left), stream length, and the handler's consumer group (pending
+/// entries, last delivered id, lag); then one line per halted partition
+/// and parked key.
+pub(crate) async fn describe(client: &Pool, records: &Records, keys: &[String]) -> Result<Vec<String>> {
     let mut lines = Vec::new();
     for key in keys {
-        let lease_key = keys::lease(key);
+        let lease_key = records.lease(key);
         let lease: Option<String> = client.get(&lease_key).await?;
         let ttl: i64 = client.pttl(&lease_key).await?;
-        let partition = keys::partition(key);
+        let partition = records.partition(key);
         let stream = partition.primary();
         let length: u64 = client.xlen(stream).await?;
         let groups: Vec<HashMap<String, Value>> = client.xinfo_groups(stream).await.unwrap_or_default();
@@ -34,11 +35,70 @@ pub(crate) async fn describe(client: &Pool, keys: &[String]) -> Result<Vec<Strin
             lease.as_deref().unwrap_or("none"),
         ));
     }
-    let admin = PartitionAdmin::new(client.clone(), DEFAULT_BACKFILL_SUFFIX);
-    for halted in admin.halted().await? {
-        lines.push(format!("halted: {halted:?}"));
+    for halted in admin(client, records).halted().await? {
+        lines.push(format!(
+            "{}: {halted:?}",
+            if halted.parked { "parked" } else { "halted" }
+        ));
     }
     Ok(lines)
+}
+
+/// The operator's view of the run's partitions, knowing how the category
+/// is routed (so parked keys of hashed partitions are listed by key).
+pub(crate) fn admin(client: &Pool, records: &Records) -> PartitionAdmin {
+    PartitionAdmin::new(client.clone(), DEFAULT_BACKFILL_SUFFIX).with_routing(records.routing().clone())
+}
+
+/// What [`resolve`] retried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    /// Halted partitions (a partition per key).
+    pub(crate) partitions: u64,
+    /// Parked keys (of hashed partitions).
+    pub(crate) parked_keys: u64,
+}
+
+/// Retries every halted partition and parked key of the run, as an
+/// operator would once the cause is gone (a chaos run's handlers fail only
+/// while Redis is unreachable): the head that halted runs again, then the
+/// rest in order. Each is resolved against the head it was listed with, so
+/// a halt that moved on meanwhile is left alone. Returns the lines to log
+/// and what was retried.
+pub(crate) async fn resolve(client: &Pool, records: &Records) -> Result<(Vec<String>, Resolved)> {
+    let admin = admin(client, records);
+    let mut lines = Vec::new();
+    let mut resolved = Resolved::default();
+    for halted in admin.halted().await? {
+        let outcome = admin
+            .head(&halted.group, &halted.category, &halted.key)
+            .expecting(&halted.head)
+            .retry()
+            .await;
+        let what = if halted.parked {
+            "parked key"
+        } else {
+            "halted partition"
+        };
+        match outcome {
+            Ok(_) => {
+                if halted.parked {
+                    resolved.parked_keys += 1;
+                } else {
+                    resolved.partitions += 1;
+                }
+                lines.push(format!(
+                    "retried {what} {} of {} at head {} ({} attempts: {})",
+                    halted.key, halted.group, halted.head, halted.attempts, halted.error
+                ));
+            }
+            Err(error) => lines.push(format!(
+                "could not retry {what} {} of {}: {error}",
+                halted.key, halted.group
+            )),
+        }
+    }
+    Ok((lines, resolved))
 }
 
 /// `pending`, `last-delivered-id`, `entries-read` and `lag` of one group.
