@@ -115,3 +115,103 @@ fn describe_group(group: &HashMap<String, Value>) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+
+    use fred::interfaces::{ClientLike as _, HashesInterface as _, ListInterface as _};
+    use ordo_core::broker::{Broker as _, Publication};
+    use ordo_core::key::Lane;
+    use ordo_harness::tick::Tick;
+    use ordo_harness::worker::WorkerOptions;
+    use ordo_redis::{RedisBroker, Routing};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    /// A poison key of a hashed partition parks (the partition's other key
+    /// flows); `resolve` finds it through the admin with the routing, by its
+    /// real key, and retries it: the poison runs again and parks again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn resolve_retries_the_parked_keys_of_hashed_partitions() -> anyhow::Result<()> {
+        let redis = tokio::task::spawn_blocking(ordo_testkit::Redis::start_local).await??;
+        let mut options = WorkerOptions::new(redis.url(), "w1");
+        options.hashed_partitions = NonZeroU32::new(1);
+        options.max_retries = 0;
+        let config = options.config()?;
+        let records = Records::new(Routing::new(&config));
+        let broker = RedisBroker::builder(redis.url()).config(config).build().await?;
+        let publish = |ticks: &[(&str, u64, bool)]| {
+            let mut publications = Vec::new();
+            for &(key, seq, poison) in ticks {
+                let tick = Tick {
+                    key: key.to_owned(),
+                    seq,
+                    poison,
+                    work_ms: 0,
+                };
+                let mut envelope = ordo::Envelope::new(&tick)?;
+                envelope.partition_key = Some(key.to_owned());
+                publications.push(Publication::to_partition(key, Lane::Primary, envelope));
+            }
+            anyhow::Ok(publications)
+        };
+        broker
+            .publish(&publish(&[("bad", 0, true), ("good", 0, false)])?)
+            .await?;
+        let shutdown = CancellationToken::new();
+        let worker = tokio::spawn({
+            let (options, shutdown) = (options.clone(), shutdown.clone());
+            async move { ordo_harness::worker::run(&options, shutdown).await }
+        });
+
+        let client = broker.client().clone();
+        // The poison key parked after `runs` runs, the other key's first
+        // `good` events applied.
+        let parked = |runs: u64, good: u64| {
+            let (client, records) = (client.clone(), records.clone());
+            move || {
+                let (client, records) = (client.clone(), records.clone());
+                async move {
+                    let halted = admin(&client, &records).halted().await?;
+                    let applied: u64 = client.llen(records.applied("good")).await?;
+                    let starts: Option<u64> = client.hget(records.starts("bad"), "0").await?;
+                    Ok(applied == good
+                        && starts == Some(runs)
+                        && matches!(halted.as_slice(), [one] if one.parked && one.key == "bad"))
+                }
+            }
+        };
+        ordo_testkit::eventually(Duration::from_secs(20), "the poison key parked", parked(1, 1)).await?;
+
+        let (lines, resolved) = resolve(&client, &records).await?;
+        assert_eq!(
+            resolved,
+            Resolved {
+                partitions: 0,
+                parked_keys: 1
+            }
+        );
+        assert!(
+            lines[0].starts_with("retried parked key bad of TickRecorder"),
+            "{lines:?}"
+        );
+        // The owner notices the resolution on its next read: a message of
+        // the partition's other key brings one (the owner does not poll
+        // for a key that parked while its reader was already waiting).
+        broker.publish(&publish(&[("good", 1, false)])?).await?;
+        ordo_testkit::eventually(
+            Duration::from_secs(20),
+            "the retried poison parked again",
+            parked(2, 2),
+        )
+        .await?;
+
+        shutdown.cancel();
+        worker.await??;
+        client.quit().await?;
+        Ok(())
+    }
+}
