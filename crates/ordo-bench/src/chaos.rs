@@ -39,7 +39,7 @@ mod rng;
 mod stuck;
 mod traffic;
 
-use std::num::{NonZeroU64, NonZeroUsize};
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -118,6 +118,11 @@ pub struct ChaosArgs {
     /// every worker), the targets of `relay_kill` and `relay_stop`.
     #[arg(long, default_value = "2")]
     pub relays: usize,
+    /// The `chaos` category in N hashed partitions (`[categories.chaos]
+    /// partitions = N`) instead of a partition per key: the keys share the
+    /// partitions' leases, and the verdict is still per key.
+    #[arg(long, value_name = "N", conflicts_with_all = ["postgres", "database_url"])]
+    pub hashed: Option<NonZeroU32>,
 }
 
 impl ChaosArgs {
@@ -191,10 +196,14 @@ pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
     let own_redis = server.server_mut().is_some() || server.cluster_mut().is_some();
     let cluster = server.is_cluster();
     eprintln!(
-        "chaos: seed {seed}; {} instances, {} keys, {} events/s, lease TTL {} ms, faults every {:?}..{:?}, \
+        "chaos: seed {seed}; {} instances, {} keys ({}), {} events/s, lease TTL {} ms, faults every {:?}..{:?}, \
          for {} s on {} Redis at {}",
         args.instances,
         args.keys,
+        args.hashed.map_or_else(
+            || "a partition per key".to_owned(),
+            |n| format!("in {n} hashed partitions")
+        ),
         args.rate,
         args.lease_ttl_ms,
         args.faults_every.0,
@@ -326,6 +335,12 @@ fn parts(
         Some(self::proxy::ConnProxy::start(&runtime, redis.url())?)
     };
     let postgres = database.map(|d| d.target.clone());
+    let config = match args.hashed {
+        Some(n) => ordo_core::Config::default()
+            .with_partitions(ordo_harness::tick::CATEGORY, ordo_core::Partitions::Hashed(n)),
+        None => ordo_core::Config::default(),
+    };
+    let records = ordo_harness::keys::Records::new(ordo_redis::Routing::new(&config));
     let spec = WorkerSpec {
         redis_url: match &proxy {
             Some(proxy) => proxy.url_for(redis.url())?.into(),
@@ -335,6 +350,7 @@ fn parts(
         lease_ttl_ms: args.lease_ttl_ms.get(),
         postgres: postgres.clone(),
         relay_only: false,
+        hashed: args.hashed,
     };
     let relay_spec = WorkerSpec {
         relay_only: true,
@@ -349,6 +365,7 @@ fn parts(
             relays: if database.is_some() { args.relays } else { 0 },
             keys: keys.clone(),
             drain_within,
+            records,
         },
         runtime,
         client,
@@ -363,6 +380,7 @@ fn parts(
             rng: Rng::derived(seed, 1),
             settle_within: drain_within,
             postgres,
+            config,
         },
         redis,
         fleet: Fleet::new(spec),
@@ -392,6 +410,11 @@ fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -
             } else {
                 "in memory (effects through the Redis fence)"
             },
+        )
+        .text(
+            "partitions",
+            args.hashed
+                .map_or_else(|| "per_key".to_owned(), |n| n.to_string()),
         )
         .count("relays_started", outcome.relays_started)
         .count("faults_injected", outcome.faults.total());
@@ -430,6 +453,8 @@ fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -
         .count("handler_failures", outcome.lines.failed)
         .count("unexpected_exits", outcome.unexpected_exits)
         .count("stop_timeouts", outcome.stop_timeouts)
+        .count("halts_resolved", outcome.halts_resolved.partitions)
+        .count("parked_keys_resolved", outcome.halts_resolved.parked_keys)
         .count("failovers", outcome.failovers.measured)
         .count("failovers_disturbed", outcome.failovers.disturbed)
         .count("failovers_open", outcome.failovers.open);

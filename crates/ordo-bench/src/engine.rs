@@ -14,9 +14,9 @@
 //! ([`delete_matching`]); [`BENCH_KEYS`] are this module's.
 
 use std::collections::BTreeMap;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -67,8 +67,11 @@ pub struct Tally {
     checksum: AtomicU64,
     /// Events that were not their key's next one (a skip or a repeat).
     out_of_order: AtomicU64,
-    /// Per key index, the number of the event expected next.
-    next: Box<[AtomicU64]>,
+    /// Per key index, the number of the event expected next: one past the
+    /// last one handled (4 bytes a key, so a million keys take 4 MB).
+    next: Box<[AtomicU32]>,
+    /// With [`Tally::with_events`]: which events were handled, one bit each.
+    seen: Option<Seen>,
     /// Nanoseconds from `origin` to the first and the last handler start.
     first_ns: AtomicU64,
     last_ns: AtomicU64,
@@ -79,16 +82,53 @@ pub struct Tally {
 impl Tally {
     /// A tally for events over `keys` keys.
     pub fn new(keys: NonZeroUsize) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new(Self::of(keys, None))
+    }
+
+    /// A tally for `per_key` events (seqs `0..per_key`) of each of `keys`
+    /// keys that also records which events were handled (one bit each), so
+    /// that [`Tally::missing`] and [`Tally::repeats`] name what was lost or
+    /// handled twice, per event.
+    pub fn with_events(keys: NonZeroUsize, per_key: NonZeroU32) -> Arc<Self> {
+        Arc::new(Self::of(keys, Some(Seen::new(keys.get(), per_key.get()))))
+    }
+
+    fn of(keys: NonZeroUsize, seen: Option<Seen>) -> Self {
+        Self {
             origin: Instant::now(),
             handled: AtomicU64::new(0),
             checksum: AtomicU64::new(0),
             out_of_order: AtomicU64::new(0),
-            next: (0..keys.get()).map(|_| AtomicU64::new(0)).collect(),
+            next: (0..keys.get()).map(|_| AtomicU32::new(0)).collect(),
+            seen,
             first_ns: AtomicU64::new(u64::MAX),
             last_ns: AtomicU64::new(0),
             latencies: Mutex::new(LatencyRecorder::new()),
-        })
+        }
+    }
+
+    /// With [`Tally::with_events`]: the events never handled; `None` for a
+    /// tally that does not record events.
+    pub fn missing(&self) -> Option<u64> {
+        self.seen.as_ref().map(Seen::missing)
+    }
+
+    /// With [`Tally::with_events`]: handler runs of an event already
+    /// handled; `None` for a tally that does not record events.
+    pub fn repeats(&self) -> Option<u64> {
+        self.seen
+            .as_ref()
+            .map(|seen| seen.repeats.load(Ordering::Acquire))
+    }
+
+    /// Keys whose last handled event is not their `per_key`th (the last
+    /// published): a key that stopped short, or whose last run was not its
+    /// last event.
+    pub fn keys_short_of(&self, per_key: u32) -> u64 {
+        self.next
+            .iter()
+            .filter(|next| next.load(Ordering::Acquire) != per_key)
+            .count() as u64
     }
 
     /// Messages handled so far.
@@ -153,20 +193,81 @@ impl Tally {
                 .unwrap_or_else(PoisonError::into_inner)
                 .record(Duration::from_micros(latency));
         }
-        let next = key_index(&event.key)
-            .and_then(|index| self.next.get(index))
+        let index = key_index(&event.key)
+            .filter(|index| *index < self.next.len())
             .ok_or_else(|| format!("`{}` is not one of this run's keys", event.key))?;
-        // Ordo runs one message of a key at a time, so load-then-store is
-        // enough; an overlap would show up as a repeat or a skip.
-        if next.load(Ordering::Acquire) != event.seq {
+        let seq = u32::try_from(event.seq)
+            .ok()
+            .filter(|seq| *seq < u32::MAX)
+            .ok_or_else(|| {
+                format!(
+                    "event {} of `{}`: numbers go up to 2^32 - 2",
+                    event.seq, event.key
+                )
+            })?;
+        if let Some(seen) = &self.seen {
+            seen.record(index, seq)
+                .map_err(|reason| format!("`{}`: {reason}", event.key))?;
+        }
+        // The previous event of the key must be the one just before: a
+        // skip, a repeat or a step back (or two runs of the key at once)
+        // shows up here.
+        if self.next[index].swap(seq + 1, Ordering::AcqRel) != seq {
             self.out_of_order.fetch_add(1, Ordering::AcqRel);
         }
-        next.store(event.seq + 1, Ordering::Release);
         self.checksum.fetch_add(event.seq, Ordering::AcqRel);
         self.first_ns.fetch_min(at, Ordering::AcqRel);
         self.last_ns.fetch_max(at, Ordering::AcqRel);
         self.handled.fetch_add(1, Ordering::AcqRel);
         Ok(())
+    }
+}
+
+/// Which events were handled: bit `key * per_key + seq`.
+#[derive(Debug)]
+struct Seen {
+    per_key: u32,
+    bits: Box<[AtomicU64]>,
+    events: u64,
+    /// Events handled again.
+    repeats: AtomicU64,
+}
+
+impl Seen {
+    fn new(keys: usize, per_key: u32) -> Self {
+        let events = keys as u64 * u64::from(per_key);
+        Self {
+            per_key,
+            bits: (0..events.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            events,
+            repeats: AtomicU64::new(0),
+        }
+    }
+
+    /// Marks event `seq` of key number `key` handled.
+    fn record(&self, key: usize, seq: u32) -> Result<(), String> {
+        if seq >= self.per_key {
+            return Err(format!(
+                "event {seq} was not published ({} per key)",
+                self.per_key
+            ));
+        }
+        let bit = key as u64 * u64::from(self.per_key) + u64::from(seq);
+        let (word, mask) = ((bit / 64) as usize, 1 << (bit % 64));
+        if self.bits[word].fetch_or(mask, Ordering::AcqRel) & mask != 0 {
+            self.repeats.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Events not handled.
+    fn missing(&self) -> u64 {
+        let seen: u64 = self
+            .bits
+            .iter()
+            .map(|word| u64::from(word.load(Ordering::Acquire).count_ones()))
+            .sum();
+        self.events - seen
     }
 }
 
@@ -227,6 +328,9 @@ pub struct EngineOptions {
     pub read_batch: usize,
     /// Connections of the broker's command pool (`RedisBrokerBuilder::pool_size`).
     pub pool_size: usize,
+    /// How long the broker's publishes drop a message id seen before
+    /// (`RedisBrokerBuilder::publish_dedup_window`); `None`: Ordo's default.
+    pub publish_dedup_window: Option<Duration>,
 }
 
 impl EngineOptions {
@@ -236,6 +340,7 @@ impl EngineOptions {
             config,
             read_batch: 64,
             pool_size: 8,
+            publish_dedup_window: None,
         }
     }
 }
@@ -263,12 +368,16 @@ impl Engine {
         let config = options.config.clone();
         let handler = BenchHandler::new(tally);
         let handled = Arc::clone(&handler.handled);
-        let broker = RedisBroker::builder(redis.url())
+        let mut builder = RedisBroker::builder(redis.url())
             .tls(redis.tls().files())
             .config(config.clone())
             .instance_id(instance)
             .read_batch(options.read_batch)
-            .pool_size(options.pool_size)
+            .pool_size(options.pool_size);
+        if let Some(window) = options.publish_dedup_window {
+            builder = builder.publish_dedup_window(window);
+        }
+        let broker = builder
             .build()
             .await
             .with_context(|| format!("could not start the Redis broker of instance {instance}"))?;
@@ -452,6 +561,40 @@ mod tests {
     fn the_group_is_the_handler_name() {
         use ordo::EventHandler as _;
         assert_eq!(BenchHandler::descriptor().name, GROUP);
+    }
+
+    #[test]
+    fn records_each_event_of_each_key_to_tell_lost_from_repeated() {
+        let (keys, per_key) = (NonZeroUsize::new(3).unwrap(), NonZeroU32::new(2).unwrap());
+        let tally = Tally::with_events(keys, per_key);
+        let handle = |key: usize, seq: u64| {
+            let event = BenchEvent {
+                key: crate::workload::key_name(key),
+                seq,
+            };
+            tally.record(&event, &Metadata::new())
+        };
+        // k0 in order; k1 its second event twice, its first never; k2 untouched.
+        for (key, seq) in [(0, 0), (1, 1), (0, 1), (1, 1)] {
+            handle(key, seq).unwrap();
+        }
+        assert_eq!(tally.missing(), Some(3), "k1#0, k2#0, k2#1");
+        assert_eq!(tally.repeats(), Some(1));
+        assert_eq!(tally.out_of_order(), 2, "k1#1 first, then again");
+        assert_eq!(tally.keys_short_of(2), 1, "k2 never got to its last event");
+        assert!(handle(0, 2).is_err(), "k0 has two events, #2 was not published");
+        assert!(handle(3, 0).is_err(), "there are three keys");
+        assert_eq!(tally.handled(), 4);
+        assert_eq!(Tally::new(keys).missing(), None);
+    }
+
+    #[test]
+    fn a_million_keys_fit_in_a_few_megabytes() {
+        let keys = NonZeroUsize::new(1_000_000).unwrap();
+        let tally = Tally::with_events(keys, NonZeroU32::new(3).unwrap());
+        let bits = tally.seen.as_ref().unwrap().bits.len() * 8;
+        assert!(tally.next.len() * 4 + bits < 5_000_000);
+        assert_eq!(tally.missing(), Some(3_000_000));
     }
 
     #[test]

@@ -20,8 +20,9 @@
 //! [`idle`] (commands sent while owning idle partitions), [`failover`]
 //! (SIGKILL of an owner to the next owner's first message), [`chaos`] (the
 //! guarantee checked under injected faults), [`relay`] (the PostgreSQL
-//! outbox: commits, relays publishing, commit to handler), and the hidden [`worker`] (one
-//! engine instance in a child process).
+//! outbox: commits, relays publishing, commit to handler), [`scale`] (many
+//! keys through hashed partitions: per-key order, leases, idle cost), and
+//! the hidden [`worker`] (one engine instance in a child process).
 //!
 //! Errors are `anyhow` throughout: this library is the inside of one program
 //! whose answer to any failure is to stop and say what went wrong.
@@ -40,6 +41,7 @@ pub mod redis;
 pub mod redis_info;
 pub mod relay;
 pub mod report;
+pub mod scale;
 pub mod stats;
 pub mod throughput;
 pub mod worker;

@@ -22,6 +22,7 @@ use ordo_bench::handler_latency::{self, LatencyArgs};
 use ordo_bench::idle::{self, IdleArgs};
 use ordo_bench::redis::RedisArgs;
 use ordo_bench::relay::{self, RelayArgs};
+use ordo_bench::scale::{self, ScaleArgs};
 use ordo_bench::throughput::{self, ThroughputArgs};
 use ordo_bench::worker::{self, WorkerArgs};
 
@@ -67,6 +68,11 @@ enum Bench {
     /// (`relay_msgs_per_s_1`, `relay_msgs_per_s_3`), and commit to handler
     /// start through a NOTIFY-woken relay (`relay_latency_p50_ms`, `_p99_ms`).
     Relay(RelayArgs),
+    /// Events of many keys through one category with hashed partitions
+    /// (`--partitions N`, or `per_key` to compare), every key checked:
+    /// `lost`, `order_violations`, `leases`, `ordered_msgs_per_s`,
+    /// `idle_redis_cpu_ms_per_s`, `redis_bytes_per_idle_key`, `engine_rss_mb`.
+    Scale(ScaleArgs),
     /// Connection set-up (connect, handshake, PING) over plain TCP, TLS and
     /// mutual TLS to a private TLS redis-server: `connect_plain_p50_ms`,
     /// `connect_tls_p50_ms`, `connect_mtls_p50_ms`, `tls_to_plain_p50_ratio`.
@@ -131,6 +137,7 @@ async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
         Bench::Chaos(args) => chaos::run(&args, redis).await,
         Bench::Relay(args) => relay::run(&args, &redis.start().await?).await,
         Bench::Connect(args) => connect::run(&args).await,
+        Bench::Scale(args) => scale::run(&args, &redis.start().await?).await,
         Bench::Worker(args) => {
             let url = redis
                 .redis_url

@@ -17,6 +17,7 @@
 //! deployment gets; only the lease TTL is usually varied, and the heartbeat
 //! follows it (TTL / 5) unless given.
 
+use std::num::NonZeroU32;
 use std::process::Command;
 
 use anyhow::{Context as _, Result};
@@ -59,6 +60,10 @@ pub struct WorkerArgs {
     /// Run the relay only, no engine (needs `--database-url`).
     #[arg(long, requires = "database_url")]
     pub relay_only: bool,
+    /// `[categories.chaos] partitions`: that many hashed partitions
+    /// (default: a partition per key).
+    #[arg(long)]
+    pub hashed_partitions: Option<NonZeroU32>,
 }
 
 impl WorkerArgs {
@@ -74,6 +79,7 @@ impl WorkerArgs {
             database_url: None,
             pg_schema: "ordo".to_owned(),
             relay_only: false,
+            hashed_partitions: None,
         }
     }
 
@@ -86,6 +92,7 @@ impl WorkerArgs {
         options.poll_ms = self.poll_ms;
         options.discovery_ms = self.discovery_ms;
         options.reap_idle_ms = self.reap_idle_ms;
+        options.hashed_partitions = self.hashed_partitions;
         options
     }
 
@@ -107,6 +114,9 @@ impl WorkerArgs {
             .args(["--reap-idle-ms", &self.reap_idle_ms.to_string()]);
         if let Some(heartbeat_ms) = self.heartbeat_ms {
             command.args(["--heartbeat-ms", &heartbeat_ms.to_string()]);
+        }
+        if let Some(partitions) = self.hashed_partitions {
+            command.args(["--hashed-partitions", &partitions.to_string()]);
         }
         if let Some(url) = &self.database_url {
             command

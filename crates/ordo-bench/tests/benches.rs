@@ -1,4 +1,4 @@
-//! `throughput`, `latency`, `idle` and `failover` with tiny parameters
+//! `throughput`, `latency`, `idle`, `failover` and `scale` with tiny parameters
 //! against a real Redis: each one runs to the end, prints JSON, and its
 //! counts add up. No timing is asserted: these are programs that measure,
 //! and a test machine's timings mean nothing.
@@ -150,6 +150,85 @@ fn idle_owns_every_partition_and_counts_its_commands() -> Result<()> {
     ] {
         assert!(number(&figures, memory) > 0.0, "{memory}: {figures}");
     }
+    Ok(())
+}
+
+#[test]
+fn scale_checks_every_key_in_hashed_and_in_per_key_partitions() -> Result<()> {
+    let redis = Redis::start_local()?;
+    let hashed = bench(
+        &redis,
+        &[
+            "scale",
+            "--keys",
+            "300",
+            "--events-per-key",
+            "3",
+            "--partitions",
+            "8",
+            "--publish-batch",
+            "50",
+            "--window-s",
+            "0.5",
+            "--settle-s",
+            "0.2",
+            "--dedup-window-s",
+            "0.5",
+        ],
+    )?;
+    assert_eq!(hashed["partitions"], "8", "{hashed}");
+    assert_eq!(hashed["events"], 900, "{hashed}");
+    assert_eq!(hashed["handled"], 900, "{hashed}");
+    for zero in ["lost", "order_violations", "repeats", "keys_short"] {
+        assert_eq!(hashed[zero], 0, "{zero}: {hashed}");
+    }
+    // One lease per hashed partition, none per key.
+    assert_eq!(hashed["leases"], 8, "{hashed}");
+    assert_eq!(hashed["owned_partitions"], 8, "{hashed}");
+    for figure in [
+        "publish_msgs_per_s",
+        "ordered_msgs_per_s",
+        "idle_redis_used_memory_bytes",
+        "engine_rss_mb",
+        "engine_rss_peak_mb",
+    ] {
+        assert!(number(&hashed, figure) > 0.0, "{figure}: {hashed}");
+    }
+    assert!(number(&hashed, "idle_redis_cpu_ms_per_s") >= 0.0, "{hashed}");
+    assert!(
+        hashed["drain_top_commands"]
+            .as_str()
+            .is_some_and(|t| t.contains("evalsha=")),
+        "{hashed}"
+    );
+
+    let per_key = bench(
+        &redis,
+        &[
+            "scale",
+            "--keys",
+            "5",
+            "--events-per-key",
+            "40",
+            "--partitions",
+            "per_key",
+            "--window-s",
+            "0",
+        ],
+    )?;
+    assert_eq!(per_key["partitions"], "per_key", "{per_key}");
+    assert_eq!(per_key["handled"], 200, "{per_key}");
+    assert_eq!(
+        (&per_key["lost"], &per_key["order_violations"]),
+        (&0.into(), &0.into()),
+        "{per_key}"
+    );
+    assert_eq!(per_key["leases"], 5, "{per_key}");
+    assert_eq!(per_key["owned_partitions"], 5, "{per_key}");
+    assert!(
+        per_key.get("idle_redis_cpu_ms_per_s").is_none(),
+        "--window-s 0: {per_key}"
+    );
     Ok(())
 }
 

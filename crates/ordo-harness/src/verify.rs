@@ -14,7 +14,7 @@ use fred::interfaces::{HashesInterface, KeysInterface, ListInterface};
 use serde::Serialize;
 
 use crate::error::{HarnessError, Result};
-use crate::keys;
+use crate::keys::{self, Records};
 
 /// One applied effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -133,8 +133,18 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// Reads the records of every published key and checks them.
+/// Reads the records of every published key and checks them (a partition
+/// per key: [`verify_with`] for another routing).
 pub async fn verify<C>(client: &C) -> Result<Verdict>
+where
+    C: HashesInterface + KeysInterface + ListInterface + Send + Sync,
+{
+    verify_with(client, &Records::default()).await
+}
+
+/// Reads the records of every published key, where `records` names them,
+/// and checks them, key by key.
+pub async fn verify_with<C>(client: &C, records: &Records) -> Result<Verdict>
 where
     C: HashesInterface + KeysInterface + ListInterface + Send + Sync,
 {
@@ -145,16 +155,16 @@ where
     let mut verdict = Verdict::default();
     for (key, count) in published {
         let overlaps: Option<u64> = client
-            .get(keys::overlaps(&key))
+            .get(records.overlaps(&key))
             .await
             .map_err(HarnessError::redis("read an overlap counter"))?;
         let stale_starts: Option<u64> = client
-            .get(keys::stale_starts(&key))
+            .get(records.stale_starts(&key))
             .await
             .map_err(HarnessError::redis("read a stale-start counter"))?;
         verdict.overlaps += overlaps.unwrap_or(0);
         verdict.stale_starts += stale_starts.unwrap_or(0);
-        let report = key_report(client, &key, count).await?;
+        let report = key_report(client, records, &key, count).await?;
         verdict.events += report.published;
         verdict.keys += 1;
         verdict.applied += report.applied.len() as u64;
@@ -170,8 +180,17 @@ where
 }
 
 /// The overlap log of every published key: `{their marker} vs {my marker}`
-/// per overlap, key by key.
+/// per overlap, key by key (a partition per key: [`overlap_log_with`] for
+/// another routing).
 pub async fn overlap_log<C>(client: &C) -> Result<Vec<String>>
+where
+    C: HashesInterface + ListInterface + Send + Sync,
+{
+    overlap_log_with(client, &Records::default()).await
+}
+
+/// [`overlap_log`] of records named by `records`.
+pub async fn overlap_log_with<C>(client: &C, records: &Records) -> Result<Vec<String>>
 where
     C: HashesInterface + ListInterface + Send + Sync,
 {
@@ -182,7 +201,7 @@ where
     let mut log = Vec::new();
     for key in published {
         let entries: Vec<String> = client
-            .lrange(keys::overlap_log(&key), 0, -1)
+            .lrange(records.overlap_log(&key), 0, -1)
             .await
             .map_err(HarnessError::redis("read an overlap log"))?;
         log.extend(entries);
@@ -191,11 +210,11 @@ where
 }
 
 /// Reads and checks one key's records.
-async fn key_report<C>(client: &C, key: &str, published: u64) -> Result<KeyReport>
+async fn key_report<C>(client: &C, records: &Records, key: &str, published: u64) -> Result<KeyReport>
 where
     C: HashesInterface + ListInterface + Send + Sync,
 {
-    let applied_key = keys::applied(key);
+    let applied_key = records.applied(key);
     let raw: Vec<String> = client
         .lrange(&applied_key, 0, -1)
         .await
@@ -204,8 +223,8 @@ where
         .iter()
         .map(|entry| parse_applied(&applied_key, entry))
         .collect::<Result<Vec<_>>>()?;
-    let starts = counters(client, &keys::starts(key)).await?;
-    let runs = counters(client, &keys::runs(key)).await?;
+    let starts = counters(client, &records.starts(key)).await?;
+    let runs = counters(client, &records.runs(key)).await?;
     Ok(check(published, applied, starts, runs))
 }
 

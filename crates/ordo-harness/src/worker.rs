@@ -25,6 +25,7 @@
 //! is what must keep a stale owner's effect out.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -36,14 +37,14 @@ use ordo::{BoxFuture, HandlerContext, HandlerError, HandlerResult, event_handler
 use ordo_core::config::Config;
 use ordo_core::domain::Domain;
 use ordo_core::error::error_chain;
-use ordo_redis::{FencedWrite, RedisBroker, RedisFence};
+use ordo_redis::{FencedWrite, RedisBroker, RedisFence, Routing};
 use tokio::signal::unix::SignalKind;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{HarnessError, Result};
-use crate::keys;
+use crate::keys::Records;
 use crate::line::{self, Line};
-use crate::tick::{Chaos, Tick};
+use crate::tick::{CATEGORY, Chaos, Tick};
 
 /// The handler's name: the consumer group of the `chaos` partitions (the
 /// `name` of [`TickHandler`]'s `#[event_handler]`).
@@ -89,6 +90,9 @@ pub struct WorkerOptions {
     pub backoff_max_ms: u64,
     /// The TLS files of a `rediss://` URL (none: the system's CAs).
     pub tls: ordo_redis::TlsFiles,
+    /// `[categories.chaos] partitions`: `None` for a partition per key (the
+    /// default), or that many hashed partitions.
+    pub hashed_partitions: Option<NonZeroU32>,
 }
 
 impl std::fmt::Debug for WorkerOptions {
@@ -105,6 +109,7 @@ impl std::fmt::Debug for WorkerOptions {
             .field("backoff_initial_ms", &self.backoff_initial_ms)
             .field("backoff_max_ms", &self.backoff_max_ms)
             .field("tls", &self.tls)
+            .field("hashed_partitions", &self.hashed_partitions)
             .finish()
     }
 }
@@ -125,6 +130,7 @@ impl WorkerOptions {
             backoff_initial_ms: 20,
             backoff_max_ms: 200,
             tls: ordo_redis::TlsFiles::new(),
+            hashed_partitions: None,
         }
     }
 
@@ -132,7 +138,7 @@ impl WorkerOptions {
     /// `domain.toml` would be for the Redis broker, its keys by
     /// `ordo_redis::RedisSettings`).
     pub fn config(&self) -> Result<Config> {
-        let text = format!(
+        let mut text = format!(
             "[server.partitioning]\n\
              lease_ttl_ms = {}\n\
              heartbeat_interval_seconds = {}\n\
@@ -151,6 +157,9 @@ impl WorkerOptions {
             self.backoff_initial_ms,
             self.backoff_max_ms,
         );
+        if let Some(partitions) = self.hashed_partitions {
+            text.push_str(&format!("[categories.{CATEGORY}]\npartitions = {partitions}\n"));
+        }
         let config = Config::from_toml_str(&text).map_err(HarnessError::Config)?;
         ordo_redis::RedisSettings::from_config(&config).map_err(HarnessError::Config)?;
         Ok(config)
@@ -174,7 +183,8 @@ pub async fn run(options: &WorkerOptions, shutdown: CancellationToken) -> Result
         .build()
         .await
         .map_err(HarnessError::Broker)?;
-    let handler = TickHandler::new(broker.client().clone(), &options.instance);
+    let handler = TickHandler::new(broker.client().clone(), &options.instance)
+        .with_records(Records::new(Routing::new(&config)));
     let domain = domain(broker, handler, config)?;
     let running = domain.start();
     emit(&Line::new(line::READY).field("instance", &options.instance));
@@ -265,6 +275,8 @@ struct Inner {
     runs: AtomicU64,
     /// Where effects are committed; `None`: in Redis, under the lease's fence.
     effects: Option<Arc<dyn EffectStore>>,
+    /// Where the records of each key are (beside its partition).
+    records: Records,
 }
 
 impl TickHandler {
@@ -277,6 +289,7 @@ impl TickHandler {
                 instance: instance.into(),
                 runs: AtomicU64::new(0),
                 effects: None,
+                records: Records::default(),
             }),
         }
     }
@@ -290,6 +303,23 @@ impl TickHandler {
                 instance: instance.into(),
                 runs: AtomicU64::new(0),
                 effects: Some(effects),
+                records: Records::default(),
+            }),
+        }
+    }
+
+    /// This handler keeping its records where `records` names them (by
+    /// default beside a partition per key): the records of a key must be
+    /// in its partition's slot, so they follow the category's routing.
+    pub fn with_records(self, records: Records) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                client: inner.client.clone(),
+                instance: inner.instance.clone(),
+                runs: AtomicU64::new(inner.runs.load(Ordering::Relaxed)),
+                effects: inner.effects.clone(),
+                records,
             }),
         }
     }
@@ -386,14 +416,15 @@ impl Run {
     /// `begin.lua`.
     async fn begin(&self) -> Result<Begin, fred::error::Error> {
         let key = &self.tick.key;
+        let records = &self.inner.records;
         let keys = vec![
-            keys::marker(key),
+            records.marker(key),
             self.fence.lease_key().to_owned(),
-            keys::overlaps(key),
-            keys::starts(key),
-            keys::overlap_log(key),
-            keys::stale_starts(key),
-            keys::ended(key),
+            records.overlaps(key),
+            records.starts(key),
+            records.overlap_log(key),
+            records.stale_starts(key),
+            records.ended(key),
         ];
         let args = vec![
             Value::from(self.marker.as_str()),
@@ -413,13 +444,14 @@ impl Run {
     /// (but not when the fence refuses it).
     async fn commit(&self) -> Result<(), ordo_redis::Error> {
         let key = &self.tick.key;
+        let records = &self.inner.records;
         let seq = self.tick.seq.to_string();
         let writes = FencedWrite::new()
-            .rpush(keys::applied(key), format!("{seq}:{}", self.fence.token()))
-            .command("HINCRBY", keys::runs(key), [seq, "1".to_owned()])
-            .del(keys::marker(key))
-            .sadd(keys::ended(key), self.marker.as_str())
-            .command("EXPIRE", keys::ended(key), [ENDED_TTL_S.to_string()]);
+            .rpush(records.applied(key), format!("{seq}:{}", self.fence.token()))
+            .command("HINCRBY", records.runs(key), [seq, "1".to_owned()])
+            .del(records.marker(key))
+            .sadd(records.ended(key), self.marker.as_str())
+            .command("EXPIRE", records.ended(key), [ENDED_TTL_S.to_string()]);
         let started = Instant::now();
         loop {
             // One commit id for every try: a try that timed out but reaches
@@ -476,7 +508,10 @@ impl Run {
                 .client
                 .eval(
                     CLEAR,
-                    vec![keys::marker(&self.tick.key), keys::ended(&self.tick.key)],
+                    vec![
+                        self.inner.records.marker(&self.tick.key),
+                        self.inner.records.ended(&self.tick.key),
+                    ],
                     vec![self.marker.clone(), ENDED_TTL_S.to_string()],
                 )
                 .await?;

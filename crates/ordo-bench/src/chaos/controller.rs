@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use fred::clients::Pool;
 use fred::interfaces::{ClientLike as _, KeysInterface as _};
-use ordo_harness::keys;
+use ordo_harness::keys::Records;
 use ordo_harness::verify::Verdict;
 use ordo_testkit::RedisCluster;
 use tokio::runtime::Handle;
@@ -28,7 +28,7 @@ use super::fleet::{Exit, Fleet, LineCounts, State};
 use super::postgres::PgEffects;
 use super::proxy::ConnProxy;
 use super::rng::Rng;
-use super::stuck;
+use super::stuck::{self, Resolved};
 use super::traffic::{Traffic, TrafficPlan};
 use crate::redis::BenchRedis;
 
@@ -79,6 +79,9 @@ pub(crate) struct Plan {
     /// How long the final publish may take, and the drain may go without
     /// an event applied.
     pub(crate) drain_within: Duration,
+    /// Where each key's partition, lease and records are (a partition per
+    /// key, or hashed partitions).
+    pub(crate) records: Records,
 }
 
 /// What a run observed.
@@ -110,6 +113,8 @@ pub(crate) struct Outcome {
     pub(crate) chaos: Duration,
     /// From the end of publishing to every event applied (or to giving up).
     pub(crate) drain: Duration,
+    /// Halted partitions and parked keys the drain retried.
+    pub(crate) halts_resolved: Resolved,
 }
 
 /// What [`Controller::inject`] did.
@@ -150,6 +155,8 @@ pub(crate) struct Controller {
     spawns_due: usize,
     unexpected_exits: u64,
     stop_timeouts: u64,
+    /// Halted partitions and parked keys retried so far.
+    resolved: Resolved,
     interrupted: Arc<AtomicBool>,
     clock: Instant,
     /// Everything logged, with its time: what explains a duplicate.
@@ -196,6 +203,7 @@ impl Controller {
             spawns_due: 0,
             unexpected_exits: 0,
             stop_timeouts: 0,
+            resolved: Resolved::default(),
             interrupted: parts.interrupted,
             clock: Instant::now(),
             timeline: Vec::new(),
@@ -233,7 +241,10 @@ impl Controller {
         let verdict = self.verify()?;
         let overlap_log = if verdict.overlaps > 0 {
             self.runtime
-                .block_on(ordo_harness::verify::overlap_log(&self.client))
+                .block_on(ordo_harness::verify::overlap_log_with(
+                    &self.client,
+                    &self.plan.records,
+                ))
                 .context("could not read the overlap log")?
         } else {
             Vec::new()
@@ -267,6 +278,7 @@ impl Controller {
             stop_timeouts: self.stop_timeouts,
             chaos,
             drain,
+            halts_resolved: self.resolved,
         })
     }
 
@@ -559,7 +571,13 @@ impl Controller {
 
     /// Every key's lease: `(key, instance, token)`.
     fn read_leases(&self) -> Result<Vec<(String, String, u64)>> {
-        let lease_keys: Vec<String> = self.plan.keys.iter().map(|k| keys::lease(k)).collect();
+        // In hashed partitions a key's lease is its partition's.
+        let lease_keys: Vec<String> = self
+            .plan
+            .keys
+            .iter()
+            .map(|k| self.plan.records.lease(k))
+            .collect();
         // One GET per lease: on a cluster the leases live in many slots.
         let read = async {
             let mut values = Vec::with_capacity(lease_keys.len());
@@ -787,6 +805,7 @@ impl Controller {
                     left = verdict.lost;
                     last_progress = Instant::now();
                 }
+                self.resolve_halts();
                 if last_progress.elapsed() >= patience {
                     self.log(format!(
                         "no event applied for {patience:?}: {} events not applied",
@@ -804,6 +823,26 @@ impl Controller {
         }
     }
 
+    /// Retries the halted partitions and parked keys, if any (see
+    /// [`stuck::resolve`]), and logs what it did.
+    fn resolve_halts(&mut self) {
+        let resolved = self.runtime.block_on(tokio::time::timeout(
+            VERIFY_WITHIN,
+            stuck::resolve(&self.client, &self.plan.records),
+        ));
+        match resolved {
+            Ok(Ok((lines, resolved))) => {
+                self.resolved.partitions += resolved.partitions;
+                self.resolved.parked_keys += resolved.parked_keys;
+                for line in lines {
+                    self.log(line);
+                }
+            }
+            Ok(Err(error)) => self.log(format!("could not list the halted partitions: {error:#}")),
+            Err(_) => self.log("listing the halted partitions timed out"),
+        }
+    }
+
     /// Logs what Redis holds for the first keys that did not drain.
     fn describe_stuck(&mut self, verdict: &Verdict) {
         let stuck: Vec<String> = verdict
@@ -815,7 +854,7 @@ impl Controller {
             .collect();
         let described = self.runtime.block_on(tokio::time::timeout(
             VERIFY_WITHIN,
-            stuck::describe(&self.client, &stuck),
+            stuck::describe(&self.client, &self.plan.records, &stuck),
         ));
         match described {
             Ok(Ok(lines)) => {
@@ -864,7 +903,7 @@ impl Controller {
                 if let Some(effects) = &self.effects {
                     effects.mirror(&self.client, &self.plan.keys).await?;
                 }
-                anyhow::Ok(ordo_harness::verify::verify(&self.client).await?)
+                anyhow::Ok(ordo_harness::verify::verify_with(&self.client, &self.plan.records).await?)
             }))
             .context("verifying timed out")??;
         Ok(verdict)

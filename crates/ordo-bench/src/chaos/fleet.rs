@@ -41,6 +41,9 @@ pub(crate) struct WorkerSpec {
     pub(crate) postgres: Option<super::PgTarget>,
     /// Relay-only processes (named `r1`, `r2`...), not engine instances.
     pub(crate) relay_only: bool,
+    /// The `chaos` category in that many hashed partitions (`None`: a
+    /// partition per key).
+    pub(crate) hashed: Option<std::num::NonZeroU32>,
 }
 
 /// Where an instance is in its life.
@@ -172,6 +175,7 @@ impl Fleet {
             args.pg_schema.clone_from(&target.schema);
             args.relay_only = self.spec.relay_only;
         }
+        args.hashed_partitions = self.spec.hashed;
         // Discovery must stay under the TTL (an instance's announcement
         // lives one TTL); Ordo's default otherwise.
         args.discovery_ms = args.discovery_ms.min(self.spec.lease_ttl_ms / 2);

@@ -54,6 +54,9 @@ pub(crate) struct TrafficPlan {
     pub(crate) settle_within: Duration,
     /// The PostgreSQL mode's outbox.
     pub(crate) postgres: Option<super::PgTarget>,
+    /// The domain configuration the publisher routes by (the workers'
+    /// `[categories.chaos] partitions`).
+    pub(crate) config: Config,
 }
 
 /// The running publisher.
@@ -66,7 +69,7 @@ pub(crate) struct Traffic {
 impl Traffic {
     /// Connects and starts publishing.
     pub(crate) async fn start(plan: TrafficPlan) -> Result<Self> {
-        let config = Config::default();
+        let config = plan.config.clone();
         let broker = RedisBroker::builder(plan.redis_url.expose())
             .tls(plan.tls.files())
             .config(config.clone())
@@ -217,6 +220,7 @@ mod tests {
             rng: Rng::new(5),
             settle_within: Duration::from_secs(1),
             postgres: None,
+            config: Config::default(),
         }
     }
 

@@ -144,6 +144,7 @@ async fn run(args: RunArgs) -> Result<()> {
         backoff_initial_ms: args.backoff_initial_ms,
         backoff_max_ms: args.backoff_max_ms,
         tls: ordo_redis::TlsFiles::new(),
+        hashed_partitions: None,
     };
     let shutdown = worker::shutdown_on_signal()?;
     worker::run(&options, shutdown)
