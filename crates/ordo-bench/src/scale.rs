@@ -137,7 +137,7 @@ pub async fn run(args: &ScaleArgs, redis: &BenchRedis) -> Result<Report> {
     let events = args.keys.get() as u64 * u64::from(args.events_per_key.get());
     ensure!(
         u32::try_from(args.keys.get()).is_ok(),
-        "--keys {} is more keys than the bench numbers",
+        "--keys {} is above 4,294,967,295, the most keys a run records",
         args.keys
     );
     let admin = redis.client().await?;
