@@ -509,3 +509,62 @@ async fn a_hashed_partition_with_a_parked_key_is_not_retired_by_another_group() 
     run.stop().await?;
     Ok(())
 }
+
+/// A read whose reply is lost (the command runs in Redis after its client
+/// timed out) delivered entries the owner never got: they are pending, and
+/// only a read of the pending entries hands them out again. The owner reads
+/// them on its next try, rather than only new entries from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_a_read_delivered_without_a_reply_are_read_again() -> anyhow::Result<()> {
+    use ordo_testkit::Redis;
+
+    common::logs();
+    let redis = Redis::start()?;
+    let proxy = common::proxy::Proxy::start(redis.port()).await?;
+    let category = common::category("lostread");
+    // Commands time out after a third of the lease TTL (1 s); the retry
+    // after a failed read waits 2 s, when the held-back read has run.
+    let text = format!(
+        "[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 0.6\n\
+         poll_interval_seconds = 0.1\ndiscovery_interval_seconds = 0.1\nreap_idle_ms = 3600000\n\
+         max_retries = 0\nretry_backoff_initial_ms = 2000\nretry_backoff_max_ms = 2000\n\
+         [categories.{category}]\npartitions = 1\n"
+    );
+    let config = ordo_core::Config::from_toml_str(&text)?;
+    let direct = broker(&redis.url(), config.clone()).await?;
+    let through_proxy = broker(&proxy.url(), config).await?;
+    let recorder = Recorder::new();
+    publish_seqs(&direct, &category, "k", 0..3).await?;
+    let run = Running::start(
+        &through_proxy,
+        vec![subscribe::partitioned("Projector", &category, &recorder)],
+    );
+    recorder.wait_seqs("k", &[0, 1, 2]).await?;
+    // Once the owner is idle and its doorbell armed, the next command
+    // naming the backfill lane is its read when the doorbell rings.
+    let client = pool(&redis.url()).await?;
+    let partition = hashed_partition(&category, 0);
+    ordo_testkit::eventually(Duration::from_secs(10), "the doorbell armed", || {
+        let (client, doorbell) = (client.clone(), partition.doorbell());
+        async move { Ok(client.exists::<u32, _>(doorbell).await? == 1) }
+    })
+    .await?;
+    let lane = partition.backfill().to_owned();
+    proxy.delay_next_containing(&lane, Duration::from_millis(1_500));
+    publish_seqs(&direct, &category, "k", 3..6).await?;
+    ordo_testkit::eventually(
+        Duration::from_secs(10),
+        "the held-back read delivered",
+        || async { Ok(proxy.delayed_delivered()) },
+    )
+    .await?;
+    recorder
+        .until(
+            Duration::from_secs(15),
+            "the entries the lost read delivered",
+            |r| r.seqs("k") == (0..6).collect::<Vec<_>>(),
+        )
+        .await?;
+    run.stop().await?;
+    Ok(())
+}

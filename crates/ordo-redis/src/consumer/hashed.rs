@@ -235,6 +235,10 @@ impl<'w> Hashed<'w> {
         }
         // Pending entries first (after id 0): a previous owner's read-ahead.
         let mut cursors = ["0".to_owned(), "0".to_owned()];
+        // The last entry id read from each lane: a read whose reply was
+        // lost delivered entries after it, which only a read of the pending
+        // entries after it hands out again.
+        let mut read_up_to: [Option<String>; 2] = [None, None];
         others.push(self.read(cursors.clone()));
         let mut reader = Reader::Reading;
         let mut first = true;
@@ -286,6 +290,9 @@ impl<'w> Hashed<'w> {
                     Event::Read(Ok(ReadOutcome::Entries { lane, entries, pending }), read_to) => {
                         cursors = read_to;
                         failures = 0;
+                        if let Some(last) = entries.last() {
+                            read_up_to[lane_index(lane)] = Some(last.id().to_owned());
+                        }
                         if pending && first {
                             info!(entries = entries.len(), partition = self.partition.primary(), "reclaimed pending entries");
                             metrics::reclaimed(&w.unit, self.partition.category(), entries.len());
@@ -339,6 +346,15 @@ impl<'w> Hashed<'w> {
                     Event::Read(Err(error), _) => {
                         failures += 1;
                         warn!(%error, failures, "partition read failed; backing off");
+                        // Redis may have run the read and lost its reply:
+                        // what it delivered is pending after the last entry
+                        // this owner got, and a read of new entries would
+                        // never hand it out again.
+                        for (cursor, up_to) in cursors.iter_mut().zip(&read_up_to) {
+                            if cursor == ">" {
+                                *cursor = up_to.clone().unwrap_or_else(|| "0".to_owned());
+                            }
+                        }
                         let delay = w.shared.settings.backoff.delay(failures);
                         others.push(Box::pin(async move {
                             tokio::time::sleep(delay).await;

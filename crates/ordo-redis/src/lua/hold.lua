@@ -7,6 +7,9 @@
 -- ARGV: lease value, group, lane name, then per entry: id, field count,
 --       fields (name, value, ...)
 --
+-- An entry no longer pending in the lane is held already (this call ran
+-- before and its reply was lost): it is not held twice.
+--
 -- Returns {'fenced', holder} or {'ok'}.
 local fenced = fence(KEYS[1], ARGV[1])
 if fenced then
@@ -16,8 +19,10 @@ local group, lane = ARGV[2], ARGV[3]
 local at = 4
 while at <= #ARGV do
   local id, count = ARGV[at], tonumber(ARGV[at + 1])
-  redis.call('XADD', KEYS[2], '*', 'lane', lane, 'source_id', id, unpack(ARGV, at + 2, at + 1 + count))
-  redis.call('XACK', KEYS[3], group, id)
+  if #redis.call('XPENDING', KEYS[3], group, id, id, 1) > 0 then
+    redis.call('XADD', KEYS[2], '*', 'lane', lane, 'source_id', id, unpack(ARGV, at + 2, at + 1 + count))
+    redis.call('XACK', KEYS[3], group, id)
+  end
   at = at + 2 + count
 end
 return {'ok'}
