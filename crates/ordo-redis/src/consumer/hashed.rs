@@ -55,6 +55,11 @@ pub(crate) const KEY_QUEUE: usize = 16;
 /// handled); the reader waits while there are more.
 pub(crate) const READ_AHEAD: usize = 512;
 
+/// The most entries of one partition the reader moves past (skipped, left
+/// in the lane, read back later): beyond it the reader waits, so a
+/// partition with one busy key is not read ahead without end.
+pub(crate) const SKIP_AHEAD: usize = 2048;
+
 /// How many lane entries one read-back of a key's skipped entries looks at.
 const REFILL_SCAN: usize = 2048;
 
@@ -82,8 +87,28 @@ struct State {
     in_memory: usize,
     /// Acknowledgements so far (every [`TRIM_EVERY`]th trims).
     acked: usize,
+    /// Entries the reader moved past, not read back yet.
+    skipped: usize,
+    /// Key runs going on.
+    runs: usize,
+    /// Keys with something to do, waiting for a run (at most
+    /// `max_concurrency` runs per partition: a run waiting for a handler
+    /// permit holds a few kilobytes).
+    ready: VecDeque<Arc<str>>,
     /// Whether the reader waits for memory to free up.
     full: bool,
+}
+
+impl State {
+    /// Whether the reader must wait: too much in memory, or moved past.
+    fn over(&self) -> bool {
+        self.in_memory >= READ_AHEAD || self.skipped >= SKIP_AHEAD
+    }
+
+    /// Whether a waiting reader may read again (half of each bound free).
+    fn room(&self) -> bool {
+        self.in_memory <= READ_AHEAD / 2 && self.skipped <= SKIP_AHEAD / 2
+    }
 }
 
 /// One key of the partition.
@@ -111,6 +136,8 @@ struct Skipped {
     after: String,
     up_to: String,
     pending: bool,
+    /// How many of them are not read back yet.
+    count: usize,
 }
 
 /// How a key's messages are handled.
@@ -229,7 +256,7 @@ impl<'w> Hashed<'w> {
         let mut runs: FuturesUnordered<BoxFuture<'_, KeyEnd>> = FuturesUnordered::new();
         let mut others: FuturesUnordered<BoxFuture<'_, Event>> = FuturesUnordered::new();
         match self.take_over().await {
-            Ok(resumed) => runs.extend(resumed.into_iter().map(|key| self.run_key(key))),
+            Ok(resumed) => runs.extend(self.admit(resumed).into_iter().map(|key| self.run_key(key))),
             Err(Handled::Stop) => return Exit::Released,
             Err(_) => return Exit::Lost,
         }
@@ -262,30 +289,37 @@ impl<'w> Hashed<'w> {
                     others.clear();
                     w.shared.waker.unwatch(w.watcher);
                 }
-                Some(end) = runs.next() => match end {
-                    KeyEnd::Lost => {
-                        // The lease is gone for every key: stop them all.
-                        w.control.kill.cancel();
+                Some(end) = runs.next() => {
+                    // Keys waiting for a run get this one's place.
+                    let next = self.run_ended();
+                    if !stopping && !lost {
+                        runs.extend(next.into_iter().map(|key| self.run_key(key)));
                     }
-                    KeyEnd::Stop => {}
-                    KeyEnd::Rested => {
-                        let empty = self.state().keys.is_empty();
-                        // Everything done: read again, to wait with the
-                        // reap timer when still idle.
-                        let read = reader == Reader::Waiting && empty && runs.is_empty();
-                        if read && !stopping && !lost {
-                            others.clear();
-                            polling = false;
-                            w.shared.waker.unwatch(w.watcher);
-                            reader = Reader::Reading;
-                            others.push(self.read(cursors.clone()));
-                        } else if reader == Reader::Waiting && !polling {
-                            // A key parked after the reader went idle:
-                            // watch for its resolution from now on.
-                            polling = self.poll_resumed(&others);
+                    match end {
+                        KeyEnd::Lost => {
+                            // The lease is gone for every key: stop them all.
+                            w.control.kill.cancel();
+                        }
+                        KeyEnd::Stop => {}
+                        KeyEnd::Rested => {
+                            let empty = self.state().keys.is_empty();
+                            // Everything done: read again, to wait with the
+                            // reap timer when still idle.
+                            let read = reader == Reader::Waiting && empty && runs.is_empty();
+                            if read && !stopping && !lost {
+                                others.clear();
+                                polling = false;
+                                w.shared.waker.unwatch(w.watcher);
+                                reader = Reader::Reading;
+                                others.push(self.read(cursors.clone()));
+                            } else if reader == Reader::Waiting && !polling {
+                                // A key parked after the reader went idle:
+                                // watch for its resolution from now on.
+                                polling = self.poll_resumed(&others);
+                            }
                         }
                     }
-                },
+                }
                 Some(event) = others.next() => match event {
                     Event::Read(Ok(ReadOutcome::Entries { lane, entries, pending }), read_to) => {
                         cursors = read_to;
@@ -298,7 +332,7 @@ impl<'w> Hashed<'w> {
                             metrics::reclaimed(&w.unit, self.partition.category(), entries.len());
                         }
                         let (start, full) = self.dispatch(lane, entries, pending);
-                        runs.extend(start.into_iter().map(|key| self.run_key(key)));
+                        runs.extend(self.admit(start).into_iter().map(|key| self.run_key(key)));
                         if full {
                             reader = Reader::Full;
                             others.push(Box::pin(async move {
@@ -372,7 +406,7 @@ impl<'w> Hashed<'w> {
                         match resumed {
                             Ok(keys) => {
                                 let start = self.resume(keys);
-                                runs.extend(start.into_iter().map(|key| self.run_key(key)));
+                                runs.extend(self.admit(start).into_iter().map(|key| self.run_key(key)));
                             }
                             Err(error) => warn!(%error, "checking the parked keys failed"),
                         }
@@ -446,7 +480,7 @@ impl<'w> Hashed<'w> {
         let State {
             keys,
             in_memory,
-            full,
+            skipped: moved_past,
             ..
         } = &mut *guard;
         let at = lane_index(lane);
@@ -462,6 +496,8 @@ impl<'w> Hashed<'w> {
             if let Some(skipped) = &mut state.skipped[at] {
                 skipped.up_to = entry.id().to_owned();
                 skipped.pending |= pending;
+                skipped.count += 1;
+                *moved_past += 1;
             } else if state.queue.len() >= KEY_QUEUE || state.skipped.iter().any(Option::is_some) {
                 // Full, or behind skipped entries of the other lane (read
                 // back primary lane first, as a per-key partition reads).
@@ -469,7 +505,9 @@ impl<'w> Hashed<'w> {
                     after: id_before(entry.id()),
                     up_to: entry.id().to_owned(),
                     pending,
+                    count: 1,
                 });
+                *moved_past += 1;
             } else {
                 state.queue.push_back(Queued { entry, pending });
                 *in_memory += 1;
@@ -479,8 +517,34 @@ impl<'w> Hashed<'w> {
                 start.push(key);
             }
         }
-        *full = *in_memory >= READ_AHEAD;
-        (start, *full)
+        guard.full = guard.over();
+        (start, guard.full)
+    }
+
+    /// Of `keys` (their runs due), the ones whose run starts now, within
+    /// the partition's bound on runs; the others wait their turn.
+    fn admit(&self, keys: Vec<Arc<str>>) -> Vec<Arc<str>> {
+        let mut state = self.state();
+        state.ready.extend(keys);
+        self.take_ready(&mut state)
+    }
+
+    /// A run ended: the keys whose run starts in its place.
+    fn run_ended(&self) -> Vec<Arc<str>> {
+        let mut state = self.state();
+        state.runs = state.runs.saturating_sub(1);
+        self.take_ready(&mut state)
+    }
+
+    fn take_ready(&self, state: &mut State) -> Vec<Arc<str>> {
+        let bound = self.worker.shared.settings.max_concurrency.max(1);
+        let mut start = Vec::new();
+        while state.runs < bound {
+            let Some(key) = state.ready.pop_front() else { break };
+            state.runs += 1;
+            start.push(key);
+        }
+        start
     }
 
     /// Marks `keys` resolved (their held messages run next); returns the
@@ -580,7 +644,12 @@ impl<'w> Hashed<'w> {
     fn forget(&self, count: usize) {
         let mut state = self.state();
         state.in_memory = state.in_memory.saturating_sub(count);
-        if state.full && state.in_memory <= READ_AHEAD / 2 {
+        self.notify_room(&mut state);
+    }
+
+    /// Lets a reader waiting for room read again, when there is.
+    fn notify_room(&self, state: &mut State) {
+        if state.full && state.room() {
             state.full = false;
             self.room.notify_one();
         }
@@ -681,23 +750,36 @@ impl<'w> Hashed<'w> {
             Err(_) => return Some(KeyEnd::Stop),
         };
         let mut guard = self.state();
-        let State { keys, in_memory, .. } = &mut *guard;
+        let State {
+            keys,
+            in_memory,
+            skipped: moved_past,
+            ..
+        } = &mut *guard;
         let entry = keys.get_mut(key)?;
         *in_memory += found.len();
+        let read_back = found.len();
         entry.queue.extend(found.into_iter().map(|entry| Queued {
             entry,
             pending: skipped.pending,
         }));
         let at = lane_index(lane);
         if let Some(now) = &mut entry.skipped[at] {
+            now.count = now.count.saturating_sub(read_back);
+            *moved_past = moved_past.saturating_sub(read_back);
             match last {
                 Some(last) => now.after = last,
                 // Read back up to where the span ended when the read began;
-                // the reader may have skipped more of the key since.
-                None if now.up_to == skipped.up_to => entry.skipped[at] = None,
+                // the reader may have skipped more of the key since. What
+                // is left uncounted was deleted from the lane meanwhile.
+                None if now.up_to == skipped.up_to => {
+                    *moved_past = moved_past.saturating_sub(now.count);
+                    entry.skipped[at] = None;
+                }
                 None => now.after = skipped.up_to,
             }
         }
+        self.notify_room(&mut guard);
         None
     }
 
