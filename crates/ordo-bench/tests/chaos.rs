@@ -17,33 +17,10 @@ const RUN_WITHIN: Duration = Duration::from_secs(240);
 
 #[test]
 fn a_seeded_chaos_run_keeps_the_guarantee_under_every_kind_of_fault() -> Result<()> {
-    // Progress and worker logs go to a file (a pipe nobody reads could fill
-    // up and block the run), shown when the test fails.
-    let log_path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-seed-{SEED}.log"));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ordo-bench"));
-    command
-        .args(["chaos", "--duration", "60", "--seed", SEED, "--json"])
-        // Its own Redis, which it can restart and crash.
-        .env_remove("REDIS_URL")
-        .stderr(File::create(&log_path)?);
-    let mut chaos = Process::spawn(command)?;
-    let status = chaos.wait_timeout(RUN_WITHIN)?;
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    let Some(status) = status else {
-        chaos.kill()?;
-        anyhow::bail!(
-            "the chaos run did not finish within {RUN_WITHIN:?}; its log:\n{}",
-            log()
-        );
-    };
-    let stdout = chaos.lines().join("\n");
-    ensure!(
-        status.success(),
-        "the chaos run failed ({status}):\n{stdout}\n{}",
-        log()
-    );
-    let figures: serde_json::Value = serde_json::from_str(&stdout)
-        .with_context(|| format!("stdout is not JSON: {stdout:?}\n{}", log()))?;
+    let (figures, log) = run_chaos(
+        &["--duration", "60", "--seed", SEED],
+        &format!("chaos-seed-{SEED}.log"),
+    )?;
     let count = |name: &str| {
         figures[name]
             .as_u64()
@@ -57,7 +34,7 @@ fn a_seeded_chaos_run_keeps_the_guarantee_under_every_kind_of_fault() -> Result<
         "token_regressions",
         "unexpected",
     ] {
-        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{}", log());
+        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{}", log);
     }
     assert_eq!(figures["seed"], 42, "{figures}");
     assert_eq!(count("keys")?, 32, "{figures}");
@@ -80,7 +57,7 @@ fn a_seeded_chaos_run_keeps_the_guarantee_under_every_kind_of_fault() -> Result<
     assert!(
         injected.len() >= 5,
         "only {injected:?} were injected: {figures}\n{}",
-        log()
+        log
     );
     assert!(
         count("faults_mid_handler")? > 0,
@@ -100,45 +77,20 @@ fn a_seeded_chaos_run_keeps_the_guarantee_under_every_kind_of_fault() -> Result<
 /// fence; instance and relay kills and stalls, seeded.
 #[test]
 fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()> {
-    let log_path =
-        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-pg-seed-{SEED}.log"));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ordo-bench"));
-    command
-        .args([
-            "chaos",
+    let (figures, log) = run_chaos(
+        &[
             "--postgres",
             "--duration",
             "20",
             "--seed",
             SEED,
-            "--json",
-        ])
-        .args([
             "--faults",
             "kill,stop,relay_kill,relay_stop",
             "--faults-every",
             "1..2",
-        ])
-        .env_remove("REDIS_URL")
-        .stderr(File::create(&log_path)?);
-    let mut chaos = Process::spawn(command)?;
-    let status = chaos.wait_timeout(RUN_WITHIN)?;
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    let Some(status) = status else {
-        chaos.kill()?;
-        anyhow::bail!(
-            "the chaos run did not finish within {RUN_WITHIN:?}; its log:\n{}",
-            log()
-        );
-    };
-    let stdout = chaos.lines().join("\n");
-    ensure!(
-        status.success(),
-        "the chaos run failed ({status}):\n{stdout}\n{}",
-        log()
-    );
-    let figures: serde_json::Value = serde_json::from_str(&stdout)
-        .with_context(|| format!("stdout is not JSON: {stdout:?}\n{}", log()))?;
+        ],
+        &format!("chaos-pg-seed-{SEED}.log"),
+    )?;
     let count = |name: &str| {
         figures[name]
             .as_u64()
@@ -152,7 +104,7 @@ fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()>
         "token_regressions",
         "unexpected",
     ] {
-        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{}", log());
+        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{}", log);
     }
     assert!(
         figures["outbox"]
@@ -165,7 +117,7 @@ fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()>
         assert!(
             count(&format!("faults_{kind}"))? > 0,
             "no {kind} was injected: {figures}\n{}",
-            log()
+            log
         );
     }
     // Relays were killed and replaced, and the kills made other instances
@@ -176,6 +128,70 @@ fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()>
     assert!(
         count("failovers")? + count("failovers_disturbed")? > 0,
         "no key was taken over: {figures}"
+    );
+    Ok(())
+}
+
+/// Runs `ordo-bench chaos --json` with `args` on its own Redis (and
+/// database); its figures, and its log (progress and worker logs, kept in a
+/// file named `log_name` and shown when an assertion fails).
+fn run_chaos(args: &[&str], log_name: &str) -> Result<(serde_json::Value, String)> {
+    // A pipe nobody reads could fill up and block the run: the log goes to a file.
+    let log_path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(log_name);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ordo-bench"));
+    command
+        .arg("chaos")
+        .args(args)
+        .arg("--json")
+        // Its own Redis, which it can restart and crash.
+        .env_remove("REDIS_URL")
+        .stderr(File::create(&log_path)?);
+    let mut chaos = Process::spawn(command)?;
+    let status = chaos.wait_timeout(RUN_WITHIN)?;
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let Some(status) = status else {
+        chaos.kill()?;
+        anyhow::bail!("the chaos run did not finish within {RUN_WITHIN:?}; its log:\n{log}");
+    };
+    let stdout = chaos.lines().join("\n");
+    ensure!(
+        status.success(),
+        "the chaos run failed ({status}):\n{stdout}\n{log}"
+    );
+    let figures =
+        serde_json::from_str(&stdout).with_context(|| format!("stdout is not JSON: {stdout:?}\n{log}"))?;
+    Ok((figures, log))
+}
+
+/// Hashed partitions (`--hashed 8`: the 32 keys in 8 partitions, several
+/// keys per partition, read ahead and run side by side): every kind of
+/// fault, and the guarantee per key.
+#[test]
+fn a_seeded_chaos_run_on_hashed_partitions_keeps_the_guarantee_per_key() -> Result<()> {
+    let (figures, log) = run_chaos(
+        &["--duration", "45", "--seed", SEED, "--hashed", "8"],
+        &format!("chaos-hashed-seed-{SEED}.log"),
+    )?;
+    let count = |name: &str| {
+        figures[name]
+            .as_u64()
+            .with_context(|| format!("no count `{name}` in {figures}"))
+    };
+    for broken in [
+        "overlaps",
+        "order_violations",
+        "lost",
+        "token_regressions",
+        "unexpected",
+    ] {
+        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{log}");
+    }
+    assert_eq!(count("keys")?, 32, "{figures}");
+    assert!(count("events")? > 3_000, "too little traffic: {figures}");
+    assert!(count("faults_injected")? > 0, "{figures}");
+    assert!(
+        count("failovers")? + count("failovers_disturbed")? > 0,
+        "no partition was taken over: {figures}"
     );
     Ok(())
 }

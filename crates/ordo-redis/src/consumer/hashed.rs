@@ -17,7 +17,8 @@
 //!   where the key's skipped entries lie in the lane (delivered and
 //!   pending), reading them back in order once the key's queue empties. A
 //!   hot key cannot starve the others, and the partition keeps at most
-//!   [`READ_AHEAD`] entries in memory.
+//!   [`READ_AHEAD`] entries in memory, moves past at most [`SKIP_AHEAD`],
+//!   and runs at most `max_concurrency` keys at once.
 //! - **Parking.** A poison message parks its key, not the partition: it and
 //!   the key's later messages move to the key's held stream (see
 //!   [`crate::parking`]), every other key keeps flowing, and the lanes can
