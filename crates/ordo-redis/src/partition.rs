@@ -294,40 +294,39 @@ impl Partitions {
         read_outcome(script.name(), &mut reply)
     }
 
-    /// The fenced read of a hashed partition: pending entries after each
-    /// lane's cursor (while it is an entry id), then new ones; the primary
-    /// lane before the backfill lane. `cursors` moves on with what it read
-    /// (`>` once a lane's pending entries are all read). Never
-    /// [`ReadOutcome::Halted`]: a hashed partition parks keys, not itself.
+    /// The fenced read of a hashed partition: the pending entries after
+    /// `after` (per lane: the last entry this owner got from it, `0` when
+    /// none yet), then new ones; the primary lane before the backfill lane.
+    /// Never [`ReadOutcome::Halted`]: a hashed partition parks keys, not
+    /// itself.
     pub(crate) async fn read_hashed(
         &self,
         lease: &Lease,
         group: &str,
         partition: &PartitionKeys,
         count: usize,
-        cursors: &mut [String; 2],
+        after: &[String; 2],
     ) -> Result<ReadOutcome> {
         let script = &SCRIPTS.read_hashed;
         let keys = vec![
             lease.key().to_owned(),
             partition.primary().to_owned(),
             partition.backfill().to_owned(),
+            partition.read_marker(group),
         ];
         let args = vec![
             Value::from(lease.value()),
             Value::from(group),
             Value::from(CONSUMER),
             Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
-            Value::from(cursors[0].as_str()),
-            Value::from(cursors[1].as_str()),
+            Value::from(after[0].as_str()),
+            Value::from(after[1].as_str()),
+            // Fresh for each read (a resent one keeps it).
+            Value::from(uuid::Uuid::new_v4().simple().to_string()),
+            millis(self.lease_ttl * 4),
         ];
         let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "entries" => *cursors = [reply.string(3)?, reply.string(4)?],
-            "idle" => *cursors = [">".to_owned(), ">".to_owned()],
-            _ => {}
-        }
         read_outcome(script.name(), &mut reply)
     }
 

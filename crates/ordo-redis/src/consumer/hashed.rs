@@ -173,7 +173,7 @@ enum KeyEnd {
 
 /// What the owner waits for, besides the keys' runs.
 enum Event {
-    Read(Result<ReadOutcome, Error>, [String; 2]),
+    Read(Result<ReadOutcome, Error>),
     Woken,
     Retry,
     Resumed(Result<Vec<String>, Error>),
@@ -261,12 +261,11 @@ impl<'w> Hashed<'w> {
             Err(Handled::Stop) => return Exit::Released,
             Err(_) => return Exit::Lost,
         }
-        // Pending entries first (after id 0): a previous owner's read-ahead.
+        // The last entry this owner got from each lane: every read hands
+        // out the pending entries after it first (from id 0: a previous
+        // owner's read-ahead; later, what a read delivered without the
+        // owner getting it: a lost reply, a read resent after a reconnect).
         let mut cursors = ["0".to_owned(), "0".to_owned()];
-        // The last entry id read from each lane: a read whose reply was
-        // lost delivered entries after it, which only a read of the pending
-        // entries after it hands out again.
-        let mut read_up_to: [Option<String>; 2] = [None, None];
         others.push(self.read(cursors.clone()));
         let mut reader = Reader::Reading;
         let mut first = true;
@@ -322,11 +321,10 @@ impl<'w> Hashed<'w> {
                     }
                 }
                 Some(event) = others.next() => match event {
-                    Event::Read(Ok(ReadOutcome::Entries { lane, entries, pending }), read_to) => {
-                        cursors = read_to;
+                    Event::Read(Ok(ReadOutcome::Entries { lane, entries, pending })) => {
                         failures = 0;
                         if let Some(last) = entries.last() {
-                            read_up_to[lane_index(lane)] = Some(last.id().to_owned());
+                            last.id().clone_into(&mut cursors[lane_index(lane)]);
                         }
                         if pending && first {
                             info!(entries = entries.len(), partition = self.partition.primary(), "reclaimed pending entries");
@@ -344,8 +342,7 @@ impl<'w> Hashed<'w> {
                             others.push(self.read(cursors.clone()));
                         }
                     }
-                    Event::Read(Ok(ReadOutcome::Idle(idle)), read_to) => {
-                        cursors = read_to;
+                    Event::Read(Ok(ReadOutcome::Idle(idle))) => {
                         failures = 0;
                         first = false;
                         let quiet = runs.is_empty() && self.state().keys.is_empty();
@@ -368,28 +365,19 @@ impl<'w> Hashed<'w> {
                             }
                         }
                     }
-                    Event::Read(Ok(ReadOutcome::Gone | ReadOutcome::Halted { .. }), _) => {
+                    Event::Read(Ok(ReadOutcome::Gone | ReadOutcome::Halted { .. })) => {
                         if runs.is_empty() {
                             return Exit::Gone;
                         }
                         stopping = true;
                     }
-                    Event::Read(Err(error), _) if error.is_fenced() => {
+                    Event::Read(Err(error)) if error.is_fenced() => {
                         info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost");
                         w.control.kill.cancel();
                     }
-                    Event::Read(Err(error), _) => {
+                    Event::Read(Err(error)) => {
                         failures += 1;
                         warn!(%error, failures, "partition read failed; backing off");
-                        // Redis may have run the read and lost its reply:
-                        // what it delivered is pending after the last entry
-                        // this owner got, and a read of new entries would
-                        // never hand it out again.
-                        for (cursor, up_to) in cursors.iter_mut().zip(&read_up_to) {
-                            if cursor == ">" {
-                                *cursor = up_to.clone().unwrap_or_else(|| "0".to_owned());
-                            }
-                        }
                         let delay = w.shared.settings.backoff.delay(failures);
                         others.push(Box::pin(async move {
                             tokio::time::sleep(delay).await;
@@ -454,8 +442,9 @@ impl<'w> Hashed<'w> {
         Ok(start)
     }
 
-    /// One fenced read, from `cursors`.
-    fn read(&self, mut cursors: [String; 2]) -> BoxFuture<'_, Event> {
+    /// One fenced read: the pending entries after `after` (per lane, the
+    /// last entry this owner got), then new ones.
+    fn read(&self, after: [String; 2]) -> BoxFuture<'_, Event> {
         let w = self.worker;
         Box::pin(async move {
             let read = w
@@ -466,10 +455,10 @@ impl<'w> Hashed<'w> {
                     &w.unit.group,
                     self.partition,
                     w.shared.settings.read_batch,
-                    &mut cursors,
+                    &after,
                 )
                 .await;
-            Event::Read(read, cursors)
+            Event::Read(read)
         })
     }
 

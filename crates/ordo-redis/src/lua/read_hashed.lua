@@ -1,19 +1,28 @@
 -- The fenced read of one hashed partition (many keys, each in order): the
--- lease holder's next entries, with a cursor per lane so that the owner
--- reads ahead while earlier entries are still being handled.
+-- lease holder's next entries, read ahead while earlier entries are still
+-- being handled.
 --
--- KEYS: lease key, primary lane, backfill lane
--- ARGV: lease value, group, consumer, count, primary cursor, backfill cursor
+-- KEYS: lease key, primary lane, backfill lane, the read marker
+-- ARGV: lease value, group, consumer, count, then per lane (primary,
+--       backfill) the id of the last entry the owner got from it ('0'
+--       when none yet), the read's id (fresh for each read), marker ttl ms
 --
--- A lane's cursor is an entry id while the owner reads back the pending
--- entries it took over (a previous owner's unacknowledged entries, read
--- after that id), and '>' once it has read them all: from then on only new
--- entries. Every owner reads as the same consumer name, as in read.lua.
+-- Pending entries after the owner's last one come first: a previous
+-- owner's unacknowledged entries (the reclaim, from '0'), and entries a
+-- read of this owner delivered without the owner getting them (its reply
+-- lost with a timeout, or the read run twice by a client that resent it
+-- after a reconnect). Only then new entries. Every owner reads as the same
+-- consumer name, as in read.lua.
+--
+-- A read the client sends twice (it resends the commands in flight when a
+-- connection drops) must not deliver two batches, of which the owner would
+-- get only the second: the marker remembers the last read's id and the
+-- entries it returned, and the same read returns them again.
 --
 -- Returns one of:
 --   {'fenced', current holder}
 --   {'entries', lane (1 primary, 2 backfill), {{id, {field, value...}}...},
---    1 when they were pending else 0, primary cursor, backfill cursor}
+--    1 when they were pending else 0}
 --   {'idle', primary last id, backfill last id, ms since the last entry}
 --   {'gone'}  (neither lane exists: the partition was reaped)
 local lease, group, consumer, count = KEYS[1], ARGV[2], ARGV[3], ARGV[4]
@@ -21,7 +30,22 @@ local fenced = fence(lease, ARGV[1])
 if fenced then
   return fenced
 end
-local cursors = {ARGV[5], ARGV[6]}
+local marker, read_id, marker_ttl = KEYS[4], ARGV[7], ARGV[8]
+local last_read = redis.call('GET', marker)
+if last_read then
+  local id, lane, first, last, pending = string.match(last_read, '^(.-)|(%d)|(.-)|(.-)|(%d)$')
+  if id == read_id then
+    local entries = redis.call('XRANGE', KEYS[1 + tonumber(lane)], first, last)
+    return {'entries', tonumber(lane), entries, tonumber(pending)}
+  end
+end
+
+-- Returns the entries, remembering them as this read's.
+local function reply(lane, entries, pending)
+  redis.call('SET', marker, table.concat({read_id, lane, entries[1][1], entries[#entries][1], pending}, '|'),
+    'PX', marker_ttl)
+  return {'entries', lane, entries, pending}
+end
 
 local last_ids = {'0-0', '0-0'}
 local newest_ms = nil
@@ -30,21 +54,21 @@ for lane = 1, 2 do
   local stream = KEYS[1 + lane]
   if redis.call('EXISTS', stream) == 1 then
     exists = true
-    while cursors[lane] ~= '>' do
-      local pending = read_group(group, consumer, count, stream, cursors[lane])
+    local after = ARGV[4 + lane]
+    while true do
+      local pending = read_group(group, consumer, count, stream, after)
       if #pending == 0 then
-        cursors[lane] = '>'
-      else
-        cursors[lane] = pending[#pending][1]
-        local live = live_entries(stream, group, pending)
-        if #live > 0 then
-          return {'entries', lane, live, 1, cursors[1], cursors[2]}
-        end
+        break
       end
+      local live = live_entries(stream, group, pending)
+      if #live > 0 then
+        return reply(lane, live, 1)
+      end
+      after = pending[#pending][1]
     end
     local fresh = read_group(group, consumer, count, stream, '>')
     if #fresh > 0 then
-      return {'entries', lane, fresh, 0, cursors[1], cursors[2]}
+      return reply(lane, fresh, 0)
     end
     local last = to_map(redis.call('XINFO', 'STREAM', stream))['last-generated-id']
     last_ids[lane] = last
