@@ -453,14 +453,6 @@ impl PartitionKeys {
         format!("{}:log:{group}", self.primary)
     }
 
-    /// The last read of `group`'s owner of a hashed partition (its id and
-    /// the entries it returned, short-lived), so a read the client resends
-    /// after a reconnect returns the same entries rather than delivering
-    /// more: `{order:__7__}:read:G`.
-    pub fn read_marker(&self, group: &str) -> String {
-        format!("{}:read:{group}", self.primary)
-    }
-
     /// The keys of a hashed partition that `group` parked on a poison
     /// message (a hash: key to its park record, JSON).
     pub fn parked(&self, group: &str) -> String {
@@ -608,7 +600,6 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<category>:<key>}:doorbell", p.doorbell()),
         ("{<category>:__<n>__}", h.primary().to_owned()),
         ("{<category>:__<n>__}:position", h.position(Lane::Primary)),
-        ("{<category>:__<n>__}:read:<group>", h.read_marker("G")),
         ("{<category>:__<n>__}:parked:<group>", h.parked("G")),
         ("{<category>:__<n>__}:holding:<group>", h.holding("G")),
         ("{<category>:__<n>__}:held:<group>:<key>", h.held("G", "c-1")),

@@ -299,7 +299,7 @@ impl Partitions {
     /// none yet), then new ones; the primary lane before the backfill lane.
     /// Never [`ReadOutcome::Halted`]: a hashed partition parks keys, not
     /// itself.
-    pub(crate) async fn read_hashed(
+    pub async fn read_hashed(
         &self,
         lease: &Lease,
         group: &str,
@@ -312,7 +312,6 @@ impl Partitions {
             lease.key().to_owned(),
             partition.primary().to_owned(),
             partition.backfill().to_owned(),
-            partition.read_marker(group),
         ];
         let args = vec![
             Value::from(lease.value()),
@@ -321,9 +320,6 @@ impl Partitions {
             Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
             Value::from(after[0].as_str()),
             Value::from(after[1].as_str()),
-            // Fresh for each read (a resent one keeps it).
-            Value::from(uuid::Uuid::new_v4().simple().to_string()),
-            millis(self.lease_ttl * 4),
         ];
         let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;

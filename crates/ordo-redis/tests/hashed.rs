@@ -568,3 +568,82 @@ async fn entries_a_read_delivered_without_a_reply_are_read_again() -> anyhow::Re
     run.stop().await?;
     Ok(())
 }
+
+/// A read the client sends twice (it resends the commands in flight when
+/// its connection drops) returns the entries of its first run, not the
+/// next ones: otherwise the owner would get only the second batch, and the
+/// first would sit pending, unseen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_resent_after_a_reconnect_returns_the_entries_of_its_first_run() -> anyhow::Result<()> {
+    use fred::prelude::{Builder, ClientLike};
+    use fred::types::config::ReconnectPolicy;
+    use ordo_redis::{Partitions, ReadOutcome};
+    use ordo_testkit::Redis;
+
+    let redis = Redis::start()?;
+    let proxy = common::proxy::Proxy::start(redis.port()).await?;
+    let category = common::category("resend");
+    let direct = broker(&redis.url(), hashed(&category, 1, 0)).await?;
+    publish_seqs(&direct, &category, "k", 0..4).await?;
+    // One connection through the proxy, resending what was in flight when
+    // it drops (as the broker's pool does).
+    let pool = Builder::from_config(fred::prelude::Config::from_url(&proxy.url())?)
+        .set_policy(ReconnectPolicy::new_constant(0, 50))
+        .build_pool(1)?;
+    pool.init().await?;
+    let owner = Partitions::new(pool, "resender", Duration::from_secs(15));
+    let partition = hashed_partition(&category, 0);
+    let lease = owner
+        .acquire("Projector", &partition)
+        .await?
+        .expect("a free lease");
+    let seqs = |outcome: ReadOutcome| -> anyhow::Result<Vec<u64>> {
+        match outcome {
+            ReadOutcome::Entries { entries, .. } => entries
+                .iter()
+                .map(|entry| Ok(common::seq_of(&entry.decode()?)))
+                .collect(),
+            other => anyhow::bail!("no entries: {other:?}"),
+        }
+    };
+    // Warm the script cache through the proxy: a first read of two.
+    let first = owner
+        .read_hashed(
+            &lease,
+            "Projector",
+            &partition,
+            2,
+            &["0".to_owned(), "0".to_owned()],
+        )
+        .await?;
+    assert_eq!(seqs(first)?, [0, 1]);
+    proxy.lose_next_reply();
+    let after = [
+        ids_of(&redis.url(), partition.primary(), 2).await?,
+        "0".to_owned(),
+    ];
+    let resent = owner
+        .read_hashed(&lease, "Projector", &partition, 2, &after)
+        .await?;
+    assert!(proxy.reply_lost(), "the reply was not lost");
+    assert_eq!(
+        seqs(resent)?,
+        [2, 3],
+        "the resent read returned other entries than its first run"
+    );
+    Ok(())
+}
+
+/// The id of entry `n` (from 1) of `stream`.
+async fn ids_of(url: &str, stream: &str, n: usize) -> anyhow::Result<String> {
+    use fred::interfaces::StreamsInterface;
+    let client = pool(url).await?;
+    let entries: fred::types::Value = client.xrange(stream, "-", "+", Some(n as u64)).await?;
+    let last = entries
+        .into_array()
+        .pop()
+        .expect("an entry")
+        .into_array()
+        .remove(0);
+    Ok(last.as_string().expect("an id"))
+}

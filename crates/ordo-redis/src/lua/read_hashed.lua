@@ -2,10 +2,10 @@
 -- lease holder's next entries, read ahead while earlier entries are still
 -- being handled.
 --
--- KEYS: lease key, primary lane, backfill lane, the read marker
+-- KEYS: lease key, primary lane, backfill lane
 -- ARGV: lease value, group, consumer, count, then per lane (primary,
 --       backfill) the id of the last entry the owner got from it ('0'
---       when none yet), the read's id (fresh for each read), marker ttl ms
+--       when none yet)
 --
 -- Pending entries after the owner's last one come first: a previous
 -- owner's unacknowledged entries (the reclaim, from '0'), and entries a
@@ -14,10 +14,9 @@
 -- after a reconnect). Only then new entries. Every owner reads as the same
 -- consumer name, as in read.lua.
 --
--- A read the client sends twice (it resends the commands in flight when a
--- connection drops) must not deliver two batches, of which the owner would
--- get only the second: the marker remembers the last read's id and the
--- entries it returned, and the same read returns them again.
+-- That also makes a read the client sends twice (it resends the commands
+-- in flight when a connection drops) return the same entries: the second
+-- run finds the first run's entries pending after the same id.
 --
 -- Returns one of:
 --   {'fenced', current holder}
@@ -30,23 +29,6 @@ local fenced = fence(lease, ARGV[1])
 if fenced then
   return fenced
 end
-local marker, read_id, marker_ttl = KEYS[4], ARGV[7], ARGV[8]
-local last_read = redis.call('GET', marker)
-if last_read then
-  local id, lane, first, last, pending = string.match(last_read, '^(.-)|(%d)|(.-)|(.-)|(%d)$')
-  if id == read_id then
-    local entries = redis.call('XRANGE', KEYS[1 + tonumber(lane)], first, last)
-    return {'entries', tonumber(lane), entries, tonumber(pending)}
-  end
-end
-
--- Returns the entries, remembering them as this read's.
-local function reply(lane, entries, pending)
-  redis.call('SET', marker, table.concat({read_id, lane, entries[1][1], entries[#entries][1], pending}, '|'),
-    'PX', marker_ttl)
-  return {'entries', lane, entries, pending}
-end
-
 local last_ids = {'0-0', '0-0'}
 local newest_ms = nil
 local exists = false
@@ -62,13 +44,13 @@ for lane = 1, 2 do
       end
       local live = live_entries(stream, group, pending)
       if #live > 0 then
-        return reply(lane, live, 1)
+        return {'entries', lane, live, 1}
       end
       after = pending[#pending][1]
     end
     local fresh = read_group(group, consumer, count, stream, '>')
     if #fresh > 0 then
-      return reply(lane, fresh, 0)
+      return {'entries', lane, fresh, 0}
     end
     local last = to_map(redis.call('XINFO', 'STREAM', stream))['last-generated-id']
     last_ids[lane] = last
