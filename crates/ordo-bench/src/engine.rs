@@ -484,22 +484,28 @@ pub async fn delete_matching(client: &Client, patterns: &[&str]) -> Result<u64> 
     Ok(deleted)
 }
 
+/// One page of `SCAN cursor MATCH pattern` on the one node `client` talks
+/// to: the next cursor (`0` at the end) and the keys.
+pub(crate) async fn scan_page(client: &Client, pattern: &str, cursor: &str) -> Result<(String, Vec<String>)> {
+    let reply: Value = client
+        .custom(
+            CustomCommand::new_static("SCAN", ClusterHash::Random, false),
+            vec![cursor, "MATCH", pattern, "COUNT", "1000"],
+        )
+        .await
+        .with_context(|| format!("SCAN for {pattern} failed"))?;
+    reply
+        .convert()
+        .with_context(|| format!("unexpected SCAN reply for {pattern}"))
+}
+
 /// [`delete_matching`] on the one node `client` talks to.
 async fn delete_on_node(client: &Client, patterns: &[&str]) -> Result<u64> {
     let mut deleted = 0;
     for pattern in patterns {
         let mut cursor = "0".to_owned();
         loop {
-            let reply: Value = client
-                .custom(
-                    CustomCommand::new_static("SCAN", ClusterHash::Random, false),
-                    vec![cursor.as_str(), "MATCH", pattern, "COUNT", "1000"],
-                )
-                .await
-                .with_context(|| format!("SCAN for {pattern} failed"))?;
-            let (next, keys): (String, Vec<String>) = reply
-                .convert()
-                .with_context(|| format!("unexpected SCAN reply for {pattern}"))?;
+            let (next, keys) = scan_page(client, pattern, &cursor).await?;
             let mut by_slot: BTreeMap<u16, Vec<String>> = BTreeMap::new();
             for key in keys {
                 by_slot

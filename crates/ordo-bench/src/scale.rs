@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, ensure};
 use fred::clients::Client;
 use fred::prelude::ClientLike as _;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::Value;
 use ordo_core::Partitions;
 use ordo_core::broker::{Broker as _, Publication};
 use ordo_core::key::{DEFAULT_BACKFILL_SUFFIX, Lane};
@@ -399,16 +399,7 @@ async fn count_matching(admin: &Client, pattern: &str) -> Result<u64> {
     let mut cursor = "0".to_owned();
     let mut count = 0;
     loop {
-        let reply: Value = admin
-            .custom(
-                CustomCommand::new_static("SCAN", ClusterHash::Random, false),
-                vec![cursor.as_str(), "MATCH", pattern, "COUNT", "1000"],
-            )
-            .await
-            .with_context(|| format!("SCAN for {pattern} failed"))?;
-        let (next, keys): (String, Vec<String>) = reply
-            .convert()
-            .with_context(|| format!("unexpected SCAN reply for {pattern}"))?;
+        let (next, keys) = engine::scan_page(admin, pattern, &cursor).await?;
         count += keys.len() as u64;
         if next == "0" {
             return Ok(count);

@@ -265,8 +265,8 @@ impl<'w> Hashed<'w> {
         // out the pending entries after it first (from id 0: a previous
         // owner's read-ahead; later, what a read delivered without the
         // owner getting it: a lost reply, a read resent after a reconnect).
-        let mut cursors = ["0".to_owned(), "0".to_owned()];
-        others.push(self.read(cursors.clone()));
+        let mut after = ["0".to_owned(), "0".to_owned()];
+        others.push(self.read(after.clone()));
         let mut reader = Reader::Reading;
         let mut first = true;
         let mut failures = 0;
@@ -311,7 +311,7 @@ impl<'w> Hashed<'w> {
                                 polling = false;
                                 w.shared.waker.unwatch(w.watcher);
                                 reader = Reader::Reading;
-                                others.push(self.read(cursors.clone()));
+                                others.push(self.read(after.clone()));
                             } else if reader == Reader::Waiting && !polling {
                                 // A key parked after the reader went idle:
                                 // watch for its resolution from now on.
@@ -324,7 +324,7 @@ impl<'w> Hashed<'w> {
                     Event::Read(Ok(ReadOutcome::Entries { lane, entries, pending })) => {
                         failures = 0;
                         if let Some(last) = entries.last() {
-                            last.id().clone_into(&mut cursors[lane_index(lane)]);
+                            last.id().clone_into(&mut after[lane_index(lane)]);
                         }
                         if pending && first {
                             info!(entries = entries.len(), partition = self.partition.primary(), "reclaimed pending entries");
@@ -339,7 +339,7 @@ impl<'w> Hashed<'w> {
                                 Event::Retry
                             }));
                         } else {
-                            others.push(self.read(cursors.clone()));
+                            others.push(self.read(after.clone()));
                         }
                     }
                     Event::Read(Ok(ReadOutcome::Idle(idle))) => {
@@ -352,7 +352,7 @@ impl<'w> Hashed<'w> {
                             if let Some(exit) = w.wait_idle(&[(0, idle)], &mut reap_after).await {
                                 return exit;
                             }
-                            others.push(self.read(cursors.clone()));
+                            others.push(self.read(after.clone()));
                         } else {
                             reader = Reader::Waiting;
                             w.shared.waker.watch(w.watcher, w.bells(&[(0, idle)]), w.wake.clone());
@@ -388,7 +388,7 @@ impl<'w> Hashed<'w> {
                         reader = Reader::Reading;
                         polling = false;
                         others.clear();
-                        others.push(self.read(cursors.clone()));
+                        others.push(self.read(after.clone()));
                     }
                     Event::Resumed(resumed) => {
                         polling = false;
@@ -407,7 +407,7 @@ impl<'w> Hashed<'w> {
                 else => {
                     // Nothing to wait for: read.
                     reader = Reader::Reading;
-                    others.push(self.read(cursors.clone()));
+                    others.push(self.read(after.clone()));
                 }
             }
         }

@@ -72,6 +72,39 @@ local function to_map(flat)
   return map
 end
 
+-- The read of a partition's lanes (`lanes`: primary, backfill) by
+-- `group`'s `consumer`, as read.lua and read_hashed.lua reply: for each lane
+-- that exists, in order, `pending(lane, stream)` (entries delivered before,
+-- to hand out again; {} when none), then new ones; when neither gives
+-- anything, {'idle', last ids, ms since the newest entry}, or {'gone'} when
+-- no lane exists.
+local function read_lanes(lanes, group, consumer, count, pending)
+  local last_ids = {'0-0', '0-0'}
+  local newest_ms = nil
+  for lane, stream in ipairs(lanes) do
+    if redis.call('EXISTS', stream) == 1 then
+      local entries = pending(lane, stream)
+      if #entries > 0 then
+        return {'entries', lane, entries, 1}
+      end
+      local fresh = read_group(group, consumer, count, stream, '>')
+      if #fresh > 0 then
+        return {'entries', lane, fresh, 0}
+      end
+      local last = to_map(redis.call('XINFO', 'STREAM', stream))['last-generated-id']
+      last_ids[lane] = last
+      local ms = parse_id(last)
+      if newest_ms == nil or ms > newest_ms then
+        newest_ms = ms
+      end
+    end
+  end
+  if newest_ms == nil then
+    return {'gone'}
+  end
+  return {'idle', last_ids[1], last_ids[2], now_ms() - newest_ms}
+end
+
 -- The fence: nil when `lease_key` holds `expected`, else the reply that
 -- tells the caller it lost the lease (with the current holder, if any).
 local function fence(lease_key, expected)

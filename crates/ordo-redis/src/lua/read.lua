@@ -27,30 +27,6 @@ if head then
   return {'halted', head}
 end
 
-local last_ids = {'0-0', '0-0'}
-local newest_ms = nil
-local exists = false
-for lane = 1, 2 do
-  local stream = KEYS[2 + lane]
-  if redis.call('EXISTS', stream) == 1 then
-    exists = true
-    local pending = live_entries(stream, group, read_group(group, consumer, count, stream, '0'))
-    if #pending > 0 then
-      return {'entries', lane, pending, 1}
-    end
-    local fresh = read_group(group, consumer, count, stream, '>')
-    if #fresh > 0 then
-      return {'entries', lane, fresh, 0}
-    end
-    local last = to_map(redis.call('XINFO', 'STREAM', stream))['last-generated-id']
-    last_ids[lane] = last
-    local ms = parse_id(last)
-    if newest_ms == nil or ms > newest_ms then
-      newest_ms = ms
-    end
-  end
-end
-if not exists then
-  return {'gone'}
-end
-return {'idle', last_ids[1], last_ids[2], now_ms() - newest_ms}
+return read_lanes({KEYS[3], KEYS[4]}, group, consumer, count, function(_, stream)
+  return live_entries(stream, group, read_group(group, consumer, count, stream, '0'))
+end)

@@ -29,38 +29,17 @@ local fenced = fence(lease, ARGV[1])
 if fenced then
   return fenced
 end
-local last_ids = {'0-0', '0-0'}
-local newest_ms = nil
-local exists = false
-for lane = 1, 2 do
-  local stream = KEYS[1 + lane]
-  if redis.call('EXISTS', stream) == 1 then
-    exists = true
-    local after = ARGV[4 + lane]
-    while true do
-      local pending = read_group(group, consumer, count, stream, after)
-      if #pending == 0 then
-        break
-      end
-      local live = live_entries(stream, group, pending)
-      if #live > 0 then
-        return {'entries', lane, live, 1}
-      end
-      after = pending[#pending][1]
+return read_lanes({KEYS[2], KEYS[3]}, group, consumer, count, function(lane, stream)
+  local after = ARGV[4 + lane]
+  while true do
+    local pending = read_group(group, consumer, count, stream, after)
+    if #pending == 0 then
+      return {}
     end
-    local fresh = read_group(group, consumer, count, stream, '>')
-    if #fresh > 0 then
-      return {'entries', lane, fresh, 0}
+    local live = live_entries(stream, group, pending)
+    if #live > 0 then
+      return live
     end
-    local last = to_map(redis.call('XINFO', 'STREAM', stream))['last-generated-id']
-    last_ids[lane] = last
-    local ms = parse_id(last)
-    if newest_ms == nil or ms > newest_ms then
-      newest_ms = ms
-    end
+    after = pending[#pending][1]
   end
-end
-if not exists then
-  return {'gone'}
-end
-return {'idle', last_ids[1], last_ids[2], now_ms() - newest_ms}
+end)
