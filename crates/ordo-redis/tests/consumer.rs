@@ -409,18 +409,20 @@ async fn a_cold_partition_is_retired_and_a_later_publish_brings_it_back(
     let client = pool(&url).await?;
     let partition = PartitionKeys::new(&category, "k", "backfill");
     let index = partition.index();
-    eventually(Duration::from_secs(10), "the partition retired", || {
-        let (client, index, category) = (client.clone(), index.clone(), category.clone());
+    let pattern = format!("*{category}:k*");
+    let retired = eventually(Duration::from_secs(10), "the partition retired", || {
+        let (client, index, pattern) = (client.clone(), index.clone(), pattern.clone());
         async move {
             let members: Vec<String> = client.smembers(&index).await?;
-            let keys: Vec<String> = client
-                .next()
-                .custom(fred::cmd!("KEYS"), vec![format!("*{category}:k*")])
-                .await?;
+            let keys: Vec<String> = client.next().custom(fred::cmd!("KEYS"), vec![pattern]).await?;
             Ok(members.is_empty() && keys.is_empty())
         }
     })
-    .await?;
+    .await;
+    if let Err(error) = retired {
+        let left: Vec<String> = client.next().custom(fred::cmd!("KEYS"), vec![pattern]).await?;
+        anyhow::bail!("{error}; left behind: {left:?}");
+    }
     assert_eq!(recorder.seqs("k"), [0, 1]);
 
     a.publish(&[publication(&category, "k", 2, Lane::Primary)])

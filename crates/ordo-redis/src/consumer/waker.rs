@@ -54,6 +54,10 @@ pub(crate) struct Bell {
     pub(crate) channel: String,
     /// Each lane of the partition, with the last id the worker read.
     pub(crate) lanes: Vec<(String, String)>,
+    /// The worker read the partition: it existed then. Such a partition
+    /// whose lanes are gone when the doorbell is armed was retired since,
+    /// and is not armed (the worker is woken to read again).
+    pub(crate) read: bool,
 }
 
 enum Command {
@@ -345,12 +349,14 @@ impl Waker {
 }
 
 /// Arms the doorbell of each of `bells`; true when one of them has an entry
-/// after the worker's read (the rest are then left unarmed).
+/// after the worker's read or was retired since (the rest are then left
+/// unarmed).
 async fn arm(client: &Pool, bells: &[Bell]) -> Result<bool> {
     for bell in bells {
         let mut keys = Vec::with_capacity(1 + bell.lanes.len());
         keys.push(bell.doorbell.clone());
-        let mut args = Vec::with_capacity(bell.lanes.len());
+        let mut args = Vec::with_capacity(1 + bell.lanes.len());
+        args.push(Value::from(if bell.read { "1" } else { "0" }));
         for (lane, id) in &bell.lanes {
             keys.push(lane.clone());
             args.push(Value::from(id.as_str()));
@@ -361,4 +367,123 @@ async fn arm(client: &Pool, bells: &[Bell]) -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use fred::interfaces::{ClientLike, KeysInterface, StreamsInterface};
+    use fred::prelude::Builder;
+    use ordo_core::key::Lane;
+    use ordo_testkit::Redis;
+
+    use super::*;
+    use crate::ack::Ack;
+    use crate::keys::PartitionKeys;
+    use crate::partition::{Partitions, ReadOutcome, ReapOutcome};
+    use crate::tls::TlsFiles;
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    async fn started(redis: &Redis) -> (Partitions, WakerHandle, CancellationToken) {
+        let pool = Builder::from_config(crate::client_config(&redis.url()).unwrap())
+            .build_pool(2)
+            .unwrap();
+        pool.init().await.unwrap();
+        let subscriber = crate::connection::subscriber_builder(&redis.url(), &TlsFiles::new())
+            .unwrap()
+            .build_subscriber_client()
+            .unwrap();
+        subscriber.init().await.unwrap();
+        let (waker, handle) = Waker::new(subscriber, pool.clone(), Duration::from_secs(60));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(waker.run(shutdown.clone()));
+        (
+            Partitions::new(pool, "a", Duration::from_secs(60)),
+            handle,
+            shutdown,
+        )
+    }
+
+    fn bell(partition: &PartitionKeys, lanes: [&str; 2], read: bool) -> Bell {
+        Bell {
+            doorbell: partition.doorbell(),
+            channel: partition.doorbell_channel(),
+            lanes: vec![
+                (partition.primary().to_owned(), lanes[0].to_owned()),
+                (partition.backfill().to_owned(), lanes[1].to_owned()),
+            ],
+            read,
+        }
+    }
+
+    /// A worker read its partition up to the end, and the partition was
+    /// retired before the waker armed its doorbell (the arming task runs
+    /// after the worker stopped waiting and reaped, or another group's owner
+    /// reaped it). Arming it then would leave the doorbell behind for good.
+    #[tokio::test]
+    async fn a_partition_retired_before_its_arming_is_not_armed_and_its_watcher_reads_again() {
+        let redis = Redis::start().unwrap();
+        let (partitions, waker, shutdown) = started(&redis).await;
+        let partition = PartitionKeys::new("waker", "k", "backfill");
+        let id: String = partitions
+            .client()
+            .xadd(partition.primary(), false, None, "*", ("type", "T"))
+            .await
+            .unwrap();
+        let lease = partitions.acquire("G", &partition).await.unwrap().unwrap();
+        let read = partitions.read(&lease, "G", &partition, 10).await.unwrap();
+        assert!(matches!(read, ReadOutcome::Entries { .. }), "{read:?}");
+        partitions
+            .acknowledge(&[Ack::new(&lease, "G", &partition, Lane::Primary, &[id.as_str()])])
+            .await
+            .unwrap();
+        let ReadOutcome::Idle(idle) = partitions.read(&lease, "G", &partition, 10).await.unwrap() else {
+            panic!("the partition is drained");
+        };
+        assert_eq!(
+            partitions.reap(&lease, &partition, Duration::ZERO).await.unwrap(),
+            ReapOutcome::Reaped
+        );
+
+        let notify = Arc::new(Notify::new());
+        waker.watch(
+            1,
+            vec![bell(&partition, [&idle.primary_last, &idle.backfill_last], true)],
+            notify.clone(),
+        );
+        tokio::time::timeout(DEADLINE, notify.notified())
+            .await
+            .expect("the watcher of a retired partition is woken to read again");
+        let doorbell: bool = partitions.client().exists(partition.doorbell()).await.unwrap();
+        assert!(!doorbell, "a retired partition's doorbell was armed");
+        shutdown.cancel();
+    }
+
+    /// A process manager waits on partitions of its correlation value that
+    /// do not exist yet: their doorbells are armed (for the publish that
+    /// creates one to ring).
+    #[tokio::test]
+    async fn a_partition_not_created_yet_is_armed() {
+        let redis = Redis::start().unwrap();
+        let (partitions, waker, shutdown) = started(&redis).await;
+        let partition = PartitionKeys::new("waker", "later", "backfill");
+        let notify = Arc::new(Notify::new());
+        waker.watch(1, vec![bell(&partition, ["0-0", "0-0"], false)], notify.clone());
+        let armed = tokio::time::timeout(DEADLINE, async {
+            while !partitions
+                .client()
+                .exists::<bool, _>(partition.doorbell())
+                .await
+                .unwrap()
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(armed.is_ok(), "the doorbell of a partition to come was not armed");
+
+        shutdown.cancel();
+    }
 }

@@ -373,13 +373,20 @@ impl Worker {
     /// The doorbells of the unit's partitions, at the positions `idle` read
     /// (from the start for those it did not).
     pub(super) fn bells(&self, idle: &[(usize, Idle)]) -> Vec<Bell> {
-        let bell = |partition: &PartitionKeys, primary_last: &str, backfill_last: &str| Bell {
+        let bell = |partition: &PartitionKeys, read: Option<&Idle>| Bell {
             doorbell: partition.doorbell(),
             channel: partition.doorbell_channel(),
             lanes: vec![
-                (partition.primary().to_owned(), primary_last.to_owned()),
-                (partition.backfill().to_owned(), backfill_last.to_owned()),
+                (
+                    partition.primary().to_owned(),
+                    read.map_or("0-0", |state| &state.primary_last).to_owned(),
+                ),
+                (
+                    partition.backfill().to_owned(),
+                    read.map_or("0-0", |state| &state.backfill_last).to_owned(),
+                ),
             ],
+            read: read.is_some(),
         };
         // Partitions of a process-manager unit that do not exist (yet) are
         // watched from the start, so a publish that creates them wakes us.
@@ -387,12 +394,10 @@ impl Worker {
             .partitions
             .iter()
             .enumerate()
-            .map(
-                |(index, partition)| match idle.iter().find(|(i, _)| *i == index) {
-                    Some((_, state)) => bell(partition, &state.primary_last, &state.backfill_last),
-                    None => bell(partition, "0-0", "0-0"),
-                },
-            )
+            .map(|(index, partition)| {
+                let read = idle.iter().find(|(i, _)| *i == index).map(|(_, state)| state);
+                bell(partition, read)
+            })
             .collect()
     }
 

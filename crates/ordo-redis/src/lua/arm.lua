@@ -3,14 +3,30 @@
 -- again. The check and the arming are one step, so a publish lands either
 -- before (and is seen here) or after (and rings the doorbell).
 --
--- KEYS: the partition's doorbell, then its lanes
--- ARGV: the id each lane was read up to
+-- A partition the worker read and whose lanes are gone was retired since
+-- (by this worker after it stopped waiting, or by another group's owner):
+-- nothing is armed either, since a doorbell armed after the retirement
+-- would stay for good unless the key is published again. The worker reads
+-- again and finds the partition gone.
 --
--- Returns 1 when a lane has an entry after its id, else 0 (armed).
+-- KEYS: the partition's doorbell, then its lanes
+-- ARGV: '1' when the worker read the partition (it existed then), else '0'
+--       (a process manager's partition not created yet); then the id each
+--       lane was read up to
+--
+-- Returns 1 when a lane has an entry after its id or the partition was
+-- retired, else 0 (armed).
+local exists = false
 for i = 2, #KEYS do
-  if #redis.call('XREVRANGE', KEYS[i], '+', '(' .. ARGV[i - 1], 'COUNT', 1) > 0 then
-    return 1
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    exists = true
+    if #redis.call('XREVRANGE', KEYS[i], '+', '(' .. ARGV[i], 'COUNT', 1) > 0 then
+      return 1
+    end
   end
+end
+if ARGV[1] == '1' and not exists then
+  return 1
 end
 redis.call('SET', KEYS[1], '1')
 return 0
