@@ -335,11 +335,7 @@ fn parts(
         Some(self::proxy::ConnProxy::start(&runtime, redis.url())?)
     };
     let postgres = database.map(|d| d.target.clone());
-    let config = match args.hashed {
-        Some(n) => ordo_core::Config::default()
-            .with_partitions(ordo_harness::tick::CATEGORY, ordo_core::Partitions::Hashed(n)),
-        None => ordo_core::Config::default(),
-    };
+    let config = ordo_harness::tick::config(args.hashed);
     let records = ordo_harness::keys::Records::new(ordo_redis::Routing::new(&config));
     let spec = WorkerSpec {
         redis_url: match &proxy {

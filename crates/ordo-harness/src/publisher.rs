@@ -7,16 +7,16 @@
 //! are published, each key's published count is raised in
 //! [`keys::PUBLISHED`] for [`verify`](crate::verify).
 
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use fred::interfaces::LuaInterface;
 use fred::types::Value;
-use ordo_core::config::Config;
 use ordo_redis::RedisBroker;
 
 use crate::error::{HarnessError, Result};
 use crate::keys;
-use crate::tick::Tick;
+use crate::tick::{self, Tick};
 use crate::worker::{TickHandler, domain};
 
 /// Events per unit of work.
@@ -43,6 +43,9 @@ pub struct PublishOptions {
     pub poison: bool,
     /// How long to wait for the outbox to be published.
     pub deadline: Duration,
+    /// The workers' `[categories.chaos] partitions`: `None` for a
+    /// partition per key, or that many hashed partitions.
+    pub hashed_partitions: Option<NonZeroU32>,
 }
 
 impl std::fmt::Debug for PublishOptions {
@@ -55,6 +58,7 @@ impl std::fmt::Debug for PublishOptions {
             .field("work_ms", &self.work_ms)
             .field("poison", &self.poison)
             .field("deadline", &self.deadline)
+            .field("hashed_partitions", &self.hashed_partitions)
             .finish()
     }
 }
@@ -70,6 +74,7 @@ impl PublishOptions {
             work_ms: 0,
             poison: false,
             deadline: Duration::from_secs(30),
+            hashed_partitions: None,
         }
     }
 }
@@ -82,7 +87,7 @@ pub fn key_names(count: usize) -> Vec<String> {
 /// Publishes the events and waits until the outbox has published them all;
 /// returns how many were published.
 pub async fn publish(options: &PublishOptions) -> Result<u64> {
-    let config = Config::default();
+    let config = tick::config(options.hashed_partitions);
     let broker = RedisBroker::builder(&options.redis_url)
         .config(config.clone())
         .build()

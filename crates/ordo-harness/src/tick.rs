@@ -1,10 +1,24 @@
 //! The test event: `Tick`, of aggregate `Chaos`, partitioned by `key`.
 
+use std::num::NonZeroU32;
+
 use ordo::{Aggregate, Event};
+use ordo_core::Partitions;
+use ordo_core::config::Config;
 use serde::{Deserialize, Serialize};
 
 /// The stream category of [`Tick`] events.
 pub const CATEGORY: &str = <Chaos as ordo::Aggregate>::CATEGORY;
+
+/// The default configuration with [`CATEGORY`] in `hashed_partitions`
+/// hashed partitions (`None`: a partition per key): what a publisher and
+/// the checker need to agree with the workers on.
+pub fn config(hashed_partitions: Option<NonZeroU32>) -> Config {
+    match hashed_partitions {
+        Some(n) => Config::default().with_partitions(CATEGORY, Partitions::Hashed(n)),
+        None => Config::default(),
+    }
+}
 
 /// The aggregate that owns the `chaos` category.
 #[derive(Debug, Clone, Copy, Default, Aggregate)]

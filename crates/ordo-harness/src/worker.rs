@@ -25,7 +25,7 @@
 //! is what must keep a stale owner's effect out.
 
 use std::fmt;
-use std::num::NonZeroU32;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -93,6 +93,9 @@ pub struct WorkerOptions {
     /// `[categories.chaos] partitions`: `None` for a partition per key (the
     /// default), or that many hashed partitions.
     pub hashed_partitions: Option<NonZeroU32>,
+    /// `server.partitioning.max_concurrency`: handler runs at once in the
+    /// process (`None`: the default).
+    pub max_concurrency: Option<NonZeroUsize>,
 }
 
 impl std::fmt::Debug for WorkerOptions {
@@ -110,6 +113,7 @@ impl std::fmt::Debug for WorkerOptions {
             .field("backoff_max_ms", &self.backoff_max_ms)
             .field("tls", &self.tls)
             .field("hashed_partitions", &self.hashed_partitions)
+            .field("max_concurrency", &self.max_concurrency)
             .finish()
     }
 }
@@ -131,6 +135,7 @@ impl WorkerOptions {
             backoff_max_ms: 200,
             tls: ordo_redis::TlsFiles::new(),
             hashed_partitions: None,
+            max_concurrency: None,
         }
     }
 
@@ -157,6 +162,9 @@ impl WorkerOptions {
             self.backoff_initial_ms,
             self.backoff_max_ms,
         );
+        if let Some(max) = self.max_concurrency {
+            text.push_str(&format!("max_concurrency = {max}\n"));
+        }
         if let Some(partitions) = self.hashed_partitions {
             text.push_str(&format!("[categories.{CATEGORY}]\npartitions = {partitions}\n"));
         }

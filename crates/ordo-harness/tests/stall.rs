@@ -6,8 +6,10 @@
 
 mod support;
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
+use ordo_core::key::hashed_partition;
 use ordo_harness::line::{self, Line};
 use support::{Env, lines, wait_for_any};
 
@@ -126,6 +128,86 @@ fn partitions_of_a_stalled_idle_owner_move_on_and_it_rejoins_after_waking() -> a
     assert_eq!(
         verdict.duplicates, 0,
         "nothing was in flight at the stall:\n{verdict}"
+    );
+    Ok(())
+}
+
+/// SIGSTOP of an owner that has read a message (`b/0`, in a partition of
+/// its own) waiting for the only handler permit, held by `a/0`'s long run,
+/// for longer than the leases; then SIGCONT. `a/0` ends (its commit
+/// refused) and frees the permit: the woken owner must not start `b/0`,
+/// read before the stall, under the lease it lost meanwhile, whatever its
+/// heartbeat has noticed yet. The other instance runs both.
+///
+/// Without the lease confirmation before a start, the woken owner started
+/// `b/0` in 2 of 8 runs: in the others its heartbeat, on a thread of its
+/// own, found the leases lost first and stopped the waiting worker. With
+/// it, `b/0` never starts there.
+#[test]
+fn a_woken_owner_starts_no_message_it_read_before_the_stall() -> anyhow::Result<()> {
+    a_woken_owner_starts_nothing_it_read_before(Env::start()?, ["a", "b"])
+}
+
+/// [`a_woken_owner_starts_no_message_it_read_before_the_stall`] with the
+/// keys in two hashed partitions.
+#[test]
+fn a_woken_owner_of_hashed_partitions_starts_no_message_it_read_before_the_stall() -> anyhow::Result<()> {
+    let two = NonZeroU32::new(2).expect("two partitions");
+    let in_partition = |n: u32| {
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|key| hashed_partition(key, two) == n)
+            .expect("a key of every partition")
+    };
+    let (a, b) = (in_partition(0), in_partition(1));
+    a_woken_owner_starts_nothing_it_read_before(Env::start_hashed(2)?, [&a, &b])
+}
+
+fn a_woken_owner_starts_nothing_it_read_before(env: Env, [a, b]: [&str; 2]) -> anyhow::Result<()> {
+    let timings = [
+        "--lease-ttl-ms",
+        "1500",
+        "--heartbeat-ms",
+        "300",
+        "--max-concurrency",
+        "1",
+    ];
+    let mut w1 = env.worker("w1", &timings)?;
+    env.publish(&["--key", a, "--events", "1", "--work-ms", "2500"])?;
+    w1.wait_for_line(|l| line::matches(l, line::START, a, 0), Duration::from_secs(15))?;
+    env.publish(&["--key", b, "--events", "1"])?;
+    // w1 owns `b`'s partition and has read `b/0`: it waits for the permit.
+    ordo_testkit::wait_until(Duration::from_secs(10), "w1 to read b/0", || {
+        env.lease_holder(b)
+            .ok()
+            .flatten()
+            .is_some_and(|(holder, _)| holder == "w1")
+            && env.pending(b).is_ok_and(|pending| pending == 1)
+    })?;
+    w1.pause()?;
+    let stalled_lines = w1.lines().len();
+
+    // Once w2 has run both, `a/0`'s work in the stalled w1 (which began
+    // earlier) is over too: on waking, w1 commits it at once.
+    let w2 = env.worker("w2", &timings)?;
+    ordo_testkit::wait_until(Duration::from_secs(15), "w2 to run a/0 and b/0", || {
+        let done = lines(&w2);
+        [a, b]
+            .iter()
+            .all(|key| done.iter().any(|l| l.is(line::DONE, key, 0)))
+    })?;
+    w1.resume()?;
+    w1.wait_for_line(|l| line::matches(l, line::FENCED, a, 0), Duration::from_secs(10))?;
+    let verdict = env.wait_all_applied(Duration::from_secs(20))?;
+    env.assert_sound(&verdict);
+    let woken: Vec<Line> = lines(&w1).into_iter().skip(stalled_lines).collect();
+    let started: Vec<&Line> = woken
+        .iter()
+        .filter(|l| matches!(l.kind(), line::START | line::STALE) && l.key() == Some(b))
+        .collect();
+    assert!(
+        started.is_empty() && verdict.stale_starts == 0,
+        "the woken owner started {b}/0 under its lost lease: {started:?}\n{verdict}"
     );
     Ok(())
 }

@@ -12,6 +12,7 @@
 //! and logs on stderr (`RUST_LOG`, default `warn`); SIGTERM or SIGINT shut
 //! it down gracefully, releasing its leases.
 
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -53,6 +54,9 @@ struct VerifyArgs {
     /// Print the verdict, with every key's records, as JSON.
     #[arg(long)]
     json: bool,
+    /// The workers' hashed partitions (default: a partition per key).
+    #[arg(long)]
+    hashed_partitions: Option<NonZeroU32>,
 }
 
 #[derive(Debug, Args)]
@@ -86,6 +90,13 @@ struct RunArgs {
     /// Retry delay cap.
     #[arg(long, default_value_t = 200)]
     backoff_max_ms: u64,
+    /// The `chaos` category in this many hashed partitions (default: a
+    /// partition per key).
+    #[arg(long)]
+    hashed_partitions: Option<NonZeroU32>,
+    /// Handler runs at once in the process (default: the configuration's).
+    #[arg(long)]
+    max_concurrency: Option<NonZeroUsize>,
 }
 
 #[derive(Debug, Args)]
@@ -113,6 +124,9 @@ struct PublishArgs {
     /// How long to wait for the outbox to be published.
     #[arg(long, default_value_t = 30_000)]
     deadline_ms: u64,
+    /// The workers' hashed partitions (default: a partition per key).
+    #[arg(long)]
+    hashed_partitions: Option<NonZeroU32>,
 }
 
 #[tokio::main]
@@ -144,7 +158,8 @@ async fn run(args: RunArgs) -> Result<()> {
         backoff_initial_ms: args.backoff_initial_ms,
         backoff_max_ms: args.backoff_max_ms,
         tls: ordo_redis::TlsFiles::new(),
-        hashed_partitions: None,
+        hashed_partitions: args.hashed_partitions,
+        max_concurrency: args.max_concurrency,
     };
     let shutdown = worker::shutdown_on_signal()?;
     worker::run(&options, shutdown)
@@ -168,6 +183,7 @@ async fn publish(args: PublishArgs) -> Result<()> {
         work_ms: args.work_ms,
         poison: args.poison,
         deadline: Duration::from_millis(args.deadline_ms),
+        hashed_partitions: args.hashed_partitions,
     };
     let published = publisher::publish(&options).await.context("publishing failed")?;
     println!("published events={published}");
@@ -179,7 +195,9 @@ async fn verify(args: VerifyArgs) -> Result<()> {
     let config = ordo_redis::client_config(args.redis.redis_url.expose()).context("invalid --redis-url")?;
     let client = Builder::from_config(config).build()?;
     client.init().await.context("cannot connect to Redis")?;
-    let verdict = ordo_harness::verify::verify(&client).await?;
+    let config = ordo_harness::tick::config(args.hashed_partitions);
+    let records = ordo_harness::keys::Records::new(ordo_redis::Routing::new(&config));
+    let verdict = ordo_harness::verify::verify_with(&client, &records).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&verdict)?);
     } else {

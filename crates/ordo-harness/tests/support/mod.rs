@@ -10,17 +10,18 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fred::clients::Pool;
-use fred::interfaces::KeysInterface;
+use fred::interfaces::{KeysInterface, StreamsInterface};
 use fred::prelude::{Builder, ClientLike, Config};
 use fred::types::config::ReconnectPolicy;
-use ordo_harness::keys;
+use ordo_harness::keys::Records;
 use ordo_harness::line::Line;
 use ordo_harness::verify::Verdict;
-use ordo_redis::{HaltedPartition, PartitionAdmin};
+use ordo_redis::{HaltedPartition, PartitionAdmin, Routing};
 use ordo_testkit::{Process, Redis, wait_until};
 
 /// The worker binary under test.
@@ -37,12 +38,33 @@ pub struct Env {
     pub redis: Redis,
     runtime: tokio::runtime::Runtime,
     client: Pool,
+    /// The `chaos` category's hashed partitions (`None`: one per key),
+    /// passed to every worker and publisher.
+    hashed: Option<NonZeroU32>,
+    records: Records,
 }
 
 impl Env {
     /// A fresh `redis-server` of the test's own.
     pub fn start() -> anyhow::Result<Self> {
         Self::with(Redis::start_local()?)
+    }
+
+    /// [`Env::start`] with the `chaos` category in `partitions` hashed
+    /// partitions, for every worker, publisher and check.
+    pub fn start_hashed(partitions: u32) -> anyhow::Result<Self> {
+        let mut env = Self::start()?;
+        let hashed = NonZeroU32::new(partitions).ok_or_else(|| anyhow::anyhow!("no partitions"))?;
+        env.hashed = Some(hashed);
+        env.records = Records::new(Routing::new(&ordo_harness::tick::config(env.hashed)));
+        Ok(env)
+    }
+
+    /// The `--hashed-partitions` flag of workers and publishers, if any.
+    fn hashed_args(&self) -> Vec<String> {
+        self.hashed
+            .map(|n| vec!["--hashed-partitions".to_owned(), n.to_string()])
+            .unwrap_or_default()
     }
 
     /// `redis` and a client that reconnects when it restarts.
@@ -60,6 +82,8 @@ impl Env {
             redis,
             runtime,
             client,
+            hashed: None,
+            records: Records::default(),
         })
     }
 
@@ -88,6 +112,7 @@ impl Env {
         let mut command = Command::new(WORKER);
         command
             .args(["run", "--redis-url", &self.redis.url(), "--instance", instance])
+            .args(self.hashed_args())
             .args(extra)
             .env(
                 "RUST_LOG",
@@ -103,6 +128,7 @@ impl Env {
         let mut command = Command::new(WORKER);
         command
             .args(["publish", "--redis-url", &self.redis.url()])
+            .args(self.hashed_args())
             .args(args);
         Ok(Process::spawn(command)?)
     }
@@ -115,7 +141,7 @@ impl Env {
 
     /// What the workers recorded, checked.
     pub fn verify(&self) -> anyhow::Result<Verdict> {
-        Ok(self.block_on(ordo_harness::verify::verify(&self.client))?)
+        Ok(self.block_on(ordo_harness::verify::verify_with(&self.client, &self.records))?)
     }
 
     /// Waits until every published event was applied.
@@ -139,7 +165,7 @@ impl Env {
 
     /// The holder of `key`'s lease: `(instance, token)`.
     pub fn lease_holder(&self, key: &str) -> anyhow::Result<Option<(String, u64)>> {
-        let value: Option<String> = self.block_on(self.client.get(keys::lease(key)))?;
+        let value: Option<String> = self.block_on(self.client.get(self.records.lease(key)))?;
         Ok(value.and_then(|v| {
             // `{instance}:{nonce}:{token}`
             let (owner, token) = v.rsplit_once(':')?;
@@ -148,9 +174,24 @@ impl Env {
         }))
     }
 
+    /// How many entries of `key`'s partition are delivered to the handler's
+    /// group and not acknowledged yet (its primary lane).
+    pub fn pending(&self, key: &str) -> anyhow::Result<u64> {
+        let summary: fred::types::Value = self.block_on(self.client.xpending(
+            self.records.partition(key).primary(),
+            ordo_harness::worker::GROUP,
+            (),
+        ))?;
+        Ok(summary
+            .into_array()
+            .first()
+            .and_then(fred::types::Value::as_u64)
+            .unwrap_or(0))
+    }
+
     /// How long `key`'s lease has left, in ms (negative when not held).
     pub fn lease_pttl(&self, key: &str) -> anyhow::Result<i64> {
-        Ok(self.block_on(self.client.pttl(keys::lease(key)))?)
+        Ok(self.block_on(self.client.pttl(self.records.lease(key)))?)
     }
 
     /// How many of `keys`' leases each instance holds (unheld ones under "").
@@ -244,8 +285,11 @@ impl Env {
     /// The overlap log of every published key: `{their marker} vs {my
     /// marker}` per overlap.
     pub fn overlap_log(&self) -> Vec<String> {
-        self.block_on(ordo_harness::verify::overlap_log(&self.client))
-            .unwrap_or_default()
+        self.block_on(ordo_harness::verify::overlap_log_with(
+            &self.client,
+            &self.records,
+        ))
+        .unwrap_or_default()
     }
 }
 
