@@ -53,10 +53,11 @@ const LEASE_TTL: Duration = Duration::from_millis(800);
 
 const GROUP: &str = "G";
 
-/// One Redis for every case (each case uses its own category).
-fn redis() -> &'static Redis {
-    static REDIS: OnceLock<Redis> = OnceLock::new();
-    REDIS.get_or_init(|| Redis::start().expect("the conformance test needs redis-server (see ordo-testkit)"))
+/// The Redis of one test, shared by its cases (each case uses its own
+/// category); stopped when the test ends (a server in a static would
+/// outlive the test process).
+fn redis() -> Redis {
+    Redis::start().expect("the conformance test needs redis-server (see ordo-testkit)")
 }
 
 /// Reads, in one call, everything of the partition the model describes.
@@ -124,9 +125,8 @@ struct Real {
 }
 
 impl Real {
-    async fn new(case: u64) -> anyhow::Result<Self> {
-        let url = redis().url();
-        let pool = Builder::from_config(FredConfig::from_url(&url)?).build_pool(2)?;
+    async fn new(url: &str, case: u64) -> anyhow::Result<Self> {
+        let pool = Builder::from_config(FredConfig::from_url(url)?).build_pool(2)?;
         fred::interfaces::ClientLike::init(&pool).await?;
         let broker = RedisBroker::builder(url).build().await?;
         let category = format!("conformance{case}x{}", std::process::id());
@@ -483,7 +483,12 @@ fn kind(action: Action) -> &'static str {
 /// Replays the history chosen by `choices` on the model (with `mutant`
 /// seeded) and on Redis, comparing after every step; returns what each
 /// step exercised.
-async fn replay(case: u64, choices: &[u16], mutant: Option<Mutant>) -> anyhow::Result<Vec<&'static str>> {
+async fn replay(
+    url: &str,
+    case: u64,
+    choices: &[u16],
+    mutant: Option<Mutant>,
+) -> anyhow::Result<Vec<&'static str>> {
     let model = Protocol {
         config: if let Some(mutant) = mutant {
             Config::exposing(mutant)
@@ -493,7 +498,7 @@ async fn replay(case: u64, choices: &[u16], mutant: Option<Mutant>) -> anyhow::R
         mutant,
     };
     let mut state = model.init_states().remove(0);
-    let mut real = Real::new(case).await?;
+    let mut real = Real::new(url, case).await?;
     let mut history: Vec<String> = Vec::new();
     let mut actions = Vec::new();
     let mut exercised = Vec::new();
@@ -558,9 +563,15 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// Runs `cases` random histories (with `mutant` seeded in the model);
-/// returns the first failure, shrunk, and what the histories exercised.
-fn run(cases: u32, mutant: Option<Mutant>) -> (Result<(), String>, BTreeMap<&'static str, usize>) {
+/// Runs `cases` random histories (with `mutant` seeded in the model) on
+/// `redis`; returns the first failure, shrunk, and what the histories
+/// exercised.
+fn run(
+    redis: &Redis,
+    cases: u32,
+    mutant: Option<Mutant>,
+) -> (Result<(), String>, BTreeMap<&'static str, usize>) {
+    let url = redis.url();
     let exercised = Mutex::new(BTreeMap::new());
     // Every history gets a category of its own, across tests.
     static CASE: AtomicU64 = AtomicU64::new(0);
@@ -573,7 +584,7 @@ fn run(cases: u32, mutant: Option<Mutant>) -> (Result<(), String>, BTreeMap<&'st
     let outcome = runner.run(&vec(any::<u16>(), 20..300), |choices| {
         let case = CASE.fetch_add(1, Ordering::Relaxed);
         let steps = runtime()
-            .block_on(replay(case, &choices, mutant))
+            .block_on(replay(&url, case, &choices, mutant))
             .map_err(|error| TestCaseError::fail(format!("{error:#}")))?;
         let mut exercised = exercised.lock().expect("not poisoned");
         for step in steps {
@@ -595,9 +606,10 @@ fn the_real_scripts_do_what_the_model_says() {
     // Random histories that never reach an operation would prove nothing:
     // rounds of 96 histories run until every operation was reached (a rare
     // one, such as `close`, can be missed by one round), four at most.
+    let redis = redis();
     let mut exercised: BTreeMap<&'static str, usize> = BTreeMap::new();
     for _ in 0..4 {
-        let (outcome, round) = run(96, None);
+        let (outcome, round) = run(&redis, 96, None);
         if let Err(failure) = outcome {
             panic!("{failure}");
         }
@@ -622,7 +634,7 @@ fn the_real_scripts_do_what_the_model_says() {
 /// scripts, and the test finds a history that shows it, shrunk.
 #[test]
 fn a_model_with_a_seeded_defect_departs_from_the_real_scripts() {
-    let (outcome, _) = run(64, Some(Mutant::LeaseWithoutNonce));
+    let (outcome, _) = run(&redis(), 64, Some(Mutant::LeaseWithoutNonce));
     let failure = outcome.expect_err("the real acquire script tells two starts of one instance apart");
     assert!(failure.contains("Redis answered Busy"), "{failure}");
 }
