@@ -21,21 +21,8 @@ fn a_seeded_chaos_run_keeps_the_guarantee_under_every_kind_of_fault() -> Result<
         &["--duration", "60", "--seed", SEED],
         &format!("chaos-seed-{SEED}.log"),
     )?;
-    let count = |name: &str| {
-        figures[name]
-            .as_u64()
-            .with_context(|| format!("no count `{name}` in {figures}"))
-    };
-
-    for broken in [
-        "overlaps",
-        "order_violations",
-        "lost",
-        "token_regressions",
-        "unexpected",
-    ] {
-        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{}", log);
-    }
+    let count = |name: &str| figure(&figures, name);
+    assert_guarantee_kept(&figures, &log, &[])?;
     assert_eq!(figures["seed"], 42, "{figures}");
     assert_eq!(count("keys")?, 32, "{figures}");
     assert!(count("events")? > 5_000, "too little traffic: {figures}");
@@ -91,21 +78,8 @@ fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()>
         ],
         &format!("chaos-pg-seed-{SEED}.log"),
     )?;
-    let count = |name: &str| {
-        figures[name]
-            .as_u64()
-            .with_context(|| format!("no count `{name}` in {figures}"))
-    };
-    for broken in [
-        "overlaps",
-        "order_violations",
-        "lost",
-        "duplicates",
-        "token_regressions",
-        "unexpected",
-    ] {
-        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{}", log);
-    }
+    let count = |name: &str| figure(&figures, name);
+    assert_guarantee_kept(&figures, &log, &["duplicates"])?;
     assert!(
         figures["outbox"]
             .as_str()
@@ -163,6 +137,28 @@ fn run_chaos(args: &[&str], log_name: &str) -> Result<(serde_json::Value, String
     Ok((figures, log))
 }
 
+/// Count `name` of a chaos run's figures.
+fn figure(figures: &serde_json::Value, name: &str) -> Result<u64> {
+    figures[name]
+        .as_u64()
+        .with_context(|| format!("no count `{name}` in {figures}"))
+}
+
+/// Every count that breaks the guarantee (and those of `also`) is 0.
+fn assert_guarantee_kept(figures: &serde_json::Value, log: &str, also: &[&str]) -> Result<()> {
+    let broken = [
+        "overlaps",
+        "order_violations",
+        "lost",
+        "token_regressions",
+        "unexpected",
+    ];
+    for name in broken.iter().chain(also) {
+        assert_eq!(figure(figures, name)?, 0, "{name}: {figures}\n{log}");
+    }
+    Ok(())
+}
+
 /// Hashed partitions (`--hashed 8`: the 32 keys in 8 partitions, several
 /// keys per partition, read ahead and run side by side): every kind of
 /// fault, and the guarantee per key.
@@ -172,20 +168,8 @@ fn a_seeded_chaos_run_on_hashed_partitions_keeps_the_guarantee_per_key() -> Resu
         &["--duration", "45", "--seed", SEED, "--hashed", "8"],
         &format!("chaos-hashed-seed-{SEED}.log"),
     )?;
-    let count = |name: &str| {
-        figures[name]
-            .as_u64()
-            .with_context(|| format!("no count `{name}` in {figures}"))
-    };
-    for broken in [
-        "overlaps",
-        "order_violations",
-        "lost",
-        "token_regressions",
-        "unexpected",
-    ] {
-        assert_eq!(count(broken)?, 0, "{broken}: {figures}\n{log}");
-    }
+    let count = |name: &str| figure(&figures, name);
+    assert_guarantee_kept(&figures, &log, &[])?;
     assert_eq!(count("keys")?, 32, "{figures}");
     assert!(count("events")? > 3_000, "too little traffic: {figures}");
     assert!(count("faults_injected")? > 0, "{figures}");

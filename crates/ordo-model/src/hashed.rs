@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 
 use stateright::{Checker, Model, Property};
 
-use crate::protocol::{Identity, LeaseValue};
+use crate::protocol::{Identity, LeaseValue, acquire};
 
 /// What is explored: instances × messages of some keys × faults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1019,25 +1019,13 @@ impl Hashed {
             return Reply::Fenced;
         }
         match command.op {
-            Op::Acquire => match state.lease {
-                None => {
-                    state.generation += 1;
-                    let lease = LeaseValue {
-                        holder: command.from,
-                        token: state.generation,
-                    };
-                    state.lease = Some(lease);
-                    Reply::Acquired(lease)
-                }
-                Some(lease) if lease.holder == command.from => Reply::Acquired(lease),
-                Some(lease)
-                    if self.has(HashedMutant::LeaseWithoutNonce)
-                        && lease.holder.instance == command.from.instance =>
-                {
-                    Reply::Acquired(lease)
-                }
-                Some(_) => Reply::Busy,
-            },
+            Op::Acquire => acquire(
+                &mut state.lease,
+                &mut state.generation,
+                command.from,
+                self.has(HashedMutant::LeaseWithoutNonce),
+            )
+            .map_or(Reply::Busy, Reply::Acquired),
             // The fence above refused it unless the lease is held.
             Op::Check { .. } => Reply::Ok,
             Op::Read { cursor, .. } => {

@@ -45,6 +45,33 @@ pub struct LeaseValue {
     pub token: u8,
 }
 
+/// What the acquire script does with a partition's `lease` for `from`: a
+/// free lease is taken at the next token (`generation` grows), the holder's
+/// own process start gets its lease back; `None` while another holds it.
+/// `by_instance` is the hole of issue 8 point 4 (the `lease-without-nonce`
+/// mutants): adopting a lease by instance id alone.
+pub(crate) fn acquire(
+    lease: &mut Option<LeaseValue>,
+    generation: &mut u8,
+    from: Identity,
+    by_instance: bool,
+) -> Option<LeaseValue> {
+    match *lease {
+        None => {
+            *generation += 1;
+            let taken = LeaseValue {
+                holder: from,
+                token: *generation,
+            };
+            *lease = Some(taken);
+            Some(taken)
+        }
+        Some(held) if held.holder == from => Some(held),
+        Some(held) if by_instance && held.holder.instance == from.instance => Some(held),
+        Some(_) => None,
+    }
+}
+
 /// A command, as sent by a process.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Op {
@@ -487,26 +514,13 @@ impl Protocol {
     pub fn apply(&self, state: &mut State, command: Command) -> Reply {
         let holds = |state: &State, lease: LeaseValue| state.lease == Some(lease);
         match command.op {
-            Op::Acquire => match state.lease {
-                None => {
-                    state.generation += 1;
-                    let lease = LeaseValue {
-                        holder: command.from,
-                        token: state.generation,
-                    };
-                    state.lease = Some(lease);
-                    Reply::Acquired(lease)
-                }
-                Some(lease) if lease.holder == command.from => Reply::Acquired(lease),
-                // The hole of issue 8 point 4: adopting a lease by instance id alone.
-                Some(lease)
-                    if self.has(Mutant::LeaseWithoutNonce)
-                        && lease.holder.instance == command.from.instance =>
-                {
-                    Reply::Acquired(lease)
-                }
-                Some(_) => Reply::Busy,
-            },
+            Op::Acquire => acquire(
+                &mut state.lease,
+                &mut state.generation,
+                command.from,
+                self.has(Mutant::LeaseWithoutNonce),
+            )
+            .map_or(Reply::Busy, Reply::Acquired),
             Op::Read(lease) => {
                 let authorized = holds(state, lease);
                 if !authorized && !self.has(Mutant::ReclaimWithoutLease) {

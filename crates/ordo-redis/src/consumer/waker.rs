@@ -471,18 +471,13 @@ mod tests {
         let partition = PartitionKeys::new("waker", "later", "backfill");
         let notify = Arc::new(Notify::new());
         waker.watch(1, vec![bell(&partition, ["0-0", "0-0"], false)], notify.clone());
-        let armed = tokio::time::timeout(DEADLINE, async {
-            while !partitions
-                .client()
-                .exists::<bool, _>(partition.doorbell())
-                .await
-                .unwrap()
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+        let client = partitions.client().clone();
+        ordo_testkit::eventually(DEADLINE, "the doorbell of a partition to come armed", || {
+            let (client, doorbell) = (client.clone(), partition.doorbell());
+            async move { Ok(client.exists::<bool, _>(doorbell).await?) }
         })
-        .await;
-        assert!(armed.is_ok(), "the doorbell of a partition to come was not armed");
+        .await
+        .unwrap();
 
         shutdown.cancel();
     }

@@ -16,16 +16,12 @@
 --
 -- Returns 1 when a lane has an entry after its id or the partition was
 -- retired, else 0 (armed).
-local exists = false
 for i = 2, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
-    exists = true
-    if #redis.call('XREVRANGE', KEYS[i], '+', '(' .. ARGV[i], 'COUNT', 1) > 0 then
-      return 1
-    end
+  if #redis.call('XREVRANGE', KEYS[i], '+', '(' .. ARGV[i], 'COUNT', 1) > 0 then
+    return 1
   end
 end
-if ARGV[1] == '1' and not exists then
+if ARGV[1] == '1' and redis.call('EXISTS', unpack(KEYS, 2)) == 0 then
   return 1
 end
 redis.call('SET', KEYS[1], '1')
