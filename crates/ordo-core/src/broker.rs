@@ -119,6 +119,78 @@ pub const POSITION_SCOPE_METADATA: &str = "ordo.position.scope";
 /// [`POSITION_SCOPE_METADATA`]), a decimal integer from 1.
 pub const POSITION_METADATA: &str = "ordo.position";
 
+/// Metadata entry naming the history a publication's position belongs to:
+/// the source's identity (the PostgreSQL outbox's, which changes when its
+/// database is restored, recovered to a point in time, failed over or
+/// re-created). A broker records it with each scope's last position; a
+/// position it already holds *from another history* is not a duplicate but
+/// a conflict: the publication is refused ([`Refusal`]), never dropped, so
+/// the source's rows stay pending instead of being taken for published.
+pub const POSITION_EPOCH_METADATA: &str = "ordo.position.epoch";
+
+/// Metadata entry of a dead letter put back by an operator (`ordo dlq
+/// replay`): the consumer group that dead-lettered it. Only that group
+/// handles it again ([`Subscription::handles`]); the category's other
+/// groups, which handled it the first time, skip it. Such a message
+/// carries its position scope but no position: a position fence applies it
+/// once by message id (`ordo_postgres::fenced`).
+pub const REPLAY_GROUP_METADATA: &str = "ordo.replay.group";
+
+/// How far a broker's refusal of one publication reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusedExtent {
+    /// Its position scope (its key's lane): the scope's later
+    /// publications must wait behind it, the others go on.
+    Scope,
+    /// Its whole category (a category the broker partitions otherwise than
+    /// the publisher's configuration says): no publication of the category
+    /// can go, the other categories' go on.
+    Category,
+}
+
+/// A broker's refusal of one publication, for a reason of that
+/// publication's own (its scope's or its category's), not a failure of
+/// the broker: the [`PublishError`] carrying it as its source lets the
+/// caller go on with the publications of other scopes or categories.
+#[derive(Debug, thiserror::Error)]
+#[error("publication {index} of the batch was refused")]
+pub struct Refusal {
+    /// The refused publication's place in the batch passed to
+    /// [`Broker::publish`]. Every publication before it that is not
+    /// counted in [`PublishError::published`] may or may not be written
+    /// (see there); none after it is written but on other nodes.
+    pub index: usize,
+    /// What else waits behind it.
+    pub extent: RefusedExtent,
+    /// For a position already held by the broker from another history
+    /// ([`POSITION_EPOCH_METADATA`]): the last position the broker holds
+    /// for the scope, which the source may continue from.
+    pub broker_position: Option<u64>,
+    /// Why.
+    #[source]
+    pub reason: BrokerError,
+}
+
+impl Refusal {
+    /// A refusal of publication `index` reaching `extent`, for `reason`.
+    pub fn new(index: usize, extent: RefusedExtent, reason: impl Into<BrokerError>) -> Self {
+        Self {
+            index,
+            extent,
+            broker_position: None,
+            reason: reason.into(),
+        }
+    }
+
+    /// Records the broker's last position of the refused publication's scope.
+    #[must_use]
+    pub fn with_broker_position(mut self, position: u64) -> Self {
+        self.broker_position = Some(position);
+        self
+    }
+}
+
 /// A publish that stopped part-way.
 #[derive(Debug, thiserror::Error)]
 #[error("broker publish failed after {published} of the batch's publications")]
@@ -133,6 +205,15 @@ pub struct PublishError {
     /// Why the next one was not.
     #[source]
     pub source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl PublishError {
+    /// The refusal this failure is, when the broker refused one publication
+    /// for a reason of its own scope or category (the caller goes on with
+    /// the others) rather than failing.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        self.source.downcast_ref::<Refusal>()
+    }
 }
 
 /// A broker failure outside publishing (start-up, connection).
@@ -352,10 +433,16 @@ impl Subscription {
         self.descriptor.categories()
     }
 
-    /// Whether the handler handles the message `envelope` holds (same
-    /// category and type name).
+    /// Whether the handler handles the message `envelope` holds: same
+    /// category and type name, and, for a replayed dead letter
+    /// ([`REPLAY_GROUP_METADATA`]), this handler's group is the one that
+    /// dead-lettered it.
     pub fn handles(&self, envelope: &Envelope) -> bool {
         self.descriptor.handled_envelope(envelope).is_some()
+            && envelope
+                .metadata
+                .get(REPLAY_GROUP_METADATA)
+                .is_none_or(|group| group == self.name())
     }
 
     /// The policy that sequences the message type `type_name` of `category`

@@ -35,8 +35,17 @@ pub const LEASE_RENEWAL_FAILED: &str = "lease.renewal_failed";
 pub const DISCOVERY_FAILED: &str = "discovery.failed";
 /// An outbox row with an invalid partition key was abandoned (warn).
 pub const OUTBOX_ROW_ABANDONED: &str = "outbox.row_abandoned";
+/// An outbox row that cannot be read (its envelope is not JSON, its lane
+/// unknown, or it is larger than the relay may publish) was abandoned with
+/// the reason; the rows behind it go on (error).
+pub const OUTBOX_ROW_UNREADABLE: &str = "outbox.row_unreadable";
 /// Publishing outbox rows to the broker failed; retried (warn).
 pub const OUTBOX_PUBLISH_FAILED: &str = "outbox.publish_failed";
+/// The broker refused an outbox row for a reason of its key's or
+/// category's own (a category it partitions otherwise, a position it holds
+/// from another history of the database): the row stays pending with the
+/// reason, its key (or category) waits, the others go on (error).
+pub const OUTBOX_PUBLISH_REFUSED: &str = "outbox.publish_refused";
 /// Outbox rows were left unpublished at shutdown (error).
 pub const OUTBOX_UNPUBLISHED_AT_SHUTDOWN: &str = "outbox.unpublished_at_shutdown";
 /// The broker's consumer stopped with an error (error).
@@ -55,7 +64,9 @@ pub const ALL: &[&str] = &[
     LEASE_RENEWAL_FAILED,
     DISCOVERY_FAILED,
     OUTBOX_ROW_ABANDONED,
+    OUTBOX_ROW_UNREADABLE,
     OUTBOX_PUBLISH_FAILED,
+    OUTBOX_PUBLISH_REFUSED,
     OUTBOX_UNPUBLISHED_AT_SHUTDOWN,
     CONSUMER_FAILED,
 ];

@@ -1,7 +1,7 @@
 //! The transactional outbox: rows written by a unit of work's commit, and the
 //! processor that publishes them to the broker in commit order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::broker::{Broker, Publication};
+use crate::broker::{Broker, Publication, RefusedExtent};
 use crate::config::Config;
 use crate::error::{OutboxError, error_chain};
 use crate::handler::BoxFuture;
@@ -66,6 +66,24 @@ pub struct OutboxRow {
     pub created_at: SystemTime,
 }
 
+/// What one fetch of pending rows returned.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct PendingRows {
+    /// The rows, in commit order.
+    pub rows: Vec<OutboxRow>,
+    /// Whether the fetch stopped at a bound (rows or bytes), so more rows
+    /// may be pending right now.
+    pub more: bool,
+}
+
+impl PendingRows {
+    /// `rows`, `more` of them possibly pending.
+    pub fn new(rows: Vec<OutboxRow>, more: bool) -> Self {
+        Self { rows, more }
+    }
+}
+
 /// Storage for outbox rows.
 ///
 /// Implementations must assign increasing ids in append order (the commit
@@ -89,6 +107,47 @@ pub trait Outbox: Send + Sync + fmt::Debug + 'static {
 
     /// One row, for inspection.
     fn get(&self, id: u64) -> BoxFuture<'_, Result<Option<OutboxRow>, OutboxError>>;
+
+    /// Up to `limit` pending rows, in commit order, holding at most
+    /// `max_bytes` of messages between them (but at least one row, however
+    /// big), so a fetch never holds more than that in memory. The default
+    /// bounds by rows only: [`Outbox::pending`], `more` when `limit` rows
+    /// came back.
+    fn pending_within(
+        &self,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<PendingRows, OutboxError>> {
+        let _ = max_bytes;
+        Box::pin(async move {
+            let rows = self.pending(limit).await?;
+            let more = rows.len() >= limit;
+            Ok(PendingRows { rows, more })
+        })
+    }
+
+    /// The broker refused rows `ids` (each the first of its position scope
+    /// in the run) for a reason of that scope's or category's own
+    /// ([`Refusal`](crate::broker::Refusal)): a category the broker
+    /// partitions otherwise, a position the broker holds from another
+    /// history (`broker_position`: its last position of the scope). The
+    /// rows stay pending, with `reason`; an outbox that can holds their
+    /// scopes back for a while, so they do not come first in every fetch.
+    /// The default records a failed attempt on each.
+    fn mark_refused<'a>(
+        &'a self,
+        ids: &'a [u64],
+        reason: &'a str,
+        broker_position: Option<u64>,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        let _ = broker_position;
+        Box::pin(async move {
+            for &id in ids {
+                self.mark_failed(id, reason).await?;
+            }
+            Ok(())
+        })
+    }
 }
 
 impl<O: Outbox + ?Sized> Outbox for Arc<O> {
@@ -114,6 +173,23 @@ impl<O: Outbox + ?Sized> Outbox for Arc<O> {
 
     fn get(&self, id: u64) -> BoxFuture<'_, Result<Option<OutboxRow>, OutboxError>> {
         (**self).get(id)
+    }
+
+    fn pending_within(
+        &self,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<PendingRows, OutboxError>> {
+        (**self).pending_within(limit, max_bytes)
+    }
+
+    fn mark_refused<'a>(
+        &'a self,
+        ids: &'a [u64],
+        reason: &'a str,
+        broker_position: Option<u64>,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        (**self).mark_refused(ids, reason, broker_position)
     }
 }
 
@@ -296,10 +372,17 @@ pub struct PublishReport {
     pub abandoned: usize,
     /// Rows whose publish failed (0 or 1: the run stops at the first failure).
     pub failed: usize,
+    /// Rows the broker refused for a reason of their own scope or category
+    /// (they stay pending, their scopes wait behind them, the others go on).
+    pub refused: usize,
 }
 
 /// How many pending rows one fetch reads.
 const DEFAULT_BATCH_SIZE: usize = 256;
+
+/// How many bytes of messages one fetch holds at most, by default (rows are
+/// bounded to the domain's `max_payload_bytes`, 4 MiB by default).
+pub const DEFAULT_BATCH_BYTES: usize = 16 << 20;
 
 /// Publishes pending outbox rows to the broker in commit order.
 ///
@@ -316,6 +399,16 @@ const DEFAULT_BATCH_SIZE: usize = 256;
 /// run stops: no later row is published in this run, whatever its key. That
 /// keeps every key's commit order without tracking which keys failed. Runs
 /// never overlap, so rows reach the broker in commit order.
+///
+/// When the broker *refuses* a row for a reason of its own position scope
+/// or category ([`Refusal`](crate::broker::Refusal): a category it
+/// partitions otherwise, a position it holds from another history), the row
+/// stays pending with the reason ([`Outbox::mark_refused`], logged at error
+/// level as `outbox.publish_refused`), the rest of its scope (or category)
+/// waits behind it for the rest of the run, and every other scope goes on:
+/// one refused key or category never holds back the others.
+///
+/// Fetches are bounded by rows and by bytes ([`Outbox::pending_within`]).
 #[derive(Debug)]
 pub struct OutboxProcessor {
     outbox: Arc<dyn Outbox>,
@@ -324,10 +417,31 @@ pub struct OutboxProcessor {
     /// Partitioned category → its key field (for messages naming the field).
     partitioned: HashMap<String, String>,
     batch_size: usize,
+    batch_bytes: usize,
     poll_interval: Duration,
     backoff: Backoff,
     wake: Notify,
     running: tokio::sync::Mutex<()>,
+}
+
+/// Where a row goes: its position scope (category, key, lane).
+type ScopeOf = (String, Option<String>, Lane);
+
+/// What a run has refused so far: scopes and categories whose rows wait,
+/// and the rows refused (each once per run).
+#[derive(Debug, Default)]
+struct Refused {
+    scopes: HashSet<ScopeOf>,
+    /// Category → the reason its rows are refused.
+    categories: HashMap<String, String>,
+    rows: HashSet<u64>,
+}
+
+/// A routed row of a batch.
+struct Routed<'a> {
+    row: &'a OutboxRow,
+    scope: ScopeOf,
+    publication: Publication,
 }
 
 impl OutboxProcessor {
@@ -340,6 +454,7 @@ impl OutboxProcessor {
             rules: config.key_rules(),
             partitioned: HashMap::new(),
             batch_size: DEFAULT_BATCH_SIZE,
+            batch_bytes: DEFAULT_BATCH_BYTES,
             poll_interval: config.partitioning().poll_interval(),
             backoff: config.partitioning().backoff(),
             wake: Notify::new(),
@@ -370,6 +485,15 @@ impl OutboxProcessor {
         self
     }
 
+    /// Sets how many bytes of messages one fetch holds at most (at least
+    /// 1; default [`DEFAULT_BATCH_BYTES`]); a row bigger than that is
+    /// fetched and published alone.
+    #[must_use]
+    pub fn with_batch_bytes(mut self, batch_bytes: usize) -> Self {
+        self.batch_bytes = batch_bytes.max(1);
+        self
+    }
+
     /// Wakes the background loop: rows were just committed.
     pub fn notify(&self) {
         self.wake.notify_one();
@@ -381,12 +505,17 @@ impl OutboxProcessor {
     pub async fn publish_pending(&self) -> Result<PublishReport, OutboxError> {
         let _running = self.running.lock().await;
         let mut report = PublishReport::default();
+        let mut refused = Refused::default();
         loop {
-            let rows = self.outbox.pending(self.batch_size).await?;
+            let fetched = self
+                .outbox
+                .pending_within(self.batch_size, self.batch_bytes)
+                .await?;
             let before = report;
-            self.publish_batch(&rows, &mut report).await?;
-            let progressed = report.published + report.abandoned > before.published + before.abandoned;
-            if report.failed > 0 || rows.len() < self.batch_size || !progressed {
+            self.publish_batch(&fetched.rows, &mut report, &mut refused)
+                .await?;
+            let done = |r: &PublishReport| r.published + r.abandoned + r.refused;
+            if report.failed > 0 || !fetched.more || done(&report) == done(&before) {
                 return Ok(report);
             }
         }
@@ -421,15 +550,24 @@ impl OutboxProcessor {
         }
     }
 
-    async fn publish_batch(&self, rows: &[OutboxRow], report: &mut PublishReport) -> Result<(), OutboxError> {
-        let mut publications = Vec::with_capacity(rows.len());
-        let mut ids = Vec::with_capacity(rows.len());
+    async fn publish_batch(
+        &self,
+        rows: &[OutboxRow],
+        report: &mut PublishReport,
+        refused: &mut Refused,
+    ) -> Result<(), OutboxError> {
+        let mut pending = Vec::with_capacity(rows.len());
         for row in rows {
             match self.route(row) {
-                Ok(publication) => {
-                    publications.push(publication);
-                    ids.push(row.id);
-                }
+                Ok(publication) => pending.push(Routed {
+                    row,
+                    scope: (
+                        publication.category.clone(),
+                        publication.key.clone(),
+                        publication.lane,
+                    ),
+                    publication,
+                }),
                 Err(invalid) => {
                     tracing::warn!(event = crate::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %invalid,
                         "abandoning outbox row with an invalid partition key");
@@ -438,28 +576,100 @@ impl OutboxProcessor {
                 }
             }
         }
-        if publications.is_empty() {
-            return Ok(());
-        }
-        match self.broker.publish(&publications).await {
-            Ok(()) => {
-                self.outbox.mark_published(&ids).await?;
-                report.published += ids.len();
+        loop {
+            let go = self.not_refused(pending, report, refused).await?;
+            if go.is_empty() {
+                return Ok(());
             }
-            Err(error) => {
-                let published = error.published.min(ids.len());
-                self.outbox.mark_published(&ids[..published]).await?;
-                report.published += published;
-                if let Some(&failed) = ids.get(published) {
-                    let message = error_chain(&*error.source);
-                    tracing::warn!(event = crate::log_events::OUTBOX_PUBLISH_FAILED, row = failed, broker = self.broker.name(), error = %message,
-                        "outbox publish failed; the row stays pending");
-                    self.outbox.mark_failed(failed, &message).await?;
-                    report.failed += 1;
+            let publications: Vec<Publication> = go.iter().map(|r| r.publication.clone()).collect();
+            let error = match self.broker.publish(&publications).await {
+                Ok(()) => {
+                    let ids: Vec<u64> = go.iter().map(|r| r.row.id).collect();
+                    self.outbox.mark_published(&ids).await?;
+                    report.published += ids.len();
+                    return Ok(());
+                }
+                Err(error) => error,
+            };
+            let published = error.published.min(go.len());
+            let ids: Vec<u64> = go[..published].iter().map(|r| r.row.id).collect();
+            self.outbox.mark_published(&ids).await?;
+            report.published += published;
+            match error.refusal() {
+                Some(refusal) if (published..go.len()).contains(&refusal.index) => {
+                    let one = &go[refusal.index];
+                    let reason = error_chain(&*refusal.reason);
+                    tracing::error!(event = crate::log_events::OUTBOX_PUBLISH_REFUSED, row = one.row.id, message_id = %one.row.envelope.id,
+                        category = %one.scope.0, key = one.scope.1.as_deref().unwrap_or(""), broker = self.broker.name(),
+                        broker_position = refusal.broker_position, error = %reason,
+                        "the broker refused an outbox row; it stays pending, the rest of its {} waits behind it",
+                        match refusal.extent { RefusedExtent::Category => "category", _ => "key" });
+                    self.outbox
+                        .mark_refused(&[one.row.id], &reason, refusal.broker_position)
+                        .await?;
+                    report.refused += 1;
+                    refused.rows.insert(one.row.id);
+                    refused.scopes.insert(one.scope.clone());
+                    if refusal.extent == RefusedExtent::Category {
+                        refused.categories.insert(one.scope.0.clone(), reason);
+                    }
+                    // The rest, from the first not known to be published:
+                    // what was written beyond it is dropped by the broker.
+                    let index = refusal.index;
+                    pending = go
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| *i >= published && *i != index)
+                        .map(|(_, r)| r)
+                        .collect();
+                }
+                _ => {
+                    if let Some(failed) = go.get(published) {
+                        let message = error_chain(&*error.source);
+                        tracing::warn!(event = crate::log_events::OUTBOX_PUBLISH_FAILED, row = failed.row.id, broker = self.broker.name(), error = %message,
+                            "outbox publish failed; the row stays pending");
+                        self.outbox.mark_failed(failed.row.id, &message).await?;
+                        report.failed += 1;
+                    }
+                    return Ok(());
                 }
             }
         }
-        Ok(())
+    }
+
+    /// The rows of `rows` whose scope and category nothing refused in this
+    /// run. The first row of each scope of a refused category is refused
+    /// too, with the category's reason (once per run).
+    async fn not_refused<'a>(
+        &self,
+        rows: Vec<Routed<'a>>,
+        report: &mut PublishReport,
+        refused: &mut Refused,
+    ) -> Result<Vec<Routed<'a>>, OutboxError> {
+        let mut go = Vec::with_capacity(rows.len());
+        let mut by_category: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for routed in rows {
+            if refused.scopes.contains(&routed.scope) {
+                continue;
+            }
+            if refused.categories.contains_key(&routed.scope.0) {
+                refused.scopes.insert(routed.scope.clone());
+                if refused.rows.insert(routed.row.id) {
+                    by_category
+                        .entry(routed.scope.0.clone())
+                        .or_default()
+                        .push(routed.row.id);
+                }
+                continue;
+            }
+            go.push(routed);
+        }
+        for (category, ids) in by_category {
+            let reason = &refused.categories[&category];
+            self.outbox.mark_refused(&ids, reason, None).await?;
+            report.refused += ids.len();
+        }
+        Ok(go)
     }
 
     /// The publication of `row`, or why its key cannot be routed.

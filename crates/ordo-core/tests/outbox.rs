@@ -116,7 +116,8 @@ async fn partitioned_rows_go_to_their_partition_stream_and_lane() {
         PublishReport {
             published: 3,
             abandoned: 0,
-            failed: 0
+            failed: 0,
+            refused: 0
         }
     );
     // The broker names the lane's stream (with the suffix it was configured
@@ -198,7 +199,8 @@ async fn an_invalid_key_is_abandoned_at_once_without_blocking_later_rows() {
         PublishReport {
             published: 2,
             abandoned: 3,
-            failed: 0
+            failed: 0,
+            refused: 0
         }
     );
     assert_eq!(amounts(&broker), vec![2, 5]);
@@ -273,7 +275,8 @@ async fn a_partial_broker_failure_marks_the_published_prefix_and_stops() {
         PublishReport {
             published: 2,
             abandoned: 0,
-            failed: 1
+            failed: 1,
+            refused: 0
         }
     );
 
@@ -299,7 +302,8 @@ async fn a_partial_broker_failure_marks_the_published_prefix_and_stops() {
         PublishReport {
             published: 3,
             abandoned: 0,
-            failed: 0
+            failed: 0,
+            refused: 0
         }
     );
     assert_eq!(amounts(&broker), vec![1, 2, 3, 4, 5]);
