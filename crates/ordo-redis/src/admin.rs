@@ -136,6 +136,12 @@ impl PartitionAdmin {
     /// flight, halted, parked or held aside). Returns how it was
     /// partitioned before (`None`: not recorded).
     ///
+    /// Every key's last published outbox position (see
+    /// `ordo_core::broker::POSITION_SCOPE_METADATA`) is carried over to its
+    /// new partition first, so a relay that re-publishes rows it published
+    /// before the switch (killed before marking them) has them dropped,
+    /// not delivered again after the key's later events.
+    ///
     /// Processes with the old setting refuse to publish or consume the
     /// category from then on ([`Error::PartitioningMismatch`]; a publisher
     /// left running notices within 5 seconds), so stop them first: a
@@ -191,6 +197,16 @@ impl PartitionAdmin {
             });
         }
         let before = crate::partitioning::recorded(&self.client, category).await?;
+        // Before the switch, so a failure leaves the old partitioning
+        // recorded and the repartition can be run again.
+        crate::positions::carry(
+            &self.client,
+            category,
+            before.unwrap_or_default(),
+            to,
+            &self.backfill_suffix,
+        )
+        .await?;
         crate::partitioning::record(&self.client, category, to).await?;
         Ok(before)
     }

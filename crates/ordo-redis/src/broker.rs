@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::prelude::ClientLike;
-use ordo_core::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
+use ordo_core::broker::{
+    Broker, BrokerError, Capabilities, Publication, PublishError, Refusal, RefusedExtent, Subscription,
+};
 use ordo_core::config::{Config, HealthConfig};
 use ordo_core::handler::BoxFuture;
 use ordo_core::health::{HealthState, SubscriptionHealth};
@@ -38,6 +40,9 @@ const DEFAULT_POOL_SIZE: usize = 8;
 const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(60);
 /// At most this many message ids are remembered per stream.
 const DEDUP_CAP: usize = 10_000;
+/// Bytes of messages one publish script call carries at most by default:
+/// far under Redis's query-buffer limit (1 GB) and quick to send.
+pub(crate) const DEFAULT_PUBLISH_CALL_BYTES: usize = 8 << 20;
 
 /// The Redis broker.
 ///
@@ -64,6 +69,7 @@ struct Inner {
     settings: Settings,
     partitions: Partitions,
     dedup: publish::Dedup,
+    limits: publish::Limits,
     /// The index buckets this process listed in their directories.
     listed: publish::ListedSlots,
     /// Whether a consumer runs: two consumers with one instance id would
@@ -84,6 +90,7 @@ pub struct RedisBrokerBuilder {
     pool_size: usize,
     read_batch: usize,
     dedup_window: Duration,
+    publish_call_bytes: usize,
     allow_eviction: bool,
     tls: TlsFiles,
 }
@@ -98,6 +105,7 @@ impl RedisBroker {
             pool_size: DEFAULT_POOL_SIZE,
             read_batch: DEFAULT_READ_BATCH,
             dedup_window: DEFAULT_DEDUP_WINDOW,
+            publish_call_bytes: DEFAULT_PUBLISH_CALL_BYTES,
             allow_eviction: false,
             tls: TlsFiles::default(),
         }
@@ -108,54 +116,120 @@ impl RedisBroker {
         self.inner.partitions.instance()
     }
 
-    /// Publishes `publications` again on purpose (a dead letter replayed by
-    /// an operator): like [`Broker::publish`], but neither the message-id
-    /// deduplication window nor an outbox relay's position (both of which
-    /// exist to drop accidental re-publishes) may drop them.
+    /// Publishes `publications` again on purpose: like [`Broker::publish`],
+    /// but neither the message-id deduplication window nor an outbox
+    /// relay's position (both of which exist to drop accidental
+    /// re-publishes) may drop them. Each keeps its position scope, without
+    /// its position (and its position's history). Every consumer group of
+    /// the category handles them; a dead letter goes back with
+    /// [`RedisBroker::replay`].
     pub async fn republish(&self, publications: &[Publication]) -> Result<(), PublishError> {
         let fresh: Vec<Publication> = publications
             .iter()
             .cloned()
             .map(|mut publication| {
                 let metadata = &mut publication.envelope.metadata;
-                metadata.remove(ordo_core::broker::POSITION_SCOPE_METADATA);
                 metadata.remove(ordo_core::broker::POSITION_METADATA);
+                metadata.remove(ordo_core::broker::POSITION_EPOCH_METADATA);
                 publication
             })
             .collect();
-        self.check_partitioning(&fresh).await?;
         let dedup = publish::Dedup {
             window: Duration::ZERO,
             ..self.inner.dedup
         };
+        self.check_partitioning(&fresh)
+            .await
+            .map_err(|error| PublishError {
+                published: 0,
+                source: Box::new(error),
+            })?;
+        self.publish_with(dedup, &fresh).await
+    }
+
+    /// Puts dead letters of consumer group `group` back (`ordo dlq
+    /// replay`): [`RedisBroker::republish`]ed, marked as `group`'s replay
+    /// ([`REPLAY_GROUP_METADATA`](ordo_core::broker::REPLAY_GROUP_METADATA)),
+    /// so only `group` handles them again; the category's other groups,
+    /// which handled them the first time, skip them. Without a position,
+    /// they pass a position fence once by message id
+    /// (`ordo_postgres::fenced`).
+    pub async fn replay(&self, group: &str, publications: &[Publication]) -> Result<(), PublishError> {
+        let marked: Vec<Publication> = publications
+            .iter()
+            .cloned()
+            .map(|mut publication| {
+                publication.envelope.metadata.insert(
+                    ordo_core::broker::REPLAY_GROUP_METADATA.to_owned(),
+                    group.to_owned(),
+                );
+                publication
+            })
+            .collect();
+        self.republish(&marked).await
+    }
+
+    /// Publishes `publications`, each category checked against its
+    /// partitioning recorded in Redis: the publications before the first
+    /// one of a category partitioned otherwise are published (checked in
+    /// turn), and that one is refused for its whole category
+    /// ([`RefusedExtent::Category`]), so the caller goes on with the other
+    /// categories.
+    async fn publish_checked(
+        &self,
+        dedup: publish::Dedup,
+        publications: &[Publication],
+    ) -> Result<(), PublishError> {
+        let error = match self.check_partitioning(publications).await {
+            Ok(()) => return self.publish_with(dedup, publications).await,
+            Err(error) => error,
+        };
+        let Error::PartitioningMismatch { category, .. } = &error else {
+            return Err(PublishError {
+                published: 0,
+                source: Box::new(error),
+            });
+        };
+        let index = publications
+            .iter()
+            .position(|p| p.key.is_some() && p.category == *category)
+            .unwrap_or(0);
+        if index > 0 {
+            Box::pin(self.publish_checked(dedup, &publications[..index])).await?;
+        }
+        Err(PublishError {
+            published: index,
+            source: Box::new(Refusal::new(index, RefusedExtent::Category, error)),
+        })
+    }
+
+    async fn publish_with(
+        &self,
+        dedup: publish::Dedup,
+        publications: &[Publication],
+    ) -> Result<(), PublishError> {
         publish::publish(
             self.client(),
             dedup,
+            self.inner.limits,
             &self.inner.settings.backfill_suffix,
             &self.inner.settings.routing,
             &self.inner.listed,
-            &fresh,
+            publications,
         )
         .await
     }
 
-    /// Refuses to publish when a partitioned category of `publications` is
-    /// partitioned otherwise in Redis than in this broker's configuration
-    /// (nothing is published).
-    async fn check_partitioning(&self, publications: &[Publication]) -> Result<(), PublishError> {
+    /// Fails with [`Error::PartitioningMismatch`] when a partitioned
+    /// category of `publications` is partitioned otherwise in Redis than in
+    /// this broker's configuration.
+    async fn check_partitioning(&self, publications: &[Publication]) -> Result<()> {
         let routing = &self.inner.settings.routing;
         let categories = publications
             .iter()
             .filter(|p| p.key.is_some())
             .map(|p| (p.category.as_str(), routing.partitions(&p.category)));
-        self.inner
-            .checked
-            .ensure(self.client(), categories)
-            .await
-            .map_err(|error| PublishError {
-                published: 0,
-                source: Box::new(error),
-            })
+        self.inner.checked.ensure(self.client(), categories).await
     }
 
     /// How this broker routes each category's keys to partitions.
@@ -234,6 +308,17 @@ impl RedisBrokerBuilder {
         self
     }
 
+    /// Bytes of messages one publish script call carries at most (default
+    /// 8 MiB; at least 1): a batch is sent in calls of at most 128
+    /// publications and this many bytes, a bigger message in a call of its
+    /// own. Keeps each call far under Redis's query-buffer limit (1 GB by
+    /// default) and its client timeout.
+    #[must_use]
+    pub fn publish_call_bytes(mut self, bytes: usize) -> Self {
+        self.publish_call_bytes = bytes.max(1);
+        self
+    }
+
     /// Runs even on a Redis whose `maxmemory-policy` may evict keys (default:
     /// refused). An evicted lease, halt record or pending stream entry breaks
     /// the ordering guarantee silently; only opt out where something else
@@ -292,6 +377,9 @@ impl RedisBrokerBuilder {
                     window: self.dedup_window,
                     cap: DEDUP_CAP,
                 },
+                limits: publish::Limits {
+                    call_bytes: self.publish_call_bytes,
+                },
                 listed: publish::ListedSlots::default(),
                 running: AtomicBool::new(false),
                 renewals: RenewalSignal::default(),
@@ -337,18 +425,7 @@ impl Broker for RedisBroker {
     }
 
     fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
-        Box::pin(async move {
-            self.check_partitioning(publications).await?;
-            publish::publish(
-                self.client(),
-                self.inner.dedup,
-                &self.inner.settings.backfill_suffix,
-                &self.inner.settings.routing,
-                &self.inner.listed,
-                publications,
-            )
-            .await
-        })
+        Box::pin(async move { self.publish_checked(self.inner.dedup, publications).await })
     }
 
     /// The configuration the broker was built with: the domain's default.

@@ -92,6 +92,33 @@ pub enum Error {
         configured: ordo_core::Partitions,
     },
 
+    /// A publication's position is one Redis already holds for its scope,
+    /// recorded by another history of the source: the PostgreSQL outbox's
+    /// database was restored, recovered to a point in time, failed over to
+    /// an asynchronous replica or re-created (its identity,
+    /// `ordo_core::broker::POSITION_EPOCH_METADATA`, differs). It is not a
+    /// duplicate: nothing was published, and the outbox keeps the row
+    /// pending until an operator adopts Redis's positions
+    /// (`ordo-pg-relay adopt`, docs/POSTGRES.md).
+    #[error(
+        "position {position} of `{scope}` is already held in Redis (up to {recorded_position}) from another \
+         history of the outbox (outbox {recorded_epoch}, this one is {epoch}): the database was restored, \
+         recovered to a point in time, failed over or re-created; not taken for a duplicate (see \
+         `ordo-pg-relay adopt`, docs/POSTGRES.md)"
+    )]
+    HistoryConflict {
+        /// The position scope (`category:key`, `category:key (backfill)`, or the category).
+        scope: String,
+        /// The refused position.
+        position: u64,
+        /// The outbox identity it came with.
+        epoch: String,
+        /// The last position Redis holds for the scope.
+        recorded_position: u64,
+        /// The identity that position was recorded with.
+        recorded_epoch: String,
+    },
+
     /// `repartition` found the category not drained: some group has
     /// messages of it still to handle, in flight, halted or parked.
     #[error(

@@ -59,6 +59,7 @@ mod nodes;
 mod parking;
 mod partition;
 mod partitioning;
+mod positions;
 mod process;
 mod publish;
 mod scripts;

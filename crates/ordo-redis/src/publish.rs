@@ -5,11 +5,12 @@
 //! Every name one publication's script step touches is in the partition's
 //! slot (its index bucket and registry copies are the slot's, see
 //! [`crate::keys::index`]). A batch is published with one script call per
-//! Redis node and [`CHUNK`] publications: on a single Redis the batch in
-//! order, one chunk per call; on a Redis Cluster the batch grouped by the
-//! primary serving each publication's slot, in batch order within each
-//! group, the groups' calls at once. A stream lives on one node, so each
-//! stream's publications keep their batch order.
+//! Redis node and chunk of at most [`CHUNK`] publications and
+//! [`Limits::call_bytes`] bytes of messages (a bigger message alone): on a
+//! single Redis the batch in order, one chunk per call; on a Redis Cluster
+//! the batch grouped by the primary serving each publication's slot, in
+//! batch order within each group, the groups' calls at once. A stream
+//! lives on one node, so each stream's publications keep their batch order.
 //!
 //! The script takes every name in `ARGV`, with the first stream of the call
 //! in `KEYS[1]` (a cluster routes the call by it), and carries the
@@ -24,7 +25,10 @@ use std::time::Duration;
 
 use fred::clients::{Client, Pool};
 use fred::types::Value;
-use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError};
+use ordo_core::broker::{
+    POSITION_EPOCH_METADATA, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError, Refusal,
+    RefusedExtent,
+};
 use tokio::task::JoinSet;
 
 use crate::buckets;
@@ -38,7 +42,15 @@ use crate::scripts::{Reply, SCRIPTS};
 const CHUNK: usize = 128;
 
 /// Script arguments per publication (see `publish.lua`).
-const ARGS_PER_PUBLICATION: usize = 14;
+const ARGS_PER_PUBLICATION: usize = 15;
+
+/// How much one script call carries at most, besides [`CHUNK`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Bytes of messages (envelope JSON) per call; a message bigger than
+    /// this goes in a call of its own.
+    pub(crate) call_bytes: usize,
+}
 
 /// How publishes are deduplicated: a message id appended to a stream is not
 /// appended again within `window` (zero: off); at most `cap` ids are kept
@@ -99,9 +111,11 @@ impl ListedSlots {
 /// migrating the slot's keys one by one) can fail a call part-way, which
 /// then counts as not written and is re-sent: idempotence drops its
 /// written part, as above.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn publish(
     client: &Pool,
     dedup: Dedup,
+    limits: Limits,
     backfill_suffix: &str,
     routing: &Routing,
     listed: &ListedSlots,
@@ -119,7 +133,7 @@ pub(crate) async fn publish(
             }
         }
     }
-    let batch = Arc::new(Batch::new(prepared));
+    let batch = Arc::new(Batch::new(prepared, limits));
     // One client of the pool routes, groups and sends the whole batch, so
     // the cluster view the retry refreshes is the one it groups by (each
     // client has its own). Calls to different nodes go over different
@@ -137,6 +151,15 @@ pub(crate) async fn publish(
     };
     match error {
         None => Ok(()),
+        Some(error @ Error::HistoryConflict { .. }) => {
+            let (index, recorded) = batch.refused().unwrap_or_default();
+            Err(PublishError {
+                published: batch.published(),
+                source: Box::new(
+                    Refusal::new(index, RefusedExtent::Scope, error).with_broker_position(recorded),
+                ),
+            })
+        }
         Some(error) => Err(PublishError {
             published: batch.published(),
             source: Box::new(error),
@@ -148,13 +171,50 @@ pub(crate) async fn publish(
 /// are written.
 struct Batch {
     prepared: Vec<Prepared>,
+    limits: Limits,
     written: Mutex<Vec<bool>>,
+    /// The publication refused for a position of another history, and the
+    /// scope's last position in Redis.
+    refused: Mutex<Option<(usize, u64)>>,
 }
 
 impl Batch {
-    fn new(prepared: Vec<Prepared>) -> Self {
+    fn new(prepared: Vec<Prepared>, limits: Limits) -> Self {
         let written = Mutex::new(vec![false; prepared.len()]);
-        Self { prepared, written }
+        Self {
+            prepared,
+            limits,
+            written,
+            refused: Mutex::new(None),
+        }
+    }
+
+    fn refuse(&self, position: usize, recorded: u64) {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = Some((position, recorded));
+    }
+
+    fn refused(&self) -> Option<(usize, u64)> {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `positions` (of this batch, in order) cut into the chunks of one
+    /// script call each: at most [`CHUNK`] publications and
+    /// [`Limits::call_bytes`] of messages, or one bigger message alone.
+    fn chunks<'a>(&self, positions: &'a [usize]) -> Vec<&'a [usize]> {
+        let mut chunks = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, &position) in positions.iter().enumerate() {
+            let size = self.prepared[position].bytes;
+            if i > start && (i - start == CHUNK || bytes + size > self.limits.call_bytes) {
+                chunks.push(&positions[start..i]);
+                (start, bytes) = (i, 0);
+            }
+            bytes += size;
+        }
+        if start < positions.len() {
+            chunks.push(&positions[start..]);
+        }
+        chunks
     }
 
     /// The positions not written yet, in batch order.
@@ -228,7 +288,7 @@ async fn publish_group(
     positions: &[usize],
     failure: &Mutex<Option<Error>>,
 ) {
-    for chunk in positions.chunks(CHUNK) {
+    for chunk in batch.chunks(positions) {
         if failure.lock().unwrap_or_else(PoisonError::into_inner).is_some() {
             return;
         }
@@ -308,6 +368,29 @@ async fn publish_chunk(
                 Error::protocol(script.name(), format!("XADD failed: {message}")),
             ))
         }
+        "conflict" => {
+            let written = usize::try_from(reply.integer(0).map_err(|e| (0, e))?).unwrap_or(0);
+            let recorded = reply.string(1).map_err(|e| (written, e))?;
+            let Some(&position) = chunk.get(written) else {
+                return Err((written, reply.unexpected("conflict past the end of the call")));
+            };
+            let prepared = &batch.prepared[position];
+            let (recorded_position, recorded_epoch) = match recorded.split_once('/') {
+                Some((seq, epoch)) => (seq.parse().unwrap_or(0), epoch.to_owned()),
+                None => (recorded.parse().unwrap_or(0), String::new()),
+            };
+            batch.refuse(position, recorded_position);
+            Err((
+                written,
+                Error::HistoryConflict {
+                    scope: prepared.scope.clone(),
+                    position: prepared.position.unwrap_or(0),
+                    epoch: prepared.epoch.clone(),
+                    recorded_position,
+                    recorded_epoch,
+                },
+            ))
+        }
         _ => Err((0, reply.unexpected("unknown outcome"))),
     }
 }
@@ -322,6 +405,13 @@ struct Prepared {
     slot: u16,
     /// Whether it goes to a partition (listed in an index bucket).
     indexed: bool,
+    /// The size of its message (envelope JSON).
+    bytes: usize,
+    /// Its position scope, for people: `order:c-1`, `order:c-1 (backfill)`, `order`.
+    scope: String,
+    /// Its position, if any, and the identity of the history it belongs to.
+    position: Option<u64>,
+    epoch: String,
     /// Its [`ARGS_PER_PUBLICATION`] script arguments.
     args: Vec<Value>,
 }
@@ -336,6 +426,19 @@ impl Prepared {
         let names = Names::of(publication, backfill_suffix, routing);
         let indexed = names.member.is_some();
         let stream = names.stream.clone();
+        let bytes = json.len();
+        let position = position(publication);
+        let epoch = position
+            .and(envelope.metadata.get(POSITION_EPOCH_METADATA))
+            .cloned()
+            .unwrap_or_default();
+        let scope = match (&publication.key, publication.lane) {
+            (Some(key), ordo_core::key::Lane::Primary) => format!("{}:{key}", publication.category),
+            (Some(key), ordo_core::key::Lane::Backfill) => {
+                format!("{}:{key} (backfill)", publication.category)
+            }
+            (None, _) => publication.category.clone(),
+        };
         let args = vec![
             Value::from(names.stream),
             Value::from(names.index),
@@ -348,13 +451,10 @@ impl Prepared {
             Value::from(envelope.type_name.as_str()),
             Value::from(json),
             Value::from(envelope.id.as_str()),
-            Value::from(
-                position(publication)
-                    .map(|seq| seq.to_string())
-                    .unwrap_or_default(),
-            ),
+            Value::from(position.map(|seq| seq.to_string()).unwrap_or_default()),
             Value::from(names.channel),
             Value::from(names.hashed_key.unwrap_or_default()),
+            Value::from(epoch.as_str()),
         ];
         debug_assert_eq!(args.len(), ARGS_PER_PUBLICATION);
         Ok(Self {
@@ -362,6 +462,10 @@ impl Prepared {
             category: publication.category.clone(),
             slot: names.slot,
             indexed,
+            bytes,
+            scope,
+            position,
+            epoch,
             args,
         })
     }

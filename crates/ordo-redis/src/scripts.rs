@@ -62,6 +62,7 @@ pub(crate) struct Scripts {
     pub(crate) announce: Script,
     pub(crate) ack_plain: Script,
     pub(crate) claim_plain: Script,
+    pub(crate) carry_positions: Script,
 }
 
 /// The scripts, shared by every client and runtime in the process.
@@ -89,6 +90,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     announce: Script::new("announce", with_common!("lua/announce.lua")),
     ack_plain: Script::new("ack_plain", with_common!("lua/ack_plain.lua")),
     claim_plain: Script::new("claim_plain", with_common!("lua/claim_plain.lua")),
+    carry_positions: Script::new("carry_positions", include_str!("lua/carry_positions.lua")),
 });
 
 /// The placeholder in `commit.lua` for the allowed commands.

@@ -341,7 +341,7 @@ impl ClusterStatus {
 
     /// Every key matching `pattern` of type `kind`, on every node (each
     /// primary of a cluster holds its own part of the keyspace).
-    async fn scan(&self, pattern: &str, kind: ScanType) -> Result<Vec<String>> {
+    pub(crate) async fn scan(&self, pattern: &str, kind: ScanType) -> Result<Vec<String>> {
         let client = self.client.next();
         let mut found = Vec::new();
         for node in crate::nodes::nodes(client).await? {

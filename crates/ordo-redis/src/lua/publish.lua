@@ -8,7 +8,7 @@
 --       which sits in many slots, and a cluster refuses declared keys of
 --       several slots in one call; the `allow-cross-slot-keys` flag lets the
 --       call touch every slot of its node.
--- ARGV: dedup window ms (0: off), dedup cap per stream, then fourteen per
+-- ARGV: dedup window ms (0: off), dedup cap per stream, then fifteen per
 --       publication: stream, partition index bucket, group registry, the
 --       stream's set of recently published message ids, the category's
 --       joining marker (set while a new group joins its existing lanes),
@@ -16,7 +16,8 @@
 --       doorbell; index member ('' when not partitioned), type name,
 --       envelope JSON, message id, position ('' when it has none), the
 --       doorbell channel of its slot (a channel, not a key), the key when
---       the partition is hashed ('' otherwise). For a
+--       the partition is hashed ('' otherwise), the identity of the
+--       position's history (the outbox's epoch, '' when none). For a
 --       partition, the bucket, registry and marker are the copies in the
 --       partition's own slot, so a publication's names share one slot.
 --
@@ -38,7 +39,15 @@
 --   which is then raised to it: re-publishing is a no-op, and positions of a
 --   scope only go up (see ordo_core::broker::POSITION_SCOPE_METADATA). A
 --   scope is one key's lane: a hashed partition holds many keys, so its
---   position key is a hash with one field per key;
+--   position key is a hash with one field per key. The last position is
+--   kept as `<position>/<epoch>` (`<position>` when the publication had no
+--   epoch, as before epochs): a position at or below the last one *of
+--   another epoch* is not a duplicate but a position of another history of
+--   the outbox (a restored database); the call stops there with
+--   {'conflict', published, recorded}, nothing of it or after it written,
+--   and the relay keeps the row pending (ordo_core::broker::Refusal). A
+--   position above the last one is published under its own epoch whatever
+--   the last one's;
 -- * within the window, a message id already appended to the stream in the
 --   last `window` ms (at most `cap` ids per stream are kept) is not appended
 --   again, so a publish retried after its reply was lost (a timeout, a Redis
@@ -51,15 +60,27 @@
 -- (its worker waits for exactly this): the doorbell is deleted and its name
 -- published on the slot's channel, once per arming.
 --
--- Returns {'ok', id or 'dup'...} or, when an XADD failed,
--- {'error', published, message}.
+-- Returns {'ok', id or 'dup'...}; when an XADD failed,
+-- {'error', published, message}; on a position of another history,
+-- {'conflict', published, the scope's recorded `<position>/<epoch>`}.
 local window, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = nil
 if window > 0 then
   now = now_ms()
 end
-local per = 14
+local per = 15
 local count = (#ARGV - 2) / per
+-- A recorded last position: `<position>/<epoch>`, or `<position>` alone.
+local function parse_position(recorded)
+  if not recorded then
+    return 0, nil
+  end
+  local slash = string.find(recorded, '/', 1, true)
+  if slash then
+    return tonumber(string.sub(recorded, 1, slash - 1)), string.sub(recorded, slash + 1)
+  end
+  return tonumber(recorded), nil
+end
 -- Whether each stream exists: read once per stream before any write, then
 -- kept up to date (only this script creates a stream meanwhile).
 local exists = {}
@@ -77,18 +98,24 @@ for i = 0, count - 1 do
   local at = per * i + 2
   local stream, index, registry, recent, joining, position_key, doorbell =
     ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
-  local member, type_name, envelope, message_id, position, channel, key =
-    ARGV[at + 8], ARGV[at + 9], ARGV[at + 10], ARGV[at + 11], ARGV[at + 12], ARGV[at + 13], ARGV[at + 14]
+  local member, type_name, envelope, message_id, position, channel, key, epoch =
+    ARGV[at + 8], ARGV[at + 9], ARGV[at + 10], ARGV[at + 11], ARGV[at + 12], ARGV[at + 13], ARGV[at + 14],
+    ARGV[at + 15]
   local by_id = window > 0 and position == ''
-  local last_position = nil
+  local recorded, last_position, last_epoch = nil, 0, nil
   if position ~= '' then
     if key == '' then
-      last_position = redis.call('GET', position_key)
+      recorded = redis.call('GET', position_key)
     else
-      last_position = redis.call('HGET', position_key, key)
+      recorded = redis.call('HGET', position_key, key)
     end
+    last_position, last_epoch = parse_position(recorded)
   end
-  if position ~= '' and tonumber(last_position or '0') >= tonumber(position) then
+  if position ~= '' and last_position >= tonumber(position)
+      and epoch ~= '' and last_epoch and last_epoch ~= epoch then
+    -- Another history's position: neither a duplicate nor publishable.
+    return {'conflict', i, recorded}
+  elseif position ~= '' and last_position >= tonumber(position) then
     -- Already published (by this relay before a crash, or by another one).
     ids[#ids + 1] = 'dup'
   -- Recorded first (one command checks and records); taken back if the
@@ -144,10 +171,14 @@ for i = 0, count - 1 do
       end
     end
     if position ~= '' then
+      local value = position
+      if epoch ~= '' then
+        value = position .. '/' .. epoch
+      end
       if key == '' then
-        redis.call('SET', position_key, position)
+        redis.call('SET', position_key, value)
       else
-        redis.call('HSET', position_key, key, position)
+        redis.call('HSET', position_key, key, value)
       end
     end
     if by_id and not trimmed[recent] then
