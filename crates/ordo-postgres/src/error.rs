@@ -37,14 +37,37 @@ pub enum Error {
     },
 
     /// The message has no outbox position: it was not published by the
-    /// PostgreSQL outbox's relay, so its effects cannot be fenced by position.
+    /// PostgreSQL outbox's relay (or, replayed from a dead-letter stream,
+    /// has no position scope), so its effects cannot be fenced by position.
     #[error(
         "message {message_id} carries no outbox position (metadata `ordo.position.scope`/`ordo.position`): \
-         only messages published from the PostgreSQL outbox can be fenced"
+         only messages published from the PostgreSQL outbox (or their dead letters replayed with \
+         `ordo dlq replay`) can be fenced"
     )]
     NoPosition {
         /// The message id.
         message_id: String,
+    },
+
+    /// The message was handled without a partition lease (fencing token 0):
+    /// a handler without `sequential_by` (a plain consumer group, any
+    /// instance, any order), or the inline broker. Positions of one scope
+    /// may then run out of order, and a position fence would take an
+    /// earlier one for a redelivery once a later one is applied, skipping
+    /// its effects for good; so it refuses to fence it.
+    #[error(
+        "`{consumer}` cannot fence message {message_id} of `{category}` by its outbox position: it was \
+         handled without a partition lease (fencing token 0), so messages of its key may run in any order \
+         and on several instances at once, and a later one applied first would make this one look already \
+         applied; declare `sequential_by` on the handler (on the Redis broker) to fence its effects"
+    )]
+    NotLeased {
+        /// The handler (consumer group) name.
+        consumer: String,
+        /// The message id.
+        message_id: String,
+        /// The message's category.
+        category: String,
     },
 
     /// A newer owner of the partition already wrote through the fence: this

@@ -1,7 +1,7 @@
 //! Exactly-once effects in PostgreSQL: the partition's last applied
 //! position and fencing token, recorded in the handler's own transaction.
 
-use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA};
+use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA, REPLAY_GROUP_METADATA};
 use ordo_core::error::ProcessStoreError;
 use ordo_core::handler::{BoxFuture, HandlerContext};
 use ordo_core::process::ProcessStore;
@@ -46,6 +46,19 @@ pub async fn fenced(
 /// the redeliveries and failovers. The message must come from the
 /// PostgreSQL outbox's relay (it carries its position), else
 /// [`Error::NoPosition`].
+///
+/// The message must have been handled under a partition lease, as a
+/// `sequential_by` handler's messages are on the Redis broker (one owner
+/// per key, in position order): without one (fencing token 0: a handler
+/// without `sequential_by`, the inline broker) the fence refuses it with
+/// [`Error::NotLeased`], since a later position applied first would make
+/// an earlier one look already applied and its effects would be skipped.
+///
+/// A dead letter replayed by an operator (`ordo dlq replay`, marked with
+/// [`REPLAY_GROUP_METADATA`]) has no position (the scope's position has
+/// moved past it): it is applied once per `consumer` and message id, still
+/// refused to a stale owner. A skipped or dead-lettered position leaves a
+/// gap the next position passes.
 pub async fn fenced_in(
     schema: &str,
     tx: &mut Transaction<'_, Postgres>,
@@ -61,12 +74,21 @@ async fn fence(
     consumer: &str,
     ctx: &HandlerContext,
 ) -> Result<Fence> {
+    if ctx.fencing_token() == 0 {
+        return Err(Error::NotLeased {
+            consumer: consumer.to_owned(),
+            message_id: ctx.message_id().to_owned(),
+            category: ctx.category().to_owned(),
+        });
+    }
     let metadata = ctx.metadata();
-    let (Some(scope), Some(position)) = (
+    let replayed = metadata.contains_key(REPLAY_GROUP_METADATA);
+    let position = metadata
+        .get(POSITION_METADATA)
+        .and_then(|p| p.parse::<i64>().ok());
+    let (Some(scope), true) = (
         metadata.get(POSITION_SCOPE_METADATA),
-        metadata
-            .get(POSITION_METADATA)
-            .and_then(|p| p.parse::<i64>().ok()),
+        replayed || position.is_some(),
     ) else {
         return Err(Error::NoPosition {
             message_id: ctx.message_id().to_owned(),
@@ -92,6 +114,9 @@ async fn fence(
             current: u64::try_from(current).unwrap_or(0),
         });
     }
+    let Some(position) = position.filter(|_| !replayed) else {
+        return replay(sql, tx, consumer, scope, token, ctx).await;
+    };
     if applied >= position {
         return Ok(Fence::AlreadyApplied);
     }
@@ -101,6 +126,35 @@ async fn fence(
         .bind(position)
         .bind(token)
         .bind(ctx.message_id())
+        .execute(&mut **tx)
+        .await?;
+    Ok(Fence::Apply)
+}
+
+/// The fence of a replayed dead letter, the scope's record locked: applied
+/// once per consumer and message id.
+async fn replay(
+    sql: &crate::schema::Sql,
+    tx: &mut Transaction<'_, Postgres>,
+    consumer: &str,
+    scope: &str,
+    token: i64,
+    ctx: &HandlerContext,
+) -> Result<Fence> {
+    let first: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.fence_replay.clone()))
+        .bind(consumer)
+        .bind(scope)
+        .bind(ctx.message_id())
+        .bind(token)
+        .fetch_optional(&mut **tx)
+        .await?;
+    if first.is_none() {
+        return Ok(Fence::AlreadyApplied);
+    }
+    sqlx::query(AssertSqlSafe(sql.fence_token.clone()))
+        .bind(consumer)
+        .bind(scope)
+        .bind(token)
         .execute(&mut **tx)
         .await?;
     Ok(Fence::Apply)

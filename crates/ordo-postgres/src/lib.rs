@@ -29,14 +29,16 @@
 mod error;
 mod fence;
 mod outbox;
+mod refused;
 mod relay;
 mod schema;
 mod status;
 
 pub use error::{Error, Result};
 pub use fence::{Fence, PgProcessStore, fenced, fenced_in};
-pub use outbox::{DEFAULT_LEASE_TTL, PgOutbox, PgOutboxBuilder, UnitOfWorkExt};
-pub use relay::{DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, DEFAULT_RETENTION, PgRelay};
+pub use outbox::{DEFAULT_LEASE_TTL, DEFAULT_MAX_ROW_BYTES, PgOutbox, PgOutboxBuilder, UnitOfWorkExt};
+pub use refused::{AdoptedScope, RefusedScope};
+pub use relay::{DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, DEFAULT_RETENTION, PgRelay};
 pub use schema::DEFAULT_SCHEMA;
 pub use sqlx;
 pub use status::OutboxStatusReport;

@@ -7,13 +7,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA};
+use ordo_core::broker::{POSITION_EPOCH_METADATA, POSITION_METADATA, POSITION_SCOPE_METADATA};
 use ordo_core::config::Config;
 use ordo_core::error::{CommitError, OutboxError};
 use ordo_core::handler::BoxFuture;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
-use ordo_core::outbox::{NewOutboxRow, Outbox, OutboxRow, OutboxStatus};
+use ordo_core::outbox::{NewOutboxRow, Outbox, OutboxRow, OutboxStatus, PendingRows};
 use ordo_core::uow::{CommitReceipt, UnitOfWork};
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, Row, Transaction};
@@ -29,6 +29,15 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 /// also wait for a writer holding its scope's row, which the next fetch
 /// need not wait for.
 const MARKS_IN_FLIGHT: usize = 2;
+
+/// The largest envelope a relay publishes by default: Redis's default
+/// `proto-max-bulk-len` (512 MB), beyond which no Redis takes it. A larger
+/// row is abandoned, never loaded.
+pub const DEFAULT_MAX_ROW_BYTES: usize = 512 << 20;
+
+/// How long relays leave a scope out of their fetches after the broker
+/// refused its next row (then they try it again).
+const REFUSED_HOLD: Duration = Duration::from_secs(10);
 
 /// Fetched rows whose outcome is not known yet, beyond which they are
 /// forgotten (rows a failed run never resolved): a mark of an id not
@@ -59,6 +68,7 @@ struct Inner {
     backfill_suffix: String,
     relay_id: String,
     lease_ttl: Duration,
+    max_row_bytes: usize,
     leases: Mutex<Option<Instant>>,
     /// The position (scope and seq) of each fetched row not yet marked.
     fetched: Mutex<HashMap<u64, (Arc<str>, i64)>>,
@@ -102,6 +112,7 @@ pub struct PgOutboxBuilder {
     schema: String,
     backfill_suffix: String,
     lease_ttl: Duration,
+    max_row_bytes: usize,
     relay_id: Option<String>,
 }
 
@@ -113,6 +124,7 @@ impl PgOutbox {
             schema: DEFAULT_SCHEMA.to_owned(),
             backfill_suffix: Config::default().key_rules().backfill_suffix().to_owned(),
             lease_ttl: DEFAULT_LEASE_TTL,
+            max_row_bytes: DEFAULT_MAX_ROW_BYTES,
             relay_id: None,
         }
     }
@@ -246,7 +258,12 @@ impl PgOutbox {
         Ok(())
     }
 
-    async fn pending_rows(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+    /// Up to `limit` pending rows of this relay's slots holding at most
+    /// `max_bytes` of envelopes (at least one row). A row that cannot be
+    /// read (its envelope not JSON, its lane unknown) or is larger than
+    /// [`PgOutboxBuilder::max_row_bytes`] is abandoned with the reason,
+    /// logged at error level (`outbox.row_unreadable`), and left out.
+    async fn pending_rows(&self, limit: usize, max_bytes: usize) -> Result<PendingRows> {
         self.maintain_leases(false).await?;
         let marking = self.reap_marks().await;
         let fetched = sqlx::query(AssertSqlSafe(self.sql().pending.clone()))
@@ -254,13 +271,46 @@ impl PgOutbox {
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(&marking.scopes)
             .bind(&marking.seqs)
+            .bind(i64::try_from(max_bytes).unwrap_or(i64::MAX))
+            .bind(i64::try_from(self.inner.max_row_bytes).unwrap_or(i64::MAX))
             .fetch_all(&self.inner.pool)
             .await?;
+        let candidates = match fetched.first() {
+            Some(row) => usize::try_from(row.try_get::<i64, _>("fetched")?).unwrap_or(0),
+            None => 0,
+        };
+        let more = candidates >= limit || fetched.len() < candidates;
         let mut rows = Vec::with_capacity(fetched.len());
+        let mut unreadable = Vec::new();
         for row in &fetched {
             let first_id: i64 = row.try_get("first_id")?;
             let seq: i64 = row.try_get("seq")?;
-            rows.push((first_id, seq, read_row(row)?));
+            let bytes: i64 = row.try_get("bytes")?;
+            if usize::try_from(bytes).unwrap_or(usize::MAX) > self.inner.max_row_bytes {
+                let id: i64 = row.try_get("id")?;
+                unreadable.push((
+                    id,
+                    format!(
+                        "its envelope of {bytes} bytes is larger than this relay publishes ({} bytes, \
+                         `max_row_bytes`)",
+                        self.inner.max_row_bytes
+                    ),
+                ));
+                continue;
+            }
+            match read_row(row) {
+                Ok(read) => rows.push((first_id, seq, read)),
+                Err(Error::CorruptRow { id, reason }) => unreadable.push((id, reason)),
+                Err(error) => return Err(error),
+            }
+        }
+        for (id, reason) in unreadable {
+            let id = u64::try_from(id).unwrap_or(0);
+            tracing::error!(event = ordo_core::log_events::OUTBOX_ROW_UNREADABLE, row = id, error = %reason,
+                "abandoning an outbox row that cannot be published; the rows behind it go on");
+            self.mark_abandoned_row(id, &format!("unreadable: {reason}"))
+                .await?;
+            metrics::counter!("ordo_outbox_abandoned_total").increment(1);
         }
         // Scopes oldest first, each one's rows in position order.
         rows.sort_unstable_by_key(|&(first_id, seq, _)| (first_id, seq));
@@ -273,7 +323,7 @@ impl PgOutbox {
             let (scope, seq) = position_of(row)?;
             remembered.insert(row.id, (scope.into(), seq));
         }
-        Ok(rows)
+        Ok(PendingRows::new(rows, more))
     }
 
     /// Collects the marks that have finished; returns the positions of the
@@ -409,6 +459,22 @@ impl PgOutbox {
         Ok(())
     }
 
+    async fn mark_refused_rows(&self, ids: &[u64], reason: &str, broker_position: Option<u64>) -> Result<()> {
+        for &id in ids {
+            self.forget_fetched(id);
+        }
+        let ids: Vec<i64> = ids.iter().map(|&id| to_i64(id)).collect();
+        let hold = i64::try_from(REFUSED_HOLD.as_millis()).unwrap_or(i64::MAX);
+        sqlx::query(AssertSqlSafe(self.sql().mark_refused.clone()))
+            .bind(&ids)
+            .bind(reason)
+            .bind(hold)
+            .bind(broker_position.map(|p| i64::try_from(p).unwrap_or(i64::MAX)))
+            .execute(&self.inner.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn mark_abandoned_row(&self, id: u64, reason: &str) -> Result<()> {
         self.forget_fetched(id);
         let running = self.marks_running();
@@ -469,6 +535,16 @@ impl PgOutboxBuilder {
         self
     }
 
+    /// The largest envelope this relay publishes (default 512 MiB, Redis's
+    /// default `proto-max-bulk-len`; at least 1): a larger row could never
+    /// be published, so it is abandoned with the reason (and never loaded
+    /// into memory).
+    #[must_use]
+    pub fn max_row_bytes(mut self, bytes: usize) -> Self {
+        self.max_row_bytes = bytes.max(1);
+        self
+    }
+
     /// This relay identity's id (default: a fresh UUID). Must be unique among
     /// live relays.
     #[must_use]
@@ -503,6 +579,7 @@ impl PgOutboxBuilder {
                 backfill_suffix: self.backfill_suffix,
                 relay_id,
                 lease_ttl: self.lease_ttl,
+                max_row_bytes: self.max_row_bytes,
                 leases: Mutex::new(None),
                 fetched: Mutex::new(HashMap::new()),
                 marking: Mutex::new(VecDeque::new()),
@@ -702,7 +779,8 @@ pub(crate) fn read_row(row: &PgRow) -> Result<OutboxRow> {
     let corrupt = |reason: String| Error::CorruptRow { id, reason };
     let scope: String = row.try_get("stream")?;
     let seq: i64 = row.try_get("seq")?;
-    let text: String = row.try_get("envelope")?;
+    let text: Option<String> = row.try_get("envelope")?;
+    let text = text.ok_or_else(|| corrupt("it has no envelope".to_owned()))?;
     let mut envelope: Envelope =
         serde_json::from_str(&text).map_err(|e| corrupt(format!("envelope is not valid JSON: {e}")))?;
     envelope
@@ -711,6 +789,12 @@ pub(crate) fn read_row(row: &PgRow) -> Result<OutboxRow> {
     envelope
         .metadata
         .insert(POSITION_METADATA.to_owned(), seq.to_string());
+    // The fetch says which history the position belongs to.
+    if let Ok(Some(epoch)) = row.try_get::<Option<String>, _>("epoch") {
+        envelope
+            .metadata
+            .insert(POSITION_EPOCH_METADATA.to_owned(), epoch);
+    }
     let lane = match row.try_get::<i16, _>("lane")? {
         0 => Lane::Primary,
         1 => Lane::Backfill,
@@ -742,7 +826,31 @@ impl Outbox for PgOutbox {
     }
 
     fn pending(&self, limit: usize) -> BoxFuture<'_, Result<Vec<OutboxRow>, OutboxError>> {
-        Box::pin(async move { self.pending_rows(limit).await.map_err(storage) })
+        Box::pin(async move {
+            let fetched = self.pending_rows(limit, usize::MAX).await.map_err(storage)?;
+            Ok(fetched.rows)
+        })
+    }
+
+    fn pending_within(
+        &self,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<PendingRows, OutboxError>> {
+        Box::pin(async move { self.pending_rows(limit, max_bytes).await.map_err(storage) })
+    }
+
+    fn mark_refused<'a>(
+        &'a self,
+        ids: &'a [u64],
+        reason: &'a str,
+        broker_position: Option<u64>,
+    ) -> BoxFuture<'a, Result<(), OutboxError>> {
+        Box::pin(async move {
+            self.mark_refused_rows(ids, reason, broker_position)
+                .await
+                .map_err(storage)
+        })
     }
 
     fn mark_published<'a>(&'a self, ids: &'a [u64]) -> BoxFuture<'a, Result<(), OutboxError>> {

@@ -20,6 +20,9 @@ use crate::status::OutboxStatusReport;
 
 /// Rows one fetch reads, by default.
 pub const DEFAULT_BATCH_SIZE: usize = 512;
+/// Bytes of envelopes one fetch holds at most, by default (a bigger row is
+/// fetched alone).
+pub const DEFAULT_BATCH_BYTES: usize = ordo_core::outbox::DEFAULT_BATCH_BYTES;
 /// The fallback poll when no NOTIFY arrives, by default.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How long published rows are kept, by default.
@@ -42,8 +45,11 @@ const STATUS_INTERVAL: Duration = Duration::from_secs(5);
 ///
 /// The loop publishes at once when a commit's NOTIFY arrives, otherwise
 /// every poll interval; after a failure it waits out the retry backoff.
-/// Rows with an invalid key are abandoned at once. Published rows older
-/// than the retention are deleted.
+/// Rows with an invalid key, and rows that cannot be read, are abandoned at
+/// once. A row the broker refuses for its key's or category's own reason
+/// (a category partitioned otherwise, a position of another history of the
+/// database) stays pending and holds back its key only. Fetches are bounded
+/// by rows and bytes. Published rows older than the retention are deleted.
 #[derive(Debug)]
 pub struct PgRelay {
     outbox: PgOutbox,
@@ -58,7 +64,8 @@ impl PgRelay {
     /// retry backoff.
     pub fn new(outbox: PgOutbox, broker: Arc<dyn Broker>, config: &Config) -> Self {
         let processor = OutboxProcessor::new(Arc::new(outbox.clone()), broker, config)
-            .with_batch_size(DEFAULT_BATCH_SIZE);
+            .with_batch_size(DEFAULT_BATCH_SIZE)
+            .with_batch_bytes(DEFAULT_BATCH_BYTES);
         Self {
             outbox,
             processor,
@@ -90,6 +97,17 @@ impl PgRelay {
     #[must_use]
     pub fn batch_size(mut self, rows: usize) -> Self {
         self.processor = self.processor.with_batch_size(rows);
+        self
+    }
+
+    /// Bytes of envelopes per fetch (at least 1; default 16 MiB): what a
+    /// relay holds in memory at once, about three times over while it
+    /// publishes. A row bigger than that is fetched and published alone;
+    /// see [`PgOutboxBuilder::max_row_bytes`](crate::PgOutboxBuilder::max_row_bytes)
+    /// for rows too big to publish at all.
+    #[must_use]
+    pub fn batch_bytes(mut self, bytes: usize) -> Self {
+        self.processor = self.processor.with_batch_bytes(bytes);
         self
     }
 
@@ -169,6 +187,9 @@ impl PgRelay {
                     }
                     if report.abandoned > 0 {
                         metrics::counter!("ordo_outbox_abandoned_total").increment(report.abandoned as u64);
+                    }
+                    if report.refused > 0 {
+                        metrics::counter!("ordo_outbox_refused_total").increment(report.refused as u64);
                     }
                     if report.failed == 0 {
                         failures = 0;

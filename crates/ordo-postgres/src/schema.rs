@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("../migrations/0001_outbox.sql")),
     (2, include_str!("../migrations/0002_abandoned_index.sql")),
     (3, include_str!("../migrations/0003_published_positions.sql")),
+    (4, include_str!("../migrations/0004_identity.sql")),
 ];
 
 /// A validated schema name and the SQL text of every query in it.
@@ -37,6 +38,13 @@ pub(crate) struct Sql {
     pub(crate) mark_published: Arc<str>,
     pub(crate) mark_failed: Arc<str>,
     pub(crate) mark_abandoned: Arc<str>,
+    pub(crate) mark_refused: Arc<str>,
+    pub(crate) refused_scopes: Arc<str>,
+    pub(crate) adopt_lock: Arc<str>,
+    pub(crate) adopt_apart: Arc<str>,
+    pub(crate) adopt_back: Arc<str>,
+    pub(crate) adopt_positions: Arc<str>,
+    pub(crate) identity: Arc<str>,
     pub(crate) get: Arc<str>,
     pub(crate) register_relay: Arc<str>,
     pub(crate) live_relays: Arc<str>,
@@ -49,13 +57,27 @@ pub(crate) struct Sql {
     pub(crate) fence_insert: Arc<str>,
     pub(crate) fence_lock: Arc<str>,
     pub(crate) fence_update: Arc<str>,
+    pub(crate) fence_token: Arc<str>,
+    pub(crate) fence_replay: Arc<str>,
     pub(crate) process_load: Arc<str>,
     pub(crate) process_save: Arc<str>,
 }
 
-/// The columns `pending` and `get` read from `outbox o`, in
-/// [`crate::outbox::read_row`]'s order, but for the status, which each
-/// query derives (`status`).
+/// The outbox's epoch, as a query: its identity (`outbox_identity`, a
+/// random id made with the schema) and what changes when the database's
+/// history forks (the write-ahead log's timeline, which a point-in-time
+/// recovery or the promotion of a replica moves on; the database's and the
+/// schema's OIDs, new after a restore from a dump or a re-created schema),
+/// hashed to 16 hex digits. Runs on a primary only (`pg_current_wal_lsn`),
+/// where relays run.
+const EPOCH: &str = "SELECT left(md5((SELECT id FROM {s}.outbox_identity LIMIT 1) \
+     || ':' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) \
+     || ':' || (SELECT oid FROM pg_database WHERE datname = current_database())::text \
+     || ':' || '{s}'::regnamespace::oid::text), 16) AS epoch";
+
+/// The columns `get` reads from `outbox o`, in
+/// [`crate::outbox::read_row`]'s order (`pending` names the same), but for
+/// the status, which each query derives (`status`).
 const ROW_COLUMNS: &str = "o.id, o.stream, o.seq, o.envelope, o.partition_key, o.lane, o.attempts, o.last_error, \
      (extract(epoch from o.created_at) * 1000000)::int8 AS created_us";
 
@@ -102,10 +124,16 @@ impl Schema {
                  SELECT ins.id, ins.stream, ins.seq FROM ins, notified",
             ),
             // The scopes of this relay's slots with rows above their published
-            // position (or above a mark still running, `$3`/`$4`), oldest
-            // first row first; then each one's next rows in position order,
-            // up to `$2` in all. The row order across scopes is restored by
-            // the caller from `first_id`.
+            // position (or above a mark still running, `$3`/`$4`), but those
+            // the broker refused lately, oldest first row first; then each
+            // one's next rows in position order, up to `$2` in all, cut before
+            // their envelopes pass `$5` bytes (but the first row). The row
+            // order across scopes is restored by the caller from
+            // `first_id`. The sizes are read from the rows' headers
+            // (`octet_length` does not load a stored value), and a row above
+            // `$6` bytes comes without its envelope, to be abandoned. Each
+            // row comes with the outbox's epoch (see `EPOCH`), the count of
+            // candidate rows (`fetched`) and its size (`bytes`).
             pending: q(&format!(
                 "WITH marking AS (SELECT * FROM UNNEST($3::text[], $4::int8[]) AS m(stream, seq)), \
                  st AS MATERIALIZED (SELECT s.stream, f.id AS first_id, \
@@ -113,13 +141,23 @@ impl Schema {
                  FROM {{s}}.outbox_streams s LEFT JOIN marking m ON m.stream = s.stream \
                  CROSS JOIN LATERAL (SELECT o.id FROM {{s}}.outbox o WHERE o.stream = s.stream \
                  AND o.seq > greatest(s.published_seq, coalesce(m.seq, 0)) AND o.status = 0 ORDER BY o.seq LIMIT 1) f \
-                 WHERE s.last_seq > s.published_seq AND s.slot = ANY(ARRAY(\
-                 SELECT slot FROM {{s}}.outbox_slots WHERE owner = $1 AND expires_at > now())) \
-                 ORDER BY f.id LIMIT $2) \
-                 SELECT {ROW_COLUMNS}, 0::int2 AS status, st.first_id FROM st CROSS JOIN LATERAL \
+                 WHERE s.last_seq > s.published_seq AND (s.refused_until IS NULL OR s.refused_until <= now()) \
+                 AND s.slot = ANY(ARRAY(SELECT slot FROM {{s}}.outbox_slots WHERE owner = $1 AND expires_at > now())) \
+                 ORDER BY f.id LIMIT $2), \
+                 cand AS (SELECT o.*, st.first_id, octet_length(o.envelope)::int8 AS bytes FROM st CROSS JOIN LATERAL \
                  (SELECT * FROM {{s}}.outbox o WHERE o.stream = st.stream AND o.seq > st.after AND o.status = 0 \
-                 ORDER BY o.seq LIMIT $2) o LIMIT $2"
+                 ORDER BY o.seq LIMIT $2) o LIMIT $2), \
+                 sized AS (SELECT c.*, sum(c.bytes) OVER (ORDER BY c.first_id, c.seq ROWS UNBOUNDED PRECEDING) \
+                 - c.bytes AS bytes_before, count(*) OVER () AS fetched FROM cand c), \
+                 ep AS ({EPOCH}) \
+                 SELECT o.id, o.stream, o.seq, CASE WHEN o.bytes > $6 THEN NULL ELSE o.envelope END AS envelope, \
+                 o.partition_key, o.lane, o.attempts, o.last_error, \
+                 (extract(epoch from o.created_at) * 1000000)::int8 AS created_us, 0::int2 AS status, \
+                 o.first_id, o.bytes, o.fetched, ep.epoch FROM sized o CROSS JOIN ep \
+                 WHERE o.bytes_before + o.bytes <= $5 OR o.bytes_before = 0"
             )),
+            // The epoch alone (what a relay publishes with).
+            identity: q(&format!("{EPOCH}")),
             // Scopes locked in sorted order, as writers lock them, so a mark
             // and a commit never wait on each other in a cycle. A position
             // also covers the abandoned rows right after it (all the rows
@@ -134,7 +172,8 @@ impl Schema {
                  m.seq) AS seq FROM marked m), \
                  locked AS (SELECT s.stream FROM {s}.outbox_streams s JOIN upto u ON u.stream = s.stream \
                  WHERE s.published_seq < u.seq ORDER BY s.stream FOR NO KEY UPDATE OF s) \
-                 UPDATE {s}.outbox_streams s SET published_seq = greatest(s.published_seq, u.seq) \
+                 UPDATE {s}.outbox_streams s SET published_seq = greatest(s.published_seq, u.seq), \
+                 refused = NULL, refused_until = NULL, broker_seq = NULL \
                  FROM upto u, locked l WHERE s.stream = u.stream AND l.stream = u.stream"),
             mark_failed: q(
                 "UPDATE {s}.outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1 AND status = 0 \
@@ -151,6 +190,40 @@ impl Schema {
                  WHERE s.stream = a.stream AND s.published_seq < a.seq AND greatest(s.published_seq, \
                  coalesce((SELECT max(m.seq) FROM UNNEST($3::text[], $4::int8[]) AS m(stream, seq) \
                  WHERE m.stream = a.stream), 0)) >= a.seq - 1",
+            ),
+            // The refused rows (each its scope's next) stay pending with
+            // the reason; their scopes are left out of fetches until `$3` ms
+            // from now, with the broker's last position (`$4`, or NULL).
+            mark_refused: q(
+                "WITH r AS (UPDATE {s}.outbox SET attempts = attempts + 1, last_error = $2 \
+                 WHERE id = ANY($1::int8[]) AND status = 0 RETURNING stream) \
+                 UPDATE {s}.outbox_streams s SET refused = $2, \
+                 refused_until = now() + $3 * interval '1 millisecond', broker_seq = $4 \
+                 FROM (SELECT DISTINCT stream FROM r) r WHERE s.stream = r.stream",
+            ),
+            // The scopes refused by the broker with rows still pending.
+            refused_scopes: q(
+                "SELECT s.stream, s.refused, s.broker_seq, s.published_seq, s.last_seq, \
+                 (s.refused_until > now()) AS held FROM {s}.outbox_streams s \
+                 WHERE s.refused IS NOT NULL AND s.last_seq > s.published_seq ORDER BY s.stream",
+            ),
+            // `adopt`: the pending rows of the scopes in conflict with the
+            // broker's history are moved past the broker's last position
+            // (`$1` scopes, `$2` their published positions, `$3` the
+            // shifts), in two steps through negative positions so that no
+            // two rows of a scope ever share one.
+            adopt_lock: q(
+                "SELECT stream, published_seq, broker_seq, last_seq FROM {s}.outbox_streams \
+                 WHERE broker_seq IS NOT NULL ORDER BY stream FOR UPDATE",
+            ),
+            adopt_apart: q("UPDATE {s}.outbox o SET seq = -(o.seq + c.delta) \
+                 FROM UNNEST($1::text[], $2::int8[], $3::int8[]) AS c(stream, published, delta) \
+                 WHERE o.stream = c.stream AND o.seq > c.published"),
+            adopt_back: q("UPDATE {s}.outbox SET seq = -seq WHERE stream = ANY($1::text[]) AND seq < 0"),
+            adopt_positions: q(
+                "UPDATE {s}.outbox_streams s SET last_seq = s.last_seq + c.delta, \
+                 published_seq = s.published_seq + c.delta, refused = NULL, refused_until = NULL, broker_seq = NULL \
+                 FROM UNNEST($1::text[], $2::int8[]) AS c(stream, delta) WHERE s.stream = c.stream",
             ),
             get: q(&format!(
                 "SELECT {ROW_COLUMNS}, (CASE WHEN o.status = 2 THEN 2 WHEN o.seq <= s.published_seq THEN 1 ELSE 0 END)::int2 \
@@ -191,18 +264,22 @@ impl Schema {
             // (an index of their own). The oldest pending row is the oldest
             // first pending row of a scope (its `created_at` is its
             // transaction's start, so off by at most a transaction's length).
-            status: q("SELECT \
-                 (SELECT coalesce(sum(s.last_seq - s.published_seq), 0)::int8 FROM {s}.outbox_streams s \
+            status: q(&format!(
+                "SELECT \
+                 (SELECT coalesce(sum(s.last_seq - s.published_seq), 0)::int8 FROM {{s}}.outbox_streams s \
                  WHERE s.last_seq > s.published_seq) \
-                 - (SELECT count(*) FROM {s}.outbox o JOIN {s}.outbox_streams s ON s.stream = o.stream \
+                 - (SELECT count(*) FROM {{s}}.outbox o JOIN {{s}}.outbox_streams s ON s.stream = o.stream \
                  WHERE o.status = 2 AND o.seq > s.published_seq), \
-                 coalesce((SELECT extract(epoch from now() - min(f.created_at)) FROM {s}.outbox_streams s \
-                 CROSS JOIN LATERAL (SELECT o.created_at FROM {s}.outbox o WHERE o.stream = s.stream \
+                 coalesce((SELECT extract(epoch from now() - min(f.created_at)) FROM {{s}}.outbox_streams s \
+                 CROSS JOIN LATERAL (SELECT o.created_at FROM {{s}}.outbox o WHERE o.stream = s.stream \
                  AND o.seq > s.published_seq AND o.status = 0 ORDER BY o.seq LIMIT 1) f \
                  WHERE s.last_seq > s.published_seq), 0)::float8, \
-                 (SELECT count(*) FROM {s}.outbox WHERE status = 2), \
-                 (SELECT count(*) FROM {s}.outbox_relays WHERE expires_at > now()), \
-                 (SELECT count(*) FROM {s}.outbox_slots WHERE owner IS NOT NULL AND expires_at > now())"),
+                 (SELECT count(*) FROM {{s}}.outbox WHERE status = 2), \
+                 (SELECT count(*) FROM {{s}}.outbox_relays WHERE expires_at > now()), \
+                 (SELECT count(*) FROM {{s}}.outbox_slots WHERE owner IS NOT NULL AND expires_at > now()), \
+                 (SELECT count(*) FROM {{s}}.outbox_streams WHERE refused IS NOT NULL AND last_seq > published_seq), \
+                 (SELECT count(*) FROM {{s}}.outbox_streams WHERE broker_seq IS NOT NULL AND last_seq > published_seq)"
+            )),
             fence_insert: q(
                 "INSERT INTO {s}.applied (consumer, scope, position, fencing_token) VALUES ($1, $2, 0, 0) \
                  ON CONFLICT (consumer, scope) DO NOTHING",
@@ -213,6 +290,13 @@ impl Schema {
             fence_update: q(
                 "UPDATE {s}.applied SET position = $3, fencing_token = $4, message_id = $5, applied_at = now() \
                  WHERE consumer = $1 AND scope = $2",
+            ),
+            fence_token: q(
+                "UPDATE {s}.applied SET fencing_token = greatest(fencing_token, $3) WHERE consumer = $1 AND scope = $2",
+            ),
+            fence_replay: q(
+                "INSERT INTO {s}.applied_replays (consumer, scope, message_id, fencing_token) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (consumer, scope, message_id) DO NOTHING RETURNING 1",
             ),
             process_load: q("SELECT state FROM {s}.process_states WHERE manager = $1 AND correlation = $2"),
             process_save: q(

@@ -119,3 +119,30 @@ async fn the_process_store_refuses_a_stale_owners_save() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A message handled without a partition lease (fencing token 0: a handler
+/// without `sequential_by`, whose messages run in any order on any
+/// instance) cannot be fenced by position: once a later position is
+/// applied, an earlier one would be taken for a redelivery and its effects
+/// skipped. The fence refuses it instead.
+#[tokio::test]
+async fn a_message_delivered_without_a_partition_lease_is_refused() -> anyhow::Result<()> {
+    let pg = Postgres::start()?;
+    let pool = pg_pool(pg.url(), 2).await?;
+    let outbox = common::outbox(&pool, "unleased", Duration::from_secs(5)).await?;
+    let schema = outbox.schema();
+    for position in [2, 1] {
+        let ctx = context(Some(position), 0)?;
+        let mut tx = pool.begin().await?;
+        let outcome = fenced_in(schema, &mut tx, "projector", &ctx).await;
+        tx.rollback().await?;
+        let refused = outcome.expect_err("no partition lease, no position fence");
+        assert!(matches!(refused, Error::NotLeased { .. }), "{refused:?}");
+        let text = refused.to_string();
+        assert!(
+            text.contains("sequential_by") && text.contains("projector"),
+            "{text}"
+        );
+    }
+    Ok(())
+}
