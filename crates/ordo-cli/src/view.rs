@@ -35,6 +35,11 @@ pub(crate) struct OutboxView {
     pub(crate) abandoned: u64,
     pub(crate) live_relays: u64,
     pub(crate) leased_slots: u64,
+    /// Keys (position scopes) waiting behind a row Redis refused.
+    pub(crate) refused: u64,
+    /// Of those, keys whose positions Redis holds from another history of
+    /// the database (`ordo-pg-relay adopt`).
+    pub(crate) conflicts: u64,
 }
 
 /// One category.

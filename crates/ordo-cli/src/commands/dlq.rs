@@ -8,7 +8,13 @@
 //! removed from the dead-letter stream right after it was published. A
 //! crash between the two leaves that one entry in both places: a second
 //! replay publishes it again (at-least-once, like every delivery; the
-//! message id is unchanged, so idempotent handlers see a duplicate).
+//! message id is unchanged, so idempotent handlers see a duplicate, and a
+//! PostgreSQL fence applies it once).
+//!
+//! A replayed letter goes back to the group that dead-lettered it only
+//! (`RedisBroker::replay`): the category's other groups handled it the
+//! first time and skip it. It keeps its position scope, not its position,
+//! so `ordo_postgres::fenced` applies it once by message id.
 
 use anyhow::{Context as _, anyhow};
 use fred::interfaces::StreamsInterface;
@@ -119,7 +125,8 @@ struct ReplayReport {
     /// `null` for the plain consumer groups' dead letters.
     key: Option<String>,
     replayed: Vec<Replayed>,
-    /// Every group consuming the category: each gets the replayed messages.
+    /// Every group consuming the category; each replayed message goes to
+    /// the group that dead-lettered it only.
     groups: Vec<String>,
 }
 
@@ -299,14 +306,6 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
         .map(|letter| publication(scope, letter))
         .collect::<Result<Vec<_>, _>>()?;
     let groups = ctx.status.groups(category).await?;
-    if groups.len() > 1 && !args.json {
-        eprintln!(
-            "note: {} groups consume `{category}` ({}): each of them gets the replayed messages, \
-             including those that handled them before",
-            groups.len(),
-            groups.join(", ")
-        );
-    }
     let question = format!(
         "Re-publish {} to {}, oldest first, and remove them from `{dlq}`?",
         format::plural(letters.len() as u64, "dead letter"),
@@ -318,7 +317,7 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
     for (letter, publication) in letters.iter().zip(publications) {
         let message_id = publication.envelope.id.clone();
         ctx.broker
-            .republish(std::slice::from_ref(&publication))
+            .replay(&letter.group, std::slice::from_ref(&publication))
             .await
             .map_err(|e| anyhow!(e))
             .with_context(|| format!("cannot re-publish dead letter {} of `{dlq}`", letter.id))?;

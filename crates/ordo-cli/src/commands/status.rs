@@ -32,8 +32,16 @@ pub(crate) async fn run(ctx: &Context, args: &StatusArgs) -> Result<Verdict, Fai
         let outbox = outbox_view(url, &args.outbox_schema).await?;
         if outbox.abandoned > 0 {
             snapshot.warnings.push(format!(
-                "the PostgreSQL outbox ({}) has {} abandoned rows (invalid keys); inspect them in {}.outbox where status = 2",
+                "the PostgreSQL outbox ({}) has {} abandoned rows (invalid keys, unreadable rows); inspect them in {}.outbox where status = 2",
                 outbox.schema, outbox.abandoned, outbox.schema
+            ));
+        }
+        if outbox.refused > 0 {
+            snapshot.warnings.push(format!(
+                "the PostgreSQL outbox ({}) has {} keys waiting behind a row Redis refused ({} of them hold \
+                 positions Redis has from another history of the database: run `ordo-pg-relay adopt`, see \
+                 docs/POSTGRES.md); the reason is the refused row's last_error",
+                outbox.schema, outbox.refused, outbox.conflicts
             ));
         }
         snapshot.outbox = Some(outbox);
@@ -93,6 +101,8 @@ async fn outbox_view(url: &SecretUrl, schema: &str) -> Result<OutboxView, Failur
         abandoned: status.abandoned,
         live_relays: status.live_relays,
         leased_slots: status.leased_slots,
+        refused: status.refused,
+        conflicts: status.conflicts,
     })
 }
 
