@@ -53,10 +53,14 @@ pub struct AdoptedScope {
     pub pending: u64,
 }
 
+/// A row of `refused_scopes`: scope, reason, broker position, published
+/// and last positions, held.
+type RefusedRow = (String, Option<String>, Option<i64>, i64, i64, Option<bool>);
+
 impl PgOutbox {
     /// The scopes whose next row the broker refused, with rows pending.
     pub async fn refused(&self) -> Result<Vec<RefusedScope>> {
-        let rows: Vec<(String, Option<String>, Option<i64>, i64, i64, Option<bool>)> =
+        let rows: Vec<RefusedRow> =
             sqlx::query_as(AssertSqlSafe(self.sql().refused_scopes.clone()))
                 .fetch_all(self.pool())
                 .await?;

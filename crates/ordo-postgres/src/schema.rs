@@ -157,7 +157,7 @@ impl Schema {
                  WHERE o.bytes_before + o.bytes <= $5 OR o.bytes_before = 0"
             )),
             // The epoch alone (what a relay publishes with).
-            identity: q(&format!("{EPOCH}")),
+            identity: q(EPOCH),
             // Scopes locked in sorted order, as writers lock them, so a mark
             // and a commit never wait on each other in a cycle. A position
             // also covers the abandoned rows right after it (all the rows
@@ -264,22 +264,22 @@ impl Schema {
             // (an index of their own). The oldest pending row is the oldest
             // first pending row of a scope (its `created_at` is its
             // transaction's start, so off by at most a transaction's length).
-            status: q(&format!(
+            status: q(
                 "SELECT \
-                 (SELECT coalesce(sum(s.last_seq - s.published_seq), 0)::int8 FROM {{s}}.outbox_streams s \
+                 (SELECT coalesce(sum(s.last_seq - s.published_seq), 0)::int8 FROM {s}.outbox_streams s \
                  WHERE s.last_seq > s.published_seq) \
-                 - (SELECT count(*) FROM {{s}}.outbox o JOIN {{s}}.outbox_streams s ON s.stream = o.stream \
+                 - (SELECT count(*) FROM {s}.outbox o JOIN {s}.outbox_streams s ON s.stream = o.stream \
                  WHERE o.status = 2 AND o.seq > s.published_seq), \
-                 coalesce((SELECT extract(epoch from now() - min(f.created_at)) FROM {{s}}.outbox_streams s \
-                 CROSS JOIN LATERAL (SELECT o.created_at FROM {{s}}.outbox o WHERE o.stream = s.stream \
+                 coalesce((SELECT extract(epoch from now() - min(f.created_at)) FROM {s}.outbox_streams s \
+                 CROSS JOIN LATERAL (SELECT o.created_at FROM {s}.outbox o WHERE o.stream = s.stream \
                  AND o.seq > s.published_seq AND o.status = 0 ORDER BY o.seq LIMIT 1) f \
                  WHERE s.last_seq > s.published_seq), 0)::float8, \
-                 (SELECT count(*) FROM {{s}}.outbox WHERE status = 2), \
-                 (SELECT count(*) FROM {{s}}.outbox_relays WHERE expires_at > now()), \
-                 (SELECT count(*) FROM {{s}}.outbox_slots WHERE owner IS NOT NULL AND expires_at > now()), \
-                 (SELECT count(*) FROM {{s}}.outbox_streams WHERE refused IS NOT NULL AND last_seq > published_seq), \
-                 (SELECT count(*) FROM {{s}}.outbox_streams WHERE broker_seq IS NOT NULL AND last_seq > published_seq)"
-            )),
+                 (SELECT count(*) FROM {s}.outbox WHERE status = 2), \
+                 (SELECT count(*) FROM {s}.outbox_relays WHERE expires_at > now()), \
+                 (SELECT count(*) FROM {s}.outbox_slots WHERE owner IS NOT NULL AND expires_at > now()), \
+                 (SELECT count(*) FROM {s}.outbox_streams WHERE refused IS NOT NULL AND last_seq > published_seq), \
+                 (SELECT count(*) FROM {s}.outbox_streams WHERE broker_seq IS NOT NULL AND last_seq > published_seq)",
+            ),
             fence_insert: q(
                 "INSERT INTO {s}.applied (consumer, scope, position, fencing_token) VALUES ($1, $2, 0, 0) \
                  ON CONFLICT (consumer, scope) DO NOTHING",
