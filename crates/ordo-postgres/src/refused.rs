@@ -60,10 +60,9 @@ type RefusedRow = (String, Option<String>, Option<i64>, i64, i64, Option<bool>);
 impl PgOutbox {
     /// The scopes whose next row the broker refused, with rows pending.
     pub async fn refused(&self) -> Result<Vec<RefusedScope>> {
-        let rows: Vec<RefusedRow> =
-            sqlx::query_as(AssertSqlSafe(self.sql().refused_scopes.clone()))
-                .fetch_all(self.pool())
-                .await?;
+        let rows: Vec<RefusedRow> = sqlx::query_as(AssertSqlSafe(self.sql().refused_scopes.clone()))
+            .fetch_all(self.pool())
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(scope, reason, broker, published, last, held)| RefusedScope {

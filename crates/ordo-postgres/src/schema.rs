@@ -264,8 +264,7 @@ impl Schema {
             // (an index of their own). The oldest pending row is the oldest
             // first pending row of a scope (its `created_at` is its
             // transaction's start, so off by at most a transaction's length).
-            status: q(
-                "SELECT \
+            status: q("SELECT \
                  (SELECT coalesce(sum(s.last_seq - s.published_seq), 0)::int8 FROM {s}.outbox_streams s \
                  WHERE s.last_seq > s.published_seq) \
                  - (SELECT count(*) FROM {s}.outbox o JOIN {s}.outbox_streams s ON s.stream = o.stream \
@@ -278,8 +277,7 @@ impl Schema {
                  (SELECT count(*) FROM {s}.outbox_relays WHERE expires_at > now()), \
                  (SELECT count(*) FROM {s}.outbox_slots WHERE owner IS NOT NULL AND expires_at > now()), \
                  (SELECT count(*) FROM {s}.outbox_streams WHERE refused IS NOT NULL AND last_seq > published_seq), \
-                 (SELECT count(*) FROM {s}.outbox_streams WHERE broker_seq IS NOT NULL AND last_seq > published_seq)",
-            ),
+                 (SELECT count(*) FROM {s}.outbox_streams WHERE broker_seq IS NOT NULL AND last_seq > published_seq)"),
             fence_insert: q(
                 "INSERT INTO {s}.applied (consumer, scope, position, fencing_token) VALUES ($1, $2, 0, 0) \
                  ON CONFLICT (consumer, scope) DO NOTHING",

@@ -4,13 +4,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Deposited, count_status, domain, numbers, pg_pool, redis_pool, xlen};
 use ordo::prelude::*;
 use ordo_core::broker::{Broker, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication};
-use ordo_core::config::Config;
 use ordo_core::error::CommitError;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
@@ -29,11 +27,6 @@ fn deposit(account: &str, n: u64) -> Deposited {
         amount: 10,
         n,
     }
-}
-
-async fn relay(outbox: &PgOutbox, redis: &Redis) -> anyhow::Result<PgRelay> {
-    let broker = RedisBroker::builder(redis.url()).build().await?;
-    Ok(PgRelay::new(outbox.clone(), Arc::new(broker), &Config::default()))
 }
 
 #[tokio::test]
@@ -91,7 +84,7 @@ async fn events_exist_if_and_only_if_the_callers_transaction_commits() -> anyhow
         "only the committed rows, at positions 1 and 2"
     );
 
-    let relay = relay(&outbox, &redis).await?;
+    let relay = common::relay(&outbox, &redis).await?;
     let report = relay.publish_pending().await?;
     assert_eq!(report.published, 2);
     let redis_client = redis_pool(&redis.url()).await?;
@@ -154,7 +147,7 @@ async fn concurrent_transactions_on_one_key_publish_in_commit_order() -> anyhow:
     let pool = pg_pool(pg.url(), 6).await?;
     let outbox = common::outbox(&pool, "concurrent", TTL).await?;
     let domain = domain()?;
-    let relay = relay(&outbox, &redis).await?;
+    let relay = common::relay(&outbox, &redis).await?;
     let redis_client = redis_pool(&redis.url()).await?;
 
     // A starts first and stays open.
@@ -260,7 +253,7 @@ async fn publishing_a_position_again_is_a_no_op() -> anyhow::Result<()> {
     let pool = pg_pool(pg.url(), 4).await?;
     let outbox = common::outbox(&pool, "idempotent", TTL).await?;
     let domain = domain()?;
-    let relay = relay(&outbox, &redis).await?;
+    let relay = common::relay(&outbox, &redis).await?;
     let redis_client = redis_pool(&redis.url()).await?;
 
     let mut tx = pool.begin().await?;
@@ -376,7 +369,7 @@ async fn publishing_moves_scope_positions_without_updating_rows() -> anyhow::Res
     let pool = pg_pool(pg.url(), 4).await?;
     let outbox = common::outbox(&pool, "positions", TTL).await?;
     let domain = domain()?;
-    let relay = relay(&outbox, &redis).await?.batch_size(7);
+    let relay = common::relay(&outbox, &redis).await?.batch_size(7);
     let redis_client = redis_pool(&redis.url()).await?;
 
     for round in 0..3u64 {

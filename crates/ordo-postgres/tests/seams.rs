@@ -44,11 +44,6 @@ async fn commit(
     Ok(())
 }
 
-async fn relay_of(outbox: &PgOutbox, redis: &Redis) -> anyhow::Result<PgRelay> {
-    let broker = RedisBroker::builder(redis.url()).build().await?;
-    Ok(PgRelay::new(outbox.clone(), Arc::new(broker), &Config::default()))
-}
-
 /// A fresh database (or a restored one, a re-created schema, a promoted
 /// asynchronous replica) hands out positions Redis already holds from
 /// another history. Its events must not be taken for published duplicates:
@@ -66,13 +61,13 @@ async fn a_fresh_database_against_a_used_redis_loses_no_event() -> anyhow::Resul
     // The first database's history: three events of `a`, published.
     let used = common::outbox(&pool, "used", TTL).await?;
     commit(&pool, &used, &domain, (1..=3).map(|n| deposit("a", n)).collect()).await?;
-    let used_relay = relay_of(&used, &redis).await?;
+    let used_relay = common::relay(&used, &redis).await?;
     assert_eq!(used_relay.publish_pending().await?.published, 3);
 
     // A fresh database against the same Redis: its positions start at 1 again.
     let fresh = common::outbox(&pool, "fresh", TTL).await?;
     commit(&pool, &fresh, &domain, vec![deposit("a", 4), deposit("a", 5)]).await?;
-    let relay = relay_of(&fresh, &redis).await?;
+    let relay = common::relay(&fresh, &redis).await?;
     let report = relay.publish_pending().await?;
     assert_eq!(
         report.published, 0,
@@ -157,7 +152,7 @@ async fn an_unreadable_row_is_abandoned_and_the_rest_flows() -> anyhow::Result<(
     .execute(&pool)
     .await?;
 
-    let relay = relay_of(&outbox, &redis).await?;
+    let relay = common::relay(&outbox, &redis).await?;
     let report = relay.publish_pending().await?;
     // The unreadable row is abandoned by the outbox itself, out of the report.
     assert_eq!(

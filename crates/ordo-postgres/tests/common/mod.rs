@@ -75,6 +75,16 @@ pub async fn outbox(pool: &PgPool, prefix: &str, lease_ttl: Duration) -> anyhow:
     Ok(outbox)
 }
 
+/// A relay of `outbox` to `redis`, with the default configuration.
+pub async fn relay(outbox: &PgOutbox, redis: &ordo_testkit::Redis) -> anyhow::Result<ordo_postgres::PgRelay> {
+    let broker = ordo_redis::RedisBroker::builder(redis.url()).build().await?;
+    Ok(ordo_postgres::PgRelay::new(
+        outbox.clone(),
+        std::sync::Arc::new(broker),
+        &ordo_core::config::Config::default(),
+    ))
+}
+
 pub async fn redis_pool(url: &str) -> anyhow::Result<Pool> {
     let pool = Builder::from_config(FredConfig::from_url(url)?).build_pool(2)?;
     pool.init().await?;
