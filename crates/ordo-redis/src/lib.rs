@@ -64,6 +64,7 @@ mod publish;
 mod scripts;
 mod secret;
 mod settings;
+pub mod setup;
 mod status;
 mod tls;
 
