@@ -128,9 +128,10 @@ impl PartitionAdmin {
     /// group, sorted by group and key: its halted set reads nothing of any
     /// other category.
     pub async fn halted_in(&self, category: &str) -> Result<Vec<HaltedPartition>> {
-        let keys =
-            crate::buckets::members(&self.client, &halted_directory(category), |slot| halted(category, slot))
-                .await?;
+        let keys = crate::buckets::members(&self.client, &halted_directory(category), |slot| {
+            halted(category, slot)
+        })
+        .await?;
         let mut halted = Vec::with_capacity(keys.len());
         for key in keys {
             if let Some((category, group)) = parse_parked(&key) {

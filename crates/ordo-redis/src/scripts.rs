@@ -60,6 +60,14 @@ macro_rules! scripts {
             $(scripts.$name.function = scripts.library.function(stringify!($name));)*
             scripts
         });
+
+        impl Scripts {
+            /// Every script, in the order they are declared.
+            #[cfg(test)]
+            fn all(&self) -> Vec<&Script> {
+                vec![$(&self.$name),*]
+            }
+        }
     };
 }
 
@@ -231,7 +239,10 @@ pub(crate) async fn ensure_loaded(client: &fred::clients::Client) -> Result<bool
     let replies = crate::nodes::on_every_node(client, |_, node| {
         let function = function.clone();
         async move {
-            match node.fcall_ro::<Value, _, _, _>(function, Vec::<String>::new(), Vec::<Value>::new()).await {
+            match node
+                .fcall_ro::<Value, _, _, _>(function, Vec::<String>::new(), Vec::<Value>::new())
+                .await
+            {
                 Ok(_) => Ok(true),
                 Err(error) if is_missing_function(&error) => Ok(false),
                 Err(error) => Err(error.into()),
@@ -290,42 +301,56 @@ mod tests {
 
     use super::*;
 
-    /// Every script of [`SCRIPTS`], with its expected flags.
-    fn every_script() -> Vec<&'static Script> {
-        let s = &*SCRIPTS;
-        vec![
-            &s.publish, &s.acquire, &s.renew, &s.arm, &s.union, &s.release, &s.read, &s.read_hashed, &s.refill,
-            &s.park, &s.hold, &s.held, &s.ack_held, &s.resolve_parked, &s.ack, &s.halt, &s.close, &s.reap,
-            &s.resolve, &s.commit, &s.announce, &s.ack_plain, &s.claim_plain,
-        ]
-    }
-
     #[test]
     fn every_script_is_one_function_of_the_library_with_its_flags() {
         let library = library();
         let source = library.source();
-        assert!(library.name().starts_with("ordo_") && library.name().len() == 17, "{}", library.name());
+        assert!(
+            library.name().starts_with("ordo_") && library.name().len() == 17,
+            "{}",
+            library.name()
+        );
         assert!(source.starts_with(&format!("#!lua name={}\n", library.name())));
-        assert_eq!(source.matches("#!lua").count(), 1, "only the library's header line");
-        assert_eq!(source.matches("local function parse_id").count(), 1, "common.lua once");
-        for script in every_script() {
+        assert_eq!(
+            source.matches("#!lua").count(),
+            1,
+            "only the library's header line"
+        );
+        assert_eq!(
+            source.matches("local function parse_id").count(),
+            1,
+            "common.lua once"
+        );
+        for script in SCRIPTS.all() {
             assert_eq!(script.function, format!("{}_{}", library.name(), script.name()));
             let registered = format!("function_name = '{}',", script.function);
             assert_eq!(source.matches(&registered).count(), 1, "{registered}");
         }
         let flags = |script: &Script| {
-            let at = source.find(&format!("function_name = '{}',", script.function)).unwrap();
+            let at = source
+                .find(&format!("function_name = '{}',", script.function))
+                .unwrap();
             let line = &source[at..source[at..].find('\n').unwrap() + at];
             line[line.find("flags = {").unwrap()..line.find('}').unwrap() + 1].to_owned()
         };
-        assert_eq!(flags(&SCRIPTS.union), "flags = {'allow-cross-slot-keys', 'no-writes'}");
+        assert_eq!(
+            flags(&SCRIPTS.union),
+            "flags = {'allow-cross-slot-keys', 'no-writes'}"
+        );
         assert_eq!(flags(&SCRIPTS.publish), "flags = {'allow-cross-slot-keys'}");
-        assert_eq!(flags(&SCRIPTS.release), "flags = {'allow-cross-slot-keys'}", "as EVAL without flags");
+        assert_eq!(
+            flags(&SCRIPTS.release),
+            "flags = {'allow-cross-slot-keys'}",
+            "as EVAL without flags"
+        );
     }
 
     #[test]
     fn flags_come_from_the_shebang_line_only() {
-        assert_eq!(split_flags("#!lua flags=a,b\nreturn 1"), (vec!["a", "b"], "return 1"));
+        assert_eq!(
+            split_flags("#!lua flags=a,b\nreturn 1"),
+            (vec!["a", "b"], "return 1")
+        );
         assert_eq!(split_flags("#!lua\nreturn 1"), (vec![], "return 1"));
         assert_eq!(split_flags("return 1\n"), (DEFAULT_FLAGS.to_vec(), "return 1\n"));
     }
@@ -351,7 +376,9 @@ mod tests {
     }
 
     async fn connect(url: &str) -> fred::clients::Client {
-        let client = Builder::from_config(crate::client_config(url).unwrap()).build().unwrap();
+        let client = Builder::from_config(crate::client_config(url).unwrap())
+            .build()
+            .unwrap();
         client.init().await.unwrap();
         client
     }
@@ -363,15 +390,26 @@ mod tests {
     async fn the_library_is_loaded_by_a_user_that_may_and_named_to_one_that_may_not() {
         let redis = Redis::start_local().unwrap();
         redis
-            .create_user_with_rules("caller", "pw", &["-@all", "+fcall", "+fcall_ro", "+get", "+del", "~*"])
+            .create_user_with_rules(
+                "caller",
+                "pw",
+                &["-@all", "+fcall", "+fcall_ro", "+get", "+del", "~*"],
+            )
             .unwrap();
         let address = redis.url().trim_start_matches("redis://").to_owned();
         let caller = connect(&format!("redis://caller:pw@{address}")).await;
         let error = ensure_loaded(&caller).await.unwrap_err();
         assert!(matches!(error, Error::LibraryNotLoaded { .. }), "{error:?}");
         let text = error.to_string();
-        assert!(text.contains(library().name()) && text.contains("ordo setup"), "{text}");
-        let error = SCRIPTS.release.run(&caller, vec!["k".to_owned()], vec!["v".into()]).await.unwrap_err();
+        assert!(
+            text.contains(library().name()) && text.contains("ordo setup"),
+            "{text}"
+        );
+        let error = SCRIPTS
+            .release
+            .run(&caller, vec!["k".to_owned()], vec!["v".into()])
+            .await
+            .unwrap_err();
         assert!(matches!(error, Error::LibraryNotLoaded { .. }), "{error:?}");
 
         let admin = connect(&redis.url()).await;
@@ -380,10 +418,18 @@ mod tests {
         assert!(!ensure_loaded(&caller).await.unwrap());
         let listed: Value = admin.function_list(Some(library().name()), false).await.unwrap();
         let functions = format!("{listed:?}");
-        for script in every_script() {
-            assert!(functions.contains(&format!("\"{}\"", script.function)), "{} in {functions}", script.function);
+        for script in SCRIPTS.all() {
+            assert!(
+                functions.contains(&format!("\"{}\"", script.function)),
+                "{} in {functions}",
+                script.function
+            );
         }
-        let released = SCRIPTS.release.run(&caller, vec!["k".to_owned()], vec!["v".into()]).await.unwrap();
+        let released = SCRIPTS
+            .release
+            .run(&caller, vec!["k".to_owned()], vec!["v".into()])
+            .await
+            .unwrap();
         assert_eq!(released.as_i64(), Some(0));
         let _ = caller.quit().await;
         let _ = admin.quit().await;

@@ -20,9 +20,7 @@ use fred::interfaces::{FunctionInterface, KeysInterface, SetsInterface};
 use fred::types::Value;
 
 use crate::error::{Error, Result};
-use crate::keys::{
-    LEGACY_HALTED_DIRECTORY, halted, halted_directory, halted_member_category, legacy_halted,
-};
+use crate::keys::{LEGACY_HALTED_DIRECTORY, halted, halted_directory, halted_member_category, legacy_halted};
 use crate::nodes::{self, Node};
 use crate::scripts;
 

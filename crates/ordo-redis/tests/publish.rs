@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, FunctionInterface, KeysInterface, LuaInterface, SetsInterface, StreamsInterface};
+use fred::interfaces::{
+    ClientLike, FunctionInterface, KeysInterface, LuaInterface, SetsInterface, StreamsInterface,
+};
 use fred::types::{InfoKind, Value};
 use ordo_core::broker::{Broker, Publication};
 use ordo_core::key::Lane;

@@ -48,7 +48,10 @@ pub(crate) async fn run(ctx: &Context, args: &SetupArgs) -> Result<Verdict, Fail
         .filter(|name| !view.deleted_libraries.contains(name))
         .collect();
     if !view.deleted_libraries.is_empty() {
-        println!("deleted the libraries of other releases: {}", view.deleted_libraries.join(", "));
+        println!(
+            "deleted the libraries of other releases: {}",
+            view.deleted_libraries.join(", ")
+        );
     }
     if !kept.is_empty() {
         let names: Vec<&str> = kept.iter().map(|name| name.as_str()).collect();
