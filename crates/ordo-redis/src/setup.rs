@@ -163,7 +163,56 @@ async fn move_legacy_halts(client: &Pool) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    use fred::interfaces::ClientLike;
+    use fred::prelude::Builder;
+    use ordo_testkit::RedisCluster;
+
     use super::*;
+
+    async fn connect_pool(url: &str) -> Pool {
+        let pool = Builder::from_config(crate::client_config(url).unwrap())
+            .build_pool(2)
+            .unwrap();
+        pool.init().await.unwrap();
+        pool
+    }
+
+    /// On a cluster the library goes to every primary; a primary that
+    /// lacks it (added to the cluster later, or restarted without
+    /// persistence) gets it from a client that may load it, and from
+    /// `setup`.
+    #[tokio::test]
+    async fn the_library_is_loaded_on_every_primary() {
+        let cluster = RedisCluster::start_local().unwrap();
+        let pool = connect_pool(&cluster.url()).await;
+        let report = run(&pool, false).await.unwrap();
+        assert_eq!(report.primaries, 3);
+        let primaries = cluster.primaries().unwrap();
+        let node = |index: usize| {
+            let url = cluster.node(index).unwrap().url();
+            async move {
+                let client = Builder::from_config(crate::client_config(&url).unwrap())
+                    .build()
+                    .unwrap();
+                client.init().await.unwrap();
+                client
+            }
+        };
+        for index in &primaries {
+            let listed: Value = node(*index)
+                .await
+                .function_list(Some(library_name()), false)
+                .await
+                .unwrap();
+            assert_eq!(library_names(listed), [library_name()], "node {index}");
+        }
+        let emptied = node(primaries[1]).await;
+        let _: () = emptied.function_flush(false).await.unwrap();
+        assert!(scripts::ensure_loaded(pool.next()).await.unwrap(), "loaded again");
+        let listed: Value = emptied.function_list(Some(library_name()), false).await.unwrap();
+        assert_eq!(library_names(listed), [library_name()]);
+        assert!(!scripts::ensure_loaded(pool.next()).await.unwrap());
+    }
 
     #[test]
     fn only_names_of_ordo_libraries_count() {
