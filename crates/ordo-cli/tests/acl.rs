@@ -1,11 +1,13 @@
 //! Ordo under exactly the least-privilege ACL rules of docs/OPERATIONS.md
-//! ([`AclRole::rules`]), on a real Redis: a worker (partitioned and plain
-//! handlers, a process manager, heartbeat, waker, reaper, discovery), a
-//! publisher (a unit of work, and the PostgreSQL outbox relay) and the `ordo`
-//! tool each log in as their own ACL user with a
-//! `redis://user:password@host` URL and do their work; Redis's `ACL LOG`
+//! ([`AclRole::rules`]), on a real Redis: once an administrator loaded Ordo's
+//! functions (`ordo setup`), a worker (partitioned and plain handlers, a
+//! process manager, heartbeat, waker, reaper, discovery, the health check),
+//! a publisher (a unit of work, and the PostgreSQL outbox relay) and the
+//! `ordo` tool each log in as their own ACL user with a
+//! `redis://user:password@host/0` URL and do their work; Redis's `ACL LOG`
 //! shows no command or key was refused on the way. The read-only user sees
-//! everything and cannot `skip`.
+//! everything and cannot `skip`. And every role, made from the documented
+//! lines, tries what it must not do: each is refused, and nothing changes.
 
 mod common;
 
@@ -766,10 +768,30 @@ async fn hashed_partitions_work_under_the_documented_acl_rules() -> anyhow::Resu
         })?;
     }
     uow.commit().await?;
+    // The outbox relay publishes as the publisher too: in a hashed
+    // partition each key's position is a field of one hash.
+    let pg = Postgres::start()?;
+    let pool = ordo_postgres::sqlx::PgPool::connect(pg.url()).await?;
+    let outbox = PgOutbox::builder(pool.clone())
+        .schema(format!("acl_hashed_{}", std::process::id()))
+        .build()?;
+    outbox.migrate().await?;
+    let mut tx = pool.begin().await?;
+    let mut uow = publisher.unit_of_work();
+    for n in [40, 41] {
+        uow.raise(ShipmentBooked {
+            shipment_id: format!("s-{n}"),
+            carrier: "ups".to_owned(),
+        })?;
+    }
+    uow.commit_in_outbox(&outbox, &mut tx).await?;
+    tx.commit().await?;
+    let report = PgRelay::for_domain(outbox, &publisher).publish_pending().await?;
+    assert_eq!(report.published, 2, "{report:?}");
     let worker = domain(AclRole::Worker).await?;
     let running = worker.start();
     until(&redis, "dhl parked, the other carriers handled", || async {
-        Ok(handled_of("ups").len() == 19 && handled_of("fedex").len() == 18 && handled_of("dhl") == ["s-1"])
+        Ok(handled_of("ups").len() == 21 && handled_of("fedex").len() == 18 && handled_of("dhl") == ["s-1"])
     })
     .await?;
     assert_nothing_refused(&redis, "publishing and handling")?;
