@@ -353,21 +353,13 @@ async fn worker_publisher_and_operator_do_their_work_under_the_documented_acl_ru
     uow.commit().await?;
 
     // The PostgreSQL outbox's relay publishes as the publisher too.
-    let pg = Postgres::start()?;
-    let pool = ordo_postgres::sqlx::PgPool::connect(pg.url()).await?;
-    let outbox = PgOutbox::builder(pool.clone())
-        .schema(format!("acl_{}", std::process::id()))
-        .build()?;
-    outbox.migrate().await?;
-    let mut tx = pool.begin().await?;
-    let mut uow = publisher.unit_of_work();
-    uow.raise(order_placed("g-1", "grace"))?;
-    uow.raise(order_placed("g-2", "grace"))?;
-    uow.commit_in_outbox(&outbox, &mut tx).await?;
-    tx.commit().await?;
-    let relay = PgRelay::for_domain(outbox, &publisher);
-    let report = relay.publish_pending().await?;
-    assert_eq!(report.published, 2, "{report:?}");
+    let relayed = through_outbox(&publisher, |uow| {
+        uow.raise(order_placed("g-1", "grace"))?;
+        uow.raise(order_placed("g-2", "grace"))?;
+        Ok(())
+    })
+    .await?;
+    assert_eq!(relayed, 2);
 
     until(
         &redis,
@@ -610,6 +602,28 @@ async fn setup(redis: &Redis, dir: &tempfile::TempDir) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Commits what `raise` raises to a PostgreSQL outbox (a fresh server)
+/// and publishes it with `publisher`'s outbox relay; returns how many
+/// events the relay published.
+async fn through_outbox(
+    publisher: &Domain,
+    raise: impl FnOnce(&mut ordo_core::uow::UnitOfWork) -> anyhow::Result<()>,
+) -> anyhow::Result<u64> {
+    let pg = Postgres::start()?;
+    let pool = ordo_postgres::sqlx::PgPool::connect(pg.url()).await?;
+    let outbox = PgOutbox::builder(pool.clone())
+        .schema(format!("acl_{}", std::process::id()))
+        .build()?;
+    outbox.migrate().await?;
+    let mut tx = pool.begin().await?;
+    let mut uow = publisher.unit_of_work();
+    raise(&mut uow)?;
+    uow.commit_in_outbox(&outbox, &mut tx).await?;
+    tx.commit().await?;
+    let report = PgRelay::for_domain(outbox, publisher).publish_pending().await?;
+    Ok(report.published as u64)
+}
+
 /// Whether `client`'s partition of the order category is in the index.
 async fn indexed(admin: &RedisBroker, client: &str) -> Result<bool, ConditionError> {
     let partition = PartitionKeys::new(ORDER, client, "backfill");
@@ -770,24 +784,17 @@ async fn hashed_partitions_work_under_the_documented_acl_rules() -> anyhow::Resu
     uow.commit().await?;
     // The outbox relay publishes as the publisher too: in a hashed
     // partition each key's position is a field of one hash.
-    let pg = Postgres::start()?;
-    let pool = ordo_postgres::sqlx::PgPool::connect(pg.url()).await?;
-    let outbox = PgOutbox::builder(pool.clone())
-        .schema(format!("acl_hashed_{}", std::process::id()))
-        .build()?;
-    outbox.migrate().await?;
-    let mut tx = pool.begin().await?;
-    let mut uow = publisher.unit_of_work();
-    for n in [40, 41] {
-        uow.raise(ShipmentBooked {
-            shipment_id: format!("s-{n}"),
-            carrier: "ups".to_owned(),
-        })?;
-    }
-    uow.commit_in_outbox(&outbox, &mut tx).await?;
-    tx.commit().await?;
-    let report = PgRelay::for_domain(outbox, &publisher).publish_pending().await?;
-    assert_eq!(report.published, 2, "{report:?}");
+    let relayed = through_outbox(&publisher, |uow| {
+        for n in [40, 41] {
+            uow.raise(ShipmentBooked {
+                shipment_id: format!("s-{n}"),
+                carrier: "ups".to_owned(),
+            })?;
+        }
+        Ok(())
+    })
+    .await?;
+    assert_eq!(relayed, 2);
     let worker = domain(AclRole::Worker).await?;
     let running = worker.start();
     until(&redis, "dhl parked, the other carriers handled", || async {

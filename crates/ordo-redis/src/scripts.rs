@@ -294,7 +294,7 @@ impl Script {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use fred::interfaces::{ClientLike, FunctionInterface};
     use fred::prelude::Builder;
     use ordo_testkit::Redis;
@@ -375,7 +375,8 @@ mod tests {
         assert_eq!(listed, crate::fence::ALLOWED);
     }
 
-    async fn connect(url: &str) -> fred::clients::Client {
+    /// A client of the Redis at `url`, connected.
+    pub(crate) async fn connect(url: &str) -> fred::clients::Client {
         let client = Builder::from_config(crate::client_config(url).unwrap())
             .build()
             .unwrap();

@@ -190,13 +190,7 @@ mod tests {
         let primaries = cluster.primaries().unwrap();
         let node = |index: usize| {
             let url = cluster.node(index).unwrap().url();
-            async move {
-                let client = Builder::from_config(crate::client_config(&url).unwrap())
-                    .build()
-                    .unwrap();
-                client.init().await.unwrap();
-                client
-            }
+            async move { crate::scripts::tests::connect(&url).await }
         };
         for index in &primaries {
             let listed: Value = node(*index)
