@@ -7,7 +7,7 @@
 //! Once all are handled and every partition's lease is this instance's, the
 //! run waits `--settle-s` for the workers to park on the waker, then counts
 //! for `--window-s`, with [`CommandMonitor`], the commands clients send:
-//! one `EVALSHA` counts once, whatever its script runs (`INFO`'s counters
+//! one `FCALL` counts once, whatever its script runs (`INFO`'s counters
 //! would count those too; they are printed apart as
 //! `idle_script_cmds_per_s`). Nothing else talks to Redis meanwhile, so
 //! every command counted is the instance's.

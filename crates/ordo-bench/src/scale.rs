@@ -435,10 +435,10 @@ async fn idle(args: &ScaleArgs, admin: &Client, published_at: Instant) -> Result
     let rss = redis_info::resident_bytes();
     let window = Duration::from_secs_f64(args.window_s);
     let cpu_before = redis_info::cpu(admin).await?;
-    let scripts_before = redis_info::command_stats(admin, "evalsha").await?;
+    let scripts_before = redis_info::command_stats(admin, "fcall").await?;
     tokio::time::sleep(window).await;
     let cpu = redis_info::cpu(admin).await?.saturating_sub(cpu_before);
-    let scripts = redis_info::command_stats(admin, "evalsha")
+    let scripts = redis_info::command_stats(admin, "fcall")
         .await?
         .since(scripts_before);
     Ok(Idle {
@@ -451,7 +451,7 @@ async fn idle(args: &ScaleArgs, admin: &Client, published_at: Instant) -> Result
     })
 }
 
-/// `evalsha=1200:45000us,...`: the busiest commands' calls and time.
+/// `fcall=1200:45000us,...`: the busiest commands' calls and time.
 fn top_commands(commands: &[(String, CommandStats)]) -> String {
     commands
         .iter()
@@ -479,9 +479,9 @@ mod tests {
     #[test]
     fn the_busiest_commands_print_with_calls_and_time() {
         let commands = [
-            ("evalsha".to_owned(), CommandStats { calls: 3, usec: 90 }),
+            ("fcall".to_owned(), CommandStats { calls: 3, usec: 90 }),
             ("xadd".to_owned(), CommandStats { calls: 1, usec: 4 }),
         ];
-        assert_eq!(top_commands(&commands), "evalsha=3:90us,xadd=1:4us");
+        assert_eq!(top_commands(&commands), "fcall=3:90us,xadd=1:4us");
     }
 }

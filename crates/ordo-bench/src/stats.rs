@@ -9,7 +9,7 @@
 //! of `total_commands_processed` too (an `EVAL` whose script runs five `INCR`
 //! adds six to it and `calls=5` to `cmdstat_incr`). So a delta is the load an
 //! instance puts on Redis, not the number of commands it sends; for that
-//! (`idle_redis_cmds_per_s`: one `EVALSHA` is one command, whatever it runs)
+//! (`idle_redis_cmds_per_s`: one `FCALL` is one command, whatever it runs)
 //! use [`crate::monitor::CommandMonitor`].
 
 use std::collections::BTreeMap;

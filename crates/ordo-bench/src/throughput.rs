@@ -23,7 +23,7 @@
 //!    `redis_bytes_per_pending_msg`. What the drain cost per message, from
 //!    the engines' start to the last event handled:
 //!    `ordered_script_calls_per_msg_{n}` and `ordered_script_us_per_msg_{n}`
-//!    (`EVALSHA` in `INFO commandstats`: the fenced reads, the
+//!    (`FCALL` in `INFO commandstats`: the fenced reads, the
 //!    acknowledgements, the heartbeat's renewals), `ordered_redis_cpu_us_per_msg_{n}`
 //!    (`INFO cpu`) and `ordered_engine_cpu_us_per_msg_{n}` (this process's
 //!    CPU time: the engines' and the tally's).
@@ -203,7 +203,7 @@ impl Costs {
     async fn now(admin: &fred::clients::Client) -> Result<Self> {
         Ok(Self {
             redis_cpu: redis_info::cpu(admin).await?,
-            scripts: redis_info::command_stats(admin, "evalsha").await?,
+            scripts: redis_info::command_stats(admin, "fcall").await?,
             process_cpu: redis_info::process_cpu(),
         })
     }

@@ -198,7 +198,7 @@ fn scale_checks_every_key_in_hashed_and_in_per_key_partitions() -> Result<()> {
     assert!(
         hashed["drain_top_commands"]
             .as_str()
-            .is_some_and(|t| t.contains("evalsha=")),
+            .is_some_and(|t| t.contains("fcall=")),
         "{hashed}"
     );
 

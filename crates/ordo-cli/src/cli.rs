@@ -87,6 +87,22 @@ pub(crate) enum Command {
     /// is handled. Stop its publishers first; start its processes with the
     /// new `[categories.NAME] partitions` after.
     Repartition(RepartitionArgs),
+    /// Prepare Redis for this release, as a Redis user that may load
+    /// functions (an administrator): load Ordo's function library on every
+    /// primary, list (or delete) other releases' libraries, move halts out
+    /// of the old shared halted set. Idempotent.
+    Setup(SetupArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SetupArgs {
+    /// Also delete the function libraries of other Ordo releases (only once
+    /// no process of those releases runs: they would fail).
+    #[arg(long)]
+    pub(crate) delete_old_libraries: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

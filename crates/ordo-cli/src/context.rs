@@ -89,10 +89,10 @@ impl Context {
             (None, _) => {
                 let halted: Vec<String> = self
                     .admin
-                    .halted()
+                    .halted_in(category)
                     .await?
                     .into_iter()
-                    .filter(|h| h.category == category && h.key == key)
+                    .filter(|h| h.key == key)
                     .map(|h| h.group)
                     .collect();
                 let halted = if halted.is_empty() {

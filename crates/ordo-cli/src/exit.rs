@@ -12,7 +12,8 @@
 use std::fmt;
 use std::process::ExitCode;
 
-/// Said after an error Redis's ACL refused (`NOPERM`).
+/// Said after an error Redis's ACL refused: a command (`NOPERM`), or a
+/// command inside one of Ordo's functions (Redis says so in other words).
 const NOPERM_HINT: &str = "the Redis ACL user of this URL lacks a permission this command needs: \
      docs/OPERATIONS.md (\"ACL users\") gives the rule of each role (the reader's cannot skip, \
      retry, dlq, replay or purge)";
@@ -62,7 +63,7 @@ impl fmt::Display for Failure {
             Self::Error(error) => {
                 let text = format!("{error:#}");
                 write!(f, "error: {text}")?;
-                if text.contains("NOPERM") {
+                if text.contains("NOPERM") || text.contains("The user executing the script can't") {
                     write!(f, "\nhint: {NOPERM_HINT}")?;
                 }
                 Ok(())

@@ -64,6 +64,7 @@ async fn run(cli: Cli) -> Result<Verdict, Failure> {
         },
         Command::Watch(args) => commands::watch::run(&ctx, &args).await,
         Command::Repartition(args) => commands::repartition::run(&ctx, &args).await,
+        Command::Setup(args) => commands::setup::run(&ctx, &args).await,
     };
     ctx.close().await;
     result

@@ -1,25 +1,27 @@
 //! Ordo under exactly the least-privilege ACL rules of docs/OPERATIONS.md
-//! ([`AclRole::rules`]), on a real Redis: a worker (partitioned and plain
-//! handlers, a process manager, heartbeat, waker, reaper, discovery), a
-//! publisher (a unit of work, and the PostgreSQL outbox relay) and the `ordo`
-//! tool each log in as their own ACL user with a
-//! `redis://user:password@host` URL and do their work; Redis's `ACL LOG`
+//! ([`AclRole::rules`]), on a real Redis: once an administrator loaded Ordo's
+//! functions (`ordo setup`), a worker (partitioned and plain handlers, a
+//! process manager, heartbeat, waker, reaper, discovery, the health check),
+//! a publisher (a unit of work, and the PostgreSQL outbox relay) and the
+//! `ordo` tool each log in as their own ACL user with a
+//! `redis://user:password@host/0` URL and do their work; Redis's `ACL LOG`
 //! shows no command or key was refused on the way. The read-only user sees
-//! everything and cannot `skip`.
+//! everything and cannot `skip`. And every role, made from the documented
+//! lines, tries what it must not do: each is refused, and nothing changes.
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::bail;
 use common::{Output, WAIT, ordo_in};
-use fred::interfaces::{KeysInterface, SetsInterface, StreamsInterface};
+use fred::interfaces::{ClientLike, KeysInterface, SetsInterface, StreamsInterface};
 use fred::types::Value;
 use ordo::prelude::*;
 use ordo_postgres::{PgOutbox, PgRelay, UnitOfWorkExt};
-use ordo_redis::{AclRole, PartitionKeys, RedisBroker, RedisProcessStore, names};
+use ordo_redis::{AclRole, AclScope, PartitionKeys, RedisBroker, RedisProcessStore, names};
 use ordo_testkit::{AclDenial, ConditionError, Postgres, Redis, eventually};
 
 /// Every ACL user's password.
@@ -32,6 +34,8 @@ const PAYMENT: &str = "payment";
 const PROJECTOR: &str = "AclProjector";
 /// The plain handler's group.
 const LEDGER: &str = "AclLedger";
+/// The process manager's group.
+const TALLY: &str = "AclTally";
 
 /// The aggregate of the partitioned category `order`.
 #[derive(Debug, Aggregate)]
@@ -174,6 +178,12 @@ retry_backoff_initial_ms = 10
 retry_backoff_max_ms = 20
 ";
 
+/// What every user of a test works on: `categories` and `groups`, in
+/// database 0 (the URLs name it, so `SELECT` is sent).
+fn scope(categories: &[&str], groups: &[&str]) -> AclScope {
+    AclScope::new().categories(categories).groups(groups).database(0)
+}
+
 /// The URL of ACL user `ordo-<role>` on `redis`, database 0 (so `SELECT`
 /// is sent).
 fn user_url(redis: &Redis, role: AclRole) -> String {
@@ -244,9 +254,12 @@ async fn worker_publisher_and_operator_do_their_work_under_the_documented_acl_ru
         redis.create_user_with_rules(
             &format!("ordo-{}", role.name()),
             PASSWORD,
-            &role.rules(&[ORDER, PAYMENT]),
+            &role.rules(&scope(&[ORDER, PAYMENT], &[PROJECTOR, LEDGER, TALLY])),
         )?;
     }
+    // An administrator loads Ordo's functions (the roles may not).
+    let dir = tempfile::tempdir()?;
+    setup(&redis, &dir).await?;
     // The test's own eyes: the default user, with every permission.
     let admin = RedisBroker::builder(redis.url()).build().await?;
     let config = Config::from_toml_str(CONFIG)?;
@@ -340,21 +353,13 @@ async fn worker_publisher_and_operator_do_their_work_under_the_documented_acl_ru
     uow.commit().await?;
 
     // The PostgreSQL outbox's relay publishes as the publisher too.
-    let pg = Postgres::start()?;
-    let pool = ordo_postgres::sqlx::PgPool::connect(pg.url()).await?;
-    let outbox = PgOutbox::builder(pool.clone())
-        .schema(format!("acl_{}", std::process::id()))
-        .build()?;
-    outbox.migrate().await?;
-    let mut tx = pool.begin().await?;
-    let mut uow = publisher.unit_of_work();
-    uow.raise(order_placed("g-1", "grace"))?;
-    uow.raise(order_placed("g-2", "grace"))?;
-    uow.commit_in_outbox(&outbox, &mut tx).await?;
-    tx.commit().await?;
-    let relay = PgRelay::for_domain(outbox, &publisher);
-    let report = relay.publish_pending().await?;
-    assert_eq!(report.published, 2, "{report:?}");
+    let relayed = through_outbox(&publisher, |uow| {
+        uow.raise(order_placed("g-1", "grace"))?;
+        uow.raise(order_placed("g-2", "grace"))?;
+        Ok(())
+    })
+    .await?;
+    assert_eq!(relayed, 2);
 
     until(
         &redis,
@@ -379,10 +384,7 @@ async fn worker_publisher_and_operator_do_their_work_under_the_documented_acl_ru
     .await?;
     // The process manager saved every client's tally.
     until(&redis, "alice's tally saved", || async {
-        let state: Option<String> = admin
-            .client()
-            .get(RedisProcessStore::key("AclTally", "alice"))
-            .await?;
+        let state: Option<String> = admin.client().get(RedisProcessStore::key(TALLY, "alice")).await?;
         Ok(state.as_deref() == Some(r#"{"orders":["a-1","a-2","a-3"]}"#))
     })
     .await?;
@@ -391,10 +393,19 @@ async fn worker_publisher_and_operator_do_their_work_under_the_documented_acl_ru
         Ok(!indexed(&admin, "alice").await?)
     })
     .await?;
+    // The worker's health check (what `RunningDomain::health()` reports)
+    // reads under the worker's rule too.
+    let health = running.health().await;
+    assert!(
+        health
+            .subscriptions
+            .iter()
+            .all(|s| s.state != ordo_core::health::HealthState::Unknown),
+        "{health:?}"
+    );
     assert_nothing_refused(&redis, "the worker and the publishers ran")?;
 
     // The read-only user sees everything.
-    let dir = tempfile::tempdir()?;
     let reader_url = user_url(&redis, AclRole::Reader);
     let reader = |args: Vec<&str>| ordo_as(&dir, &reader_url, args);
     let status = reader(vec!["status", "--json"]).await?.expect_code(0)?.json()?;
@@ -478,7 +489,7 @@ async fn worker_publisher_and_operator_do_their_work_under_the_documented_acl_ru
     assert!(
         refused
             .stderr
-            .contains("NOPERM this user has no permissions to run the 'evalsha' command")
+            .contains("NOPERM this user has no permissions to run the 'fcall' command")
             && refused
                 .stderr
                 .contains("hint: the Redis ACL user of this URL lacks a permission"),
@@ -580,6 +591,39 @@ async fn worker_publisher_and_operator_do_their_work_under_the_documented_acl_ru
     Ok(())
 }
 
+/// `ordo setup` as the default user (an administrator): Ordo's function
+/// library is loaded.
+async fn setup(redis: &Redis, dir: &tempfile::TempDir) -> anyhow::Result<()> {
+    let report = ordo_as(dir, &redis.url(), vec!["setup", "--json"])
+        .await?
+        .expect_code(0)?
+        .json()?;
+    assert_eq!(report["library"], ordo_redis::setup::library_name(), "{report:#}");
+    Ok(())
+}
+
+/// Commits what `raise` raises to a PostgreSQL outbox (a fresh server)
+/// and publishes it with `publisher`'s outbox relay; returns how many
+/// events the relay published.
+async fn through_outbox(
+    publisher: &Domain,
+    raise: impl FnOnce(&mut ordo_core::uow::UnitOfWork) -> anyhow::Result<()>,
+) -> anyhow::Result<u64> {
+    let pg = Postgres::start()?;
+    let pool = ordo_postgres::sqlx::PgPool::connect(pg.url()).await?;
+    let outbox = PgOutbox::builder(pool.clone())
+        .schema(format!("acl_{}", std::process::id()))
+        .build()?;
+    outbox.migrate().await?;
+    let mut tx = pool.begin().await?;
+    let mut uow = publisher.unit_of_work();
+    raise(&mut uow)?;
+    uow.commit_in_outbox(&outbox, &mut tx).await?;
+    tx.commit().await?;
+    let report = PgRelay::for_domain(outbox, publisher).publish_pending().await?;
+    Ok(report.published as u64)
+}
+
 /// Whether `client`'s partition of the order category is in the index.
 async fn indexed(admin: &RedisBroker, client: &str) -> Result<bool, ConditionError> {
     let partition = PartitionKeys::new(ORDER, client, "backfill");
@@ -612,6 +656,8 @@ fn ordo_as(
 
 /// The category with hashed partitions.
 const SHIPMENT: &str = "shipment";
+/// The hashed category's handler's group.
+const DISPATCHER: &str = "AclDispatcher";
 
 /// The aggregate of the hashed category `shipment`.
 #[derive(Debug, Aggregate)]
@@ -663,7 +709,7 @@ async fn hashed_partitions_work_under_the_documented_acl_rules() -> anyhow::Resu
         redis.create_user_with_rules(
             &format!("ordo-{}", role.name()),
             PASSWORD,
-            &role.rules(&[SHIPMENT]),
+            &role.rules(&scope(&[SHIPMENT], &[DISPATCHER])),
         )?;
     }
     let text = format!("{CONFIG}[categories.{SHIPMENT}]\npartitions = 4\n");
@@ -698,6 +744,28 @@ async fn hashed_partitions_work_under_the_documented_acl_rules() -> anyhow::Resu
             )
         }
     };
+    // Before an administrator loaded Ordo's functions, no role can start,
+    // and the error says what to run.
+    let refused = domain(AclRole::Worker)
+        .await
+        .expect_err("the library is not loaded");
+    assert!(
+        format!("{refused:#}").contains(&format!(
+            "Ordo's function library `{}` is not loaded on this Redis, and this user may not load it: run `ordo setup`",
+            ordo_redis::setup::library_name()
+        )),
+        "{refused:#}"
+    );
+    let denials = redis.acl_log()?;
+    assert!(
+        !denials.is_empty()
+            && denials
+                .iter()
+                .all(|d| d.username == "ordo-worker" && d.object == "function|load"),
+        "{denials:#?}"
+    );
+    redis.reset_acl_log()?;
+    setup(&redis, &dir).await?;
     let publisher = domain(AclRole::Publisher).await?;
     let publishing = publisher.start_publisher();
     let mut uow = publisher.unit_of_work();
@@ -714,10 +782,23 @@ async fn hashed_partitions_work_under_the_documented_acl_rules() -> anyhow::Resu
         })?;
     }
     uow.commit().await?;
+    // The outbox relay publishes as the publisher too: in a hashed
+    // partition each key's position is a field of one hash.
+    let relayed = through_outbox(&publisher, |uow| {
+        for n in [40, 41] {
+            uow.raise(ShipmentBooked {
+                shipment_id: format!("s-{n}"),
+                carrier: "ups".to_owned(),
+            })?;
+        }
+        Ok(())
+    })
+    .await?;
+    assert_eq!(relayed, 2);
     let worker = domain(AclRole::Worker).await?;
     let running = worker.start();
     until(&redis, "dhl parked, the other carriers handled", || async {
-        Ok(handled_of("ups").len() == 19 && handled_of("fedex").len() == 18 && handled_of("dhl") == ["s-1"])
+        Ok(handled_of("ups").len() == 21 && handled_of("fedex").len() == 18 && handled_of("dhl") == ["s-1"])
     })
     .await?;
     assert_nothing_refused(&redis, "publishing and handling")?;
@@ -754,4 +835,321 @@ async fn hashed_partitions_work_under_the_documented_acl_rules() -> anyhow::Resu
     publishing.shutdown().await?;
     assert_nothing_refused(&redis, "the operator's commands")?;
     Ok(())
+}
+
+/// The category the forbidden actions' users work on.
+const OWN: &str = "order";
+/// Another tenant's category, in the same Redis.
+const FOREIGN: &str = "invoice";
+/// The worker's group.
+const OWN_GROUP: &str = "Projector";
+/// Another team's group (a process manager), in the same Redis.
+const FOREIGN_GROUP: &str = "Auditor";
+
+/// Something a role must not do: a command sent as its user.
+struct Forbidden {
+    role: AclRole,
+    what: &'static str,
+    command: &'static str,
+    args: Vec<String>,
+}
+
+fn forbidden(role: AclRole, what: &'static str, command: &'static str, args: &[&str]) -> Forbidden {
+    Forbidden {
+        role,
+        what,
+        command,
+        args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+    }
+}
+
+/// Every role's user, made from the documented `ACL SETUSER` lines
+/// (docs/OPERATIONS.md) with `order` and `Projector` for the placeholders
+/// and database 0 allowed, tries what it must not do; each is refused and
+/// nothing changes. Another tenant (`invoice`, `Auditor`) shares the Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_role_is_refused_what_it_must_not_do() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let docs = include_str!("../../../docs/OPERATIONS.md");
+    let block = &docs[docs.find("<!-- acl:begin -->").unwrap()..docs.find("<!-- acl:end -->").unwrap()];
+    for line in block.lines().filter_map(|line| line.strip_prefix("ACL SETUSER ")) {
+        let filled = line.replace("<category>", OWN).replace("<group>", OWN_GROUP);
+        let mut words = filled.split(' ');
+        let user = words.next().unwrap();
+        // `on >PASSWORD`: the testkit sets them.
+        let rules: Vec<&str> = words.skip(2).chain(["+select|0"]).collect();
+        redis.create_user_with_rules(user, PASSWORD, &rules)?;
+    }
+    let dir = tempfile::tempdir()?;
+    setup(&redis, &dir).await?;
+    let admin = RedisBroker::builder(redis.url()).build().await?;
+    let library = ordo_redis::setup::library_name();
+
+    // What the users could damage: a partition of theirs with its lease,
+    // generation, halt and position; another tenant's halts, process
+    // manager and instances.
+    let alice = PartitionKeys::new(OWN, "alice", "backfill");
+    let bob = PartitionKeys::new(OWN, "bob", "backfill");
+    let foreign = PartitionKeys::new(FOREIGN, "k", "backfill");
+    let own_halted = bob.halted();
+    let foreign_halted = foreign.halted();
+    let foreign_state = RedisProcessStore::key(FOREIGN_GROUP, "x");
+    let foreign_lease = ordo_redis::LeaseKeys::process(FOREIGN_GROUP, "x").lease;
+    let foreign_instances = names::instances(FOREIGN_GROUP);
+    let lease = alice.lease(OWN_GROUP);
+    let setup_commands: Vec<Vec<String>> = vec![
+        vec![
+            "XADD".into(),
+            alice.primary().into(),
+            "*".into(),
+            "type".into(),
+            "T".into(),
+        ],
+        vec!["SET".into(), lease.generation.clone(), "5".into()],
+        vec!["SET".into(), lease.lease.clone(), "w1:5".into()],
+        vec![
+            "SET".into(),
+            alice.position(ordo_core::key::Lane::Primary),
+            "10".into(),
+        ],
+        vec!["HSET".into(), bob.halt(OWN_GROUP), "head".into(), "1-0".into()],
+        vec![
+            "XADD".into(),
+            bob.log(OWN_GROUP),
+            "*".into(),
+            "action".into(),
+            "retry".into(),
+        ],
+        vec!["SADD".into(), own_halted.clone(), bob.halt(OWN_GROUP)],
+        vec!["SADD".into(), foreign_halted.clone(), foreign.halt(FOREIGN_GROUP)],
+        vec!["SET".into(), foreign_state.clone(), "{}".into()],
+        vec!["SET".into(), foreign_lease.clone(), "a:1".into()],
+        vec![
+            "ZADD".into(),
+            foreign_instances.clone(),
+            "9999999999999".into(),
+            "a".into(),
+        ],
+    ];
+    for command in &setup_commands {
+        let _: Value = admin
+            .client()
+            .custom(custom(&command[0]), command[1..].to_vec())
+            .await?;
+    }
+    let watched = [
+        alice.primary().to_owned(),
+        lease.generation.clone(),
+        lease.lease.clone(),
+        alice.position(ordo_core::key::Lane::Primary),
+        bob.halt(OWN_GROUP),
+        bob.log(OWN_GROUP),
+        bob.dlq(),
+        own_halted.clone(),
+        foreign_halted.clone(),
+        foreign_state.clone(),
+        foreign_lease.clone(),
+        foreign_instances.clone(),
+    ];
+    let before = dump(&admin, &watched).await?;
+
+    let lua_loop = "while true do end";
+    let function_loop = "#!lua name=evil\nredis.register_function('evil', function() while true do end end)";
+    // The operator's `skip` of bob's head, as the resolve function does it.
+    let resolve = format!("{library}_resolve");
+    let skip_bob = [
+        resolve.as_str(),
+        "7",
+        &bob.halt(OWN_GROUP),
+        &own_halted,
+        &bob.log(OWN_GROUP),
+        bob.primary(),
+        bob.backfill(),
+        &bob.dlq(),
+        &bob.attempts(OWN_GROUP),
+        &bob.halt(OWN_GROUP),
+        OWN_GROUP,
+        "skip",
+        "",
+        "",
+    ];
+    let mut actions = Vec::new();
+    for role in AclRole::ALL {
+        actions.extend([
+            forbidden(
+                role,
+                "load a script (any Lua, a loop blocks the server)",
+                "SCRIPT",
+                &["LOAD", lua_loop],
+            ),
+            forbidden(role, "run a script", "EVAL", &["return 1", "0"]),
+            forbidden(role, "load a function", "FUNCTION", &["LOAD", function_loop]),
+            forbidden(role, "list every key", "KEYS", &["*"]),
+            forbidden(role, "empty the database", "FLUSHDB", &[]),
+            forbidden(role, "read the server's configuration", "CONFIG", &["GET", "*"]),
+        ]);
+    }
+    let publisher = AclRole::Publisher;
+    actions.extend([
+        forbidden(
+            publisher,
+            "delete a partition's stream",
+            "DEL",
+            &[alice.primary()],
+        ),
+        forbidden(
+            publisher,
+            "trim a partition's stream",
+            "XTRIM",
+            &[alice.primary(), "MAXLEN", "0"],
+        ),
+        forbidden(
+            publisher,
+            "reset a fencing generation",
+            "SET",
+            &[&lease.generation, "0"],
+        ),
+        forbidden(publisher, "forge a lease", "SET", &[&lease.lease, "evil:999"]),
+        forbidden(publisher, "delete a halt record", "DEL", &[&bob.halt(OWN_GROUP)]),
+        forbidden(
+            publisher,
+            "unlist a halt",
+            "SREM",
+            &[&own_halted, &bob.halt(OWN_GROUP)],
+        ),
+        forbidden(
+            publisher,
+            "skip a halted head (the operator's function)",
+            "FCALL",
+            &skip_bob,
+        ),
+    ]);
+    let worker = AclRole::Worker;
+    actions.extend([
+        forbidden(
+            worker,
+            "write another group's process-manager state",
+            "SET",
+            &[&foreign_state, "{\"forged\":1}"],
+        ),
+        forbidden(
+            worker,
+            "forge another group's process-manager lease",
+            "SET",
+            &[&foreign_lease, "evil:9"],
+        ),
+        forbidden(
+            worker,
+            "announce itself in another group's instance set",
+            "ZADD",
+            &[&foreign_instances, "1", "evil"],
+        ),
+        forbidden(
+            worker,
+            "unlist another category's halt",
+            "SREM",
+            &[&foreign_halted, &foreign.halt(FOREIGN_GROUP)],
+        ),
+        forbidden(
+            worker,
+            "delete the operator action log",
+            "DEL",
+            &[&bob.log(OWN_GROUP)],
+        ),
+        forbidden(
+            worker,
+            "delete a halt record (only an operator resolves a halt)",
+            "DEL",
+            &[&bob.halt(OWN_GROUP)],
+        ),
+        forbidden(
+            worker,
+            "forge a dead letter of a partition",
+            "XADD",
+            &[&bob.dlq(), "*", "source_id", "1-0"],
+        ),
+        forbidden(
+            worker,
+            "delete a position (an outbox relay would publish again)",
+            "DEL",
+            &[&alice.position(ordo_core::key::Lane::Primary)],
+        ),
+    ]);
+    let operator = AclRole::Operator;
+    actions.extend([
+        forbidden(operator, "delete a partition's stream", "DEL", &[alice.primary()]),
+        forbidden(operator, "forge a lease", "SET", &[&lease.lease, "evil:999"]),
+        forbidden(
+            operator,
+            "reset a fencing generation",
+            "SET",
+            &[&lease.generation, "0"],
+        ),
+        forbidden(
+            operator,
+            "write a process manager's state",
+            "SET",
+            &[&foreign_state, "{}"],
+        ),
+    ]);
+    let reader = AclRole::Reader;
+    actions.extend([
+        forbidden(
+            reader,
+            "release a lease (a function)",
+            "FCALL",
+            &[&format!("{library}_release"), "1", &lease.lease, "w1:5"],
+        ),
+        forbidden(
+            reader,
+            "skip a halted head (the operator's function)",
+            "FCALL",
+            &skip_bob,
+        ),
+    ]);
+
+    // Last: a database selected would take the actions after it elsewhere.
+    for role in AclRole::ALL {
+        actions.push(forbidden(role, "select another database", "SELECT", &["1"]));
+    }
+    let mut clients = HashMap::new();
+    for role in AclRole::ALL {
+        let client = fred::prelude::Builder::from_config(ordo_redis::client_config(&user_url(&redis, role))?)
+            .build()?;
+        client.init().await?;
+        clients.insert(role, client);
+    }
+    let mut allowed = Vec::new();
+    for action in &actions {
+        let reply: Result<Value, _> = clients[&action.role]
+            .custom(custom(action.command), action.args.clone())
+            .await;
+        let refused = reply.as_ref().is_err_and(|error| {
+            let text = error.details();
+            text.starts_with("NOPERM") || text.contains("The user executing the script can't")
+        });
+        if !refused {
+            allowed.push(format!(
+                "{:?} could {} ({}): {reply:?}",
+                action.role, action.what, action.command
+            ));
+        }
+    }
+    assert!(allowed.is_empty(), "not refused:\n{}", allowed.join("\n"));
+    assert_eq!(dump(&admin, &watched).await?, before, "nothing changed");
+    Ok(())
+}
+
+/// A command fred sends as it is (routed by its first key).
+fn custom(name: &str) -> fred::types::CustomCommand {
+    fred::types::CustomCommand::new(name.to_owned(), fred::types::ClusterHash::FirstKey, false)
+}
+
+/// `DUMP` of each of `keys` (None: no such key), to tell that nothing changed.
+async fn dump(admin: &RedisBroker, keys: &[String]) -> anyhow::Result<Vec<Value>> {
+    let mut dumps = Vec::with_capacity(keys.len());
+    for key in keys {
+        dumps.push(admin.client().custom(custom("DUMP"), vec![key.clone()]).await?);
+    }
+    Ok(dumps)
 }

@@ -50,6 +50,9 @@ pub const OUTBOX_PUBLISH_REFUSED: &str = "outbox.publish_refused";
 pub const OUTBOX_UNPUBLISHED_AT_SHUTDOWN: &str = "outbox.unpublished_at_shutdown";
 /// The broker's consumer stopped with an error (error).
 pub const CONSUMER_FAILED: &str = "consumer.failed";
+/// This process loaded Ordo's Redis Functions library, which the server
+/// lacked (first start, or a restart that lost it) (info).
+pub const REDIS_LIBRARY_LOADED: &str = "redis.library_loaded";
 
 /// Every name above, in the order `docs/OPERATIONS.md` lists them.
 pub const ALL: &[&str] = &[
@@ -69,4 +72,5 @@ pub const ALL: &[&str] = &[
     OUTBOX_PUBLISH_REFUSED,
     OUTBOX_UNPUBLISHED_AT_SHUTDOWN,
     CONSUMER_FAILED,
+    REDIS_LIBRARY_LOADED,
 ];

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fred::bytes_utils::Str;
 use fred::clients::Client;
-use fred::interfaces::LuaInterface;
+use fred::interfaces::FunctionInterface;
 use fred::types::Value;
 use ordo_core::key::Lane;
 
@@ -160,7 +160,7 @@ pub(crate) async fn acknowledge(client: &Client, sequence_ttl: Duration, acks: &
 /// One call for `acks`, all served by the node `client` reaches.
 async fn acknowledge_on<C>(client: C, sequence_ttl: Duration, acks: Vec<Ack>) -> Result<Vec<Acked>>
 where
-    C: LuaInterface + Send + Sync,
+    C: FunctionInterface + Send + Sync,
 {
     let Some(routing) = acks.first().map(|ack| ack.lease_key().to_owned()) else {
         return Ok(Vec::new());

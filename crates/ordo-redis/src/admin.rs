@@ -112,9 +112,26 @@ impl PartitionAdmin {
         self
     }
 
-    /// Every halted partition, of every group.
+    /// Every halted partition (and parked key), of every group and every
+    /// category found (a `SCAN`, see [`ClusterStatus::categories`](crate::ClusterStatus::categories)).
     pub async fn halted(&self) -> Result<Vec<HaltedPartition>> {
-        let keys = crate::buckets::members(&self.client, &halted_directory(), halted).await?;
+        let status = crate::ClusterStatus::new(self.client.clone(), &self.backfill_suffix);
+        let mut halted = Vec::new();
+        for category in status.categories().await? {
+            halted.extend(self.halted_in(&category).await?);
+        }
+        halted.sort_by(|a, b| (&a.group, &a.category, &a.key).cmp(&(&b.group, &b.category, &b.key)));
+        Ok(halted)
+    }
+
+    /// Every halted partition (and parked key) of `category`, of every
+    /// group, sorted by group and key: its halted set reads nothing of any
+    /// other category.
+    pub async fn halted_in(&self, category: &str) -> Result<Vec<HaltedPartition>> {
+        let keys = crate::buckets::members(&self.client, &halted_directory(category), |slot| {
+            halted(category, slot)
+        })
+        .await?;
         let mut halted = Vec::with_capacity(keys.len());
         for key in keys {
             if let Some((category, group)) = parse_parked(&key) {
@@ -124,7 +141,7 @@ impl PartitionAdmin {
                 halted.push(record);
             }
         }
-        halted.sort_by(|a, b| (&a.group, &a.category, &a.key).cmp(&(&b.group, &b.category, &b.key)));
+        halted.sort_by(|a, b| (&a.group, &a.key).cmp(&(&b.group, &b.key)));
         Ok(halted)
     }
 
@@ -169,12 +186,7 @@ impl PartitionAdmin {
             in_flight += pending;
             busy += usize::from(lag + pending > 0);
         }
-        let stuck = self
-            .halted()
-            .await?
-            .into_iter()
-            .filter(|h| h.category == category)
-            .count();
+        let stuck = self.halted_in(category).await?.len();
         let mut holding = 0;
         for partition in &partitions {
             let partition = PartitionKeys::of(

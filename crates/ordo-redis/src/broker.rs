@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::partition::Partitions;
 use crate::partitioning;
 use crate::publish;
+use crate::scripts;
 use crate::secret::SecretUrl;
 use crate::settings::RedisSettings;
 use crate::tls::TlsFiles;
@@ -366,6 +367,7 @@ impl RedisBrokerBuilder {
         if !self.allow_eviction {
             connection::check_no_eviction(&pool).await?;
         }
+        scripts::ensure_loaded(pool.next()).await?;
         let partitions = Partitions::new(pool, instance, settings.lease_ttl);
         Ok(RedisBroker {
             inner: Arc::new(Inner {

@@ -139,6 +139,22 @@ pub enum Error {
         command: String,
     },
 
+    /// Ordo's Redis Functions library (its scripts, `ordo_<hash>`) is not
+    /// loaded on this Redis, and this client's ACL user may not load it
+    /// (`FUNCTION LOAD` is an administrator's command). Nothing was run.
+    #[error(
+        "Ordo's function library `{library}` is not loaded on this Redis, and this user may not load it: \
+         run `ordo setup` as a Redis user that may (`FUNCTION LOAD`) (docs/OPERATIONS.md, \"Loading Ordo's \
+         functions\")"
+    )]
+    LibraryNotLoaded {
+        /// The library's name.
+        library: String,
+        /// Redis's refusal of `FUNCTION LOAD`.
+        #[source]
+        source: fred::error::Error,
+    },
+
     /// A script or command replied with something Ordo does not expect
     /// (a version mismatch, or keys written by something else).
     #[error("unexpected reply from `{context}`: {detail}")]

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fred::interfaces::LuaInterface;
+use fred::interfaces::FunctionInterface;
 use fred::types::Value;
 use ordo_core::handler::HandlerContext;
 
@@ -174,7 +174,7 @@ impl RedisFence {
     /// use [`RedisFence::commit_as`] with one id for every try.
     pub async fn commit<C>(&self, client: &C, writes: &FencedWrite) -> Result<Vec<Value>>
     where
-        C: LuaInterface + Send + Sync,
+        C: FunctionInterface + Send + Sync,
     {
         let id = uuid::Uuid::new_v4().simple().to_string();
         self.commit_as(client, writes, &id).await
@@ -189,7 +189,7 @@ impl RedisFence {
     /// few minutes).
     pub async fn commit_as<C>(&self, client: &C, writes: &FencedWrite, commit_id: &str) -> Result<Vec<Value>>
     where
-        C: LuaInterface + Send + Sync,
+        C: FunctionInterface + Send + Sync,
     {
         if commit_id.is_empty() {
             return Err(Error::Config {

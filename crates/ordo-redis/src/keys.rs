@@ -86,16 +86,37 @@ pub(crate) fn parse_index_directory(name: &str) -> Option<&str> {
         .filter(|c| !c.is_empty() && !c.contains(['{', '}', ':']))
 }
 
-/// The halt keys of the halted partitions in slot `slot`, for operators:
-/// `{<slot_tag>}:ordo:halted`, in the slot of the partitions it lists.
-pub fn halted(slot: u16) -> String {
+/// The halt keys of `category`'s halted partitions in slot `slot` (and
+/// the parked hashes of its hashed partitions there), for operators:
+/// `{<slot_tag>}:order:__halted__`, in the slot of the partitions it lists.
+/// Per category, so that an ACL user of one category neither reads nor
+/// writes another's halts.
+pub fn halted(category: &str, slot: u16) -> String {
+    format!("{{{}}}:{category}:__halted__", slot_tag(slot))
+}
+
+/// The slots whose [`halted`] bucket of `category` may be non-empty (a set
+/// of slot numbers), only ever added to: `{order}:__halted_buckets__`.
+pub fn halted_directory(category: &str) -> String {
+    format!("{{{category}}}:__halted_buckets__")
+}
+
+/// The halted-set bucket of slot `slot` before it was per category
+/// (`{<slot_tag>}:ordo:halted`, every category's halts), which
+/// [`crate::setup`] moves to the per-category buckets.
+pub(crate) fn legacy_halted(slot: u16) -> String {
     format!("{{{}}}:ordo:halted", slot_tag(slot))
 }
 
-/// The slots whose [`halted`] bucket may be non-empty (a set of slot
-/// numbers), only ever added to: `{ordo}:__halted_buckets__`.
-pub fn halted_directory() -> String {
-    "{ordo}:__halted_buckets__".to_owned()
+/// The directory of the [`legacy_halted`] buckets.
+pub(crate) const LEGACY_HALTED_DIRECTORY: &str = "{ordo}:__halted_buckets__";
+
+/// The category of a halted-set member (a halt key `{order:c-1}:halt:G`,
+/// or a parked hash `{order:__7__}:parked:G`): the text between its `{` and
+/// the first `:`.
+pub(crate) fn halted_member_category(member: &str) -> Option<&str> {
+    let (category, _) = member.strip_prefix('{')?.split_once(':')?;
+    (!category.is_empty() && !category.contains(['{', '}'])).then_some(category)
 }
 
 /// The sorted set of live instances consuming `group` (score: expiry in ms).
@@ -416,9 +437,15 @@ impl PartitionKeys {
         index(self.category(), self.slot())
     }
 
-    /// The halted-set bucket that lists this partition's halts (in its slot).
+    /// The halted-set bucket that lists this partition's halts (its
+    /// category's, in its slot).
     pub fn halted(&self) -> String {
-        halted(self.slot())
+        halted(self.category(), self.slot())
+    }
+
+    /// The directory of the category's halted-set buckets.
+    pub fn halted_directory(&self) -> String {
+        halted_directory(self.category())
     }
 
     /// The copy of the category's group registry in this partition's slot.
@@ -620,8 +647,8 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<category>}:__joining__", joining("order")),
         ("{<slot_tag>}:<category>:__joining__", joining_copy("order", slot)),
         ("{<category>}:__partitioning__", partitioning("order")),
-        ("{<slot_tag>}:ordo:halted", halted(slot)),
-        ("{ordo}:__halted_buckets__", halted_directory()),
+        ("{<slot_tag>}:<category>:__halted__", halted("order", slot)),
+        ("{<category>}:__halted_buckets__", halted_directory("order")),
         ("{<slot_tag>}:ordo:doorbell", doorbell_channel(slot)),
         ("ordo:instances:<group>", instances("G")),
         (
@@ -774,7 +801,13 @@ mod tests {
     fn names_parse_back() {
         assert_eq!(parse_index_directory(&index_directory("order")), Some("order"));
         assert_eq!(parse_index_directory("{order:c-1}"), None);
-        assert_eq!(parse_index_directory(&halted_directory()), None);
+        assert_eq!(parse_index_directory(&halted_directory("order")), None);
+        assert_eq!(parse_registry(&halted_directory("order")), None);
+        let p = PartitionKeys::new("order", "c-1", "backfill");
+        assert_eq!(halted_member_category(&p.halt("G")), Some("order"));
+        let h = PartitionKeys::of(PartitionId::hashed("order", 7), "backfill");
+        assert_eq!(halted_member_category(&h.parked("G")), Some("order"));
+        assert_eq!(halted_member_category("order:c-1"), None);
         assert_eq!(parse_registry(&group_registry_copy("order", 7)), None);
         assert_eq!(parse_registry(&group_registry("order")), Some("order"));
         assert_eq!(parse_registry("{order:c-1}:__groups__"), None);
@@ -806,8 +839,8 @@ mod tests {
             };
             let base = BaseKeys::new(&cat);
             let shared = [
-                index(&cat, 0), halted(0), group_registry(&cat), joining(&cat),
-                index_directory(&cat), halted_directory(),
+                index(&cat, 0), halted(&cat, 0), group_registry(&cat), joining(&cat),
+                index_directory(&cat), halted_directory(&cat),
                 group_registry_copy(&cat, 0), joining_copy(&cat, 0),
                 base.stream().to_owned(), base.dlq(), base.published(), base.position(),
             ];

@@ -14,7 +14,7 @@ use std::fmt;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::LuaInterface;
+use fred::interfaces::FunctionInterface;
 use fred::types::Value;
 
 use crate::error::{Error, Result};
@@ -249,7 +249,7 @@ pub(crate) async fn renew(client: &Client, ttl: Duration, leases: &[(String, Str
 /// One renewal call for `leases`, all served by the node `client` reaches.
 async fn renew_on<C>(client: C, ttl: Duration, leases: Vec<(String, String)>) -> Result<Vec<usize>>
 where
-    C: LuaInterface + Send + Sync,
+    C: FunctionInterface + Send + Sync,
 {
     let Some((routing, _)) = leases.first() else {
         return Ok(Vec::new());
@@ -278,7 +278,7 @@ where
 /// Releases `lease` if it is still held; returns whether it was.
 pub(crate) async fn release<C>(client: &C, lease: &Lease) -> Result<bool>
 where
-    C: LuaInterface + Send + Sync,
+    C: FunctionInterface + Send + Sync,
 {
     let script = &SCRIPTS.release;
     let released = script

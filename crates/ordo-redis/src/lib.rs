@@ -65,10 +65,11 @@ mod publish;
 mod scripts;
 mod secret;
 mod settings;
+pub mod setup;
 mod status;
 mod tls;
 
-pub use acl::AclRole;
+pub use acl::{AclRole, AclScope};
 pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
 pub use broker::{RedisBroker, RedisBrokerBuilder};
 pub use connection::{client_config, client_config_with_tls};

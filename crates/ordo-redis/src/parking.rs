@@ -16,7 +16,7 @@ use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
 use crate::fence::KeyNames;
-use crate::keys::{PartitionKeys, halted_directory};
+use crate::keys::PartitionKeys;
 use crate::lease::{Lease, millis};
 use crate::partition::{HaltReason, Partitions, StreamEntry, lane_name, parse_lane};
 use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
@@ -111,7 +111,7 @@ impl Partitions {
     ) -> Result<String> {
         // The halted set's bucket is listed before it can be written to,
         // so an operator reading the directory never misses a parked key.
-        crate::buckets::list(self.client(), &halted_directory(), &[partition.slot()]).await?;
+        crate::buckets::list(self.client(), &partition.halted_directory(), &[partition.slot()]).await?;
         let script = &SCRIPTS.park;
         let parked = partition.parked(group);
         let keys = vec![

@@ -17,7 +17,7 @@ use ordo_core::message::Envelope;
 
 use crate::ack::{self, Ack};
 use crate::error::{Error, Result};
-use crate::keys::{CONSUMER, LeaseKeys, PartitionKeys, halted_directory};
+use crate::keys::{CONSUMER, LeaseKeys, PartitionKeys};
 use crate::lease::{self, Lease, Owner, millis};
 use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
@@ -525,7 +525,7 @@ impl Partitions {
     ) -> Result<()> {
         // The halted set's bucket is listed before it can be written to,
         // so an operator reading the directory never misses a halt.
-        crate::buckets::list(&self.client, &halted_directory(), &[partition.slot()]).await?;
+        crate::buckets::list(&self.client, &partition.halted_directory(), &[partition.slot()]).await?;
         let script = &SCRIPTS.halt;
         let halt_key = partition.halt(group);
         let keys = vec![

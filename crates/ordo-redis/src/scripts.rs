@@ -1,97 +1,185 @@
-//! The Lua scripts that make each partition operation atomic, and the
-//! helpers that run them and read their replies.
+//! The Lua scripts that make each partition operation atomic, shipped to
+//! Redis as one Redis Functions library, and the helpers that run them and
+//! read their replies.
 //!
-//! Each script lives in `src/lua/*.lua`; those that need the shared helpers
-//! get `common.lua` prepended at compile time.
+//! Each script lives in `src/lua/*.lua` and is listed once, in
+//! [`scripts!`]'s invocation below: that one line adds it to [`Scripts`]
+//! and to the [`Library`]. The library (`#!lua name=ordo_<hash>`) holds
+//! `common.lua` once, then every script as a function
+//! `ordo_<hash>_<script>`, its body the script's text with `KEYS` and
+//! `ARGV` its arguments. The hash is of the library's code, so a release
+//! whose scripts changed loads a library of another name beside the old
+//! one: a process of either version calls its own code.
+//!
+//! Why functions and not `EVALSHA`: a client that may `SCRIPT LOAD` (or
+//! `EVAL`) can run any Lua, including a loop that blocks the whole server
+//! (`SCRIPT KILL` is refused to an ACL user without it). Functions are
+//! loaded by an administrator ([`ensure_loaded`], `ordo setup`); the
+//! roles' ACL rules ([`crate::AclRole`]) grant `FCALL` only. Functions
+//! persist in RDB/AOF and replicate, unlike the script cache.
+//!
+//! Flags: a script's `#!lua flags=...` first line becomes its function's
+//! flags; a script without one gets `allow-cross-slot-keys`, which is what
+//! `EVAL` allowed a script without flags (keys of other slots of its node).
 
 use std::sync::LazyLock;
 
-use fred::interfaces::LuaInterface;
+use fred::interfaces::FunctionInterface;
 use fred::types::Value;
 
 use crate::error::{Error, Result};
 
-macro_rules! with_common {
-    ($file:literal) => {
-        with_common(include_str!($file))
-    };
-}
-
-/// `common.lua` prepended to the script `body`, after its first line when
-/// that is a `#!lua` line (Redis reads a script's flags from its first line
-/// only).
-fn with_common(body: &str) -> String {
-    const COMMON: &str = include_str!("lua/common.lua");
-    match body.split_once('\n') {
-        Some((shebang, rest)) if shebang.starts_with("#!") => format!("{shebang}\n{COMMON}{rest}"),
-        _ => format!("{COMMON}{body}"),
-    }
-}
-
-/// One script: fred's [`Script`](fred::types::scripts::Script) (its source
-/// and SHA-1) and a name for errors and logs.
+/// One script: its name (for errors and logs), its source and the name of
+/// the function that runs it.
 #[derive(Debug)]
 pub(crate) struct Script {
     name: &'static str,
-    script: fred::types::scripts::Script,
+    source: String,
+    function: String,
 }
 
-/// Every script Ordo runs.
-#[derive(Debug)]
-pub(crate) struct Scripts {
-    pub(crate) publish: Script,
-    pub(crate) acquire: Script,
-    pub(crate) renew: Script,
-    pub(crate) arm: Script,
-    pub(crate) union: Script,
-    pub(crate) release: Script,
-    pub(crate) read: Script,
-    pub(crate) read_hashed: Script,
-    pub(crate) refill: Script,
-    pub(crate) park: Script,
-    pub(crate) hold: Script,
-    pub(crate) held: Script,
-    pub(crate) ack_held: Script,
-    pub(crate) resolve_parked: Script,
-    pub(crate) ack: Script,
-    pub(crate) halt: Script,
-    pub(crate) close: Script,
-    pub(crate) reap: Script,
-    pub(crate) resolve: Script,
-    pub(crate) commit: Script,
-    pub(crate) announce: Script,
-    pub(crate) ack_plain: Script,
-    pub(crate) claim_plain: Script,
-    pub(crate) carry_positions: Script,
+/// Declares every script Ordo runs, one line each (`name: source,`): the
+/// [`Scripts`] struct with a field per script, and [`SCRIPTS`], which
+/// builds the [`Library`] of them all.
+macro_rules! scripts {
+    ($($name:ident: $source:expr,)*) => {
+        /// Every script Ordo runs, and the library that ships them.
+        #[derive(Debug)]
+        pub(crate) struct Scripts {
+            $(pub(crate) $name: Script,)*
+            library: Library,
+        }
+
+        /// The scripts, shared by every client and runtime in the process.
+        pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+            let mut scripts = Scripts {
+                $($name: Script::new(stringify!($name), $source),)*
+                library: Library::default(),
+            };
+            scripts.library = Library::new(&[$(&scripts.$name),*]);
+            $(scripts.$name.function = scripts.library.function(stringify!($name));)*
+            scripts
+        });
+
+        impl Scripts {
+            /// Every script, in the order they are declared.
+            #[cfg(test)]
+            fn all(&self) -> Vec<&Script> {
+                vec![$(&self.$name),*]
+            }
+        }
+    };
 }
 
-/// The scripts, shared by every client and runtime in the process.
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    publish: Script::new("publish", with_common!("lua/publish.lua")),
-    acquire: Script::new("acquire", include_str!("lua/acquire.lua")),
-    renew: Script::new("renew", include_str!("lua/renew.lua")),
-    arm: Script::new("arm", include_str!("lua/arm.lua")),
-    union: Script::new("union", include_str!("lua/union.lua")),
-    release: Script::new("release", include_str!("lua/release.lua")),
-    read: Script::new("read", with_common!("lua/read.lua")),
-    read_hashed: Script::new("read_hashed", with_common!("lua/read_hashed.lua")),
-    refill: Script::new("refill", with_common!("lua/refill.lua")),
-    park: Script::new("park", with_common!("lua/park.lua")),
-    hold: Script::new("hold", with_common!("lua/hold.lua")),
-    held: Script::new("held", with_common!("lua/held.lua")),
-    ack_held: Script::new("ack_held", with_common!("lua/ack_held.lua")),
-    resolve_parked: Script::new("resolve_parked", include_str!("lua/resolve_parked.lua")),
-    ack: Script::new("ack", with_common!("lua/ack.lua")),
-    halt: Script::new("halt", with_common!("lua/halt.lua")),
-    close: Script::new("close", with_common!("lua/close.lua")),
-    reap: Script::new("reap", with_common!("lua/reap.lua")),
-    resolve: Script::new("resolve", with_common!("lua/resolve.lua")),
-    commit: Script::new("commit", commit_source()),
-    announce: Script::new("announce", with_common!("lua/announce.lua")),
-    ack_plain: Script::new("ack_plain", with_common!("lua/ack_plain.lua")),
-    claim_plain: Script::new("claim_plain", with_common!("lua/claim_plain.lua")),
-    carry_positions: Script::new("carry_positions", include_str!("lua/carry_positions.lua")),
-});
+scripts! {
+    publish: include_str!("lua/publish.lua"),
+    acquire: include_str!("lua/acquire.lua"),
+    renew: include_str!("lua/renew.lua"),
+    arm: include_str!("lua/arm.lua"),
+    union: include_str!("lua/union.lua"),
+    release: include_str!("lua/release.lua"),
+    read: include_str!("lua/read.lua"),
+    read_hashed: include_str!("lua/read_hashed.lua"),
+    refill: include_str!("lua/refill.lua"),
+    park: include_str!("lua/park.lua"),
+    hold: include_str!("lua/hold.lua"),
+    held: include_str!("lua/held.lua"),
+    ack_held: include_str!("lua/ack_held.lua"),
+    resolve_parked: include_str!("lua/resolve_parked.lua"),
+    ack: include_str!("lua/ack.lua"),
+    halt: include_str!("lua/halt.lua"),
+    close: include_str!("lua/close.lua"),
+    reap: include_str!("lua/reap.lua"),
+    resolve: include_str!("lua/resolve.lua"),
+    commit: commit_source(),
+    announce: include_str!("lua/announce.lua"),
+    ack_plain: include_str!("lua/ack_plain.lua"),
+    claim_plain: include_str!("lua/claim_plain.lua"),
+    carry_positions: include_str!("lua/carry_positions.lua"),
+}
+
+/// The helpers every script may use, defined once at the top of the
+/// library.
+const COMMON: &str = include_str!("lua/common.lua");
+
+/// The flags of a script without a `#!lua flags=` line.
+const DEFAULT_FLAGS: &[&str] = &["allow-cross-slot-keys"];
+
+/// The Redis Functions library of every script (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Library {
+    name: String,
+    source: String,
+}
+
+impl Library {
+    /// The library of `scripts`.
+    fn new(scripts: &[&Script]) -> Self {
+        let mut body = String::new();
+        body.push_str(COMMON);
+        let mut functions = Vec::with_capacity(scripts.len());
+        for script in scripts {
+            let (flags, code) = split_flags(&script.source);
+            functions.push((script.name, flags, code));
+        }
+        // The name hashes everything that makes up the library but the
+        // names it derives from it.
+        let mut hashed = body.clone();
+        for (name, flags, code) in &functions {
+            hashed.push_str(&format!("\n-- {name} {flags:?}\n{code}"));
+        }
+        let name = format!("ordo_{}", &fred::util::sha1_hash(&hashed)[..12]);
+        let mut source = format!("#!lua name={name}\n{body}");
+        for (script, flags, code) in &functions {
+            let flags: Vec<String> = flags.iter().map(|flag| format!("'{flag}'")).collect();
+            source.push_str(&format!(
+                "\nredis.register_function{{function_name = '{name}_{script}', flags = {{{}}}, \
+                 callback = function(KEYS, ARGV)\n{code}\nend}}\n",
+                flags.join(", ")
+            ));
+        }
+        source.push_str(&format!(
+            "\n-- Answers with the library's name: how a client checks that the library is loaded.\n\
+             redis.register_function{{function_name = '{name}_{LOADED}', flags = {{'no-writes'}}, \
+             callback = function() return '{name}' end}}\n"
+        ));
+        Self { name, source }
+    }
+
+    /// The library's name, `ordo_<hash>`.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The library's code, for `FUNCTION LOAD`.
+    pub(crate) fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The name of the function of script (or helper) `script`.
+    fn function(&self, script: &str) -> String {
+        format!("{}_{script}", self.name)
+    }
+}
+
+/// The helper function of the library that answers with its name.
+const LOADED: &str = "loaded";
+
+/// A script's flags (from its `#!lua flags=a,b` first line, else
+/// [`DEFAULT_FLAGS`]) and its code without that line.
+fn split_flags(source: &str) -> (Vec<&str>, &str) {
+    match source.split_once('\n') {
+        Some((first, rest)) if first.starts_with("#!lua") => {
+            let flags = first
+                .split_whitespace()
+                .find_map(|word| word.strip_prefix("flags="))
+                .map(|flags| flags.split(',').filter(|flag| !flag.is_empty()).collect())
+                .unwrap_or_default();
+            (flags, rest)
+        }
+        _ => (DEFAULT_FLAGS.to_vec(), source),
+    }
+}
 
 /// The placeholder in `commit.lua` for the allowed commands.
 const ALLOWED_PLACEHOLDER: &str = "{--[[ALLOWED]]}";
@@ -103,14 +191,79 @@ fn commit_source() -> String {
         .iter()
         .map(|command| format!("{command} = true"))
         .collect();
-    with_common!("lua/commit.lua").replace(ALLOWED_PLACEHOLDER, &format!("{{{}}}", set.join(", ")))
+    include_str!("lua/commit.lua").replace(ALLOWED_PLACEHOLDER, &format!("{{{}}}", set.join(", ")))
+}
+
+/// The library every script runs in.
+pub(crate) fn library() -> &'static Library {
+    &SCRIPTS.library
+}
+
+/// Whether `error` is Redis's reply to a call of a function it does not
+/// have (the library was never loaded, or was lost: a restart without
+/// persistence, a node added to a cluster).
+fn is_missing_function(error: &fred::error::Error) -> bool {
+    error.details().starts_with("ERR Function not found")
+}
+
+/// Loads the [`library`] on every primary that lacks it (a cluster's every
+/// primary; `FUNCTION LOAD REPLACE` of the same code is a no-op where it is
+/// loaded already). Refused when the client's ACL user may not load code
+/// (`FUNCTION LOAD`): then [`Error::LibraryNotLoaded`], naming `ordo setup`.
+pub(crate) async fn load<C: FunctionInterface + Send + Sync>(client: &C) -> Result<()> {
+    let library = library();
+    match client
+        .function_load_cluster::<Value, _>(true, library.source())
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(
+                event = ordo_core::log_events::REDIS_LIBRARY_LOADED,
+                library = library.name(),
+                "loaded Ordo's function library into Redis"
+            );
+            Ok(())
+        }
+        Err(error) if error.details().starts_with("NOPERM") => Err(Error::LibraryNotLoaded {
+            library: library.name().to_owned(),
+            source: error,
+        }),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Makes sure the [`library`] is loaded on every primary of `client`'s
+/// Redis: one `FCALL_RO` of its `loaded` function per primary, and
+/// [`load`] where it is missing. Returns whether it had to be loaded.
+pub(crate) async fn ensure_loaded(client: &fred::clients::Client) -> Result<bool> {
+    let function = library().function(LOADED);
+    let replies = crate::nodes::on_every_node(client, |_, node| {
+        let function = function.clone();
+        async move {
+            match node
+                .fcall_ro::<Value, _, _, _>(function, Vec::<String>::new(), Vec::<Value>::new())
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(error) if is_missing_function(&error) => Ok(false),
+                Err(error) => Err(error.into()),
+            }
+        }
+    })
+    .await?;
+    if replies.iter().all(|(_, loaded)| *loaded) {
+        return Ok(false);
+    }
+    load(client).await?;
+    Ok(true)
 }
 
 impl Script {
     fn new(name: &'static str, source: impl Into<String>) -> Self {
         Self {
             name,
-            script: fred::types::scripts::Script::from_lua(source.into()),
+            source: source.into(),
+            function: String::new(),
         }
     }
 
@@ -119,23 +272,22 @@ impl Script {
         self.name
     }
 
-    /// Runs the script with `EVALSHA`; when the server does not know it
-    /// (first use, or a restart or failover emptied the script cache) loads
-    /// it, on every primary of a cluster, and runs it again. The same as
-    /// fred's `evalsha_with_reload`, for any client kind (a pool, a client).
+    /// Runs the script's function with `FCALL`; when the server does not
+    /// have it (never loaded, or lost with a restart without persistence or
+    /// on a node added to a cluster) loads the library, on every primary,
+    /// and calls it again. Loading needs an ACL user that may: otherwise
+    /// [`Error::LibraryNotLoaded`].
     pub(crate) async fn run<C>(&self, client: &C, keys: Vec<String>, args: Vec<Value>) -> Result<Value>
     where
-        C: LuaInterface + Send + Sync,
+        C: FunctionInterface + Send + Sync,
     {
-        match self
-            .script
-            .evalsha::<Value, _, _, _>(client, keys.clone(), args.clone())
+        match client
+            .fcall::<Value, _, _, _>(self.function.as_str(), keys.clone(), args.clone())
             .await
         {
-            Err(error) if error.details().starts_with("NOSCRIPT") => {
-                let source = self.script.lua().cloned().unwrap_or_default();
-                let _: Value = client.script_load_cluster(source).await?;
-                Ok(self.script.evalsha(client, keys, args).await?)
+            Err(error) if is_missing_function(&error) => {
+                load(client).await?;
+                Ok(client.fcall(self.function.as_str(), keys, args).await?)
             }
             result => Ok(result?),
         }
@@ -143,17 +295,65 @@ impl Script {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use fred::interfaces::{ClientLike, FunctionInterface};
+    use fred::prelude::Builder;
+    use ordo_testkit::Redis;
+
     use super::*;
 
     #[test]
-    fn a_shebang_stays_the_first_line_of_a_script_with_the_common_helpers() {
-        let publish = with_common!("lua/publish.lua");
-        assert!(publish.starts_with("#!lua flags=allow-cross-slot-keys\n"));
-        assert!(publish.contains("local function create_group"));
-        assert_eq!(publish.matches("#!lua").count(), 1);
-        let plain = with_common("return 1\n");
-        assert_eq!(plain, concat!(include_str!("lua/common.lua"), "return 1\n"));
+    fn every_script_is_one_function_of_the_library_with_its_flags() {
+        let library = library();
+        let source = library.source();
+        assert!(
+            library.name().starts_with("ordo_") && library.name().len() == 17,
+            "{}",
+            library.name()
+        );
+        assert!(source.starts_with(&format!("#!lua name={}\n", library.name())));
+        assert_eq!(
+            source.matches("#!lua").count(),
+            1,
+            "only the library's header line"
+        );
+        assert_eq!(
+            source.matches("local function parse_id").count(),
+            1,
+            "common.lua once"
+        );
+        for script in SCRIPTS.all() {
+            assert_eq!(script.function, format!("{}_{}", library.name(), script.name()));
+            let registered = format!("function_name = '{}',", script.function);
+            assert_eq!(source.matches(&registered).count(), 1, "{registered}");
+        }
+        let flags = |script: &Script| {
+            let at = source
+                .find(&format!("function_name = '{}',", script.function))
+                .unwrap();
+            let line = &source[at..source[at..].find('\n').unwrap() + at];
+            line[line.find("flags = {").unwrap()..line.find('}').unwrap() + 1].to_owned()
+        };
+        assert_eq!(
+            flags(&SCRIPTS.union),
+            "flags = {'allow-cross-slot-keys', 'no-writes'}"
+        );
+        assert_eq!(flags(&SCRIPTS.publish), "flags = {'allow-cross-slot-keys'}");
+        assert_eq!(
+            flags(&SCRIPTS.release),
+            "flags = {'allow-cross-slot-keys'}",
+            "as EVAL without flags"
+        );
+    }
+
+    #[test]
+    fn flags_come_from_the_shebang_line_only() {
+        assert_eq!(
+            split_flags("#!lua flags=a,b\nreturn 1"),
+            (vec!["a", "b"], "return 1")
+        );
+        assert_eq!(split_flags("#!lua\nreturn 1"), (vec![], "return 1"));
+        assert_eq!(split_flags("return 1\n"), (DEFAULT_FLAGS.to_vec(), "return 1\n"));
     }
 
     #[test]
@@ -174,6 +374,67 @@ mod tests {
             .map(|entry| entry.trim_end_matches(" = true"))
             .collect();
         assert_eq!(listed, crate::fence::ALLOWED);
+    }
+
+    /// A client of the Redis at `url`, connected.
+    pub(crate) async fn connect(url: &str) -> fred::clients::Client {
+        let client = Builder::from_config(crate::client_config(url).unwrap())
+            .build()
+            .unwrap();
+        client.init().await.unwrap();
+        client
+    }
+
+    /// Redis accepts the library; a client that may load it does so once,
+    /// when it is missing; one that may not gets an error naming the
+    /// library and `ordo setup`, and runs nothing.
+    #[tokio::test]
+    async fn the_library_is_loaded_by_a_user_that_may_and_named_to_one_that_may_not() {
+        let redis = Redis::start_local().unwrap();
+        redis
+            .create_user_with_rules(
+                "caller",
+                "pw",
+                &["-@all", "+fcall", "+fcall_ro", "+get", "+del", "~*"],
+            )
+            .unwrap();
+        let address = redis.url().trim_start_matches("redis://").to_owned();
+        let caller = connect(&format!("redis://caller:pw@{address}")).await;
+        let error = ensure_loaded(&caller).await.unwrap_err();
+        assert!(matches!(error, Error::LibraryNotLoaded { .. }), "{error:?}");
+        let text = error.to_string();
+        assert!(
+            text.contains(library().name()) && text.contains("ordo setup"),
+            "{text}"
+        );
+        let error = SCRIPTS
+            .release
+            .run(&caller, vec!["k".to_owned()], vec!["v".into()])
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::LibraryNotLoaded { .. }), "{error:?}");
+
+        let admin = connect(&redis.url()).await;
+        assert!(ensure_loaded(&admin).await.unwrap(), "loaded when missing");
+        assert!(!ensure_loaded(&admin).await.unwrap(), "and only then");
+        assert!(!ensure_loaded(&caller).await.unwrap());
+        let listed: Value = admin.function_list(Some(library().name()), false).await.unwrap();
+        let functions = format!("{listed:?}");
+        for script in SCRIPTS.all() {
+            assert!(
+                functions.contains(&format!("\"{}\"", script.function)),
+                "{} in {functions}",
+                script.function
+            );
+        }
+        let released = SCRIPTS
+            .release
+            .run(&caller, vec!["k".to_owned()], vec!["v".into()])
+            .await
+            .unwrap();
+        assert_eq!(released.as_i64(), Some(0));
+        let _ = caller.quit().await;
+        let _ = admin.quit().await;
     }
 }
 

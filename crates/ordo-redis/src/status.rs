@@ -384,10 +384,9 @@ impl ClusterStatus {
     ) -> Result<HashMap<(String, String), HaltedPartition>> {
         let admin = PartitionAdmin::new(self.client.clone(), &self.backfill_suffix);
         Ok(admin
-            .halted()
+            .halted_in(category)
             .await?
             .into_iter()
-            .filter(|h| h.category == category)
             .map(|h| ((h.key.clone(), h.group.clone()), h))
             .collect())
     }

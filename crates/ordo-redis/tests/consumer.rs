@@ -473,7 +473,7 @@ async fn idle_cost_does_not_grow_with_owned_partitions() -> anyhow::Result<()> {
 async fn client_commands(client: &Pool) -> anyhow::Result<u64> {
     let info: String = client.info(Some(fred::types::InfoKind::CommandStats)).await?;
     let direct = [
-        "evalsha",
+        "fcall",
         "eval",
         "xread",
         "smembers",

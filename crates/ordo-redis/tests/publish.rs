@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SetsInterface, StreamsInterface};
+use fred::interfaces::{
+    ClientLike, FunctionInterface, KeysInterface, LuaInterface, SetsInterface, StreamsInterface,
+};
 use fred::types::{InfoKind, Value};
 use ordo_core::broker::{Broker, Publication};
 use ordo_core::key::Lane;
@@ -220,7 +222,7 @@ async fn a_publish_resent_after_a_lost_reply_is_appended_once() -> anyhow::Resul
 }
 
 #[tokio::test]
-async fn a_script_the_server_forgot_is_loaded_again() -> anyhow::Result<()> {
+async fn a_library_the_server_lost_is_loaded_again() -> anyhow::Result<()> {
     let redis = Redis::start()?;
     let url = redis.url();
     let category = common::category("flush");
@@ -228,10 +230,11 @@ async fn a_script_the_server_forgot_is_loaded_again() -> anyhow::Result<()> {
     publisher
         .publish(&[publication(&category, "k", 0, Lane::Primary)])
         .await?;
-    // What a restart without persistence of the script cache, or a failover
-    // to a replica that never loaded the script, leaves behind.
+    // What a restart without persistence (functions are kept in RDB/AOF
+    // and replicated, unlike the script cache), or a node added to a
+    // cluster, leaves behind: the broker's user may load, so it does.
     let client = pool(&url).await?;
-    client.next().script_flush(false).await?;
+    client.next().function_flush::<()>(false).await?;
     publisher
         .publish(&[publication(&category, "k", 1, Lane::Primary)])
         .await?;
@@ -318,12 +321,12 @@ async fn stream_seqs(client: &Pool, category: &str, key: &str) -> anyhow::Result
         .collect()
 }
 
-/// A node's `EVALSHA` calls and failed calls, from its `INFO commandstats`.
-async fn evalsha_stats(node: &Pool) -> anyhow::Result<(u64, u64)> {
+/// A node's `FCALL` calls and failed calls, from its `INFO commandstats`.
+async fn fcall_stats(node: &Pool) -> anyhow::Result<(u64, u64)> {
     let info: String = node.next().info(Some(InfoKind::CommandStats)).await?;
     let Some(line) = info
         .lines()
-        .find_map(|line| line.trim().strip_prefix("cmdstat_evalsha:"))
+        .find_map(|line| line.trim().strip_prefix("cmdstat_fcall:"))
     else {
         return Ok((0, 0));
     };
@@ -358,8 +361,7 @@ async fn a_batch_over_many_keys_costs_one_call_per_cluster_node_and_chunk() -> a
     let category = common::category("pernode");
     let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
     let client = pool(&url).await?;
-    // Loads the script on every primary first (a `NOSCRIPT` reply and its
-    // retry would count as calls).
+    // A first publish (the broker loaded the library when it was built).
     publisher
         .publish(&[publication(&category, "warm", 0, Lane::Primary)])
         .await?;
@@ -381,13 +383,13 @@ async fn a_batch_over_many_keys_costs_one_call_per_cluster_node_and_chunk() -> a
     let nodes = primaries(&cluster).await?;
     let mut before = BTreeMap::new();
     for (index, node) in &nodes {
-        before.insert(*index, evalsha_stats(node).await?.0);
+        before.insert(*index, fcall_stats(node).await?.0);
     }
 
     publisher.publish(&batch).await?;
 
     for (index, node) in &nodes {
-        let calls = evalsha_stats(node).await?.0 - before[index];
+        let calls = fcall_stats(node).await?.0 - before[index];
         let publications = served.get(index).copied().unwrap_or(0);
         assert_eq!(
             calls,
@@ -422,7 +424,7 @@ async fn a_batch_naming_a_moved_slot_is_grouped_again_and_published_once() -> an
         .build()
         .await?;
     let client = pool(&url).await?;
-    // Loads the script; the broker's clients read the cluster view.
+    // The broker's clients read the cluster view.
     publisher
         .publish(&[publication(&category, "warm", 0, Lane::Primary)])
         .await?;
@@ -456,7 +458,7 @@ async fn a_batch_naming_a_moved_slot_is_grouped_again_and_published_once() -> an
         .context("another primary")?;
     cluster.move_empty_slot(slot(moves), to)?;
     assert_eq!(owner(moves)?, to);
-    let failed_before = evalsha_stats(&nodes[&from]).await?.1;
+    let failed_before = fcall_stats(&nodes[&from]).await?.1;
 
     publisher
         .publish(&[
@@ -468,7 +470,7 @@ async fn a_batch_naming_a_moved_slot_is_grouped_again_and_published_once() -> an
         .await?;
 
     assert_eq!(
-        evalsha_stats(&nodes[&from]).await?.1,
+        fcall_stats(&nodes[&from]).await?.1,
         failed_before + 1,
         "the call grouped by the stale view failed on the old primary"
     );

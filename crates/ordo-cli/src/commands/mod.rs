@@ -5,6 +5,7 @@ pub(crate) mod dlq;
 pub(crate) mod inspect;
 pub(crate) mod partitions;
 pub(crate) mod repartition;
+pub(crate) mod setup;
 pub(crate) mod status;
 pub(crate) mod watch;
 

@@ -130,14 +130,12 @@ pub(crate) async fn snapshot(ctx: &Context, only: &[String], threshold: u64) -> 
             group.reasons.join("; ")
         ));
     }
-    let halted = ctx
-        .admin
-        .halted()
-        .await?
-        .iter()
-        .filter(|h| categories.contains(&h.category))
-        .map(HaltView::from)
-        .collect();
+    let mut halts = Vec::new();
+    for category in &categories {
+        halts.extend(ctx.admin.halted_in(category).await?);
+    }
+    halts.sort_by(|a, b| (&a.group, &a.category, &a.key).cmp(&(&b.group, &b.category, &b.key)));
+    let halted = halts.iter().map(HaltView::from).collect();
     Ok(Snapshot {
         server_time_ms,
         warn_partitions: threshold,

@@ -170,15 +170,15 @@ mod tests {
     use crate::keys::PartitionKeys;
     use crate::lease::Lease;
 
-    /// `calls` of `cmdstat_evalsha` in `INFO commandstats`.
-    async fn evalsha_calls(partitions: &Partitions) -> u64 {
+    /// `calls` of `cmdstat_fcall` in `INFO commandstats`.
+    async fn fcall_calls(partitions: &Partitions) -> u64 {
         let info: String = partitions
             .client()
             .info(Some(fred::types::InfoKind::CommandStats))
             .await
             .unwrap();
         info.lines()
-            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .find_map(|line| line.strip_prefix("cmdstat_fcall:calls="))
             .and_then(|rest| rest.split(',').next())
             .map_or(0, |calls| calls.parse().unwrap())
     }
@@ -218,7 +218,7 @@ mod tests {
         // A lone acknowledgement goes at once, alone (and loads the script).
         let lone = owned.pop().unwrap();
         assert!(!commit.ack(ack(&lone)).await.unwrap());
-        let before = evalsha_calls(&partitions).await;
+        let before = fcall_calls(&partitions).await;
 
         // 64 sent at the same moment (none answered before all are sent, on
         // this one-thread runtime): the first finds a call slot free and goes
@@ -231,7 +231,7 @@ mod tests {
         while let Some(outcome) = sent.join_next().await {
             assert!(!outcome.unwrap().unwrap());
         }
-        assert_eq!(evalsha_calls(&partitions).await - before, 2);
+        assert_eq!(fcall_calls(&partitions).await - before, 2);
         for (partition, _, _) in &owned {
             let pending: fred::types::Value = partitions
                 .client()
