@@ -616,6 +616,7 @@ fn dead_letter(dlq: &str, raw: RawEntry) -> Result<DeadLetter> {
         RawEntry {
             id: source_id,
             fields: raw.fields,
+            binary: raw.binary,
         },
         lane,
     );

@@ -598,13 +598,17 @@ impl Worker {
         entry: &StreamEntry,
         pending: bool,
     ) -> Handled {
-        let envelope = match entry.decode() {
+        // The key of the stream it sits in: the partition's own, or the
+        // key of a hashed partition the entry was dispatched to.
+        let key = slot.key().unwrap_or(partition.key());
+        let envelope = match entry.decode_for(partition.category(), Some(key)) {
             Ok(envelope) => Arc::new(envelope),
-            // A message that cannot be decoded will never succeed: halt now.
+            // A message that cannot be decoded (or is not of this key) will
+            // never succeed here: halt now.
             Err(error) => {
                 let attempt = self.next_attempt();
                 return self
-                    .halt(slot, partition, entry, error.to_string(), 1, attempt)
+                    .halt(slot, partition, entry, error_chain(&error), 1, attempt)
                     .await;
             }
         };
