@@ -409,7 +409,7 @@ impl OutboxProcessor {
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
-                    tracing::error!(error = %error_chain(&error), "outbox processor cannot read the outbox");
+                    tracing::error!(error = %crate::text::log_text(&error_chain(&error)), "outbox processor cannot read the outbox");
                     self.backoff.delay(failures)
                 }
             };
@@ -431,7 +431,7 @@ impl OutboxProcessor {
                     ids.push(row.id);
                 }
                 Err(invalid) => {
-                    tracing::warn!(event = crate::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %invalid,
+                    tracing::warn!(event = crate::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %crate::text::log_text(&invalid.to_string()),
                         "abandoning outbox row with an invalid partition key");
                     self.outbox.mark_abandoned(row.id, &invalid.to_string()).await?;
                     report.abandoned += 1;
@@ -451,8 +451,8 @@ impl OutboxProcessor {
                 self.outbox.mark_published(&ids[..published]).await?;
                 report.published += published;
                 if let Some(&failed) = ids.get(published) {
-                    let message = error_chain(&*error.source);
-                    tracing::warn!(event = crate::log_events::OUTBOX_PUBLISH_FAILED, row = failed, broker = self.broker.name(), error = %message,
+                    let message = crate::text::cap_error(error_chain(&*error.source));
+                    tracing::warn!(event = crate::log_events::OUTBOX_PUBLISH_FAILED, row = failed, broker = self.broker.name(), error = %crate::text::log_text(&message),
                         "outbox publish failed; the row stays pending");
                     self.outbox.mark_failed(failed, &message).await?;
                     report.failed += 1;

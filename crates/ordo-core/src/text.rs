@@ -19,7 +19,7 @@
 //!   configuration lines.
 
 use std::borrow::Cow;
-use std::fmt::{self, Write as _};
+use std::fmt;
 
 /// The most bytes of a handler's error text Ordo stores (in a halt record,
 /// a parked key's record, a dead letter, an inline failure) or writes to
@@ -272,7 +272,10 @@ mod tests {
         assert_eq!(escaped("ok: ü ñ 中 🙂"), "ok: ü ñ 中 🙂");
         assert!(matches!(escaped("plain"), Cow::Borrowed(_)));
         assert_eq!(escaped("a\r\nb\tc"), "a\\r\\nb\\tc");
-        assert_eq!(escaped("\x1b[2J\x1b]52;c;SGk=\x07"), "\\u{1b}[2J\\u{1b}]52;c;SGk=\\u{7}");
+        assert_eq!(
+            escaped("\x1b[2J\x1b]52;c;SGk=\x07"),
+            "\\u{1b}[2J\\u{1b}]52;c;SGk=\\u{7}"
+        );
         assert_eq!(escaped("\u{9b}31m\u{7f}"), "\\u{9b}31m\\u{7f}");
         assert_eq!(escaped("abc\u{202e}fed\u{2066}"), "abc\\u{202e}fed\\u{2066}");
         assert_eq!(escaped("one\u{2028}two"), "one\\u{2028}two");
@@ -293,12 +296,18 @@ mod tests {
         for max in 0..64 {
             let text = "aé中🙂".repeat(10);
             let cut = capped(&text, max);
-            assert!(cut.len() <= max.max(note(text.len(), text.len()).len()), "{max}: {cut}");
+            assert!(
+                cut.len() <= max.max(note(text.len(), text.len()).len()),
+                "{max}: {cut}"
+            );
             if text.len() > max {
                 let kept = cut.split("…").next().unwrap();
                 assert!(text.starts_with(kept));
                 let cut_bytes = text.len() - kept.len();
-                assert!(cut.ends_with(&format!("[{cut_bytes} of {} bytes cut]", text.len())), "{cut}");
+                assert!(
+                    cut.ends_with(&format!("[{cut_bytes} of {} bytes cut]", text.len())),
+                    "{cut}"
+                );
             }
         }
         let once = capped(&"x".repeat(10_000), 100).into_owned();

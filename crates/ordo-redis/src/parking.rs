@@ -131,7 +131,8 @@ impl Partitions {
             Value::from(key),
             Value::from(group),
             Value::from(entry.id()),
-            Value::from(reason.error.as_str()),
+            // Stored capped: a handler's error text may be megabytes.
+            Value::from(ordo_core::text::capped(&reason.error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
             Value::from(reason.attempts),
             Value::from(self.instance()),
             Value::from(parked),

@@ -299,7 +299,8 @@ pub struct HaltReason {
     pub lane: Lane,
     /// The poison message's entry id.
     pub head: String,
-    /// The last error, as text.
+    /// The last error, as text (stored capped at
+    /// [`MAX_ERROR_TEXT`](ordo_core::text::MAX_ERROR_TEXT) bytes).
     pub error: String,
     /// How many times it was attempted.
     pub attempts: u32,
@@ -691,7 +692,8 @@ impl Partitions {
             Value::from(partition.key()),
             Value::from(lane_name(reason.lane)),
             Value::from(reason.head.as_str()),
-            Value::from(reason.error.as_str()),
+            // Stored capped: a handler's error text may be megabytes.
+            Value::from(ordo_core::text::capped(&reason.error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
             Value::from(reason.attempts),
             Value::from(self.owner.instance()),
             attempt_value(attempt),

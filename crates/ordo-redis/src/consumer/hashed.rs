@@ -995,7 +995,7 @@ impl Worker {
             .await;
         match parked {
             Ok(Ok(head)) => {
-                warn!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %reason.error, attempts = reason.attempts, "key parked on a poison message");
+                warn!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %ordo_core::text::log_text(&reason.error), attempts = reason.attempts, "key parked on a poison message");
                 metrics::halted(&self.unit, partition.category());
                 Handled::Halted
             }

@@ -189,8 +189,8 @@ impl Plain {
                             break;
                         }
                         Outcome::Failed(failure) => {
-                            let error = failure.text();
-                            warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, %error, "handler failed");
+                            let error = ordo_core::text::cap_error(failure.text());
+                            warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, error = %ordo_core::text::log_text(&error), "handler failed");
                             last = Some(error);
                         }
                         _ => {
@@ -246,7 +246,9 @@ impl Plain {
         warn!(
             event = ordo_core::log_events::MESSAGE_DEAD_LETTERED,
             id = entry.id(),
-            dlq = %dlq, "message failed every attempt; dead-lettered"
+            dlq = %dlq,
+            error = %ordo_core::text::log_text(error),
+            "message failed every attempt (or cannot be read); dead-lettered"
         );
         Ok(())
     }
