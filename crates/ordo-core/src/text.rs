@@ -74,7 +74,7 @@ fn write_escaped(out: &mut impl fmt::Write, text: &str) -> fmt::Result {
     out.write_str(rest)
 }
 
-/// Untrusted text shown [escaped](escaped) and cut at `max` bytes: the
+/// Untrusted text shown [escaped] and cut at `max` bytes: the
 /// [`Display`](fmt::Display) form of [`log_text`].
 #[derive(Debug, Clone, Copy)]
 pub struct Escaped<'a> {
@@ -88,7 +88,7 @@ impl fmt::Display for Escaped<'_> {
     }
 }
 
-/// `text` for a log field: [escaped](escaped), so a newline, a carriage
+/// `text` for a log field: [escaped], so a newline, a carriage
 /// return or an escape sequence cannot forge a log line or reach an
 /// operator's terminal, and cut at [`MAX_ERROR_TEXT`] bytes. Every log
 /// field that carries a handler's error text (`error = %log_text(&text)`)

@@ -151,12 +151,12 @@ impl StreamEntry {
         if misplaced {
             return Err(DecodeEntryError {
                 id: self.id.clone(),
-                why: Why::Misplaced {
+                why: Why::Misplaced(Box::new(Misplaced {
                     category: envelope.category,
                     key: envelope.partition_key.or_else(|| self.key.clone()),
                     expected_category: category.to_owned(),
                     expected_key: key.map(str::to_owned),
-                },
+                })),
                 source: None,
             });
         }
@@ -187,17 +187,18 @@ impl DecodeEntryError {
 #[derive(Debug)]
 enum Why {
     NoEnvelope,
-    NotText {
-        field: &'static str,
-        bytes: usize,
-    },
+    NotText { field: &'static str, bytes: usize },
     NotAnEnvelope,
-    Misplaced {
-        category: String,
-        key: Option<String>,
-        expected_category: String,
-        expected_key: Option<String>,
-    },
+    Misplaced(Box<Misplaced>),
+}
+
+/// Where an entry's envelope says it belongs, and where it sits.
+#[derive(Debug)]
+struct Misplaced {
+    category: String,
+    key: Option<String>,
+    expected_category: String,
+    expected_key: Option<String>,
 }
 
 impl std::fmt::Display for Why {
@@ -209,12 +210,13 @@ impl std::fmt::Display for Why {
                 "has a field `{field}` that is not UTF-8 text ({bytes} bytes): it holds no readable Ordo message"
             ),
             Self::NotAnEnvelope => f.write_str("does not hold a valid Ordo envelope"),
-            Self::Misplaced {
-                category,
-                key,
-                expected_category,
-                expected_key,
-            } => {
+            Self::Misplaced(misplaced) => {
+                let Misplaced {
+                    category,
+                    key,
+                    expected_category,
+                    expected_key,
+                } = &**misplaced;
                 let named = |key: &Option<String>| {
                     key.as_deref().map_or_else(
                         || "no key".to_owned(),
