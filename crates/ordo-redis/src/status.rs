@@ -40,7 +40,7 @@ pub const LAG_COUNT_LIMIT: u64 = 100_000;
 
 /// Dead letters read per `XRANGE` call: a dead-letter stream is never read
 /// whole in one call.
-const DLQ_CHUNK: usize = 1_000;
+const DLQ_CHUNK: usize = 100;
 
 /// The most entries of a hashed partition's dead-letter stream one page of
 /// a key's dead letters looks at (the stream holds every key's letters of
