@@ -14,18 +14,34 @@
 //! it raises is poison: its key halts, so `/health` shows `halted` with the
 //! reason while both probes stay 200 (a halt needs an operator, not a
 //! restart). Ctrl-C stops it.
+//!
+//! The server guards the engine it runs beside: a failed `accept` (out of
+//! file descriptors, say) is logged and retried after a pause rather than
+//! ending the process; at most 64 connections are served at once (more
+//! wait in the kernel's backlog); a client gets 5 s to send its request
+//! headers and 30 s for its whole connection.
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use ordo::RunningDomain;
 use ordo::prelude::*;
+
+/// Connections served at once; more wait in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send its request headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one connection may last, keep-alive included.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// The pause after a failed `accept` (no file descriptor left, say).
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 #[derive(Aggregate)]
 struct Order;
@@ -53,7 +69,10 @@ impl OrderProjector {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_env_filter("ordo_core=warn").init();
+    tracing_subscriber::fmt()
+        .with_env_filter("ordo_core=warn,health_probes=info")
+        .with_writer(std::io::stderr)
+        .init();
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
@@ -81,26 +100,50 @@ async fn main() -> anyhow::Result<()> {
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("serving /livez, /readyz and /health on http://{addr} (Ctrl-C to stop)");
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
-            _ = tokio::signal::ctrl_c() => break,
-        };
-        let running = Arc::clone(&running);
-        tokio::spawn(async move {
-            let service = service_fn(move |request| probe(Arc::clone(&running), request));
-            if let Err(error) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                eprintln!("connection error: {error}");
-            }
-        });
+    tokio::select! {
+        () = serve(listener, Arc::clone(&running)) => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
     if let Some(running) = Arc::into_inner(running) {
         running.shutdown().await?;
     }
     Ok(())
+}
+
+/// Serves the probes on `listener` until the process ends. Nothing a
+/// client does ends it: a failed accept is logged and retried, connections
+/// beyond [`MAX_CONNECTIONS`] wait their turn, and slow ones time out.
+async fn serve(listener: tokio::net::TcpListener, running: Arc<RunningDomain>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // EMFILE, ENFILE, ENOBUFS...: the process stays up, the
+                // engine beside it too; accepting resumes when it can.
+                tracing::warn!(%error, "accepting a probe connection failed; retrying");
+                tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        let running = Arc::clone(&running);
+        tokio::spawn(async move {
+            let service = service_fn(move |request| probe(Arc::clone(&running), request));
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            match tokio::time::timeout(CONNECTION_TIMEOUT, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::debug!(%error, "probe connection error"),
+                Err(_) => tracing::debug!("probe connection closed after {CONNECTION_TIMEOUT:?}"),
+            }
+            drop(slot);
+        });
+    }
 }
 
 /// Answers one probe request from a fresh health report.

@@ -279,6 +279,14 @@ pub(crate) struct DlqListArgs {
     /// consumer groups (`{category}:dlq`).
     #[arg(long)]
     pub(crate) plain: bool,
+    /// List at most this many dead letters (a page; the next page is
+    /// `--after` the last one shown).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) limit: u32,
+    /// Start after this dead letter (its DLQ ID): the next page. Needs KEY
+    /// or `--plain` (one dead-letter stream).
+    #[arg(long, value_name = "ID")]
+    pub(crate) after: Option<String>,
     /// Print JSON (with each message's envelope).
     #[arg(long)]
     pub(crate) json: bool,

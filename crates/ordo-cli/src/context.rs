@@ -35,10 +35,9 @@ impl Context {
                 error => anyhow::Error::from(error)
                     .context(format!("cannot use the Redis at {}", settings.redis_url)),
             })?;
-        let suffix = settings.config.priority_lanes().backfill_suffix();
         Ok(Self {
             admin: broker.admin(),
-            status: ClusterStatus::new(broker.client().clone(), suffix),
+            status: broker.status(),
             broker,
             settings,
         })

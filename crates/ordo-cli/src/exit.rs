@@ -50,9 +50,12 @@ impl Failure {
         })
     }
 
-    /// Prints the failure to stderr.
+    /// Prints the failure to stderr, each line escaped (an error may quote
+    /// text from Redis).
     pub(crate) fn report(&self) {
-        eprintln!("{self}");
+        for line in self.to_string().lines() {
+            eprintln!("{}", crate::format::text(line));
+        }
     }
 }
 

@@ -1,6 +1,20 @@
-//! Human-readable figures for the text output.
+//! Human-readable figures for the text output, and the one helper every
+//! text output goes through ([`text`]).
 
+use std::borrow::Cow;
 use std::time::Duration;
+
+/// `text` safe to print on a terminal: control characters (C0, DEL, C1),
+/// bidi controls and line separators written as escapes (`\n`, `\r`,
+/// `\u{1b}`, `\u{202e}`), so an error text or an entry type from Redis
+/// cannot clear the screen, write the clipboard (OSC 52), move the cursor
+/// to forge a line, or reorder what is shown. Every text output of `ordo`
+/// goes through it: each table cell, each value of `inspect` and `dlq
+/// inspect`, warnings and errors. The `--json` output is left as it is
+/// (JSON escapes control characters itself).
+pub(crate) fn text(text: &str) -> Cow<'_, str> {
+    ordo_core::text::escaped(text)
+}
 
 /// `850ms`, `12s`, `5m 02s`, `3h 04m`, `2d 03h`.
 pub(crate) fn duration(duration: Duration) -> String {
@@ -74,6 +88,15 @@ mod tests {
         assert_eq!(duration(Duration::from_secs(302)), "5m 02s");
         assert_eq!(duration(Duration::from_secs(3 * 3600 + 240)), "3h 04m");
         assert_eq!(duration(Duration::from_secs(2 * 86_400 + 3 * 3600)), "2d 03h");
+    }
+
+    #[test]
+    fn terminal_controls_are_escaped_in_text_output() {
+        assert_eq!(text("ok ü"), "ok ü");
+        assert_eq!(
+            text("\x1b]52;c;SGk=\x07\x1b[2J\rforged\u{9b}\u{202e}"),
+            "\\u{1b}]52;c;SGk=\\u{7}\\u{1b}[2J\\rforged\\u{9b}\\u{202e}"
+        );
     }
 
     #[test]

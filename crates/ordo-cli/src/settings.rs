@@ -163,7 +163,11 @@ pub(crate) fn read_url_file(path: &Path, option: &str) -> Result<SecretUrl, Fail
 /// Reads the CLI's tables and the domain configuration of `path`.
 fn read(path: &Path) -> Result<(CliFile, Config), Failure> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let file: CliFile = toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    // The parser's message quotes the line at fault: its URL's password
+    // is masked (ordo-core's redacted parse error), as everywhere else.
+    let file: CliFile = toml::from_str(&text)
+        .map_err(|error| ordo_core::error::ConfigError::Parse(error.into()))
+        .with_context(|| format!("invalid {}", path.display()))?;
     let config = Config::from_toml_str(&text).with_context(|| format!("invalid {}", path.display()))?;
     // The Redis broker's keys of [server.partitioning], and any typo there.
     ordo_redis::RedisSettings::from_config(&config).with_context(|| format!("invalid {}", path.display()))?;

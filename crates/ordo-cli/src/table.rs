@@ -4,6 +4,8 @@
 
 use comfy_table::{CellAlignment, ContentArrangement, presets};
 
+use crate::format;
+
 /// How a column's cells are aligned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Align {
@@ -48,7 +50,12 @@ impl Table {
             .load_preset(presets::NOTHING)
             .set_content_arrangement(ContentArrangement::Disabled)
             .set_header(self.columns.iter().map(|(header, _)| *header))
-            .add_rows(self.rows.iter().cloned());
+            // Every cell escaped: it may hold text from Redis.
+            .add_rows(
+                self.rows
+                    .iter()
+                    .map(|row| row.iter().map(|cell| format::text(cell).into_owned())),
+            );
         let last = self.columns.len().saturating_sub(1);
         for (i, (_, align)) in self.columns.iter().enumerate() {
             if let Some(column) = table.column_mut(i) {
@@ -85,5 +92,12 @@ mod tests {
              alice     0\n\
              bob    1234  poison\n"
         );
+    }
+
+    #[test]
+    fn cells_are_escaped() {
+        let mut table = Table::new(&[("KEY", Align::Left), ("ERROR", Align::Left)]);
+        table.row(vec!["a".into(), "\x1b[2J\nforged".into()]);
+        assert_eq!(table.render(), "KEY  ERROR\na    \\u{1b}[2J\\nforged\n");
     }
 }

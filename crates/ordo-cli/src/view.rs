@@ -129,15 +129,33 @@ pub(crate) struct EntryView {
     /// The envelope, with its `payload` decoded from its JSON text (when it
     /// is JSON); `null` when the entry holds no envelope.
     pub(crate) envelope: Option<Value>,
+    /// Which of the entry's fields are not UTF-8 text (shown above with
+    /// their bytes replaced by `\u{fffd}`); absent for a readable entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unreadable: Option<String>,
 }
 
 impl From<&StreamEntry> for EntryView {
     fn from(entry: &StreamEntry) -> Self {
+        let lossy = |name: &str| {
+            entry
+                .binary_fields()
+                .find(|(field, _)| *field == name)
+                .map(|(_, bytes)| String::from_utf8_lossy(bytes).into_owned())
+        };
+        let unreadable: Vec<String> = entry
+            .binary_fields()
+            .map(|(name, bytes)| format!("`{name}` ({} bytes) is not UTF-8 text", bytes.len()))
+            .collect();
         Self {
             id: entry.id().to_owned(),
             lane: lane_name(entry.lane()),
-            type_name: entry.type_name().map(str::to_owned),
-            envelope: entry.envelope_json().map(readable_envelope),
+            type_name: entry.type_name().map(str::to_owned).or_else(|| lossy("type")),
+            envelope: entry
+                .envelope_json()
+                .map(readable_envelope)
+                .or_else(|| lossy("envelope").map(Value::String)),
+            unreadable: (!unreadable.is_empty()).then(|| unreadable.join("; ")),
         }
     }
 }
@@ -168,9 +186,93 @@ pub(crate) fn lane_name(lane: Lane) -> &'static str {
 
 /// `value` as pretty JSON text, with a final newline.
 pub(crate) fn pretty<T: Serialize>(value: &T) -> anyhow::Result<String> {
-    let mut text = serde_json::to_string_pretty(value)?;
+    let mut text = json(value, serde_json::ser::PrettyFormatter::new())?;
     text.push('\n');
     Ok(text)
+}
+
+/// `value` as JSON text on one line (`watch --json`'s frames).
+pub(crate) fn compact<T: Serialize>(value: &T) -> anyhow::Result<String> {
+    json(value, serde_json::ser::CompactFormatter)
+}
+
+fn json<T: Serialize, F: serde_json::ser::Formatter>(value: &T, formatter: F) -> anyhow::Result<String> {
+    let mut out = Vec::new();
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        &mut out,
+        InertJson(formatter),
+    ))?;
+    Ok(String::from_utf8(out)?)
+}
+
+/// A JSON formatter that also writes as `\uXXXX` escapes the characters
+/// serde_json leaves as they are but a terminal acts on (DEL, C1 controls,
+/// bidi controls, line separators; see `ordo_core::text::is_hostile`): the
+/// JSON means the same, and printing it cannot drive the terminal.
+struct InertJson<F>(F);
+
+impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for InertJson<F> {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut rest = fragment;
+        while let Some(at) = rest.find(ordo_core::text::is_hostile) {
+            writer.write_all(&rest.as_bytes()[..at])?;
+            let c = rest[at..].chars().next().expect("a character at `at`");
+            let mut units = [0_u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                write!(writer, "\\u{unit:04x}")?;
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        writer.write_all(rest.as_bytes())
+    }
+
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(writer)
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_array(writer)
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(writer, first)
+    }
+
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(writer)
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(writer)
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_object(writer)
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(writer, first)
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(writer)
+    }
+
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(writer)
+    }
 }
 
 #[cfg(test)]
@@ -184,6 +286,22 @@ mod tests {
         assert_eq!(readable["payload"]["client_id"], "bob");
         assert_eq!(readable["payload"]["amount"], 3);
         assert_eq!(readable["id"], "m-1");
+    }
+
+    #[test]
+    fn json_output_escapes_what_a_terminal_acts_on_and_means_the_same() {
+        let value = serde_json::json!({"error": "a\u{1b}[2J\u{9b}\u{7f}\u{202e}b\n😀", "n": [1, 2]});
+        let text = pretty(&value).unwrap();
+        assert!(
+            !text.contains(['\u{1b}', '\u{9b}', '\u{7f}', '\u{202e}']),
+            "{text}"
+        );
+        assert!(text.contains("\\u202e") && text.contains("\\u009b"), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), value);
+        assert_eq!(
+            serde_json::from_str::<Value>(&compact(&value).unwrap()).unwrap(),
+            value
+        );
     }
 
     #[test]

@@ -142,3 +142,24 @@ async fn errors_mask_the_password_of_every_url() -> anyhow::Result<()> {
     empty_file.expect_stderr("the first line is empty")?;
     Ok(())
 }
+
+/// A malformed `[redis] url` line (unquoted, unterminated, a typo in the
+/// key) makes domain.toml invalid; the TOML error quotes the line, with
+/// its password masked.
+#[tokio::test]
+async fn a_malformed_url_line_in_domain_toml_is_quoted_with_its_password_masked() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    for line in [
+        format!("url = redis://ordo:{PASSWORD}@127.0.0.1:1/0"),
+        format!("url = \"redis://ordo:{PASSWORD}@127.0.0.1:1/0"),
+        format!("urll = \"redis://ordo:{PASSWORD}@127.0.0.1:1/0\""),
+        format!("url = \"redis-sentinel://h:1?sentinelPassword={PASSWORD}\" x"),
+    ] {
+        std::fs::write(dir.path().join("domain.toml"), format!("[redis]\n{line}\n"))?;
+        let invalid = ordo_in(dir.path(), &["status"], &[]).await?.expect_code(1)?;
+        assert_secret_kept(&format!("an invalid domain.toml line `{line}`"), &invalid);
+        invalid.expect_stderr("invalid ")?;
+        invalid.expect_stderr("***")?;
+    }
+    Ok(())
+}

@@ -257,10 +257,10 @@ impl Default for Config {
 impl Config {
     /// Parses and validates the text of a `domain.toml`.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        let table: toml::Table = toml::from_str(text).map_err(ConfigError::Parse)?;
+        let table: toml::Table = toml::from_str(text).map_err(|error| ConfigError::Parse(error.into()))?;
         check_keys(&table, "", SCHEMA)?;
         // Parsed again from the text so that a type error points at its line.
-        let raw: RawFile = toml::from_str(text).map_err(ConfigError::Parse)?;
+        let raw: RawFile = toml::from_str(text).map_err(|error| ConfigError::Parse(error.into()))?;
         let mut config = Self::from_raw(raw)?;
         config.broker_partitioning = broker_keys(&table);
         Ok(config)

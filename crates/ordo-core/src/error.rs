@@ -529,9 +529,9 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The text is not valid TOML or has a value of the wrong type (the
-    /// parser's message names it).
+    /// parser's message names it, quoting the line with its secrets masked).
     #[error("cannot parse the domain configuration")]
-    Parse(#[source] toml::de::Error),
+    Parse(#[source] TomlError),
     /// A key that `domain.toml` does not have, at any level.
     #[error("unknown key `{key}` in the domain configuration; valid keys {}: {}", unknown_key_place(key), valid.join(", "))]
     UnknownKey {
@@ -586,6 +586,32 @@ fn unknown_key_place(key: &str) -> String {
     match key.rsplit_once('.') {
         Some((table, _)) => format!("in [{table}]"),
         None => "at the top level".to_owned(),
+    }
+}
+
+/// A TOML parse error, as the parser words it (where, the line it quotes,
+/// what was expected) with the passwords of the URLs in it masked
+/// ([`redact_secrets`](crate::text::redact_secrets)): a malformed
+/// `url = ...` line is quoted without its password. Neither its `Display`
+/// nor its `Debug` holds the configuration text itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct TomlError {
+    message: String,
+}
+
+impl TomlError {
+    /// The parser's message, secrets masked.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<toml::de::Error> for TomlError {
+    fn from(error: toml::de::Error) -> Self {
+        Self {
+            message: crate::text::redact_secrets(error.to_string().trim_end()),
+        }
     }
 }
 

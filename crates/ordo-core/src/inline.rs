@@ -444,7 +444,7 @@ impl Inner {
         });
         let Some(sequence) = sequence.filter(|_| subscription.partitioned()) else {
             tracing::error!(event = crate::log_events::MESSAGE_DEAD_LETTERED, handler = subscription.name(), message_id = %envelope.id,
-                type_name = %envelope.type_name, attempts, error = %error,
+                type_name = %envelope.type_name, attempts, error = %crate::text::log_text(&error),
                 "handler failed after all retries; message dead-lettered (InlineBroker::dead_letters)");
             self.dead_letters().push(InlineDeadLetter {
                 handler: subscription.name(),
@@ -460,7 +460,7 @@ impl Inner {
             .map_or(sequence.as_str(), |(_, key)| key)
             .to_owned();
         tracing::error!(event = crate::log_events::PARTITION_HALTED, handler = subscription.name(), key = %key, message_id = %envelope.id,
-            type_name = %envelope.type_name, attempts, error = %error,
+            type_name = %envelope.type_name, attempts, error = %crate::text::log_text(&error),
             "handler failed after all retries; key halted until resolved \
              (InlineBroker::halted, then skip, retry or dead_letter)");
         let mut halts = self.halts();
@@ -503,12 +503,13 @@ impl Inner {
             let Err(error) = outcome else {
                 return Ok(());
             };
-            let error = error_chain(&*error);
+            // Stored (failure records, halts, dead letters) and logged capped.
+            let error = crate::text::cap_error(error_chain(&*error));
             if attempt > max_retries {
                 return Err((attempt, error));
             }
             tracing::warn!(event = crate::log_events::HANDLER_FAILED, handler = subscription.name(), message_id = %envelope.id, attempt,
-                error = %error, "handler failed; retrying");
+                error = %crate::text::log_text(&error), "handler failed; retrying");
             backoff.sleep(attempt).await;
             attempt += 1;
         }

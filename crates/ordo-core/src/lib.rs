@@ -16,7 +16,8 @@
 //!   broker), [`executor`] (per-key ordering with bounded concurrency),
 //!   [`attempt`] (one handler run, retries and halts), [`backoff`].
 //! - Operating: [`health`] (health and readiness as data), [`log_events`]
-//!   (the stable names of important log lines).
+//!   (the stable names of important log lines), [`text`] (untrusted text
+//!   escaped for logs and terminals, capped for records).
 
 // Declaring messages and handlers.
 pub mod handler;
@@ -43,6 +44,7 @@ pub mod executor;
 pub mod health;
 pub mod inline;
 pub mod log_events;
+pub mod text;
 
 // Internal.
 mod context;

@@ -22,7 +22,9 @@ pub const PARTITION_RESUMED: &str = "partition.resumed";
 /// A drained, idle partition was retired (info).
 pub const PARTITION_REAPED: &str = "partition.reaped";
 /// A message of a handler without a key failed every attempt and was
-/// dead-lettered (error inline, warn on Redis).
+/// dead-lettered, or an entry that can never be handled (unreadable on a
+/// base stream, of no key of its hashed partition) was moved to the
+/// dead-letter stream (error inline, warn on Redis).
 pub const MESSAGE_DEAD_LETTERED: &str = "message.dead_lettered";
 /// This instance took a partition's lease (info).
 pub const LEASE_ACQUIRED: &str = "lease.acquired";

@@ -538,7 +538,7 @@ impl OutboxProcessor {
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
-                    tracing::error!(error = %error_chain(&error), "outbox processor cannot read the outbox");
+                    tracing::error!(error = %crate::text::log_text(&error_chain(&error)), "outbox processor cannot read the outbox");
                     self.backoff.delay(failures)
                 }
             };
@@ -569,7 +569,7 @@ impl OutboxProcessor {
                     publication,
                 }),
                 Err(invalid) => {
-                    tracing::warn!(event = crate::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %invalid,
+                    tracing::warn!(event = crate::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %crate::text::log_text(&invalid.to_string()),
                         "abandoning outbox row with an invalid partition key");
                     self.outbox.mark_abandoned(row.id, &invalid.to_string()).await?;
                     report.abandoned += 1;
@@ -598,10 +598,10 @@ impl OutboxProcessor {
             match error.refusal() {
                 Some(refusal) if (published..go.len()).contains(&refusal.index) => {
                     let one = &go[refusal.index];
-                    let reason = error_chain(&*refusal.reason);
+                    let reason = crate::text::cap_error(error_chain(&*refusal.reason));
                     tracing::error!(event = crate::log_events::OUTBOX_PUBLISH_REFUSED, row = one.row.id, message_id = %one.row.envelope.id,
                         category = %one.scope.0, key = one.scope.1.as_deref().unwrap_or(""), broker = self.broker.name(),
-                        broker_position = refusal.broker_position, error = %reason,
+                        broker_position = refusal.broker_position, error = %crate::text::log_text(&reason),
                         "the broker refused an outbox row; it stays pending, the rest of its {} waits behind it",
                         match refusal.extent { RefusedExtent::Category => "category", _ => "key" });
                     self.outbox
@@ -625,8 +625,8 @@ impl OutboxProcessor {
                 }
                 _ => {
                     if let Some(failed) = go.get(published) {
-                        let message = error_chain(&*error.source);
-                        tracing::warn!(event = crate::log_events::OUTBOX_PUBLISH_FAILED, row = failed.row.id, broker = self.broker.name(), error = %message,
+                        let message = crate::text::cap_error(error_chain(&*error.source));
+                        tracing::warn!(event = crate::log_events::OUTBOX_PUBLISH_FAILED, row = failed.row.id, broker = self.broker.name(), error = %crate::text::log_text(&message),
                             "outbox publish failed; the row stays pending");
                         self.outbox.mark_failed(failed.row.id, &message).await?;
                         report.failed += 1;

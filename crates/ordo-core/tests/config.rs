@@ -337,3 +337,21 @@ fn a_category_is_per_key_unless_its_table_gives_a_number_of_partitions() {
         assert_eq!(chain(&error), expected, "{text}");
     }
 }
+
+#[test]
+fn a_parse_error_quoting_a_url_line_masks_its_password() {
+    for text in [
+        "[redis]\nurl = redis://app:s3cret@db:6379/0\n",
+        "[redis]\nurl = \"redis://app:s3cret@db:6379/0\n",
+        "[server.partitioning]\nmax_retries = \"redis://app:s3cret@db\"\n",
+        "[redis]\nurl = \"postgres://h/db?password=s3cret\" x\n",
+    ] {
+        let error = Config::from_toml_str(text).unwrap_err();
+        assert!(matches!(error, ConfigError::Parse(_)), "{error:?}");
+        let (shown, debug) = (chain(&error), format!("{error:?}"));
+        for output in [&shown, &debug] {
+            assert!(!output.contains("s3cret"), "{text}: {output}");
+        }
+        assert!(shown.contains("***") && shown.contains("line 2"), "{shown}");
+    }
+}

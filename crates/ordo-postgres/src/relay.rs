@@ -202,7 +202,7 @@ impl PgRelay {
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
-                    tracing::error!(error = %error_chain(&error), "outbox relay cannot read the outbox");
+                    tracing::error!(error = %ordo_core::text::log_text(&error_chain(&error)), "outbox relay cannot read the outbox");
                     self.backoff.delay(failures)
                 }
             };

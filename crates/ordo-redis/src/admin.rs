@@ -446,7 +446,8 @@ impl PartitionAdmin {
             key: field("key")?,
             lane: parse_lane(&field("lane")?)?,
             head: field("head")?,
-            error: field("error")?,
+            // Records written before errors were capped may hold megabytes.
+            error: ordo_core::text::cap_error(field("error")?),
             attempts: u32::try_from(number("attempts")?).unwrap_or(u32::MAX),
             owner: field("owner")?,
             halted_at_ms: number("at")?,
@@ -545,7 +546,7 @@ fn parse_parked_record(
         key,
         lane: parse_lane(&record.lane)?,
         head: record.head,
-        error: record.error,
+        error: ordo_core::text::cap_error(record.error),
         attempts: record.attempts,
         owner: record.owner,
         halted_at_ms: record.at,

@@ -249,6 +249,13 @@ impl RedisBroker {
             .with_routing(self.inner.settings.routing.clone())
     }
 
+    /// Read-only queries of the cluster state (partitions, owners, lag,
+    /// dead letters), knowing this broker's categories' partitioning.
+    pub fn status(&self) -> crate::ClusterStatus {
+        crate::ClusterStatus::new(self.client().clone(), &self.inner.settings.backfill_suffix)
+            .with_routing(self.inner.settings.routing.clone())
+    }
+
     /// A process-manager store on this broker's Redis, whose saves are
     /// fenced by the lease the message was handled under.
     pub fn process_store(&self) -> crate::RedisProcessStore {
@@ -405,6 +412,7 @@ impl RedisBrokerBuilder {
             poll_interval: partitioning.poll_interval(),
             reap_idle: redis.reap_idle(),
             discovery_interval: redis.discovery_interval(),
+            max_owned: redis.max_owned_partitions(),
             max_retries: partitioning.max_retries(),
             backoff: partitioning.backoff(),
             backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),

@@ -108,6 +108,6 @@ pub use lease::Lease;
 pub use partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome};
 pub use process::RedisProcessStore;
 pub use status::{
-    ClusterStatus, DeadLetter, GroupPosition, Instance, LAG_COUNT_LIMIT, LaneStatus, LeaseHolder,
-    PartitionStatus, plain_dlq,
+    ClusterStatus, DeadLetter, DeadLetterPage, GroupPosition, Instance, LAG_COUNT_LIMIT, LaneStatus,
+    LeaseHolder, PartitionStatus, plain_dlq,
 };

@@ -43,20 +43,22 @@ pub(crate) enum HeldNext {
     Done,
 }
 
-/// The fields of `entry` as published, to be written again elsewhere.
+/// The fields of `entry` as published (text or bytes, as they were), to
+/// be written again elsewhere: name, value, ...
 fn fields(entry: &StreamEntry) -> Vec<Value> {
-    let mut fields = Vec::with_capacity(6);
-    for (name, value) in [
-        ("type", entry.type_name()),
-        ("key", entry.key()),
-        ("envelope", entry.envelope_json()),
-    ] {
-        if let Some(value) = value {
-            fields.push(Value::from(name));
-            fields.push(Value::from(value));
-        }
-    }
-    fields
+    field_pairs(entry)
+        .into_iter()
+        .flat_map(|(name, value)| [Value::from(name), value])
+        .collect()
+}
+
+/// The fields of `entry` as published (text or bytes, as they were), to
+/// be written again elsewhere.
+pub(crate) fn field_pairs(entry: &StreamEntry) -> Vec<(&'static str, Value)> {
+    ["type", "key", "envelope"]
+        .into_iter()
+        .filter_map(|name| entry.raw_field(name).map(|value| (name, value)))
+        .collect()
 }
 
 /// A held message: read from a key's held stream, with the lane it came
@@ -129,7 +131,8 @@ impl Partitions {
             Value::from(key),
             Value::from(group),
             Value::from(entry.id()),
-            Value::from(reason.error.as_str()),
+            // Stored capped: a handler's error text may be megabytes.
+            Value::from(ordo_core::text::capped(&reason.error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
             Value::from(reason.attempts),
             Value::from(self.instance()),
             Value::from(parked),

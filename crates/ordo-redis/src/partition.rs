@@ -22,6 +22,11 @@ use crate::lease::{self, Lease, Owner, millis};
 use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
 /// An entry of a partition lane, read under a lease.
+///
+/// Stream content is untrusted: an entry may lack an envelope, hold one
+/// that is not JSON, not UTF-8 text at all, or one that names another key
+/// or category than the stream it sits in. Such an entry is read like any
+/// other; [`StreamEntry::decode_for`] says what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamEntry {
     id: String,
@@ -29,14 +34,26 @@ pub struct StreamEntry {
     type_name: Option<String>,
     key: Option<String>,
     envelope: Option<String>,
+    /// Ordo's fields of the entry whose value is not UTF-8 text, as they
+    /// are (empty for every entry Ordo wrote).
+    binary: Vec<(&'static str, Vec<u8>)>,
 }
+
+/// The fields of an entry Ordo reads (and writes again elsewhere when it
+/// moves the entry: parking, holding, dead-lettering).
+const FIELDS: [&str; 3] = ["type", "key", "envelope"];
 
 impl StreamEntry {
     pub(crate) fn from_raw(raw: RawEntry, lane: Lane) -> Self {
+        let binary = FIELDS
+            .iter()
+            .filter_map(|&name| raw.binary(name).map(|value| (name, value.to_vec())))
+            .collect();
         Self {
             type_name: raw.field("type").map(str::to_owned),
             key: raw.field("key").map(str::to_owned),
             envelope: raw.field("envelope").map(str::to_owned),
+            binary,
             id: raw.id,
             lane,
         }
@@ -52,44 +69,178 @@ impl StreamEntry {
         self.lane
     }
 
-    /// The message type name, as published.
+    /// The message type name, as published (`None` when the entry has no
+    /// `type` field or it is not text).
     pub fn type_name(&self) -> Option<&str> {
         self.type_name.as_deref()
     }
 
     /// The partition key, written with the entry when its partition is
-    /// hashed (holds many keys).
+    /// hashed (holds many keys); `None` when it has none or it is not text.
     pub fn key(&self) -> Option<&str> {
         self.key.as_deref()
     }
 
-    /// The envelope as published (JSON), when the entry has one.
+    /// The envelope as published (JSON), when the entry has one that is
+    /// text.
     pub fn envelope_json(&self) -> Option<&str> {
         self.envelope.as_deref()
     }
 
+    /// The fields of the entry (`type`, `key`, `envelope`) whose value is
+    /// not UTF-8 text, as they are: an entry no Ordo publisher wrote.
+    pub fn binary_fields(&self) -> impl Iterator<Item = (&'static str, &[u8])> {
+        self.binary.iter().map(|(name, value)| (*name, value.as_slice()))
+    }
+
+    /// The value of field `name` (`type`, `key` or `envelope`) to write
+    /// again elsewhere, text or bytes as it was.
+    pub(crate) fn raw_field(&self, name: &str) -> Option<fred::types::Value> {
+        let text = match name {
+            "type" => self.type_name(),
+            "key" => self.key(),
+            "envelope" => self.envelope_json(),
+            _ => None,
+        };
+        match text {
+            Some(text) => Some(fred::types::Value::from(text)),
+            None => self
+                .binary
+                .iter()
+                .find(|(field, _)| *field == name)
+                .map(|(_, value)| fred::types::Value::Bytes(value.clone().into())),
+        }
+    }
+
     /// Decodes the envelope.
     pub fn decode(&self) -> Result<Envelope, DecodeEntryError> {
+        let error = |why| DecodeEntryError {
+            id: self.id.clone(),
+            why,
+            source: None,
+        };
+        if let Some((field, value)) = self.binary.first() {
+            return Err(error(Why::NotText {
+                field,
+                bytes: value.len(),
+            }));
+        }
         let Some(json) = &self.envelope else {
-            return Err(DecodeEntryError {
-                id: self.id.clone(),
-                source: None,
-            });
+            return Err(error(Why::NoEnvelope));
         };
         serde_json::from_str(json).map_err(|source| DecodeEntryError {
             id: self.id.clone(),
+            why: Why::NotAnEnvelope,
             source: Some(source),
         })
     }
+
+    /// Decodes the envelope of an entry read from the stream of `category`
+    /// and `key` (a key's own partition, or a key of a hashed partition;
+    /// `None`: the category's base stream, of no key): [`StreamEntry::decode`],
+    /// refused also when the envelope names another category or key, or
+    /// the entry's `key` field another key. A message is handled only in
+    /// its own key's stream, under that key's lease and order: an entry
+    /// written by hand into another key's stream never runs there.
+    pub fn decode_for(&self, category: &str, key: Option<&str>) -> Result<Envelope, DecodeEntryError> {
+        let envelope = self.decode()?;
+        let misplaced = envelope.category != category
+            || key.is_some_and(|key| {
+                envelope.partition_key.as_deref() != Some(key) || self.key().is_some_and(|field| field != key)
+            });
+        if misplaced {
+            return Err(DecodeEntryError {
+                id: self.id.clone(),
+                why: Why::Misplaced(Box::new(Misplaced {
+                    category: envelope.category,
+                    key: envelope.partition_key.or_else(|| self.key.clone()),
+                    expected_category: category.to_owned(),
+                    expected_key: key.map(str::to_owned),
+                })),
+                source: None,
+            });
+        }
+        Ok(envelope)
+    }
 }
 
-/// A stream entry that does not hold a valid Ordo envelope.
+/// A stream entry that does not hold a valid Ordo envelope (of the stream
+/// it sits in): it can never be handled, so it halts (or parks) its key at
+/// once, or, on a base stream, is dead-lettered.
 #[derive(Debug, thiserror::Error)]
-#[error("stream entry {id} does not hold a valid Ordo envelope")]
+#[error("stream entry {id} {why}")]
 pub struct DecodeEntryError {
     id: String,
+    why: Why,
     #[source]
     source: Option<serde_json::Error>,
+}
+
+impl DecodeEntryError {
+    /// The entry id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// What is wrong with an entry.
+#[derive(Debug)]
+enum Why {
+    NoEnvelope,
+    NotText { field: &'static str, bytes: usize },
+    NotAnEnvelope,
+    Misplaced(Box<Misplaced>),
+}
+
+/// Where an entry's envelope says it belongs, and where it sits.
+#[derive(Debug)]
+struct Misplaced {
+    category: String,
+    key: Option<String>,
+    expected_category: String,
+    expected_key: Option<String>,
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoEnvelope => f.write_str("has no envelope: it holds no Ordo message"),
+            Self::NotText { field, bytes } => write!(
+                f,
+                "has a field `{field}` that is not UTF-8 text ({bytes} bytes): it holds no readable Ordo message"
+            ),
+            Self::NotAnEnvelope => f.write_str("does not hold a valid Ordo envelope"),
+            Self::Misplaced(misplaced) => {
+                let Misplaced {
+                    category,
+                    key,
+                    expected_category,
+                    expected_key,
+                } = &**misplaced;
+                let named = |key: &Option<String>| {
+                    key.as_deref().map_or_else(
+                        || "no key".to_owned(),
+                        |key| format!("key `{}`", ordo_core::text::escaped(key)),
+                    )
+                };
+                write!(
+                    f,
+                    "holds a message of category `{}` and {} but sits in the stream of category `{}`",
+                    ordo_core::text::escaped(category),
+                    named(key),
+                    ordo_core::text::escaped(expected_category),
+                )?;
+                match expected_key {
+                    Some(_) => write!(
+                        f,
+                        " and {}: a message runs only in its own key's stream, under that key's lease and order",
+                        named(expected_key)
+                    ),
+                    None => f.write_str(": a message runs only from its own category's stream"),
+                }
+            }
+        }
+    }
 }
 
 /// What a fenced read found.
@@ -150,7 +301,8 @@ pub struct HaltReason {
     pub lane: Lane,
     /// The poison message's entry id.
     pub head: String,
-    /// The last error, as text.
+    /// The last error, as text (stored capped at
+    /// [`MAX_ERROR_TEXT`](ordo_core::text::MAX_ERROR_TEXT) bytes).
     pub error: String,
     /// How many times it was attempted.
     pub attempts: u32,
@@ -542,7 +694,8 @@ impl Partitions {
             Value::from(partition.key()),
             Value::from(lane_name(reason.lane)),
             Value::from(reason.head.as_str()),
-            Value::from(reason.error.as_str()),
+            // Stored capped: a handler's error text may be megabytes.
+            Value::from(ordo_core::text::capped(&reason.error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
             Value::from(reason.attempts),
             Value::from(self.owner.instance()),
             attempt_value(attempt),
@@ -691,5 +844,170 @@ pub(crate) fn parse_lane(name: &str) -> Result<Lane> {
         "primary" => Ok(Lane::Primary),
         "backfill" => Ok(Lane::Backfill),
         other => Err(Error::protocol("halt record", format!("unknown lane `{other}`"))),
+    }
+}
+
+/// Stream content is untrusted input: whatever a raw `XADD` wrote, reading
+/// an entry and decoding it for the stream it sits in yields an envelope
+/// of that stream's key or an error naming the entry; it never panics, it
+/// never fails the read it came with, and the entry's fields are kept
+/// byte for byte for wherever it is moved (held, dead-lettered).
+///
+/// Bounded property tests (proptest's default of 256 cases each), run by
+/// the normal test suite.
+#[cfg(test)]
+mod hostile_input {
+    use fred::types::Value;
+    use ordo_core::message::{Envelope, MessageKind, Metadata};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::scripts::parse_entries;
+
+    fn envelope(category: &str, key: Option<&str>) -> String {
+        serde_json::to_string(&Envelope {
+            id: "m-1".into(),
+            kind: MessageKind::Event,
+            type_name: "Placed".into(),
+            category: category.into(),
+            aggregate_id: None,
+            routing_key: None,
+            partition_key: key.map(str::to_owned),
+            metadata: Metadata::new(),
+            payload: "{}".into(),
+        })
+        .expect("serialisable")
+    }
+
+    /// A field value as Redis returns it: text when it is UTF-8, else bytes.
+    fn value(bytes: &[u8]) -> Value {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Value::from(text),
+            Err(_) => Value::Bytes(bytes.to_vec().into()),
+        }
+    }
+
+    /// Any reply value: text, bytes, numbers, nil, nested arrays.
+    fn any_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..24).prop_map(|b| value(&b)),
+            any::<i64>().prop_map(Value::Integer),
+            Just(Value::Null),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            proptest::collection::vec(inner, 0..6).prop_map(Value::Array)
+        })
+    }
+
+    fn entry_of(id: &str, fields: Vec<(&str, Vec<u8>)>) -> StreamEntry {
+        let flat = fields
+            .into_iter()
+            .flat_map(|(name, bytes)| [Value::from(name), value(&bytes)])
+            .collect();
+        let reply = Value::Array(vec![Value::Array(vec![Value::from(id), Value::Array(flat)])]);
+        let raw = parse_entries("test", reply)
+            .expect("an entry with an id parses")
+            .pop()
+            .expect("one entry");
+        StreamEntry::from_raw(raw, Lane::Primary)
+    }
+
+    /// Decodes `entry` for the stream of `order:alice`: an envelope of
+    /// exactly that key, or an error naming the entry.
+    fn check(entry: &StreamEntry) -> Result<(), TestCaseError> {
+        match entry.decode_for("order", Some("alice")) {
+            Ok(envelope) => {
+                prop_assert_eq!(envelope.category.as_str(), "order");
+                prop_assert_eq!(envelope.partition_key.as_deref(), Some("alice"));
+                prop_assert!(entry.key().is_none_or(|key| key == "alice"));
+            }
+            Err(error) => prop_assert!(error.to_string().contains(entry.id()), "{error}"),
+        }
+        // Whatever it decodes to elsewhere, decoding never panics either.
+        let _ = entry.decode_for("order", None);
+        let _ = entry.decode();
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn any_reply_parses_or_fails_without_panicking(reply in any_value()) {
+            // Only an entry without a text id fails the read.
+            let _ = parse_entries("test", reply);
+        }
+
+        #[test]
+        fn any_field_bytes_decode_or_fail_naming_the_entry(
+            type_name in proptest::collection::vec(any::<u8>(), 0..16),
+            key in proptest::collection::vec(any::<u8>(), 0..16),
+            body in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let entry = entry_of("7-1", vec![("type", type_name.clone()), ("key", key.clone()), ("envelope", body.clone())]);
+            check(&entry)?;
+            // The fields are kept as they were, text or not.
+            for (name, bytes) in [("type", &type_name), ("key", &key), ("envelope", &body)] {
+                let kept = entry.raw_field(name).expect("the field is kept");
+                prop_assert_eq!(kept.as_bytes(), Some(bytes.as_slice()));
+            }
+        }
+
+        #[test]
+        fn a_mangled_envelope_decodes_or_fails_naming_the_entry(
+            key in prop_oneof![Just(None), Just(Some("alice")), Just(Some("bob"))],
+            category in prop_oneof![Just("order"), Just("other")],
+            at in 0usize..400, byte in any::<u8>(), cut in 1usize..400,
+        ) {
+            let mut bytes = envelope(category, key).into_bytes();
+            let at = at % bytes.len();
+            bytes[at] = byte;
+            bytes.truncate(cut);
+            check(&entry_of("7-2", vec![("envelope", bytes)]))?;
+        }
+
+        #[test]
+        fn an_envelope_of_another_key_or_category_is_refused(
+            key in prop_oneof![Just(None), Just(Some("alice")), Just(Some("bob")), Just(Some(""))],
+            category in prop_oneof![Just("order"), Just("other")],
+            key_field in prop_oneof![Just(None), Just(Some("alice")), Just(Some("bob"))],
+        ) {
+            let mut fields = vec![("envelope", envelope(category, key).into_bytes())];
+            if let Some(field) = key_field {
+                fields.push(("key", field.as_bytes().to_vec()));
+            }
+            let entry = entry_of("7-3", fields);
+            let accepted = entry.decode_for("order", Some("alice")).is_ok();
+            let belongs = category == "order" && key == Some("alice") && key_field.is_none_or(|k| k == "alice");
+            prop_assert_eq!(accepted, belongs);
+        }
+    }
+
+    #[test]
+    fn the_reasons_name_the_entry_and_what_is_wrong() {
+        let not_text = entry_of("1-0", vec![("envelope", b"\xff\xfe".to_vec())]);
+        let error = not_text.decode().unwrap_err().to_string();
+        assert!(
+            error.contains("1-0") && error.contains("`envelope`") && error.contains("UTF-8"),
+            "{error}"
+        );
+        let none = entry_of("1-1", vec![("type", b"T".to_vec())]);
+        assert!(none.decode().unwrap_err().to_string().contains("no envelope"));
+        let elsewhere = entry_of(
+            "1-2",
+            vec![("envelope", envelope("order", Some("bob")).into_bytes())],
+        );
+        let error = elsewhere
+            .decode_for("order", Some("alice"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("key `bob`") && error.contains("key `alice`"),
+            "{error}"
+        );
+        let forged = entry_of(
+            "1-3",
+            vec![("envelope", envelope("order\u{1b}[2J", Some("a\nb")).into_bytes())],
+        );
+        let error = forged.decode_for("order", Some("alice")).unwrap_err().to_string();
+        assert!(!error.contains('\u{1b}') && !error.contains('\n'), "{error}");
     }
 }

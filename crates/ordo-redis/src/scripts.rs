@@ -516,24 +516,41 @@ impl Reply {
     }
 }
 
-/// A stream entry as Ordo writes it: its id and field/value pairs.
+/// A stream entry as Redis holds it: its id and field/value pairs. Stream
+/// content is untrusted (anyone with `XADD` on the stream writes it): a
+/// value that is not UTF-8 text is kept as bytes in `binary`, for the
+/// entry alone to be found unreadable, never the read it came with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RawEntry {
     pub(crate) id: String,
+    /// The fields whose value is text.
     pub(crate) fields: Vec<(String, String)>,
+    /// The fields whose value is not UTF-8 text, as they are. (A field
+    /// whose name is not text cannot be one Ordo reads, and is left out.)
+    pub(crate) binary: Vec<(String, Vec<u8>)>,
 }
 
 impl RawEntry {
-    /// The value of `field`.
+    /// The value of `field`, when it is text.
     pub(crate) fn field(&self, field: &str) -> Option<&str> {
         self.fields
             .iter()
             .find(|(f, _)| f == field)
             .map(|(_, v)| v.as_str())
     }
+
+    /// The value of `field` when it is not text.
+    pub(crate) fn binary(&self, field: &str) -> Option<&[u8]> {
+        self.binary
+            .iter()
+            .find(|(f, _)| f == field)
+            .map(|(_, v)| v.as_slice())
+    }
 }
 
-/// Parses `{{id, {field, value, ...}}, ...}` (an XRANGE/XREADGROUP entry list).
+/// Parses `{{id, {field, value, ...}}, ...}` (an XRANGE/XREADGROUP entry
+/// list). Only the shape of the reply can fail it (an entry without an
+/// id): whatever the entries' fields hold, each entry is parsed on its own.
 pub(crate) fn parse_entries(context: &'static str, value: Value) -> Result<Vec<RawEntry>> {
     array(value)
         .into_iter()
@@ -549,17 +566,19 @@ fn parse_entry(context: &'static str, entry: Value) -> Result<RawEntry> {
         .ok_or_else(|| Error::protocol(context, "stream entry has no id"))?;
     let flat = parts.next().map(array).unwrap_or_default();
     let mut fields = Vec::with_capacity(flat.len() / 2);
+    let mut binary = Vec::new();
     let mut flat = flat.into_iter();
     while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
-        let (Some(name), Some(value)) = (name.as_str(), value.as_str()) else {
-            return Err(Error::protocol(
-                context,
-                format!("entry {id} has a non-text field"),
-            ));
-        };
-        fields.push((name.into_owned(), value.into_owned()));
+        let Some(name) = name.as_str() else { continue };
+        match value.as_str() {
+            Some(value) => fields.push((name.into_owned(), value.into_owned())),
+            None => binary.push((
+                name.into_owned(),
+                value.as_bytes().map(<[u8]>::to_vec).unwrap_or_default(),
+            )),
+        }
     }
-    Ok(RawEntry { id, fields })
+    Ok(RawEntry { id, fields, binary })
 }
 
 /// The items of an array reply; nil (an empty Lua table or `false`) is empty.

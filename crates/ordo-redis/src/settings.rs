@@ -7,6 +7,7 @@
 //! heartbeat_interval_seconds = 3.0    # default lease_ttl_ms / 5000; at most a third of the TTL
 //! reap_idle_ms = 3600000              # idle time before a drained partition is retired; 0: never
 //! discovery_interval_seconds = 1.0    # how often the partition index is re-read; under the TTL
+//! max_owned_partitions = 0            # most partitions one instance owns (all groups); 0: no limit
 //! ```
 //!
 //! They share the table with ordo-core's keys (`poll_interval_seconds`,
@@ -26,6 +27,7 @@ const LEASE_TTL_KEY: &str = "server.partitioning.lease_ttl_ms";
 const HEARTBEAT_KEY: &str = "server.partitioning.heartbeat_interval_seconds";
 const REAP_IDLE_KEY: &str = "server.partitioning.reap_idle_ms";
 const DISCOVERY_KEY: &str = "server.partitioning.discovery_interval_seconds";
+const MAX_OWNED_KEY: &str = "server.partitioning.max_owned_partitions";
 
 /// The Redis broker's timings, from `[server.partitioning]` of the domain
 /// configuration ([`RedisSettings::from_config`]). Every cross-field rule
@@ -36,6 +38,7 @@ pub struct RedisSettings {
     heartbeat_interval: Duration,
     reap: ReapPolicy,
     discovery_interval: Duration,
+    max_owned_partitions: Option<std::num::NonZeroUsize>,
 }
 
 /// When a drained, idle partition is retired (`reap_idle_ms`).
@@ -73,6 +76,7 @@ impl RedisSettings {
         "heartbeat_interval_seconds",
         "reap_idle_ms",
         "discovery_interval_seconds",
+        "max_owned_partitions",
     ];
 
     /// Reads and validates the Redis broker's keys of `config`'s
@@ -110,11 +114,24 @@ impl RedisSettings {
                 ),
             });
         }
+        let max_owned_partitions = match integer(table, "max_owned_partitions")? {
+            None | Some(0) => None,
+            Some(n) => Some(
+                usize::try_from(n)
+                    .ok()
+                    .and_then(std::num::NonZeroUsize::new)
+                    .ok_or_else(|| ConfigError::Invalid {
+                        key: MAX_OWNED_KEY,
+                        reason: format!("must be 0 (no limit) or a number of partitions, got {n}"),
+                    })?,
+            ),
+        };
         Ok(Self {
             lease_ttl,
             heartbeat_interval,
             reap,
             discovery_interval,
+            max_owned_partitions,
         })
     }
 
@@ -142,6 +159,16 @@ impl RedisSettings {
     /// `discovery_interval_seconds`: how often the partition index is re-read.
     pub fn discovery_interval(&self) -> Duration {
         self.discovery_interval
+    }
+
+    /// `max_owned_partitions`: the most partitions (units: a key's
+    /// partition, a hashed partition, a process manager's correlation
+    /// value) one instance owns at once, over all its consumer groups;
+    /// `None` (`0`, the default) for no limit. Each owned partition costs
+    /// the instance memory (docs/PERFORMANCE.md); the partitions over the
+    /// limit are left to other instances, or wait until this one has room.
+    pub fn max_owned_partitions(&self) -> Option<std::num::NonZeroUsize> {
+        self.max_owned_partitions
     }
 }
 

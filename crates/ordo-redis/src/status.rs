@@ -38,11 +38,32 @@ const SCAN_COUNT: u32 = 1_000;
 /// `XRANGE`, up to this many entries.
 pub const LAG_COUNT_LIMIT: u64 = 100_000;
 
+/// Dead letters read per `XRANGE` call: a dead-letter stream is never read
+/// whole in one call.
+const DLQ_CHUNK: usize = 100;
+
+/// The most entries of a hashed partition's dead-letter stream one page of
+/// a key's dead letters looks at (the stream holds every key's letters of
+/// the partition): a page that found fewer letters says where to go on.
+const DLQ_SCAN: usize = 10_000;
+
 /// Read-only queries of the cluster state.
 #[derive(Debug, Clone)]
 pub struct ClusterStatus {
     client: Pool,
     backfill_suffix: String,
+    routing: crate::keys::Routing,
+}
+
+/// One page of a dead-letter stream (see [`ClusterStatus::dead_letters_page`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetterPage {
+    /// The dead letters, oldest first.
+    pub letters: Vec<DeadLetter>,
+    /// Where the next page starts (pass it as `after`), when more of the
+    /// stream is left to read; `None` at its end.
+    pub next: Option<String>,
 }
 
 /// Who holds a lease: `{instance}:{nonce}:{token}`.
@@ -130,7 +151,18 @@ impl ClusterStatus {
         Self {
             client,
             backfill_suffix: backfill_suffix.to_owned(),
+            routing: crate::keys::Routing::default(),
         }
+    }
+
+    /// The queries of categories partitioned as `routing` says: a key of a
+    /// hashed category has its dead letters in its partition's dead-letter
+    /// stream, with the other keys' ([`RedisBroker::status`](crate::RedisBroker::status)
+    /// sets it).
+    #[must_use]
+    pub fn with_routing(mut self, routing: crate::keys::Routing) -> Self {
+        self.routing = routing;
+        self
     }
 
     /// The connection pool the queries use.
@@ -287,31 +319,160 @@ impl ClusterStatus {
         Ok(None)
     }
 
-    /// The entries of partition `category:key`'s dead-letter stream,
-    /// oldest first.
+    /// The dead letters of `category:key`, oldest first: its partition's
+    /// dead-letter stream, or, for a key of a hashed category, that key's
+    /// letters in its partition's stream (`key` of the reserved `__n__`
+    /// form, as [`ClusterStatus::dead_letter_keys`] lists a hashed
+    /// partition: every letter of that partition). Read in chunks, never
+    /// the whole stream in one call; for a page at a time, see
+    /// [`ClusterStatus::dead_letters_page`].
     pub async fn dead_letters(&self, category: &str, key: &str) -> Result<Vec<DeadLetter>> {
-        let dlq = PartitionKeys::new(category, key, &self.backfill_suffix).dlq();
-        let entries: Value = self.client.xrange(dlq.as_str(), "-", "+", None).await?;
-        parse_entries("XRANGE", entries)?
-            .into_iter()
-            .map(|raw| dead_letter(&dlq, raw))
-            .collect()
+        let (dlq, only) = self.dead_letter_stream(category, key);
+        self.all_dead_letters(&dlq, only).await
+    }
+
+    /// At most `limit` (at least 1) dead letters of `category:key` (see
+    /// [`ClusterStatus::dead_letters`]) after the entry id `after` (from
+    /// the start when `None`), oldest first, and where the next page starts.
+    pub async fn dead_letters_page(
+        &self,
+        category: &str,
+        key: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<DeadLetterPage> {
+        let (dlq, only) = self.dead_letter_stream(category, key);
+        self.dead_letter_page(&dlq, only, after, limit).await
+    }
+
+    /// The dead letter `id` of `category:key` (see
+    /// [`ClusterStatus::dead_letters`]), if there is one.
+    pub async fn dead_letter(&self, category: &str, key: &str, id: &str) -> Result<Option<DeadLetter>> {
+        let (dlq, only) = self.dead_letter_stream(category, key);
+        self.dead_letter_by_id(&dlq, only, id).await
     }
 
     /// The entries of `category`'s own dead-letter stream `{category}:dlq`,
     /// where the plain (non-partitioned) consumer groups put the messages
-    /// that failed every attempt; oldest first.
+    /// that failed every attempt; oldest first, read in chunks.
     pub async fn plain_dead_letters(&self, category: &str) -> Result<Vec<DeadLetter>> {
-        let dlq = plain_dlq(category);
-        let entries: Value = self.client.xrange(dlq.as_str(), "-", "+", None).await?;
+        self.all_dead_letters(&plain_dlq(category), None).await
+    }
+
+    /// A page of [`ClusterStatus::plain_dead_letters`]: at most `limit`
+    /// after the entry id `after`.
+    pub async fn plain_dead_letters_page(
+        &self,
+        category: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<DeadLetterPage> {
+        self.dead_letter_page(&plain_dlq(category), None, after, limit)
+            .await
+    }
+
+    /// The plain dead letter `id` of `category`, if there is one.
+    pub async fn plain_dead_letter(&self, category: &str, id: &str) -> Result<Option<DeadLetter>> {
+        self.dead_letter_by_id(&plain_dlq(category), None, id).await
+    }
+
+    /// The dead-letter stream that holds `category:key`'s letters, and the
+    /// key to keep only the letters of (a key of a hashed partition).
+    fn dead_letter_stream<'k>(&self, category: &str, key: &'k str) -> (String, Option<&'k str>) {
+        let own = PartitionKeys::new(category, key, &self.backfill_suffix);
+        // A hashed partition named by its member: all its letters.
+        if own.id().is_hashed() {
+            return (own.dlq(), None);
+        }
+        let partition = PartitionKeys::of(self.routing.partition_of(category, key), &self.backfill_suffix);
+        let only = partition.id().is_hashed().then_some(key);
+        (partition.dlq(), only)
+    }
+
+    /// Every letter of `dlq` (of key `only`), in chunks.
+    async fn all_dead_letters(&self, dlq: &str, only: Option<&str>) -> Result<Vec<DeadLetter>> {
+        let mut letters = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .dead_letter_page(dlq, only, after.as_deref(), DLQ_CHUNK)
+                .await?;
+            letters.extend(page.letters);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(letters),
+            }
+        }
+    }
+
+    /// At most `limit` letters of `dlq` (of key `only`) after `after`,
+    /// reading [`DLQ_CHUNK`] entries per call and looking at no more than
+    /// [`DLQ_SCAN`] of them.
+    async fn dead_letter_page(
+        &self,
+        dlq: &str,
+        only: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<DeadLetterPage> {
+        let limit = limit.max(1);
+        let mut letters = Vec::new();
+        let mut from = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
+        let mut scanned = 0;
+        loop {
+            // One more than the page holds: whether anything follows it.
+            let count = if only.is_some() {
+                DLQ_CHUNK
+            } else {
+                (limit + 1 - letters.len()).min(DLQ_CHUNK)
+            };
+            let entries: Value = self
+                .client
+                .xrange(dlq, from.as_str(), "+", Some(count as u64))
+                .await?;
+            let raws = parse_entries("XRANGE", entries)?;
+            let read = raws.len();
+            scanned += read;
+            for raw in raws {
+                from = format!("({}", raw.id);
+                if only.is_some_and(|key| raw.field("key") != Some(key)) {
+                    continue;
+                }
+                if letters.len() == limit {
+                    let next = letters.last().map(|letter: &DeadLetter| letter.id.clone());
+                    return Ok(DeadLetterPage { letters, next });
+                }
+                letters.push(dead_letter(dlq, raw)?);
+            }
+            if read < count {
+                return Ok(DeadLetterPage { letters, next: None });
+            }
+            if only.is_some() && scanned >= DLQ_SCAN {
+                let next = Some(from.trim_start_matches('(').to_owned());
+                return Ok(DeadLetterPage { letters, next });
+            }
+        }
+    }
+
+    /// The letter `id` of `dlq` (of key `only`).
+    async fn dead_letter_by_id(&self, dlq: &str, only: Option<&str>, id: &str) -> Result<Option<DeadLetter>> {
+        // Not a stream entry id (`ms-seq`): no such letter (Redis would
+        // refuse the read).
+        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+        if ms.parse::<u64>().is_err() || seq.parse::<u64>().is_err() {
+            return Ok(None);
+        }
+        let entries: Value = self.client.xrange(dlq, id, id, Some(1)).await?;
         parse_entries("XRANGE", entries)?
             .into_iter()
-            .map(|raw| dead_letter(&dlq, raw))
-            .collect()
+            .find(|raw| raw.id == id && only.is_none_or(|key| raw.field("key") == Some(key)))
+            .map(|raw| dead_letter(dlq, raw))
+            .transpose()
     }
 
     /// The keys of `category` that have a dead-letter stream, sorted (walks
-    /// the keyspace with `SCAN`).
+    /// the keyspace with `SCAN`); a hashed partition's stream is listed by
+    /// its member (`__n__`), which [`ClusterStatus::dead_letters`] takes.
     pub async fn dead_letter_keys(&self, category: &str) -> Result<Vec<String>> {
         let mut keys: Vec<String> = self
             .scan(&dlq_pattern(category), ScanType::Stream)
@@ -608,13 +769,15 @@ fn dead_letter(dlq: &str, raw: RawEntry) -> Result<DeadLetter> {
     let lane = raw.field("lane").map_or(Ok(Lane::Primary), parse_lane)?;
     let source_id = field("source_id")?;
     let group = field("group")?;
-    let error = field("error")?;
+    // Letters written before errors were capped may hold megabytes.
+    let error = ordo_core::text::cap_error(field("error")?);
     let attempts = raw.field("attempts").map_or(0, |a| a.parse().unwrap_or(u32::MAX));
     let id = raw.id.clone();
     let message = StreamEntry::from_raw(
         RawEntry {
             id: source_id,
             fields: raw.fields,
+            binary: raw.binary,
         },
         lane,
     );

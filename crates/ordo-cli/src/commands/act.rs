@@ -118,7 +118,9 @@ pub(crate) async fn run(ctx: &Context, action: Action, args: &ActionArgs) -> Res
     if args.options.json {
         print!("{}", pretty(&acted)?);
     } else {
-        println!("{}", describe(action, &acted));
+        for line in describe(action, &acted).lines() {
+            println!("{}", crate::format::text(line));
+        }
     }
     Ok(Verdict::Ok)
 }

@@ -19,7 +19,7 @@
 use anyhow::{Context as _, anyhow};
 use fred::interfaces::StreamsInterface;
 use ordo_core::broker::Publication;
-use ordo_redis::DeadLetter;
+use ordo_redis::{DeadLetter, DeadLetterPage, PartitionId};
 use serde::Serialize;
 
 use crate::cli::{DlqInspectArgs, DlqListArgs, DlqPurgeArgs, DlqReplayArgs, DlqStreamArgs};
@@ -84,11 +84,40 @@ impl<'a> Scope<'a> {
         }
     }
 
+    /// Every dead letter of the scope (read in chunks).
     async fn letters(self, ctx: &Context) -> Result<Vec<DeadLetter>, Failure> {
         Ok(match self {
             Self::Partition { category, key } => ctx.status.dead_letters(category, key).await?,
             Self::Plain { category } => ctx.status.plain_dead_letters(category).await?,
         })
+    }
+
+    /// At most `limit` dead letters of the scope after `after`.
+    async fn page(self, ctx: &Context, after: Option<&str>, limit: usize) -> Result<DeadLetterPage, Failure> {
+        Ok(match self {
+            Self::Partition { category, key } => {
+                ctx.status.dead_letters_page(category, key, after, limit).await?
+            }
+            Self::Plain { category } => ctx.status.plain_dead_letters_page(category, after, limit).await?,
+        })
+    }
+
+    /// The dead letter `id` of the scope.
+    async fn letter(self, ctx: &Context, id: &str) -> Result<Option<DeadLetter>, Failure> {
+        Ok(match self {
+            Self::Partition { category, key } => ctx.status.dead_letter(category, key, id).await?,
+            Self::Plain { category } => ctx.status.plain_dead_letter(category, id).await?,
+        })
+    }
+
+    /// The `ordo dlq list` arguments that name this scope.
+    fn list_args(self) -> String {
+        match self {
+            Self::Partition { category, key } => {
+                format!("{} {}", format::shell_word(category), format::shell_word(key))
+            }
+            Self::Plain { category } => format!("{} --plain", format::shell_word(category)),
+        }
     }
 }
 
@@ -132,6 +161,11 @@ struct ReplayReport {
 
 pub(crate) async fn list(ctx: &Context, args: &DlqListArgs) -> Result<Verdict, Failure> {
     let category = args.category.as_str();
+    if args.after.is_some() && args.key.is_none() && !args.plain {
+        return Err(Failure::Usage(
+            "--after names a dead letter of one dead-letter stream: give KEY (or --plain) with it".to_owned(),
+        ));
+    }
     let keys = match (&args.key, args.plain) {
         (Some(key), _) => vec![key.clone()],
         (None, true) => Vec::new(),
@@ -144,10 +178,21 @@ pub(crate) async fn list(ctx: &Context, args: &DlqListArgs) -> Result<Verdict, F
     if args.key.is_none() {
         scopes.push(Scope::Plain { category });
     }
+    // One page over every scope: never more than `--limit` letters read.
+    let mut left = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let mut letters = Vec::new();
+    let mut more = None;
     for scope in scopes {
-        for letter in scope.letters(ctx).await? {
-            letters.push(view(scope, letter));
+        if left == 0 {
+            more = Some((scope, None));
+            break;
+        }
+        let page = scope.page(ctx, args.after.as_deref(), left).await?;
+        left -= page.letters.len();
+        letters.extend(page.letters.into_iter().map(|letter| view(scope, letter)));
+        if page.next.is_some() {
+            more = Some((scope, page.next));
+            break;
         }
     }
     if args.json {
@@ -158,16 +203,41 @@ pub(crate) async fn list(ctx: &Context, args: &DlqListArgs) -> Result<Verdict, F
             (None, true) => format!("the plain consumer groups of `{category}`"),
             (None, false) => format!("category `{category}`"),
         };
-        println!("no dead letters in {scope}");
+        println!("{}", format::text(&format!("no dead letters in {scope}")));
     } else {
         print!("{}", table(&letters).render());
+    }
+    // On stderr, so the table and the JSON stay what scripts parse.
+    match more {
+        Some((scope, Some(next))) if args.key.is_some() || args.plain => eprintln!(
+            "{}",
+            format::text(&format!(
+                "more dead letters follow; the next page: ordo dlq list {} --after {next}",
+                scope.list_args()
+            ))
+        ),
+        Some((scope, _)) => eprintln!(
+            "{}",
+            format::text(&format!(
+                "more dead letters follow; list one dead-letter stream a page at a time (with --after): \
+                 ordo dlq list {}",
+                scope.list_args()
+            ))
+        ),
+        None => {}
     }
     Ok(Verdict::Ok)
 }
 
 fn view(scope: Scope<'_>, letter: DeadLetter) -> DeadLetterView {
+    // A hashed partition's stream holds many keys' letters: each says its own.
+    let key = match scope.key() {
+        Some(key) if !PartitionId::for_key(scope.category(), key).is_hashed() => Some(key.to_owned()),
+        Some(_) => letter.message.key().map(str::to_owned),
+        None => None,
+    };
     DeadLetterView {
-        key: scope.key().map(str::to_owned),
+        key,
         message: EntryView::from(&letter.message),
         id: letter.id,
         group: letter.group,
@@ -179,7 +249,7 @@ fn view(scope: Scope<'_>, letter: DeadLetter) -> DeadLetterView {
 /// `ordo dlq inspect`: one dead letter, whole.
 pub(crate) async fn inspect(ctx: &Context, args: &DlqInspectArgs) -> Result<Verdict, Failure> {
     let scope = Scope::of(&args.stream);
-    let Some(letter) = scope.letters(ctx).await?.into_iter().find(|l| l.id == args.id) else {
+    let Some(letter) = scope.letter(ctx, &args.id).await? else {
         return Err(Failure::Usage(format!(
             "no dead letter `{}` in `{}` (see `ordo dlq list`)",
             args.id,
@@ -190,21 +260,34 @@ pub(crate) async fn inspect(ctx: &Context, args: &DlqInspectArgs) -> Result<Verd
     if args.json {
         print!("{}", pretty(&view)?);
     } else {
-        println!("dead letter {} of `{}`", view.id, scope.dlq(ctx));
+        let text = format::text;
+        println!("dead letter {} of `{}`", text(&view.id), text(&scope.dlq(ctx)));
         println!(
             "  key:       {}",
-            view.key.as_deref().unwrap_or("- (plain consumer group)")
+            text(view.key.as_deref().unwrap_or("- (plain consumer group)"))
         );
-        println!("  group:     {}", view.group);
+        println!("  group:     {}", text(&view.group));
         println!("  attempts:  {}", view.attempts);
-        println!("  error:     {}", view.error);
-        println!("  source id: {} ({} lane)", view.message.id, view.message.lane);
+        println!("  error:     {}", text(&view.error));
+        println!(
+            "  source id: {} ({} lane)",
+            text(&view.message.id),
+            view.message.lane
+        );
         println!(
             "  type:      {}",
-            view.message.type_name.as_deref().unwrap_or("-")
+            text(view.message.type_name.as_deref().unwrap_or("-"))
         );
+        if let Some(unreadable) = &view.message.unreadable {
+            println!("  unreadable: {}", text(unreadable));
+        }
         match &view.message.envelope {
-            Some(envelope) => println!("  envelope:\n{}", pretty(envelope)?),
+            Some(envelope) => {
+                println!("  envelope:");
+                for line in pretty(envelope)?.lines() {
+                    println!("{}", text(line));
+                }
+            }
             None => println!("  envelope:  (none)"),
         }
     }

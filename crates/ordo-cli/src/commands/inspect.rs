@@ -144,14 +144,20 @@ fn render(inspected: &Inspected, now_ms: u64) -> anyhow::Result<String> {
     if let Some(type_name) = inspected.head.as_ref().and_then(|h| h.type_name.clone()) {
         fields.push(("type", type_name));
     }
+    if let Some(unreadable) = inspected.head.as_ref().and_then(|h| h.unreadable.clone()) {
+        fields.push(("unreadable", unreadable));
+    }
     let width = fields.iter().map(|(label, _)| label.len()).max().unwrap_or(0);
     let mut out = String::new();
     for (label, value) in &fields {
-        out.push_str(&format!("{label:<width$}  {value}\n"));
+        out.push_str(&format!("{label:<width$}  {}\n", format::text(value)));
     }
     if let Some(envelope) = inspected.head.as_ref().and_then(|h| h.envelope.as_ref()) {
         out.push_str("\nmessage (payload decoded):\n");
-        out.push_str(&pretty(envelope)?);
+        for line in pretty(envelope)?.lines() {
+            out.push_str(&format::text(line));
+            out.push('\n');
+        }
     }
     if let Some(halt) = &inspected.halt {
         let target = format!(
@@ -161,6 +167,7 @@ fn render(inspected: &Inspected, now_ms: u64) -> anyhow::Result<String> {
             format::shell_word(&inspected.group),
             halt.head
         );
+        let target = format::text(&target);
         out.push_str("\nto unstick it (refused if the head changes meanwhile):\n");
         out.push_str(&format!("  ordo skip  {target}   # acknowledge it unhandled\n"));
         out.push_str(&format!(

@@ -294,7 +294,7 @@ pub(crate) fn render(snapshot: &Snapshot, redis_url: &SecretUrl) -> String {
     out.push('\n');
     out.push_str(&halted_section(snapshot));
     for warning in &snapshot.warnings {
-        out.push_str(&format!("\nwarning: {warning}\n"));
+        out.push_str(&format!("\nwarning: {}\n", format::text(warning)));
     }
     out
 }

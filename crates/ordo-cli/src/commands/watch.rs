@@ -70,8 +70,8 @@ async fn frame(ctx: &Context, args: &WatchArgs, threshold: u64, interval: Durati
     let snapshot = status::snapshot(ctx, &args.categories, threshold).await;
     if args.json {
         let line = match &snapshot {
-            Ok(snapshot) => serde_json::to_string(snapshot),
-            Err(failure) => serde_json::to_string(&serde_json::json!({ "error": failure.to_string() })),
+            Ok(snapshot) => crate::view::compact(snapshot),
+            Err(failure) => crate::view::compact(&serde_json::json!({ "error": failure.to_string() })),
         };
         return line.unwrap_or_else(|e| format!("{{\"error\":\"cannot encode the snapshot: {e}\"}}")) + "\n";
     }
@@ -87,7 +87,11 @@ async fn frame(ctx: &Context, args: &WatchArgs, threshold: u64, interval: Durati
             out.push_str(&body(snapshot));
         }
         Err(failure) => {
-            let _ = writeln!(out, "\n\ncannot read the cluster state: {failure}");
+            let _ = writeln!(
+                out,
+                "\n\ncannot read the cluster state: {}",
+                crate::format::text(&failure.to_string())
+            );
         }
     }
     out
@@ -102,7 +106,7 @@ fn body(snapshot: &Snapshot) -> String {
     out.push('\n');
     out.push_str(&status::halted_section(snapshot));
     for warning in &snapshot.warnings {
-        let _ = write!(out, "\nwarning: {warning}\n");
+        let _ = write!(out, "\nwarning: {}\n", crate::format::text(warning));
     }
     out
 }

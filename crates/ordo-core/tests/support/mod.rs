@@ -246,6 +246,8 @@ pub struct Probe {
     overlaps: AtomicUsize,
     barrier_timeouts: AtomicUsize,
     completed: AtomicUsize,
+    /// Appended to the text of every failure.
+    error_text: String,
 }
 
 impl Probe {
@@ -263,7 +265,15 @@ impl Probe {
             overlaps: AtomicUsize::new(0),
             barrier_timeouts: AtomicUsize::new(0),
             completed: AtomicUsize::new(0),
+            error_text: String::new(),
         }
+    }
+
+    /// Every failure's error text ends with `text` (hostile text: newlines,
+    /// escape sequences, megabytes).
+    pub fn with_error_text(mut self, text: impl Into<String>) -> Self {
+        self.error_text = text.into();
+        self
     }
 
     /// Each run lasts at least `delay`, widening the window for overlaps.
@@ -350,11 +360,11 @@ impl Probe {
             panic!("induced panic in {handler}");
         }
         if take_one(&self.fail_first) {
-            return Err(format!("induced failure in {handler}").into());
+            return Err(format!("induced failure in {handler}{}", self.error_text).into());
         }
         let amount = payload["amount"].as_u64().unwrap_or_default();
         if amount != 0 && amount == self.poison_amount.load(Ordering::SeqCst) {
-            return Err(format!("poison message {amount} in {handler}").into());
+            return Err(format!("poison message {amount} in {handler}{}", self.error_text).into());
         }
         Ok(())
     }

@@ -24,6 +24,29 @@ pub(crate) fn target(units: usize, instances: &[String], me: &str, group: &str) 
     units / count + usize::from(rank < units % count)
 }
 
+/// Each group's target within an instance's limit on the units it owns
+/// over all its groups (`max_owned_partitions`; `None`: no limit), given
+/// each group's fair share (`fair`, in the groups' order): the limit split
+/// evenly over the groups, a group that needs less than an even part
+/// leaving the rest to the others (water-filling), never more than a
+/// group's fair share. The units left over are for other instances (their
+/// shares do not grow: they wait until an instance has room).
+pub(crate) fn within_limit(fair: &[usize], limit: Option<usize>) -> Vec<usize> {
+    let Some(limit) = limit else {
+        return fair.to_vec();
+    };
+    let mut order: Vec<usize> = (0..fair.len()).collect();
+    order.sort_by_key(|&group| fair[group]);
+    let mut allowed = vec![0; fair.len()];
+    let mut left = limit;
+    for (done, &group) in order.iter().enumerate() {
+        let even = left / (fair.len() - done);
+        allowed[group] = fair[group].min(even);
+        left -= allowed[group];
+    }
+    allowed
+}
+
 /// The order in which this instance tries to acquire `candidates`: a
 /// per-instance permutation, so instances that start together contend for
 /// different units rather than all for the first ones.
@@ -87,6 +110,25 @@ mod tests {
     fn an_instance_missing_from_the_list_counts_itself() {
         assert_eq!(target(10, &[], "me", "g"), 10);
         assert_eq!(target(10, &["other".to_owned()], "me", "g"), 5);
+    }
+
+    #[test]
+    fn a_limit_is_shared_by_the_groups_and_never_exceeded() {
+        assert_eq!(within_limit(&[40, 3, 10], None), [40, 3, 10]);
+        assert_eq!(within_limit(&[40, 3, 10], Some(100)), [40, 3, 10]);
+        // 20 over three groups: the small one takes its 3, the others
+        // split the 17 left (8 and 9, the larger share last).
+        assert_eq!(within_limit(&[40, 3, 10], Some(20)), [9, 3, 8]);
+        assert_eq!(within_limit(&[5, 5], Some(1)), [0, 1]);
+        assert_eq!(within_limit(&[], Some(5)), Vec::<usize>::new());
+        for limit in 0..30 {
+            for fair in [vec![7, 0, 12], vec![1, 1, 1, 1], vec![30]] {
+                let allowed = within_limit(&fair, Some(limit));
+                let total: usize = allowed.iter().sum();
+                assert_eq!(total, limit.min(fair.iter().sum()), "{fair:?} within {limit}");
+                assert!(allowed.iter().zip(&fair).all(|(a, f)| a <= f));
+            }
+        }
     }
 
     #[test]

@@ -35,8 +35,11 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
+use fred::interfaces::StreamsInterface;
+use fred::types::Value;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use ordo_core::error::error_chain;
 use ordo_core::key::Lane;
 use tracing::{info, warn};
 
@@ -212,16 +215,6 @@ fn id_before(id: &str) -> String {
     }
 }
 
-/// The key of an entry of a hashed partition (written with it by the
-/// publish script; read from the envelope for an entry without one).
-fn key_of(entry: &StreamEntry) -> Arc<str> {
-    if let Some(key) = entry.key() {
-        return Arc::from(key);
-    }
-    let key = entry.decode().ok().and_then(|envelope| envelope.partition_key);
-    Arc::from(key.unwrap_or_default())
-}
-
 impl<'w> Hashed<'w> {
     pub(super) fn new(worker: &'w Worker) -> Self {
         let partition = &worker.unit.partitions[0];
@@ -329,6 +322,11 @@ impl<'w> Hashed<'w> {
                         if pending && first {
                             info!(entries = entries.len(), partition = self.partition.primary(), "reclaimed pending entries");
                             metrics::reclaimed(&w.unit, self.partition.category(), entries.len());
+                        }
+                        let (entries, foreign) = self.sort_out(entries);
+                        if !foreign.is_empty() && !self.dead_letter_foreign(lane, foreign).await {
+                            w.control.kill.cancel();
+                            continue;
                         }
                         let (start, full) = self.dispatch(lane, entries, pending);
                         runs.extend(self.admit(start).into_iter().map(|key| self.run_key(key)));
@@ -462,10 +460,123 @@ impl<'w> Hashed<'w> {
         })
     }
 
+    /// The key of this partition that `entry` belongs to: its `key` field
+    /// (the publish script writes it), else its envelope's key. `Err`,
+    /// saying why, when it names none of this partition's keys (no key, a
+    /// key that is not text, a key of another partition): it is in no
+    /// key's order here, and can never run here.
+    fn key_of(&self, entry: &StreamEntry) -> Result<Arc<str>, String> {
+        let key = match entry.key() {
+            Some(key) => key.to_owned(),
+            None if entry.binary_fields().any(|(name, _)| name == "key") => {
+                return Err("its `key` field is not UTF-8 text".to_owned());
+            }
+            None => match entry.decode() {
+                Ok(envelope) => envelope
+                    .partition_key
+                    .ok_or_else(|| "it has no `key` field and its envelope names no key".to_owned())?,
+                Err(error) => return Err(format!("it has no `key` field, and {}", error_chain(&error))),
+            },
+        };
+        let home = self
+            .worker
+            .shared
+            .settings
+            .routing
+            .partition_of(self.partition.category(), &key);
+        if home != *self.partition.id() {
+            return Err(format!(
+                "its key `{}` belongs to partition `{}:{}`",
+                ordo_core::text::escaped(&key),
+                home.category(),
+                home.member()
+            ));
+        }
+        Ok(Arc::from(key))
+    }
+
+    /// `entries` with the key of this partition each belongs to, and the
+    /// entries of no key (with why).
+    #[allow(clippy::type_complexity)]
+    fn sort_out(
+        &self,
+        entries: Vec<StreamEntry>,
+    ) -> (Vec<(Arc<str>, StreamEntry)>, Vec<(StreamEntry, String)>) {
+        let mut keyed = Vec::with_capacity(entries.len());
+        let mut foreign = Vec::new();
+        for entry in entries {
+            match self.key_of(&entry) {
+                Ok(key) => keyed.push((key, entry)),
+                Err(why) => foreign.push((entry, why)),
+            }
+        }
+        (keyed, foreign)
+    }
+
+    /// Moves entries of no key of this partition (see [`Hashed::key_of`])
+    /// to the partition's dead-letter stream, their fields as they were,
+    /// and acknowledges them: like a plain consumer's unreadable entry, it
+    /// is in no key's order, so nobody's key waits for an operator. A copy
+    /// written by an owner that then lost its lease is written again by
+    /// the next owner (at least once). `false` when the lease is gone.
+    async fn dead_letter_foreign(&self, lane: Lane, foreign: Vec<(StreamEntry, String)>) -> bool {
+        let w = self.worker;
+        let dlq = self.partition.dlq();
+        let acks = &self.acks[lane_index(lane)];
+        for (entry, why) in foreign {
+            let error = format!(
+                "stream entry {} belongs to no key of hashed partition `{}`: {why}; dead-lettered without \
+                 running",
+                entry.id(),
+                self.partition.label(),
+            );
+            let mut fields = vec![
+                ("source_id", Value::from(entry.id())),
+                ("group", Value::from(&*w.unit.group)),
+                ("lane", Value::from(crate::partition::lane_name(lane))),
+                ("attempts", Value::from(0)),
+                (
+                    "error",
+                    Value::from(ordo_core::text::capped(&error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
+                ),
+            ];
+            fields.extend(crate::parking::field_pairs(&entry));
+            let added = w
+                .until_answered("dead-lettering an entry of no key", false, || {
+                    let fields = fields.clone();
+                    let dlq = dlq.as_str();
+                    async move {
+                        let _: Value = w
+                            .shared
+                            .partitions
+                            .client()
+                            .xadd(dlq, false, None::<()>, "*", fields)
+                            .await?;
+                        Ok(())
+                    }
+                })
+                .await;
+            if !matches!(added, Ok(Ok(()))) {
+                return false;
+            }
+            warn!(event = ordo_core::log_events::MESSAGE_DEAD_LETTERED, id = entry.id(), dlq = %dlq,
+                error = %ordo_core::text::log_text(&error), "an entry of no key of this partition was dead-lettered");
+            if w.ack(&Slot::default(), acks, &entry, false).await.is_none() {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Queues `entries` to their keys (or skips them, for a key whose
     /// queue is full); returns the keys to start a run for, and whether
     /// memory is full (the reader then waits for [`Hashed::room`]).
-    fn dispatch(&self, lane: Lane, entries: Vec<StreamEntry>, pending: bool) -> (Vec<Arc<str>>, bool) {
+    fn dispatch(
+        &self,
+        lane: Lane,
+        entries: Vec<(Arc<str>, StreamEntry)>,
+        pending: bool,
+    ) -> (Vec<Arc<str>>, bool) {
         let mut guard = self.state();
         let State {
             keys,
@@ -475,8 +586,7 @@ impl<'w> Hashed<'w> {
         } = &mut *guard;
         let at = lane_index(lane);
         let mut start = Vec::new();
-        for entry in entries {
-            let key = key_of(&entry);
+        for (key, entry) in entries {
             let state = match keys.get_mut(&key) {
                 Some(state) => state,
                 None => keys
@@ -885,7 +995,7 @@ impl Worker {
             .await;
         match parked {
             Ok(Ok(head)) => {
-                warn!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %reason.error, attempts = reason.attempts, "key parked on a poison message");
+                warn!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %ordo_core::text::log_text(&reason.error), attempts = reason.attempts, "key parked on a poison message");
                 metrics::halted(&self.unit, partition.category());
                 Handled::Halted
             }

@@ -51,6 +51,9 @@ pub(crate) struct Settings {
     /// `None`: `reap_idle_ms = 0`, partitions are never retired.
     pub(crate) reap_idle: Option<Duration>,
     pub(crate) discovery_interval: Duration,
+    /// The most units this instance owns at once, over all its groups
+    /// (`max_owned_partitions`); `None`: no limit.
+    pub(crate) max_owned: Option<std::num::NonZeroUsize>,
     pub(crate) max_retries: u32,
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,

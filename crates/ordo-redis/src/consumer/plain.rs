@@ -37,6 +37,7 @@ pub(crate) struct Plain {
     shared: SharedRef,
     subscription: Subscription,
     group: Arc<str>,
+    category: String,
     stream: String,
     dlq: String,
     reader: Client,
@@ -56,6 +57,7 @@ impl Plain {
         let reader = connection::blocking_builder(shared.url.expose(), &shared.settings.tls)?.build()?;
         Ok(Self {
             group: Arc::from(subscription.name()),
+            category: category.to_owned(),
             stream: BaseKeys::new(category).stream().to_owned(),
             dlq: BaseKeys::new(category).dlq(),
             shared,
@@ -165,7 +167,7 @@ impl Plain {
     /// start; another one claims it once this one is gone).
     async fn handle(&self, raw: RawEntry, stop: &CancellationToken) -> Result<()> {
         let entry = StreamEntry::from_raw(raw, ordo_core::key::Lane::Primary);
-        let outcome = match entry.decode() {
+        let outcome = match entry.decode_for(&self.category, None) {
             Ok(envelope) if self.subscription.handles(&envelope) => {
                 let envelope = Arc::new(envelope);
                 let settings = &self.subscription.settings;
@@ -187,8 +189,8 @@ impl Plain {
                             break;
                         }
                         Outcome::Failed(failure) => {
-                            let error = failure.text();
-                            warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, %error, "handler failed");
+                            let error = ordo_core::text::cap_error(failure.text());
+                            warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, error = %ordo_core::text::log_text(&error), "handler failed");
                             last = Some(error);
                         }
                         _ => {
@@ -202,8 +204,8 @@ impl Plain {
                 last.map(|error| (error, attempts))
             }
             Ok(_) => None,
-            // Never attempted: it cannot be decoded.
-            Err(error) => Some((error.to_string(), 0)),
+            // Never attempted: it cannot be decoded (or is of another category).
+            Err(error) => Some((ordo_core::error::error_chain(&error), 0)),
         };
         if let Some((error, attempts)) = outcome {
             self.dead_letter(&entry, &error, attempts).await?;
@@ -224,18 +226,17 @@ impl Plain {
     async fn dead_letter(&self, entry: &StreamEntry, error: &str, attempts: u32) -> Result<()> {
         let dlq = &self.dlq;
         let mut fields = vec![
-            ("source_id", entry.id().to_owned()),
-            ("group", self.group.to_string()),
-            ("lane", "primary".to_owned()),
-            ("attempts", attempts.to_string()),
-            ("error", error.to_owned()),
+            ("source_id", Value::from(entry.id())),
+            ("group", Value::from(&*self.group)),
+            ("lane", Value::from("primary")),
+            ("attempts", Value::from(attempts)),
+            (
+                "error",
+                Value::from(ordo_core::text::capped(error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
+            ),
         ];
-        if let Some(type_name) = entry.type_name() {
-            fields.push(("type", type_name.to_owned()));
-        }
-        if let Some(envelope) = entry.envelope_json() {
-            fields.push(("envelope", envelope.to_owned()));
-        }
+        // Its fields as they were, bytes that are not text included.
+        fields.extend(crate::parking::field_pairs(entry));
         let _: Value = self
             .shared
             .partitions
@@ -245,7 +246,9 @@ impl Plain {
         warn!(
             event = ordo_core::log_events::MESSAGE_DEAD_LETTERED,
             id = entry.id(),
-            dlq = %dlq, "message failed every attempt; dead-lettered"
+            dlq = %dlq,
+            error = %ordo_core::text::log_text(error),
+            "message failed every attempt (or cannot be read); dead-lettered"
         );
         Ok(())
     }

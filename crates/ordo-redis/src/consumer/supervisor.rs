@@ -78,6 +78,9 @@ pub(crate) struct Supervisor {
     /// only announces, so instances that start together see each other
     /// before anyone acquires (rather than the first one taking everything).
     announced: bool,
+    /// Whether `max_owned_partitions` holds this instance below its fair
+    /// share (said once when it starts, and when it ends).
+    limited: bool,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -99,6 +102,7 @@ impl Supervisor {
             exits: unbounded_channel(),
             next_watcher: 0,
             announced: false,
+            limited: false,
         }
     }
 
@@ -281,11 +285,55 @@ impl Supervisor {
             return Ok(());
         }
         let indexed = self.discover(&partitioned).await?;
+        let units: Vec<BTreeMap<String, Unit>> = partitioned
+            .iter()
+            .map(|&plan| self.plans[plan].units(&indexed, &self.shared.settings.backfill_suffix))
+            .collect();
+        let fair: Vec<usize> = partitioned
+            .iter()
+            .zip(&units)
+            .zip(&live)
+            .map(|((&plan, units), live)| {
+                balance::target(units.len(), live, self.shared.instance(), &self.plans[plan].group)
+            })
+            .collect();
+        let limit = self.shared.settings.max_owned.map(std::num::NonZeroUsize::get);
+        let targets = balance::within_limit(&fair, limit);
+        self.note_limit(limit, &fair, &targets);
         for (position, plan) in partitioned.into_iter().enumerate() {
-            let units = self.plans[plan].units(&indexed, &self.shared.settings.backfill_suffix);
-            self.balance(plan, &units, &live[position]).await?;
+            self.balance(plan, &units[position], live[position].len(), targets[position])
+                .await?;
         }
         Ok(())
+    }
+
+    /// Says when `max_owned_partitions` starts (or stops) holding this
+    /// instance below its fair share: the units over it are left to other
+    /// instances, or wait.
+    fn note_limit(&mut self, limit: Option<usize>, fair: &[usize], targets: &[usize]) {
+        let (Some(limit), wanted, allowed) =
+            (limit, fair.iter().sum::<usize>(), targets.iter().sum::<usize>())
+        else {
+            return;
+        };
+        let limited = allowed < wanted;
+        if limited == std::mem::replace(&mut self.limited, limited) {
+            return;
+        }
+        if limited {
+            warn!(
+                limit,
+                fair_share = wanted,
+                "this instance owns at most max_owned_partitions = {limit} partitions, {} fewer than its \
+                 fair share: they are left to other instances, or wait until one has room",
+                wanted - allowed
+            );
+        } else {
+            info!(
+                limit,
+                "this instance's fair share is within max_owned_partitions again"
+            );
+        }
     }
 
     /// Announces this instance to every group in `plans`; returns each
@@ -322,17 +370,23 @@ impl Supervisor {
         Ok(indexed)
     }
 
-    /// Moves this instance's ownership of `plan`'s units towards its share.
-    async fn balance(&mut self, plan: usize, units: &BTreeMap<String, Unit>, live: &[String]) -> Result<()> {
+    /// Moves this instance's ownership of `plan`'s units towards `target`
+    /// (its fair share among `live` instances, within its limit).
+    async fn balance(
+        &mut self,
+        plan: usize,
+        units: &BTreeMap<String, Unit>,
+        live: usize,
+        target: usize,
+    ) -> Result<()> {
         let group = self.plans[plan].group.clone();
-        let target = balance::target(units.len(), live, self.shared.instance(), &group);
         let owned: Vec<&String> = self
             .workers
             .iter()
             .filter(|(_, w)| w.plan == plan && !w.stopping)
             .map(|(key, _)| key)
             .collect();
-        debug!(%group, units = units.len(), live = live.len(), target, owned = owned.len(), "balance");
+        debug!(%group, units = units.len(), live, target, owned = owned.len(), "balance");
         if owned.len() > target {
             let rounds = self.surplus_rounds.entry(plan).or_default();
             *rounds += 1;

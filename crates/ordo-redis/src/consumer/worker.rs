@@ -27,6 +27,7 @@ use ordo_core::error::{ProcessStoreError, error_chain};
 use ordo_core::handler::{HandlerContext, HandlerError};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
+use ordo_core::text::log_text;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -598,13 +599,17 @@ impl Worker {
         entry: &StreamEntry,
         pending: bool,
     ) -> Handled {
-        let envelope = match entry.decode() {
+        // The key of the stream it sits in: the partition's own, or the
+        // key of a hashed partition the entry was dispatched to.
+        let key = slot.key().unwrap_or(partition.key());
+        let envelope = match entry.decode_for(partition.category(), Some(key)) {
             Ok(envelope) => Arc::new(envelope),
-            // A message that cannot be decoded will never succeed: halt now.
+            // A message that cannot be decoded (or is not of this key) will
+            // never succeed here: halt now.
             Err(error) => {
                 let attempt = self.next_attempt();
                 return self
-                    .halt(slot, partition, entry, error.to_string(), 1, attempt)
+                    .halt(slot, partition, entry, error_chain(&error), 1, attempt)
                     .await;
             }
         };
@@ -648,13 +653,13 @@ impl Worker {
                 // owns the partition now and may be running this very
                 // message. Retrying (or halting) would be a stale owner's act.
                 Ok(Err(error)) if fenced_by(&*error, &self.lease) => {
-                    info!(event = ordo_core::log_events::LEASE_LOST, id = entry.id(), attempt, error = %error_chain(&*error), "lease lost during the handler; not retrying");
+                    info!(event = ordo_core::log_events::LEASE_LOST, id = entry.id(), attempt, error = %log_text(&error_chain(&*error)), "lease lost during the handler; not retrying");
                     return Handled::Lost;
                 }
                 Ok(Err(error)) => {
                     metrics::failed(&self.unit, partition.category());
-                    last_error = error_chain(&*error);
-                    warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, error = %last_error, "handler failed");
+                    last_error = ordo_core::text::cap_error(error_chain(&*error));
+                    warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, error = %log_text(&last_error), "handler failed");
                 }
                 Err(stopped) => return stopped,
             }
@@ -854,7 +859,7 @@ impl Worker {
             .await;
         match halted {
             Ok(Ok(())) => {
-                warn!(event = ordo_core::log_events::PARTITION_HALTED, head = %reason.head, error = %reason.error, attempts, "partition halted on a poison message");
+                warn!(event = ordo_core::log_events::PARTITION_HALTED, head = %reason.head, error = %log_text(&reason.error), attempts, "partition halted on a poison message");
                 metrics::halted(&self.unit, partition.category());
                 Handled::Halted
             }

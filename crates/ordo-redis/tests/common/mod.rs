@@ -163,6 +163,8 @@ pub type Behaviour = Arc<dyn Fn(&str, u64, u32) -> Outcome + Send + Sync>;
 pub enum Outcome {
     Succeed,
     Fail,
+    /// Fail with this error text.
+    FailWith(&'static str),
     /// Succeed after sleeping this long.
     Slow(Duration),
     /// Succeed after blocking the runtime thread this long (a misbehaving
@@ -270,12 +272,13 @@ impl DynHandler for Recorder {
                 Outcome::BlockInPlace(duration) => {
                     tokio::task::block_in_place(|| std::thread::sleep(duration));
                 }
-                Outcome::Succeed | Outcome::Fail => {}
+                Outcome::Succeed | Outcome::Fail | Outcome::FailWith(_) => {}
             }
             let mut record = self.record.lock().unwrap();
             record.in_flight.remove(&key);
             match outcome {
                 Outcome::Fail => Err(format!("poison {key}/{seq}").into()),
+                Outcome::FailWith(text) => Err(format!("poison {key}/{seq}: {text}").into()),
                 _ => {
                     record.handled.push((key, seq, ctx.fencing_token()));
                     Ok(())
