@@ -199,7 +199,7 @@ async fn script_calls(client: &fred::clients::Pool) -> anyhow::Result<u64> {
     let info: String = client.info(Some(fred::types::InfoKind::CommandStats)).await?;
     Ok(info
         .lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter(|line| line.starts_with("cmdstat_fcall:"))
         .filter_map(|line| {
             line.split("calls=")
                 .nth(1)?
