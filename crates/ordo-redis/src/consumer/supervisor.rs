@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use fred::interfaces::{KeysInterface, SetsInterface, SortedSetsInterface};
+use fred::interfaces::{ClientLike as _, KeysInterface, SetsInterface, SortedSetsInterface};
 use fred::types::Value;
 use ordo_core::broker::Subscription;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -163,17 +163,23 @@ impl Supervisor {
                 let registry = group_registry(category);
                 let marker = joining(category);
                 // At start, a registration still marked as joining may have
-                // stopped between its passes, or predate the per-slot copies
-                // (made by a release without them; slot 0's copy stands for
-                // all, since they are written before the registry): redo it.
+                // stopped between its passes, or (on a Redis Cluster, where
+                // the per-slot copies are written) predate the copies (made
+                // by a release without them; slot 0's copy stands for all,
+                // since they are written before the registry): redo it.
                 // Later rounds only restore a registration Redis lost.
-                if client.sismember(&registry, &*plan.group).await?
-                    && (when == Registration::Restore
-                        || (client
+                let current = if !client.sismember(&registry, &*plan.group).await? {
+                    false
+                } else if when == Registration::Restore {
+                    true
+                } else {
+                    (!client.next().is_clustered()
+                        || client
                             .sismember(group_registry_copy(category, 0), &*plan.group)
-                            .await?
-                            && !client.exists::<bool, _>(&marker).await?))
-                {
+                            .await?)
+                        && !client.exists::<bool, _>(&marker).await?
+                };
+                if current {
                     continue;
                 }
                 // While it exists, publishes give every lane the registered
