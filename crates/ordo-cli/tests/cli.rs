@@ -434,6 +434,44 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
     ordo_in(&nested, &["status"], &[("REDIS_URL", "redis://127.0.0.1:1")])
         .await?
         .expect_code(1)?;
+    // The environment overrides the file (ORDO_ names, ORDO_REDIS_URL over
+    // REDIS_URL), and a bad setting there names its variable.
+    ordo_in(&nested, &["status", "--check"], &[("ORDO_CLI_WARN_PARTITIONS", "3")])
+        .await?
+        .expect_code(0)?;
+    let url = fixture.redis.url();
+    ordo_in(
+        &nested,
+        &["status"],
+        &[("ORDO_REDIS_URL", &url), ("REDIS_URL", "redis://127.0.0.1:1")],
+    )
+    .await?
+    .expect_code(0)?;
+    let bad = ordo_in(
+        &nested,
+        &["status"],
+        &[("ORDO_SERVER_PARTITIONING_LEASE_TTL_MS", "0")],
+    )
+    .await?
+    .expect_code(1)?;
+    assert!(
+        bad.stderr
+            .contains("environment variable ORDO_SERVER_PARTITIONING_LEASE_TTL_MS")
+            && bad.stderr.contains("lease_ttl_ms"),
+        "{}",
+        bad.stderr
+    );
+    // ORDO_CONFIG names the file when --config does not.
+    let elsewhere = fixture.dir.path().join("elsewhere.toml");
+    std::fs::write(&elsewhere, "[cli]\nwarn_partitions = 100\n")?;
+    let elsewhere = elsewhere.to_str().expect("a UTF-8 path");
+    ordo_in(
+        &nested,
+        &["status", "--check", "--redis-url", &url],
+        &[("ORDO_CONFIG", elsewhere)],
+    )
+    .await?
+    .expect_code(0)?;
     // A typo in the CLI's tables is an error naming the file.
     std::fs::write(
         fixture.dir.path().join("domain.toml"),
