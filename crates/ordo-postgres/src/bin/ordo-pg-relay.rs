@@ -1,70 +1,201 @@
 //! `ordo-pg-relay`: publishes a PostgreSQL outbox to Redis, as a process of
 //! its own. Run as many as you like against one database.
 //!
-//! Environment:
-//! - `DATABASE_URL` (required): `postgres://user@host:port/db`
-//! - `REDIS_URL` (required): `redis://host:port`
-//! - `ORDO_OUTBOX_SCHEMA`: the outbox schema (default `ordo`)
-//! - `ORDO_RELAY_LEASE_TTL_MS`: slot lease TTL (default 10000)
-//! - `ORDO_RELAY_POLL_MS`: fallback poll when no NOTIFY comes (default: the
-//!   smaller of 1000 and a quarter of the TTL)
-//! - `ORDO_RELAY_RETENTION_S`: how long published rows are kept (default 86400)
+//! Install: `cargo install --path crates/ordo-postgres --bin ordo-pg-relay`.
+//! `ordo-pg-relay --help` lists the settings; each comes from its flag, else
+//! its environment variable, else the domain configuration file (`--config`,
+//! else `ORDO_CONFIG`), else its default: the layers of `Config::load`
+//! (docs/OPERATIONS.md, "Configuration").
 //!
 //! Prints `relay ready <id>` once it runs; stops on SIGTERM or Ctrl-C,
 //! releasing its slots.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use ordo_core::config::Config;
+use clap::Parser;
+use ordo_core::config::{Config, Origin};
 use ordo_postgres::{PgOutbox, PgRelay};
-use ordo_redis::RedisBroker;
+use ordo_redis::{RedisBroker, SecretUrl};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-fn env_ms(name: &str) -> anyhow::Result<Option<u64>> {
-    match std::env::var(name) {
-        Ok(value) => {
-            Ok(Some(value.parse().with_context(|| {
-                format!("{name}={value:?} is not a whole number")
-            })?))
-        }
-        Err(_) => Ok(None),
+const AFTER_HELP: &str = "\
+Each setting comes from its flag, else its environment variable, else the
+domain configuration file ([redis] url, [outbox] schema, [relay] lease_ttl_ms,
+poll_ms, retention_s), else its default. The Redis URL: --redis-url, else
+ORDO_REDIS_URL, else REDIS_URL, else [redis] url. A URL with a password is best
+given by environment: a command line is visible to every user of the host (ps).
+
+Prints `relay ready <id>` once it runs; stops on SIGTERM or Ctrl-C, releasing
+its slots. Log level: RUST_LOG (default info).";
+
+/// Publishes the PostgreSQL outbox of an Ordo domain to Redis, in commit
+/// order per key; run several against one database.
+#[derive(Debug, Parser)]
+#[command(name = "ordo-pg-relay", version, after_help = AFTER_HELP)]
+struct Args {
+    /// The PostgreSQL database holding the outbox
+    /// (`postgres://user@host:port/db`).
+    #[arg(long, env = "DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    database_url: Option<SecretUrl>,
+    /// The Redis to publish to (`redis://host:port/db`); default:
+    /// ORDO_REDIS_URL, else REDIS_URL, else `[redis] url`.
+    #[arg(long, value_name = "URL")]
+    redis_url: Option<SecretUrl>,
+    /// The domain configuration file (default: the file ORDO_CONFIG names,
+    /// else none).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// The outbox's schema [env: ORDO_OUTBOX_SCHEMA; file: [outbox] schema;
+    /// default: ordo].
+    #[arg(long, value_name = "SCHEMA")]
+    outbox_schema: Option<String>,
+    /// How long a relay's slot lease lives without renewal, in ms
+    /// [env: ORDO_RELAY_LEASE_TTL_MS; file: [relay] lease_ttl_ms; default: 10000].
+    #[arg(long, value_name = "MS")]
+    lease_ttl_ms: Option<u64>,
+    /// The fallback poll when no NOTIFY comes, in ms [env: ORDO_RELAY_POLL_MS;
+    /// file: [relay] poll_ms; default: the smaller of 1000 and a quarter of
+    /// the lease TTL].
+    #[arg(long, value_name = "MS")]
+    poll_ms: Option<u64>,
+    /// How long published rows are kept, in seconds
+    /// [env: ORDO_RELAY_RETENTION_S; file: [relay] retention_s; default: 86400].
+    #[arg(long, value_name = "SECONDS")]
+    retention_s: Option<u64>,
+}
+
+/// The relay's settings, resolved from the layers.
+#[derive(Debug)]
+struct Settings {
+    database_url: SecretUrl,
+    redis_url: SecretUrl,
+    schema: String,
+    lease_ttl: Duration,
+    poll: Duration,
+    retention: Duration,
+    config: Config,
+}
+
+impl Settings {
+    fn resolve(args: Args) -> anyhow::Result<Self> {
+        let config = Config::load(args.config.as_deref()).context("invalid domain configuration")?;
+        let database_url = args
+            .database_url
+            .context("no database: pass --database-url URL or set DATABASE_URL (see --help)")?;
+        let redis_url = match args.redis_url {
+            Some(url) => url,
+            None => redis_url(&config)?,
+        };
+        let schema = match args.outbox_schema {
+            Some(schema) => schema,
+            None => text(&config, "outbox", "schema")?.unwrap_or_else(|| ordo_postgres::DEFAULT_SCHEMA.to_owned()),
+        };
+        let ttl_ms = match args.lease_ttl_ms {
+            Some(ms) => ms,
+            None => number(&config, "relay", "lease_ttl_ms")?.unwrap_or(10_000),
+        };
+        let lease_ttl = Duration::from_millis(ttl_ms);
+        let poll = match args.poll_ms.map_or_else(|| number(&config, "relay", "poll_ms"), |ms| Ok(Some(ms)))? {
+            Some(ms) => Duration::from_millis(ms),
+            None => (lease_ttl / 4).min(Duration::from_secs(1)),
+        };
+        let retention_s = match args.retention_s {
+            Some(s) => s,
+            None => number(&config, "relay", "retention_s")?.unwrap_or(86_400),
+        };
+        Ok(Self {
+            database_url,
+            redis_url,
+            schema,
+            lease_ttl,
+            poll,
+            retention: Duration::from_secs(retention_s),
+            config,
+        })
     }
+}
+
+/// `[redis] url` set by ORDO_REDIS_URL, else REDIS_URL, else the file's.
+fn redis_url(config: &Config) -> anyhow::Result<SecretUrl> {
+    let layered = text(config, "redis", "url")?;
+    let from_env = matches!(config.origin("redis.url"), Some(Origin::Env { .. }));
+    let conventional = std::env::var("REDIS_URL").ok().filter(|url| !url.is_empty());
+    match (layered, conventional) {
+        (Some(url), _) if from_env => Ok(SecretUrl::new(url)),
+        (_, Some(url)) => Ok(SecretUrl::new(url)),
+        (Some(url), None) => Ok(SecretUrl::new(url)),
+        (None, None) => anyhow::bail!(
+            "no Redis: pass --redis-url URL, or set ORDO_REDIS_URL or REDIS_URL, or `[redis] url` in the \
+             domain configuration (see --help)"
+        ),
+    }
+}
+
+/// Key `key` of table `table`, a string, naming where it was set when it is not.
+fn text(config: &Config, table: &str, key: &str) -> anyhow::Result<Option<String>> {
+    match config.table(table).and_then(|t| t.get(key)) {
+        None => Ok(None),
+        Some(toml::Value::String(value)) => Ok(Some(value.clone())),
+        Some(other) => anyhow::bail!(
+            "{table}.{key} must be a string, got {} ({})",
+            other.type_str(),
+            place(config, table, key)
+        ),
+    }
+}
+
+/// Key `key` of table `table`, a whole number of 0 or more.
+fn number(config: &Config, table: &str, key: &str) -> anyhow::Result<Option<u64>> {
+    match config.table(table).and_then(|t| t.get(key)) {
+        None => Ok(None),
+        Some(toml::Value::Integer(value)) if *value >= 0 => Ok(Some(value.unsigned_abs())),
+        Some(other) => anyhow::bail!(
+            "{table}.{key} must be a whole number of 0 or more, got {other} ({})",
+            place(config, table, key)
+        ),
+    }
+}
+
+/// Where `table.key` was set, for an error.
+fn place(config: &Config, table: &str, key: &str) -> String {
+    config
+        .origin(&format!("{table}.{key}"))
+        .map_or_else(|| "set in the domain configuration".to_owned(), |o| format!("set in {o}"))
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let database_url = std::env::var("DATABASE_URL").context("DATABASE_URL must be set")?;
-    let redis_url = std::env::var("REDIS_URL").context("REDIS_URL must be set")?;
-    let schema =
-        std::env::var("ORDO_OUTBOX_SCHEMA").unwrap_or_else(|_| ordo_postgres::DEFAULT_SCHEMA.to_owned());
-    let ttl = Duration::from_millis(env_ms("ORDO_RELAY_LEASE_TTL_MS")?.unwrap_or(10_000));
-    let poll = env_ms("ORDO_RELAY_POLL_MS")?
-        .map(Duration::from_millis)
-        .unwrap_or_else(|| (ttl / 4).min(Duration::from_secs(1)));
-    let retention = Duration::from_secs(env_ms("ORDO_RELAY_RETENTION_S")?.unwrap_or(86_400));
+    let settings = Settings::resolve(args)?;
 
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
-        .connect(&database_url)
+        .connect(settings.database_url.expose())
         .await
-        .with_context(|| format!("cannot connect to {}", ordo_redis::redact_url(&database_url)))?;
-    let outbox = PgOutbox::builder(pool).schema(schema).lease_ttl(ttl).build()?;
+        .with_context(|| format!("cannot connect to {}", settings.database_url))?;
+    let outbox = PgOutbox::builder(pool)
+        .schema(settings.schema)
+        .lease_ttl(settings.lease_ttl)
+        .build()?;
     outbox.migrate().await?;
-    let config = Config::default();
-    let broker = RedisBroker::builder(&redis_url)
-        .config(config.clone())
+    let broker = RedisBroker::builder(settings.redis_url.expose())
+        .config(settings.config.clone())
         .build()
         .await?;
-    let relay = PgRelay::new(outbox.clone(), Arc::new(broker), &config)
-        .poll_interval(poll)
-        .retention(retention);
+    let relay = PgRelay::new(outbox.clone(), Arc::new(broker), &settings.config)
+        .poll_interval(settings.poll)
+        .retention(settings.retention);
 
     let shutdown = CancellationToken::new();
     let mut terminate = signal(SignalKind::terminate())?;
