@@ -80,11 +80,14 @@ async fn main() -> anyhow::Result<()> {
     uow.commit().await?;
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    println!("serving /livez, /readyz and /health on http://{addr} (Ctrl-C to stop)");
+    println!("serving /livez, /readyz and /health on http://{addr} (Ctrl-C or SIGTERM to stop)");
+    // SIGTERM too: what `kill`, systemd and a Kubernetes pod's stop send.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => accepted?,
             _ = tokio::signal::ctrl_c() => break,
+            _ = terminate.recv() => break,
         };
         let running = Arc::clone(&running);
         tokio::spawn(async move {
