@@ -150,7 +150,18 @@ impl PgRelay {
                 ),
             });
         }
-        tokio::join!(self.publish_loop(&shutdown), self.housekeeping(&shutdown)).0
+        let relay = self.outbox.relay_id().to_owned();
+        let slots = crate::schema::SLOTS;
+        tracing::info!(
+            event = ordo_core::log_events::RELAY_STARTED,
+            %relay,
+            slots,
+            lease_ttl = ?self.outbox.lease_ttl(),
+            "relay started, {slots} slots"
+        );
+        let result = tokio::join!(self.publish_loop(&shutdown), self.housekeeping(&shutdown)).0;
+        tracing::info!(event = ordo_core::log_events::RELAY_STOPPED, %relay, "relay stopped");
+        result
     }
 
     /// Publishes on every NOTIFY and poll until `shutdown`, then releases

@@ -121,15 +121,15 @@ impl Supervisor {
                         Ok(restored) => warn!(restored,
                             "consumer groups were missing from their categories' registries \
                              (did Redis lose its data?); registered them again"),
-                        Err(error) => warn!(%error, "checking the group registries failed; retrying next interval"),
+                        Err(error) => warn!(error = %ordo_core::error::error_chain(&error), "checking the group registries failed; retrying next interval"),
                     }
                     match self.round().await {
                         Ok(()) => {}
                         Err(error @ crate::error::Error::DuplicateInstance { .. }) => {
-                            tracing::error!(%error, "another live process uses this instance id; acquiring nothing until it is gone");
+                            tracing::error!(error = %ordo_core::error::error_chain(&error), "another live process uses this instance id; acquiring nothing until it is gone");
                             metrics::duplicate_instance();
                         }
-                        Err(error) => warn!(event = ordo_core::log_events::DISCOVERY_FAILED, %error, "discovery round failed; retrying next interval"),
+                        Err(error) => warn!(event = ordo_core::log_events::DISCOVERY_FAILED, error = %ordo_core::error::error_chain(&error), "discovery round failed; retrying next interval"),
                     }
                 }
                 Some(exited) = self.exits.1.recv() => self.on_exit(exited),
@@ -365,11 +365,15 @@ impl Supervisor {
             .filter(|(_, w)| w.plan == plan && !w.stopping)
             .collect();
         balance::preference_order(&mut owned, &instance, |(_, w)| w.unit.as_str());
+        let mut released = 0usize;
         for (_, worker) in owned.into_iter().rev().take(count) {
-            info!(unit = %worker.unit, "releasing a unit over this instance's share");
+            debug!(unit = %worker.unit, "releasing a unit over this instance's share");
             worker.stopping = true;
             worker.control.stop.cancel();
+            released += 1;
         }
+        let group = &self.plans[plan].group;
+        info!(event = ordo_core::log_events::PARTITIONS_RELEASED, %group, released, reason = "over this instance's share", "releasing {released} partitions");
     }
 
     /// Acquires up to `limit` free units of `plan` and starts their workers.
@@ -389,8 +393,14 @@ impl Supervisor {
             .zip(leases)
             .filter_map(|(unit, lease)| lease.map(|lease| (unit.clone(), lease)))
             .collect();
+        let count = acquired.len();
         for (unit, lease) in acquired {
             self.start_worker(plan, unit, lease, valid_until);
+        }
+        if count > 0 {
+            let group = &self.plans[plan].group;
+            let owned = self.workers.values().filter(|w| w.plan == plan && !w.stopping).count();
+            info!(event = ordo_core::log_events::PARTITIONS_ACQUIRED, %group, acquired = count, owned, "acquired {count} partitions");
         }
         Ok(())
     }
@@ -402,7 +412,7 @@ impl Supervisor {
         lease: crate::lease::Lease,
         valid_until: std::time::Instant,
     ) {
-        info!(event = ordo_core::log_events::LEASE_ACQUIRED, group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
+        debug!(event = ordo_core::log_events::LEASE_ACQUIRED, group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
         metrics::lease_acquired(&unit);
         let control = Control::default();
         self.shared
@@ -456,6 +466,8 @@ impl Supervisor {
         for worker in self.workers.values() {
             worker.control.stop.cancel();
         }
+        let released = self.workers.len();
+        info!(event = ordo_core::log_events::PARTITIONS_RELEASED, released, reason = "shutdown", "releasing {released} partitions");
         self.tracker.close();
         let grace = self.shared.settings.lease_ttl;
         if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
@@ -482,7 +494,7 @@ impl Supervisor {
             let left: std::result::Result<Value, _> =
                 client.zrem(instances(&plan.group), self.shared.instance()).await;
             if let Err(error) = left {
-                warn!(%error, group = %plan.group, "leaving the instance set failed; it will expire");
+                warn!(error = %ordo_core::error::error_chain(&error), group = %plan.group, "leaving the instance set failed; it will expire");
             }
         }
     }
