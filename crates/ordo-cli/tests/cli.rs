@@ -392,11 +392,16 @@ async fn watch_prints_snapshots_until_its_count() -> anyhow::Result<()> {
     assert_eq!(snapshots[1]["halted"][0]["key"], "bob");
 
     let text = fixture
-        .ordo(&["watch", "--count", "1"])
+        .ordo(&["watch", "--count", "2", "--interval", "0.05"])
         .await?
         .expect_code(0)?
         .stdout;
     assert!(text.starts_with("ordo watch"), "{text}");
+    // Each group's backlog, its rate and time to drain (from the second frame).
+    assert!(
+        text.contains("BACKLOG") && text.contains("RATE") && text.contains("TO DRAIN"),
+        "{text}"
+    );
     assert!(text.contains("halted partitions: 1"), "{text}");
     assert!(
         !text.contains('\x1b'),
