@@ -106,7 +106,13 @@ impl CliSettings {
         // A path from the environment is the current directory's.
         let place = |key: &str, file: Option<&Path>| {
             let from_env = matches!(config.origin(key), Some(Origin::Env { .. }));
-            file.map(|file| if from_env { file.to_owned() } else { base.join(file) })
+            file.map(|file| {
+                if from_env {
+                    file.to_owned()
+                } else {
+                    base.join(file)
+                }
+            })
         };
         let tls = TlsFiles::new()
             .with_files(
@@ -183,9 +189,7 @@ fn read(path: Option<&Path>) -> Result<(CliFile, Config), Failure> {
     let config = Config::load_with_env(path, std::env::vars()).with_context(what)?;
     // The Redis broker's keys of [server.partitioning], and any typo there.
     ordo_redis::RedisSettings::from_config(&config).with_context(what)?;
-    let table = |name: &str| {
-        toml::Value::Table(config.table(name).cloned().unwrap_or_default())
-    };
+    let table = |name: &str| toml::Value::Table(config.table(name).cloned().unwrap_or_default());
     let file = CliFile {
         redis: table("redis").try_into().with_context(what)?,
         cli: table("cli").try_into().with_context(what)?,

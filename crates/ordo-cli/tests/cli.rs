@@ -441,9 +441,13 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
         .expect_code(1)?;
     // The environment overrides the file (ORDO_ names, ORDO_REDIS_URL over
     // REDIS_URL), and a bad setting there names its variable.
-    ordo_in(&nested, &["status", "--check"], &[("ORDO_CLI_WARN_PARTITIONS", "3")])
-        .await?
-        .expect_code(0)?;
+    ordo_in(
+        &nested,
+        &["status", "--check"],
+        &[("ORDO_CLI_WARN_PARTITIONS", "3")],
+    )
+    .await?
+    .expect_code(0)?;
     let url = fixture.redis.url();
     ordo_in(
         &nested,

@@ -74,8 +74,8 @@ use crate::error::ConfigError;
 
 mod layers;
 
-pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, Origin, env_var_names};
 use crate::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, MAX_HASHED_PARTITIONS, segment_rule};
+pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, Origin, env_var_names};
 
 const POLL_INTERVAL_SECONDS: f64 = 0.25;
 const MAX_RETRIES: u32 = 3;

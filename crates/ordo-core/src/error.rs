@@ -642,7 +642,9 @@ impl ConfigError {
             Self::UnknownKey { key, .. } | Self::WrongType { key, .. } => Some(key.clone()),
             Self::Invalid { key, .. } => Some((*key).to_owned()),
             Self::InvalidHandlerSetting { handler, key, .. } => Some(format!("handlers.{handler}.{key}")),
-            Self::InvalidCategorySetting { category, key, .. } => Some(format!("categories.{category}.{key}")),
+            Self::InvalidCategorySetting { category, key, .. } => {
+                Some(format!("categories.{category}.{key}"))
+            }
             // A type error found while reading a merged table ends with
             // "in `server.partitioning.max_retries`".
             Self::Parse(error) => {

@@ -93,7 +93,10 @@ fn named_tables_and_the_broker_s_keys_have_variables_too() {
     )
     .unwrap();
     assert_eq!(config.handlers()["OrderProjector"].max_retries(), Some(9));
-    assert_eq!(config.partitions("order"), Partitions::Hashed(16.try_into().unwrap()));
+    assert_eq!(
+        config.partitions("order"),
+        Partitions::Hashed(16.try_into().unwrap())
+    );
     assert_eq!(config.partitions("audit"), Partitions::PerKey);
     assert!(config.priority_lanes().enabled());
     let broker = config.broker_partitioning(&["lease_ttl_ms"]).unwrap();
@@ -115,7 +118,10 @@ fn a_bad_value_names_the_variable_or_the_file_line_it_came_from() {
 
     let error = load(None, &[("ORDO_HEALTH_MAX_LAG", "lots")]).unwrap_err();
     let text = chain(&error);
-    assert!(text.contains("environment variable ORDO_HEALTH_MAX_LAG"), "{text}");
+    assert!(
+        text.contains("environment variable ORDO_HEALTH_MAX_LAG"),
+        "{text}"
+    );
 
     let file = File::new(
         "bad",
@@ -132,15 +138,15 @@ fn a_bad_value_names_the_variable_or_the_file_line_it_came_from() {
         chain(&error)
     );
     let text = chain(&error);
-    assert!(
-        text.contains(&format!("{}:4", file.path.display())),
-        "{text}"
-    );
+    assert!(text.contains(&format!("{}:4", file.path.display())), "{text}");
 
     // A typo in the file is named at its line, as one in a variable is named.
     let typo = File::new("typo", "[health]\nmax_lag = 1\nmax_lagg = 2\n");
     let error = load(Some(&typo.path), &[]).unwrap_err();
-    assert!(matches!(error.innermost(), ConfigError::UnknownKey { .. }), "{error:?}");
+    assert!(
+        matches!(error.innermost(), ConfigError::UnknownKey { .. }),
+        "{error:?}"
+    );
     assert!(chain(&error).contains(":3"), "{}", chain(&error));
 }
 
@@ -190,7 +196,8 @@ fn ordo_config_names_the_file_when_code_names_none() {
 /// docs/OPERATIONS.md lists every variable of the configuration.
 #[test]
 fn every_variable_is_documented() {
-    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/OPERATIONS.md")).unwrap();
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/OPERATIONS.md")).unwrap();
     let missing: Vec<String> = env_var_names()
         .into_iter()
         .filter(|name| !docs.contains(&format!("`{name}`")))

@@ -21,7 +21,11 @@ fn relay(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 fn help_prints_the_usage_and_every_setting_without_a_database() {
     let output = relay(&["--help"], &[]);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     for expected in [
         "Usage: ordo-pg-relay",
         "--database-url",
@@ -49,7 +53,10 @@ fn a_missing_database_says_how_to_give_one_and_a_bad_setting_names_its_variable(
     );
     let output = relay(
         &["--database-url", "postgres://127.0.0.1:1/db"],
-        &[("ORDO_RELAY_LEASE_TTL_MS", "soon"), ("REDIS_URL", "redis://127.0.0.1:1")],
+        &[
+            ("ORDO_RELAY_LEASE_TTL_MS", "soon"),
+            ("REDIS_URL", "redis://127.0.0.1:1"),
+        ],
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());

@@ -164,8 +164,7 @@ async fn workers_on_a_sentinel_url_keep_the_guarantee_across_a_failover() -> any
     let in_window = acked.values().filter(|phase| **phase == 1).count();
     // Added before subtracting: with messages lost, the runs are fewer than
     // the messages (the subtraction first overflowed).
-    let redelivered: usize = keys.iter().map(|key| recorder.seqs(key).len()).sum::<usize>()
-        + lost_in_window
+    let redelivered: usize = keys.iter().map(|key| recorder.seqs(key).len()).sum::<usize>() + lost_in_window
         - keys.len() * usize::try_from(per_key)?;
     eprintln!(
         "failover (until the old primary was a replica in sync): {failover:?}; messages per key: \

@@ -78,7 +78,10 @@ async fn start_up_ownership_and_shutdown_are_logged_at_info_with_causes() -> any
 
     let category = common::category("seen");
     let recorder = Recorder::new();
-    let run = Running::start(&broker, vec![subscribe::partitioned("Watcher", &category, &recorder)]);
+    let run = Running::start(
+        &broker,
+        vec![subscribe::partitioned("Watcher", &category, &recorder)],
+    );
     broker
         .publish(&[
             publication(&category, "a", 0, Lane::Primary),
@@ -100,7 +103,11 @@ async fn start_up_ownership_and_shutdown_are_logged_at_info_with_causes() -> any
     // and no line per lease at info.
     let acquired = lines.of(log_events::PARTITIONS_ACQUIRED);
     assert!(!acquired.is_empty() && acquired.len() < 3, "{acquired:?}");
-    assert!(lines.of(log_events::LEASE_ACQUIRED).is_empty(), "{}", lines.text());
+    assert!(
+        lines.of(log_events::LEASE_ACQUIRED).is_empty(),
+        "{}",
+        lines.text()
+    );
 
     // Redis goes away: the failed discovery round says why, not only that a
     // command failed.
@@ -123,6 +130,11 @@ async fn start_up_ownership_and_shutdown_are_logged_at_info_with_causes() -> any
         released.iter().any(|line| line.contains("reason=\"shutdown\"")),
         "{released:?}"
     );
-    assert_eq!(lines.of(log_events::CONSUMER_STOPPED).len(), 1, "{}", lines.text());
+    assert_eq!(
+        lines.of(log_events::CONSUMER_STOPPED).len(),
+        1,
+        "{}",
+        lines.text()
+    );
     Ok(())
 }

@@ -217,7 +217,9 @@ mod publisher_from_types {
             .aggregate::<Parcel>()
             .event_handler_type::<ParcelTracker>()
             // The workers' [handlers.NAME] tables are accepted: the name is known.
-            .config(Config::from_toml_str("[handlers.ParcelTracker]\nmax_retries = 1\n")?)
+            .config(Config::from_toml_str(
+                "[handlers.ParcelTracker]\nmax_retries = 1\n",
+            )?)
             .init()?;
         assert!(domain.subscriptions().is_empty(), "nothing consumes here");
         assert_eq!(domain.partitioned_categories(), [("parcel", "depot")]);

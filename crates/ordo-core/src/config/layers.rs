@@ -47,7 +47,10 @@ pub enum Origin {
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::File { path: Some(path), line } => write!(f, "{}:{line}", path.display()),
+            Self::File {
+                path: Some(path),
+                line,
+            } => write!(f, "{}:{line}", path.display()),
             Self::File { path: None, line } => write!(f, "line {line} of the domain configuration"),
             Self::Env { var } => write!(f, "environment variable {var}"),
         }
@@ -128,9 +131,9 @@ pub(crate) fn layer(
     let mut table = toml::Table::new();
     if let Some((path, text)) = file {
         table = toml::from_str(text).map_err(|error| {
-            let line = error
-                .span()
-                .map_or(1, |span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+            let line = error.span().map_or(1, |span| {
+                text[..span.start.min(text.len())].matches('\n').count() + 1
+            });
             ConfigError::At {
                 origin: Origin::File {
                     path: path.map(Path::to_owned),
@@ -252,11 +255,13 @@ fn guarded(rest: &str) -> Option<Vec<String>> {
     let table = GUARDED
         .iter()
         .find(|table| rest.strip_prefix(**table).is_some_and(|t| t.starts_with('_')))?;
-    let (name, node) = SCHEMA
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(table))?;
+    let (name, node) = SCHEMA.iter().find(|(name, _)| name.eq_ignore_ascii_case(table))?;
     let mut valid = Vec::new();
-    names(&format!("{ENV_PREFIX}{}", name.to_ascii_uppercase()), node, &mut valid);
+    names(
+        &format!("{ENV_PREFIX}{}", name.to_ascii_uppercase()),
+        node,
+        &mut valid,
+    );
     Some(valid)
 }
 
@@ -270,7 +275,11 @@ fn names(prefix: &str, node: &Node, out: &mut Vec<String>) {
             }
         }
         Node::Open(values) => {
-            out.extend(values.iter().map(|v| format!("{prefix}_{}", v.to_ascii_uppercase())));
+            out.extend(
+                values
+                    .iter()
+                    .map(|v| format!("{prefix}_{}", v.to_ascii_uppercase())),
+            );
             out.push(format!("{prefix}_<BROKER_KEY>"));
         }
         Node::Named(children) => {
@@ -289,7 +298,11 @@ fn names(prefix: &str, node: &Node, out: &mut Vec<String>) {
 pub fn env_var_names() -> Vec<String> {
     let mut out = Vec::new();
     for (name, node) in SCHEMA {
-        names(&format!("{ENV_PREFIX}{}", name.to_ascii_uppercase()), node, &mut out);
+        names(
+            &format!("{ENV_PREFIX}{}", name.to_ascii_uppercase()),
+            node,
+            &mut out,
+        );
     }
     out
 }

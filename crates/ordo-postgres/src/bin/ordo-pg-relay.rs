@@ -92,14 +92,19 @@ impl Settings {
         };
         let schema = match args.outbox_schema {
             Some(schema) => schema,
-            None => text(&config, "outbox", "schema")?.unwrap_or_else(|| ordo_postgres::DEFAULT_SCHEMA.to_owned()),
+            None => {
+                text(&config, "outbox", "schema")?.unwrap_or_else(|| ordo_postgres::DEFAULT_SCHEMA.to_owned())
+            }
         };
         let ttl_ms = match args.lease_ttl_ms {
             Some(ms) => ms,
             None => number(&config, "relay", "lease_ttl_ms")?.unwrap_or(10_000),
         };
         let lease_ttl = Duration::from_millis(ttl_ms);
-        let poll = match args.poll_ms.map_or_else(|| number(&config, "relay", "poll_ms"), |ms| Ok(Some(ms)))? {
+        let poll = match args
+            .poll_ms
+            .map_or_else(|| number(&config, "relay", "poll_ms"), |ms| Ok(Some(ms)))?
+        {
             Some(ms) => Duration::from_millis(ms),
             None => (lease_ttl / 4).min(Duration::from_secs(1)),
         };
@@ -162,9 +167,10 @@ fn number(config: &Config, table: &str, key: &str) -> anyhow::Result<Option<u64>
 
 /// Where `table.key` was set, for an error.
 fn place(config: &Config, table: &str, key: &str) -> String {
-    config
-        .origin(&format!("{table}.{key}"))
-        .map_or_else(|| "set in the domain configuration".to_owned(), |o| format!("set in {o}"))
+    config.origin(&format!("{table}.{key}")).map_or_else(
+        || "set in the domain configuration".to_owned(),
+        |o| format!("set in {o}"),
+    )
 }
 
 #[tokio::main]

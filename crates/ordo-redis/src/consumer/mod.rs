@@ -258,7 +258,9 @@ pub(crate) async fn run(
     tracing::debug!("heartbeat stopped");
     connection::quit(&waker_client, Duration::from_secs(1)).await;
     match &result {
-        Ok(()) => tracing::info!(event = ordo_core::log_events::CONSUMER_STOPPED, %instance, "consumer stopped"),
+        Ok(()) => {
+            tracing::info!(event = ordo_core::log_events::CONSUMER_STOPPED, %instance, "consumer stopped")
+        }
         Err(error) => tracing::info!(
             event = ordo_core::log_events::CONSUMER_STOPPED,
             %instance,

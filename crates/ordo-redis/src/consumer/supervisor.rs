@@ -399,7 +399,11 @@ impl Supervisor {
         }
         if count > 0 {
             let group = &self.plans[plan].group;
-            let owned = self.workers.values().filter(|w| w.plan == plan && !w.stopping).count();
+            let owned = self
+                .workers
+                .values()
+                .filter(|w| w.plan == plan && !w.stopping)
+                .count();
             info!(event = ordo_core::log_events::PARTITIONS_ACQUIRED, %group, acquired = count, owned, "acquired {count} partitions");
         }
         Ok(())
@@ -467,7 +471,12 @@ impl Supervisor {
             worker.control.stop.cancel();
         }
         let released = self.workers.len();
-        info!(event = ordo_core::log_events::PARTITIONS_RELEASED, released, reason = "shutdown", "releasing {released} partitions");
+        info!(
+            event = ordo_core::log_events::PARTITIONS_RELEASED,
+            released,
+            reason = "shutdown",
+            "releasing {released} partitions"
+        );
         self.tracker.close();
         let grace = self.shared.settings.lease_ttl;
         if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {

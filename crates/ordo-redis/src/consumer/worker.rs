@@ -471,7 +471,9 @@ impl Worker {
                     *reap_after = Some(Instant::now() + retry_in.min(reap_idle));
                 }
                 Err(error) if error.is_fenced() => return Some(Exit::Lost),
-                Err(error) => warn!(error = %ordo_core::error::error_chain(&error), partition = partition.primary(), "retiring the partition failed"),
+                Err(error) => {
+                    warn!(error = %ordo_core::error::error_chain(&error), partition = partition.primary(), "retiring the partition failed")
+                }
             }
         }
         // A retired partition took its lease with it; a process manager's
