@@ -49,21 +49,21 @@ struct Args {
     /// else none).
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
-    /// The outbox's schema [env: ORDO_OUTBOX_SCHEMA; file: [outbox] schema;
+    /// The outbox's schema [env: ORDO_OUTBOX_SCHEMA; file: `[outbox] schema`;
     /// default: ordo].
     #[arg(long, value_name = "SCHEMA")]
     outbox_schema: Option<String>,
     /// How long a relay's slot lease lives without renewal, in ms
-    /// [env: ORDO_RELAY_LEASE_TTL_MS; file: [relay] lease_ttl_ms; default: 10000].
+    /// [env: ORDO_RELAY_LEASE_TTL_MS; file: `[relay] lease_ttl_ms`; default: 10000].
     #[arg(long, value_name = "MS")]
     lease_ttl_ms: Option<u64>,
     /// The fallback poll when no NOTIFY comes, in ms [env: ORDO_RELAY_POLL_MS;
-    /// file: [relay] poll_ms; default: the smaller of 1000 and a quarter of
+    /// file: `[relay] poll_ms`; default: the smaller of 1000 and a quarter of
     /// the lease TTL].
     #[arg(long, value_name = "MS")]
     poll_ms: Option<u64>,
     /// How long published rows are kept, in seconds
-    /// [env: ORDO_RELAY_RETENTION_S; file: [relay] retention_s; default: 86400].
+    /// [env: ORDO_RELAY_RETENTION_S; file: `[relay] retention_s`; default: 86400].
     #[arg(long, value_name = "SECONDS")]
     retention_s: Option<u64>,
 }
