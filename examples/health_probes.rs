@@ -99,10 +99,13 @@ async fn main() -> anyhow::Result<()> {
     uow.commit().await?;
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    println!("serving /livez, /readyz and /health on http://{addr} (Ctrl-C to stop)");
+    println!("serving /livez, /readyz and /health on http://{addr} (Ctrl-C or SIGTERM to stop)");
+    // SIGTERM too: what `kill`, systemd and a Kubernetes pod's stop send.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         () = serve(listener, Arc::clone(&running)) => {}
         _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
     }
     if let Some(running) = Arc::into_inner(running) {
         running.shutdown().await?;

@@ -103,8 +103,14 @@ async fn main() -> anyhow::Result<()> {
     let stop = async {
         match run_for {
             Some(duration) => tokio::time::sleep(duration).await,
+            // Ctrl-C, or SIGTERM (what `kill` and container runtimes send).
             None => {
-                let _ = tokio::signal::ctrl_c().await;
+                let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("a SIGTERM handler");
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
             }
         }
     };

@@ -19,7 +19,7 @@
 //! worker at a time. Stop a worker with Ctrl-C: it finishes its message,
 //! releases its leases, and the others take its clients over at once. Kill
 //! one with `kill -9`: the others take over when its leases expire
-//! (`lease_ttl_ms`, 15 s by default; set `ORDO_LEASE_TTL_MS` to shorten it),
+//! (`lease_ttl_ms`, 15 s by default; set `ORDO_SERVER_PARTITIONING_LEASE_TTL_MS` to shorten it),
 //! at a higher token, resuming where it stopped.
 
 use std::time::Duration;
@@ -60,14 +60,14 @@ impl OrderPrinter {
     }
 }
 
-fn config() -> anyhow::Result<ordo::Config> {
-    let ttl: u64 = std::env::var("ORDO_LEASE_TTL_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(15_000);
-    Ok(ordo::Config::from_toml_str(&format!(
-        "[server.partitioning]\nlease_ttl_ms = {ttl}\n"
-    ))?)
+/// Ctrl-C, or SIGTERM (what `kill`, systemd and container runtimes send).
+async fn stop_signal() -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
 }
 
 #[tokio::main]
@@ -78,28 +78,34 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let mut args = std::env::args().skip(1);
-    let broker = RedisBroker::builder(&url).config(config()?).build().await?;
-    let instance = broker.instance_id()[..6].to_owned();
-    let domain = Domain::builder()
-        .aggregate::<Order>()
-        .event_handler(OrderPrinter {
+    let mode = args.next();
+    // The file ORDO_CONFIG names, if any, then ORDO_ variables
+    // (ORDO_SERVER_PARTITIONING_LEASE_TTL_MS=3000 for faster failovers).
+    let config = ordo::Config::load(None)?;
+    let broker = RedisBroker::builder(&url).config(config).build().await?;
+    let instance = broker.instance_id().to_owned();
+    let builder = Domain::builder().aggregate::<Order>();
+    let builder = match mode.as_deref() {
+        // A publisher needs the handler's type (its partition key), not an instance.
+        Some("publish") => builder.event_handler_type::<OrderPrinter>(),
+        _ => builder.event_handler(OrderPrinter {
             instance: instance.clone(),
-        })
-        .broker(broker.clone()) // the domain uses the broker's Config
-        .init()?;
+        }),
+    };
+    let domain = builder.broker(broker.clone()).init()?; // the domain uses the broker's Config
 
-    match args.next().as_deref() {
+    match mode.as_deref() {
         Some("work") => {
-            println!("[{instance}] working; Ctrl-C to hand over and stop");
+            println!("[{instance}] working; Ctrl-C (or SIGTERM) to hand over and stop");
             let running = domain.start();
-            tokio::signal::ctrl_c().await?;
+            stop_signal().await?;
             println!("[{instance}] releasing leases");
             running.shutdown().await?;
         }
         Some("publish") => {
             let count: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(100);
             // Publishes what is committed; never consumes (it registered the
-            // handler only for its partition key).
+            // handler's type only, for its partition key).
             let publisher = domain.start_publisher();
             let mut uow = domain.unit_of_work();
             for number in 0..count {

@@ -127,7 +127,8 @@ fn run_chaos(args: &[&str], log_name: &str) -> Result<(serde_json::Value, String
         chaos.kill()?;
         anyhow::bail!("the chaos run did not finish within {RUN_WITHIN:?}; its log:\n{log}");
     };
-    let stdout = chaos.lines().join("\n");
+    // Its last line (the figures) may reach the reader after the exit.
+    let stdout = chaos.all_lines(Duration::from_secs(30))?.join("\n");
     ensure!(
         status.success(),
         "the chaos run failed ({status}):\n{stdout}\n{log}"

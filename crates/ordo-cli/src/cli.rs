@@ -14,9 +14,11 @@ Exit codes:
   4  `status --check`: halted partitions exist
   5  `status --check`: a warning (too many partitions, partitions nobody consumes)
 
-Redis: --redis-url, else the first line of --redis-url-file, else REDIS_URL, else
-`[redis] url` in the nearest domain.toml (current directory upward), else
-redis://127.0.0.1:6379. A URL with a password is best given by file or environment:
+Redis: --redis-url, else the first line of --redis-url-file, else ORDO_REDIS_URL,
+else REDIS_URL, else `[redis] url` in domain.toml (--config, else the file
+ORDO_CONFIG names, else the nearest domain.toml from the current directory
+upward), else redis://127.0.0.1:6379. Every setting of domain.toml can be
+overridden by its ORDO_ environment variable (ORDO_CLI_WARN_PARTITIONS, ...). A URL with a password is best given by file or environment:
 a command line is visible to every user of the host (`ps`). Passwords are shown as ***. A Redis Cluster is named by
 its nodes: redis-cluster://host:port[,host:port...] (any one reachable node is enough).";
 
@@ -35,7 +37,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
     /// The Redis to operate on (`redis://host:port/db`, or a Redis Cluster:
-    /// `redis-cluster://host:port[,host:port...]`); default: REDIS_URL.
+    /// `redis-cluster://host:port[,host:port...]`); default: ORDO_REDIS_URL,
+    /// else REDIS_URL, else `[redis] url` of domain.toml.
     #[arg(long, global = true, value_name = "URL")]
     pub(crate) redis_url: Option<SecretUrl>,
     /// A file whose first line is the Redis URL (keeps a password off the
@@ -55,7 +58,8 @@ pub(crate) struct GlobalArgs {
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) tls_key_file: Option<PathBuf>,
     /// The domain.toml to read `[redis]`, `[cli]` and `[server.*]` from
-    /// (default: the nearest domain.toml from the current directory upward).
+    /// (default: the file ORDO_CONFIG names, else the nearest domain.toml
+    /// from the current directory upward).
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) config: Option<PathBuf>,
 }

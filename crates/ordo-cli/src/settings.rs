@@ -1,11 +1,13 @@
 //! Where the CLI finds Redis and its settings.
 //!
 //! The Redis URL comes from `--redis-url`, else the first line of
-//! `--redis-url-file`, else `REDIS_URL`, else the
+//! `--redis-url-file`, else `ORDO_REDIS_URL`, else `REDIS_URL`, else the
 //! `[redis]` table of the domain.toml, else `redis://127.0.0.1:6379`; a Redis
 //! Cluster is named by its nodes, `redis-cluster://host:port,host:port,...`. The
-//! domain.toml is `--config PATH`, else the nearest `domain.toml` from the
-//! current directory upward. Besides `[server.partitioning]` (read by
+//! domain.toml is `--config PATH`, else the file `ORDO_CONFIG` names, else the
+//! nearest `domain.toml` from the current directory upward; every setting of
+//! it can be overridden by its `ORDO_` environment variable
+//! (`Config::load`, docs/OPERATIONS.md). Besides `[server.partitioning]` (read by
 //! ordo-core's `Config` and, for the Redis broker's keys, checked by
 //! `ordo_redis::RedisSettings`) and `[server.priority_lanes]` (read by
 //! ordo-core's `Config`: the backfill suffix names the backfill lanes), the
@@ -28,7 +30,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use ordo_core::config::Config;
+use ordo_core::config::{CONFIG_FILE_ENV, Config, Origin};
 use ordo_redis::{SecretUrl, TlsFiles};
 use serde::Deserialize;
 
@@ -85,27 +87,38 @@ impl CliSettings {
     /// Resolves the settings from the arguments, the environment
     /// (`REDIS_URL`) and the domain.toml.
     pub(crate) fn load(args: &GlobalArgs) -> Result<Self, Failure> {
-        let path = match &args.config {
-            Some(path) if !path.is_file() => {
+        let named = std::env::var_os(CONFIG_FILE_ENV)
+            .filter(|value| !value.is_empty())
+            .map(|value| (PathBuf::from(value), CONFIG_FILE_ENV));
+        let path = match args.config.clone().map(|path| (path, "--config")).or(named) {
+            Some((path, source)) if !path.is_file() => {
                 return Err(Failure::Usage(format!(
-                    "--config {}: no such file",
+                    "{source} {}: no such file",
                     path.display()
                 )));
             }
-            Some(path) => Some(path.clone()),
+            Some((path, _)) => Some(path),
             None => find_upward(FILE_NAME),
         };
-        let (file, config) = match &path {
-            Some(path) => read(path)?,
-            None => (CliFile::default(), Config::default()),
-        };
+        let (file, config) = read(path.as_deref())?;
         // domain.toml's paths are relative to the file, the flags' to the current directory.
         let base = path.as_deref().and_then(Path::parent).unwrap_or(Path::new(""));
+        // A path from the environment is the current directory's.
+        let place = |key: &str, file: Option<&Path>| {
+            let from_env = matches!(config.origin(key), Some(Origin::Env { .. }));
+            file.map(|file| {
+                if from_env {
+                    file.to_owned()
+                } else {
+                    base.join(file)
+                }
+            })
+        };
         let tls = TlsFiles::new()
             .with_files(
-                file.redis.tls_ca_file.as_deref().map(|file| base.join(file)),
-                file.redis.tls_cert_file.as_deref().map(|file| base.join(file)),
-                file.redis.tls_key_file.as_deref().map(|file| base.join(file)),
+                place("redis.tls_ca_file", file.redis.tls_ca_file.as_deref()),
+                place("redis.tls_cert_file", file.redis.tls_cert_file.as_deref()),
+                place("redis.tls_key_file", file.redis.tls_key_file.as_deref()),
             )
             .with_files(
                 args.tls_ca_file.clone(),
@@ -113,6 +126,10 @@ impl CliSettings {
                 args.tls_key_file.clone(),
             );
         let from_env = std::env::var("REDIS_URL").ok().filter(|url| !url.is_empty());
+        // `[redis] url` of the layers: ORDO_REDIS_URL, else the file's.
+        let layered = config
+            .origin("redis.url")
+            .filter(|origin| matches!(origin, Origin::Env { .. }));
         let (redis_url, source) = if let Some(url) = &args.redis_url {
             (url.clone(), "--redis-url".to_owned())
         } else if let Some(url_file) = &args.redis_url_file {
@@ -120,6 +137,8 @@ impl CliSettings {
                 read_url_file(url_file, "--redis-url-file")?,
                 format!("--redis-url-file {}", url_file.display()),
             )
+        } else if let (Some(origin), Some(url)) = (layered, file.redis.url.clone()) {
+            (SecretUrl::new(url), origin.to_string())
         } else if let Some(url) = from_env {
             (SecretUrl::new(url), "REDIS_URL".to_owned())
         } else if let Some(url) = file.redis.url {
@@ -160,17 +179,21 @@ pub(crate) fn read_url_file(path: &Path, option: &str) -> Result<SecretUrl, Fail
     Ok(SecretUrl::new(url))
 }
 
-/// Reads the CLI's tables and the domain configuration of `path`.
-fn read(path: &Path) -> Result<(CliFile, Config), Failure> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    // The parser's message quotes the line at fault: its URL's password
-    // is masked (ordo-core's redacted parse error), as everywhere else.
-    let file: CliFile = toml::from_str(&text)
-        .map_err(|error| ordo_core::error::ConfigError::Parse(error.into()))
-        .with_context(|| format!("invalid {}", path.display()))?;
-    let config = Config::from_toml_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+/// Reads the domain configuration in its layers (the file at `path`, if
+/// any, then the `ORDO_` environment variables) and the CLI's tables of it.
+fn read(path: Option<&Path>) -> Result<(CliFile, Config), Failure> {
+    let what = || match path {
+        Some(path) => format!("invalid {}", path.display()),
+        None => "invalid domain configuration".to_owned(),
+    };
+    let config = Config::load_with_env(path, std::env::vars()).with_context(what)?;
     // The Redis broker's keys of [server.partitioning], and any typo there.
-    ordo_redis::RedisSettings::from_config(&config).with_context(|| format!("invalid {}", path.display()))?;
+    ordo_redis::RedisSettings::from_config(&config).with_context(what)?;
+    let table = |name: &str| toml::Value::Table(config.table(name).cloned().unwrap_or_default());
+    let file = CliFile {
+        redis: table("redis").try_into().with_context(what)?,
+        cli: table("cli").try_into().with_context(what)?,
+    };
     Ok((file, config))
 }
 

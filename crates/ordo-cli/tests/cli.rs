@@ -392,11 +392,16 @@ async fn watch_prints_snapshots_until_its_count() -> anyhow::Result<()> {
     assert_eq!(snapshots[1]["halted"][0]["key"], "bob");
 
     let text = fixture
-        .ordo(&["watch", "--count", "1"])
+        .ordo(&["watch", "--count", "2", "--interval", "0.05"])
         .await?
         .expect_code(0)?
         .stdout;
     assert!(text.starts_with("ordo watch"), "{text}");
+    // Each group's backlog, its rate and time to drain (from the second frame).
+    assert!(
+        text.contains("BACKLOG") && text.contains("RATE") && text.contains("TO DRAIN"),
+        "{text}"
+    );
     assert!(text.contains("halted partitions: 1"), "{text}");
     assert!(
         !text.contains('\x1b'),
@@ -434,6 +439,48 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
     ordo_in(&nested, &["status"], &[("REDIS_URL", "redis://127.0.0.1:1")])
         .await?
         .expect_code(1)?;
+    // The environment overrides the file (ORDO_ names, ORDO_REDIS_URL over
+    // REDIS_URL), and a bad setting there names its variable.
+    ordo_in(
+        &nested,
+        &["status", "--check"],
+        &[("ORDO_CLI_WARN_PARTITIONS", "3")],
+    )
+    .await?
+    .expect_code(0)?;
+    let url = fixture.redis.url();
+    ordo_in(
+        &nested,
+        &["status"],
+        &[("ORDO_REDIS_URL", &url), ("REDIS_URL", "redis://127.0.0.1:1")],
+    )
+    .await?
+    .expect_code(0)?;
+    let bad = ordo_in(
+        &nested,
+        &["status"],
+        &[("ORDO_SERVER_PARTITIONING_LEASE_TTL_MS", "0")],
+    )
+    .await?
+    .expect_code(1)?;
+    assert!(
+        bad.stderr
+            .contains("environment variable ORDO_SERVER_PARTITIONING_LEASE_TTL_MS")
+            && bad.stderr.contains("lease_ttl_ms"),
+        "{}",
+        bad.stderr
+    );
+    // ORDO_CONFIG names the file when --config does not.
+    let elsewhere = fixture.dir.path().join("elsewhere.toml");
+    std::fs::write(&elsewhere, "[cli]\nwarn_partitions = 100\n")?;
+    let elsewhere = elsewhere.to_str().expect("a UTF-8 path");
+    ordo_in(
+        &nested,
+        &["status", "--check", "--redis-url", &url],
+        &[("ORDO_CONFIG", elsewhere)],
+    )
+    .await?
+    .expect_code(0)?;
     // A typo in the CLI's tables is an error naming the file.
     std::fs::write(
         fixture.dir.path().join("domain.toml"),
@@ -457,7 +504,7 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
         (
             "lease_ttl_ms = 6000\n",
             "unknown key `lease_ttl_ms` in the domain configuration; valid keys at the top level: \
-             server, handlers, health, outbox, categories, redis, cli",
+             server, handlers, health, outbox, categories, redis, cli, relay",
         ),
         // The Redis broker's keys share [server.partitioning] with ordo-core's.
         (

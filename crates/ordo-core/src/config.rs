@@ -71,7 +71,11 @@ use serde::Deserialize;
 
 use crate::backoff::Backoff;
 use crate::error::ConfigError;
+
+mod layers;
+
 use crate::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, MAX_HASHED_PARTITIONS, segment_rule};
+pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, Origin, env_var_names};
 
 const POLL_INTERVAL_SECONDS: f64 = 0.25;
 const MAX_RETRIES: u32 = 3;
@@ -96,6 +100,11 @@ pub struct Config {
     health: HealthConfig,
     outbox: OutboxConfig,
     categories: BTreeMap<String, Partitions>,
+    /// The tables other crates read (`[redis]`, `[cli]`, `[relay]`, and
+    /// `[outbox]` for its `schema`), after the layers were merged.
+    tables: toml::Table,
+    /// Where each setting came from (never makes two configurations differ).
+    origins: layers::Origins,
 }
 
 /// How a partitioned category's keys map to partitions: `partitions` in
@@ -266,14 +275,92 @@ impl Config {
         Ok(config)
     }
 
-    /// Reads, parses and validates a `domain.toml` file.
+    /// Reads, parses and validates a `domain.toml` file, the file alone (no
+    /// environment: see [`Config::load`]). An error about a setting names
+    /// its line ([`ConfigError::At`]).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_toml_str(&text)
+        Self::load_with_env(Some(path.as_ref()), std::iter::empty())
+    }
+
+    /// The domain configuration in its layers, the documented precedence of
+    /// the library, the `ordo` tool and `ordo-pg-relay`: the file, then the
+    /// environment, then code.
+    ///
+    /// 1. The file: `path`, else the file the `ORDO_CONFIG` environment
+    ///    variable names, else none (every setting at its default).
+    /// 2. The environment: every `ORDO_` variable that names a setting
+    ///    overrides the file's (`ORDO_SERVER_PARTITIONING_LEASE_TTL_MS=5000`
+    ///    for `[server.partitioning] lease_ttl_ms`; see [`env_var_names`] and
+    ///    docs/OPERATIONS.md, "Configuration").
+    /// 3. Code: what the application sets after loading
+    ///    ([`Config::with_partitions`], `DomainBuilder::handler_settings`,
+    ///    the broker builders' methods) overrides both.
+    ///
+    /// # Errors
+    ///
+    /// An error about a setting is [`ConfigError::At`], naming the file and
+    /// line or the environment variable it came from; a variable under a
+    /// table of the configuration that names no setting (a typo such as
+    /// `ORDO_HEALTH_MAX_LAGG`) is [`ConfigError::UnknownEnvVar`].
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_with_env(path, std::env::vars())
+    }
+
+    /// [`Config::load`] with the environment given as `(name, value)` pairs
+    /// instead of the process's (for tests, and programs that hold their
+    /// environment apart). `ORDO_CONFIG` is looked up in `env` too.
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let named = env
+            .iter()
+            .find(|(name, value)| name == CONFIG_FILE_ENV && !value.is_empty())
+            .map(|(_, value)| std::path::PathBuf::from(value));
+        let path = path.map(Path::to_owned).or(named);
+        let text = match &path {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+                path: path.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        let file = text.as_deref().map(|text| (path.as_deref(), text));
+        let layered = layers::layer(file, env)?;
+        let origins = layered.origins;
+        check_keys(&layered.table, "", SCHEMA).map_err(|error| origins.locate(error))?;
+        let raw: RawFile = toml::Value::Table(layered.table.clone())
+            .try_into()
+            .map_err(|error| origins.locate(ConfigError::Parse(error)))?;
+        let mut config = Self::from_raw(raw).map_err(|error| origins.locate(error))?;
+        config.broker_partitioning = broker_keys(&layered.table);
+        config.tables = other_tables(&layered.table);
+        config.origins = origins;
+        Ok(config)
+    }
+
+    /// A table of the configuration that another crate reads, after the
+    /// layers were merged: `redis` (the `ordo` tool), `cli`, `relay`
+    /// (`ordo-pg-relay`), `outbox` (its `schema`). `None` when no layer
+    /// sets any of its keys.
+    pub fn table(&self, name: &str) -> Option<&toml::Table> {
+        self.tables.get(name).and_then(toml::Value::as_table)
+    }
+
+    /// Where the setting at `key` (dotted, like
+    /// `server.partitioning.lease_ttl_ms`) came from: the environment
+    /// variable or the file's line; `None` for a default, or a setting made
+    /// in code.
+    pub fn origin(&self, key: &str) -> Option<Origin> {
+        self.origins.of(key)
+    }
+
+    /// `error` (about a key of this configuration, as a broker's or a
+    /// tool's own validation reports it) with where that key was set
+    /// ([`ConfigError::At`]); unchanged when it was not set by a layer.
+    pub fn locate(&self, error: ConfigError) -> ConfigError {
+        self.origins.locate(error)
     }
 
     /// `[server.partitioning]`.
@@ -368,6 +455,8 @@ impl Config {
             .collect::<Result<_, ConfigError>>()?;
         Ok(Self {
             partitioning,
+            tables: toml::Table::new(),
+            origins: layers::Origins::default(),
             broker_partitioning: toml::Table::new(),
             priority_lanes: raw.server.priority_lanes.validate()?,
             handlers,
@@ -464,7 +553,10 @@ const SCHEMA: &[(&str, Node)] = &[
         "health",
         Node::Table(&[("max_lag", Node::Value), ("max_pending_age_ms", Node::Value)]),
     ),
-    ("outbox", Node::Table(&[("max_payload_bytes", Node::Value)])),
+    (
+        "outbox",
+        Node::Table(&[("max_payload_bytes", Node::Value), ("schema", Node::Value)]),
+    ),
     ("categories", Node::Named(&[("partitions", Node::Value)])),
     (
         "redis",
@@ -476,7 +568,28 @@ const SCHEMA: &[(&str, Node)] = &[
         ]),
     ),
     ("cli", Node::Table(&[("warn_partitions", Node::Value)])),
+    (
+        "relay",
+        Node::Table(&[
+            ("lease_ttl_ms", Node::Value),
+            ("poll_ms", Node::Value),
+            ("retention_s", Node::Value),
+            ("batch_bytes", Node::Value),
+            ("publish_call_bytes", Node::Value),
+            ("max_row_bytes", Node::Value),
+        ]),
+    ),
 ];
+
+/// The tables of `table` (a merged, checked configuration) that other
+/// crates read.
+fn other_tables(table: &toml::Table) -> toml::Table {
+    table
+        .iter()
+        .filter(|(name, _)| ["redis", "cli", "relay", "outbox"].contains(&name.as_str()))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect()
+}
 
 /// The keys of `[server.partitioning]` that this crate reads.
 pub const PARTITIONING_KEYS: &[&str] = &[
@@ -604,6 +717,25 @@ struct RawFile {
     #[serde(default)]
     #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
     cli: RawCli,
+    #[serde(default)]
+    #[expect(dead_code, reason = "read by `ordo-pg-relay`; only its type is checked here")]
+    relay: RawRelay,
+}
+
+/// `[relay]`: read by `ordo-pg-relay`; checked here so a typo is caught.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "the [relay] table")]
+#[expect(
+    dead_code,
+    reason = "the value is read by `ordo-pg-relay`; only its type is checked here"
+)]
+struct RawRelay {
+    lease_ttl_ms: Option<u64>,
+    poll_ms: Option<u64>,
+    retention_s: Option<u64>,
+    batch_bytes: Option<u64>,
+    publish_call_bytes: Option<u64>,
+    max_row_bytes: Option<u64>,
 }
 
 /// `[redis]`: read by the `ordo` tool; checked here so a typo is caught.
@@ -714,6 +846,9 @@ impl RawCategory {
 #[serde(deny_unknown_fields, expecting = "the [outbox] table")]
 struct RawOutbox {
     max_payload_bytes: Option<i64>,
+    /// The PostgreSQL outbox's schema: read by ordo-postgres's tools.
+    #[expect(dead_code, reason = "read by `ordo-pg-relay`; only its type is checked here")]
+    schema: Option<String>,
 }
 
 impl RawOutbox {

@@ -69,6 +69,9 @@ struct Registration {
 enum HandlerFactory {
     Ready(Arc<dyn DynHandler>),
     ProcessManager(MakeProcessManager),
+    /// Registered by type for its keys and name (a publisher, a relay):
+    /// handled in other processes, never here.
+    Elsewhere,
 }
 
 /// Builds a process manager's handler from its descriptor, the store and
@@ -115,6 +118,49 @@ impl DomainBuilder {
     /// Registers an event handler with its declared sequencing policy.
     pub fn event_handler<H: EventHandler>(self, handler: H) -> Self {
         self.register(H::descriptor(), None, Arc::new(EventHandlerAdapter(handler)))
+    }
+
+    /// Registers event handler type `H` without an instance, for what a
+    /// process that publishes needs from it: the partition key of each
+    /// category it handles (its `sequential_by` and typed key extractors),
+    /// its name (for `[handlers.NAME]`), and the start-up checks. Its
+    /// messages are handled by the processes that register an instance
+    /// ([`DomainBuilder::event_handler`]), never by this one: nothing of
+    /// `H` runs here, so its dependencies (a database pool, clients) are not
+    /// needed to build a publisher or a relay.
+    ///
+    /// ```ignore
+    /// # use ordo::prelude::*;
+    /// # #[derive(Aggregate)] struct Order;
+    /// # #[derive(Debug, Clone, Serialize, Deserialize, Event)]
+    /// # #[event(part_of = Order)]
+    /// # struct OrderPlaced { order_id: String, client_id: String }
+    /// struct OrderProjector { /* a pool, a client... */ }
+    ///
+    /// #[event_handler(part_of = Order, sequential_by = "client_id")]
+    /// impl OrderProjector {
+    ///     #[handle]
+    ///     async fn on_placed(&self, event: &OrderPlaced) -> anyhow::Result<()> {
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// // A publisher: the handler's type, no instance.
+    /// let domain = Domain::builder()
+    ///     .aggregate::<Order>()
+    ///     .event_handler_type::<OrderProjector>()
+    ///     .init()?;
+    /// assert_eq!(domain.partition_key_field("order"), Some("client_id"));
+    /// assert!(domain.subscriptions().is_empty());
+    /// # Ok::<(), ordo::IncorrectUsageError>(())
+    /// ```
+    pub fn event_handler_type<H: EventHandler>(mut self) -> Self {
+        self.registrations.push(Registration {
+            descriptor: H::descriptor(),
+            policy: None,
+            handler: HandlerFactory::Elsewhere,
+        });
+        self
     }
 
     /// Registers an event handler sequenced by `policy`, which overrides
@@ -294,7 +340,7 @@ impl DomainBuilder {
         let (commands, consumers): (Vec<_>, Vec<_>) = self
             .registrations
             .into_iter()
-            .map(|registration| {
+            .filter_map(|registration| {
                 let settings = handler_settings
                     .get(registration.descriptor.name)
                     .cloned()
@@ -352,7 +398,8 @@ impl fmt::Debug for DomainBuilder {
     }
 }
 
-/// Builds the subscription of a registration, resolving its policy:
+/// Builds the subscription of a registration (none for a handler handled
+/// elsewhere, registered by type), resolving its policy:
 /// registration override, else the impl's `#[sequencing_policy]`, else
 /// `sequential_by` (the validated partition key), else the kind's default.
 /// A process manager is always sequenced by correlation value.
@@ -361,13 +408,15 @@ fn subscription(
     store: &Arc<dyn ProcessStore>,
     domain: &DomainRef,
     settings: HandlerConfig,
-) -> Subscription {
+) -> Option<Subscription> {
     let descriptor = Arc::new(registration.descriptor);
     let handler = match registration.handler {
         HandlerFactory::Ready(handler) => handler,
         HandlerFactory::ProcessManager(make) => {
             make(Arc::clone(&descriptor), Arc::clone(store), domain.clone())
         }
+        // Handled in other processes: nothing consumes for it here.
+        HandlerFactory::Elsewhere => return None,
     };
     let (policy, policy_overridden): (Arc<dyn SequencingPolicy>, bool) =
         match (registration.policy, descriptor.kind) {
@@ -385,13 +434,13 @@ fn subscription(
                 (policy, false)
             }
         };
-    Subscription {
+    Some(Subscription {
         descriptor,
         policy,
         policy_overridden,
         handler,
         settings: HandlerSettings::new(settings),
-    }
+    })
 }
 
 /// Each handler's own settings: the configuration's `[handlers.NAME]`
@@ -639,6 +688,20 @@ impl Domain {
     /// The key field of a partitioned event category.
     pub fn partition_key_field(&self, category: &str) -> Option<&'static str> {
         self.inner.partitioning.get(category).map(|key| key.field())
+    }
+
+    /// Every partitioned event category and its key field, whether its
+    /// handlers run here or were registered by type
+    /// ([`DomainBuilder::event_handler_type`]); sorted by category.
+    pub fn partitioned_categories(&self) -> Vec<(&'static str, &'static str)> {
+        let mut categories: Vec<_> = self
+            .inner
+            .partitioning
+            .iter()
+            .map(|(category, key)| (*category, key.field()))
+            .collect();
+        categories.sort_unstable();
+        categories
     }
 
     pub(crate) fn partitioning(&self) -> &Partitioning {

@@ -578,6 +578,26 @@ pub enum ConfigError {
         /// What is wrong, with the value found.
         reason: String,
     },
+    /// A setting that is wrong (`error`), and where it was set: a file's
+    /// line or an environment variable (see `Config::load`).
+    #[error("bad setting in {origin}")]
+    At {
+        /// Where the setting came from.
+        origin: crate::config::Origin,
+        /// What is wrong with it.
+        #[source]
+        error: Box<ConfigError>,
+    },
+    /// An `ORDO_` environment variable under a table of the configuration
+    /// (`ORDO_SERVER_...`, `ORDO_HEALTH_...`) that names no setting: a typo
+    /// is never silently ignored.
+    #[error("environment variable {var} names no setting of the domain configuration; the names there: {}", valid.join(", "))]
+    UnknownEnvVar {
+        /// The variable.
+        var: String,
+        /// The valid names under the same table.
+        valid: Vec<String>,
+    },
 }
 
 /// Where the valid keys of an unknown key's level are: `at the top level`
@@ -616,11 +636,50 @@ impl From<toml::de::Error> for TomlError {
 }
 
 impl ConfigError {
-    /// The configuration key at fault, for [`ConfigError::Invalid`].
+    /// The configuration key at fault, for [`ConfigError::Invalid`] (also
+    /// when it is wrapped in [`ConfigError::At`]).
     pub fn key(&self) -> Option<&'static str> {
         match self {
             Self::Invalid { key, .. } => Some(key),
+            Self::At { error, .. } => error.key(),
             _ => None,
+        }
+    }
+
+    /// Where the setting at fault came from, for [`ConfigError::At`].
+    pub fn origin(&self) -> Option<&crate::config::Origin> {
+        match self {
+            Self::At { origin, .. } => Some(origin),
+            _ => None,
+        }
+    }
+
+    /// The error itself, without where it was set ([`ConfigError::At`]).
+    pub fn innermost(&self) -> &ConfigError {
+        match self {
+            Self::At { error, .. } => error.innermost(),
+            other => other,
+        }
+    }
+
+    /// The dotted key this error is about, if it names one.
+    pub(crate) fn dotted_key(&self) -> Option<String> {
+        match self {
+            Self::UnknownKey { key, .. } | Self::WrongType { key, .. } => Some(key.clone()),
+            Self::Invalid { key, .. } => Some((*key).to_owned()),
+            Self::InvalidHandlerSetting { handler, key, .. } => Some(format!("handlers.{handler}.{key}")),
+            Self::InvalidCategorySetting { category, key, .. } => {
+                Some(format!("categories.{category}.{key}"))
+            }
+            // A type error found while reading a merged table ends with
+            // "in `server.partitioning.max_retries`".
+            Self::Parse(error) => {
+                let text = error.to_string();
+                let (_, after) = text.rsplit_once("in `")?;
+                let (key, _) = after.split_once('`')?;
+                Some(key.to_owned())
+            }
+            Self::Io { .. } | Self::At { .. } | Self::UnknownEnvVar { .. } => None,
         }
     }
 }

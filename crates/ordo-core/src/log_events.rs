@@ -26,7 +26,23 @@ pub const PARTITION_REAPED: &str = "partition.reaped";
 /// base stream, of no key of its hashed partition) was moved to the
 /// dead-letter stream (error inline, warn on Redis).
 pub const MESSAGE_DEAD_LETTERED: &str = "message.dead_lettered";
-/// This instance took a partition's lease (info).
+/// The Redis broker connected, with its URL (password masked) and this
+/// instance's id (info).
+pub const REDIS_CONNECTED: &str = "redis.connected";
+/// The consumer started for a handler, with the categories it consumes (info,
+/// one line per handler).
+pub const CONSUMER_STARTED: &str = "consumer.started";
+/// The consumer stopped: its partitions released, its instance gone from the
+/// instance sets (info).
+pub const CONSUMER_STOPPED: &str = "consumer.stopped";
+/// A discovery round took partitions: how many, and how many this instance
+/// now owns (info; one line per round, not per partition).
+pub const PARTITIONS_ACQUIRED: &str = "partitions.acquired";
+/// Partitions this instance let go: how many, and why (over its share, at
+/// shutdown) (info; one line per round or shutdown, not per partition).
+pub const PARTITIONS_RELEASED: &str = "partitions.released";
+/// This instance took a partition's lease (debug: one line per partition;
+/// [`PARTITIONS_ACQUIRED`] sums them up at info).
 pub const LEASE_ACQUIRED: &str = "lease.acquired";
 /// This instance lost a lease (another owner took it, or renewals failed
 /// for most of a TTL); its worker stops (warn or info).
@@ -55,9 +71,21 @@ pub const CONSUMER_FAILED: &str = "consumer.failed";
 /// This process loaded Ordo's Redis Functions library, which the server
 /// lacked (first start, or a restart that lost it) (info).
 pub const REDIS_LIBRARY_LOADED: &str = "redis.library_loaded";
+/// A PostgreSQL outbox relay started, with its id and the outbox's slot
+/// count (info).
+pub const RELAY_STARTED: &str = "relay.started";
+/// A PostgreSQL outbox relay stopped and released its slots (info).
+pub const RELAY_STOPPED: &str = "relay.stopped";
 
 /// Every name above, in the order `docs/OPERATIONS.md` lists them.
 pub const ALL: &[&str] = &[
+    REDIS_CONNECTED,
+    CONSUMER_STARTED,
+    CONSUMER_STOPPED,
+    PARTITIONS_ACQUIRED,
+    PARTITIONS_RELEASED,
+    RELAY_STARTED,
+    RELAY_STOPPED,
     HANDLER_FAILED,
     PARTITION_HALTED,
     KEY_PARKED,

@@ -68,7 +68,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Model, Property};
+use stateright::{Checker, HasDiscoveries, Model, Property};
 
 use crate::protocol::{Identity, LeaseValue, acquire};
 
@@ -1753,10 +1753,29 @@ impl HashedReport {
 /// Explores every history of `config` (with `mutant` seeded) breadth-first,
 /// so each counterexample is a shortest one.
 pub fn check_hashed(config: HashedConfig, mutant: Option<HashedMutant>) -> HashedReport {
+    check_hashed_with(config, mutant, HasDiscoveries::All)
+}
+
+/// Like [`check_hashed`], but stops exploring once every property of
+/// `wanted` is broken (any property at all when `wanted` is empty), or every
+/// history is explored (see [`crate::check_until_broken`]).
+pub fn check_hashed_until_broken(
+    config: HashedConfig,
+    mutant: Option<HashedMutant>,
+    wanted: &[&'static str],
+) -> HashedReport {
+    check_hashed_with(config, mutant, crate::until_broken(wanted))
+}
+
+fn check_hashed_with(
+    config: HashedConfig,
+    mutant: Option<HashedMutant>,
+    finish: HasDiscoveries,
+) -> HashedReport {
     let started = Instant::now();
     let model = Hashed { config, mutant };
     let properties: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
-    let checker = model.checker().spawn_bfs().join();
+    let checker = model.checker().finish_when(finish).spawn_bfs().join();
     let mut discoveries = checker.discoveries();
     let violations = properties
         .into_iter()

@@ -16,13 +16,14 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Model};
+use stateright::{Checker, HasDiscoveries, Model};
 
 pub mod hashed;
 pub mod protocol;
 
 pub use hashed::{
     HASHED_BY_DESIGN, Hashed, HashedConfig, HashedMutant, HashedReport, HashedViolation, check_hashed,
+    check_hashed_until_broken,
 };
 pub use protocol::{Action, Protocol, State};
 
@@ -311,10 +312,32 @@ pub struct Report {
 /// Explores every history of `config` (with `mutant` seeded) breadth-first,
 /// so each counterexample is a shortest one.
 pub fn check(config: Config, mutant: Option<Mutant>) -> Report {
+    check_with(config, mutant, HasDiscoveries::All)
+}
+
+/// Like [`check`], but stops exploring once every property of `wanted` is
+/// broken (any property at all when `wanted` is empty), or every history is
+/// explored: enough to show that a mutant is caught, with a shortest
+/// counterexample for each of `wanted`, without exploring the rest of its
+/// configuration. The report lists only what was found by then.
+pub fn check_until_broken(config: Config, mutant: Option<Mutant>, wanted: &[&'static str]) -> Report {
+    check_with(config, mutant, until_broken(wanted))
+}
+
+/// When a check for `wanted` broken properties may stop.
+pub(crate) fn until_broken(wanted: &[&'static str]) -> HasDiscoveries {
+    if wanted.is_empty() {
+        HasDiscoveries::AnyFailures
+    } else {
+        HasDiscoveries::AllOf(wanted.iter().copied().collect())
+    }
+}
+
+fn check_with(config: Config, mutant: Option<Mutant>, finish: HasDiscoveries) -> Report {
     let started = Instant::now();
     let model = Protocol { config, mutant };
     let properties: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
-    let checker = model.checker().spawn_bfs().join();
+    let checker = model.checker().finish_when(finish).spawn_bfs().join();
     let mut discoveries = checker.discoveries();
     let violations = properties
         .into_iter()

@@ -76,18 +76,15 @@ impl PgRelay {
     }
 
     /// A relay for `domain`: its broker, configuration and partitioned
-    /// categories (a row of one of them without a key is abandoned).
+    /// categories (a row of one of them without a key is abandoned),
+    /// including those of handlers registered by type only
+    /// (`DomainBuilder::event_handler_type`, what a relay-only process does).
     pub fn for_domain(outbox: PgOutbox, domain: &Domain) -> Self {
         let mut relay = Self::new(outbox, Arc::clone(domain.broker()), domain.config());
         let partitioned: Vec<(String, String)> = domain
-            .subscriptions()
-            .iter()
-            .flat_map(|s| s.categories())
-            .filter_map(|c| {
-                domain
-                    .partition_key_field(c)
-                    .map(|f| (c.to_owned(), f.to_owned()))
-            })
+            .partitioned_categories()
+            .into_iter()
+            .map(|(category, field)| (category.to_owned(), field.to_owned()))
             .collect();
         relay.processor = relay.processor.with_partitioned_categories(partitioned);
         relay
@@ -171,7 +168,18 @@ impl PgRelay {
                 ),
             });
         }
-        tokio::join!(self.publish_loop(&shutdown), self.housekeeping(&shutdown)).0
+        let relay = self.outbox.relay_id().to_owned();
+        let slots = crate::schema::SLOTS;
+        tracing::info!(
+            event = ordo_core::log_events::RELAY_STARTED,
+            %relay,
+            slots,
+            lease_ttl = ?self.outbox.lease_ttl(),
+            "relay started, {slots} slots"
+        );
+        let result = tokio::join!(self.publish_loop(&shutdown), self.housekeeping(&shutdown)).0;
+        tracing::info!(event = ordo_core::log_events::RELAY_STOPPED, %relay, "relay stopped");
+        result
     }
 
     /// Publishes on every NOTIFY and poll until `shutdown`, then releases

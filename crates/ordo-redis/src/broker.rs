@@ -281,8 +281,12 @@ impl RedisBrokerBuilder {
         self
     }
 
-    /// This instance's id; default: a fresh UUID. Must be unique among live
-    /// instances, so only set it when something else guarantees that.
+    /// This instance's id; default: `<hostname>-<pid>-<6 random hex
+    /// digits>` (the host and process it names, in `ordo status` and the
+    /// logs; the random part tells apart two processes that share a host name
+    /// and pid, such as successive containers whose process is pid 1). Must
+    /// be unique among live instances, so only set it when something else
+    /// guarantees that.
     #[must_use]
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
@@ -357,7 +361,7 @@ impl RedisBrokerBuilder {
                 });
             }
             Some(id) => id,
-            None => uuid::Uuid::new_v4().simple().to_string(),
+            None => default_instance_id(),
         };
         if self.pool_size == 0 {
             return Err(Error::Config {
@@ -375,6 +379,13 @@ impl RedisBrokerBuilder {
             connection::check_no_eviction(&pool).await?;
         }
         scripts::ensure_loaded(pool.next()).await?;
+        tracing::info!(
+            event = ordo_core::log_events::REDIS_CONNECTED,
+            url = %self.url,
+            instance = %instance,
+            pool_size = self.pool_size,
+            "connected to Redis"
+        );
         let partitions = Partitions::new(pool, instance, settings.lease_ttl);
         Ok(RedisBroker {
             inner: Arc::new(Inner {
@@ -423,6 +434,25 @@ impl RedisBrokerBuilder {
             tls: self.tls.clone(),
         })
     }
+}
+
+/// `<hostname>-<pid>-<6 random hex digits>`: the host name from the kernel
+/// (`/proc/sys/kernel/hostname`), else `HOSTNAME`, else `host`, kept to the
+/// characters of a host name.
+fn default_instance_id() -> String {
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| {
+            name.trim()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+                .collect::<String>()
+        })
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{hostname}-{}-{}", std::process::id(), &random[..6])
 }
 
 impl Broker for RedisBroker {

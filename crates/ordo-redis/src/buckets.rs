@@ -163,24 +163,33 @@ pub(crate) async fn set_in_every_slot(
     Ok(())
 }
 
-/// Registers `group` as a consumer of partitioned `category`: in every
-/// slot's copy of the registry (which the publish script reads), then in the
-/// category's own (which tools and the start-up check read). Rare (once per
-/// group and category) and 16,384 `SADD`s in pipelined round trips.
+/// Registers `group` as a consumer of partitioned `category`: on a Redis
+/// Cluster in every slot's copy of the registry (which the publish script
+/// of that slot's partitions reads), then in the category's own (which
+/// tools, the start-up check and, on a single Redis, the publish script
+/// read). On a Redis Cluster that is rare (once per group and category) and
+/// 16,384 `SADD`s in pipelined round trips; on a single Redis (or a
+/// Sentinel-managed one) one `SADD`: a script there may read any key, so
+/// one copy serves every slot.
 ///
 /// Only the registry: the consumer also joins the existing partitions (see
 /// the supervisor); tests and tools call this for what they set up by hand.
 pub async fn register_group(client: &Pool, category: &str, group: &str) -> Result<()> {
-    add_in_every_slot(client, |slot| group_registry_copy(category, slot), group).await?;
+    if client.next().is_clustered() {
+        add_in_every_slot(client, |slot| group_registry_copy(category, slot), group).await?;
+    }
     let _: Value = client.sadd(group_registry(category), group).await?;
     Ok(())
 }
 
-/// Marks partitioned `category` as being joined by `group` for `ttl_ms`:
-/// every slot's copy of the joining marker (which the publish script
-/// reads), then the category's own.
+/// Marks partitioned `category` as being joined by `group` for `ttl_ms`: on
+/// a Redis Cluster every slot's copy of the joining marker (which the
+/// publish script reads), then the category's own; on a single Redis the
+/// category's own only (see [`register_group`]).
 pub async fn mark_joining(client: &Pool, category: &str, group: &str, ttl_ms: i64) -> Result<()> {
-    set_in_every_slot(client, |slot| joining_copy(category, slot), group, ttl_ms).await?;
+    if client.next().is_clustered() {
+        set_in_every_slot(client, |slot| joining_copy(category, slot), group, ttl_ms).await?;
+    }
     let _: Value = client
         .set(
             joining(category),

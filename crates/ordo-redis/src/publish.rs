@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::{Client, Pool};
+use fred::interfaces::ClientLike as _;
 use fred::types::Value;
 use ordo_core::broker::{
     POSITION_EPOCH_METADATA, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError, Refusal,
@@ -123,8 +124,9 @@ pub(crate) async fn publish(
 ) -> Result<(), PublishError> {
     let mut prepared = Vec::with_capacity(publications.len());
     let mut unencodable = None;
+    let clustered = client.next().is_clustered();
     for publication in publications {
-        match Prepared::of(publication, backfill_suffix, routing) {
+        match Prepared::of(publication, backfill_suffix, routing, clustered) {
             Ok(one) => prepared.push(one),
             Err(error) => {
                 // What precedes it is published; it and what follows are not.
@@ -417,13 +419,18 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn of(publication: &Publication, backfill_suffix: &str, routing: &Routing) -> Result<Self, Error> {
+    fn of(
+        publication: &Publication,
+        backfill_suffix: &str,
+        routing: &Routing,
+        clustered: bool,
+    ) -> Result<Self, Error> {
         let envelope = &publication.envelope;
         let json = serde_json::to_string(envelope).map_err(|source| Error::Encode {
             message_id: envelope.id.clone(),
             source,
         })?;
-        let names = Names::of(publication, backfill_suffix, routing);
+        let names = Names::of(publication, backfill_suffix, routing, clustered);
         let indexed = names.member.is_some();
         let stream = names.stream.clone();
         let bytes = json.len();
@@ -475,9 +482,11 @@ impl Prepared {
 struct Names {
     stream: String,
     index: String,
-    /// The copy of the group registry in the stream's slot.
+    /// The copy of the group registry in the stream's slot (on a single
+    /// Redis, the category's registry).
     registry: String,
-    /// The copy of the joining marker in the stream's slot.
+    /// The copy of the joining marker in the stream's slot (on a single
+    /// Redis, the category's marker).
     joining: String,
     published: String,
     position: String,
@@ -489,12 +498,15 @@ struct Names {
     /// The key, written with the entry, when its partition is hashed (it
     /// holds many keys; its positions are kept per key).
     hashed_key: Option<String>,
-    /// The slot of every name above.
+    /// The slot of every name above (on a Redis Cluster, where that matters).
     slot: u16,
 }
 
 impl Names {
-    fn of(publication: &Publication, backfill_suffix: &str, routing: &Routing) -> Self {
+    /// On a single Redis (`clustered` false) the category's own group
+    /// registry and joining marker stand for every slot's copy (see
+    /// [`crate::buckets::register_group`]).
+    fn of(publication: &Publication, backfill_suffix: &str, routing: &Routing, clustered: bool) -> Self {
         match &publication.key {
             Some(key) => {
                 let id = routing.partition_of(&publication.category, key);
@@ -503,8 +515,16 @@ impl Names {
                 Self {
                     stream: partition.lane(publication.lane).to_owned(),
                     index: partition.index(),
-                    registry: partition.registry(),
-                    joining: partition.joining(),
+                    registry: if clustered {
+                        partition.registry()
+                    } else {
+                        group_registry(&publication.category)
+                    },
+                    joining: if clustered {
+                        partition.joining()
+                    } else {
+                        joining(&publication.category)
+                    },
                     published: partition.published(publication.lane),
                     position: partition.position(publication.lane),
                     doorbell: partition.doorbell(),

@@ -90,6 +90,11 @@ impl RedisSettings {
     /// a value out of range, a heartbeat over a third of the lease TTL, or
     /// a discovery interval not under it.
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        // An error names where its key was set (a file's line, a variable).
+        Self::read(config).map_err(|error| config.locate(error))
+    }
+
+    fn read(config: &Config) -> Result<Self, ConfigError> {
         let table = config.broker_partitioning(Self::KEYS)?;
         let lease_ttl = Duration::from_millis(positive_int(
             LEASE_TTL_KEY,

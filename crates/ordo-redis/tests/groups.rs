@@ -199,12 +199,14 @@ async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> any
 
 /// A group registered by a release without the per-slot registry copies
 /// (only the category's registry has it) is registered again at start, so
-/// the publish script of every slot creates it on new streams.
+/// the publish script of every slot creates it on new streams. The copies
+/// exist on a Redis Cluster only (a script there reads the keys of its own
+/// slot); on a single Redis the category's registry serves every slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registration_without_slot_copies_is_redone_at_start() -> anyhow::Result<()> {
     use fred::interfaces::SetsInterface;
 
-    let redis = Redis::start()?;
+    let redis = ordo_testkit::RedisCluster::start()?;
     let url = redis.url();
     let category = common::category("upgrade");
     let client = pool(&url).await?;
@@ -226,6 +228,46 @@ async fn a_registration_without_slot_copies_is_redone_at_start() -> anyhow::Resu
     a.publish(&[publication(&category, "k", 0, Lane::Primary)])
         .await?;
     recorder.wait_seqs("k", &[0]).await?;
+    run.stop().await?;
+    Ok(())
+}
+
+/// One category consumed on a single Redis writes a handful of keys: the
+/// group's registration is the category's own registry and joining marker,
+/// not a copy of each per hash slot (which were 32,768 keys in `DBSIZE`,
+/// alarming an operator); a new stream still gets the group when it is
+/// created. (On a Redis Cluster every slot keeps its copies:
+/// `a_registration_without_slot_copies_is_redone_at_start`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_category_on_a_single_redis_writes_a_handful_of_keys() -> anyhow::Result<()> {
+    use fred::interfaces::ServerInterface;
+
+    // Its own server: `DBSIZE` counts every key of the database.
+    let redis = Redis::start_local()?;
+    let url = redis.url();
+    let category = common::category("small");
+    let client = pool(&url).await?;
+    let recorder = Recorder::new();
+    let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
+    let run = Running::start(&a, vec![subscribe::partitioned("Small", &category, &recorder)]);
+    let status = ordo_redis::ClusterStatus::new(client.clone(), "backfill");
+    eventually(Duration::from_secs(10), "the group registered", || {
+        let (status, category) = (status.clone(), category.clone());
+        async move { Ok(status.groups(&category).await? == ["Small"]) }
+    })
+    .await?;
+    a.publish(&[
+        publication(&category, "a", 0, Lane::Primary),
+        publication(&category, "b", 0, Lane::Primary),
+    ])
+    .await?;
+    recorder.wait_seqs("a", &[0]).await?;
+    recorder.wait_seqs("b", &[0]).await?;
+    let keys: u64 = client.dbsize().await?;
+    assert!(
+        keys < 100,
+        "one category with two keys left {keys} keys in the database"
+    );
     run.stop().await?;
     Ok(())
 }

@@ -208,9 +208,37 @@ impl Process {
         }
     }
 
-    /// Every line printed so far, without line terminators.
+    /// Every line printed so far, without line terminators. Right after the
+    /// child exited this may still miss its last lines (the reader thread
+    /// reads them a moment later): use [`Process::all_lines`] then.
     pub fn lines(&self) -> Vec<String> {
         self.output.lock().lines.clone()
+    }
+
+    /// Every line the child printed, once its stdout is closed (it exited,
+    /// and nothing it started holds the pipe), waiting up to `deadline` for
+    /// that; a pipe still open then is an error naming the lines read.
+    pub fn all_lines(&self, deadline: Duration) -> Result<Vec<String>> {
+        let started = Instant::now();
+        let mut state = self.output.lock();
+        loop {
+            if state.closed {
+                return Ok(state.lines.clone());
+            }
+            let waited = started.elapsed();
+            if waited >= deadline {
+                return Err(TestkitError::OutputOpen {
+                    program: self.program.clone(),
+                    pid: self.pid,
+                    deadline,
+                    last_lines: last_lines(&state.lines),
+                });
+            }
+            state = match self.output.changed.wait_timeout(state, deadline - waited) {
+                Ok((state, _)) => state,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
     }
 
     fn signal(&mut self, action: &'static str, signal: Signal) -> Result<()> {

@@ -389,6 +389,22 @@ pub enum TestkitError {
         status: ExitStatus,
     },
 
+    /// [`Process::all_lines`](crate::Process::all_lines): the child's stdout
+    /// stayed open (something it started holds the pipe).
+    #[error(
+        "the stdout of `{program}` (pid {pid}) is still open after {deadline:?}; the last lines of it:\n{last_lines}"
+    )]
+    OutputOpen {
+        /// The program.
+        program: String,
+        /// Its process id.
+        pid: i32,
+        /// How long it was waited for.
+        deadline: std::time::Duration,
+        /// The last lines it printed, one per line.
+        last_lines: String,
+    },
+
     /// [`Process::wait_for_line`](crate::Process::wait_for_line) saw no matching line.
     #[error(
         "`{program}` (pid {pid}) printed no matching line {reason}; the last lines of its stdout:\n{last_lines}"

@@ -182,3 +182,27 @@ fn a_missing_program_is_named_in_the_error() {
     let error = Process::spawn(Command::new("/nonexistent/worker")).unwrap_err();
     assert_eq!(error.to_string(), "could not start `/nonexistent/worker`");
 }
+
+/// A child's last lines can arrive after its exit (here a grandchild prints
+/// after the child exited; the reader thread can lag the same way): `lines()`
+/// right after the exit misses them, `all_lines` waits for the pipe to close.
+#[test]
+fn all_lines_waits_for_the_output_after_the_exit() {
+    let mut child = shell("(sleep 0.3; echo late) & echo early");
+    let status = child.wait_timeout(DEADLINE).unwrap().expect("sh exits at once");
+    assert!(status.success());
+    assert!(
+        !child.lines().contains(&"late".to_owned()),
+        "the grandchild printed before the exit was seen"
+    );
+    assert_eq!(child.all_lines(DEADLINE).unwrap(), ["early", "late"]);
+}
+
+/// A pipe held open past the deadline (by a grandchild) is an error.
+#[test]
+fn all_lines_fails_while_the_pipe_stays_open() {
+    let mut child = shell("(sleep 30) & echo early");
+    child.wait_timeout(DEADLINE).unwrap().expect("sh exits at once");
+    let error = child.all_lines(Duration::from_millis(200)).unwrap_err();
+    assert!(error.to_string().contains("early"), "{error}");
+}

@@ -179,3 +179,91 @@ async fn a_bad_key_raised_by_a_command_handler_fails_the_command() -> anyhow::Re
     assert!(domain.outbox().pending(10).await?.is_empty());
     Ok(())
 }
+
+/// A publisher (or a relay) built from types: registering the handler's
+/// type gives each category its key, with no instance of the handler, so
+/// none of its dependencies (here one that cannot even be made); nothing
+/// consumes in this process.
+mod publisher_from_types {
+    use ordo::prelude::*;
+    use ordo::{CommitError, Config};
+
+    #[derive(Aggregate)]
+    struct Parcel;
+
+    #[derive(Debug, Clone, Serialize, Deserialize, Event)]
+    #[event(part_of = Parcel)]
+    struct ParcelScanned {
+        parcel: String,
+        depot: String,
+    }
+
+    /// Needs what a publisher has not got: no value of it can exist.
+    struct ParcelTracker {
+        _database: std::convert::Infallible,
+    }
+
+    #[event_handler(part_of = Parcel, sequential_by = "depot")]
+    impl ParcelTracker {
+        #[handle]
+        async fn on_scanned(&self, _event: &ParcelScanned) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_publisher_registers_handler_types_without_instances() -> anyhow::Result<()> {
+        let domain = Domain::builder()
+            .aggregate::<Parcel>()
+            .event_handler_type::<ParcelTracker>()
+            // The workers' [handlers.NAME] tables are accepted: the name is known.
+            .config(Config::from_toml_str(
+                "[handlers.ParcelTracker]\nmax_retries = 1\n",
+            )?)
+            .init()?;
+        assert!(domain.subscriptions().is_empty(), "nothing consumes here");
+        assert_eq!(domain.partitioned_categories(), [("parcel", "depot")]);
+
+        // The key rule holds at commit: a bad key fails the commit.
+        let mut uow = domain.unit_of_work();
+        uow.raise(ParcelScanned {
+            parcel: "p-1".into(),
+            depot: String::new(),
+        })?;
+        let error = uow.commit().await.expect_err("an empty key is refused");
+        assert!(matches!(error, CommitError::InvalidKey { .. }), "{error:?}");
+
+        let mut uow = domain.unit_of_work();
+        uow.raise(ParcelScanned {
+            parcel: "p-1".into(),
+            depot: "d-7".into(),
+        })?;
+        uow.commit().await?;
+        let rows = domain.outbox().pending(10).await?;
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].partition_key.as_deref(), Some("d-7"));
+        Ok(())
+    }
+
+    /// The start-up checks see the type as they see an instance: two
+    /// handlers keying one category differently are refused.
+    #[test]
+    fn a_handler_type_takes_part_in_the_start_up_checks() {
+        struct OtherTracker;
+
+        #[event_handler(part_of = Parcel, sequential_by = "parcel")]
+        impl OtherTracker {
+            #[handle]
+            async fn on_scanned(&self, _event: &ParcelScanned) -> anyhow::Result<()> {
+                Ok(())
+            }
+        }
+
+        let error = Domain::builder()
+            .event_handler_type::<ParcelTracker>()
+            .event_handler(OtherTracker)
+            .init()
+            .expect_err("two keys for one category");
+        assert!(error.to_string().contains("depot"), "{error}");
+    }
+}

@@ -1,36 +1,19 @@
 //! `ordo-pg-relay`: publishes a PostgreSQL outbox to Redis, as a process of
 //! its own. Run as many as you like against one database.
 //!
-//! ```text
-//! ordo-pg-relay [--config PATH]         run a relay until SIGTERM or Ctrl-C
-//! ordo-pg-relay adopt [--config PATH]   adopt Redis's positions where they
-//!                                       come from another history of the
-//!                                       database, then exit
-//! ```
+//! Install: `cargo install --path crates/ordo-postgres --bin ordo-pg-relay`.
+//! `ordo-pg-relay --help` lists the settings; each comes from its flag, else
+//! its environment variable, else the domain configuration file (`--config`,
+//! else `ORDO_CONFIG`, else `domain.toml` in the current directory when there
+//! is one), else its default: the layers of `Config::load`
+//! (docs/OPERATIONS.md, "Configuration"). The domain configuration also says
+//! which categories Redis keeps in hashed partitions (`[categories]`); a
+//! category Redis partitions otherwise is refused (its rows stay pending,
+//! logged as `outbox.publish_refused`) and every other one is published.
 //!
-//! The domain configuration (`domain.toml`: `[categories]` says which
-//! categories Redis keeps in hashed partitions, `[server.priority_lanes]`
-//! the backfill suffix, `[server.partitioning]` the retry backoff) is
-//! `--config PATH`, else `ORDO_CONFIG`, else `domain.toml` in the current
-//! directory when there is one, else the defaults. A category Redis
-//! partitions otherwise than the configuration says is refused (its rows
-//! stay pending, logged as `outbox.publish_refused`); every other category
-//! is published.
-//!
-//! Environment:
-//! - `DATABASE_URL` (required): `postgres://user@host:port/db`
-//! - `REDIS_URL` (required to run): `redis://host:port`
-//! - `ORDO_CONFIG`: the domain configuration (see above)
-//! - `ORDO_OUTBOX_SCHEMA`: the outbox schema (default `ordo`)
-//! - `ORDO_RELAY_LEASE_TTL_MS`: slot lease TTL (default 10000)
-//! - `ORDO_RELAY_POLL_MS`: fallback poll when no NOTIFY comes (default: the
-//!   smaller of 1000 and a quarter of the TTL)
-//! - `ORDO_RELAY_RETENTION_S`: how long published rows are kept (default 86400)
-//! - `ORDO_RELAY_BATCH_BYTES`: bytes of envelopes per fetch (default 16 MiB;
-//!   a bigger row is published alone)
-//! - `ORDO_RELAY_PUBLISH_CALL_BYTES`: bytes per Redis publish call (default 8 MiB)
-//! - `ORDO_RELAY_MAX_ROW_BYTES`: a larger row is abandoned (default 512 MiB,
-//!   Redis's default `proto-max-bulk-len`)
+//! `ordo-pg-relay adopt` renumbers the pending rows of the keys whose
+//! positions Redis holds from another history of the database (a restore),
+//! then exits (docs/OPERATIONS.md, "The database's history changed").
 //!
 //! Prints `relay ready <id>` once it runs; stops on SIGTERM or Ctrl-C,
 //! releasing its slots.
@@ -39,144 +22,248 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use ordo_core::config::Config;
+use anyhow::Context;
+use clap::Parser;
+use ordo_core::config::{Config, Origin};
 use ordo_postgres::{PgOutbox, PgRelay};
-use ordo_redis::RedisBroker;
+use ordo_redis::{RedisBroker, SecretUrl};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-const USAGE: &str = "usage: ordo-pg-relay [adopt] [--config PATH]";
+const AFTER_HELP: &str = "\
+Each setting comes from its flag, else its environment variable, else the
+domain configuration file ([redis] url, [outbox] schema, [relay] lease_ttl_ms,
+poll_ms, retention_s, batch_bytes, publish_call_bytes, max_row_bytes), else its
+default. The Redis URL: --redis-url, else
+ORDO_REDIS_URL, else REDIS_URL, else [redis] url. A URL with a password is best
+given by environment: a command line is visible to every user of the host (ps).
 
-/// What to do.
-#[derive(Debug, PartialEq, Eq)]
+Prints `relay ready <id>` once it runs; stops on SIGTERM or Ctrl-C, releasing
+its slots. Log level: RUST_LOG (default info).";
+
+/// Publishes the PostgreSQL outbox of an Ordo domain to Redis, in commit
+/// order per key; run several against one database.
+#[derive(Debug, Parser)]
+#[command(name = "ordo-pg-relay", version, after_help = AFTER_HELP)]
+struct Args {
+    /// What to do (default: run a relay until SIGTERM or Ctrl-C).
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// The PostgreSQL database holding the outbox
+    /// (`postgres://user@host:port/db`).
+    #[arg(long, env = "DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    database_url: Option<SecretUrl>,
+    /// The Redis to publish to (`redis://host:port/db`); default:
+    /// ORDO_REDIS_URL, else REDIS_URL, else `[redis] url`.
+    #[arg(long, value_name = "URL")]
+    redis_url: Option<SecretUrl>,
+    /// The domain configuration file (default: the file ORDO_CONFIG names,
+    /// else `domain.toml` in the current directory when there is one).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// The outbox's schema [env: ORDO_OUTBOX_SCHEMA; file: `[outbox] schema`;
+    /// default: ordo].
+    #[arg(long, value_name = "SCHEMA")]
+    outbox_schema: Option<String>,
+    /// How long a relay's slot lease lives without renewal, in ms
+    /// [env: ORDO_RELAY_LEASE_TTL_MS; file: `[relay] lease_ttl_ms`; default: 10000].
+    #[arg(long, value_name = "MS")]
+    lease_ttl_ms: Option<u64>,
+    /// The fallback poll when no NOTIFY comes, in ms [env: ORDO_RELAY_POLL_MS;
+    /// file: `[relay] poll_ms`; default: the smaller of 1000 and a quarter of
+    /// the lease TTL].
+    #[arg(long, value_name = "MS")]
+    poll_ms: Option<u64>,
+    /// How long published rows are kept, in seconds
+    /// [env: ORDO_RELAY_RETENTION_S; file: `[relay] retention_s`; default: 86400].
+    #[arg(long, value_name = "SECONDS")]
+    retention_s: Option<u64>,
+    /// Bytes of envelopes per fetch; a bigger row is fetched alone
+    /// [env: ORDO_RELAY_BATCH_BYTES; file: `[relay] batch_bytes`; default: 16 MiB].
+    #[arg(long, value_name = "BYTES")]
+    batch_bytes: Option<u64>,
+    /// Bytes per Redis publish call; a bigger row goes alone
+    /// [env: ORDO_RELAY_PUBLISH_CALL_BYTES; file: `[relay] publish_call_bytes`;
+    /// default: 8 MiB].
+    #[arg(long, value_name = "BYTES")]
+    publish_call_bytes: Option<u64>,
+    /// A larger row is abandoned, never published [env: ORDO_RELAY_MAX_ROW_BYTES;
+    /// file: `[relay] max_row_bytes`; default: 512 MiB, Redis's `proto-max-bulk-len`].
+    #[arg(long, value_name = "BYTES")]
+    max_row_bytes: Option<u64>,
+}
+
+/// What `ordo-pg-relay` does besides relaying.
+#[derive(Debug, clap::Subcommand)]
 enum Command {
-    /// Run a relay.
-    Run,
-    /// Adopt Redis's positions where they come from another history.
+    /// Adopt Redis's positions for the keys whose positions Redis holds from
+    /// another history of the database (after a restore), then exit.
     Adopt,
 }
 
-/// The command line.
+/// The relay's settings, resolved from the layers.
 #[derive(Debug)]
-struct Args {
-    command: Command,
-    config: Option<PathBuf>,
+struct Settings {
+    database_url: SecretUrl,
+    redis_url: SecretUrl,
+    schema: String,
+    lease_ttl: Duration,
+    poll: Duration,
+    retention: Duration,
+    batch_bytes: usize,
+    publish_call_bytes: usize,
+    max_row_bytes: usize,
+    config: Config,
 }
 
-impl Args {
-    fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Self> {
-        let mut parsed = Self {
-            command: Command::Run,
-            config: None,
+impl Settings {
+    fn resolve(args: Args) -> anyhow::Result<Self> {
+        // `domain.toml` in the current directory when nothing names a file.
+        let file = args.config.or_else(|| {
+            let named = std::env::var_os("ORDO_CONFIG").is_some_and(|value| !value.is_empty());
+            (!named && Path::new("domain.toml").is_file()).then(|| PathBuf::from("domain.toml"))
+        });
+        let config = Config::load(file.as_deref()).context("invalid domain configuration")?;
+        let database_url = args
+            .database_url
+            .context("no database: pass --database-url URL or set DATABASE_URL (see --help)")?;
+        let redis_url = match args.redis_url {
+            Some(url) => url,
+            None => redis_url(&config)?,
         };
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            match arg.as_str() {
-                "adopt" if parsed.command == Command::Run => parsed.command = Command::Adopt,
-                "--config" => {
-                    let path = args
-                        .next()
-                        .with_context(|| format!("--config needs a path; {USAGE}"))?;
-                    parsed.config = Some(PathBuf::from(path));
-                }
-                "-h" | "--help" => {
-                    println!("{USAGE}\n(environment: see the crate documentation of ordo-pg-relay)");
-                    std::process::exit(0);
-                }
-                other => match other.strip_prefix("--config=") {
-                    Some(path) => parsed.config = Some(PathBuf::from(path)),
-                    None => bail!("unknown argument `{other}`; {USAGE}"),
-                },
+        let schema = match args.outbox_schema {
+            Some(schema) => schema,
+            None => {
+                text(&config, "outbox", "schema")?.unwrap_or_else(|| ordo_postgres::DEFAULT_SCHEMA.to_owned())
             }
-        }
-        Ok(parsed)
+        };
+        let ttl_ms = match args.lease_ttl_ms {
+            Some(ms) => ms,
+            None => number(&config, "relay", "lease_ttl_ms")?.unwrap_or(10_000),
+        };
+        let lease_ttl = Duration::from_millis(ttl_ms);
+        let poll = match args
+            .poll_ms
+            .map_or_else(|| number(&config, "relay", "poll_ms"), |ms| Ok(Some(ms)))?
+        {
+            Some(ms) => Duration::from_millis(ms),
+            None => (lease_ttl / 4).min(Duration::from_secs(1)),
+        };
+        let retention_s = match args.retention_s {
+            Some(s) => s,
+            None => number(&config, "relay", "retention_s")?.unwrap_or(86_400),
+        };
+        let bytes = |flag: Option<u64>, key: &str, default: usize| -> anyhow::Result<usize> {
+            let value = match flag {
+                Some(value) => Some(value),
+                None => number(&config, "relay", key)?,
+            };
+            Ok(value.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX)))
+        };
+        let batch_bytes = bytes(args.batch_bytes, "batch_bytes", ordo_postgres::DEFAULT_BATCH_BYTES)?;
+        let publish_call_bytes = bytes(args.publish_call_bytes, "publish_call_bytes", 8 << 20)?;
+        let max_row_bytes = bytes(args.max_row_bytes, "max_row_bytes", ordo_postgres::DEFAULT_MAX_ROW_BYTES)?;
+        Ok(Self {
+            database_url,
+            redis_url,
+            schema,
+            lease_ttl,
+            poll,
+            retention: Duration::from_secs(retention_s),
+            batch_bytes,
+            publish_call_bytes,
+            max_row_bytes,
+            config,
+        })
     }
 }
 
-/// The domain configuration: `--config`, else `ORDO_CONFIG`, else
-/// `domain.toml` in the current directory, else the defaults.
-fn config(flag: Option<&Path>) -> anyhow::Result<Config> {
-    let named = flag.map(|path| (path.to_owned(), "--config")).or_else(|| {
-        std::env::var_os("ORDO_CONFIG")
-            .filter(|value| !value.is_empty())
-            .map(|value| (PathBuf::from(value), "ORDO_CONFIG"))
-    });
-    let path = match named {
-        Some((path, source)) if !path.is_file() => {
-            bail!("{source} {}: no such file", path.display())
-        }
-        Some((path, _)) => path,
-        None if Path::new("domain.toml").is_file() => PathBuf::from("domain.toml"),
-        None => return Ok(Config::default()),
-    };
-    let config = Config::from_file(&path)
-        .with_context(|| format!("cannot read the domain configuration {}", path.display()))?;
-    tracing::info!(path = %path.display(), "domain configuration read");
-    Ok(config)
-}
-
-fn env_number(name: &str) -> anyhow::Result<Option<u64>> {
-    match std::env::var(name) {
-        Ok(value) => {
-            Ok(Some(value.parse().with_context(|| {
-                format!("{name}={value:?} is not a whole number")
-            })?))
-        }
-        Err(_) => Ok(None),
+/// `[redis] url` set by ORDO_REDIS_URL, else REDIS_URL, else the file's.
+fn redis_url(config: &Config) -> anyhow::Result<SecretUrl> {
+    let layered = text(config, "redis", "url")?;
+    let from_env = matches!(config.origin("redis.url"), Some(Origin::Env { .. }));
+    let conventional = std::env::var("REDIS_URL").ok().filter(|url| !url.is_empty());
+    match (layered, conventional) {
+        (Some(url), _) if from_env => Ok(SecretUrl::new(url)),
+        (_, Some(url)) => Ok(SecretUrl::new(url)),
+        (Some(url), None) => Ok(SecretUrl::new(url)),
+        (None, None) => anyhow::bail!(
+            "no Redis: pass --redis-url URL, or set ORDO_REDIS_URL or REDIS_URL, or `[redis] url` in the \
+             domain configuration (see --help)"
+        ),
     }
 }
 
-fn env_bytes(name: &str, default: usize) -> anyhow::Result<usize> {
-    Ok(env_number(name)?.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX)))
+/// Key `key` of table `table`, a string, naming where it was set when it is not.
+fn text(config: &Config, table: &str, key: &str) -> anyhow::Result<Option<String>> {
+    match config.table(table).and_then(|t| t.get(key)) {
+        None => Ok(None),
+        Some(toml::Value::String(value)) => Ok(Some(value.clone())),
+        Some(other) => anyhow::bail!(
+            "{table}.{key} must be a string, got {} ({})",
+            other.type_str(),
+            place(config, table, key)
+        ),
+    }
+}
+
+/// Key `key` of table `table`, a whole number of 0 or more.
+fn number(config: &Config, table: &str, key: &str) -> anyhow::Result<Option<u64>> {
+    match config.table(table).and_then(|t| t.get(key)) {
+        None => Ok(None),
+        Some(toml::Value::Integer(value)) if *value >= 0 => Ok(Some(value.unsigned_abs())),
+        Some(other) => anyhow::bail!(
+            "{table}.{key} must be a whole number of 0 or more, got {other} ({})",
+            place(config, table, key)
+        ),
+    }
+}
+
+/// Where `table.key` was set, for an error.
+fn place(config: &Config, table: &str, key: &str) -> String {
+    config.origin(&format!("{table}.{key}")).map_or_else(
+        || "set in the domain configuration".to_owned(),
+        |o| format!("set in {o}"),
+    )
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let mut args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse(std::env::args().skip(1))?;
-    let config = config(args.config.as_deref())?;
-    let database_url = std::env::var("DATABASE_URL").context("DATABASE_URL must be set")?;
-    let schema =
-        std::env::var("ORDO_OUTBOX_SCHEMA").unwrap_or_else(|_| ordo_postgres::DEFAULT_SCHEMA.to_owned());
-    let ttl = Duration::from_millis(env_number("ORDO_RELAY_LEASE_TTL_MS")?.unwrap_or(10_000));
-    let poll = env_number("ORDO_RELAY_POLL_MS")?
-        .map(Duration::from_millis)
-        .unwrap_or_else(|| (ttl / 4).min(Duration::from_secs(1)));
-    let retention = Duration::from_secs(env_number("ORDO_RELAY_RETENTION_S")?.unwrap_or(86_400));
-    let batch_bytes = env_bytes("ORDO_RELAY_BATCH_BYTES", ordo_postgres::DEFAULT_BATCH_BYTES)?;
-    let call_bytes = env_bytes("ORDO_RELAY_PUBLISH_CALL_BYTES", 8 << 20)?;
-    let max_row_bytes = env_bytes("ORDO_RELAY_MAX_ROW_BYTES", ordo_postgres::DEFAULT_MAX_ROW_BYTES)?;
+    let command = args.command.take();
+    let settings = Settings::resolve(args)?;
 
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
-        .connect(&database_url)
+        .connect(settings.database_url.expose())
         .await
-        .with_context(|| format!("cannot connect to {}", ordo_redis::redact_url(&database_url)))?;
+        .with_context(|| format!("cannot connect to {}", settings.database_url))?;
     let outbox = PgOutbox::builder(pool)
-        .schema(schema)
-        .config(&config)
-        .lease_ttl(ttl)
-        .max_row_bytes(max_row_bytes)
+        .schema(settings.schema)
+        .config(&settings.config)
+        .lease_ttl(settings.lease_ttl)
+        .max_row_bytes(settings.max_row_bytes)
         .build()?;
     outbox.migrate().await?;
-    if args.command == Command::Adopt {
+    if let Some(Command::Adopt) = command {
         return adopt(&outbox).await;
     }
-
-    let redis_url = std::env::var("REDIS_URL").context("REDIS_URL must be set")?;
-    let broker = RedisBroker::builder(&redis_url)
-        .config(config.clone())
-        .publish_call_bytes(call_bytes)
+    let broker = RedisBroker::builder(settings.redis_url.expose())
+        .config(settings.config.clone())
+        .publish_call_bytes(settings.publish_call_bytes)
         .build()
         .await?;
-    let relay = PgRelay::new(outbox.clone(), Arc::new(broker), &config)
-        .poll_interval(poll)
-        .retention(retention)
-        .batch_bytes(batch_bytes);
+    let relay = PgRelay::new(outbox.clone(), Arc::new(broker), &settings.config)
+        .poll_interval(settings.poll)
+        .retention(settings.retention)
+        .batch_bytes(settings.batch_bytes);
 
     let shutdown = CancellationToken::new();
     let mut terminate = signal(SignalKind::terminate())?;
@@ -217,29 +304,4 @@ async fn adopt(outbox: &PgOutbox) -> anyhow::Result<()> {
         outbox.schema()
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(args: &[&str]) -> anyhow::Result<Args> {
-        Args::parse(args.iter().map(|a| (*a).to_owned()))
-    }
-
-    #[test]
-    fn the_command_line_is_a_command_and_a_configuration() {
-        let run = parse(&[]).unwrap();
-        assert_eq!((run.command, run.config), (Command::Run, None));
-        let adopt = parse(&["adopt", "--config", "d.toml"]).unwrap();
-        assert_eq!(adopt.command, Command::Adopt);
-        assert_eq!(adopt.config.as_deref(), Some(Path::new("d.toml")));
-        assert_eq!(
-            parse(&["--config=x.toml"]).unwrap().config.as_deref(),
-            Some(Path::new("x.toml"))
-        );
-        let unknown = parse(&["publish"]).unwrap_err().to_string();
-        assert!(unknown.contains("unknown argument `publish`"), "{unknown}");
-        assert!(parse(&["--config"]).is_err());
-    }
 }

@@ -370,12 +370,12 @@ impl<'w> Hashed<'w> {
                         stopping = true;
                     }
                     Event::Read(Err(error)) if error.is_fenced() => {
-                        info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost");
+                        info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost");
                         w.control.kill.cancel();
                     }
                     Event::Read(Err(error)) => {
                         failures += 1;
-                        warn!(%error, failures, "partition read failed; backing off");
+                        warn!(error = %ordo_core::error::error_chain(&error), failures, "partition read failed; backing off");
                         let delay = w.shared.settings.backoff.delay(failures);
                         others.push(Box::pin(async move {
                             tokio::time::sleep(delay).await;
@@ -395,7 +395,7 @@ impl<'w> Hashed<'w> {
                                 let start = self.resume(keys);
                                 runs.extend(self.admit(start).into_iter().map(|key| self.run_key(key)));
                             }
-                            Err(error) => warn!(%error, "checking the parked keys failed"),
+                            Err(error) => warn!(error = %ordo_core::error::error_chain(&error), "checking the parked keys failed"),
                         }
                         if reader == Reader::Waiting {
                             polling = self.poll_resumed(&others);

@@ -236,6 +236,18 @@ pub(crate) async fn run(
         waker: waker_handle,
         url,
     });
+    for subscription in subscriptions.iter() {
+        let name = subscription.name();
+        tracing::info!(
+            event = ordo_core::log_events::CONSUMER_STARTED,
+            handler = name,
+            categories = ?subscription.categories(),
+            partitioned = subscription.partitioned(),
+            instance = shared.instance(),
+            "consumer started for handler {name}"
+        );
+    }
+    let instance = shared.instance().to_owned();
     let result = supervisor::Supervisor::new(shared, &subscriptions)
         .run(shutdown)
         .await;
@@ -248,6 +260,16 @@ pub(crate) async fn run(
     let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;
     tracing::debug!("heartbeat stopped");
     connection::quit(&waker_client, Duration::from_secs(1)).await;
-    tracing::debug!("consumer stopped");
+    match &result {
+        Ok(()) => {
+            tracing::info!(event = ordo_core::log_events::CONSUMER_STOPPED, %instance, "consumer stopped")
+        }
+        Err(error) => tracing::info!(
+            event = ordo_core::log_events::CONSUMER_STOPPED,
+            %instance,
+            error = %ordo_core::error::error_chain(error),
+            "consumer stopped"
+        ),
+    }
     result
 }

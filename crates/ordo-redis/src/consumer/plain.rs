@@ -78,13 +78,13 @@ impl Plain {
                 if !group_ready {
                     match self.ensure_group().await {
                         Ok(()) => group_ready = true,
-                        Err(error) => warn!(%error, "creating the consumer group failed"),
+                        Err(error) => warn!(error = %ordo_core::error::error_chain(&error), "creating the consumer group failed"),
                     }
                 }
                 if tokio::time::Instant::now() >= claim_due {
                     claim_due += self.shared.settings.lease_ttl;
                     if let Err(error) = self.claim().await {
-                        warn!(%error, "claiming a dead consumer's entries failed");
+                        warn!(error = %ordo_core::error::error_chain(&error), "claiming a dead consumer's entries failed");
                     }
                 }
                 match self.step(&stop).await {
@@ -93,7 +93,7 @@ impl Plain {
                         failures += 1;
                         // The stream (and its group) may have been deleted.
                         group_ready = false;
-                        warn!(%error, failures, "base stream read failed; backing off");
+                        warn!(error = %ordo_core::error::error_chain(&error), failures, "base stream read failed; backing off");
                         sleep_unless(&stop, self.shared.settings.backoff.delay(failures)).await;
                     }
                 }

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use fred::interfaces::{KeysInterface, SetsInterface, SortedSetsInterface};
+use fred::interfaces::{ClientLike as _, KeysInterface, SetsInterface, SortedSetsInterface};
 use fred::types::Value;
 use ordo_core::broker::Subscription;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -125,15 +125,15 @@ impl Supervisor {
                         Ok(restored) => warn!(restored,
                             "consumer groups were missing from their categories' registries \
                              (did Redis lose its data?); registered them again"),
-                        Err(error) => warn!(%error, "checking the group registries failed; retrying next interval"),
+                        Err(error) => warn!(error = %ordo_core::error::error_chain(&error), "checking the group registries failed; retrying next interval"),
                     }
                     match self.round().await {
                         Ok(()) => {}
                         Err(error @ crate::error::Error::DuplicateInstance { .. }) => {
-                            tracing::error!(%error, "another live process uses this instance id; acquiring nothing until it is gone");
+                            tracing::error!(error = %ordo_core::error::error_chain(&error), "another live process uses this instance id; acquiring nothing until it is gone");
                             metrics::duplicate_instance();
                         }
-                        Err(error) => warn!(event = ordo_core::log_events::DISCOVERY_FAILED, %error, "discovery round failed; retrying next interval"),
+                        Err(error) => warn!(event = ordo_core::log_events::DISCOVERY_FAILED, error = %ordo_core::error::error_chain(&error), "discovery round failed; retrying next interval"),
                     }
                 }
                 Some(exited) = self.exits.1.recv() => self.on_exit(exited),
@@ -167,17 +167,23 @@ impl Supervisor {
                 let registry = group_registry(category);
                 let marker = joining(category);
                 // At start, a registration still marked as joining may have
-                // stopped between its passes, or predate the per-slot copies
-                // (made by a release without them; slot 0's copy stands for
-                // all, since they are written before the registry): redo it.
+                // stopped between its passes, or (on a Redis Cluster, where
+                // the per-slot copies are written) predate the copies (made
+                // by a release without them; slot 0's copy stands for all,
+                // since they are written before the registry): redo it.
                 // Later rounds only restore a registration Redis lost.
-                if client.sismember(&registry, &*plan.group).await?
-                    && (when == Registration::Restore
-                        || (client
+                let current = if !client.sismember(&registry, &*plan.group).await? {
+                    false
+                } else if when == Registration::Restore {
+                    true
+                } else {
+                    (!client.next().is_clustered()
+                        || client
                             .sismember(group_registry_copy(category, 0), &*plan.group)
-                            .await?
-                            && !client.exists::<bool, _>(&marker).await?))
-                {
+                            .await?)
+                        && !client.exists::<bool, _>(&marker).await?
+                };
+                if current {
                     continue;
                 }
                 // While it exists, publishes give every lane the registered
@@ -413,11 +419,15 @@ impl Supervisor {
             .filter(|(_, w)| w.plan == plan && !w.stopping)
             .collect();
         balance::preference_order(&mut owned, &instance, |(_, w)| w.unit.as_str());
+        let mut released = 0usize;
         for (_, worker) in owned.into_iter().rev().take(count) {
-            info!(unit = %worker.unit, "releasing a unit over this instance's share");
+            debug!(unit = %worker.unit, "releasing a unit over this instance's share");
             worker.stopping = true;
             worker.control.stop.cancel();
+            released += 1;
         }
+        let group = &self.plans[plan].group;
+        info!(event = ordo_core::log_events::PARTITIONS_RELEASED, %group, released, reason = "over this instance's share", "releasing {released} partitions");
     }
 
     /// Acquires up to `limit` free units of `plan` and starts their workers.
@@ -437,8 +447,18 @@ impl Supervisor {
             .zip(leases)
             .filter_map(|(unit, lease)| lease.map(|lease| (unit.clone(), lease)))
             .collect();
+        let count = acquired.len();
         for (unit, lease) in acquired {
             self.start_worker(plan, unit, lease, valid_until);
+        }
+        if count > 0 {
+            let group = &self.plans[plan].group;
+            let owned = self
+                .workers
+                .values()
+                .filter(|w| w.plan == plan && !w.stopping)
+                .count();
+            info!(event = ordo_core::log_events::PARTITIONS_ACQUIRED, %group, acquired = count, owned, "acquired {count} partitions");
         }
         Ok(())
     }
@@ -450,7 +470,7 @@ impl Supervisor {
         lease: crate::lease::Lease,
         valid_until: std::time::Instant,
     ) {
-        info!(event = ordo_core::log_events::LEASE_ACQUIRED, group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
+        debug!(event = ordo_core::log_events::LEASE_ACQUIRED, group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
         metrics::lease_acquired(&unit);
         let control = Control::default();
         self.shared
@@ -504,6 +524,13 @@ impl Supervisor {
         for worker in self.workers.values() {
             worker.control.stop.cancel();
         }
+        let released = self.workers.len();
+        info!(
+            event = ordo_core::log_events::PARTITIONS_RELEASED,
+            released,
+            reason = "shutdown",
+            "releasing {released} partitions"
+        );
         self.tracker.close();
         let grace = self.shared.settings.lease_ttl;
         if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
@@ -530,7 +557,7 @@ impl Supervisor {
             let left: std::result::Result<Value, _> =
                 client.zrem(instances(&plan.group), self.shared.instance()).await;
             if let Err(error) = left {
-                warn!(%error, group = %plan.group, "leaving the instance set failed; it will expire");
+                warn!(error = %ordo_core::error::error_chain(&error), group = %plan.group, "leaving the instance set failed; it will expire");
             }
         }
     }

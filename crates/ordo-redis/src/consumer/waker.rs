@@ -212,7 +212,7 @@ impl Waker {
     /// so every channel is subscribed again and every watcher woken.
     async fn resubscribe(&mut self) {
         if let Err(error) = self.subscriber.resubscribe_all().await {
-            warn!(%error, "cannot subscribe to the doorbell channels again; they are subscribed anew as workers wait");
+            warn!(error = %ordo_core::error::error_chain(&error), "cannot subscribe to the doorbell channels again; they are subscribed anew as workers wait");
             self.subscribed.clear();
             let _ = self.subscriber.unsubscribe_all().await;
         }
@@ -269,7 +269,7 @@ impl Waker {
                     registration,
                 },
                 Err(error) => {
-                    warn!(%error, "cannot arm a doorbell; the worker reads again after the retry delay");
+                    warn!(error = %ordo_core::error::error_chain(&error), "cannot arm a doorbell; the worker reads again after the retry delay");
                     tokio::time::sleep(retry).await;
                     Armed::Failed {
                         watcher,

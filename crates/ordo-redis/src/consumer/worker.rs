@@ -245,7 +245,7 @@ impl Worker {
                 match self.shared.partitions.release(&self.lease).await {
                     Ok(released) => released,
                     Err(error) => {
-                        warn!(%error, "releasing the lease failed; it will expire");
+                        warn!(error = %ordo_core::error::error_chain(&error), "releasing the lease failed; it will expire");
                         false
                     }
                 }
@@ -255,7 +255,7 @@ impl Worker {
                 (_, true) => metrics::lease_released(&self.unit),
                 (_, false) => metrics::lease_lost(&self.unit),
             }
-            info!(?exit, released, "partition worker stopped");
+            debug!(?exit, released, "partition worker stopped");
             exit
         }
         .instrument(span)
@@ -295,12 +295,12 @@ impl Worker {
                 Ok(Pass::Gone) => return Exit::Gone,
                 Ok(Pass::Exit(exit)) => return exit,
                 Err(error) if error.is_fenced() => {
-                    info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost");
+                    info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost");
                     return Exit::Lost;
                 }
                 Err(error) => {
                     failures += 1;
-                    warn!(%error, failures, "partition read failed; backing off");
+                    warn!(error = %ordo_core::error::error_chain(&error), failures, "partition read failed; backing off");
                     self.pause(self.shared.settings.backoff.delay(failures)).await;
                 }
             }
@@ -472,7 +472,9 @@ impl Worker {
                     *reap_after = Some(Instant::now() + retry_in.min(reap_idle));
                 }
                 Err(error) if error.is_fenced() => return Some(Exit::Lost),
-                Err(error) => warn!(%error, partition = partition.primary(), "retiring the partition failed"),
+                Err(error) => {
+                    warn!(error = %ordo_core::error::error_chain(&error), partition = partition.primary(), "retiring the partition failed")
+                }
             }
         }
         // A retired partition took its lease with it; a process manager's
@@ -540,7 +542,7 @@ impl Worker {
                 answer => return Ok(answer),
             };
             failures += 1;
-            warn!(%error, failures, "{what} failed; retrying");
+            warn!(error = %ordo_core::error::error_chain(&error), failures, "{what} failed; retrying");
             let stop = async {
                 if stoppable {
                     self.control.stop.cancelled().await;
@@ -581,7 +583,7 @@ impl Worker {
         match acked {
             Ok(Ok(waiting)) => Some(waiting),
             Ok(Err(error)) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, %error, id = entry.id(), "acknowledgement refused: lease lost");
+                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), id = entry.id(), "acknowledgement refused: lease lost");
                 None
             }
             Err(_) => None,
@@ -702,7 +704,7 @@ impl Worker {
             })
             .await?;
         recorded.map_err(|error| {
-            info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost after a failed attempt; not retrying");
+            info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
             Handled::Lost
         })
     }
@@ -731,7 +733,7 @@ impl Worker {
         {
             Ok(Ok(())) => None,
             Ok(Err(error)) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost before a message; not starting it");
+                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost before a message; not starting it");
                 Some(Handled::Lost)
             }
             Err(stopped) => Some(stopped),
@@ -757,7 +759,7 @@ impl Worker {
         {
             Ok(Ok(())) => None,
             Ok(Err(error)) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, %error, "lease lost before a retry; not retrying");
+                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost before a retry; not retrying");
                 Some(Handled::Lost)
             }
             Err(stopped) => Some(stopped),
