@@ -332,7 +332,7 @@ impl Config {
         check_keys(&layered.table, "", SCHEMA).map_err(|error| origins.locate(error))?;
         let raw: RawFile = toml::Value::Table(layered.table.clone())
             .try_into()
-            .map_err(|error| origins.locate(ConfigError::Parse(error)))?;
+            .map_err(|error| origins.locate(ConfigError::Parse(error.into())))?;
         let mut config = Self::from_raw(raw).map_err(|error| origins.locate(error))?;
         config.broker_partitioning = broker_keys(&layered.table);
         config.tables = other_tables(&layered.table);

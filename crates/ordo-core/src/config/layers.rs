@@ -139,7 +139,7 @@ pub(crate) fn layer(
                     path: path.map(Path::to_owned),
                     line,
                 },
-                error: Box::new(ConfigError::Parse(error)),
+                error: Box::new(ConfigError::Parse(error.into())),
             }
         })?;
         origins.file = Some((path.map(Path::to_owned), text.to_owned()));
