@@ -1,11 +1,12 @@
-//! A killed worker whose handler run goes on keeps its lease until it
-//! expires: nobody else runs the key alongside it.
+//! A killed worker whose handler run goes on keeps its lease until the run
+//! has ended: nobody else runs the key alongside it.
 //!
 //! The kill (shutdown grace exceeded, or the heartbeat giving up) aborts the
 //! handler's task, but an abort only ends a run at its next await: a handler
 //! in blocking code goes on. The worker used to release the lease at once
 //! anyway, and another instance took the key and ran the same message while
-//! the first run was still going.
+//! the first run was still going. (A run that outlives the lease's TTL:
+//! `crates/ordo-harness/tests/shutdown.rs`, with real processes.)
 
 mod common;
 
@@ -18,7 +19,7 @@ use common::{Outcome, Recorder, Running, broker, config, publish_seqs, subscribe
 use ordo_testkit::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_expires() -> anyhow::Result<()> {
+async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_ends() -> anyhow::Result<()> {
     common::logs();
     let redis = Redis::start()?;
     let url = redis.url();

@@ -32,12 +32,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use ordo_core::attempt::StillRunning;
 use ordo_core::backoff::Backoff;
 use ordo_core::broker::Subscription;
 use tokio_util::sync::CancellationToken;
 
 use crate::connection;
 use crate::error::Result;
+use crate::lease::Lease;
 use crate::partition::Partitions;
 use crate::secret::SecretUrl;
 use crate::tls::TlsFiles;
@@ -94,6 +96,13 @@ impl Shared {
 /// The heartbeat kills a worker whose lease it gave up itself, on its own
 /// thread: going through the supervisor could wait behind a discovery round
 /// stuck on an unreachable Redis, while the lease runs out.
+///
+/// A lease whose worker has stopped but left handler runs going on (aborted
+/// in blocking code: at a shutdown past its grace) **lingers**: it stays in
+/// the table, renewed, until every such run has ended, and the heartbeat
+/// then releases it. Nobody else runs the key meanwhile, however long the
+/// run takes; if the process exits, the run ends with it and the lease
+/// expires.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LeaseTable(Arc<Mutex<HashMap<String, Held>>>);
 
@@ -104,6 +113,15 @@ struct Held {
     /// The lease is valid at least until then (its acquisition, or the
     /// last renewal that included it, started a TTL before).
     valid_until: Instant,
+    /// Set once its worker stopped with runs still going on.
+    lingering: Option<Lingering>,
+}
+
+/// A lease kept for handler runs that outlived their worker.
+#[derive(Debug)]
+struct Lingering {
+    lease: Lease,
+    runs: Vec<StillRunning>,
 }
 
 impl LeaseTable {
@@ -116,8 +134,54 @@ impl LeaseTable {
                 value: value.to_owned(),
                 kill,
                 valid_until,
+                lingering: None,
             },
         );
+    }
+
+    /// Keeps `lease`, still held, renewed after its worker stopped, for as
+    /// long as any of `runs` goes on (see [`LeaseTable`]); returns whether
+    /// it does (not when the lease was given up or lost meanwhile: there is
+    /// nothing left to keep).
+    pub(crate) fn linger(&self, lease: &Lease, runs: Vec<StillRunning>) -> bool {
+        let mut table = self.lock();
+        match table.get_mut(lease.key()) {
+            Some(held) if held.value == lease.value() => {
+                held.lingering = Some(Lingering {
+                    lease: lease.clone(),
+                    runs,
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes out the lingering leases whose runs have all ended, to be
+    /// released.
+    pub(crate) fn ended(&self) -> Vec<Lease> {
+        let mut table = self.lock();
+        let ended: Vec<String> = table
+            .iter()
+            .filter(|(_, held)| {
+                held.lingering
+                    .as_ref()
+                    .is_some_and(|lingering| lingering.runs.iter().all(StillRunning::has_ended))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        ended
+            .iter()
+            .filter_map(|key| table.remove(key)?.lingering.map(|lingering| lingering.lease))
+            .collect()
+    }
+
+    /// How many leases linger for runs still going on.
+    pub(crate) fn lingering(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|held| held.lingering.is_some())
+            .count()
     }
 
     /// Records that `renewed` (a snapshot's leases, less the ones lost)
@@ -233,17 +297,31 @@ pub(crate) async fn run(
         waker: waker_handle,
         url,
     });
-    let result = supervisor::Supervisor::new(shared, &subscriptions)
+    let result = supervisor::Supervisor::new(shared.clone(), &subscriptions)
         .run(shutdown)
         .await;
 
     tracing::debug!("workers stopped; stopping the committer, the waker and the heartbeat");
+    let lingering = shared.leases.lingering();
     background.cancel();
     let _ = committer.await;
     let _ = waker_task.await;
     tracing::debug!("waker stopped");
-    let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;
-    tracing::debug!("heartbeat stopped");
+    if lingering == 0 {
+        let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;
+        tracing::debug!("heartbeat stopped");
+    } else {
+        // Its thread goes on renewing their leases, and releases each once
+        // its runs have ended; if the process exits first, they end with it
+        // and the leases expire.
+        tracing::warn!(
+            event = ordo_core::log_events::LEASE_KEPT_FOR_RUN,
+            leases = lingering,
+            "handler runs aborted at shutdown are still going on (in blocking code); their leases stay \
+             renewed until they end, so no other instance runs their keys meanwhile"
+        );
+        drop(heartbeat);
+    }
     connection::quit(&waker_client, Duration::from_secs(1)).await;
     tracing::debug!("consumer stopped");
     result
