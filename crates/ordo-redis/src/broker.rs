@@ -315,6 +315,7 @@ impl RedisBrokerBuilder {
             poll_interval: partitioning.poll_interval(),
             reap_idle: redis.reap_idle(),
             discovery_interval: redis.discovery_interval(),
+            recheck_interval: redis.recheck_interval(),
             max_retries: partitioning.max_retries(),
             backoff: partitioning.backoff(),
             backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),

@@ -10,7 +10,10 @@
 //! - the **waker** ([`waker`]) arms an idle partition's doorbell, which the
 //!   next publish to it rings on a sharded Pub/Sub channel the waker listens
 //!   to, and wakes only the workers whose partitions rang, so idle partitions
-//!   cost nothing each;
+//!   cost nothing each; once per `recheck_interval` it re-checks its
+//!   subscriptions and every armed doorbell with one script per node, so a
+//!   ring Redis dropped (a failover, a slot move) or an entry added without
+//!   the publish script is noticed within that time;
 //! - the **heartbeat** ([`heartbeat`]) renews every held lease with one
 //!   script call per Redis node and interval, on its own thread, runtime and connection, so no
 //!   handler can starve it, and kills the worker of a lease it lost or
@@ -53,6 +56,8 @@ pub(crate) struct Settings {
     /// `None`: `reap_idle_ms = 0`, partitions are never retired.
     pub(crate) reap_idle: Option<Duration>,
     pub(crate) discovery_interval: Duration,
+    /// How often the waker re-checks the idle partitions and its subscriptions.
+    pub(crate) recheck_interval: Duration,
     pub(crate) max_retries: u32,
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,
@@ -274,6 +279,7 @@ pub(crate) async fn run(
         waker_client.clone(),
         partitions.client().clone(),
         settings.poll_interval,
+        settings.recheck_interval,
     );
     let waker_task = tokio::spawn(waker.run(background.clone()));
 
