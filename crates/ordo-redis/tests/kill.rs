@@ -68,3 +68,100 @@ async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_ends() -> anyhow
     run_b.stop().await?;
     Ok(())
 }
+
+/// A run its shutdown gave up on keeps the instance's lease for as long as
+/// it goes on, beyond the lease's TTL; meanwhile a new consumer of the same
+/// broker (the same instance, which would take the lease back as its own)
+/// is refused. Once the run has ended the lease is released and the broker
+/// runs again, handling the key's messages in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_restarted_while_a_run_outlives_its_shutdown_waits_for_the_run() -> anyhow::Result<()> {
+    use fred::interfaces::KeysInterface;
+    use ordo_core::broker::Broker;
+
+    common::logs();
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("linger");
+    let ttl_ms = 1_000;
+    // The shutdown grace is one TTL: the run outlives its shutdown by about
+    // two TTLs.
+    let recorder = Recorder::with(Arc::new(|_, seq, attempt| {
+        if seq == 0 && attempt == 1 {
+            Outcome::BlockInPlace(Duration::from_millis(3_000))
+        } else {
+            Outcome::Succeed
+        }
+    }));
+    let sub = || subscribe::partitioned("K", &category, &recorder);
+    let a = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
+    publish_seqs(&a, &category, "k", 0..2).await?;
+    let run = Running::start(&a, vec![sub()]);
+    recorder
+        .until(
+            Duration::from_secs(10),
+            "the blocking run to start",
+            Recorder::started,
+        )
+        .await?;
+    run.stop().await?;
+    let stopped = std::time::Instant::now();
+
+    let client = common::pool(&url).await?;
+    let lease = common::partition(&category, "k").lease("K").lease;
+    let held: Option<String> = client.get(&lease).await?;
+    let held = held.expect("the lease is held while the run goes on");
+    let refused = |cancelled: tokio_util::sync::CancellationToken| {
+        let a = a.clone();
+        let sub = sub();
+        async move { a.run(vec![sub].into(), cancelled).await }
+    };
+    let cancelled = tokio_util::sync::CancellationToken::new();
+    cancelled.cancel();
+    let error = refused(cancelled.clone())
+        .await
+        .expect_err("a consumer of the instance is refused while its run goes on");
+    assert!(
+        matches!(
+            error.downcast_ref::<ordo_redis::Error>(),
+            Some(ordo_redis::Error::AlreadyRunning { .. })
+        ),
+        "{error}"
+    );
+    // Past the TTL, the run still going: the lease is still this one.
+    while recorder.record.lock().unwrap().in_flight.contains("k") {
+        let now: Option<String> = client.get(&lease).await?;
+        assert_eq!(
+            now.as_deref(),
+            Some(held.as_str()),
+            "{:?} after the shutdown, with the run still going",
+            stopped.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        stopped.elapsed() > Duration::from_millis(ttl_ms),
+        "the run ended within a TTL of the shutdown: nothing was shown"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the lease released once the run ended, and the broker free to run again",
+        || {
+            let (client, lease, refused, cancelled) =
+                (client.clone(), lease.clone(), refused.clone(), cancelled.clone());
+            async move {
+                let now: Option<String> = client.get(&lease).await?;
+                Ok(now.is_none() && refused(cancelled).await.is_ok())
+            }
+        },
+    )
+    .await?;
+    let run = Running::start(&a, vec![sub()]);
+    // The aborted run of 0 finished its work (nothing in it awaits after
+    // the blocking code); 0 runs again, as the message in flight at a
+    // failover does, then 1.
+    recorder.wait_seqs("k", &[0, 0, 1]).await?;
+    assert!(recorder.overlaps().is_empty(), "{:?}", recorder.overlaps());
+    run.stop().await?;
+    Ok(())
+}

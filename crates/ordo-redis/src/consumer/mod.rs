@@ -261,8 +261,20 @@ pub(crate) async fn sleep_unless(token: &CancellationToken, duration: Duration) 
 /// A shared handle to the consumer's state.
 pub(crate) type SharedRef = Arc<Shared>;
 
+/// How a consumer ended: its result, and the heartbeat's thread when it
+/// goes on for leases kept for handler runs that outlived their workers.
+#[derive(Debug)]
+pub(crate) struct Stopped {
+    /// The supervisor's result.
+    pub(crate) result: Result<()>,
+    /// The heartbeat, still renewing the leases of runs aborted at shutdown
+    /// that are still going on; it ends (and releases them) once they have.
+    pub(crate) lingering: Option<std::thread::JoinHandle<()>>,
+}
+
 /// Runs this instance's consumer for `subscriptions` until `shutdown` is
-/// cancelled; returns once every worker stopped and released its lease.
+/// cancelled; returns once every worker stopped and released its lease, or
+/// left it to the heartbeat for a run still going on ([`Stopped::lingering`]).
 pub(crate) async fn run(
     url: SecretUrl,
     settings: Settings,
@@ -270,7 +282,7 @@ pub(crate) async fn run(
     subscriptions: Arc<[Subscription]>,
     shutdown: CancellationToken,
     renewals: heartbeat::RenewalSignal,
-) -> Result<()> {
+) -> Result<Stopped> {
     let background = CancellationToken::new();
     let waker_client =
         connection::subscriber_builder(url.expose(), &settings.tls)?.build_subscriber_client()?;
@@ -313,9 +325,10 @@ pub(crate) async fn run(
     let _ = committer.await;
     let _ = waker_task.await;
     tracing::debug!("waker stopped");
-    if lingering == 0 {
+    let lingering = if lingering == 0 {
         let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;
         tracing::debug!("heartbeat stopped");
+        None
     } else {
         // Its thread goes on renewing their leases, and releases each once
         // its runs have ended; if the process exits first, they end with it
@@ -326,9 +339,9 @@ pub(crate) async fn run(
             "handler runs aborted at shutdown are still going on (in blocking code); their leases stay \
              renewed until they end, so no other instance runs their keys meanwhile"
         );
-        drop(heartbeat);
-    }
+        Some(heartbeat)
+    };
     connection::quit(&waker_client, Duration::from_secs(1)).await;
     tracing::debug!("consumer stopped");
-    result
+    Ok(Stopped { result, lingering })
 }
