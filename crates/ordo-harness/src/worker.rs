@@ -341,31 +341,28 @@ impl TickHandler {
     /// default beside a partition per key): the records of a key must be
     /// in its partition's slot, so they follow the category's routing.
     pub fn with_records(self, records: Records) -> Self {
-        let inner = &self.inner;
-        Self {
-            inner: Arc::new(Inner {
-                client: inner.client.clone(),
-                instance: inner.instance.clone(),
-                runs: AtomicU64::new(inner.runs.load(Ordering::Relaxed)),
-                effects: inner.effects.clone(),
-                records,
-                blocking: inner.blocking,
-            }),
-        }
+        self.changed(|inner| inner.records = records)
     }
 
     /// This handler in blocking mode (see the module documentation).
     pub fn with_blocking_work(self) -> Self {
+        self.changed(|inner| inner.blocking = true)
+    }
+
+    /// This handler with its settings changed by `change`.
+    fn changed(self, change: impl FnOnce(&mut Inner)) -> Self {
         let inner = &self.inner;
+        let mut changed = Inner {
+            client: inner.client.clone(),
+            instance: inner.instance.clone(),
+            runs: AtomicU64::new(inner.runs.load(Ordering::Relaxed)),
+            effects: inner.effects.clone(),
+            records: inner.records.clone(),
+            blocking: inner.blocking,
+        };
+        change(&mut changed);
         Self {
-            inner: Arc::new(Inner {
-                client: inner.client.clone(),
-                instance: inner.instance.clone(),
-                runs: AtomicU64::new(inner.runs.load(Ordering::Relaxed)),
-                effects: inner.effects.clone(),
-                records: inner.records.clone(),
-                blocking: true,
-            }),
+            inner: Arc::new(changed),
         }
     }
 

@@ -181,23 +181,7 @@ async fn a_publish_rings_the_doorbell_of_its_idle_partition(redis: TestRedis) ->
     })
     .await?;
     let client = pool(&url).await?;
-    eventually(
-        Duration::from_secs(10),
-        "every idle partition's doorbell armed",
-        || {
-            let (client, category, keys) = (client.clone(), category.clone(), keys.clone());
-            async move {
-                for key in &keys {
-                    let doorbell = PartitionKeys::new(&category, key, "backfill").doorbell();
-                    if client.exists::<u64, _>(doorbell).await? == 0 {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
-            }
-        },
-    )
-    .await?;
+    doorbells_armed(&client, &category, &keys).await?;
     for round in 1..=20u64 {
         publish_all(&a, &category, &keys, round..round + 1).await?;
         let expected = keys.len() * usize::try_from(round + 1)?;

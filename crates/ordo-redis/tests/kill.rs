@@ -16,7 +16,37 @@ use std::time::Duration;
 use ordo_testkit::Redis;
 
 use common::{Outcome, Recorder, Running, broker, config, publish_seqs, subscribe};
+use ordo_redis::RedisBroker;
 use ordo_testkit::eventually;
+
+/// A broker on `url` (lease TTL `ttl_ms`) running handler `K` on
+/// `category`, whose first run of key `k`'s message 0 blocks for `block`
+/// in blocking code; messages 0 and 1 published, and that run started.
+async fn a_blocking_run_started(
+    url: &str,
+    category: &str,
+    ttl_ms: u64,
+    block: Duration,
+) -> anyhow::Result<(RedisBroker, Recorder, Running)> {
+    let recorder = Recorder::with(Arc::new(move |_, seq, attempt| {
+        if seq == 0 && attempt == 1 {
+            Outcome::BlockInPlace(block)
+        } else {
+            Outcome::Succeed
+        }
+    }));
+    let a = broker(url, config(ttl_ms, 3_600_000, 0)).await?;
+    publish_seqs(&a, category, "k", 0..2).await?;
+    let run = Running::start(&a, vec![subscribe::partitioned("K", category, &recorder)]);
+    recorder
+        .until(
+            Duration::from_secs(10),
+            "the blocking run to start",
+            Recorder::started,
+        )
+        .await?;
+    Ok((a, recorder, run))
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_ends() -> anyhow::Result<()> {
@@ -27,24 +57,9 @@ async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_ends() -> anyhow
     let ttl_ms = 2_000;
     // Shutdown grace is one lease TTL: the run outlives the kill by 1.2 s,
     // less than the TTL the lease still has after its last renewal.
-    let recorder = Recorder::with(Arc::new(|_, seq, attempt| {
-        if seq == 0 && attempt == 1 {
-            Outcome::BlockInPlace(Duration::from_millis(3_200))
-        } else {
-            Outcome::Succeed
-        }
-    }));
+    let (_a, recorder, run_a) =
+        a_blocking_run_started(&url, &category, ttl_ms, Duration::from_millis(3_200)).await?;
     let sub = || subscribe::partitioned("K", &category, &recorder);
-    let a = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
-    publish_seqs(&a, &category, "k", 0..2).await?;
-    let run_a = Running::start(&a, vec![sub()]);
-    recorder
-        .until(
-            Duration::from_secs(10),
-            "the blocking run to start",
-            Recorder::started,
-        )
-        .await?;
     let b = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
     let run_b = Running::start(&b, vec![sub()]);
     // A's shutdown waits a TTL for the run, then kills it.
@@ -86,24 +101,9 @@ async fn a_broker_restarted_while_a_run_outlives_its_shutdown_waits_for_the_run(
     let ttl_ms = 1_000;
     // The shutdown grace is one TTL: the run outlives its shutdown by about
     // two TTLs.
-    let recorder = Recorder::with(Arc::new(|_, seq, attempt| {
-        if seq == 0 && attempt == 1 {
-            Outcome::BlockInPlace(Duration::from_millis(3_000))
-        } else {
-            Outcome::Succeed
-        }
-    }));
+    let (a, recorder, run) =
+        a_blocking_run_started(&url, &category, ttl_ms, Duration::from_millis(3_000)).await?;
     let sub = || subscribe::partitioned("K", &category, &recorder);
-    let a = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
-    publish_seqs(&a, &category, "k", 0..2).await?;
-    let run = Running::start(&a, vec![sub()]);
-    recorder
-        .until(
-            Duration::from_secs(10),
-            "the blocking run to start",
-            Recorder::started,
-        )
-        .await?;
     run.stop().await?;
     let stopped = std::time::Instant::now();
 
