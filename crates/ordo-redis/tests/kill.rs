@@ -148,7 +148,7 @@ async fn a_broker_restarted_while_a_run_outlives_its_shutdown_waits_for_the_run(
         "the lease released once the run ended, and the broker free to run again",
         || {
             let (client, lease, refused, cancelled) =
-                (client.clone(), lease.clone(), refused.clone(), cancelled.clone());
+                (client.clone(), lease.clone(), refused, cancelled.clone());
             async move {
                 let now: Option<String> = client.get(&lease).await?;
                 Ok(now.is_none() && refused(cancelled).await.is_ok())
