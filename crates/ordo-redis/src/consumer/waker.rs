@@ -29,10 +29,10 @@
 //! 1. on a Redis Cluster, it reads the slot map (`CLUSTER SLOTS`, one
 //!    command) and subscribes again to every channel whose slot is served by
 //!    another node than the one its subscription went to;
-//! 2. then, with one script call per node (`recheck.lua`), it looks at every
-//!    armed doorbell: a doorbell gone (rung while nobody listened, the
-//!    partition retired, or lost with a Redis) or a lane with an entry after
-//!    the worker's id wakes that worker.
+//! 2. then, with one script call per node (`recheck.lua`), it looks at the
+//!    lanes of every partition whose doorbell it armed: a lane with an entry
+//!    after the worker's id (published while nobody listened to the ring, or
+//!    added without the publish script) wakes that worker.
 //!
 //! Subscribing again before looking means a publish after the look rings
 //! a listened channel, and one before it is found by the look: a missed or
@@ -514,8 +514,18 @@ struct Armable {
     bell: Bell,
 }
 
+impl Armable {
+    /// A name in the partition's slot, to route its re-check by.
+    fn routing(&self) -> &str {
+        self.bell
+            .lanes
+            .first()
+            .map_or(self.bell.doorbell.as_str(), |(lane, _)| lane.as_str())
+    }
+}
+
 /// One re-check: the subscriptions against the cluster's slot map first,
-/// then every armed doorbell, one script call per node. Failures are
+/// then the lanes of every armed partition, one script call per node. Failures are
 /// logged; the next interval tries again.
 async fn recheck(
     client: &Pool,
@@ -615,12 +625,7 @@ async fn news(client: &Client, bells: &[Armable]) -> Result<Vec<(WatcherId, u64)
         return Ok(Vec::new());
     }
     let found = nodes::once_more_if_moved(client, "recheck", || {
-        nodes::per_node(
-            client,
-            bells,
-            |armable| armable.bell.doorbell.as_str(),
-            recheck_on,
-        )
+        nodes::per_node(client, bells, |armable| armable.routing(), recheck_on)
     })
     .await?;
     let mut news: Vec<(WatcherId, u64)> = bells
@@ -634,16 +639,15 @@ async fn news(client: &Client, bells: &[Armable]) -> Result<Vec<(WatcherId, u64)
 }
 
 /// One `recheck.lua` call for `bells`, all served by the node `client`
-/// routes the first one's doorbell to; whether each needs its worker.
+/// routes the first one's lane to; whether each needs its worker.
 async fn recheck_on(client: Client, bells: Vec<Armable>) -> Result<Vec<bool>> {
     let Some(first) = bells.first() else {
         return Ok(Vec::new());
     };
-    let keys = vec![first.bell.doorbell.clone()];
-    let mut args = Vec::with_capacity(bells.len() * 6);
+    let keys = vec![first.routing().to_owned()];
+    let mut args = Vec::with_capacity(bells.len() * 5);
     for armable in &bells {
         let bell = &armable.bell;
-        args.push(Value::from(bell.doorbell.as_str()));
         args.push(Value::from(i64::try_from(bell.lanes.len()).unwrap_or(i64::MAX)));
         for (lane, id) in &bell.lanes {
             args.push(Value::from(lane.as_str()));
