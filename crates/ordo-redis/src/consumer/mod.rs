@@ -181,6 +181,12 @@ impl LeaseTable {
             .collect()
     }
 
+    /// Whether `key` lingers for runs still going on (no worker may take it
+    /// up again meanwhile: this instance would adopt it as its own).
+    pub(crate) fn lingers(&self, key: &str) -> bool {
+        self.lock().get(key).is_some_and(|held| held.lingering.is_some())
+    }
+
     /// How many leases linger for runs still going on.
     pub(crate) fn lingering(&self) -> usize {
         self.lock()
