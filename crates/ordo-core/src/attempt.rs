@@ -13,7 +13,8 @@
 //! - cancellation aborts the run and reports whether it really ended: an
 //!   abort takes effect at the handler's next `.await`, so a handler in
 //!   blocking code goes on, and its broker must not let another run of the
-//!   same key start meanwhile.
+//!   same key start meanwhile; [`Cancelled::into_still_running`] hands it
+//!   the run, to learn when it has ended ([`StillRunning::has_ended`]).
 //!
 //! [`backoff`] is the wait between attempts: cancellable, and holding
 //! nothing.
@@ -49,6 +50,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -120,18 +122,48 @@ impl Failure {
 }
 
 /// A cancelled attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Cancelled {
-    ended: bool,
+    /// The aborted run, when it did not end within the grace.
+    running: Option<StillRunning>,
 }
 
 impl Cancelled {
     /// Whether the aborted run ended within the grace it was given. When it
     /// did not (the handler is in blocking code, which an abort cannot
     /// interrupt), it may still be running: whatever guarantees the key's
-    /// exclusivity (a lease) must be kept until it expires on its own.
+    /// exclusivity (a lease) must be kept for as long as it runs
+    /// ([`Cancelled::into_still_running`]).
     pub fn ended(&self) -> bool {
-        self.ended
+        self.running.is_none()
+    }
+
+    /// The aborted run, when it did not end within the grace: a broker
+    /// keeps the key's exclusivity until [`StillRunning::has_ended`].
+    pub fn into_still_running(self) -> Option<StillRunning> {
+        self.running
+    }
+}
+
+/// An aborted handler run that had not ended within its grace: it is in
+/// blocking code (a loop, a call without a timeout), which an abort cannot
+/// interrupt, and ends when that code returns to an `.await` (or with the
+/// process).
+#[derive(Debug)]
+pub struct StillRunning {
+    task: JoinHandle<HandlerResult>,
+}
+
+impl StillRunning {
+    /// Whether the run has ended by now (its task is gone).
+    pub fn has_ended(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Waits until the run has ended (from any runtime or thread).
+    pub async fn ended(self) {
+        // An aborted task ends with a cancellation error; either way it ran out.
+        let _ = self.task.await;
     }
 }
 
@@ -200,7 +232,8 @@ impl Attempt {
             () = cancel.cancelled() => {
                 task.abort();
                 let ended = tokio::time::timeout(abort_grace, &mut task).await.is_ok();
-                return Outcome::Cancelled(Cancelled { ended });
+                let running = (!ended).then_some(StillRunning { task });
+                return Outcome::Cancelled(Cancelled { running });
             }
         };
         match joined {
@@ -217,7 +250,7 @@ impl Attempt {
                 })
             }
             // Only an abort cancels the task, and the abort is ours.
-            Err(_) => Outcome::Cancelled(Cancelled { ended: true }),
+            Err(_) => Outcome::Cancelled(Cancelled { running: None }),
         }
     }
 }
@@ -365,11 +398,16 @@ mod tests {
             &cancel,
         )
         .await;
+        let Outcome::Cancelled(cancelled) = outcome else {
+            panic!("cancelled: {outcome:?}");
+        };
+        assert!(!cancelled.ended());
+        let running = cancelled.into_still_running().expect("the run goes on");
+        assert!(!running.has_ended(), "it ended while blocked");
         RELEASED.store(true, Ordering::SeqCst);
-        assert!(
-            matches!(outcome, Outcome::Cancelled(c) if !c.ended()),
-            "{outcome:?}"
-        );
+        tokio::time::timeout(Duration::from_secs(10), running.ended())
+            .await
+            .expect("the run ends once its blocking code returns");
     }
 
     #[tokio::test(start_paused = true)]

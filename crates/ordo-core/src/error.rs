@@ -370,6 +370,20 @@ pub enum CommitError {
         #[source]
         source: serde_json::Error,
     },
+    /// The unit of work was given a metadata entry whose key is Ordo's own
+    /// (starts with `ordo.`, [`crate::message::RESERVED_METADATA_PREFIX`]):
+    /// copied from a handled message, its outbox position would make the
+    /// broker drop the new events as already published.
+    #[error(
+        "cannot commit: metadata key `{key}` is reserved for Ordo (keys starting with `ordo.`, such \
+         as a handled message's outbox position, which would make the broker drop the new events \
+         as already published); copy a handled message's metadata with \
+         `UnitOfWork::with_user_metadata`, which leaves them out"
+    )]
+    ReservedMetadata {
+        /// The reserved key given.
+        key: String,
+    },
     /// Aggregates are registered, but not the one this event is part of.
     #[error(
         "cannot commit event `{type_name}`: its category `{category}` belongs to no registered \

@@ -49,6 +49,10 @@ pub const LEASE_ACQUIRED: &str = "lease.acquired";
 pub const LEASE_LOST: &str = "lease.lost";
 /// Renewing the held leases failed; retried at the next beat (warn).
 pub const LEASE_RENEWAL_FAILED: &str = "lease.renewal_failed";
+/// A shutdown gave up on handler runs that are still going on (blocking
+/// code ignores the abort): their leases stay renewed until the runs end,
+/// then are released (warn).
+pub const LEASE_KEPT_FOR_RUN: &str = "lease.kept_for_run";
 /// A discovery round (reading the partition indexes from Redis) failed (warn).
 pub const DISCOVERY_FAILED: &str = "discovery.failed";
 /// An outbox row with an invalid partition key was abandoned (warn).
@@ -95,6 +99,7 @@ pub const ALL: &[&str] = &[
     LEASE_ACQUIRED,
     LEASE_LOST,
     LEASE_RENEWAL_FAILED,
+    LEASE_KEPT_FOR_RUN,
     DISCOVERY_FAILED,
     OUTBOX_ROW_ABANDONED,
     OUTBOX_ROW_UNREADABLE,

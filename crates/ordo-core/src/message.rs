@@ -110,7 +110,40 @@ impl fmt::Display for MessageKind {
 }
 
 /// Free-form string metadata carried with a message.
+///
+/// Keys starting with [`RESERVED_METADATA_PREFIX`] (`ordo.`) are Ordo's
+/// own: the PostgreSQL outbox's position of a message in its scope
+/// (`ordo.position`, `ordo.position.scope`, see
+/// [`crate::broker::POSITION_METADATA`]) and any entry Ordo sets in the
+/// future. A unit of work refuses them ([`crate::error::CommitError::ReservedMetadata`]);
+/// [`user_metadata`] is what an application may copy from a handled message.
 pub type Metadata = BTreeMap<String, String>;
+
+/// The prefix of the metadata keys Ordo owns (see [`Metadata`]).
+pub const RESERVED_METADATA_PREFIX: &str = "ordo.";
+
+/// Whether metadata key `key` is one of Ordo's own (starts with
+/// [`RESERVED_METADATA_PREFIX`]).
+pub fn is_reserved_metadata(key: &str) -> bool {
+    key.starts_with(RESERVED_METADATA_PREFIX)
+}
+
+/// The entries of `metadata` an application may copy onto new messages:
+/// every entry except Ordo's own ([`is_reserved_metadata`]).
+///
+/// ```
+/// use ordo_core::message::{Metadata, user_metadata};
+///
+/// let handled: Metadata = [("tenant", "acme"), ("ordo.position", "7")]
+///     .into_iter()
+///     .map(|(k, v)| (k.to_owned(), v.to_owned()))
+///     .collect();
+/// let copied: Vec<_> = user_metadata(&handled).collect();
+/// assert_eq!(copied, [(&"tenant".to_owned(), &"acme".to_owned())]);
+/// ```
+pub fn user_metadata(metadata: &Metadata) -> impl Iterator<Item = (&String, &String)> {
+    metadata.iter().filter(|(key, _)| !is_reserved_metadata(key))
+}
 
 /// A message in transit: its identity, routing facts and JSON payload.
 ///

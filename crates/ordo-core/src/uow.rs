@@ -119,8 +119,37 @@ impl UnitOfWork {
 
     /// Adds a metadata entry to every event of this unit of work, raised
     /// before or after this call (a later value for the same key wins).
+    ///
+    /// Keys starting with `ordo.` are Ordo's own
+    /// ([`crate::message::RESERVED_METADATA_PREFIX`]): the commit refuses
+    /// a unit of work given one ([`CommitError::ReservedMetadata`], nothing
+    /// written). Copied from a handled message, the outbox position it
+    /// carries (`ordo.position`) would make the broker drop the new events
+    /// as already published. Copy a handled message's metadata with
+    /// [`UnitOfWork::with_user_metadata`], which leaves them out.
     pub fn with_metadata(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
         self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds every entry of `metadata` except Ordo's own (keys starting with
+    /// `ordo.`, see [`crate::message::user_metadata`]) to every event of
+    /// this unit of work, as [`UnitOfWork::with_metadata`] does: how a
+    /// handler passes a handled message's metadata (a tenant, a trace id)
+    /// on to the events it raises.
+    ///
+    /// ```no_run
+    /// # async fn example(domain: ordo_core::domain::Domain, ctx: &ordo_core::HandlerContext, event: impl ordo_core::Event) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut uow = domain.unit_of_work();
+    /// uow.with_user_metadata(ctx.metadata());
+    /// uow.raise(event)?;
+    /// uow.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_user_metadata(&mut self, metadata: &crate::message::Metadata) -> &mut Self {
+        for (key, value) in crate::message::user_metadata(metadata) {
+            self.metadata.insert(key.clone(), value.clone());
+        }
         self
     }
 
@@ -203,6 +232,13 @@ impl UnitOfWork {
 
     /// The outbox rows, each with its validated partition key and metadata.
     fn rows(&self) -> Result<Vec<NewOutboxRow>, CommitError> {
+        if let Some(key) = self
+            .metadata
+            .keys()
+            .find(|key| crate::message::is_reserved_metadata(key))
+        {
+            return Err(CommitError::ReservedMetadata { key: key.clone() });
+        }
         let rules = self.domain.config().key_rules();
         let limit = self.domain.config().outbox().max_payload_bytes();
         self.raised

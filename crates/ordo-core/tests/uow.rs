@@ -286,6 +286,49 @@ async fn metadata_applies_to_every_event_of_the_unit_of_work() {
     }
 }
 
+/// Keys starting with `ordo.` are Ordo's own (the outbox position of a
+/// handled message): a unit of work given one is refused, naming it, and
+/// writes nothing, whichever way it is committed; `with_user_metadata`
+/// copies everything else.
+#[tokio::test]
+async fn reserved_metadata_is_refused_naming_the_key_and_user_metadata_is_copied() {
+    let f = fixture();
+    let handled: ordo_core::Metadata = [
+        ("ordo.position", "7"),
+        ("ordo.position.scope", "order:client-1"),
+        ("ordo.anything-later", "x"),
+        ("tenant", "acme"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    for reserved in ["ordo.position.scope", "ordo.anything-later"] {
+        let mut uow = f.domain.unit_of_work();
+        uow.raise(placed("o-1", "client-1", 1)).unwrap();
+        uow.with_metadata("tenant", "acme").with_metadata(reserved, "x");
+        let error = uow.validated_rows().unwrap_err();
+        assert!(
+            matches!(&error, CommitError::ReservedMetadata { key } if key == reserved),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains(&format!("`{reserved}` is reserved")),
+            "{error}"
+        );
+        let error = uow.commit().await.unwrap_err();
+        assert!(matches!(error, CommitError::ReservedMetadata { .. }), "{error:?}");
+    }
+    assert!(f.outbox.rows().is_empty(), "a refused commit wrote nothing");
+
+    let mut uow = f.domain.unit_of_work();
+    uow.with_user_metadata(&handled);
+    uow.raise(placed("o-1", "client-1", 1)).unwrap();
+    uow.commit().await.unwrap();
+    let rows = f.outbox.rows();
+    let copied: Vec<&String> = rows[0].envelope.metadata.keys().collect();
+    assert_eq!(copied, ["tenant"]);
+}
+
 #[tokio::test]
 async fn dropping_an_uncommitted_unit_of_work_discards_its_events() {
     let f = fixture();

@@ -79,6 +79,13 @@ impl Records {
         self.tagged(key, "inflight")
     }
 
+    /// The runs of `key` started by workers in blocking mode
+    /// (`--blocking-work`), in start order: `{instance} {token} {start
+    /// ms}`, the start by Redis's clock.
+    pub fn blocking_starts(&self, key: &str) -> String {
+        self.tagged(key, "blocking_starts")
+    }
+
     /// The runs of `key` that have ended (committed or failed): a command
     /// of such a run that reaches Redis late (delayed on its connection
     /// after its client gave up on it and retried) must not mark it in
@@ -194,6 +201,7 @@ mod tests {
                     records.runs(key),
                     records.marker(key),
                     records.ended(key),
+                    records.blocking_starts(key),
                     records.overlaps(key),
                     records.overlap_log(key),
                     records.stale_starts(key),

@@ -8,7 +8,7 @@
 //!    the same, still valid, lease), counts its start and marks itself in
 //!    flight;
 //! 2. fails at once if the event is poison;
-//! 3. works for the event's `work_ms`;
+//! 3. works for the event's `work_ms` (in blocking code, in blocking mode);
 //! 4. commits its effect under the lease's fence ([`RedisFence`] with one
 //!    [`FencedWrite`]: append `{seq}:{token}` to the key's applied list,
 //!    count the committed run, clear the marker). A refused commit is
@@ -23,6 +23,14 @@
 //! handler stuck in blocking code would carry on regardless. Letting the
 //! run carry on models that worst case, so that the fence, not the abort,
 //! is what must keep a stale owner's effect out.
+//!
+//! In **blocking mode** ([`WorkerOptions::blocking_work`], `--blocking-work`)
+//! the run is the handler's own task instead and works in blocking code
+//! (`std::thread::sleep`), as a handler calling a blocking API without a
+//! timeout does: the broker's abort cannot end it, and it knows so. Each
+//! run records its start (instance, token, Redis time) in
+//! [`Records::blocking_starts`], so a test can check that no run of a key
+//! started while another one's blocking work was going on.
 
 use std::fmt;
 use std::num::{NonZeroU32, NonZeroUsize};
@@ -62,6 +70,7 @@ const BEGIN: &str = include_str!("lua/begin.lua");
 /// command stays in flight).
 const ENDED_TTL_S: u64 = 600;
 const CLEAR: &str = include_str!("lua/clear.lua");
+const STARTED: &str = include_str!("lua/started.lua");
 
 /// How a worker runs: where, as whom, and its timings.
 ///
@@ -96,6 +105,9 @@ pub struct WorkerOptions {
     /// `server.partitioning.max_concurrency`: handler runs at once in the
     /// process (`None`: the default).
     pub max_concurrency: Option<NonZeroUsize>,
+    /// Blocking mode: each run is the handler's own task and does its work
+    /// in blocking code (see the module documentation).
+    pub blocking_work: bool,
 }
 
 impl std::fmt::Debug for WorkerOptions {
@@ -114,6 +126,7 @@ impl std::fmt::Debug for WorkerOptions {
             .field("tls", &self.tls)
             .field("hashed_partitions", &self.hashed_partitions)
             .field("max_concurrency", &self.max_concurrency)
+            .field("blocking_work", &self.blocking_work)
             .finish()
     }
 }
@@ -136,6 +149,7 @@ impl WorkerOptions {
             tls: ordo_redis::TlsFiles::new(),
             hashed_partitions: None,
             max_concurrency: None,
+            blocking_work: false,
         }
     }
 
@@ -191,8 +205,11 @@ pub async fn run(options: &WorkerOptions, shutdown: CancellationToken) -> Result
         .build()
         .await
         .map_err(HarnessError::Broker)?;
-    let handler = TickHandler::new(broker.client().clone(), &options.instance)
+    let mut handler = TickHandler::new(broker.client().clone(), &options.instance)
         .with_records(Records::new(Routing::new(&config)));
+    if options.blocking_work {
+        handler = handler.with_blocking_work();
+    }
     let domain = domain(broker, handler, config)?;
     let running = domain.start();
     emit(&Line::new(line::READY).field("instance", &options.instance));
@@ -285,6 +302,8 @@ struct Inner {
     effects: Option<Arc<dyn EffectStore>>,
     /// Where the records of each key are (beside its partition).
     records: Records,
+    /// Blocking mode (see the module documentation).
+    blocking: bool,
 }
 
 impl TickHandler {
@@ -298,6 +317,7 @@ impl TickHandler {
                 runs: AtomicU64::new(0),
                 effects: None,
                 records: Records::default(),
+                blocking: false,
             }),
         }
     }
@@ -312,6 +332,7 @@ impl TickHandler {
                 runs: AtomicU64::new(0),
                 effects: Some(effects),
                 records: Records::default(),
+                blocking: false,
             }),
         }
     }
@@ -320,15 +341,28 @@ impl TickHandler {
     /// default beside a partition per key): the records of a key must be
     /// in its partition's slot, so they follow the category's routing.
     pub fn with_records(self, records: Records) -> Self {
+        self.changed(|inner| inner.records = records)
+    }
+
+    /// This handler in blocking mode (see the module documentation).
+    pub fn with_blocking_work(self) -> Self {
+        self.changed(|inner| inner.blocking = true)
+    }
+
+    /// This handler with its settings changed by `change`.
+    fn changed(self, change: impl FnOnce(&mut Inner)) -> Self {
         let inner = &self.inner;
+        let mut changed = Inner {
+            client: inner.client.clone(),
+            instance: inner.instance.clone(),
+            runs: AtomicU64::new(inner.runs.load(Ordering::Relaxed)),
+            effects: inner.effects.clone(),
+            records: inner.records.clone(),
+            blocking: inner.blocking,
+        };
+        change(&mut changed);
         Self {
-            inner: Arc::new(Inner {
-                client: inner.client.clone(),
-                instance: inner.instance.clone(),
-                runs: AtomicU64::new(inner.runs.load(Ordering::Relaxed)),
-                effects: inner.effects.clone(),
-                records,
-            }),
+            inner: Arc::new(changed),
         }
     }
 
@@ -354,6 +388,10 @@ impl TickHandler {
     #[handle]
     async fn on_tick(&self, tick: &Tick, ctx: &HandlerContext) -> HandlerResult {
         let run = self.prepare(tick, ctx)?;
+        if self.inner.blocking {
+            // The handler's own task, stuck in blocking code while it works.
+            return run.execute().await;
+        }
         // On a task of its own, which aborting this future does not stop
         // (see the module documentation).
         match tokio::spawn(run.execute()).await {
@@ -395,6 +433,9 @@ impl Run {
             )
             .into());
         };
+        if self.inner.blocking {
+            self.retrying("record the run's start", || self.started()).await?;
+        }
         emit(
             &self
                 .line(line::START)
@@ -404,7 +445,13 @@ impl Run {
         if self.tick.poison {
             return self.fail("poison").await;
         }
-        tokio::time::sleep(Duration::from_millis(self.tick.work_ms)).await;
+        let work = Duration::from_millis(self.tick.work_ms);
+        if self.inner.blocking {
+            // Blocking mode: what an abort cannot interrupt.
+            std::thread::sleep(work);
+        } else {
+            tokio::time::sleep(work).await;
+        }
         if let Some(effects) = self.inner.effects.clone() {
             return self.commit_in(&*effects).await;
         }
@@ -446,6 +493,20 @@ impl Run {
                 overlap: overlap == 1,
             },
         })
+    }
+
+    /// `started.lua`: the run's start in blocking mode.
+    async fn started(&self) -> Result<(), fred::error::Error> {
+        let _: i64 = self
+            .inner
+            .client
+            .eval(
+                STARTED,
+                vec![self.inner.records.blocking_starts(&self.tick.key)],
+                vec![self.inner.instance.clone(), self.fence.token().to_string()],
+            )
+            .await?;
+        Ok(())
     }
 
     /// The fenced commit of the run's effect, retrying while Redis fails

@@ -43,6 +43,17 @@
 //!   skips the held head it saw (`resolve_parked.lua`); the owner notices the
 //!   key is no longer parked, runs its held messages first, in order
 //!   (`held.lua`, `ack_held.lua`), then lets it flow.
+//! - **Late held-next commands** (when [`HashedConfig::delays`] is set): a
+//!   held-next command delayed on its connection past the client's timeout
+//!   is sent again, and the first copy lands whenever Redis gets to it. Each
+//!   held-next is an attempt of its key: the acknowledgement of the held
+//!   message it fetched, or the end of the holding it answered, closes it,
+//!   and `held.lua` refuses a command of a closed attempt (`stale`, which
+//!   the client reads as the end of the holding: only an earlier copy of
+//!   its own command can have closed it). Without that guard (mutant
+//!   `unguarded-held-next`), a late copy ends the holding of a key whose
+//!   next message the owner then moves into a held stream nobody lists, and
+//!   the next owner never runs it.
 //!
 //! The properties are per key: each key's effects land in publish order
 //! and without a gap (an effect lands only after those of the key's earlier
@@ -53,8 +64,9 @@
 //! one more), no effect of a parked key lands until it is resolved, a key's
 //! held messages keep publish order, under one lease a message's effect
 //! lands at most once (a commit resent after a lost reply answers from its
-//! key's own marker, `commit.lua`), and once faults stop every message is
-//! handled, except those of a key waiting for an operator.
+//! key's own marker, `commit.lua`), a key holding messages aside is listed
+//! as holding (so a new owner finds them), and once faults stop every
+//! message is handled, except those of a key waiting for an operator.
 //!
 //! A stale owner starts no run: an owner woken from a pause (its
 //! heartbeat's last renewal may be a TTL old) confirms its lease with a
@@ -96,6 +108,10 @@ pub struct HashedConfig {
     pub resolutions: u8,
     /// Commit replies lost (the client resends the same commit).
     pub timeouts: u8,
+    /// Held-next commands (`held.lua`) delayed on their connection past
+    /// the client's timeout: the client asks again, and the first copy
+    /// lands later, whenever Redis gets to it.
+    pub delays: u8,
 }
 
 impl HashedConfig {
@@ -112,6 +128,7 @@ impl HashedConfig {
         poisons: 0,
         resolutions: 0,
         timeouts: 0,
+        delays: 0,
     };
 
     /// [`HashedConfig::FULL`] with 3 messages (A0 B0 A1): the test suite's.
@@ -125,6 +142,7 @@ impl HashedConfig {
         poisons: 0,
         resolutions: 0,
         timeouts: 0,
+        delays: 0,
     };
 
     /// An owner killed and restarted with a new nonce.
@@ -138,6 +156,7 @@ impl HashedConfig {
         poisons: 0,
         resolutions: 0,
         timeouts: 0,
+        delays: 0,
     };
 
     /// A poison message parks its key: the key's messages are held aside,
@@ -155,6 +174,7 @@ impl HashedConfig {
         poisons: 1,
         resolutions: 1,
         timeouts: 0,
+        delays: 0,
     };
 
     /// A queue of one entry per key: the reader skips past a saturated key
@@ -169,6 +189,7 @@ impl HashedConfig {
         poisons: 0,
         resolutions: 0,
         timeouts: 0,
+        delays: 0,
     };
 
     /// Lost commit replies: the client resends the commit, and the key's
@@ -185,6 +206,7 @@ impl HashedConfig {
         poisons: 0,
         resolutions: 0,
         timeouts: 2,
+        delays: 0,
     };
 
     /// [`HashedConfig::PARK`] with a queue of one entry per key: a parked
@@ -194,14 +216,26 @@ impl HashedConfig {
         ..Self::PARK
     };
 
+    /// [`HashedConfig::PARK`] with one key and a held-next command delayed
+    /// past the client's timeout: the client asks again, and the first
+    /// copy lands whenever Redis gets to it (after the key's held message
+    /// ran and was acknowledged, while its next message is being held).
+    pub const LATE_HELD: Self = Self {
+        keys: 1,
+        messages: 2,
+        delays: 1,
+        ..Self::PARK
+    };
+
     /// The configurations `ordo-model hashed --config NAME` knows.
-    pub const NAMED: [(&'static str, Self); 10] = [
+    pub const NAMED: [(&'static str, Self); 11] = [
         ("full", Self::FULL),
         ("stall", Self::STALL),
         ("crash", Self::CRASH),
         ("skip", Self::SKIP),
         ("park", Self::PARK),
         ("skip-park", Self::SKIP_PARK),
+        ("late-held", Self::LATE_HELD),
         ("resend", Self::RESEND),
         (
             "resend-stall",
@@ -252,6 +286,7 @@ impl HashedConfig {
                 stalls: 0,
                 ..Self::PARK
             },
+            HashedMutant::UnguardedHeldNext => Self::LATE_HELD,
             HashedMutant::LeaseWithoutNonce => Self {
                 stalls: 0,
                 ..Self::STALL
@@ -282,8 +317,8 @@ impl fmt::Display for HashedConfig {
         write!(
             f,
             "{} instances × {} messages of {} keys, interleaved in one stream, key queue {} × faults \
-             (crashes {}, stalls {}, poison messages {}, operator decisions {}, lost commit replies {}) with commands \
-             delivered in any order",
+             (crashes {}, stalls {}, poison messages {}, operator decisions {}, lost commit replies {}, \
+             delayed held-next commands {}) with commands delivered in any order",
             self.instances,
             self.messages,
             self.keys,
@@ -296,7 +331,8 @@ impl fmt::Display for HashedConfig {
             self.stalls,
             self.poisons,
             self.resolutions,
-            self.timeouts
+            self.timeouts,
+            self.delays
         )
     }
 }
@@ -324,11 +360,17 @@ pub enum HashedMutant {
     /// An owner woken from a pause starts queued messages without first
     /// confirming its lease (the runtime before the model found it).
     StartWithoutConfirming,
+    /// `held.lua` without the closed-attempt guard `park.lua`, `halt.lua`
+    /// and `commit.lua` have: a held-next command that lands late (after
+    /// the client asked again and went on) still answers, and its "done"
+    /// branch ends the key's holding while the owner holds the key's next
+    /// message in a held stream nobody lists any more.
+    UnguardedHeldNext,
 }
 
 impl HashedMutant {
     /// Every mutant.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::SharedCommitMarker,
         Self::StartWithoutConfirming,
         Self::KeyNextBeforeAck,
@@ -336,6 +378,7 @@ impl HashedMutant {
         Self::RefillForgetsLateSkips,
         Self::LeaseWithoutNonce,
         Self::ResolvedKeySkipsHeld,
+        Self::UnguardedHeldNext,
     ];
 
     /// The mutant's name on the command line.
@@ -348,6 +391,7 @@ impl HashedMutant {
             Self::ResolvedKeySkipsHeld => "resolved-key-skips-held",
             Self::SharedCommitMarker => "shared-commit-marker",
             Self::StartWithoutConfirming => "start-without-confirming",
+            Self::UnguardedHeldNext => "unguarded-held-next",
         }
     }
 }
@@ -475,14 +519,20 @@ pub enum Op {
         msgs: u8,
     },
     /// The next held message of a resolved key, or the end of its holding
-    /// (`held.lua`).
+    /// (`held.lua`), as attempt `attempt` of the key (closed by the first
+    /// copy that lands; 0: unsequenced, when no command is delayed).
     HeldNext {
         /// The lease.
         lease: LeaseValue,
         /// The key.
         key: u8,
+        /// The attempt it belongs to, in the key's attempt sequence.
+        attempt: u8,
+        /// The client's second copy, sent after the first timed out.
+        again: bool,
     },
-    /// The acknowledgement of a handled held message (`ack_held.lua`).
+    /// The acknowledgement of a handled held message (`ack_held.lua`),
+    /// closing the attempt that fetched it (0: none).
     AckHeld {
         /// The lease.
         lease: LeaseValue,
@@ -490,6 +540,8 @@ pub enum Op {
         key: u8,
         /// The message.
         msg: u8,
+        /// The attempt it closes in the key's attempt sequence.
+        attempt: u8,
     },
     /// Whether `key` is still parked (the owner's poll, a plain read).
     StillParked {
@@ -576,6 +628,8 @@ pub enum Reply {
     Drained,
     /// Whether the key is still parked.
     StillParked(bool),
+    /// The command's attempt is closed already (a late copy): refused.
+    Stale,
     /// Done.
     Ok,
 }
@@ -606,6 +660,9 @@ pub struct Key {
     pub mode: Mode,
     /// The held message `held.lua` answered, to run next.
     pub held_next: Option<u8>,
+    /// The attempt of the held message running or about to run (the
+    /// held-next command's): its acknowledgement closes it.
+    pub attempt: u8,
 }
 
 /// How a key's messages are handled.
@@ -628,6 +685,7 @@ impl Key {
             call: Call::None,
             mode: Mode::Flowing,
             held_next: None,
+            attempt: 0,
         }
     }
 
@@ -657,6 +715,9 @@ pub struct Owner {
     pub unconfirmed: bool,
     /// The command confirming the lease.
     pub confirm: Call,
+    /// The last attempt numbered under the lease (only when commands may
+    /// be delayed; 0 otherwise, the unsequenced attempt).
+    pub attempts: u8,
 }
 
 /// What a process's worker is doing.
@@ -734,6 +795,11 @@ pub struct HashedState {
     pub markers: Vec<Option<(Identity, LeaseValue, u8)>>,
     /// Commit replies that may still be lost.
     pub timeouts: u8,
+    /// Held-next commands that may still be delayed.
+    pub delays: u8,
+    /// Per key, its attempt sequence (`{closed attempt}:{lease value}`):
+    /// the lease value and the last attempt closed under it.
+    pub sequences: Vec<Option<(LeaseValue, u8)>>,
     /// Per message, the token of the lease its last effect landed under
     /// (0: none).
     pub landed_under: Vec<u8>,
@@ -778,6 +844,9 @@ pub enum Action {
     ApplyLosingReply(Command),
     /// Process `p`'s key `k` resends the commit whose reply was lost.
     Resend(usize, u8),
+    /// Process `p`'s key `k` times out on its held-next command, still in
+    /// flight, and asks again: the first copy lands later.
+    Delay(usize, u8),
     /// The lease expires (its holder is down, stalled or gone).
     Expire,
     /// SIGKILL of process `p`.
@@ -974,7 +1043,20 @@ impl Hashed {
                         to,
                     }
                 } else if key.mode == Mode::Holding {
-                    Op::HeldNext { lease, key: k }
+                    // A new attempt of the key (numbered only when a
+                    // command may be delayed: a smaller state space).
+                    let attempt = if self.config.delays > 0 {
+                        owner.attempts += 1;
+                        owner.attempts
+                    } else {
+                        0
+                    };
+                    Op::HeldNext {
+                        lease,
+                        key: k,
+                        attempt,
+                        again: false,
+                    }
                 } else {
                     Op::StillParked { key: k }
                 };
@@ -1090,7 +1172,19 @@ impl Hashed {
                 }
                 Reply::Ok
             }
-            Op::HeldNext { key, .. } => {
+            Op::HeldNext {
+                key, attempt, lease, ..
+            } => {
+                // The guard `park.lua`, `halt.lua` and `commit.lua` have: a
+                // command of an attempt closed already is a late copy (its
+                // held message was acknowledged, or an earlier copy ended
+                // the holding).
+                if self.closed(state, key, lease) >= attempt
+                    && attempt != 0
+                    && !self.has(HashedMutant::UnguardedHeldNext)
+                {
+                    return Reply::Stale;
+                }
                 if state.parked & Self::bit(key) != 0 {
                     return Reply::Parked;
                 }
@@ -1098,11 +1192,18 @@ impl Hashed {
                     Some(msg) => Reply::Held(*msg),
                     None => {
                         state.holding &= !Self::bit(key);
+                        Self::close(state, key, lease, attempt);
                         Reply::Drained
                     }
                 }
             }
-            Op::AckHeld { key, msg, .. } => {
+            Op::AckHeld {
+                key,
+                msg,
+                attempt,
+                lease,
+            } => {
+                Self::close(state, key, lease, attempt);
                 // XDEL of the held id: a no-op when it is gone already.
                 state.held[usize::from(key)].retain(|m| *m != msg);
                 state.done |= Self::bit(msg);
@@ -1186,6 +1287,7 @@ impl Hashed {
                             setup: Call::None,
                             unconfirmed: false,
                             confirm: Call::None,
+                            attempts: 0,
                         })
                     }
                     _ => Work::Idle,
@@ -1245,7 +1347,12 @@ impl Hashed {
                 match (op, reply) {
                     // A held message's run is acknowledged in the held stream.
                     (Op::Commit { msg, .. }, Reply::Ok) if key.mode == Mode::Holding => {
-                        let ack = Op::AckHeld { lease, key: k, msg };
+                        let ack = Op::AckHeld {
+                            lease,
+                            key: k,
+                            msg,
+                            attempt: key.attempt,
+                        };
                         key.call = Self::send(&mut state.network, id, part, ack);
                     }
                     (Op::Commit { msg, .. }, Reply::Ok) => {
@@ -1268,9 +1375,15 @@ impl Hashed {
                         key.mode = Mode::Parked;
                     }
                     (Op::Hold { .. }, Reply::Ok) | (Op::StillParked { .. }, Reply::StillParked(true)) => {}
-                    (Op::HeldNext { .. }, Reply::Held(msg)) => key.held_next = Some(msg),
+                    (Op::HeldNext { attempt, .. }, Reply::Held(msg)) => {
+                        key.held_next = Some(msg);
+                        key.attempt = attempt;
+                    }
                     (Op::HeldNext { .. }, Reply::Parked) => key.mode = Mode::Parked,
-                    (Op::HeldNext { .. }, Reply::Drained) => key.mode = Mode::Flowing,
+                    // Refused as stale: only an earlier copy of this very
+                    // command can have closed its attempt, by ending the
+                    // key's holding (its reply lost): the same as `Drained`.
+                    (Op::HeldNext { .. }, Reply::Drained | Reply::Stale) => key.mode = Mode::Flowing,
                     (Op::StillParked { .. }, Reply::StillParked(false)) => {
                         key.mode = if self.has(HashedMutant::ResolvedKeySkipsHeld) {
                             Mode::Flowing
@@ -1320,6 +1433,26 @@ impl Hashed {
     fn may_expire(state: &HashedState) -> bool {
         let Some(lease) = state.lease else { return false };
         !state.processes.iter().any(|p| p.id == lease.holder && p.live())
+    }
+
+    /// The last attempt of `key` closed under `lease` (0: none).
+    fn closed(&self, state: &HashedState, key: u8, lease: LeaseValue) -> u8 {
+        state.sequences[usize::from(key)]
+            .filter(|(value, _)| *value == lease)
+            .map_or(0, |(_, closed)| closed)
+    }
+
+    /// Closes every attempt of `key` up to `attempt` under `lease` (0:
+    /// none), as `close_attempt` in `common.lua` does.
+    fn close(state: &mut HashedState, key: u8, lease: LeaseValue, attempt: u8) {
+        if attempt == 0 {
+            return;
+        }
+        let sequence = &mut state.sequences[usize::from(key)];
+        let closed = sequence
+            .filter(|(value, _)| *value == lease)
+            .map_or(0, |(_, closed)| closed);
+        *sequence = Some((lease, closed.max(attempt)));
     }
 
     /// The commit marker `msg`'s key commits under.
@@ -1379,6 +1512,8 @@ impl Model for Hashed {
             retried: vec![0; usize::from(self.config.keys)],
             markers: vec![None; usize::from(self.config.keys)],
             timeouts: self.config.timeouts,
+            delays: self.config.delays,
+            sequences: vec![None; usize::from(self.config.keys)],
             landed_under: vec![0; usize::from(self.config.messages())],
             double_effect: false,
             effects: Vec::new(),
@@ -1451,6 +1586,20 @@ impl Model for Hashed {
                     })
                 {
                     actions.push(Action::Resend(p, k));
+                }
+                // A held-next command still in flight times out: the client
+                // asks again.
+                if state.delays > 0
+                    && let (Work::Owner(owner), Part::Key(k)) = (&process.work, part)
+                    && let Call::Sent(op @ Op::HeldNext { again: false, .. }) =
+                        owner.keys[usize::from(k)].call
+                    && state.network.contains(&Command {
+                        from: process.id,
+                        part,
+                        op,
+                    })
+                {
+                    actions.push(Action::Delay(p, k));
                 }
             }
             if state.crashes > 0 {
@@ -1532,6 +1681,33 @@ impl Model for Hashed {
                     part: Part::Key(k),
                     op,
                 });
+            }
+            Action::Delay(p, k) => {
+                state.delays -= 1;
+                let process = &mut state.processes[p];
+                let id = process.id;
+                let Work::Owner(owner) = &mut process.work else {
+                    return None;
+                };
+                let key = &mut owner.keys[usize::from(k)];
+                let Call::Sent(Op::HeldNext {
+                    lease,
+                    key: held_key,
+                    attempt,
+                    again: false,
+                }) = key.call
+                else {
+                    return None;
+                };
+                // The same command again (the same attempt), on another
+                // connection; the first copy stays in flight.
+                let again = Op::HeldNext {
+                    lease,
+                    key: held_key,
+                    attempt,
+                    again: true,
+                };
+                key.call = Self::send(&mut state.network, id, Part::Key(k), again);
             }
             Action::Expire => {
                 let expired = state.lease.take()?;
@@ -1658,6 +1834,14 @@ impl Model for Hashed {
                 },
             ),
             Property::always(
+                "a key holding messages aside is listed as holding",
+                |model: &Hashed, state: &HashedState| {
+                    (0..model.config.keys).all(|key| {
+                        state.held[usize::from(key)].is_empty() || state.holding & Hashed::bit(key) != 0
+                    })
+                },
+            ),
+            Property::always(
                 "a current owner runs only its key's unacknowledged head",
                 |_, state: &HashedState| !state.run_off_head,
             ),
@@ -1696,10 +1880,16 @@ impl Model for Hashed {
                 "once faults stop, every published message is handled",
                 |model: &Hashed, state: &HashedState| {
                     // Every key's messages are handled, unless the key waits
-                    // for an operator decision that will not come.
+                    // for an operator decision that will not come (none
+                    // left, none on its way).
                     state.published == model.config.messages()
                         && (0..model.config.keys).all(|key| {
-                            let waits = state.parked & Hashed::bit(key) != 0 && state.resolutions == 0;
+                            let deciding = state
+                                .network
+                                .iter()
+                                .any(|c| matches!(c.op, Op::Resolve { key: k, .. } if k == key));
+                            let waits =
+                                state.parked & Hashed::bit(key) != 0 && state.resolutions == 0 && !deciding;
                             waits
                                 || (0..model.config.messages())
                                     .filter(|m| model.config.key_of(*m) == key)

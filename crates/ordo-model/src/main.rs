@@ -57,7 +57,8 @@ enum Command {
         /// key), park (a poison message parks its key; one instance),
         /// skip-park (both), park-crash or park-stall (park with two
         /// instances), resend (lost commit replies, resent; one instance)
-        /// or resend-stall (two instances).
+        /// resend-stall (two instances), or late-held (park with one key and
+        /// a held-next command that lands after the client asked again).
         #[arg(long, value_parser = parse_hashed_config)]
         config: Option<(String, HashedConfig)>,
     },

@@ -67,6 +67,18 @@ fn a_resent_commit_lands_once_while_the_other_key_commits() {
     assert!(report.states > 50_000, "only {} states explored", report.states);
 }
 
+/// A held-next command delayed on its connection past the client's
+/// timeout lands after the client asked again and went on (issue 26.8): it
+/// is refused as a command of a closed attempt, so it can neither end the
+/// holding of a key whose next message is being held nor answer twice.
+#[test]
+fn a_late_held_next_command_changes_nothing() {
+    let report = check_hashed(HashedConfig::LATE_HELD, None);
+    assert_clean(&report);
+    assert!(broken(&report).is_empty(), "{:?} broken", broken(&report));
+    assert!(report.states > 20_000, "only {} states explored", report.states);
+}
+
 #[test]
 fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
     let expect = [
@@ -109,6 +121,14 @@ fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
         (
             HashedMutant::StartWithoutConfirming,
             "a stale owner starts no run",
+        ),
+        (
+            HashedMutant::UnguardedHeldNext,
+            "a key holding messages aside is listed as holding",
+        ),
+        (
+            HashedMutant::UnguardedHeldNext,
+            "once faults stop, every published message is handled",
         ),
     ];
     for mutant in HashedMutant::ALL {

@@ -424,6 +424,7 @@ impl RedisBrokerBuilder {
             reap_idle: redis.reap_idle(),
             discovery_interval: redis.discovery_interval(),
             max_owned: redis.max_owned_partitions(),
+            recheck_interval: redis.recheck_interval(),
             max_retries: partitioning.max_retries(),
             backoff: partitioning.backoff(),
             backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),
@@ -543,7 +544,7 @@ impl Broker for RedisBroker {
                 inner.running.store(false, Ordering::SeqCst);
                 return Err(Box::new(error) as BrokerError);
             }
-            let result = consumer::run(
+            let stopped = consumer::run(
                 inner.url.clone(),
                 inner.settings.clone(),
                 inner.partitions.clone(),
@@ -552,7 +553,31 @@ impl Broker for RedisBroker {
                 inner.renewals.clone(),
             )
             .await;
-            inner.running.store(false, Ordering::SeqCst);
+            let result = match stopped {
+                Ok(consumer::Stopped { result, lingering }) => {
+                    match lingering {
+                        // This instance still holds leases for handler runs
+                        // that outlived the consumer: a new consumer of it
+                        // would take them back as its own, so it is refused
+                        // until the heartbeat let them go. The wait also
+                        // holds the runtime's shutdown until then, so the
+                        // leases are released, not left to expire.
+                        Some(heartbeat) => {
+                            let inner = inner.clone();
+                            drop(tokio::task::spawn_blocking(move || {
+                                let _ = heartbeat.join();
+                                inner.running.store(false, Ordering::SeqCst);
+                            }));
+                        }
+                        None => inner.running.store(false, Ordering::SeqCst),
+                    }
+                    result
+                }
+                Err(error) => {
+                    inner.running.store(false, Ordering::SeqCst);
+                    Err(error)
+                }
+            };
             result.map_err(|error| Box::new(error) as BrokerError)
         })
     }

@@ -190,8 +190,10 @@ pub enum Error {
         lease: String,
     },
 
-    /// `run` was called while this broker's consumer already runs: one
-    /// instance id serves one consumer (build another broker for another).
+    /// `run` was called while this broker's consumer already runs, or still
+    /// keeps leases for handler runs its shutdown gave up on (until they
+    /// end): one instance id serves one consumer (build another broker for
+    /// another).
     #[error("the consumer of instance `{instance}` is already running")]
     AlreadyRunning {
         /// The instance id.

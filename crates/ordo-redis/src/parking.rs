@@ -188,13 +188,21 @@ impl Partitions {
     }
 
     /// The next held message of resolved `key`, under the fence (when it
-    /// holds none any more, it stops holding, in the same step).
+    /// holds none any more, it stops holding, in the same step), as attempt
+    /// `attempt` of the key (in its sequence, `own`).
+    ///
+    /// A call of an attempt closed already is refused by the script (a
+    /// late copy of an earlier call). While its caller still waits for it,
+    /// only an earlier copy of this same call can have closed `attempt`,
+    /// by ending the holding: that refusal is [`HeldNext::Done`].
     pub(crate) async fn held_next(
         &self,
         lease: &Lease,
         group: &str,
         partition: &PartitionKeys,
         key: &str,
+        own: &KeyNames,
+        attempt: u64,
     ) -> Result<HeldNext> {
         let script = &SCRIPTS.held;
         let keys = vec![
@@ -202,13 +210,19 @@ impl Partitions {
             partition.held(group, key),
             partition.holding(group),
             partition.parked(group),
+            own.sequence.clone(),
         ];
-        let args = vec![Value::from(lease.value()), Value::from(key)];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(key),
+            Value::from(i64::try_from(attempt).unwrap_or(i64::MAX)),
+            millis(self.sequence_ttl()),
+        ];
         let mut reply = Reply::parse(script, script.run(self.client(), keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
             "parked" => Ok(HeldNext::Parked),
-            "done" => Ok(HeldNext::Done),
+            "done" | "stale" => Ok(HeldNext::Done),
             "entry" => {
                 let entry = reply.take(0)?;
                 let raw = parse_entries(script.name(), Value::Array(vec![entry]))?
@@ -249,5 +263,135 @@ impl Partitions {
         Reply::parse(script, script.run(self.client(), keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+
+    use fred::interfaces::{ClientLike, SetsInterface, StreamsInterface};
+    use fred::prelude::Builder;
+    use ordo_core::config::{Config, Partitions as Partitioning};
+    use ordo_testkit::Redis;
+
+    use super::*;
+    use crate::admin::PartitionAdmin;
+    use crate::groups::{self, IfNoStream};
+    use crate::keys::{PartitionId, Routing};
+    use crate::partition::ReadOutcome;
+
+    const GROUP: &str = "G";
+    const CATEGORY: &str = "late";
+
+    /// A held-next call delayed on its connection past the client's timeout
+    /// lands after the client asked again, ran the held message and
+    /// acknowledged it, while the owner moves the key's next message into
+    /// the held stream (issue 26.8). The late copy must change nothing: the
+    /// key stays listed as holding, so the owner, or the next one after a
+    /// lease loss, runs that message before the key flows again.
+    #[tokio::test]
+    async fn a_late_held_next_call_does_not_end_the_holding_of_a_key() {
+        let redis = Redis::start().unwrap();
+        let pool = Builder::from_config(crate::client_config(&redis.url()).unwrap())
+            .build_pool(2)
+            .unwrap();
+        pool.init().await.unwrap();
+        let partitions = Partitions::new(pool.clone(), "a", Duration::from_secs(60));
+        let partition = PartitionKeys::of(PartitionId::hashed(CATEGORY, 0), "backfill");
+        let own = partition.key_names(GROUP, "k");
+        groups::create(&pool, partition.primary(), GROUP, IfNoStream::Create)
+            .await
+            .unwrap();
+        for seq in 0..2 {
+            let _: String = pool
+                .xadd(
+                    partition.primary(),
+                    false,
+                    None,
+                    "*",
+                    vec![
+                        ("type", "T"),
+                        ("key", "k"),
+                        ("envelope", &format!("{{\"seq\":{seq}}}")),
+                    ],
+                )
+                .await
+                .unwrap();
+        }
+        let lease = partitions.acquire(GROUP, &partition).await.unwrap().unwrap();
+        let read = partitions
+            .read_hashed(&lease, GROUP, &partition, 10, &["0".to_owned(), "0".to_owned()])
+            .await
+            .unwrap();
+        let ReadOutcome::Entries { entries, .. } = read else {
+            panic!("the lane has two entries: {read:?}");
+        };
+        let [first, second] = <[StreamEntry; 2]>::try_from(entries).unwrap();
+
+        // The first message is poison: the key parks (attempt 1), and an
+        // operator retries it.
+        let reason = HaltReason {
+            lane: Lane::Primary,
+            head: first.id().to_owned(),
+            error: "poison".to_owned(),
+            attempts: 1,
+        };
+        partitions
+            .park(&lease, GROUP, &partition, "k", &own, &first, false, &reason, 1)
+            .await
+            .unwrap();
+        let config = Config::default().with_partitions(CATEGORY, Partitioning::Hashed(NonZeroU32::MIN));
+        PartitionAdmin::new(pool.clone(), "backfill")
+            .with_routing(Routing::new(&config))
+            .retry(GROUP, CATEGORY, "k")
+            .await
+            .unwrap();
+
+        // Held-next, attempt 2: its first copy is delayed; the client asks
+        // again, runs the held message and acknowledges it (closing the
+        // attempts up to the last one numbered, 3: its handler's).
+        let HeldNext::Entry(held) = partitions
+            .held_next(&lease, GROUP, &partition, "k", &own, 2)
+            .await
+            .unwrap()
+        else {
+            panic!("the retried message is held");
+        };
+        assert_eq!(held.envelope_json(), first.envelope_json());
+        partitions
+            .ack_held(&lease, GROUP, &partition, "k", &own, held.id(), 3)
+            .await
+            .unwrap();
+
+        // The delayed first copy lands now, with the held stream empty.
+        partitions
+            .held_next(&lease, GROUP, &partition, "k", &own, 2)
+            .await
+            .unwrap();
+        // The key's next message reaches the owner, still holding: behind
+        // what the key holds.
+        partitions
+            .hold(&lease, GROUP, &partition, "k", Lane::Primary, &[&second])
+            .await
+            .unwrap();
+
+        let holding: bool = pool.sismember(partition.holding(GROUP), "k").await.unwrap();
+        assert!(
+            holding,
+            "a late held-next call ended the holding: the key's next message sits in a held stream \
+             no owner lists"
+        );
+        let parking = partitions.parking(GROUP, &partition).await.unwrap();
+        assert_eq!(parking.holding, ["k"], "a new owner finds the key holding");
+        let next = partitions
+            .held_next(&lease, GROUP, &partition, "k", &own, 4)
+            .await
+            .unwrap();
+        let HeldNext::Entry(next) = next else {
+            panic!("the key's next message is held: {next:?}");
+        };
+        assert_eq!(next.envelope_json(), second.envelope_json());
     }
 }

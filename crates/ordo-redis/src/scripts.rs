@@ -76,6 +76,7 @@ scripts! {
     acquire: include_str!("lua/acquire.lua"),
     renew: include_str!("lua/renew.lua"),
     arm: include_str!("lua/arm.lua"),
+    recheck: include_str!("lua/recheck.lua"),
     union: include_str!("lua/union.lua"),
     release: include_str!("lua/release.lua"),
     read: include_str!("lua/read.lua"),

@@ -8,6 +8,7 @@
 //! reap_idle_ms = 3600000              # idle time before a drained partition is retired; 0: never
 //! discovery_interval_seconds = 1.0    # how often the partition index is re-read; under the TTL
 //! max_owned_partitions = 0            # most partitions one instance owns (all groups); 0: no limit
+//! recheck_interval_seconds = 5.0      # how often idle partitions are re-checked for missed wake-ups
 //! ```
 //!
 //! They share the table with ordo-core's keys (`poll_interval_seconds`,
@@ -22,12 +23,14 @@ use ordo_core::error::ConfigError;
 const LEASE_TTL_MS: u64 = 15_000;
 const REAP_IDLE_MS: u64 = 3_600_000;
 const DISCOVERY_INTERVAL_SECONDS: f64 = 1.0;
+const RECHECK_INTERVAL_SECONDS: f64 = 5.0;
 
 const LEASE_TTL_KEY: &str = "server.partitioning.lease_ttl_ms";
 const HEARTBEAT_KEY: &str = "server.partitioning.heartbeat_interval_seconds";
 const REAP_IDLE_KEY: &str = "server.partitioning.reap_idle_ms";
 const DISCOVERY_KEY: &str = "server.partitioning.discovery_interval_seconds";
 const MAX_OWNED_KEY: &str = "server.partitioning.max_owned_partitions";
+const RECHECK_KEY: &str = "server.partitioning.recheck_interval_seconds";
 
 /// The Redis broker's timings, from `[server.partitioning]` of the domain
 /// configuration ([`RedisSettings::from_config`]). Every cross-field rule
@@ -39,6 +42,7 @@ pub struct RedisSettings {
     reap: ReapPolicy,
     discovery_interval: Duration,
     max_owned_partitions: Option<std::num::NonZeroUsize>,
+    recheck_interval: Duration,
 }
 
 /// When a drained, idle partition is retired (`reap_idle_ms`).
@@ -77,6 +81,7 @@ impl RedisSettings {
         "reap_idle_ms",
         "discovery_interval_seconds",
         "max_owned_partitions",
+        "recheck_interval_seconds",
     ];
 
     /// Reads and validates the Redis broker's keys of `config`'s
@@ -131,12 +136,18 @@ impl RedisSettings {
                     })?,
             ),
         };
+        let recheck_interval = positive_seconds(
+            RECHECK_KEY,
+            number(table, "recheck_interval_seconds")?,
+            RECHECK_INTERVAL_SECONDS,
+        )?;
         Ok(Self {
             lease_ttl,
             heartbeat_interval,
             reap,
             discovery_interval,
             max_owned_partitions,
+            recheck_interval,
         })
     }
 
@@ -174,6 +185,15 @@ impl RedisSettings {
     /// limit are left to other instances, or wait until this one has room.
     pub fn max_owned_partitions(&self) -> Option<std::num::NonZeroUsize> {
         self.max_owned_partitions
+    /// `recheck_interval_seconds`: how often the waker re-checks every
+    /// idle partition its workers wait on (one script call per Redis node,
+    /// whatever the number of partitions), and its doorbell subscriptions
+    /// against the cluster's slot map: the most time a wake-up that was
+    /// missed (a subscription Redis dropped in a failover or a slot move)
+    /// or never rung (an entry added without Ordo's publish script, by hand
+    /// or by a replay tool) takes to be noticed.
+    pub fn recheck_interval(&self) -> Duration {
+        self.recheck_interval
     }
 }
 

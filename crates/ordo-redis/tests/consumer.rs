@@ -8,17 +8,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use fred::clients::Pool;
 use fred::interfaces::{ClientLike, KeysInterface, SetsInterface, StreamsInterface};
 use ordo_core::broker::Broker;
 use ordo_core::handler::HandlerKind;
 use ordo_core::key::Lane;
 use ordo_redis::PartitionKeys;
-use ordo_testkit::Redis;
+use ordo_testkit::{Redis, RedisCluster};
 
 use common::topology::TestRedis;
 use common::{
-    Outcome, Recorder, Running, broker, config, keys, pool, publication, publish_all, publish_seqs,
+    Outcome, Recorder, Running, broker, config, envelope, keys, pool, publication, publish_all, publish_seqs,
     subscribe, subscription,
 };
 use ordo_testkit::eventually;
@@ -141,7 +142,8 @@ crate::on_both_topologies!(
 );
 
 /// An idle worker is woken by the publish itself, never by polling: the
-/// fallback poll is set to a minute, so a lost wake-up fails the test. Each
+/// fallback poll and the re-check are set to a minute, so a lost wake-up
+/// fails the test. Each
 /// round publishes as soon as the previous one was handled, while the
 /// workers are turning idle and arming their doorbells again (the race the
 /// arming script closes).
@@ -154,7 +156,8 @@ async fn a_publish_rings_the_doorbell_of_its_idle_partition(redis: TestRedis) ->
          lease_ttl_ms = 3000\n\
          heartbeat_interval_seconds = 0.6\n\
          poll_interval_seconds = 60\n\
-         discovery_interval_seconds = 0.1\n",
+         discovery_interval_seconds = 0.1\n\
+         recheck_interval_seconds = 60\n",
     )?;
     let a = broker(&url, config).await?;
     publish_all(&a, &category, &keys, 0..1).await?;
@@ -178,23 +181,7 @@ async fn a_publish_rings_the_doorbell_of_its_idle_partition(redis: TestRedis) ->
     })
     .await?;
     let client = pool(&url).await?;
-    eventually(
-        Duration::from_secs(10),
-        "every idle partition's doorbell armed",
-        || {
-            let (client, category, keys) = (client.clone(), category.clone(), keys.clone());
-            async move {
-                for key in &keys {
-                    let doorbell = PartitionKeys::new(&category, key, "backfill").doorbell();
-                    if client.exists::<u64, _>(doorbell).await? == 0 {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
-            }
-        },
-    )
-    .await?;
+    doorbells_armed(&client, &category, &keys).await?;
     for round in 1..=20u64 {
         publish_all(&a, &category, &keys, round..round + 1).await?;
         let expected = keys.len() * usize::try_from(round + 1)?;
@@ -212,6 +199,192 @@ async fn a_publish_rings_the_doorbell_of_its_idle_partition(redis: TestRedis) ->
             "key {key} in order, once each"
         );
     }
+    run.stop().await?;
+    Ok(())
+}
+
+/// Timings for the wake-up tests: no polling (a minute), a re-check every
+/// 0.5 s, nothing retired.
+fn no_polling_recheck_every_half_second() -> anyhow::Result<ordo_core::config::Config> {
+    Ok(ordo_core::config::Config::from_toml_str(
+        "[server.partitioning]\n\
+         lease_ttl_ms = 3000\n\
+         heartbeat_interval_seconds = 0.6\n\
+         poll_interval_seconds = 60\n\
+         discovery_interval_seconds = 0.1\n\
+         recheck_interval_seconds = 0.5\n",
+    )?)
+}
+
+/// Waits until the doorbell of every one of `keys`' partitions is armed:
+/// their workers wait for a ring.
+async fn doorbells_armed(client: &Pool, category: &str, keys: &[String]) -> anyhow::Result<()> {
+    eventually(
+        Duration::from_secs(15),
+        "every idle partition's doorbell armed",
+        || {
+            let (client, category, keys) = (client.clone(), category.to_owned(), keys.to_vec());
+            async move {
+                for key in &keys {
+                    let doorbell = PartitionKeys::new(&category, key, "backfill").doorbell();
+                    if client.exists::<u64, _>(doorbell).await? == 0 {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    an_entry_added_without_the_publish_script_is_handled_within_the_recheck_interval
+);
+
+/// An entry added to an idle partition's stream without Ordo's publish
+/// script (an `XADD` by hand, a replay tool) rings no doorbell: it used to
+/// wait for the next real publish to the key (or the reap timer, an hour by
+/// default). The re-check finds it within its interval (0.5 s here; the
+/// test allows 20 times that).
+async fn an_entry_added_without_the_publish_script_is_handled_within_the_recheck_interval(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("handmade");
+    let keys = keys(3);
+    let a = broker(&url, no_polling_recheck_every_half_second()?).await?;
+    publish_all(&a, &category, &keys, 0..1).await?;
+    let recorder = Recorder::new();
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &recorder)]);
+    recorder
+        .until(Duration::from_secs(30), "the first entries handled", |r| {
+            r.handled().len() >= keys.len()
+        })
+        .await?;
+    let client = pool(&url).await?;
+    doorbells_armed(&client, &category, &keys).await?;
+
+    // What `publish.lua` writes, added by hand.
+    let by_hand = envelope(&category, "Happened", Some(&keys[1]), 1);
+    let _: String = client
+        .xadd(
+            common::stream(&category, &keys[1]),
+            false,
+            None,
+            "*",
+            vec![
+                ("type", "Happened".to_owned()),
+                ("envelope", serde_json::to_string(&by_hand)?),
+            ],
+        )
+        .await?;
+    let started = std::time::Instant::now();
+    recorder.wait_seqs(&keys[1], &[0, 1]).await?;
+    eprintln!("an entry added by hand was handled after {:?}", started.elapsed());
+    run.stop().await?;
+    Ok(())
+}
+
+/// Partitions idle on every primary of a cluster with replicas while one
+/// primary hands its slots to its replica (`CLUSTER FAILOVER`, which loses
+/// nothing). Redis drops the waker's sharded subscriptions of those slots
+/// (it sends `sunsubscribe`, which the client library drops silently): a
+/// publish to such a partition then deleted the armed doorbell and rang
+/// nobody, and its worker waited for the reap timer. The re-check finds the
+/// subscriptions on the wrong node and subscribes again, and finds any
+/// doorbell rung meanwhile: every key's next entry is handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_partitions_are_woken_after_a_manual_cluster_failover() -> anyhow::Result<()> {
+    let mut cluster = RedisCluster::builder().replicas(true).start()?;
+    let url = cluster.url();
+    let category = common::category("failover");
+    let keys = keys(24);
+    let a = broker(&url, no_polling_recheck_every_half_second()?).await?;
+    publish_all(&a, &category, &keys, 0..1).await?;
+    let recorder = Recorder::new();
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &recorder)]);
+    recorder
+        .until(Duration::from_secs(30), "the first entries handled", |r| {
+            r.handled().len() >= keys.len()
+        })
+        .await?;
+    let client = pool(&url).await?;
+    doorbells_armed(&client, &category, &keys).await?;
+
+    let primary = cluster.node_for_key(&common::stream(&category, &keys[0]))?;
+    let replica = *cluster
+        .replicas_of(primary)?
+        .first()
+        .context("the primary has a replica")?;
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.failover(replica)?;
+        anyhow::Ok(cluster)
+    })
+    .await??;
+    let moved: Vec<&String> = keys
+        .iter()
+        .filter(|key| {
+            cluster
+                .node_for_key(&common::stream(&category, key))
+                .is_ok_and(|node| node == replica)
+        })
+        .collect();
+    assert!(!moved.is_empty(), "the failover moved some keys' partitions");
+
+    publish_all(&a, &category, &keys, 1..2).await?;
+    let started = std::time::Instant::now();
+    recorder
+        .until(
+            Duration::from_secs(20),
+            "every key's entry published after the failover handled",
+            |r| r.handled().len() >= 2 * keys.len(),
+        )
+        .await
+        .with_context(|| {
+            let missing: Vec<&String> = keys.iter().filter(|key| recorder.seqs(key) != [0, 1]).collect();
+            format!("not handled: {missing:?} (on the failed-over primary: {moved:?})")
+        })?;
+    eprintln!(
+        "after the failover ({} of {} partitions on the promoted replica), every key's next entry \
+         was handled within {:?}",
+        moved.len(),
+        keys.len(),
+        started.elapsed()
+    );
+    for key in &keys {
+        assert_eq!(recorder.seqs(key), [0, 1], "{key} once each, in order");
+    }
+
+    // The waker listens on the promoted node again (it is the only
+    // subscriber here): later publishes ring, whatever the re-check.
+    let promoted =
+        ordo_redis::client_config(&format!("redis://127.0.0.1:{}", cluster.node(replica)?.port()))?;
+    let promoted = fred::prelude::Builder::from_config(promoted).build()?;
+    promoted.init().await?;
+    let channels: Vec<String> = moved
+        .iter()
+        .map(|key| PartitionKeys::new(&category, key, "backfill").doorbell_channel())
+        .collect();
+    eventually(
+        Duration::from_secs(10),
+        "the waker subscribed to the moved doorbell channels on the promoted node",
+        || {
+            let (promoted, channels) = (promoted.clone(), channels.clone());
+            let expected = 2 * channels.len();
+            async move {
+                let counts: Vec<fred::types::Value> =
+                    fred::interfaces::PubsubInterface::pubsub_shardnumsub(&promoted, channels).await?;
+                Ok(counts.len() == expected
+                    && counts
+                        .chunks(2)
+                        .all(|pair| pair.get(1).and_then(fred::types::Value::as_u64) >= Some(1)))
+            }
+        },
+    )
+    .await?;
     run.stop().await?;
     Ok(())
 }

@@ -25,6 +25,7 @@ fn defaults_match_the_contract() {
         assert_eq!(redis.heartbeat_interval(), Duration::from_secs(3));
         assert_eq!(redis.reap_idle(), Some(Duration::from_millis(3_600_000)));
         assert_eq!(redis.discovery_interval(), Duration::from_secs(1));
+        assert_eq!(redis.recheck_interval(), Duration::from_secs(5));
     }
 }
 
@@ -37,6 +38,7 @@ fn every_key_is_read_next_to_the_core_keys() {
          poll_interval_seconds = 0.5\n\
          reap_idle_ms = 60000\n\
          discovery_interval_seconds = 2\n\
+         recheck_interval_seconds = 0.25\n\
          max_retries = 0\n",
     )
     .unwrap();
@@ -45,6 +47,7 @@ fn every_key_is_read_next_to_the_core_keys() {
     assert_eq!(redis.heartbeat_interval(), Duration::from_millis(2500));
     assert_eq!(redis.reap_idle(), Some(Duration::from_secs(60)));
     assert_eq!(redis.discovery_interval(), Duration::from_secs(2));
+    assert_eq!(redis.recheck_interval(), Duration::from_millis(250));
     assert_eq!(config.partitioning().poll_interval(), Duration::from_millis(500));
     assert_eq!(config.partitioning().max_retries(), 0);
 }
@@ -115,6 +118,16 @@ fn each_invalid_value_is_rejected_naming_its_key() {
             "server.partitioning.discovery_interval_seconds",
             "must be under the lease TTL",
         ),
+        (
+            "recheck_interval_seconds = 0",
+            "server.partitioning.recheck_interval_seconds",
+            "got 0",
+        ),
+        (
+            "recheck_interval_seconds = -1",
+            "server.partitioning.recheck_interval_seconds",
+            "got -1",
+        ),
     ];
     for (line, key, detail) in cases {
         let error = settings(line).unwrap_err();
@@ -164,7 +177,7 @@ fn an_unknown_key_of_the_table_is_rejected_listing_core_and_redis_keys() {
                 "unknown key `server.partitioning.{key}` in the domain configuration; valid keys in \
                  [server.partitioning]: poll_interval_seconds, max_retries, retry_backoff_initial_ms, \
                  retry_backoff_max_ms, max_concurrency, lease_ttl_ms, heartbeat_interval_seconds, \
-                 reap_idle_ms, discovery_interval_seconds, max_owned_partitions"
+                 reap_idle_ms, discovery_interval_seconds, max_owned_partitions, recheck_interval_seconds"
             )
         );
     }

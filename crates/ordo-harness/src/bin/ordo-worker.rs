@@ -97,6 +97,11 @@ struct RunArgs {
     /// Handler runs at once in the process (default: the configuration's).
     #[arg(long)]
     max_concurrency: Option<NonZeroUsize>,
+    /// Each run is the handler's own task and works in blocking code
+    /// (`std::thread::sleep`), which aborting it cannot interrupt; its
+    /// start is recorded with Redis's time.
+    #[arg(long)]
+    blocking_work: bool,
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +165,7 @@ async fn run(args: RunArgs) -> Result<()> {
         tls: ordo_redis::TlsFiles::new(),
         hashed_partitions: args.hashed_partitions,
         max_concurrency: args.max_concurrency,
+        blocking_work: args.blocking_work,
     };
     let shutdown = worker::shutdown_on_signal()?;
     worker::run(&options, shutdown)

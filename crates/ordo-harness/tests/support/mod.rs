@@ -189,6 +189,29 @@ impl Env {
             .unwrap_or(0))
     }
 
+    /// The runs of `key` workers in blocking mode started, in start order:
+    /// `(instance, token, start ms by Redis's clock)`.
+    pub fn blocking_starts(&self, key: &str) -> anyhow::Result<Vec<(String, u64, u64)>> {
+        let entries: Vec<String> = self.block_on(fred::interfaces::ListInterface::lrange(
+            &self.client,
+            self.records.blocking_starts(key),
+            0,
+            -1,
+        ))?;
+        entries
+            .iter()
+            .map(|entry| {
+                let mut fields = entry.split(' ');
+                let (Some(instance), Some(token), Some(ms), None) =
+                    (fields.next(), fields.next(), fields.next(), fields.next())
+                else {
+                    anyhow::bail!("a blocking start is `instance token ms`, not {entry:?}");
+                };
+                Ok((instance.to_owned(), token.parse()?, ms.parse()?))
+            })
+            .collect()
+    }
+
     /// How long `key`'s lease has left, in ms (negative when not held).
     pub fn lease_pttl(&self, key: &str) -> anyhow::Result<i64> {
         Ok(self.block_on(self.client.pttl(self.records.lease(key)))?)

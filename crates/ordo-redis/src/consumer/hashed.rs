@@ -887,11 +887,16 @@ impl<'w> Hashed<'w> {
     /// more, and lets it flow).
     async fn run_held(&self, key: &Arc<str>, slot: &Slot) -> Option<KeyEnd> {
         let w = self.worker;
+        let own = slot.own().expect("a key's slot");
+        // An attempt of the key: a copy of this call that lands late (after
+        // it was answered and the key went on) is refused, since the held
+        // message's acknowledgement (or the end of the holding) closes it.
+        let attempt = w.next_attempt();
         let next = w
             .until_answered("reading a resolved key's held messages", true, || {
                 w.shared
                     .partitions
-                    .held_next(&w.lease, &w.unit.group, self.partition, key)
+                    .held_next(&w.lease, &w.unit.group, self.partition, key, own, attempt)
             })
             .await;
         let entry = match next {
@@ -913,11 +918,11 @@ impl<'w> Hashed<'w> {
         slot.set_held(false);
         match handled {
             Handled::Done => {
-                let close = if slot.take_fence_used() {
-                    w.last_attempt()
-                } else {
-                    0
-                };
+                // Always closed (not only after a fenced command, as in the
+                // lanes): the held-next call that fetched it is of this
+                // attempt or an earlier one, and must not land after it.
+                slot.take_fence_used();
+                let close = w.last_attempt();
                 slot.take_had_failures();
                 let acked = w
                     .until_answered("acknowledging a held message", false, || {
@@ -926,7 +931,7 @@ impl<'w> Hashed<'w> {
                             &w.unit.group,
                             self.partition,
                             key,
-                            slot.own().expect("a key's slot"),
+                            own,
                             entry.id(),
                             close,
                         )

@@ -6,6 +6,11 @@
 //! thread, or a blocking read holding a connection, cannot delay a renewal.
 //! It kills the worker of a lease it finds lost, and of every lease when
 //! renewals keep failing, before the leases can expire (see [`must_give_up`]).
+//!
+//! A lease left lingering by a worker whose aborted handler runs go on
+//! (see [`LeaseTable`]) is renewed like the others until the runs have
+//! ended, then released; the heartbeat outlives its stop signal for as
+//! long as such a lease is left.
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -14,7 +19,7 @@ use std::time::{Duration, Instant};
 use fred::clients::Client;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::{LeaseTable, Settings};
 use crate::connection;
@@ -114,10 +119,16 @@ async fn beat(
     // at least `renewed + ttl`.
     let mut renewed = Instant::now();
     loop {
+        // Once stopped, only leases lingering for runs still going on are
+        // left (every worker has stopped): beat on for them.
+        if stop.is_cancelled() && leases.lingering() == 0 {
+            return;
+        }
         tokio::select! {
             _ = ticker.tick() => {}
-            () = stop.cancelled() => return,
+            () = stop.cancelled(), if !stop.is_cancelled() => continue,
         }
+        release_ended(client, leases).await;
         let held = leases.snapshot();
         let started = Instant::now();
         if held.is_empty() {
@@ -150,6 +161,21 @@ async fn beat(
             Err(error) => {
                 renewals.failed(&error);
                 warn!(event = ordo_core::log_events::LEASE_RENEWAL_FAILED, error = %ordo_core::error::error_chain(&error), leases = held.len(), "lease renewal failed; retrying next beat");
+            }
+        }
+    }
+}
+
+/// Releases the lingering leases whose handler runs have all ended (a
+/// lease that cannot be released now expires on its own).
+async fn release_ended(client: &Client, leases: &LeaseTable) {
+    for lease in leases.ended() {
+        match lease::release(client, &lease).await {
+            Ok(released) => {
+                info!(lease = %lease.key(), released, "the handler runs kept after their worker stopped have ended; lease released");
+            }
+            Err(error) => {
+                warn!(%error, lease = %lease.key(), "the handler runs kept after their worker stopped have ended; releasing the lease failed, it will expire");
             }
         }
     }

@@ -10,7 +10,10 @@
 //! - the **waker** ([`waker`]) arms an idle partition's doorbell, which the
 //!   next publish to it rings on a sharded Pub/Sub channel the waker listens
 //!   to, and wakes only the workers whose partitions rang, so idle partitions
-//!   cost nothing each;
+//!   cost nothing each; once per `recheck_interval` it re-checks its
+//!   subscriptions and every armed doorbell with one script per node, so a
+//!   ring Redis dropped (a failover, a slot move) or an entry added without
+//!   the publish script is noticed within that time;
 //! - the **heartbeat** ([`heartbeat`]) renews every held lease with one
 //!   script call per Redis node and interval, on its own thread, runtime and connection, so no
 //!   handler can starve it, and kills the worker of a lease it lost or
@@ -32,12 +35,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use ordo_core::attempt::StillRunning;
 use ordo_core::backoff::Backoff;
 use ordo_core::broker::Subscription;
 use tokio_util::sync::CancellationToken;
 
 use crate::connection;
 use crate::error::Result;
+use crate::lease::Lease;
 use crate::partition::Partitions;
 use crate::secret::SecretUrl;
 use crate::tls::TlsFiles;
@@ -54,6 +59,8 @@ pub(crate) struct Settings {
     /// The most units this instance owns at once, over all its groups
     /// (`max_owned_partitions`); `None`: no limit.
     pub(crate) max_owned: Option<std::num::NonZeroUsize>,
+    /// How often the waker re-checks the idle partitions and its subscriptions.
+    pub(crate) recheck_interval: Duration,
     pub(crate) max_retries: u32,
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,
@@ -97,6 +104,13 @@ impl Shared {
 /// The heartbeat kills a worker whose lease it gave up itself, on its own
 /// thread: going through the supervisor could wait behind a discovery round
 /// stuck on an unreachable Redis, while the lease runs out.
+///
+/// A lease whose worker has stopped but left handler runs going on (aborted
+/// in blocking code: at a shutdown past its grace) **lingers**: it stays in
+/// the table, renewed, until every such run has ended, and the heartbeat
+/// then releases it. Nobody else runs the key meanwhile, however long the
+/// run takes; if the process exits, the run ends with it and the lease
+/// expires.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LeaseTable(Arc<Mutex<HashMap<String, Held>>>);
 
@@ -107,6 +121,15 @@ struct Held {
     /// The lease is valid at least until then (its acquisition, or the
     /// last renewal that included it, started a TTL before).
     valid_until: Instant,
+    /// Set once its worker stopped with runs still going on.
+    lingering: Option<Lingering>,
+}
+
+/// A lease kept for handler runs that outlived their worker.
+#[derive(Debug)]
+struct Lingering {
+    lease: Lease,
+    runs: Vec<StillRunning>,
 }
 
 impl LeaseTable {
@@ -119,8 +142,60 @@ impl LeaseTable {
                 value: value.to_owned(),
                 kill,
                 valid_until,
+                lingering: None,
             },
         );
+    }
+
+    /// Keeps `lease`, still held, renewed after its worker stopped, for as
+    /// long as any of `runs` goes on (see [`LeaseTable`]); returns whether
+    /// it does (not when the lease was given up or lost meanwhile: there is
+    /// nothing left to keep).
+    pub(crate) fn linger(&self, lease: &Lease, runs: Vec<StillRunning>) -> bool {
+        let mut table = self.lock();
+        match table.get_mut(lease.key()) {
+            Some(held) if held.value == lease.value() => {
+                held.lingering = Some(Lingering {
+                    lease: lease.clone(),
+                    runs,
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes out the lingering leases whose runs have all ended, to be
+    /// released.
+    pub(crate) fn ended(&self) -> Vec<Lease> {
+        let mut table = self.lock();
+        let ended: Vec<String> = table
+            .iter()
+            .filter(|(_, held)| {
+                held.lingering
+                    .as_ref()
+                    .is_some_and(|lingering| lingering.runs.iter().all(StillRunning::has_ended))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        ended
+            .iter()
+            .filter_map(|key| table.remove(key)?.lingering.map(|lingering| lingering.lease))
+            .collect()
+    }
+
+    /// Whether `key` lingers for runs still going on (no worker may take it
+    /// up again meanwhile: this instance would adopt it as its own).
+    pub(crate) fn lingers(&self, key: &str) -> bool {
+        self.lock().get(key).is_some_and(|held| held.lingering.is_some())
+    }
+
+    /// How many leases linger for runs still going on.
+    pub(crate) fn lingering(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|held| held.lingering.is_some())
+            .count()
     }
 
     /// Records that `renewed` (a snapshot's leases, less the ones lost)
@@ -195,8 +270,20 @@ pub(crate) async fn sleep_unless(token: &CancellationToken, duration: Duration) 
 /// A shared handle to the consumer's state.
 pub(crate) type SharedRef = Arc<Shared>;
 
+/// How a consumer ended: its result, and the heartbeat's thread when it
+/// goes on for leases kept for handler runs that outlived their workers.
+#[derive(Debug)]
+pub(crate) struct Stopped {
+    /// The supervisor's result.
+    pub(crate) result: Result<()>,
+    /// The heartbeat, still renewing the leases of runs aborted at shutdown
+    /// that are still going on; it ends (and releases them) once they have.
+    pub(crate) lingering: Option<std::thread::JoinHandle<()>>,
+}
+
 /// Runs this instance's consumer for `subscriptions` until `shutdown` is
-/// cancelled; returns once every worker stopped and released its lease.
+/// cancelled; returns once every worker stopped and released its lease, or
+/// left it to the heartbeat for a run still going on ([`Stopped::lingering`]).
 pub(crate) async fn run(
     url: SecretUrl,
     settings: Settings,
@@ -204,7 +291,7 @@ pub(crate) async fn run(
     subscriptions: Arc<[Subscription]>,
     shutdown: CancellationToken,
     renewals: heartbeat::RenewalSignal,
-) -> Result<()> {
+) -> Result<Stopped> {
     let background = CancellationToken::new();
     let waker_client =
         connection::subscriber_builder(url.expose(), &settings.tls)?.build_subscriber_client()?;
@@ -213,6 +300,7 @@ pub(crate) async fn run(
         waker_client.clone(),
         partitions.client().clone(),
         settings.poll_interval,
+        settings.recheck_interval,
     );
     let waker_task = tokio::spawn(waker.run(background.clone()));
 
@@ -248,17 +336,32 @@ pub(crate) async fn run(
         );
     }
     let instance = shared.instance().to_owned();
-    let result = supervisor::Supervisor::new(shared, &subscriptions)
+    let result = supervisor::Supervisor::new(shared.clone(), &subscriptions)
         .run(shutdown)
         .await;
 
     tracing::debug!("workers stopped; stopping the committer, the waker and the heartbeat");
+    let lingering = shared.leases.lingering();
     background.cancel();
     let _ = committer.await;
     let _ = waker_task.await;
     tracing::debug!("waker stopped");
-    let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;
-    tracing::debug!("heartbeat stopped");
+    let lingering = if lingering == 0 {
+        let _ = tokio::task::spawn_blocking(move || heartbeat.join()).await;
+        tracing::debug!("heartbeat stopped");
+        None
+    } else {
+        // Its thread goes on renewing their leases, and releases each once
+        // its runs have ended; if the process exits first, they end with it
+        // and the leases expire.
+        tracing::warn!(
+            event = ordo_core::log_events::LEASE_KEPT_FOR_RUN,
+            leases = lingering,
+            "handler runs aborted at shutdown are still going on (in blocking code); their leases stay \
+             renewed until they end, so no other instance runs their keys meanwhile"
+        );
+        Some(heartbeat)
+    };
     connection::quit(&waker_client, Duration::from_secs(1)).await;
     match &result {
         Ok(()) => {
@@ -271,5 +374,5 @@ pub(crate) async fn run(
             "consumer stopped"
         ),
     }
-    result
+    Ok(Stopped { result, lingering })
 }

@@ -434,7 +434,10 @@ impl Supervisor {
     async fn acquire(&mut self, plan: usize, units: &BTreeMap<String, Unit>, limit: usize) -> Result<()> {
         let mut candidates: Vec<&Unit> = units
             .values()
-            .filter(|unit| !self.workers.contains_key(&unit.lease.lease))
+            .filter(|unit| {
+                !self.workers.contains_key(&unit.lease.lease)
+                    && !self.shared.leases.lingers(&unit.lease.lease)
+            })
             .collect();
         balance::preference_order(&mut candidates, self.shared.instance(), |u| u.id.as_str());
         candidates.truncate(MAX_CANDIDATES);

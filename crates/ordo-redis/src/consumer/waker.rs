@@ -13,34 +13,60 @@
 //! Because the check and the arming are one atomic step, and the
 //! subscription is confirmed before the arming, a publish lands either
 //! before the arming (and the worker is woken by the check) or after (and
-//! rings a channel the waker listens to): no wake-up is lost.
+//! rings a channel the waker listens to): no wake-up is lost while the
+//! subscription holds.
 //!
-//! Idle cost: nothing per interval, whatever the number of idle partitions;
-//! one script per partition that turns idle. It is the same on a single
-//! Redis and on a Redis Cluster, where one blocking `XREAD` over the
-//! streams of many slots is refused (`CROSSSLOT`) and a sharded channel
-//! lives on the node serving its slot.
+//! A subscription does not always hold. Rings published while the
+//! subscriber is disconnected are lost: after it reconnects, the waker
+//! subscribes again and wakes every waiting worker to read again. Redis 7
+//! also drops a sharded subscription on a connection it keeps open when the
+//! channel's slot moves, a manual `CLUSTER FAILOVER` within one shard
+//! included (it sends `sunsubscribe`, which the client library drops
+//! silently). And an entry added to a stream without the publish script (an
+//! `XADD` by hand, a replay tool) rings nothing. So once per
+//! `recheck_interval` the waker **re-checks**, as a bounded fallback:
 //!
-//! Rings published while the subscriber is disconnected are lost: after it
-//! reconnects, the waker subscribes again and wakes every waiting worker to
-//! read again. A failed subscription or arming falls back to waking the
+//! 1. on a Redis Cluster, it reads the slot map (`CLUSTER SLOTS`, one
+//!    command) and subscribes again to every channel whose slot is served by
+//!    another node than the one its subscription went to;
+//! 2. then, with one script call per node (`recheck.lua`), it looks at the
+//!    lanes of every partition whose doorbell it armed: a lane with an entry
+//!    after the worker's id (published while nobody listened to the ring, or
+//!    added without the publish script) wakes that worker.
+//!
+//! Subscribing again before looking means a publish after the look rings
+//! a listened channel, and one before it is found by the look: a missed or
+//! never-rung wake-up is noticed within one interval (two when the slot map
+//! changes while a re-check runs).
+//!
+//! Idle cost: nothing per partition and interval. One script per partition
+//! that turns idle; per interval, one re-check script per Redis node with
+//! armed doorbells (and one `CLUSTER SLOTS` on a cluster), whatever the
+//! number of idle partitions. It is the same on a single Redis and on a
+//! Redis Cluster, where one blocking `XREAD` over the streams of many slots
+//! is refused (`CROSSSLOT`) and a sharded channel lives on the node serving
+//! its slot. A failed subscription or arming falls back to waking the
 //! worker after the retry delay (polling, until Redis answers again).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::{Pool, SubscriberClient};
-use fred::interfaces::{EventInterface, PubsubInterface};
+use fred::clients::{Client, Pool, SubscriberClient};
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInterface};
 use fred::types::Value;
+use fred::types::cluster::{ClusterRouting, SlotRange};
 use tokio::sync::Notify;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
-use crate::error::Result;
-use crate::scripts::SCRIPTS;
+use crate::error::{Error, Result};
+use crate::keys::slot_of;
+use crate::nodes;
+use crate::scripts::{SCRIPTS, array};
 
 /// A worker's identity for the waker.
 pub(crate) type WatcherId = u64;
@@ -110,6 +136,8 @@ impl WakerHandle {
 /// What an arming task found for one registration.
 #[derive(Debug)]
 enum Armed {
+    /// Every doorbell is armed: the worker waits for a ring (or the re-check).
+    Waiting { watcher: WatcherId, registration: u64 },
     /// An entry arrived after the worker's read: wake it now.
     Ready { watcher: WatcherId, registration: u64 },
     /// The subscription or the arming failed; the retry delay has passed.
@@ -120,8 +148,21 @@ struct Watch {
     /// Which registration of the watcher this is (arming results of an
     /// earlier one are ignored).
     registration: u64,
-    doorbells: Vec<String>,
+    bells: Vec<Bell>,
     notify: Arc<Notify>,
+    /// Whether its doorbells are armed (the re-check looks at them then).
+    armed: bool,
+}
+
+/// What one re-check found.
+#[derive(Debug, Default)]
+struct Rechecked {
+    /// The registrations (watcher, registration) with a partition that needs
+    /// its worker.
+    news: Vec<(WatcherId, u64)>,
+    /// Channels found on another node that could not be subscribed to
+    /// again (the next worker waiting on one subscribes again).
+    unsubscribed: Vec<String>,
 }
 
 /// The waker's state and loop.
@@ -129,9 +170,14 @@ pub(crate) struct Waker {
     subscriber: SubscriberClient,
     client: Pool,
     retry: Duration,
+    recheck: Duration,
     commands: UnboundedReceiver<Command>,
     armed_tx: UnboundedSender<Armed>,
     armed: UnboundedReceiver<Armed>,
+    rechecked_tx: UnboundedSender<Rechecked>,
+    rechecked: UnboundedReceiver<Rechecked>,
+    /// A re-check is running (one at a time).
+    rechecking: bool,
     watches: HashMap<WatcherId, Watch>,
     /// The watchers waiting on each doorbell.
     waiting: HashMap<String, HashSet<WatcherId>>,
@@ -152,18 +198,29 @@ impl std::fmt::Debug for Waker {
 
 impl Waker {
     /// A waker listening with `subscriber` (its own connections), arming
-    /// with `client`, and falling back to waking a worker after `retry`
-    /// when Redis refuses a subscription or an arming.
-    pub(crate) fn new(subscriber: SubscriberClient, client: Pool, retry: Duration) -> (Self, WakerHandle) {
+    /// with `client`, falling back to waking a worker after `retry` when
+    /// Redis refuses a subscription or an arming, and re-checking its
+    /// subscriptions and armed doorbells every `recheck`.
+    pub(crate) fn new(
+        subscriber: SubscriberClient,
+        client: Pool,
+        retry: Duration,
+        recheck: Duration,
+    ) -> (Self, WakerHandle) {
         let (commands_tx, commands) = unbounded_channel();
         let (armed_tx, armed) = unbounded_channel();
+        let (rechecked_tx, rechecked) = unbounded_channel();
         let waker = Self {
             subscriber,
             client,
             retry,
+            recheck,
             commands,
             armed_tx,
             armed,
+            rechecked_tx,
+            rechecked,
+            rechecking: false,
             watches: HashMap::new(),
             waiting: HashMap::new(),
             subscribed: HashSet::new(),
@@ -181,6 +238,8 @@ impl Waker {
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let mut rings = self.subscriber.message_rx();
         let mut reconnects = self.subscriber.reconnect_rx();
+        let mut rechecks = tokio::time::interval_at(tokio::time::Instant::now() + self.recheck, self.recheck);
+        rechecks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
@@ -200,10 +259,12 @@ impl Waker {
                     Err(RecvError::Closed) => return,
                 },
                 Some(armed) = self.armed.recv() => self.armed(armed),
+                Some(rechecked) = self.rechecked.recv() => self.rechecked(rechecked),
                 command = self.commands.recv() => match command {
                     Some(command) => self.apply(command).await,
                     None => return,
                 },
+                _ = rechecks.tick() => self.start_recheck(),
             }
         }
     }
@@ -240,16 +301,19 @@ impl Waker {
         self.remove(watcher);
         self.registrations += 1;
         let registration = self.registrations;
-        let doorbells: Vec<String> = bells.iter().map(|bell| bell.doorbell.clone()).collect();
-        for doorbell in &doorbells {
-            self.waiting.entry(doorbell.clone()).or_default().insert(watcher);
+        for bell in &bells {
+            self.waiting
+                .entry(bell.doorbell.clone())
+                .or_default()
+                .insert(watcher);
         }
         self.watches.insert(
             watcher,
             Watch {
                 registration,
-                doorbells,
+                bells: bells.clone(),
                 notify,
+                armed: false,
             },
         );
         // Subscribed before arming: a ring can only follow the arming.
@@ -263,7 +327,10 @@ impl Waker {
                 Err(error) => Err(error),
             };
             let outcome = match armed {
-                Ok(false) => return,
+                Ok(false) => Armed::Waiting {
+                    watcher,
+                    registration,
+                },
                 Ok(true) => Armed::Ready {
                     watcher,
                     registration,
@@ -293,7 +360,11 @@ impl Waker {
     }
 
     fn armed(&mut self, armed: Armed) {
-        let (Armed::Ready {
+        let (Armed::Waiting {
+            watcher,
+            registration,
+        }
+        | Armed::Ready {
             watcher,
             registration,
         }
@@ -301,13 +372,79 @@ impl Waker {
             watcher,
             registration,
         }) = armed;
-        if self
+        let Some(watch) = self
             .watches
-            .get(&watcher)
-            .is_some_and(|watch| watch.registration == registration)
-            && let Some(watch) = self.remove(watcher)
-        {
+            .get_mut(&watcher)
+            .filter(|watch| watch.registration == registration)
+        else {
+            return;
+        };
+        if matches!(armed, Armed::Waiting { .. }) {
+            watch.armed = true;
+        } else if let Some(watch) = self.remove(watcher) {
             watch.notify.notify_one();
+        }
+    }
+
+    /// Starts a re-check of the armed doorbells (and, first, of the
+    /// subscriptions), unless one is running or nothing is armed.
+    fn start_recheck(&mut self) {
+        if self.rechecking {
+            return;
+        }
+        let bells: Vec<Armable> = self
+            .watches
+            .iter()
+            .filter(|(_, watch)| watch.armed)
+            .flat_map(|(watcher, watch)| {
+                watch.bells.iter().map(|bell| Armable {
+                    watcher: *watcher,
+                    registration: watch.registration,
+                    bell: bell.clone(),
+                })
+            })
+            .collect();
+        if bells.is_empty() {
+            return;
+        }
+        self.rechecking = true;
+        let subscribed: Vec<String> = self.subscribed.iter().cloned().collect();
+        let (client, subscriber, report) = (
+            self.client.clone(),
+            self.subscriber.clone(),
+            self.rechecked_tx.clone(),
+        );
+        tokio::spawn(async move {
+            let rechecked = recheck(&client, &subscriber, &subscribed, bells).await;
+            let _ = report.send(rechecked);
+        });
+    }
+
+    /// Applies what a re-check found: channels to subscribe to again when
+    /// next needed, and workers to wake.
+    fn rechecked(&mut self, rechecked: Rechecked) {
+        self.rechecking = false;
+        for channel in &rechecked.unsubscribed {
+            self.subscribed.remove(channel);
+        }
+        let mut woken = 0;
+        for (watcher, registration) in rechecked.news {
+            if self
+                .watches
+                .get(&watcher)
+                .is_some_and(|watch| watch.registration == registration)
+                && let Some(watch) = self.remove(watcher)
+            {
+                watch.notify.notify_one();
+                woken += 1;
+            }
+        }
+        if woken > 0 {
+            debug!(
+                woken,
+                "the re-check found partitions whose doorbell never woke their worker (a ring lost, or an \
+                 entry added without the publish script); their workers read again"
+            );
         }
     }
 
@@ -329,11 +466,11 @@ impl Waker {
     /// Forgets `watcher`'s registration and returns it.
     fn remove(&mut self, watcher: WatcherId) -> Option<Watch> {
         let watch = self.watches.remove(&watcher)?;
-        for doorbell in &watch.doorbells {
-            if let Some(waiting) = self.waiting.get_mut(doorbell) {
+        for bell in &watch.bells {
+            if let Some(waiting) = self.waiting.get_mut(&bell.doorbell) {
                 waiting.remove(&watcher);
                 if waiting.is_empty() {
-                    self.waiting.remove(doorbell);
+                    self.waiting.remove(&bell.doorbell);
                 }
             }
         }
@@ -369,6 +506,168 @@ async fn arm(client: &Pool, bells: &[Bell]) -> Result<bool> {
     Ok(false)
 }
 
+/// One armed doorbell of a registration, as a re-check looks at it.
+#[derive(Debug, Clone)]
+struct Armable {
+    watcher: WatcherId,
+    registration: u64,
+    bell: Bell,
+}
+
+impl Armable {
+    /// A name in the partition's slot, to route its re-check by.
+    fn routing(&self) -> &str {
+        self.bell
+            .lanes
+            .first()
+            .map_or(self.bell.doorbell.as_str(), |(lane, _)| lane.as_str())
+    }
+}
+
+/// One re-check: the subscriptions against the cluster's slot map first,
+/// then the lanes of every armed partition, one script call per node. Failures are
+/// logged; the next interval tries again.
+async fn recheck(
+    client: &Pool,
+    subscriber: &SubscriberClient,
+    subscribed: &[String],
+    bells: Vec<Armable>,
+) -> Rechecked {
+    let mut rechecked = Rechecked::default();
+    if subscriber.is_clustered() && !subscribed.is_empty() {
+        match moved(client.next(), subscriber, subscribed).await {
+            Ok(moved) if !moved.is_empty() => {
+                info!(
+                    channels = moved.len(),
+                    "doorbell channels are served by another node since they were subscribed to (a failover \
+                     or a slot move); subscribing to them again"
+                );
+                rechecked.unsubscribed = subscribe_again(subscriber, moved).await;
+            }
+            Ok(_) => {}
+            Err(error) => {
+                warn!(%error, "cannot check the doorbell subscriptions against the cluster's slot map; checking again next interval");
+            }
+        }
+    }
+    match news(client.next(), &bells).await {
+        Ok(news) => rechecked.news = news,
+        Err(error) => {
+            warn!(%error, "cannot re-check the armed doorbells; checking again next interval");
+        }
+    }
+    rechecked
+}
+
+/// The channels of `subscribed` whose slot is served by another node than
+/// the one `subscriber` subscribed them on (by its view of the cluster),
+/// according to the slot map `client` reads now.
+async fn moved(client: &Client, subscriber: &SubscriberClient, subscribed: &[String]) -> Result<Vec<String>> {
+    let slots: Value = client.cluster_slots().await?;
+    let now = ClusterRouting::from_cluster_slots(slots, "")?;
+    let then = subscriber.cached_cluster_state();
+    Ok(subscribed
+        .iter()
+        .filter(|channel| {
+            let slot = slot_of(channel);
+            match (
+                serving(&now, slot),
+                then.as_ref().and_then(|then| serving(then, slot)),
+            ) {
+                (Some(now), Some(then)) => !same_node(now, then),
+                _ => true,
+            }
+        })
+        .cloned()
+        .collect())
+}
+
+/// The slot range of `state` that `slot` is in.
+fn serving(state: &ClusterRouting, slot: u16) -> Option<&SlotRange> {
+    state
+        .slots()
+        .iter()
+        .find(|range| range.start <= slot && slot <= range.end)
+}
+
+/// Whether two slot ranges are served by the same node: by its node id
+/// (the address may be written differently), else by its address.
+fn same_node(a: &SlotRange, b: &SlotRange) -> bool {
+    if a.id.is_empty() || b.id.is_empty() {
+        a.primary == b.primary
+    } else {
+        a.id == b.id
+    }
+}
+
+/// Refreshes `subscriber`'s view of the cluster and subscribes to
+/// `channels` again, on the nodes serving them now; returns those it could
+/// not subscribe to.
+async fn subscribe_again(subscriber: &SubscriberClient, channels: Vec<String>) -> Vec<String> {
+    if let Err(error) = subscriber.sync_cluster().await {
+        warn!(%error, "cannot refresh the doorbell subscriber's view of the cluster; subscribing again later");
+        return channels;
+    }
+    let mut failed = Vec::new();
+    for channel in channels {
+        if let Err(error) = subscriber.ssubscribe(channel.as_str()).await {
+            warn!(%error, %channel, "cannot subscribe to a doorbell channel again; its workers are re-checked meanwhile");
+            failed.push(channel);
+        }
+    }
+    failed
+}
+
+/// The registrations of `bells` with a partition that needs its worker:
+/// one `recheck.lua` call per node.
+async fn news(client: &Client, bells: &[Armable]) -> Result<Vec<(WatcherId, u64)>> {
+    if bells.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found = nodes::once_more_if_moved(client, "recheck", || {
+        nodes::per_node(client, bells, |armable| armable.routing(), recheck_on)
+    })
+    .await?;
+    let mut news: Vec<(WatcherId, u64)> = bells
+        .iter()
+        .zip(found)
+        .filter(|(_, found)| *found)
+        .map(|(armable, _)| (armable.watcher, armable.registration))
+        .collect();
+    news.dedup();
+    Ok(news)
+}
+
+/// One `recheck.lua` call for `bells`, all served by the node `client`
+/// routes the first one's lane to; whether each needs its worker.
+async fn recheck_on(client: Client, bells: Vec<Armable>) -> Result<Vec<bool>> {
+    let Some(first) = bells.first() else {
+        return Ok(Vec::new());
+    };
+    let keys = vec![first.routing().to_owned()];
+    let mut args = Vec::with_capacity(bells.len() * 5);
+    for armable in &bells {
+        let bell = &armable.bell;
+        args.push(Value::from(i64::try_from(bell.lanes.len()).unwrap_or(i64::MAX)));
+        for (lane, id) in &bell.lanes {
+            args.push(Value::from(lane.as_str()));
+            args.push(Value::from(id.as_str()));
+        }
+    }
+    let script = &SCRIPTS.recheck;
+    let mut found = vec![false; bells.len()];
+    for position in array(script.run(&client, keys, args).await?) {
+        let position = position
+            .as_u64()
+            .and_then(|p| usize::try_from(p).ok())
+            .and_then(|p| p.checked_sub(1))
+            .filter(|&p| p < found.len())
+            .ok_or_else(|| Error::protocol(script.name(), "a position that is not one of the call's"))?;
+        found[position] = true;
+    }
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -396,7 +695,12 @@ mod tests {
             .build_subscriber_client()
             .unwrap();
         subscriber.init().await.unwrap();
-        let (waker, handle) = Waker::new(subscriber, pool.clone(), Duration::from_secs(60));
+        let (waker, handle) = Waker::new(
+            subscriber,
+            pool.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        );
         let shutdown = CancellationToken::new();
         tokio::spawn(waker.run(shutdown.clone()));
         (

@@ -17,11 +17,11 @@
 //! stale owner never runs a message again while the new owner may run it.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ordo_core::attempt::{Attempt, Outcome};
+use ordo_core::attempt::{Attempt, Outcome, StillRunning};
 use ordo_core::broker::Subscription;
 use ordo_core::error::{ProcessStoreError, error_chain};
 use ordo_core::handler::{HandlerContext, HandlerError};
@@ -99,9 +99,10 @@ pub(crate) struct Worker {
     /// The last handler attempt started under the lease (attempts are
     /// numbered per lease from 1; see [`RedisFence::for_attempt`]).
     attempts: AtomicU64,
-    /// Set when a killed handler run did not end: the lease is then left to
-    /// expire rather than released, so nobody else runs the key meanwhile.
-    pub(super) unfinished: AtomicBool,
+    /// The killed handler runs that did not end (blocking code): the lease
+    /// is then kept, renewed, until they have, so nobody else runs the key
+    /// meanwhile (see [`super::LeaseTable`]).
+    unfinished: Mutex<Vec<StillRunning>>,
     /// The one sequence of messages of a per-key partition.
     slot: Slot,
 }
@@ -202,7 +203,7 @@ impl Worker {
             watcher,
             wake: Arc::new(Notify::new()),
             attempts: AtomicU64::new(0),
-            unfinished: AtomicBool::new(false),
+            unfinished: Mutex::default(),
             slot: Slot::default(),
         }
     }
@@ -230,18 +231,26 @@ impl Worker {
         async move {
             let exit = self.work().await;
             self.shared.waker.unwatch(self.watcher);
-            self.shared.leases.remove(self.lease.key(), self.lease.value());
             // Release even after a kill when the killed handler run has
             // ended: nothing runs under the lease any more, and releasing it
             // (if it is still ours) lets another instance take over without
             // waiting for the TTL. The release is fenced, so it is harmless
             // otherwise. A run that did not end (blocking code ignores the
-            // abort) keeps the lease until it expires: released now, another
-            // instance would run the same key alongside it.
-            let released = if self.unfinished.load(Ordering::SeqCst) {
-                warn!("the aborted handler run has not ended; leaving the lease to expire");
+            // abort; a shutdown gives up on it) keeps the lease for as long
+            // as it goes on: the heartbeat renews it, and releases it once
+            // the run has ended. Released now, another instance would run
+            // the same key alongside it.
+            let unfinished = std::mem::take(&mut *self.unfinished.lock().unwrap_or_else(PoisonError::into_inner));
+            let released = if !unfinished.is_empty() {
+                let runs = unfinished.len();
+                if self.shared.leases.linger(&self.lease, unfinished) {
+                    warn!(event = ordo_core::log_events::LEASE_KEPT_FOR_RUN, runs, "aborted handler runs have not ended (blocking code); the lease stays renewed until they have, then is released");
+                } else {
+                    warn!(runs, "aborted handler runs have not ended and the lease is no longer held here; leaving it to expire");
+                }
                 false
             } else {
+                self.shared.leases.remove(self.lease.key(), self.lease.value());
                 match self.shared.partitions.release(&self.lease).await {
                     Ok(released) => released,
                     Err(error) => {
@@ -807,7 +816,7 @@ impl Worker {
         let permit = (permit, own);
         let started = Instant::now();
         // An abort ends a run at its next await; a run in blocking code goes
-        // on, and then only the lease's expiry may let the key go.
+        // on, and then the lease is kept until it has ended (`run`).
         let outcome = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx)
             .run(
                 permit,
@@ -820,8 +829,11 @@ impl Worker {
             Outcome::Succeeded => Ok(Ok(())),
             Outcome::Failed(failure) => Ok(Err(failure.into_error())),
             Outcome::Cancelled(cancelled) => {
-                if !cancelled.ended() {
-                    self.unfinished.store(true, Ordering::SeqCst);
+                if let Some(run) = cancelled.into_still_running() {
+                    self.unfinished
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(run);
                 }
                 Err(Handled::Lost)
             }
