@@ -512,7 +512,7 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
             "unknown key `server.partitioning.lease_tll_ms` in the domain configuration; valid keys in \
              [server.partitioning]: poll_interval_seconds, max_retries, retry_backoff_initial_ms, \
              retry_backoff_max_ms, max_concurrency, lease_ttl_ms, heartbeat_interval_seconds, \
-             reap_idle_ms, discovery_interval_seconds, recheck_interval_seconds",
+             reap_idle_ms, discovery_interval_seconds, max_owned_partitions, recheck_interval_seconds",
         ),
     ] {
         std::fs::write(&typo_file, text)?;

@@ -185,6 +185,8 @@ impl RedisSettings {
     /// limit are left to other instances, or wait until this one has room.
     pub fn max_owned_partitions(&self) -> Option<std::num::NonZeroUsize> {
         self.max_owned_partitions
+    }
+
     /// `recheck_interval_seconds`: how often the waker re-checks every
     /// idle partition its workers wait on (one script call per Redis node,
     /// whatever the number of partitions), and its doorbell subscriptions

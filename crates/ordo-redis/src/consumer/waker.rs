@@ -271,11 +271,25 @@ impl Waker {
 
     /// After a reconnection: rings may have been lost while disconnected,
     /// so every channel is subscribed again and every watcher woken.
+    ///
+    /// Channel by channel, the shard channels this waker subscribed to and
+    /// nothing else: fred's `resubscribe_all` also sends `SUBSCRIBE` and
+    /// `PSUBSCRIBE`, without arguments when it tracks none (an error whose
+    /// reply can land on the next command, failing an arming), and
+    /// `unsubscribe_all` sends `UNSUBSCRIBE` and `PUNSUBSCRIBE`: commands a
+    /// worker's ACL user may not run. A channel that cannot be subscribed
+    /// to again is forgotten, so the next watch of its slot subscribes anew.
     async fn resubscribe(&mut self) {
-        if let Err(error) = self.subscriber.resubscribe_all().await {
-            warn!(error = %ordo_core::error::error_chain(&error), "cannot subscribe to the doorbell channels again; they are subscribed anew as workers wait");
-            self.subscribed.clear();
-            let _ = self.subscriber.unsubscribe_all().await;
+        let mut failed = Vec::new();
+        for channel in &self.subscribed {
+            if let Err(error) = self.subscriber.ssubscribe(channel.as_str()).await {
+                warn!(error = %ordo_core::error::error_chain(&error), %channel, "cannot subscribe to a doorbell channel again; it is subscribed anew as workers wait");
+                failed.push(channel.clone());
+            }
+        }
+        for channel in failed {
+            self.subscribed.remove(&channel);
+            let _ = self.subscriber.sunsubscribe(channel).await;
         }
         debug!(
             watchers = self.watches.len(),
