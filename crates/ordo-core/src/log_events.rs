@@ -10,19 +10,30 @@
 
 /// An attempt of a handler failed; it will be retried (warn).
 pub const HANDLER_FAILED: &str = "handler.failed";
-/// A message failed every attempt and its key (partition) halted (error on
-/// the inline broker, warn on Redis; the halt is listed until resolved).
+/// An attempt of a handler failed transiently (a dependency is down); it
+/// will be retried without using up an attempt (warn).
+pub const HANDLER_TRANSIENT_FAILURE: &str = "handler.transient_failure";
+/// An attempt ran past the handler's timeout and was cancelled (warn).
+pub const HANDLER_TIMED_OUT: &str = "handler.timed_out";
+/// Most keys of a handler failed transiently: it stops starting messages
+/// in this process and probes with one at a time (warn).
+pub const HANDLER_PAUSED: &str = "handler.paused";
+/// A paused handler's attempt got an answer: it runs again (info).
+pub const HANDLER_RESUMED: &str = "handler.resumed";
+/// A message failed every attempt (or failed transiently past
+/// `max_transient_ms`) and its key (partition) halted until an operator
+/// resolves it (error, on every broker; the halt is listed until resolved).
 pub const PARTITION_HALTED: &str = "partition.halted";
 /// A message of a hashed partition failed every attempt and its key was
 /// parked: its messages are held aside, the partition's other keys flow
-/// (warn; the parked key is listed until resolved).
+/// (error; the parked key is listed until resolved).
 pub const KEY_PARKED: &str = "key.parked";
 /// A halted key of the inline broker was resolved (skip, retry, dead-letter) (info).
 pub const PARTITION_RESUMED: &str = "partition.resumed";
 /// A drained, idle partition was retired (info).
 pub const PARTITION_REAPED: &str = "partition.reaped";
 /// A message of a handler without a key failed every attempt and was
-/// dead-lettered (error inline, warn on Redis).
+/// dead-lettered (error, on every broker).
 pub const MESSAGE_DEAD_LETTERED: &str = "message.dead_lettered";
 /// This instance took a partition's lease (info).
 pub const LEASE_ACQUIRED: &str = "lease.acquired";
@@ -45,6 +56,10 @@ pub const CONSUMER_FAILED: &str = "consumer.failed";
 /// Every name above, in the order `docs/OPERATIONS.md` lists them.
 pub const ALL: &[&str] = &[
     HANDLER_FAILED,
+    HANDLER_TRANSIENT_FAILURE,
+    HANDLER_TIMED_OUT,
+    HANDLER_PAUSED,
+    HANDLER_RESUMED,
     PARTITION_HALTED,
     KEY_PARKED,
     PARTITION_RESUMED,

@@ -79,7 +79,9 @@ const PARTITIONING: &[&str] = &["+get", "+set", "+smembers", "+sunion"];
 /// blocking `XREADGROUP` to quit (fred's `Blocking::Interrupt`). The owner
 /// of a hashed partition also reads skipped entries back (`XRANGE`), and
 /// parks keys: their records (`HKEYS`, `HMGET`, `HEXISTS`) and held
-/// messages (`XRANGE`, `XDEL`).
+/// messages (`XRANGE`, `XDEL`). A paused handler's record
+/// (`ordo:paused:<group>`) is written and pruned (`HGETALL`, `HLEN`), and
+/// health reads it back.
 const WORKER: &[&str] = &[
     "+ping",
     "+client|unblock",
@@ -98,6 +100,8 @@ const WORKER: &[&str] = &[
     "+hkeys",
     "+hmget",
     "+hexists",
+    "+hgetall",
+    "+hlen",
     "+sismember",
     "+srem",
     "+sunion",
@@ -167,12 +171,13 @@ const CATEGORY_DLQ: &[&str] = &["<category>:dlq"];
 const CATEGORY_COPIES: &[&str] = &["{*}:<category>:__groups__", "{*}:<category>:__joining__"];
 
 /// The keys shared by every category: the halted sets and their
-/// directory, the instance sets of the consumer groups, the process
-/// managers' state and leases.
+/// directory, the instance sets and pause records of the consumer groups,
+/// the process managers' state and leases.
 const ORDO_KEYS: &[&str] = &[
     "{*}:ordo:halted",
     "{ordo}:__halted_buckets__",
     "ordo:instances:*",
+    "ordo:paused:*",
     "{__pm__:*",
 ];
 

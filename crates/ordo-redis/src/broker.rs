@@ -315,7 +315,7 @@ impl RedisBrokerBuilder {
             poll_interval: partitioning.poll_interval(),
             reap_idle: redis.reap_idle(),
             discovery_interval: redis.discovery_interval(),
-            max_retries: partitioning.max_retries(),
+            retry: partitioning.clone(),
             backoff: partitioning.backoff(),
             backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),
             routing: crate::keys::Routing::new(&self.config),

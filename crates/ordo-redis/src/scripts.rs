@@ -60,6 +60,7 @@ pub(crate) struct Scripts {
     pub(crate) resolve: Script,
     pub(crate) commit: Script,
     pub(crate) announce: Script,
+    pub(crate) pause: Script,
     pub(crate) ack_plain: Script,
     pub(crate) claim_plain: Script,
 }
@@ -87,6 +88,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     resolve: Script::new("resolve", with_common!("lua/resolve.lua")),
     commit: Script::new("commit", commit_source()),
     announce: Script::new("announce", with_common!("lua/announce.lua")),
+    pause: Script::new("pause", with_common!("lua/pause.lua")),
     ack_plain: Script::new("ack_plain", with_common!("lua/ack_plain.lua")),
     claim_plain: Script::new("claim_plain", with_common!("lua/claim_plain.lua")),
 });

@@ -51,7 +51,10 @@ pub(crate) struct Settings {
     /// `None`: `reap_idle_ms = 0`, partitions are never retired.
     pub(crate) reap_idle: Option<Duration>,
     pub(crate) discovery_interval: Duration,
-    pub(crate) max_retries: u32,
+    /// `[server.partitioning]`: the handlers' retry defaults (each
+    /// subscription's `retry_policy` applies its own over them).
+    pub(crate) retry: ordo_core::config::PartitioningConfig,
+    /// The backoff of the consumer's own Redis calls that failed.
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,
     /// Which categories have hashed partitions.

@@ -6,8 +6,11 @@
 //! below it, it acquires free leases (one script call); above it for two
 //! intervals in a row, it asks its surplus workers to stop between messages
 //! and release their leases, so another instance takes them over at once.
+//! It also records in Redis which handlers are paused on this instance by
+//! their circuit breaker (only while one is, and when it resumes), for
+//! `ordo status` and health.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use fred::interfaces::{KeysInterface, SetsInterface, SortedSetsInterface};
 use fred::types::Value;
@@ -78,6 +81,8 @@ pub(crate) struct Supervisor {
     /// only announces, so instances that start together see each other
     /// before anyone acquires (rather than the first one taking everything).
     announced: bool,
+    /// The groups whose pause on this instance is recorded in Redis.
+    paused: HashSet<String>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -99,6 +104,7 @@ impl Supervisor {
             exits: unbounded_channel(),
             next_watcher: 0,
             announced: false,
+            paused: HashSet::new(),
         }
     }
 
@@ -123,6 +129,7 @@ impl Supervisor {
                              (did Redis lose its data?); registered them again"),
                         Err(error) => warn!(%error, "checking the group registries failed; retrying next interval"),
                     }
+                    self.record_pauses(false).await;
                     match self.round().await {
                         Ok(()) => {}
                         Err(error @ crate::error::Error::DuplicateInstance { .. }) => {
@@ -137,9 +144,46 @@ impl Supervisor {
             }
         }
         plain_stop.cancel();
+        // Leaving: this instance's pauses end with it.
+        self.record_pauses(true).await;
         self.stop_all().await;
         self.leave().await;
         Ok(())
+    }
+
+    /// Records in Redis the handlers paused on this instance (refreshing the
+    /// record while the pause lasts) and clears the record of one that
+    /// resumed (every one when `leaving`): no Redis call while none is or
+    /// was paused.
+    async fn record_pauses(&mut self, leaving: bool) {
+        let ttl = self.shared.settings.lease_ttl;
+        for plan in &self.plans {
+            let pause = plan.subscription.paused().filter(|_| !leaving);
+            let group = plan.group.to_string();
+            if pause.is_none() && !self.paused.contains(&group) {
+                continue;
+            }
+            metrics::paused(&group, pause.is_some());
+            let recorded = crate::pause::record(
+                self.shared.partitions.client(),
+                &group,
+                self.shared.instance(),
+                pause.as_ref(),
+                ttl,
+            )
+            .await;
+            match (recorded, pause.is_some()) {
+                (Ok(()), true) => {
+                    self.paused.insert(group);
+                }
+                (Ok(()), false) => {
+                    self.paused.remove(&group);
+                }
+                (Err(error), _) => {
+                    warn!(%error, %group, "recording the handler's pause in Redis failed; retrying next interval");
+                }
+            }
+        }
     }
 
     /// Adds every group to the registries of the categories it consumes, so
