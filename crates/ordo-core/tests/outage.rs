@@ -24,7 +24,10 @@ fn config(extra: &str) -> Config {
     } else {
         "retry_backoff_initial_ms = 5\nretry_backoff_max_ms = 20\n"
     };
-    Config::from_toml_str(&format!("[server.partitioning]\nmax_retries = 1\n{backoff}{extra}")).unwrap()
+    Config::from_toml_str(&format!(
+        "[server.partitioning]\nmax_retries = 1\n{backoff}{extra}"
+    ))
+    .unwrap()
 }
 
 fn domain(probe: &Arc<Probe>, config: Config) -> Domain {
@@ -56,23 +59,45 @@ async fn until(deadline: Duration, what: &str, mut condition: impl FnMut() -> bo
 async fn an_outage_is_retried_in_order_without_halting_and_heals_by_itself() {
     let probe = Probe::new("client_id").in_outage().shared();
     let domain = domain(&probe, config("pause_min_keys = 0"));
-    commit(&domain, [placed("o-1", "a", 1), placed("o-2", "a", 2), placed("o-3", "b", 3)]).await;
+    commit(
+        &domain,
+        [
+            placed("o-1", "a", 1),
+            placed("o-2", "a", 2),
+            placed("o-3", "b", 3),
+        ],
+    )
+    .await;
     domain.publish_pending().await.unwrap();
     // Far more attempts than max_retries = 1 allows for a poison message.
-    until(Duration::from_secs(10), "ten failed attempts", || probe.runs() >= 10).await;
+    until(Duration::from_secs(10), "ten failed attempts", || {
+        probe.runs() >= 10
+    })
+    .await;
     let inline = domain.inline_broker().unwrap();
-    assert!(inline.halted().is_empty(), "an outage halted {:?}", inline.halted());
+    assert!(
+        inline.halted().is_empty(),
+        "an outage halted {:?}",
+        inline.halted()
+    );
     assert!(inline.failures().is_empty());
     assert!(
         probe.seen().iter().all(|s| s.attempt == 1),
         "transient failures used up attempts"
     );
-    assert!(probe.amounts_for("a").iter().all(|amount| *amount == 1), "a:2 overtook a:1");
+    assert!(
+        probe.amounts_for("a").iter().all(|amount| *amount == 1),
+        "a:2 overtook a:1"
+    );
 
     probe.end_outage();
     domain.settle().await.unwrap();
     let a = probe.amounts_for("a");
-    assert_eq!(&a[a.len() - 2..], &[1, 2], "a's messages ran once the outage ended, in order");
+    assert_eq!(
+        &a[a.len() - 2..],
+        &[1, 2],
+        "a's messages ran once the outage ended, in order"
+    );
     assert_eq!(probe.amounts_for("b").last(), Some(&3));
     assert!(inline.halted().is_empty());
     assert_eq!(probe.overlaps(), 0);
@@ -88,7 +113,9 @@ async fn an_outage_longer_than_max_transient_halts_saying_so() {
     assert_eq!(halted.len(), 1, "the outage outlived max_transient_ms");
     assert!(
         halted[0].error.contains("past max_transient_ms = 300")
-            && halted[0].error.ends_with("last error: connection refused (the database is down)"),
+            && halted[0]
+                .error
+                .ends_with("last error: connection refused (the database is down)"),
         "{}",
         halted[0].error
     );
@@ -98,8 +125,15 @@ async fn an_outage_longer_than_max_transient_halts_saying_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn most_keys_failing_transiently_pause_the_handler_until_a_probe_succeeds() {
     let probe = Probe::new("client_id").in_outage().shared();
-    let domain = domain(&probe, config("pause_min_keys = 3\nretry_backoff_initial_ms = 100\nretry_backoff_max_ms = 100"));
-    commit(&domain, (1..=6).map(|n| placed(&format!("o-{n}"), &format!("k{n}"), n))).await;
+    let domain = domain(
+        &probe,
+        config("pause_min_keys = 3\nretry_backoff_initial_ms = 100\nretry_backoff_max_ms = 100"),
+    );
+    commit(
+        &domain,
+        (1..=6).map(|n| placed(&format!("o-{n}"), &format!("k{n}"), n)),
+    )
+    .await;
     domain.publish_pending().await.unwrap();
     let running = domain.start();
     let paused = tokio::time::timeout(Duration::from_secs(10), async {
@@ -115,7 +149,8 @@ async fn most_keys_failing_transiently_pause_the_handler_until_a_probe_succeeds(
     .await
     .expect("the handler never paused");
     assert!(
-        paused.reasons[0].contains("keys failed transiently") && paused.reasons[0].contains("connection refused"),
+        paused.reasons[0].contains("keys failed transiently")
+            && paused.reasons[0].contains("connection refused"),
         "{:?}",
         paused.reasons
     );
@@ -145,10 +180,24 @@ async fn most_keys_failing_transiently_pause_the_handler_until_a_probe_succeeds(
 async fn an_attempt_that_hangs_is_cancelled_at_its_timeout_and_counts() {
     let probe = Probe::new("client_id").hanging_on(2).shared();
     let domain = domain(&probe, config("handler_timeout_ms = 100"));
-    commit(&domain, [placed("o-1", "a", 1), placed("o-2", "a", 2), placed("o-3", "a", 3), placed("o-4", "b", 4)]).await;
+    commit(
+        &domain,
+        [
+            placed("o-1", "a", 1),
+            placed("o-2", "a", 2),
+            placed("o-3", "a", 3),
+            placed("o-4", "b", 4),
+        ],
+    )
+    .await;
     domain.publish_pending().await.unwrap();
     let inline = domain.inline_broker().unwrap();
-    until(Duration::from_secs(10), "the hanging message to halt its key", || !inline.halted().is_empty()).await;
+    until(
+        Duration::from_secs(10),
+        "the hanging message to halt its key",
+        || !inline.halted().is_empty(),
+    )
+    .await;
     let halt = &inline.halted()[0];
     assert_eq!(halt.key, "a");
     assert_eq!(halt.attempts, 2, "max_retries = 1: two attempts, each cancelled");
