@@ -480,3 +480,109 @@ async fn a_run_past_its_timeout_in_blocking_code_holds_its_key_until_it_ends() -
     assert_eq!(handler.overlaps(), 0);
     run.stop().await
 }
+
+/// Commits each message's seq to a list through the Redis fence, with a
+/// client of its own whose commands time out after 500 ms; the first
+/// attempt of the first message waits for `go` before it commits.
+#[derive(Clone)]
+struct FenceWriter {
+    client: fred::clients::Client,
+    effects: String,
+    go: tokio::sync::watch::Receiver<bool>,
+    errors: Arc<Mutex<Vec<String>>>,
+    runs: Arc<Mutex<Vec<(u64, u32)>>>,
+}
+
+impl DynHandler for FenceWriter {
+    fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
+        Box::pin(async move {
+            let seq = seq_of(message);
+            let first = {
+                let mut runs = self.runs.lock().unwrap();
+                runs.push((seq, ctx.attempt()));
+                runs.len() == 1
+            };
+            if first {
+                self.go.clone().wait_for(|go| *go).await?;
+            }
+            let fence = ordo_redis::RedisFence::from_context(ctx).ok_or("no fence on the context")?;
+            let writes = ordo_redis::FencedWrite::new().rpush(&self.effects, seq.to_string());
+            if let Err(error) = fence.commit(&self.client, &writes).await {
+                self.errors
+                    .lock()
+                    .unwrap()
+                    .push(ordo_core::error::error_chain(&error));
+                return Err(error.into());
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_under_the_redis_fence_is_retried_not_halted() -> anyhow::Result<()> {
+    use fred::interfaces::{ClientLike, ListInterface};
+    use fred::types::config::ReconnectPolicy;
+
+    common::logs();
+    let mut redis = Redis::builder().append_only(true).start()?;
+    let url = redis.url();
+    let category = common::category("fence_outage");
+    let mut builder = fred::prelude::Builder::from_config(ordo_redis::client_config(&url)?);
+    builder
+        .with_performance_config(|perf| perf.default_command_timeout = Duration::from_millis(500))
+        .set_policy(ReconnectPolicy::new_constant(0, 100));
+    let client = builder.build()?;
+    client.init().await?;
+    let (go, wait) = tokio::sync::watch::channel(false);
+    let handler = FenceWriter {
+        client: client.clone(),
+        effects: format!("{{{category}:k0}}:effects"),
+        go: wait,
+        errors: Arc::default(),
+        runs: Arc::default(),
+    };
+    let broker = broker(
+        &url,
+        config("pause_min_keys = 0\nretry_backoff_initial_ms = 50\nretry_backoff_max_ms = 200"),
+    )
+    .await?;
+    publish_all(&broker, &category, &["k0".to_owned()], 0..2).await?;
+    let run = Running::start(&broker, vec![subscribe::partitioned(GROUP, &category, &handler)]);
+    ordo_testkit::eventually(Duration::from_secs(10), "the first run to start", || {
+        let started = !handler.runs.lock().unwrap().is_empty();
+        async move { Ok(started) }
+    })
+    .await?;
+
+    // Redis goes away while the handler is about to commit its effect.
+    redis.stop()?;
+    go.send(true)?;
+    ordo_testkit::eventually(Duration::from_secs(10), "the fenced commit to fail", || {
+        let failed = !handler.errors.lock().unwrap().is_empty();
+        async move { Ok(failed) }
+    })
+    .await?;
+    redis.restart()?;
+
+    let effects = pool(&url).await?;
+    ordo_testkit::eventually(Duration::from_secs(30), "both effects, in order", || {
+        let (effects, list) = (&effects, handler.effects.clone());
+        async move {
+            let got: Vec<String> = effects.lrange(&list, 0, -1).await?;
+            Ok(got == ["0", "1"])
+        }
+    })
+    .await?;
+    assert!(
+        broker.admin().halted().await?.is_empty(),
+        "a Redis restart halted the key: {:?}",
+        handler.errors.lock().unwrap()
+    );
+    let runs = handler.runs.lock().unwrap().clone();
+    assert!(
+        runs.iter().all(|(_, attempt)| *attempt == 1),
+        "the outage used up an attempt: {runs:?}"
+    );
+    run.stop().await
+}
