@@ -83,7 +83,7 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// A policy of these settings (see [`HandlerSettings::retry_policy`](crate::broker::HandlerSettings::retry_policy)
+    /// A policy of these settings (see [`Subscription::retry_policy`](crate::broker::Subscription::retry_policy)
     /// for a handler's).
     pub fn new(defaults: &PartitioningConfig, breaker: Arc<Breaker>) -> Self {
         Self {
