@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -47,6 +48,9 @@ pub struct Breaker {
     min_keys: u32,
     probe: Backoff,
     state: Mutex<State>,
+    /// Whether it is paused (what `state` says), read without the lock on
+    /// the path of every attempt.
+    paused: AtomicBool,
     /// Bumped at every change of state, for the keys waiting to start.
     changed: watch::Sender<u64>,
 }
@@ -167,6 +171,7 @@ impl Breaker {
                 failing: HashMap::new(),
                 paused: None,
             }),
+            paused: AtomicBool::new(false),
             changed: watch::Sender::new(0),
         }
     }
@@ -189,7 +194,9 @@ impl Breaker {
     /// paused, until this attempt is the probe or the breaker closes, or
     /// until `deadline`.
     pub(crate) async fn admit(self: &Arc<Self>, deadline: Option<Instant>) -> Admission {
-        if !self.enabled() {
+        // Flowing: nothing to wait for (a pause that begins right now lets
+        // this attempt through, as one already running would be).
+        if !self.enabled() || !self.paused.load(Ordering::Acquire) {
             return Admission::Go(None);
         }
         let mut changes = self.changed.subscribe();
@@ -311,6 +318,7 @@ impl Breaker {
             next_probe: now + self.probe.delay(1),
             probing: false,
         });
+        self.paused.store(true, Ordering::Release);
         true
     }
 
@@ -332,6 +340,7 @@ impl Breaker {
                     paused_ms = u64::try_from(paused_for.as_millis()).unwrap_or(u64::MAX),
                     probes = paused.probes, "handler resumed: an attempt got an answer");
                 state.paused = None;
+                self.paused.store(false, Ordering::Release);
                 state.failing.clear();
                 state.buckets = [Bucket::default(); BUCKETS];
                 true
