@@ -96,7 +96,11 @@ fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()>
     }
     // A database outage is transient: no key halted (the run itself fails
     // otherwise; this names it).
-    assert_eq!(count("halts_resolved")? + count("parked_keys_resolved")?, 0, "{figures}");
+    assert_eq!(
+        count("halts_resolved")? + count("parked_keys_resolved")?,
+        0,
+        "{figures}"
+    );
     // Relays were killed and replaced, and the kills made other instances
     // take keys over.
     assert!(count("relays_started")? > 2, "{figures}");

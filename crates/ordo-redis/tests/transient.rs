@@ -207,6 +207,23 @@ impl DynHandler for Dependent {
     }
 }
 
+/// The test timings with the breaker off and a quick backoff: each key
+/// retries on its own.
+fn quick_retries() -> Config {
+    config("pause_min_keys = 0\nretry_backoff_initial_ms = 20\nretry_backoff_max_ms = 80")
+}
+
+/// Waits for every key of `keys` to have failed at least `times` attempts.
+async fn every_key_failed(handler: &Dependent, keys: &[String], times: usize) -> anyhow::Result<()> {
+    handler
+        .until(Duration::from_secs(20), "every key to fail transiently", |h| {
+            let attempts = h.attempts();
+            keys.iter()
+                .all(|key| attempts.iter().filter(|a| &a.key == key).count() >= times)
+        })
+        .await
+}
+
 /// Waits for every key of `keys` to have handled `seqs`, in order.
 async fn all_handled(handler: &Dependent, keys: &[String], seqs: &[u64]) -> anyhow::Result<()> {
     handler
@@ -227,22 +244,12 @@ async fn an_outage_under_the_per_key_worker_retries_in_order_and_counts_nothing(
     let keys = keys(4);
     let handler = Dependent::succeeding();
     handler.outage(true);
-    let broker = broker(
-        &url,
-        config("pause_min_keys = 0\nretry_backoff_initial_ms = 20\nretry_backoff_max_ms = 80"),
-    )
-    .await?;
+    let broker = broker(&url, quick_retries()).await?;
     publish_all(&broker, &category, &keys, 0..3).await?;
     let run = Running::start(&broker, vec![subscribe::partitioned(GROUP, &category, &handler)]);
 
     // Many more attempts than `max_retries = 0` allows a poison message.
-    handler
-        .until(Duration::from_secs(20), "every key to fail five times", |h| {
-            let attempts = h.attempts();
-            keys.iter()
-                .all(|key| attempts.iter().filter(|a| &a.key == key).count() >= 5)
-        })
-        .await?;
+    every_key_failed(&handler, &keys, 5).await?;
     let admin = broker.admin();
     assert!(admin.halted().await?.is_empty(), "an outage halted a partition");
     let client = pool(&url).await?;
@@ -283,18 +290,12 @@ async fn an_outage_under_hashed_partitions_parks_no_key() -> anyhow::Result<()> 
     let keys = keys(6);
     let handler = Dependent::succeeding();
     handler.outage(true);
-    let config = config("pause_min_keys = 0\nretry_backoff_initial_ms = 20\nretry_backoff_max_ms = 80")
-        .with_partitions(&category, Partitions::Hashed(NonZeroU32::new(2).unwrap()));
+    let config = quick_retries().with_partitions(&category, Partitions::Hashed(NonZeroU32::new(2).unwrap()));
     let broker = broker(&url, config).await?;
     publish_all(&broker, &category, &keys, 0..3).await?;
     let run = Running::start(&broker, vec![subscribe::partitioned(GROUP, &category, &handler)]);
-    handler
-        .until(Duration::from_secs(20), "every key to fail five times", |h| {
-            let attempts = h.attempts();
-            keys.iter()
-                .all(|key| attempts.iter().filter(|a| &a.key == key).count() >= 5)
-        })
-        .await?;
+    // Many more attempts than `max_retries = 0` allows a poison message.
+    every_key_failed(&handler, &keys, 5).await?;
     let admin = broker.admin();
     assert!(admin.halted().await?.is_empty(), "an outage parked a key");
     let client = pool(&url).await?;
@@ -318,11 +319,7 @@ async fn an_outage_under_a_plain_consumer_dead_letters_nothing() -> anyhow::Resu
     let category = common::category("transient_plain");
     let handler = Dependent::succeeding();
     handler.outage(true);
-    let broker = broker(
-        &url,
-        config("pause_min_keys = 0\nretry_backoff_initial_ms = 20\nretry_backoff_max_ms = 80"),
-    )
-    .await?;
+    let broker = broker(&url, quick_retries()).await?;
     let publications: Vec<_> = (0..3)
         .map(|seq| {
             ordo_core::broker::Publication::to_base(common::envelope(&category, "Happened", Some("k0"), seq))
