@@ -45,7 +45,8 @@ struct BalanceProjector {
 impl BalanceProjector {
     #[handle]
     async fn on_deposited(&self, event: &Deposited, ctx: &HandlerContext) -> anyhow::Result<()> {
-        let mut tx = self.pool.begin().await?;
+        // A database outage is transient: retried without using up attempts.
+        let mut tx = ordo_postgres::begin(&self.pool).await?;
         if fenced_in(SCHEMA, &mut tx, "BalanceProjector", ctx).await? == Fence::AlreadyApplied {
             return Ok(()); // a redelivery: already in the projection
         }
@@ -56,8 +57,9 @@ impl BalanceProjector {
         .bind(&event.account)
         .bind(event.amount)
         .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .await
+        .map_err(ordo_postgres::Error::from)?;
+        tx.commit().await.map_err(ordo_postgres::Error::from)?;
         Ok(())
     }
 }

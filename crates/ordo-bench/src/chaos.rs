@@ -22,7 +22,9 @@
 //! run a relay only (hit by the `relay_kill` and `relay_stop` faults), and
 //! the handlers' effects go to PostgreSQL through its fence: there,
 //! `duplicates` must be 0 too (see [`postgres`]). The database is
-//! `--database-url` / `DATABASE_URL`, or a private one the run starts.
+//! `--database-url` / `DATABASE_URL`, or a private one the run starts; on a
+//! private one the `db_outage` fault stops it for a while and starts it
+//! again, and then no key may halt (the drain must resolve no halt).
 //!
 //! The sequence of fault kinds and the gaps between them replay from the
 //! seed; which instance a fault hits, and what it is doing then, depend on
@@ -97,7 +99,9 @@ pub struct ChaosArgs {
     /// The kinds of fault to inject, comma-separated (default: all of
     /// kill, stop, term, join, redis_restart, redis_crash, conn_delay, and on
     /// a cluster of the run's own (--cluster) cluster_failover; conn_delay
-    /// needs a single Redis), to aim a run at one mechanism.
+    /// needs a single Redis; in the PostgreSQL mode relay_kill, relay_stop,
+    /// and db_outage on a PostgreSQL of the run's own), to aim a run at one
+    /// mechanism.
     #[arg(long, value_delimiter = ',', value_parser = parse_kind, value_name = "KIND,...")]
     pub faults: Vec<FaultKind>,
     /// Seconds the final publish may take, and the drain may go without an
@@ -135,12 +139,19 @@ impl ChaosArgs {
 /// The kinds a run injects: those asked for (all if none), less what this
 /// Redis cannot take (Redis faults need one of the run's own, a failover a
 /// cluster, the per-connection delay a single Redis).
-fn fault_kinds(asked: &[FaultKind], own_redis: bool, cluster: bool, relays: bool) -> Vec<FaultKind> {
+fn fault_kinds(
+    asked: &[FaultKind],
+    own_redis: bool,
+    cluster: bool,
+    relays: bool,
+    own_database: bool,
+) -> Vec<FaultKind> {
     FaultKind::ALL
         .into_iter()
         .filter(|kind| asked.is_empty() || asked.contains(kind))
         .filter(|kind| own_redis || !kind.needs_own_redis())
         .filter(|kind| relays || !kind.needs_postgres())
+        .filter(|kind| own_database || !kind.needs_own_database())
         .filter(|kind| {
             if cluster {
                 !kind.needs_single_node()
@@ -254,8 +265,9 @@ pub async fn run(args: &ChaosArgs, redis: &RedisArgs) -> Result<Report> {
 
 /// The PostgreSQL of a run in the PostgreSQL mode, with the run's schema.
 struct Database {
-    /// Keeps a private server alive for the run.
-    _server: Option<ordo_testkit::Postgres>,
+    /// A private server, alive for the run (the `db_outage` fault stops and
+    /// starts it).
+    server: Option<Arc<std::sync::Mutex<ordo_testkit::Postgres>>>,
     target: PgTarget,
     pool: ordo_postgres::sqlx::PgPool,
 }
@@ -297,7 +309,7 @@ impl Database {
             target.schema
         );
         Ok(Self {
-            _server: server,
+            server: server.map(|server| Arc::new(std::sync::Mutex::new(server))),
             target,
             pool,
         })
@@ -318,7 +330,8 @@ fn parts(
     let cluster = redis.is_cluster();
     let keys = ordo_harness::publisher::key_names(args.keys.get());
     let relays = database.is_some() && args.relays > 0;
-    let kinds = fault_kinds(&args.faults, own_redis, cluster, relays);
+    let own_database = database.is_some_and(|d| d.server.is_some());
+    let kinds = fault_kinds(&args.faults, own_redis, cluster, relays, own_database);
     ensure!(
         !kinds.is_empty(),
         "no fault left to inject: Redis faults need a Redis of the run's own (no --redis-url), \
@@ -353,6 +366,8 @@ fn parts(
         ..spec.clone()
     };
     let drain_within = Duration::from_secs(args.drain_timeout.get());
+    // The publisher commits under it; a database outage waits for it.
+    let gate = Arc::new(tokio::sync::RwLock::new(()));
     Ok(Parts {
         plan: Plan {
             duration: Duration::from_secs(args.duration.get()),
@@ -377,7 +392,10 @@ fn parts(
             settle_within: drain_within,
             postgres,
             config,
+            gate: gate.clone(),
         },
+        database: database.and_then(|d| d.server.clone()),
+        gate,
         redis,
         fleet: Fleet::new(spec),
         relays: Fleet::new(relay_spec),
@@ -477,6 +495,14 @@ fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -
         if value > 0 {
             report.fail(format!("{name}: {value} (seed {seed})"));
         }
+    }
+    let outages = outcome.faults.of(FaultKind::DbOutage);
+    let halts = outcome.halts_resolved.partitions + outcome.halts_resolved.parked_keys;
+    if outages > 0 && halts > 0 {
+        report.fail(format!(
+            "halts: {halts} keys halted in a run with {outages} database outages (seed {seed}): \
+             a dependency outage is transient and must not halt a key"
+        ));
     }
     if args.postgres_mode() && verdict.duplicates > 0 {
         report.fail(format!(
@@ -663,29 +689,35 @@ mod tests {
     fn each_redis_gets_the_faults_it_can_take() {
         use FaultKind::*;
         let instance_faults = [Kill, Stop, Term, Join];
-        let own_single = fault_kinds(&[], true, false, false);
+        let own_single = fault_kinds(&[], true, false, false, false);
         assert_eq!(
             own_single,
             [Kill, Stop, Term, Join, RedisRestart, RedisCrash, ConnDelay]
         );
-        let own_cluster = fault_kinds(&[], true, true, false);
+        let own_cluster = fault_kinds(&[], true, true, false, false);
         assert_eq!(
             own_cluster,
             [Kill, Stop, Term, Join, RedisRestart, RedisCrash, ClusterFailover]
         );
         assert_eq!(
-            fault_kinds(&[], false, false, false),
+            fault_kinds(&[], false, false, false, false),
             [Kill, Stop, Term, Join, ConnDelay]
         );
-        assert_eq!(fault_kinds(&[], false, true, false), instance_faults);
-        assert_eq!(fault_kinds(&[ClusterFailover, Kill], true, false, false), [Kill]);
-        assert!(fault_kinds(&[ConnDelay], true, true, false).is_empty());
+        assert_eq!(fault_kinds(&[], false, true, false, false), instance_faults);
+        assert_eq!(
+            fault_kinds(&[ClusterFailover, Kill], true, false, false, false),
+            [Kill]
+        );
+        assert!(fault_kinds(&[ConnDelay], true, true, false, false).is_empty());
         // Relay faults only where relay-only processes run (PostgreSQL mode).
         assert_eq!(
-            fault_kinds(&[], false, false, true),
+            fault_kinds(&[], false, false, true, false),
             [Kill, Stop, Term, Join, ConnDelay, RelayKill, RelayStop]
         );
-        assert!(fault_kinds(&[RelayKill], true, false, false).is_empty());
+        assert!(fault_kinds(&[RelayKill], true, false, false, false).is_empty());
+        // The database outage only on a PostgreSQL of the run's own.
+        assert!(fault_kinds(&[], false, false, true, true).contains(&DbOutage));
+        assert!(fault_kinds(&[DbOutage], true, false, true, false).is_empty());
     }
 
     #[test]
@@ -694,6 +726,7 @@ mod tests {
         assert_eq!(parse_kind(" kill"), Ok(FaultKind::Kill));
         assert_eq!(parse_kind("cluster_failover"), Ok(FaultKind::ClusterFailover));
         assert_eq!(parse_kind("relay_stop"), Ok(FaultKind::RelayStop));
+        assert_eq!(parse_kind("db_outage"), Ok(FaultKind::DbOutage));
         assert!(FaultKind::RelayKill.needs_postgres() && !FaultKind::Kill.needs_postgres());
         assert!(parse_kind("nap").unwrap_err().contains("kill, stop, term"));
     }

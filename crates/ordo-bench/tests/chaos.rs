@@ -72,7 +72,7 @@ fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()>
             "--seed",
             SEED,
             "--faults",
-            "kill,stop,relay_kill,relay_stop",
+            "kill,stop,relay_kill,relay_stop,db_outage",
             "--faults-every",
             "1..2",
         ],
@@ -87,13 +87,20 @@ fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()>
         "{figures}"
     );
     assert!(count("events")? > 2_000, "too little traffic: {figures}");
-    for kind in ["kill", "stop", "relay_kill", "relay_stop"] {
+    for kind in ["kill", "stop", "relay_kill", "relay_stop", "db_outage"] {
         assert!(
             count(&format!("faults_{kind}"))? > 0,
             "no {kind} was injected: {figures}\n{}",
             log
         );
     }
+    // A database outage is transient: no key halted (the run itself fails
+    // otherwise; this names it).
+    assert_eq!(
+        count("halts_resolved")? + count("parked_keys_resolved")?,
+        0,
+        "{figures}"
+    );
     // Relays were killed and replaced, and the kills made other instances
     // take keys over.
     assert!(count("relays_started")? > 2, "{figures}");

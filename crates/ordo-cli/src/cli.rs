@@ -10,7 +10,8 @@ Exit codes:
   0  ok
   1  error (Redis unreachable, unexpected data, failed action)
   2  usage (bad arguments, unknown category, ambiguous or unknown group)
-  3  refused (partition not halted, head changed, not confirmed)
+  3  refused (partition not halted, head changed, not confirmed; with --all: a key
+     changed since it was listed, and none failed)
   4  `status --check`: halted partitions exist
   5  `status --check`: a warning (too many partitions, partitions nobody consumes)
 
@@ -75,12 +76,15 @@ pub(crate) enum Command {
     /// A partition's head message, its attempts and its halt record.
     Inspect(InspectArgs),
     /// Acknowledge a halted head without handling it; the partition resumes
-    /// with the next message.
+    /// with the next message. `--all` (with filters): every matching halted
+    /// partition.
     Skip(ActionArgs),
-    /// Run a halted head again, with a fresh set of attempts.
+    /// Run a halted head again, with a fresh set of attempts. `--all` (with
+    /// filters): every matching halted partition, e.g. after an outage.
     Retry(ActionArgs),
     /// Move a halted head to the partition's dead-letter stream
-    /// (`ordo dlq CATEGORY KEY`), or list / replay that stream.
+    /// (`ordo dlq CATEGORY KEY`, or `--all` with filters), or list / replay
+    /// that stream.
     #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Dlq(DlqArgs),
     /// A live view, refreshed in place: lag per category and the halted
@@ -189,20 +193,82 @@ pub(crate) struct InspectArgs {
     pub(crate) json: bool,
 }
 
+/// `CATEGORY KEY [--group GROUP]`, or `--all` with filters: the halted
+/// partitions an action is for.
 #[derive(Debug, Args)]
 pub(crate) struct ActionArgs {
+    /// The stream category.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub(crate) category: Option<String>,
+    /// The partition key.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub(crate) key: Option<String>,
+    /// The consumer group (handler name); optional when one group consumes
+    /// the category.
+    #[arg(long, conflicts_with = "all")]
+    pub(crate) group: Option<String>,
     #[command(flatten)]
-    pub(crate) target: PartitionTarget,
+    pub(crate) bulk: BulkFilters,
     #[command(flatten)]
     pub(crate) options: ActionOptions,
+}
+
+/// What an action acts on.
+#[derive(Debug)]
+pub(crate) enum Acting<'a> {
+    /// One partition.
+    One(PartitionTarget),
+    /// Every halted partition (and parked key) the filters match.
+    All(&'a BulkFilters),
+}
+
+impl ActionArgs {
+    /// One partition, or every matching one (`--all`).
+    pub(crate) fn acting(&self) -> Acting<'_> {
+        match (&self.category, &self.key) {
+            (Some(category), Some(key)) if !self.bulk.all => Acting::One(PartitionTarget {
+                category: category.clone(),
+                key: key.clone(),
+                group: self.group.clone(),
+            }),
+            _ => Acting::All(&self.bulk),
+        }
+    }
+}
+
+/// `--all` and its filters: every halted partition (and parked key of a
+/// hashed partition) that matches all of them.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct BulkFilters {
+    /// Act on every halted partition matching the filters below, each only
+    /// if still halted on the head listed (exit 3 for one that changed).
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// With --all: only this category (repeatable).
+    #[arg(long = "category", value_name = "CATEGORY", requires = "all")]
+    pub(crate) categories: Vec<String>,
+    /// With --all: only this handler's (consumer group's) halts (repeatable).
+    #[arg(long = "handler", value_name = "NAME", requires = "all")]
+    pub(crate) handlers: Vec<String>,
+    /// With --all: only halts whose error matches this regular expression
+    /// (Rust `regex` syntax, unanchored: `pool timed out`, `(?i)timeout`).
+    #[arg(long, value_name = "REGEX", requires = "all", value_parser = crate::commands::bulk::parse_regex)]
+    pub(crate) error_matches: Option<regex::Regex>,
+    /// With --all: only halts older than this: a duration ago (`30s`,
+    /// `15m`, `2h`, `1h30m`) or an instant (`2026-05-01T12:00:00Z`).
+    #[arg(long, value_name = "WHEN", requires = "all", value_parser = crate::commands::bulk::parse_cutoff)]
+    pub(crate) halted_before: Option<crate::commands::bulk::Cutoff>,
+    /// With --all: list what would be done, change nothing.
+    #[arg(long, requires = "all")]
+    pub(crate) dry_run: bool,
 }
 
 /// How an operator action is confirmed and reported.
 #[derive(Debug, Args)]
 pub(crate) struct ActionOptions {
     /// Refuse unless the halted head is this entry id (as printed by
-    /// `ordo inspect`).
-    #[arg(long, value_name = "ID")]
+    /// `ordo inspect`). With --all, each key's head is the one listed.
+    #[arg(long, value_name = "ID", conflicts_with = "all")]
     pub(crate) expect_head: Option<String>,
     /// Do not ask for confirmation (required when stdin is not a terminal).
     #[arg(long, short = 'y')]
@@ -220,35 +286,39 @@ pub(crate) struct DlqArgs {
     pub(crate) action: DlqActionArgs,
 }
 
-/// `ordo dlq CATEGORY KEY`: the same arguments as the other actions, but
-/// optional to clap because `ordo dlq list ...` has none of them (a
-/// flattened `Option<ActionArgs>` is not filled in under
+/// `ordo dlq CATEGORY KEY` (or `--all`): the same arguments as the other
+/// actions, but optional to clap because `ordo dlq list ...` has none of
+/// them (a flattened `Option<ActionArgs>` is not filled in under
 /// `args_conflicts_with_subcommands`).
 #[derive(Debug, Args)]
 pub(crate) struct DlqActionArgs {
     /// The stream category.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub(crate) category: Option<String>,
     /// The partition key.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub(crate) key: Option<String>,
     /// The consumer group (handler name); optional when one group consumes
     /// the category.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "all")]
     pub(crate) group: Option<String>,
+    #[command(flatten)]
+    pub(crate) bulk: BulkFilters,
     #[command(flatten)]
     pub(crate) options: ActionOptions,
 }
 
 impl DlqActionArgs {
-    /// The action's arguments, when both positionals were given.
+    /// The action's arguments, when both positionals (or `--all`) were given.
     pub(crate) fn into_action(self) -> Option<ActionArgs> {
+        if !self.bulk.all && (self.category.is_none() || self.key.is_none()) {
+            return None;
+        }
         Some(ActionArgs {
-            target: PartitionTarget {
-                category: self.category?,
-                key: self.key?,
-                group: self.group,
-            },
+            category: self.category,
+            key: self.key,
+            group: self.group,
+            bulk: self.bulk,
             options: self.options,
         })
     }
@@ -376,7 +446,7 @@ pub(crate) struct WatchArgs {
 mod tests {
     use clap::{CommandFactory as _, Parser as _};
 
-    use super::{Cli, Command, DlqCommand};
+    use super::{Acting, Cli, Command, DlqCommand};
 
     fn parse(args: &[&str]) -> Command {
         Cli::try_parse_from(std::iter::once("ordo").chain(args.iter().copied()))
@@ -402,7 +472,10 @@ mod tests {
             panic!("not dlq");
         };
         let dlq = dlq.action.into_action().expect("dlq CATEGORY KEY is an action");
-        for target in [&inspect.target, &skip.target, &dlq.target] {
+        let (Acting::One(skip_target), Acting::One(dlq_target)) = (skip.acting(), dlq.acting()) else {
+            panic!("one partition each");
+        };
+        for target in [&inspect.target, &skip_target, &dlq_target] {
             assert_eq!(
                 (
                     target.category.as_str(),
@@ -414,6 +487,58 @@ mod tests {
         }
         assert!(skip.options.yes);
         assert_eq!(dlq.options.expect_head.as_deref(), Some("1-0"));
+    }
+
+    #[test]
+    fn all_takes_filters_instead_of_a_partition() {
+        let Command::Retry(retry) = parse(&[
+            "retry",
+            "--all",
+            "--category",
+            "order",
+            "--handler",
+            "Projector",
+            "--error-matches",
+            "pool timed out",
+            "--halted-before",
+            "10m",
+            "--dry-run",
+        ]) else {
+            panic!("not retry");
+        };
+        let Acting::All(filters) = retry.acting() else {
+            panic!("--all is every matching partition");
+        };
+        assert_eq!(filters.categories, ["order"]);
+        assert_eq!(filters.handlers, ["Projector"]);
+        assert!(
+            filters
+                .error_matches
+                .as_ref()
+                .unwrap()
+                .is_match("the pool timed out while")
+        );
+        assert!(filters.dry_run);
+        let Command::Dlq(dlq) = parse(&["dlq", "--all", "--yes"]) else {
+            panic!("not dlq");
+        };
+        assert!(matches!(
+            dlq.action.into_action().unwrap().acting(),
+            Acting::All(_)
+        ));
+        for refused in [
+            &["retry", "order", "bob", "--all"][..],
+            &["retry", "--category", "order"],
+            &["skip", "--all", "--expect-head", "1-0"],
+            &["retry", "--all", "--error-matches", "("],
+            &["retry", "--all", "--halted-before", "soon"],
+            &["retry"],
+        ] {
+            assert!(
+                Cli::try_parse_from(std::iter::once("ordo").chain(refused.iter().copied())).is_err(),
+                "{refused:?}"
+            );
+        }
     }
 
     #[test]

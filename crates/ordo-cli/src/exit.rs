@@ -3,11 +3,14 @@
 //! | code | meaning |
 //! |------|---------|
 //! | 0 | ok |
-//! | 1 | error: Redis unreachable, unexpected data, a failed action |
+//! | 1 | error: Redis unreachable, unexpected data, a failed action (`--all`: any of them) |
 //! | 2 | usage: bad arguments (clap's own code), unknown category, ambiguous or unknown group |
-//! | 3 | refused: partition not halted, head changed, not confirmed |
+//! | 3 | refused: partition not halted, head changed, not confirmed (`--all`: some keys changed since listed, none failed) |
 //! | 4 | `status --check`: halted partitions exist |
-//! | 5 | `status --check`: a warning and no halted partition |
+//! | 5 | `status --check`: a warning (a paused handler among them) and no halted partition |
+//!
+//! A bulk action (`retry | skip | dlq --all`) that matches nothing, or a
+//! `--dry-run`, exits 0.
 
 use std::fmt;
 use std::process::ExitCode;

@@ -511,7 +511,8 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
             "[server.partitioning]\nlease_tll_ms = 6000\n",
             "unknown key `server.partitioning.lease_tll_ms` in the domain configuration; valid keys in \
              [server.partitioning]: poll_interval_seconds, max_retries, retry_backoff_initial_ms, \
-             retry_backoff_max_ms, max_concurrency, lease_ttl_ms, heartbeat_interval_seconds, \
+             retry_backoff_max_ms, max_concurrency, handler_timeout_ms, timeout_is_transient, \
+             max_transient_ms, pause_min_keys, lease_ttl_ms, heartbeat_interval_seconds, \
              reap_idle_ms, discovery_interval_seconds, max_owned_partitions, recheck_interval_seconds",
         ),
     ] {

@@ -14,10 +14,15 @@
 //!   abort takes effect at the handler's next `.await`, so a handler in
 //!   blocking code goes on, and its broker must not let another run of the
 //!   same key start meanwhile; [`Cancelled::into_still_running`] hands it
-//!   the run, to learn when it has ended ([`StillRunning::has_ended`]).
+//!   the run, to learn when it has ended ([`StillRunning::has_ended`]);
+//! - a run longer than its timeout ([`Attempt::with_timeout`]) is aborted
+//!   and is a failed attempt ([`Failure::timed_out`]); the attempt ends
+//!   only once the run has (a run in blocking code ignores the abort until
+//!   it returns), so its key is never run twice at once.
 //!
-//! [`backoff`] is the wait between attempts: cancellable, and holding
-//! nothing.
+//! What follows a failure (count it or not, wait, give up) is
+//! [`crate::retry`]'s decision. [`backoff`] is the wait between attempts:
+//! cancellable, and holding nothing.
 //!
 //! ```
 //! # async fn deliver(handler: std::sync::Arc<dyn ordo_core::DynHandler>, envelope: ordo_core::Envelope) {
@@ -68,6 +73,8 @@ pub struct Attempt {
     ctx: HandlerContext,
     /// The handler's name, recorded for the run's task (see `in_handler`).
     name: Option<&'static str>,
+    /// How long the run may take (see `with_timeout`).
+    timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for Attempt {
@@ -96,9 +103,19 @@ pub enum Outcome {
 pub struct Failure {
     error: HandlerError,
     panicked: bool,
+    timed_out: bool,
 }
 
 impl Failure {
+    /// A failure with `error` (the handler returned it).
+    pub fn new(error: HandlerError) -> Self {
+        Self {
+            error,
+            panicked: false,
+            timed_out: false,
+        }
+    }
+
     /// The handler's error (for a panic: an error carrying its message).
     pub fn error(&self) -> &HandlerError {
         &self.error
@@ -110,9 +127,24 @@ impl Failure {
         error_chain(&*self.error)
     }
 
+    /// A run cancelled after `timeout`.
+    pub(crate) fn timed_out_after(timeout: Duration) -> Self {
+        Self {
+            error: Box::new(TimedOut { timeout }),
+            panicked: false,
+            timed_out: true,
+        }
+    }
+
     /// Whether the handler panicked.
     pub fn panicked(&self) -> bool {
         self.panicked
+    }
+
+    /// Whether the run was cancelled for taking longer than its timeout
+    /// (the error is then a [`TimedOut`]).
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
     }
 
     /// The handler's error.
@@ -174,6 +206,21 @@ pub struct Panicked {
     message: String,
 }
 
+/// A run cancelled for taking longer than its timeout, as a failed
+/// attempt's error.
+#[derive(Debug, thiserror::Error)]
+#[error("the handler did not finish within its timeout of {} ms and was cancelled", .timeout.as_millis())]
+pub struct TimedOut {
+    timeout: Duration,
+}
+
+impl TimedOut {
+    /// The timeout it ran past.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
 impl Panicked {
     /// The panic's message (`<non-text panic payload>` when it had none).
     pub fn message(&self) -> &str {
@@ -189,7 +236,18 @@ impl Attempt {
             envelope,
             ctx,
             name: None,
+            timeout: None,
         }
+    }
+
+    /// Cancels the run once it has taken `timeout` (`None`: never); it is
+    /// then a failed attempt ([`Failure::timed_out`]). The abort takes
+    /// effect at the handler's next `.await`: [`Attempt::run`] returns only
+    /// once the run has ended (or once `cancel` fires while it goes on).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout.filter(|t| !t.is_zero());
+        self
     }
 
     /// Records that the run is handler `name`'s, so that calls which would
@@ -216,6 +274,7 @@ impl Attempt {
             envelope,
             ctx,
             name,
+            timeout,
         } = self;
         let run = async move {
             let result = handler.handle(&envelope, &ctx).await;
@@ -227,32 +286,55 @@ impl Attempt {
             None => Box::pin(run),
         };
         let mut task = tokio::spawn(run.instrument(tracing::Span::current()));
+        let expired = async {
+            match timeout {
+                Some(timeout) => tokio::time::sleep(timeout).await,
+                None => std::future::pending().await,
+            }
+        };
         let joined = tokio::select! {
             joined = &mut task => joined,
-            () = cancel.cancelled() => {
+            () = cancel.cancelled() => return abort(task, abort_grace).await,
+            () = expired => {
                 task.abort();
-                let ended = tokio::time::timeout(abort_grace, &mut task).await.is_ok();
-                let running = (!ended).then_some(StillRunning { task });
-                return Outcome::Cancelled(Cancelled { running });
+                // The key stays this run's until it ends: a run in blocking
+                // code ends only when it returns.
+                let joined = tokio::select! {
+                    joined = &mut task => joined,
+                    () = cancel.cancelled() => return abort(task, abort_grace).await,
+                };
+                match joined {
+                    Err(join) if join.is_cancelled() => {
+                        return Outcome::Failed(Failure::timed_out_after(timeout.unwrap_or_default()));
+                    }
+                    // It ended on its own before the abort took effect.
+                    joined => joined,
+                }
             }
         };
         match joined {
             Ok(Ok(())) => Outcome::Succeeded,
-            Ok(Err(error)) => Outcome::Failed(Failure {
-                error,
-                panicked: false,
-            }),
+            Ok(Err(error)) => Outcome::Failed(Failure::new(error)),
             Err(join) if join.is_panic() => {
                 let message = panic_message(&*join.into_panic()).to_owned();
                 Outcome::Failed(Failure {
                     error: Box::new(Panicked { message }),
                     panicked: true,
+                    timed_out: false,
                 })
             }
             // Only an abort cancels the task, and the abort is ours.
             Err(_) => Outcome::Cancelled(Cancelled { running: None }),
         }
     }
+}
+
+/// Aborts `task` and gives it `grace` to end.
+async fn abort(mut task: JoinHandle<HandlerResult>, grace: Duration) -> Outcome {
+    task.abort();
+    let ended = tokio::time::timeout(grace, &mut task).await.is_ok();
+    let running = (!ended).then_some(StillRunning { task });
+    Outcome::Cancelled(Cancelled { running })
 }
 
 /// Waits the backoff before retry number `retry` (1 for the first retry),
@@ -408,6 +490,61 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), running.ended())
             .await
             .expect("the run ends once its blocking code returns");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_past_its_timeout_is_cancelled_as_a_failed_attempt() {
+        let envelope = envelope();
+        let ctx = HandlerContext::new(&envelope);
+        let started = tokio::time::Instant::now();
+        let outcome = Attempt::new(
+            Arc::new(Handler(|| Box::pin(std::future::pending()))),
+            envelope,
+            ctx,
+        )
+        .with_timeout(Some(Duration::from_secs(30)))
+        .run((), &CancellationToken::new(), Duration::ZERO)
+        .await;
+        let Outcome::Failed(failure) = outcome else {
+            panic!("expected a failure, got {outcome:?}");
+        };
+        assert!(failure.timed_out() && !failure.panicked());
+        assert_eq!(
+            failure.text(),
+            "the handler did not finish within its timeout of 30000 ms and was cancelled"
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_blocking_run_past_its_timeout_holds_the_attempt_until_it_ends() {
+        static ENDED: AtomicBool = AtomicBool::new(false);
+        let envelope = envelope();
+        let ctx = HandlerContext::new(&envelope);
+        let outcome = Attempt::new(
+            Arc::new(Handler(|| {
+                Box::pin(async {
+                    // Blocking code ignores the abort until it returns.
+                    tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(400)));
+                    ENDED.store(true, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    Ok(())
+                })
+            })),
+            envelope,
+            ctx,
+        )
+        .with_timeout(Some(Duration::from_millis(50)))
+        .run((), &CancellationToken::new(), Duration::ZERO)
+        .await;
+        assert!(
+            ENDED.load(Ordering::SeqCst),
+            "the attempt ended before its run did"
+        );
+        assert!(
+            matches!(&outcome, Outcome::Failed(f) if f.timed_out()),
+            "{outcome:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,13 +2,13 @@
 //! brokers hand them to the registered handlers.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::config::{Config, HandlerConfig, HealthConfig};
+use crate::config::{Config, HandlerConfig, HealthConfig, PartitioningConfig};
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult};
 use crate::health::SubscriptionHealth;
 use crate::inline::InlineBroker;
@@ -16,6 +16,7 @@ use crate::key::Lane;
 use crate::message::Envelope;
 use crate::policy::SequencingPolicy;
 use crate::process::ProcessStore;
+use crate::retry::{Breaker, RetryPolicy};
 
 /// What a broker can do, checked by `Domain::init()`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -373,13 +374,20 @@ pub struct HandlerSettings {
     config: HandlerConfig,
     /// Shared by every clone, so the bound holds across the broker's tasks.
     limit: Option<Arc<Semaphore>>,
+    /// The handler's circuit breaker in this process, made by the first
+    /// [`Subscription::retry_policy`] (shared by every clone).
+    breaker: Arc<OnceLock<Arc<Breaker>>>,
 }
 
 impl HandlerSettings {
     /// The settings of `config`.
     pub fn new(config: HandlerConfig) -> Self {
         let limit = config.max_concurrency().map(|n| Arc::new(Semaphore::new(n)));
-        Self { config, limit }
+        Self {
+            config,
+            limit,
+            breaker: Arc::default(),
+        }
     }
 
     /// The overrides.
@@ -416,6 +424,34 @@ impl Subscription {
     /// The handler's name (also its consumer-group name).
     pub fn name(&self) -> &'static str {
         self.descriptor.name
+    }
+
+    /// The handler's retry policy: its own settings over `defaults` (the
+    /// broker's `[server.partitioning]`), with its circuit breaker in this
+    /// process (made at the first call, shared by every later one).
+    pub fn retry_policy(&self, defaults: &PartitioningConfig) -> RetryPolicy {
+        let config = self.settings.config();
+        let backoff = self.settings.backoff(defaults.backoff());
+        let breaker = self.settings.breaker.get_or_init(|| {
+            let keys = config.pause_min_keys().unwrap_or(defaults.pause_min_keys());
+            Arc::new(Breaker::new(self.name(), keys, backoff))
+        });
+        RetryPolicy::new(defaults, Arc::clone(breaker))
+            .with_max_retries(self.settings.max_retries(defaults.max_retries()))
+            .with_backoff(backoff)
+            .with_max_transient(config.max_transient().unwrap_or(defaults.max_transient()))
+            .with_timeout(
+                config.timeout().unwrap_or(defaults.handler_timeout()),
+                config
+                    .timeout_is_transient()
+                    .unwrap_or(defaults.timeout_is_transient()),
+            )
+    }
+
+    /// The handler's pause in this process, when its circuit breaker is
+    /// open (`None` before any message was delivered).
+    pub fn paused(&self) -> Option<crate::retry::PauseStatus> {
+        self.settings.breaker.get().and_then(|breaker| breaker.status())
     }
 
     /// Which macro produced the handler.

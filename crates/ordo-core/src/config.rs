@@ -8,6 +8,10 @@
 //! retry_backoff_initial_ms = 100      # first retry delay (doubles, jittered)
 //! retry_backoff_max_ms = 5000         # retry delay cap
 //! max_concurrency = 64                # handler runs at once in process
+//! handler_timeout_ms = 300000         # an attempt running longer is cancelled (a failed attempt); 0: no limit
+//! timeout_is_transient = false        # a timed-out attempt is transient (not counted) rather than failed
+//! max_transient_ms = 3600000          # transient failures of one message for longer than this halt it; 0: never
+//! pause_min_keys = 3                  # pause a handler when this many keys fail transiently (mostly); 0: never
 //!
 //! [server.priority_lanes]
 //! enabled = false                     # route `raise_backfill` events to the backfill lane
@@ -19,6 +23,10 @@
 //! retry_backoff_initial_ms = 200      # overrides the retry backoff
 //! retry_backoff_max_ms = 10000
 //! max_concurrency = 4                 # at most this many runs of this handler at once
+//! timeout_ms = 60000                  # overrides server.partitioning.handler_timeout_ms
+//! timeout_is_transient = true         # overrides the other keys of the same name
+//! max_transient_ms = 0
+//! pause_min_keys = 10
 //!
 //! [categories.order]                 # one stream category's own settings
 //! partitions = "per_key"              # one partition per key (the default), or a number N:
@@ -39,6 +47,22 @@
 //! other handler dead-letters the message. `HandlerContext::attempt()`
 //! counts from 1 to `N + 1`. A `[handlers.NAME]` table overrides it for one
 //! handler, with the same meaning.
+//!
+//! A **transient** failure (the error is marked
+//! [`Transient`](crate::retry::Transient), or is a lost connection: see
+//! [`crate::retry`]) is not one of those attempts: it is retried with the
+//! same backoff, the key waiting in order, until the message succeeds or
+//! fails otherwise; only transient failures lasting `max_transient_ms`
+//! give up on it. `HandlerContext::attempt()` does not grow with them.
+//!
+//! # Timeouts
+//!
+//! An attempt running longer than `handler_timeout_ms` (`timeout_ms` of
+//! `[handlers.NAME]`) is cancelled and counts as a failed attempt (as a
+//! transient one with `timeout_is_transient = true`). The cancellation
+//! takes effect at the handler's next `.await`: a handler in blocking code
+//! runs on until it returns, and its key waits for it (on Redis, its lease
+//! is kept meanwhile).
 //!
 //! # Keys a broker reads
 //!
@@ -82,6 +106,9 @@ const MAX_RETRIES: u32 = 3;
 const RETRY_BACKOFF_INITIAL_MS: u64 = 100;
 const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
 const MAX_CONCURRENCY: u64 = 64;
+const HANDLER_TIMEOUT_MS: u64 = 300_000;
+const MAX_TRANSIENT_MS: u64 = 3_600_000;
+const PAUSE_MIN_KEYS: u32 = 3;
 const PRIORITY_THRESHOLD: i32 = 0;
 const HEALTH_MAX_LAG: u64 = 10_000;
 const HEALTH_MAX_PENDING_AGE_MS: u64 = 300_000;
@@ -160,6 +187,12 @@ pub struct HandlerConfig {
     max_retries: Option<u32>,
     backoff: Option<Backoff>,
     max_concurrency: Option<usize>,
+    /// `Duration::ZERO`: no timeout.
+    timeout: Option<Duration>,
+    timeout_is_transient: Option<bool>,
+    /// `Duration::ZERO`: no limit.
+    max_transient: Option<Duration>,
+    pause_min_keys: Option<u32>,
 }
 
 impl HandlerConfig {
@@ -190,9 +223,62 @@ impl HandlerConfig {
         self
     }
 
+    /// Cancels an attempt of this handler that runs longer than `timeout`
+    /// (`Duration::ZERO`: never); see [Timeouts](self#timeouts).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Whether a timed-out attempt is transient (not counted) rather than
+    /// a failed attempt.
+    #[must_use]
+    pub fn with_timeout_is_transient(mut self, transient: bool) -> Self {
+        self.timeout_is_transient = Some(transient);
+        self
+    }
+
+    /// Gives up on a message that fails transiently for longer than
+    /// `max_transient` (`Duration::ZERO`: never).
+    #[must_use]
+    pub fn with_max_transient(mut self, max_transient: Duration) -> Self {
+        self.max_transient = Some(max_transient);
+        self
+    }
+
+    /// Pauses the handler (in each process) when at least `keys` of its keys
+    /// fail transiently and most attempts do (0: never); see
+    /// [`crate::retry::breaker`].
+    #[must_use]
+    pub fn with_pause_min_keys(mut self, keys: u32) -> Self {
+        self.pause_min_keys = Some(keys);
+        self
+    }
+
     /// The `max_retries` override.
     pub fn max_retries(&self) -> Option<u32> {
         self.max_retries
+    }
+
+    /// The timeout override (`Some(None)`: no timeout).
+    pub fn timeout(&self) -> Option<Option<Duration>> {
+        self.timeout.map(|t| (!t.is_zero()).then_some(t))
+    }
+
+    /// The `timeout_is_transient` override.
+    pub fn timeout_is_transient(&self) -> Option<bool> {
+        self.timeout_is_transient
+    }
+
+    /// The `max_transient_ms` override (`Some(None)`: no limit).
+    pub fn max_transient(&self) -> Option<Option<Duration>> {
+        self.max_transient.map(|t| (!t.is_zero()).then_some(t))
+    }
+
+    /// The `pause_min_keys` override.
+    pub fn pause_min_keys(&self) -> Option<u32> {
+        self.pause_min_keys
     }
 
     /// The backoff override.
@@ -212,6 +298,10 @@ impl HandlerConfig {
             max_retries: over.max_retries.or(self.max_retries),
             backoff: over.backoff.or(self.backoff),
             max_concurrency: over.max_concurrency.or(self.max_concurrency),
+            timeout: over.timeout.or(self.timeout),
+            timeout_is_transient: over.timeout_is_transient.or(self.timeout_is_transient),
+            max_transient: over.max_transient.or(self.max_transient),
+            pause_min_keys: over.pause_min_keys.or(self.pause_min_keys),
         }
     }
 }
@@ -247,6 +337,10 @@ pub struct PartitioningConfig {
     max_retries: u32,
     backoff: Backoff,
     max_concurrency: usize,
+    handler_timeout: Option<Duration>,
+    timeout_is_transient: bool,
+    max_transient: Option<Duration>,
+    pause_min_keys: u32,
 }
 
 /// `[server.priority_lanes]`: the low-priority backfill lane.
@@ -491,6 +585,29 @@ impl PartitioningConfig {
     pub fn max_concurrency(&self) -> usize {
         self.max_concurrency
     }
+
+    /// `handler_timeout_ms`: how long an attempt may run before it is
+    /// cancelled (`None`: no limit; see [Timeouts](self#timeouts)).
+    pub fn handler_timeout(&self) -> Option<Duration> {
+        self.handler_timeout
+    }
+
+    /// `timeout_is_transient`: whether a timed-out attempt is transient.
+    pub fn timeout_is_transient(&self) -> bool {
+        self.timeout_is_transient
+    }
+
+    /// `max_transient_ms`: how long one message may fail transiently before
+    /// it halts its key (`None`: for ever).
+    pub fn max_transient(&self) -> Option<Duration> {
+        self.max_transient
+    }
+
+    /// `pause_min_keys`: how many keys failing transiently pause a handler
+    /// (0: never).
+    pub fn pause_min_keys(&self) -> u32 {
+        self.pause_min_keys
+    }
 }
 
 impl PriorityLanesConfig {
@@ -547,6 +664,10 @@ const SCHEMA: &[(&str, Node)] = &[
             ("retry_backoff_initial_ms", Node::Value),
             ("retry_backoff_max_ms", Node::Value),
             ("max_concurrency", Node::Value),
+            ("timeout_ms", Node::Value),
+            ("timeout_is_transient", Node::Value),
+            ("max_transient_ms", Node::Value),
+            ("pause_min_keys", Node::Value),
         ]),
     ),
     (
@@ -598,6 +719,10 @@ pub const PARTITIONING_KEYS: &[&str] = &[
     "retry_backoff_initial_ms",
     "retry_backoff_max_ms",
     "max_concurrency",
+    "handler_timeout_ms",
+    "timeout_is_transient",
+    "max_transient_ms",
+    "pause_min_keys",
 ];
 
 /// The keys of `[server.partitioning]` in `table` (a checked file) that
@@ -783,6 +908,10 @@ struct RawPartitioning {
     retry_backoff_initial_ms: Option<i64>,
     retry_backoff_max_ms: Option<i64>,
     max_concurrency: Option<i64>,
+    handler_timeout_ms: Option<i64>,
+    timeout_is_transient: Option<bool>,
+    max_transient_ms: Option<i64>,
+    pause_min_keys: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -800,6 +929,10 @@ struct RawHandler {
     retry_backoff_initial_ms: Option<i64>,
     retry_backoff_max_ms: Option<i64>,
     max_concurrency: Option<i64>,
+    timeout_ms: Option<i64>,
+    timeout_is_transient: Option<bool>,
+    max_transient_ms: Option<i64>,
+    pause_min_keys: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -909,10 +1042,34 @@ impl RawHandler {
         let max_concurrency = positive("max_concurrency", self.max_concurrency)?
             .map(|v| usize::try_from(v).map_err(|_| bad("max_concurrency", format!("is too large, got {v}"))))
             .transpose()?;
+        let millis = |key: &'static str, value: Option<i64>| {
+            value
+                .map(|v| {
+                    u64::try_from(v)
+                        .map(Duration::from_millis)
+                        .map_err(|_| bad(key, format!("must be 0 (no limit) or more, got {v}")))
+                })
+                .transpose()
+        };
+        let pause_min_keys = self
+            .pause_min_keys
+            .map(|v| {
+                u32::try_from(v).map_err(|_| {
+                    bad(
+                        "pause_min_keys",
+                        format!("must be between 0 (never pause) and {}, got {v}", u32::MAX),
+                    )
+                })
+            })
+            .transpose()?;
         Ok(HandlerConfig {
             max_retries,
             backoff,
             max_concurrency,
+            timeout: millis("timeout_ms", self.timeout_ms)?,
+            timeout_is_transient: self.timeout_is_transient,
+            max_transient: millis("max_transient_ms", self.max_transient_ms)?,
+            pause_min_keys,
         })
     }
 }
@@ -965,6 +1122,26 @@ impl RawPartitioning {
             max_retries: max_retries(self.max_retries)?,
             backoff,
             max_concurrency: max_concurrency(self.max_concurrency)?,
+            handler_timeout: limit(
+                "server.partitioning.handler_timeout_ms",
+                self.handler_timeout_ms,
+                HANDLER_TIMEOUT_MS,
+            )?,
+            timeout_is_transient: self.timeout_is_transient.unwrap_or(false),
+            max_transient: limit(
+                "server.partitioning.max_transient_ms",
+                self.max_transient_ms,
+                MAX_TRANSIENT_MS,
+            )?,
+            pause_min_keys: match self.pause_min_keys {
+                None => PAUSE_MIN_KEYS,
+                Some(v) => u32::try_from(v).map_err(|_| {
+                    invalid(
+                        "server.partitioning.pause_min_keys",
+                        format!("must be between 0 (never pause) and {}, got {v}", u32::MAX),
+                    )
+                })?,
+            },
         })
     }
 }
@@ -1014,6 +1191,17 @@ fn positive_int(key: &'static str, value: Option<i64>, default: u64) -> Result<u
         Some(v) if v > 0 => Ok(v.unsigned_abs()),
         Some(v) => Err(invalid(key, format!("must be greater than 0, got {v}"))),
     }
+}
+
+/// A limit in milliseconds where 0 means none.
+fn limit(key: &'static str, value: Option<i64>, default: u64) -> Result<Option<Duration>, ConfigError> {
+    let ms = match value {
+        None => default,
+        Some(v) => {
+            u64::try_from(v).map_err(|_| invalid(key, format!("must be 0 (no limit) or more, got {v}")))?
+        }
+    };
+    Ok((ms > 0).then(|| Duration::from_millis(ms)))
 }
 
 fn positive_seconds(key: &'static str, value: Option<f64>, default: f64) -> Result<Duration, ConfigError> {

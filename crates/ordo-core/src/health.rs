@@ -1,6 +1,7 @@
 //! Health and readiness as data: [`RunningDomain::health`](crate::RunningDomain::health)
-//! reports, per subscription, whether it is `ok`, `lagging`, `halted` or in
-//! an `unknown` state, with the reasons, for probes and dashboards.
+//! reports, per subscription, whether it is `ok`, `lagging`, `paused`,
+//! `halted` or in an `unknown` state, with the reasons, for probes and
+//! dashboards.
 //!
 //! The thresholds are `[health]` in `domain.toml` (`max_lag`,
 //! `max_pending_age_ms`). Each broker fills the report from what it knows
@@ -13,8 +14,9 @@
 //! the broker's consumer has stopped (restart the process);
 //! [`HealthReport::ready`] is false when a subscription's state is
 //! `unknown` (Redis unreachable, leases not renewing) or the consumer is not
-//! running. A halted partition or a lag makes neither false: restarting does
-//! not cure them (a halt is resolved by an operator, see `ordo inspect`).
+//! running. A halted partition, a pause or a lag makes neither false:
+//! restarting does not cure them (a halt is resolved by an operator, see
+//! `ordo inspect`; a pause ends by itself when the dependency is back).
 
 use std::fmt;
 
@@ -30,6 +32,10 @@ pub enum HealthState {
     /// Behind: more undelivered entries than `max_lag`, or an entry in
     /// flight for longer than `max_pending_age_ms`.
     Lagging,
+    /// The handler is paused on an instance because most of its keys fail
+    /// transiently (a dependency looks down): it probes with one message at
+    /// a time and resumes by itself (see [`crate::retry::breaker`]).
+    Paused,
     /// At least one partition (key) is halted on a poison message and waits
     /// for an operator.
     Halted,
@@ -39,11 +45,12 @@ pub enum HealthState {
 }
 
 impl HealthState {
-    /// The lower-case name (`ok`, `lagging`, `halted`, `unknown`).
+    /// The lower-case name (`ok`, `lagging`, `paused`, `halted`, `unknown`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
             Self::Lagging => "lagging",
+            Self::Paused => "paused",
             Self::Halted => "halted",
             Self::Unknown => "unknown",
         }
@@ -125,8 +132,8 @@ impl HealthReport {
     }
 
     /// For a readiness probe: the consumer runs and no subscription is
-    /// `unknown`. A halt or a lag keeps the process ready (see the module
-    /// documentation).
+    /// `unknown`. A halt, a pause or a lag keeps the process ready (see the
+    /// module documentation).
     pub fn ready(&self) -> bool {
         self.live() && self.subscriptions.iter().all(|s| s.state != HealthState::Unknown)
     }

@@ -7,17 +7,15 @@ use std::time::{Duration, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::attempt::{Attempt, Outcome};
-
-use crate::backoff::Backoff;
+use crate::attempt::{Attempt, Failure, Outcome};
 use crate::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
-use crate::config::{Config, HealthConfig};
-use crate::error::error_chain;
+use crate::config::{Config, HealthConfig, PartitioningConfig};
 use crate::executor::{KeyedExecutor, Permits};
-use crate::handler::{BoxFuture, HandlerContext, HandlerError, HandlerKind};
+use crate::handler::{BoxFuture, HandlerContext, HandlerKind};
 use crate::health::{HealthState, SubscriptionHealth};
 use crate::message::Envelope;
 use crate::policy::{ProcessingContext, SequenceId};
+use crate::retry::{GiveUp, Next, RetryPolicy};
 
 /// How many recent failures [`InlineBroker::failures`] keeps.
 const FAILURE_LOG_LEN: usize = 1024;
@@ -37,7 +35,9 @@ const FAILURE_LOG_LEN: usize = 1024;
 /// and means "sequence by the partition key" here. A failing handler is
 /// retried `max_retries` times with the configured backoff (its sequence
 /// waits meanwhile; see [what `max_retries` means](crate::config#retries-what-max_retries--n-means),
-/// and `[handlers.NAME]` for one handler's own). What happens next is what the Redis broker does:
+/// and `[handlers.NAME]` for one handler's own); a transient failure is
+/// retried without using one up, and a handler most of whose keys fail
+/// transiently pauses (see [`crate::retry`]). What happens next is what the Redis broker does:
 ///
 /// - a partitioned handler (`sequential_by`) **halts the key**: the message
 ///   stays the key's head, later messages of the key wait behind it (other
@@ -57,8 +57,8 @@ pub struct InlineBroker {
 
 struct Inner {
     executor: KeyedExecutor,
-    max_retries: u32,
-    backoff: Backoff,
+    /// `[server.partitioning]`: the retry defaults.
+    partitioning: PartitioningConfig,
     subscriptions: RwLock<Option<Arc<[Subscription]>>>,
     failures: Mutex<FailureLog>,
     halts: Mutex<HashMap<SequenceId, Halt>>,
@@ -163,8 +163,8 @@ impl fmt::Debug for InlineBroker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InlineBroker")
             .field("executor", &self.inner.executor)
-            .field("max_retries", &self.inner.max_retries)
-            .field("backoff", &self.inner.backoff)
+            .field("max_retries", &self.inner.partitioning.max_retries())
+            .field("backoff", &self.inner.partitioning.backoff())
             .field("failures", &self.failure_count())
             .finish_non_exhaustive()
     }
@@ -182,15 +182,14 @@ impl InlineBroker {
         Self::with_config(&Config::default())
     }
 
-    /// An inline broker with `config`'s `max_concurrency`, `max_retries` and
-    /// retry backoff.
+    /// An inline broker with `config`'s `max_concurrency`, retries, backoff,
+    /// timeouts and pausing.
     pub fn with_config(config: &Config) -> Self {
         let partitioning = config.partitioning();
         Self {
             inner: Arc::new(Inner {
                 executor: KeyedExecutor::new(partitioning.max_concurrency()),
-                max_retries: partitioning.max_retries(),
-                backoff: partitioning.backoff(),
+                partitioning: partitioning.clone(),
                 subscriptions: RwLock::new(None),
                 failures: Mutex::new(FailureLog::default()),
                 halts: Mutex::new(HashMap::new()),
@@ -396,8 +395,12 @@ impl Inner {
             halt.parked.push_back(envelope);
             return;
         }
-        if let Err((attempts, error)) = self.attempts(&subscription, &envelope, &permits).await {
-            self.poisoned(subscription, envelope, sequence, attempts, error);
+        let key = sequence
+            .as_ref()
+            .map_or(envelope.id.as_str(), SequenceId::as_str)
+            .to_owned();
+        if let Err(give_up) = self.attempts(&subscription, &envelope, &key, &permits).await {
+            self.poisoned(subscription, envelope, sequence, give_up);
         }
     }
 
@@ -418,8 +421,11 @@ impl Inner {
                     }
                 }
             };
-            if let Err((attempts, error)) = self.attempts(&subscription, &next, &permits).await {
-                self.poisoned(subscription, next, Some(sequence), attempts, error);
+            if let Err(give_up) = self
+                .attempts(&subscription, &next, sequence.as_str(), &permits)
+                .await
+            {
+                self.poisoned(subscription, next, Some(sequence), give_up);
                 return;
             }
         }
@@ -432,9 +438,9 @@ impl Inner {
         subscription: Subscription,
         envelope: Arc<Envelope>,
         sequence: Option<SequenceId>,
-        attempts: u32,
-        error: String,
+        give_up: GiveUp,
     ) {
+        let (attempts, error) = (give_up.attempts(), give_up.reason().to_owned());
         self.record(HandlerFailure {
             handler: subscription.name(),
             message_id: envelope.id.clone(),
@@ -481,37 +487,42 @@ impl Inner {
         halt.draining = false;
     }
 
-    /// Runs the handler until it succeeds or its retries are spent; the
-    /// attempts made and the last error when they are.
+    /// Runs the handler until it succeeds or the retry policy gives up
+    /// (every attempt failed, or transient failures lasted too long).
     #[tracing::instrument(skip_all, fields(handler = subscription.name(), message_id = %envelope.id))]
     async fn attempts(
         &self,
         subscription: &Subscription,
         envelope: &Arc<Envelope>,
+        key: &str,
         permits: &Permits,
-    ) -> Result<(), (u32, String)> {
+    ) -> Result<(), GiveUp> {
         let settings = &subscription.settings;
-        let max_retries = settings.max_retries(self.max_retries);
-        let backoff = settings.backoff(self.backoff);
-        let mut attempt = 1;
+        let policy = subscription.retry_policy(&self.partitioning);
+        let mut retries = policy.start(key, 0);
         loop {
+            // A paused handler starts nothing but its probe.
+            retries.admit().await?;
             // The handler's own slot first: waiting for it holds no process-wide permit.
             let own = settings.acquire().await;
             let permit = permits.acquire().await;
-            let outcome = run_attempt(subscription, envelope, attempt).await;
+            let outcome = run_attempt(subscription, envelope, retries.attempt(), &policy).await;
             drop((permit, own));
-            let Err(error) = outcome else {
-                return Ok(());
+            let failure = match outcome {
+                Ok(()) => {
+                    retries.succeeded();
+                    return Ok(());
+                }
+                Err(failure) => failure,
             };
-            // Stored (failure records, halts, dead letters) and logged capped.
-            let error = crate::text::cap_error(error_chain(&*error));
-            if attempt > max_retries {
-                return Err((attempt, error));
-            }
-            tracing::warn!(event = crate::log_events::HANDLER_FAILED, handler = subscription.name(), message_id = %envelope.id, attempt,
-                error = %crate::text::log_text(&error), "handler failed; retrying");
-            backoff.sleep(attempt).await;
-            attempt += 1;
+            let attempt = retries.attempt();
+            let failed = retries.failed(&failure);
+            let delay = match retries.next() {
+                Next::Retry { delay } => delay,
+                Next::GiveUp(give_up) => return Err(give_up),
+            };
+            failed.log(subscription.name(), &envelope.id, attempt);
+            retries.wait(delay).await;
         }
     }
 
@@ -531,14 +542,16 @@ async fn run_attempt(
     subscription: &Subscription,
     envelope: &Arc<Envelope>,
     attempt: u32,
-) -> Result<(), HandlerError> {
+    policy: &RetryPolicy,
+) -> Result<(), Failure> {
     let ctx = HandlerContext::new(envelope).with_attempt(attempt);
     let run = Attempt::new(Arc::clone(&subscription.handler), Arc::clone(envelope), ctx)
-        .in_handler(subscription.name());
+        .in_handler(subscription.name())
+        .with_timeout(policy.timeout());
     match run.run((), &CancellationToken::new(), Duration::ZERO).await {
         Outcome::Succeeded => Ok(()),
-        Outcome::Failed(failure) => Err(failure.into_error()),
-        Outcome::Cancelled(_) => Err("the handler run was cancelled".into()),
+        Outcome::Failed(failure) => Err(failure),
+        Outcome::Cancelled(_) => Err(Failure::new("the handler run was cancelled".into())),
     }
 }
 
@@ -567,6 +580,9 @@ impl Broker for InlineBroker {
             .iter()
             .map(|subscription| {
                 let mut health = SubscriptionHealth::ok(subscription.name());
+                if let Some(pause) = subscription.paused() {
+                    health.degrade(HealthState::Paused, pause.to_string());
+                }
                 for halt in halted.iter().filter(|h| h.handler == subscription.name()) {
                     health.degrade(
                         HealthState::Halted,

@@ -14,7 +14,8 @@
 //!   outbox and its processor), [`bus`] (command dispatch).
 //! - Running: [`broker`] (the broker contract), [`inline`] (the in-process
 //!   broker), [`executor`] (per-key ordering with bounded concurrency),
-//!   [`attempt`] (one handler run, retries and halts), [`backoff`].
+//!   [`attempt`] (one handler run), [`retry`] (what follows a failed
+//!   attempt: transient failures, halts, pausing a handler), [`backoff`].
 //! - Operating: [`health`] (health and readiness as data), [`log_events`]
 //!   (the stable names of important log lines), [`text`] (untrusted text
 //!   escaped for logs and terminals, capped for records).
@@ -44,6 +45,7 @@ pub mod executor;
 pub mod health;
 pub mod inline;
 pub mod log_events;
+pub mod retry;
 pub mod text;
 
 // Internal.
@@ -94,3 +96,4 @@ pub use broker::{
 };
 pub use executor::{KeyedExecutor, Permits};
 pub use inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};
+pub use retry::{Transient, transient};

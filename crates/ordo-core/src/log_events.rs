@@ -10,12 +10,23 @@
 
 /// An attempt of a handler failed; it will be retried (warn).
 pub const HANDLER_FAILED: &str = "handler.failed";
-/// A message failed every attempt and its key (partition) halted (error on
-/// the inline broker, warn on Redis; the halt is listed until resolved).
+/// An attempt of a handler failed transiently (a dependency is down); it
+/// will be retried without using up an attempt (warn).
+pub const HANDLER_TRANSIENT_FAILURE: &str = "handler.transient_failure";
+/// An attempt ran past the handler's timeout and was cancelled (warn).
+pub const HANDLER_TIMED_OUT: &str = "handler.timed_out";
+/// Most keys of a handler failed transiently: it stops starting messages
+/// in this process and probes with one at a time (warn).
+pub const HANDLER_PAUSED: &str = "handler.paused";
+/// A paused handler's attempt got an answer: it runs again (info).
+pub const HANDLER_RESUMED: &str = "handler.resumed";
+/// A message failed every attempt (or failed transiently past
+/// `max_transient_ms`) and its key (partition) halted until an operator
+/// resolves it (error, on every broker; the halt is listed until resolved).
 pub const PARTITION_HALTED: &str = "partition.halted";
 /// A message of a hashed partition failed every attempt and its key was
 /// parked: its messages are held aside, the partition's other keys flow
-/// (warn; the parked key is listed until resolved).
+/// (error; the parked key is listed until resolved).
 pub const KEY_PARKED: &str = "key.parked";
 /// A halted key of the inline broker was resolved (skip, retry, dead-letter) (info).
 pub const PARTITION_RESUMED: &str = "partition.resumed";
@@ -24,7 +35,7 @@ pub const PARTITION_REAPED: &str = "partition.reaped";
 /// A message of a handler without a key failed every attempt and was
 /// dead-lettered, or an entry that can never be handled (unreadable on a
 /// base stream, of no key of its hashed partition) was moved to the
-/// dead-letter stream (error inline, warn on Redis).
+/// dead-letter stream (error, on every broker).
 pub const MESSAGE_DEAD_LETTERED: &str = "message.dead_lettered";
 /// The Redis broker connected, with its URL (password masked) and this
 /// instance's id (info).
@@ -91,6 +102,10 @@ pub const ALL: &[&str] = &[
     RELAY_STARTED,
     RELAY_STOPPED,
     HANDLER_FAILED,
+    HANDLER_TRANSIENT_FAILURE,
+    HANDLER_TIMED_OUT,
+    HANDLER_PAUSED,
+    HANDLER_RESUMED,
     PARTITION_HALTED,
     KEY_PARKED,
     PARTITION_RESUMED,

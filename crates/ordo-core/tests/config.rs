@@ -17,6 +17,10 @@ fn defaults_match_the_contract() {
         assert_eq!(p.backoff().initial(), Duration::from_millis(100));
         assert_eq!(p.backoff().max(), Duration::from_millis(5_000));
         assert_eq!(p.max_concurrency(), 64);
+        assert_eq!(p.handler_timeout(), Some(Duration::from_secs(300)));
+        assert!(!p.timeout_is_transient());
+        assert_eq!(p.max_transient(), Some(Duration::from_secs(3600)));
+        assert_eq!(p.pause_min_keys(), 3);
         assert!(!config.priority_lanes().enabled());
         assert_eq!(config.priority_lanes().backfill_suffix(), "backfill");
     }
@@ -32,6 +36,10 @@ fn every_key_is_read() {
         retry_backoff_initial_ms = 10
         retry_backoff_max_ms = 20
         max_concurrency = 8
+        handler_timeout_ms = 0
+        timeout_is_transient = true
+        max_transient_ms = 5000
+        pause_min_keys = 0
 
         [server.priority_lanes]
         enabled = true
@@ -45,6 +53,10 @@ fn every_key_is_read() {
     assert_eq!(p.backoff().initial(), Duration::from_millis(10));
     assert_eq!(p.backoff().max(), Duration::from_millis(20));
     assert_eq!(p.max_concurrency(), 8);
+    assert_eq!(p.handler_timeout(), None, "0: no timeout");
+    assert!(p.timeout_is_transient());
+    assert_eq!(p.max_transient(), Some(Duration::from_secs(5)));
+    assert_eq!(p.pause_min_keys(), 0);
     assert!(config.priority_lanes().enabled());
     assert_eq!(config.priority_lanes().backfill_suffix(), "slow");
 }
@@ -72,7 +84,8 @@ fn keys_core_does_not_read_are_kept_for_the_broker_that_declares_them() {
         chain(&error),
         "unknown key `server.partitioning.mode` in the domain configuration; valid keys in \
          [server.partitioning]: poll_interval_seconds, max_retries, retry_backoff_initial_ms, \
-         retry_backoff_max_ms, max_concurrency, batch_ms"
+         retry_backoff_max_ms, max_concurrency, handler_timeout_ms, timeout_is_transient, \
+         max_transient_ms, pause_min_keys, batch_ms"
     );
     // Core's own keys are never handed to a broker.
     assert!(Config::default().broker_partitioning(&[]).unwrap().is_empty());
@@ -126,6 +139,21 @@ fn each_invalid_value_is_rejected_naming_its_key() {
             "max_concurrency = 0",
             "server.partitioning.max_concurrency",
             "got 0",
+        ),
+        (
+            "handler_timeout_ms = -1",
+            "server.partitioning.handler_timeout_ms",
+            "0 (no limit) or more, got -1",
+        ),
+        (
+            "max_transient_ms = -5",
+            "server.partitioning.max_transient_ms",
+            "got -5",
+        ),
+        (
+            "pause_min_keys = -1",
+            "server.partitioning.pause_min_keys",
+            "got -1",
         ),
     ];
     for (line, key, detail) in cases {
@@ -226,7 +254,8 @@ fn unknown_keys_are_rejected_at_every_level_listing_the_valid_ones() {
         chain(&error),
         "unknown key `server.partitioning.max_retry` in the domain configuration; valid keys in \
          [server.partitioning]: poll_interval_seconds, max_retries, retry_backoff_initial_ms, \
-         retry_backoff_max_ms, max_concurrency"
+         retry_backoff_max_ms, max_concurrency, handler_timeout_ms, timeout_is_transient, \
+         max_transient_ms, pause_min_keys"
     );
 }
 

@@ -220,6 +220,10 @@ fn a_partitioning_key_no_one_reads_is_rejected_naming_the_broker_and_the_valid_k
         "retry_backoff_initial_ms",
         "retry_backoff_max_ms",
         "max_concurrency",
+        "handler_timeout_ms",
+        "timeout_is_transient",
+        "max_transient_ms",
+        "pause_min_keys",
     ];
     for key in ["lease_tll_ms", "lease_ttl_ms"] {
         let inline_default = Domain::builder().config(config(&format!("{key} = 6000")));
@@ -240,7 +244,8 @@ fn a_partitioning_key_no_one_reads_is_rejected_naming_the_broker_and_the_valid_k
                 message.contains(&format!(
                     "unknown key `server.partitioning.{key}` in the domain configuration; valid keys in \
                      [server.partitioning] with broker `inline`: poll_interval_seconds, max_retries, \
-                     retry_backoff_initial_ms, retry_backoff_max_ms, max_concurrency"
+                     retry_backoff_initial_ms, retry_backoff_max_ms, max_concurrency, handler_timeout_ms, \
+                     timeout_is_transient, max_transient_ms, pause_min_keys"
                 )),
                 "{message}"
             );

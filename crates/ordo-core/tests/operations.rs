@@ -190,6 +190,43 @@ fn handler_tables_are_checked_key_by_key() {
         (Duration::from_millis(100), Duration::from_millis(700))
     );
     assert_eq!(handler.max_concurrency(), Some(3));
+    let negative = Config::from_toml_str("[handlers.ByClient]\ntimeout_ms = -1\n").unwrap_err();
+    assert_eq!(
+        negative.to_string(),
+        "handlers.ByClient.timeout_ms must be 0 (no limit) or more, got -1"
+    );
+}
+
+#[tokio::test]
+async fn a_handler_table_sets_its_own_timeout_outage_limit_and_pausing() {
+    let config = config(
+        "handler_timeout_ms = 1000\nmax_transient_ms = 7000\n\
+         [handlers.ByClient]\ntimeout_ms = 0\ntimeout_is_transient = true\nmax_transient_ms = 0\npause_min_keys = 9\n",
+    );
+    let probe = Probe::new("client_id").shared();
+    let domain = Domain::builder()
+        .config(config.clone())
+        .event_handler(Recorder::<ByClient>::new(&probe))
+        .event_handler(Recorder::<PerAggregate>::new(&probe))
+        .init()
+        .unwrap();
+    let defaults = config.partitioning();
+    let own = domain.subscriptions()[0].retry_policy(defaults);
+    assert_eq!(own.timeout(), None, "timeout_ms = 0: no timeout for ByClient");
+    assert!(own.timeout_is_transient());
+    assert_eq!(own.max_transient(), None, "max_transient_ms = 0: no limit");
+    assert!(own.breaker().enabled());
+    let other = domain.subscriptions()[1].retry_policy(defaults);
+    assert_eq!(other.timeout(), Some(Duration::from_secs(1)));
+    assert!(!other.timeout_is_transient());
+    assert_eq!(other.max_transient(), Some(Duration::from_secs(7)));
+    let builder = HandlerConfig::new()
+        .with_timeout(Duration::from_millis(250))
+        .with_max_transient(Duration::ZERO)
+        .with_pause_min_keys(0);
+    assert_eq!(builder.timeout(), Some(Some(Duration::from_millis(250))));
+    assert_eq!(builder.max_transient(), Some(None));
+    assert_eq!(builder.pause_min_keys(), Some(0));
 }
 
 // -------------------------------------------------------------- priority

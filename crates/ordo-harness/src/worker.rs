@@ -270,8 +270,12 @@ pub enum Committed {
 pub enum EffectError {
     /// The store's fence refused it: the run's lease is stale.
     Fenced(String),
-    /// Anything else (the store unreachable): the run retries for a while.
+    /// Anything else: the run retries for a while.
     Failed(String),
+    /// The store is unreachable for now (a database outage): the run fails
+    /// transiently at once, and the broker retries it without using up an
+    /// attempt ([`ordo_core::retry::Transient`]).
+    Unavailable(String),
 }
 
 /// Where runs commit their effects when not in Redis (the default): the
@@ -530,7 +534,9 @@ impl Run {
                 .commit_as(&self.inner.client, &writes, &self.marker)
                 .await
             {
-                Err(ordo_redis::Error::Redis(error)) if started.elapsed() < RETRY_FOR => {
+                Err(error @ (ordo_redis::Error::Redis(_) | ordo_redis::Error::Unavailable(_)))
+                    if started.elapsed() < RETRY_FOR =>
+                {
                     tracing::warn!(%error, key, "committing the effect failed; retrying");
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
@@ -565,6 +571,18 @@ impl Run {
                 Err(reason.into())
             }
             Err(EffectError::Failed(reason)) => self.fail(&reason).await,
+            Err(EffectError::Unavailable(reason)) => {
+                self.clear().await?;
+                emit(
+                    &self
+                        .line(line::FAILED)
+                        .field("reason", format!("unavailable: {reason}")),
+                );
+                Err(ordo_core::retry::transient(format!(
+                    "event {} of key {}: the effect store is unavailable: {reason}",
+                    self.tick.seq, self.tick.key
+                )))
+            }
         }
     }
 

@@ -44,6 +44,11 @@ pub struct Config {
     pub kills: u8,
     /// Handler runs that fail for good (poison messages: the partition halts).
     pub poisons: u8,
+    /// Handler runs that fail with an ordinary error: the worker records
+    /// the failed attempt, counted with the entry (the retry budget), and
+    /// runs the handler again. (A client timeout, `timeouts`, is a
+    /// transient failure: its attempt is closed but not counted.)
+    pub errors: u8,
     /// Operator decisions on a halted partition (retry or skip the head seen).
     pub resolutions: u8,
     /// Redis restarts that lose the writes since the last fsync
@@ -65,6 +70,7 @@ impl Config {
         timeouts: 1,
         kills: 1,
         poisons: 0,
+        errors: 0,
         resolutions: 0,
         aof_losses: 0,
     };
@@ -78,6 +84,7 @@ impl Config {
         timeouts: 1,
         kills: 0,
         poisons: 0,
+        errors: 0,
         resolutions: 0,
         aof_losses: 0,
     };
@@ -92,6 +99,7 @@ impl Config {
         timeouts: 1,
         kills: 0,
         poisons: 2,
+        errors: 0,
         resolutions: 2,
         aof_losses: 0,
     };
@@ -106,15 +114,33 @@ impl Config {
         timeouts: 0,
         kills: 0,
         poisons: 0,
+        errors: 0,
         resolutions: 0,
         aof_losses: 1,
     };
 
+    /// The attempt accounting: an ordinary (counted) handler error and a
+    /// client timeout (a transient failure, not counted), with stalls and
+    /// lost replies (a resent close), across two instances.
+    pub const ATTEMPTS: Self = Self {
+        instances: 2,
+        messages: 2,
+        crashes: 0,
+        stalls: 1,
+        timeouts: 1,
+        kills: 0,
+        poisons: 0,
+        errors: 1,
+        resolutions: 0,
+        aof_losses: 0,
+    };
+
     /// The configurations `ordo-model check --config NAME` knows.
-    pub const NAMED: [(&'static str, Self); 4] = [
+    pub const NAMED: [(&'static str, Self); 5] = [
         ("full", Self::FULL),
         ("small", Self::SMALL),
         ("halts", Self::HALTS),
+        ("attempts", Self::ATTEMPTS),
         ("aof", Self::AOF),
     ];
 
@@ -161,11 +187,19 @@ impl Config {
             Mutant::HaltWithoutClosingAttempts => Self {
                 timeouts: 1,
                 poisons: 1,
+                errors: 0,
                 resolutions: 1,
+                ..quiet
+            },
+            Mutant::CountTransientFailures => Self { timeouts: 1, ..quiet },
+            Mutant::CountEveryClose => Self {
+                timeouts: 1,
+                errors: 1,
                 ..quiet
             },
             Mutant::ResolveWithoutExpectedHead => Self {
                 poisons: 2,
+                errors: 0,
                 resolutions: 2,
                 ..quiet
             },
@@ -178,7 +212,8 @@ impl fmt::Display for Config {
         write!(
             f,
             "{} instances × {} messages × faults (crashes {}, stalls {}, timeouts/lost replies {}, kills {}, \
-             poison messages {}, operator decisions {}, AOF losses {}) with commands delivered in any order",
+             poison messages {}, ordinary errors {}, operator decisions {}, AOF losses {}) with commands \
+             delivered in any order",
             self.instances,
             self.messages,
             self.crashes,
@@ -186,6 +221,7 @@ impl fmt::Display for Config {
             self.timeouts,
             self.kills,
             self.poisons,
+            self.errors,
             self.resolutions,
             self.aof_losses
         )
@@ -216,11 +252,18 @@ pub enum Mutant {
     /// An operator's decision applies to whatever head is halted, not the
     /// one the operator saw.
     ResolveWithoutExpectedHead,
+    /// A transient failure (a client timeout) is counted as a failed
+    /// attempt, using up the message's retry budget during an outage.
+    CountTransientFailures,
+    /// The close of a failed attempt counts it even when the attempt was
+    /// closed already (the close resent after a lost reply, or arriving
+    /// late): one failure counted twice, and the message halts early.
+    CountEveryClose,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::AckWithoutToken,
         Self::ReclaimWithoutLease,
         Self::CommitFromOlderAttempt,
@@ -229,6 +272,8 @@ impl Mutant {
         Self::LeaseWithoutNonce,
         Self::HaltWithoutClosingAttempts,
         Self::ResolveWithoutExpectedHead,
+        Self::CountTransientFailures,
+        Self::CountEveryClose,
     ];
 
     /// The mutant's name on the command line.
@@ -242,6 +287,8 @@ impl Mutant {
             Self::LeaseWithoutNonce => "lease-without-nonce",
             Self::HaltWithoutClosingAttempts => "halt-without-closing-attempts",
             Self::ResolveWithoutExpectedHead => "resolve-without-expected-head",
+            Self::CountTransientFailures => "count-transient-failures",
+            Self::CountEveryClose => "count-every-close",
         }
     }
 }

@@ -14,7 +14,10 @@
 //!
 //! A handler may also fail for good on a message (a poison message): the
 //! worker halts the partition under the fence, and an operator resolves the
-//! halt (retry or skip the head, naming the head it saw). When configured,
+//! halt (retry or skip the head, naming the head it saw). Or it may fail
+//! with an ordinary error: the worker closes the attempt and counts the
+//! failure with the entry (the retry budget), then runs it again. A client
+//! timeout is a transient failure: its attempt is closed, not counted. When configured,
 //! Redis itself may restart and come back with an older state: with
 //! `appendfsync everysec` the writes of the last second are lost, so what
 //! survives is a prefix of the history of writes.
@@ -106,6 +109,10 @@ pub enum Op {
         lease: LeaseValue,
         /// The attempt that failed.
         attempt: u8,
+        /// The message whose failure counts with its entry (an ordinary
+        /// error); `None` for a transient failure. It counts only when this
+        /// close closes the attempt (not when it was closed already).
+        count: Option<u8>,
     },
     /// Give the lease back (only if still held at this value).
     Release(LeaseValue),
@@ -304,6 +311,10 @@ pub struct State {
     pub halted: Option<u8>,
     /// Messages an operator skipped (acknowledged without an effect).
     pub skipped: u8,
+    /// Failed attempts Redis counted (with their entries).
+    pub counted: u8,
+    /// Ordinary errors the handlers really had (a history variable).
+    pub errors_seen: u8,
     /// What an AOF restart would bring back: Redis's state at its last fsync.
     pub durable: Option<Box<Durable>>,
     /// Commands in flight, in no particular order.
@@ -341,6 +352,7 @@ pub struct Durable {
     effects: Vec<u8>,
     halted: Option<u8>,
     skipped: u8,
+    counted: u8,
 }
 
 impl Durable {
@@ -357,6 +369,7 @@ impl Durable {
             effects: state.effects.clone(),
             halted: state.halted,
             skipped: state.skipped,
+            counted: state.counted,
         }
     }
 
@@ -372,6 +385,7 @@ impl Durable {
         state.effects = self.effects;
         state.halted = self.halted;
         state.skipped = self.skipped;
+        state.counted = self.counted;
     }
 }
 
@@ -390,6 +404,8 @@ pub struct Faults {
     pub poisons: u8,
     /// Operator decisions left.
     pub resolutions: u8,
+    /// Ordinary (counted) handler errors left.
+    pub errors: u8,
     /// Redis restarts that lose the writes since the last fsync left.
     pub aof_losses: u8,
 }
@@ -429,6 +445,9 @@ pub enum Action {
     Kill(usize),
     /// The handler of process `p` fails for good: the worker halts the partition.
     Fail(usize),
+    /// The handler of process `p` fails with an ordinary error: the worker
+    /// closes the attempt, counting the failure, and runs it again.
+    Error(usize),
     /// An operator resolves the halt it sees: skip the head, or retry it.
     Resolve {
         /// Skip (otherwise retry).
@@ -571,11 +590,22 @@ impl Protocol {
                 Self::close(state, lease, attempt);
                 Reply::Ok
             }
-            Op::Close { lease, attempt } => {
+            Op::Close {
+                lease,
+                attempt,
+                count,
+            } => {
                 if !holds(state, lease) {
                     return Reply::Fenced;
                 }
+                let closing = state
+                    .closed
+                    .filter(|(l, _)| *l == lease)
+                    .is_none_or(|(_, closed)| closed < attempt);
                 Self::close(state, lease, attempt);
+                if count.is_some() && (closing || self.has(Mutant::CountEveryClose)) {
+                    state.counted += 1;
+                }
                 Reply::Ok
             }
             Op::Release(lease) => {
@@ -795,6 +825,8 @@ impl Model for Protocol {
             effects: Vec::new(),
             halted: None,
             skipped: 0,
+            counted: 0,
+            errors_seen: 0,
             durable: None,
             network: BTreeSet::new(),
             processes,
@@ -805,6 +837,7 @@ impl Model for Protocol {
                 kills: self.config.kills,
                 poisons: self.config.poisons,
                 resolutions: self.config.resolutions,
+                errors: self.config.errors,
                 aof_losses: self.config.aof_losses,
             },
             unauthorized_run: false,
@@ -907,6 +940,9 @@ impl Model for Protocol {
             if state.faults.poisons > 0 && matches!(process.work, Work::Running(_)) {
                 actions.push(Action::Fail(p));
             }
+            if state.faults.errors > 0 && matches!(process.work, Work::Running(_)) {
+                actions.push(Action::Error(p));
+            }
         }
     }
 
@@ -976,10 +1012,12 @@ impl Model for Protocol {
                     return None;
                 };
                 // As the worker does: record the failed attempt (closing it)
-                // before running the handler again.
+                // before running the handler again. A timeout is transient:
+                // the attempt is not counted.
                 let close = Op::Close {
                     lease: run.lease,
                     attempt: run.attempt,
+                    count: self.has(Mutant::CountTransientFailures).then_some(run.msg),
                 };
                 Self::send(process, &mut state.network, close, Some(run));
             }
@@ -1030,6 +1068,20 @@ impl Model for Protocol {
                         op: Op::Release(run.lease),
                     });
                 }
+            }
+            Action::Error(p) => {
+                state.faults.errors -= 1;
+                state.errors_seen += 1;
+                let process = &mut state.processes[p];
+                let Work::Running(run) = process.work else {
+                    return None;
+                };
+                let close = Op::Close {
+                    lease: run.lease,
+                    attempt: run.attempt,
+                    count: Some(run.msg),
+                };
+                Self::send(process, &mut state.network, close, Some(run));
             }
             Action::Fail(p) => {
                 state.faults.poisons -= 1;
@@ -1115,6 +1167,10 @@ impl Model for Protocol {
             Property::always(
                 "no stale halt undoes an operator's decision",
                 |_, state: &State| !state.stale_halt,
+            ),
+            Property::always(
+                "Redis counts only ordinary failures, each once",
+                |_, state: &State| state.counted <= state.errors_seen,
             ),
         ]
     }

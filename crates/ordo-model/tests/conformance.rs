@@ -43,6 +43,7 @@ const CONFIG: Config = Config {
     timeouts: 1,
     kills: 1,
     poisons: 1,
+    errors: 1,
     resolutions: 2,
     aof_losses: 0,
 };
@@ -101,6 +102,8 @@ struct Observed {
     effects: Vec<String>,
     halted: Option<String>,
     acked: Vec<bool>,
+    /// Failed attempts counted with their entries so far.
+    counted: u8,
 }
 
 /// A stream id as (ms, seq), for comparing.
@@ -122,6 +125,8 @@ struct Real {
     leases: HashMap<LeaseValue, Lease>,
     /// The stream id of each published message, by the model's number.
     ids: Vec<String>,
+    /// How many closes counted a failure with its entry.
+    counted: u8,
 }
 
 impl Real {
@@ -141,6 +146,7 @@ impl Real {
             owners: HashMap::new(),
             leases: HashMap::new(),
             ids: Vec::new(),
+            counted: 0,
         })
     }
 
@@ -270,7 +276,11 @@ impl Real {
                     Err(error) => refusal(error)?,
                 }
             }
-            Op::Close { lease, attempt } => {
+            Op::Close {
+                lease,
+                attempt,
+                count: None,
+            } => {
                 let lease = self.lease(lease)?;
                 match self
                     .owner(command.from)
@@ -278,6 +288,31 @@ impl Real {
                     .await
                 {
                     Ok(()) => Reply::Ok,
+                    Err(error) => refusal(error)?,
+                }
+            }
+            // An ordinary error: the close counts the failure with the entry,
+            // once (a resent or late close counts nothing).
+            Op::Close {
+                lease,
+                attempt,
+                count: Some(msg),
+            } => {
+                let lease = self.lease(lease)?;
+                let entry = self.ids[usize::from(msg)].clone();
+                let partition = self.partition.clone();
+                let owner = self.owner(command.from);
+                let before = owner.failed_attempts(group, &partition, &entry).await?;
+                match owner
+                    .attempt_failed(&lease, group, &partition, &entry, u64::from(attempt))
+                    .await
+                {
+                    Ok(after) => {
+                        if after > before {
+                            self.counted += 1;
+                        }
+                        Reply::Ok
+                    }
                     Err(error) => refusal(error)?,
                 }
             }
@@ -431,6 +466,7 @@ impl Real {
             effects: list(&reply[3]),
             halted: some(&reply[4]),
             acked,
+            counted: self.counted,
         })
     }
 
@@ -447,6 +483,7 @@ impl Real {
             effects: state.effects.iter().map(u8::to_string).collect(),
             halted: state.halted.map(|m| self.ids[usize::from(m)].clone()),
             acked: (0..self.ids.len()).map(|m| state.acked & (1 << m) != 0).collect(),
+            counted: state.counted,
         })
     }
 }

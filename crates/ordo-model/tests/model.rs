@@ -52,6 +52,14 @@ fn each_mutant_breaks_the_property_it_is_about() {
             Mutant::ResolveWithoutExpectedHead,
             "an operator's skip lands on the head it saw",
         ),
+        (
+            Mutant::CountTransientFailures,
+            "Redis counts only ordinary failures, each once",
+        ),
+        (
+            Mutant::CountEveryClose,
+            "Redis counts only ordinary failures, each once",
+        ),
     ];
     for (mutant, property) in expect {
         let report = check_until_broken(Config::exposing(mutant), Some(mutant), &[property]);
@@ -61,6 +69,15 @@ fn each_mutant_breaks_the_property_it_is_about() {
             "{mutant}: broke {broken:?}, not {property:?}"
         );
     }
+}
+
+#[test]
+fn the_attempt_accounting_keeps_every_property() {
+    // An ordinary error (counted) and a client timeout (transient), with a
+    // stall and a lost reply: each ordinary failure is counted once, a
+    // transient one never.
+    let report = check(Config::ATTEMPTS, None);
+    assert_clean(&report);
 }
 
 #[test]

@@ -4,9 +4,19 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A PostgreSQL query failed (connection lost, constraint, server error).
+    /// A PostgreSQL query failed (constraint, server error, bad data).
     #[error("postgres query failed")]
-    Postgres(#[from] sqlx::Error),
+    Postgres(#[source] sqlx::Error),
+
+    /// PostgreSQL could not be reached or could not serve the query for
+    /// now: the pool timed out waiting for a connection, a connection was
+    /// lost or refused, the server is starting, shutting down or out of
+    /// connections. The source carries the
+    /// [`Transient`](ordo_core::retry::Transient) marker, so a handler that
+    /// returns it is retried without using up an attempt (see
+    /// [`is_transient`](crate::is_transient)).
+    #[error("PostgreSQL is unavailable for now")]
+    Unavailable(#[source] ordo_core::retry::Transient),
 
     /// Publishing from the outbox failed (reading rows or marking them).
     #[error("outbox relay failed")]
@@ -86,6 +96,59 @@ pub enum Error {
         /// The newer token recorded.
         current: u64,
     },
+}
+
+impl From<sqlx::Error> for Error {
+    /// A connection-class error as [`Error::Unavailable`], any other as
+    /// [`Error::Postgres`].
+    fn from(error: sqlx::Error) -> Self {
+        if is_transient(&error) {
+            Self::Unavailable(ordo_core::retry::Transient::new(error))
+        } else {
+            Self::Postgres(error)
+        }
+    }
+}
+
+impl Error {
+    /// Whether PostgreSQL was unreachable or could not serve the query for
+    /// now ([`Error::Unavailable`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// Whether `error` is of the kind a retry later cures: the pool timed out
+/// waiting for a connection or is closed, a connection failed or was lost
+/// (I/O, TLS, a dead connection worker), or the server refused the query
+/// for its own state: SQLSTATE class `08` (connection exception), `57P01`
+/// to `57P03` (shutting down, crashed, starting up), `53300` (too many
+/// connections).
+///
+/// A handler that runs its own queries marks their errors with it:
+///
+/// ```no_run
+/// # async fn handle(pool: &sqlx::PgPool) -> Result<(), ordo_core::handler::HandlerError> {
+/// let mut tx = ordo_postgres::begin(pool).await?; // classified already
+/// sqlx::query("UPDATE account SET balance = balance + 1")
+///     .execute(&mut *tx)
+///     .await
+///     .map_err(ordo_postgres::Error::from)?; // transient when the database went away
+/// tx.commit().await.map_err(ordo_postgres::Error::from)?;
+/// # Ok(()) }
+/// ```
+pub fn is_transient(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(database) => database.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
 }
 
 /// A `Result` whose error is [`Error`].

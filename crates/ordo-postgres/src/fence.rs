@@ -7,6 +7,14 @@ use ordo_core::handler::{BoxFuture, HandlerContext};
 use ordo_core::process::ProcessStore;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, Transaction};
 
+/// Begins a handler's transaction on `pool`, its failure classified: a pool
+/// timeout or a lost connection is [`Error::Unavailable`], which the broker
+/// retries without using up an attempt (a database outage is not a poison
+/// message). The transaction to pass to [`fenced`].
+pub async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>> {
+    Ok(pool.begin().await?)
+}
+
 use crate::error::{Error, Result};
 use crate::schema::{DEFAULT_SCHEMA, Schema};
 
@@ -185,7 +193,7 @@ fn store_error(manager: &str, correlation: &str, error: sqlx::Error) -> ProcessS
     ProcessStoreError::Storage {
         manager: manager.to_owned(),
         correlation: correlation.to_owned(),
-        source: Box::new(Error::Postgres(error)),
+        source: Box::new(Error::from(error)),
     }
 }
 

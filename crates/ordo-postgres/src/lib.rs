@@ -8,6 +8,10 @@
 //!   none published twice (positions make re-publishing a no-op).
 //! - [`fenced`]: a handler's effects in PostgreSQL applied exactly once, and
 //!   [`PgProcessStore`] for process-manager state, fenced by the lease token.
+//!   Begin the handler's transaction with [`begin`]: while the database is
+//!   down, its errors (and [`fenced`]'s) are transient
+//!   ([`Error::Unavailable`]), retried without using up the message's
+//!   attempts, so an outage does not halt the keys.
 //!
 //! ```no_run
 //! # async fn example(pool: sqlx::PgPool, domain: ordo_core::Domain, event: impl ordo_core::Event)
@@ -34,8 +38,8 @@ mod relay;
 mod schema;
 mod status;
 
-pub use error::{Error, Result};
-pub use fence::{Fence, PgProcessStore, fenced, fenced_in};
+pub use error::{Error, Result, is_transient};
+pub use fence::{Fence, PgProcessStore, begin, fenced, fenced_in};
 pub use outbox::{DEFAULT_LEASE_TTL, DEFAULT_MAX_ROW_BYTES, PgOutbox, PgOutboxBuilder, UnitOfWorkExt};
 pub use refused::{AdoptedScope, RefusedScope};
 pub use relay::{DEFAULT_BATCH_BYTES, DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, DEFAULT_RETENTION, PgRelay};

@@ -132,6 +132,8 @@ mod pattern {
     pub(super) const PARTITIONING: &[&str] = &["{<category>}:__partitioning__"];
     /// A group's live instances.
     pub(super) const INSTANCES: &[&str] = &["ordo:instances:<group>"];
+    /// The instances a group's handler is paused on (its circuit breaker).
+    pub(super) const PAUSED: &[&str] = &["ordo:paused:<group>"];
 
     /// Every key of a category, coarsely: what a role reads, and names in
     /// its function calls. A category's names are its base stream and dead
@@ -145,9 +147,13 @@ mod pattern {
         "{<category>}:*",
         "{*}:<category>:__*__",
     ];
-    /// Every key of a group: its instance set and its process manager's
-    /// names (state, leases).
-    pub(super) const EVERY_GROUP_KEY: &[&str] = &["ordo:instances:<group>", "{__pm__:<group>:*"];
+    /// Every key of a group: its instance set, its pause records and its
+    /// process manager's names (state, leases).
+    pub(super) const EVERY_GROUP_KEY: &[&str] = &[
+        "ordo:instances:<group>",
+        "ordo:paused:<group>",
+        "{__pm__:<group>:*",
+    ];
 }
 
 use pattern::*;
@@ -222,7 +228,7 @@ const WORKER: &[Writes] = &[
     },
     Writes {
         commands: &["+pexpire"],
-        keys: &[LEASES],
+        keys: &[LEASES, PAUSED],
     },
     Writes {
         commands: &["+del"],
@@ -263,6 +269,10 @@ const WORKER: &[Writes] = &[
     Writes {
         commands: &["+zadd", "+zrem", "+zremrangebyscore"],
         keys: &[INSTANCES],
+    },
+    Writes {
+        commands: &["+hset", "+hdel"],
+        keys: &[PAUSED],
     },
 ];
 
@@ -315,12 +325,14 @@ const PUBLISHER_READS: &[&str] = &[
 /// What a worker reads: a publisher's reads, and the lease checks, halt and
 /// park records, held messages, pending entries, stream and group state
 /// (reads, trimming, reaping, the health check), discovery, the
-/// registration checks, the instance sets, process managers' state.
+/// registration checks, the instance sets, pause records (`HGETALL`,
+/// `HLEN`), process managers' state.
 const WORKER_READS: &[&str] = &[
     "+exists",
     "+get",
     "+hget",
     "+hgetall",
+    "+hlen",
     "+hkeys",
     "+hmget",
     "+hexists",

@@ -425,7 +425,7 @@ impl RedisBrokerBuilder {
             discovery_interval: redis.discovery_interval(),
             max_owned: redis.max_owned_partitions(),
             recheck_interval: redis.recheck_interval(),
-            max_retries: partitioning.max_retries(),
+            retry: partitioning.clone(),
             backoff: partitioning.backoff(),
             backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),
             routing: crate::keys::Routing::new(&self.config),

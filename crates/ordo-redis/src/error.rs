@@ -8,6 +8,15 @@ pub enum Error {
     #[error("redis command failed")]
     Redis(#[source] fred::error::Error),
 
+    /// Redis could not be reached, or could not serve the command for now
+    /// (a lost connection, a timeout, a server loading its data or failing
+    /// over): what [`RedisFence`](crate::RedisFence) commits and the
+    /// process store report instead of [`Error::Redis`]. The source carries
+    /// the [`Transient`](ordo_core::retry::Transient) marker, so a handler
+    /// that returns it is retried without using up an attempt.
+    #[error("Redis is unavailable for now")]
+    Unavailable(#[source] ordo_core::retry::Transient),
+
     /// The first connection to Redis failed (unreachable, refused, bad
     /// credentials).
     #[error("cannot connect to Redis at {url}")]
@@ -215,6 +224,31 @@ pub enum Error {
     },
 }
 
+/// Whether a client error is of the kind a retry later cures: the
+/// connection is down or timed out, a command was cancelled with it, the
+/// client is backed up, or the server answered that it cannot serve it now
+/// (loading, busy with a script, failing over, read-only after a failover).
+fn connection_class(error: &fred::error::Error) -> bool {
+    use fred::error::ErrorKind;
+    const BUSY: &[&str] = &[
+        "LOADING",
+        "BUSY",
+        "MASTERDOWN",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "READONLY",
+    ];
+    matches!(
+        error.kind(),
+        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Backpressure
+    ) || BUSY.iter().any(|busy| {
+        error
+            .details()
+            .strip_prefix(busy)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+    })
+}
+
 fn holder_text(holder: &Option<String>) -> String {
     match holder {
         Some(holder) => format!("held as `{holder}`"),
@@ -238,6 +272,27 @@ impl Error {
     /// Whether this is a [`Error::Fenced`] refusal.
     pub fn is_fenced(&self) -> bool {
         matches!(self, Self::Fenced { .. })
+    }
+
+    /// Whether Redis was unreachable or could not serve the command for now
+    /// (the connection-class errors a retry later cures).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unavailable(_) => true,
+            Self::Redis(error) => connection_class(error),
+            _ => false,
+        }
+    }
+
+    /// A connection-class [`Error::Redis`] as [`Error::Unavailable`] (so
+    /// its chain carries the transient marker); anything else as it is.
+    pub(crate) fn classified(self) -> Self {
+        match self {
+            Self::Redis(error) if connection_class(&error) => {
+                Self::Unavailable(ordo_core::retry::Transient::new(error))
+            }
+            other => other,
+        }
     }
 
     /// Whether Redis refused a command because a Redis Cluster slot it named

@@ -224,8 +224,10 @@ impl RedisFence {
         }
         let script = &SCRIPTS.commit;
         self.used.0.store(true, Ordering::SeqCst);
-        let reply = Reply::parse(script, script.run(client, keys, args).await?)?
-            .unfenced(&self.lease_key, &self.value)?;
+        // A lost connection or a timeout is transient (the chain carries
+        // the marker): the worker retries the handler without counting it.
+        let ran = script.run(client, keys, args).await.map_err(Error::classified)?;
+        let reply = Reply::parse(script, ran)?.unfenced(&self.lease_key, &self.value)?;
         match reply.tag() {
             "ok" => Ok(reply.into_rest()),
             "stale" => Err(Error::Stale {

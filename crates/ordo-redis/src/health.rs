@@ -4,6 +4,8 @@
 //! two always agree.
 //!
 //! - `halted`: a partition of the group is halted;
+//! - `paused`: the group's handler is paused on an instance by its circuit
+//!   breaker (most of its keys failed transiently: a dependency looks down);
 //! - `lagging`: more entries not yet delivered to the group, over all its
 //!   partitions (or base streams), than `[health] max_lag`; or an entry
 //!   delivered and not acknowledged (outside halted partitions) for longer
@@ -73,6 +75,10 @@ pub async fn group_health(
                 }
             }
         }
+    }
+    let now = status.server_time_ms().await?;
+    for paused in status.paused(group).await? {
+        health.degrade(HealthState::Paused, paused.describe(now));
     }
     if lag > thresholds.max_lag() {
         health.degrade(

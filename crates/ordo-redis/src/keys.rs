@@ -124,6 +124,13 @@ pub fn instances(group: &str) -> String {
     format!("ordo:instances:{group}")
 }
 
+/// The hash of the instances on which `group` (a handler) is paused by its
+/// circuit breaker, for `ordo status` and health: field instance id,
+/// value `<expiry ms> <since ms> <failed probes> <reason>`.
+pub fn paused(group: &str) -> String {
+    format!("ordo:paused:{group}")
+}
+
 /// The set of consumer groups that consume `category`; a new stream of the
 /// category gets each of them at id 0 when its first entry is published.
 pub fn group_registry(category: &str) -> String {
@@ -651,6 +658,7 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<category>}:__halted_buckets__", halted_directory("order")),
         ("{<slot_tag>}:ordo:doorbell", doorbell_channel(slot)),
         ("ordo:instances:<group>", instances("G")),
+        ("ordo:paused:<group>", paused("G")),
         (
             "{__pm__:<manager>:<correlation>}:state",
             process_state("G", "o-9"),

@@ -59,6 +59,7 @@ mod nodes;
 mod parking;
 mod partition;
 mod partitioning;
+mod pause;
 mod positions;
 mod process;
 mod publish;
@@ -80,6 +81,7 @@ pub use fence::{FencedWrite, RedisFence};
 pub use fred;
 pub use keys::{PartitionId, PartitionKeys, Routing, layout};
 pub use partition::StreamEntry;
+pub use pause::PausedInstance;
 pub use secret::{SecretUrl, redact_url};
 pub use settings::{ReapPolicy, RedisSettings};
 pub use tls::TlsFiles;
@@ -92,7 +94,7 @@ pub use keys::LeaseKeys;
 pub mod names {
     pub use crate::keys::{
         doorbell_channel, group_registry, group_registry_copy, halted, halted_directory, index,
-        index_directory, instances, joining, joining_copy, partitioning,
+        index_directory, instances, joining, joining_copy, partitioning, paused,
     };
 }
 /// Registering groups by hand (unstable, for tests and tools).

@@ -17,9 +17,29 @@ pub(crate) fn handled(unit: &Unit, category: &str) {
     metrics::counter!("ordo_messages_handled_total", &labels(unit, category)).increment(1);
 }
 
-/// A handler attempt failed.
-pub(crate) fn failed(unit: &Unit, category: &str) {
-    metrics::counter!("ordo_messages_failed_total", &labels(unit, category)).increment(1);
+/// A handler attempt failed: counted (`ordo_messages_failed_total`), or
+/// transient (`ordo_messages_transient_failures_total`, not counted as one
+/// of the message's attempts); a timeout also counts in
+/// `ordo_handler_timeouts_total`.
+pub(crate) fn failed(unit: &Unit, category: &str, failed: &ordo_core::retry::Failed) {
+    attempt_failed(&labels(unit, category), failed);
+}
+
+/// [`failed`] with the labels given (the plain consumer's).
+pub(crate) fn attempt_failed(labels: &[(&'static str, String); 2], failed: &ordo_core::retry::Failed) {
+    if failed.transient() {
+        metrics::counter!("ordo_messages_transient_failures_total", labels).increment(1);
+    } else {
+        metrics::counter!("ordo_messages_failed_total", labels).increment(1);
+    }
+    if failed.timed_out() {
+        metrics::counter!("ordo_handler_timeouts_total", labels).increment(1);
+    }
+}
+
+/// Whether `group` (a handler) is paused in this process (1) or not (0).
+pub(crate) fn paused(group: &str, paused: bool) {
+    metrics::gauge!("ordo_handler_paused", "group" => group.to_owned()).set(if paused { 1.0 } else { 0.0 });
 }
 
 /// A failed message is retried.

@@ -599,23 +599,25 @@ impl Partitions {
         id: &str,
         attempt: u64,
     ) -> Result<u32> {
-        self.attempt_failed_in(lease, &lease.keys().sequence, group, partition, id, attempt)
+        self.attempt_failed_in(lease, &lease.keys().sequence, group, partition, Some(id), attempt)
             .await
     }
 
     /// [`Partitions::attempt_failed`] closing the attempt in `sequence` (a
-    /// key's own, in a hashed partition).
+    /// key's own, in a hashed partition); with no entry `id` (a transient
+    /// failure, which uses up no attempt) the attempt is closed and
+    /// nothing counted, and the reply is 0.
     pub(crate) async fn attempt_failed_in(
         &self,
         lease: &Lease,
         sequence: &str,
         group: &str,
         partition: &PartitionKeys,
-        id: &str,
+        id: Option<&str>,
         attempt: u64,
     ) -> Result<u32> {
-        self.close(lease, sequence, attempt, Some((partition.attempts(group), id)))
-            .await
+        let counts = id.map(|id| (partition.attempts(group), id));
+        self.close(lease, sequence, attempt, counts).await
     }
 
     /// How many attempts on the pending entry `id` of `partition` failed

@@ -35,11 +35,13 @@ impl RedisProcessStore {
     }
 }
 
+/// A failed load or save; a lost connection is transient (see
+/// [`Error::Unavailable`]).
 fn storage(manager: &str, correlation: &str, error: Error) -> ProcessStoreError {
     ProcessStoreError::Storage {
         manager: manager.to_owned(),
         correlation: correlation.to_owned(),
-        source: Box::new(error),
+        source: Box::new(error.classified()),
     }
 }
 

@@ -94,6 +94,7 @@ scripts! {
     resolve: include_str!("lua/resolve.lua"),
     commit: commit_source(),
     announce: include_str!("lua/announce.lua"),
+    pause: include_str!("lua/pause.lua"),
     ack_plain: include_str!("lua/ack_plain.lua"),
     claim_plain: include_str!("lua/claim_plain.lua"),
     carry_positions: include_str!("lua/carry_positions.lua"),

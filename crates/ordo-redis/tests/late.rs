@@ -27,13 +27,15 @@ use common::proxy::Proxy;
 use common::{Running, pool, publication, seq_of, subscription};
 use ordo_testkit::eventually;
 
-/// Commits `s{seq}a{attempt}` to a list under the fence: the first attempt
-/// of seq 0 through `slow` (a client whose connection the proxy holds
-/// back), everything else directly.
+/// Commits `s{seq}r{run}` to a list under the fence (`run` counts the runs
+/// of the message from 1): the first run of seq 0 through `slow` (a client
+/// whose connection the proxy holds back), everything else directly. (The
+/// timed-out commit is a transient failure: the retry is attempt 1 again.)
 struct Committer {
     slow: Client,
     direct: Pool,
     list: String,
+    runs: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
 }
 
 impl DynHandler for Committer {
@@ -41,8 +43,14 @@ impl DynHandler for Committer {
         Box::pin(async move {
             let fence = RedisFence::from_context(ctx).expect("handled by the Redis broker");
             let seq = seq_of(message);
-            let writes = FencedWrite::new().rpush(&self.list, format!("s{seq}a{}", ctx.attempt()));
-            if seq == 0 && ctx.attempt() == 1 {
+            let run = {
+                let mut runs = self.runs.lock().unwrap();
+                let run = runs.entry(seq).or_default();
+                *run += 1;
+                *run
+            };
+            let writes = FencedWrite::new().rpush(&self.list, format!("s{seq}r{run}"));
+            if seq == 0 && run == 1 {
                 fence.commit(&self.slow, &writes).await?;
             } else {
                 fence.commit(&self.direct, &writes).await?;
@@ -66,13 +74,14 @@ async fn a_commit_delayed_past_its_timeout_never_lands_after_later_messages() ->
         .with_performance_config(|perf| perf.default_command_timeout = Duration::from_millis(300))
         .build()?;
     slow.init().await?;
-    proxy.delay_next_containing("s0a1", Duration::from_millis(1_500));
+    proxy.delay_next_containing("s0r1", Duration::from_millis(1_500));
 
     let broker = common::broker(&redis.url(), common::config(5_000, 3_600_000, 3)).await?;
     let handler = Arc::new(Committer {
         slow: slow.clone(),
         direct: direct.clone(),
         list: list.clone(),
+        runs: Default::default(),
     });
     let running = Running::start(
         &broker,
@@ -106,7 +115,7 @@ async fn a_commit_delayed_past_its_timeout_never_lands_after_later_messages() ->
     let effects: Vec<String> = direct.lrange(&list, 0, -1).await?;
     assert_eq!(
         effects,
-        ["s0a2", "s1a1", "s2a1"],
+        ["s0r2", "s1r1", "s2r1"],
         "the late commit of the first attempt landed after later messages"
     );
     running.stop().await?;

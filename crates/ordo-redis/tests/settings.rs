@@ -176,7 +176,8 @@ fn an_unknown_key_of_the_table_is_rejected_listing_core_and_redis_keys() {
             format!(
                 "unknown key `server.partitioning.{key}` in the domain configuration; valid keys in \
                  [server.partitioning]: poll_interval_seconds, max_retries, retry_backoff_initial_ms, \
-                 retry_backoff_max_ms, max_concurrency, lease_ttl_ms, heartbeat_interval_seconds, \
+                 retry_backoff_max_ms, max_concurrency, handler_timeout_ms, timeout_is_transient, \
+                 max_transient_ms, pause_min_keys, lease_ttl_ms, heartbeat_interval_seconds, \
                  reap_idle_ms, discovery_interval_seconds, max_owned_partitions, recheck_interval_seconds"
             )
         );

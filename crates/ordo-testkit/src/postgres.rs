@@ -94,6 +94,64 @@ struct LocalPostgres {
     _dir: TempDir,
     child: Option<Child>,
     paused: bool,
+    /// How to start the server (again, after [`Postgres::stop`]).
+    server: Server,
+}
+
+/// The `postgres` command of a private server: binaries, data directory,
+/// port, options, the user it runs as and its log.
+#[derive(Debug, Clone)]
+struct Server {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    tls_args: Vec<String>,
+    owner: Option<(u32, u32)>,
+    log_path: PathBuf,
+}
+
+impl Server {
+    /// Spawns `postgres`, its output appended to the log.
+    fn spawn(&self) -> Result<Child> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(TestkitError::io("open the PostgreSQL log file"))?;
+        let log_err = log
+            .try_clone()
+            .map_err(TestkitError::io("open the PostgreSQL log file"))?;
+        let mut server = Command::new(self.bin.join("postgres"));
+        server
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-p", &self.port.to_string()])
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ])
+            .args([
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ])
+            .args(["-c", "max_connections=200", "-c", "shared_buffers=64MB"])
+            .args(&self.tls_args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        as_user(&mut server, self.owner);
+        server.spawn().map_err(|source| TestkitError::SpawnPostgres {
+            program: self.bin.join("postgres"),
+            hint: INSTALL_HINT,
+            source,
+        })
+    }
 }
 
 impl Postgres {
@@ -171,49 +229,26 @@ impl Postgres {
         };
         let port = free_port()?;
         let log_path = dir.path().join(LOG_FILE);
-        let log = File::create(&log_path).map_err(TestkitError::io("create the PostgreSQL log file"))?;
-        let log_err = log
-            .try_clone()
-            .map_err(TestkitError::io("open the PostgreSQL log file"))?;
-        let mut server = Command::new(bin.join("postgres"));
-        server
-            .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string()])
-            .args([
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "unix_socket_directories=",
-            ])
-            .args([
-                "-c",
-                "fsync=off",
-                "-c",
-                "synchronous_commit=off",
-                "-c",
-                "full_page_writes=off",
-            ])
-            .args(["-c", "max_connections=200", "-c", "shared_buffers=64MB"])
-            .args(&tls_args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        as_user(&mut server, owner);
-        let child = server.spawn().map_err(|source| TestkitError::SpawnPostgres {
-            program: bin.join("postgres"),
-            hint: INSTALL_HINT,
-            source,
-        })?;
+        File::create(&log_path).map_err(TestkitError::io("create the PostgreSQL log file"))?;
+        let server = Server {
+            bin,
+            data,
+            port,
+            tls_args,
+            owner,
+            log_path: log_path.clone(),
+        };
+        let child = server.spawn()?;
         let mut postgres = Postgres {
             url: SecretUrl(format!("postgres://postgres@127.0.0.1:{port}/postgres")),
             local: Some(LocalPostgres {
                 _dir: dir,
                 child: Some(child),
                 paused: false,
+                server,
             }),
         };
-        postgres.wait_ready(port, &log_path)?;
+        postgres.wait_ready(port, &log_path, 0)?;
         Ok(postgres)
     }
 
@@ -245,17 +280,66 @@ impl Postgres {
         Ok(())
     }
 
+    /// Shuts the server down ("fast" mode, SIGINT: every session is
+    /// ended with `terminating connection due to administrator command`,
+    /// new connections are refused) and waits until it has exited; its data
+    /// stays for [`Postgres::start_again`]. Does nothing if it is down.
+    pub fn stop(&mut self) -> Result<()> {
+        let local = self.local_mut("stop")?;
+        let Some(mut child) = local.child.take() else {
+            return Ok(());
+        };
+        let pid = pid_of(&child);
+        signal::send(pid, Signal::SIGINT)?;
+        if local.paused {
+            signal::send(pid, Signal::SIGCONT)?;
+            local.paused = false;
+        }
+        let started = Instant::now();
+        while started.elapsed() < STOP_TIMEOUT {
+            if child
+                .try_wait()
+                .map_err(TestkitError::io("check on the PostgreSQL server"))?
+                .is_some()
+            {
+                return Ok(());
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        let _ = child.kill();
+        child
+            .wait()
+            .map_err(TestkitError::io("wait for the PostgreSQL server"))?;
+        Ok(())
+    }
+
+    /// Starts a server stopped with [`Postgres::stop`] again, on the same
+    /// port and data, and waits until it accepts connections. Does nothing
+    /// if it runs.
+    pub fn start_again(&mut self) -> Result<()> {
+        let local = self.local_mut("start again")?;
+        if local.child.is_some() {
+            return Ok(());
+        }
+        let server = local.server.clone();
+        let seen = read_lossy(&server.log_path).matches(READY_LINE).count();
+        local.child = Some(server.spawn()?);
+        self.wait_ready(server.port, &server.log_path, seen)
+    }
+
     fn local_mut(&mut self, action: &'static str) -> Result<&mut LocalPostgres> {
         self.local
             .as_mut()
             .ok_or(TestkitError::ExternalPostgres { action })
     }
 
-    fn wait_ready(&mut self, port: u16, log_path: &Path) -> Result<()> {
+    /// Waits until the log has more than `seen` ready lines and the port
+    /// accepts connections.
+    fn wait_ready(&mut self, port: u16, log_path: &Path, seen: usize) -> Result<()> {
         let started = Instant::now();
         loop {
             let log = fs::read_to_string(log_path).unwrap_or_default();
-            if log.contains(READY_LINE) && TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            if log.matches(READY_LINE).count() > seen && TcpStream::connect(("127.0.0.1", port)).is_ok() {
                 return Ok(());
             }
             let local = self.local_mut("start")?;

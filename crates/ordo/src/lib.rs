@@ -82,6 +82,10 @@ pub use ordo_core::{
     IntoHandlerResult, KeyExtractor, ProcessManager, ProcessStore, RustType,
 };
 
+// Failures: marking one transient (a dependency outage, retried without
+// using up the message's attempts).
+pub use ordo_core::{Transient, transient};
+
 // Sequencing policies.
 pub use ordo_core::{
     ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
@@ -117,7 +121,7 @@ pub use ordo_core::{
 // `key::stream`, ...).
 pub use ordo_core::{
     attempt, backoff, broker, bus, config, domain, error, executor, handler, health, inline, key, log_events,
-    message, outbox, policy, process, uow,
+    message, outbox, policy, process, retry, uow,
 };
 
 // The macros; each is documented on its own item.

@@ -2,8 +2,9 @@
 //! the instances, injects the scheduled faults, reads the instances' lines
 //! every [`TICK`], then drains, stops everything and verifies.
 //!
-//! The loop never blocks for long: a Redis restart runs on a helper thread
-//! and the loop keeps reading lines meanwhile, so the receipt time stamped
+//! The loop never blocks for long: a Redis restart (and a database outage)
+//! runs on a helper thread and the loop keeps reading lines meanwhile, so
+//! the receipt time stamped
 //! on each `start` line (what failover times are measured with) stays
 //! within a tick of when the instance printed it.
 
@@ -62,6 +63,11 @@ const DRAIN_REPORT_EVERY: Duration = Duration::from_secs(10);
 const STUCK_KEYS_SHOWN: usize = 8;
 /// A failover slower than the lease TTL plus this is logged with its cause.
 const SLOW_FAILOVER_MARGIN: Duration = Duration::from_secs(1);
+/// The shortest database outage.
+const DB_OUTAGE_MIN: Duration = Duration::from_secs(1);
+
+/// The run's private PostgreSQL, shared with the thread of a database outage.
+type SharedPostgres = Arc<std::sync::Mutex<ordo_testkit::Postgres>>;
 
 /// What the run is asked to do.
 #[derive(Debug, Clone)]
@@ -135,6 +141,13 @@ pub(crate) struct Controller {
     proxy: Option<ConnProxy>,
     redis: Option<BenchRedis>,
     redis_fault: Option<JoinHandle<(BenchRedis, Result<()>)>>,
+    /// The run's private PostgreSQL (the `db_outage` fault's target).
+    database: Option<SharedPostgres>,
+    /// A database outage under way, on its own thread.
+    db_fault: Option<JoinHandle<Result<()>>>,
+    /// The publisher commits under it; an outage takes it first, so no
+    /// commit is cut off with its outcome unknown.
+    gate: Arc<tokio::sync::RwLock<()>>,
     traffic: Option<TrafficPlan>,
     fleet: Fleet,
     /// The relay-only processes (PostgreSQL mode).
@@ -178,6 +191,10 @@ pub(crate) struct Parts {
     pub(crate) schedule: Schedule,
     pub(crate) choices: Rng,
     pub(crate) interrupted: Arc<AtomicBool>,
+    /// The run's private PostgreSQL (PostgreSQL mode on a server of its own).
+    pub(crate) database: Option<SharedPostgres>,
+    /// What the publisher commits under (see [`Controller`]'s `gate`).
+    pub(crate) gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl Controller {
@@ -190,6 +207,9 @@ impl Controller {
             proxy: parts.proxy,
             redis: Some(parts.redis),
             redis_fault: None,
+            database: parts.database,
+            db_fault: None,
+            gate: parts.gate,
             traffic: Some(parts.traffic),
             fleet: parts.fleet,
             relays: parts.relays,
@@ -319,9 +339,9 @@ impl Controller {
         let Some(kind) = self.schedule.peek() else {
             return Ok(Injection::Done);
         };
-        // Nothing else happens while Redis is away: replacements could not
-        // start, and the fault would measure the outage.
-        if self.redis_fault.is_some() {
+        // Nothing else happens while Redis (or the database) is away:
+        // replacements could not start, and the fault would measure the outage.
+        if self.redis_fault.is_some() || self.db_fault.is_some() {
             return Ok(Injection::NotNow);
         }
         let running = self.fleet.names(|m| m.state == State::Running);
@@ -394,6 +414,15 @@ impl Controller {
                 self.resumes.retain(|(_, paused)| *paused != target);
                 self.relay_spawns_due += 1;
                 self.log(format!("relay kill {target}"));
+            }
+            FaultKind::DbOutage => {
+                let settling = self
+                    .fleet
+                    .names(|m| matches!(m.state, State::Starting | State::Stopping { .. }));
+                if !settling.is_empty() || self.spawns_due > 0 || self.relay_spawns_due > 0 {
+                    return Ok(Injection::NotNow);
+                }
+                self.db_outage()?;
             }
             FaultKind::RelayStop => {
                 let running = self.relays.names(|m| m.state == State::Running);
@@ -540,6 +569,53 @@ impl Controller {
         Ok(())
     }
 
+    /// PostgreSQL stops ("fast" shutdown), stays down for a while, and
+    /// starts again, on a helper thread. The publisher's commits wait
+    /// meanwhile (the application cannot write either), so none is cut off
+    /// with its outcome unknown; handlers and relays lose the database
+    /// mid-work.
+    fn db_outage(&mut self) -> Result<()> {
+        let database = self
+            .database
+            .clone()
+            .context("a database outage needs a PostgreSQL of the run's own")?;
+        let ttl = self.plan.lease_ttl;
+        let outage = self.choices.duration(DB_OUTAGE_MIN, ttl * 2 + DB_OUTAGE_MIN);
+        let gate = self.gate.clone();
+        self.failovers.disturb();
+        let handle = std::thread::Builder::new()
+            .name("chaos-database".to_owned())
+            .spawn(move || {
+                let _publishing = gate.blocking_write();
+                let mut server = database
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("the PostgreSQL handle was poisoned"))?;
+                server.stop().context("could not stop PostgreSQL")?;
+                // The outage itself is the fault being injected.
+                std::thread::sleep(outage);
+                server.start_again().context("could not start PostgreSQL again")?;
+                Ok(())
+            })
+            .context("could not start the database fault's thread")?;
+        self.db_fault = Some(handle);
+        self.log(format!("database outage (fast shutdown), down for {outage:?}"));
+        Ok(())
+    }
+
+    /// Ends a finished database outage.
+    fn collect_db_fault(&mut self) -> Result<()> {
+        if !self.db_fault.as_ref().is_some_and(JoinHandle::is_finished) {
+            return Ok(());
+        }
+        let handle = self.db_fault.take().context("no database fault")?;
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("the database fault's thread panicked"))?
+            .context("the database outage failed")?;
+        self.log("database is back");
+        Ok(())
+    }
+
     /// Counts a fault on `name` mid-handler; returns a note for the log.
     fn note_mid_handler(&mut self, name: &str) -> String {
         match self.fleet.member(name).and_then(|m| m.mid_handler()) {
@@ -655,12 +731,14 @@ impl Controller {
         self.resume_due(Instant::now())?;
         self.kill_overdue_stops()?;
         self.collect_redis_fault()?;
-        while self.spawns_due > 0 && self.redis_fault.is_none() {
+        self.collect_db_fault()?;
+        let away = self.redis_fault.is_some() || self.db_fault.is_some();
+        while self.spawns_due > 0 && !away {
             let name = self.fleet.spawn()?;
             self.spawns_due -= 1;
             self.log(format!("started {name}"));
         }
-        while self.relay_spawns_due > 0 && self.redis_fault.is_none() {
+        while self.relay_spawns_due > 0 && !away {
             let name = self.relays.spawn()?;
             self.relay_spawns_due -= 1;
             self.log(format!("started relay {name}"));
@@ -764,6 +842,9 @@ impl Controller {
     fn quiesce(&mut self, traffic: Traffic) -> Result<u64> {
         self.log("faults over; letting everything settle");
         self.wait_until(REDIS_BACK_WITHIN, "Redis to be back", |c| c.redis_fault.is_none())?;
+        self.wait_until(REDIS_BACK_WITHIN, "PostgreSQL to be back", |c| {
+            c.db_fault.is_none()
+        })?;
         let paused: Vec<(Instant, String)> = std::mem::take(&mut self.resumes);
         for (_, name) in paused {
             let fleet = self.fleet_of(&name);

@@ -42,11 +42,17 @@ pub enum FaultKind {
     /// A manual `CLUSTER FAILOVER`: the replica of a random primary takes
     /// over after catching up, so no write is lost (a cluster of the run's own only).
     ClusterFailover,
+    /// PostgreSQL of the PostgreSQL mode shuts down ("fast": every session
+    /// ended), stays down for a while (up to longer than a lease), and
+    /// starts again: handlers, relays and the publisher lose the database
+    /// mid-work. Its handlers' failures are transient: no key may halt (a
+    /// database of the run's own only).
+    DbOutage,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Term,
@@ -57,6 +63,7 @@ impl FaultKind {
         FaultKind::RelayKill,
         FaultKind::RelayStop,
         FaultKind::ClusterFailover,
+        FaultKind::DbOutage,
     ];
 
     /// The name in reports: `faults_{name}`.
@@ -72,6 +79,7 @@ impl FaultKind {
             FaultKind::RelayKill => "relay_kill",
             FaultKind::RelayStop => "relay_stop",
             FaultKind::ClusterFailover => "cluster_failover",
+            FaultKind::DbOutage => "db_outage",
         }
     }
 
@@ -100,6 +108,11 @@ impl FaultKind {
         matches!(self, FaultKind::RelayKill | FaultKind::RelayStop)
     }
 
+    /// Whether the fault needs a PostgreSQL the run controls (a private one).
+    pub(crate) fn needs_own_database(self) -> bool {
+        self == FaultKind::DbOutage
+    }
+
     /// How many of each kind one round of the schedule holds: instance
     /// crashes and stalls are what failover is about, so they come twice.
     fn per_round(self) -> usize {
@@ -111,7 +124,8 @@ impl FaultKind {
             | FaultKind::RedisCrash
             | FaultKind::RelayKill
             | FaultKind::RelayStop
-            | FaultKind::ClusterFailover => 1,
+            | FaultKind::ClusterFailover
+            | FaultKind::DbOutage => 1,
         }
     }
 }

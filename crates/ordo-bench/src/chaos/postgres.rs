@@ -52,6 +52,18 @@ impl PgTarget {
 
     /// A pool of `size` connections with these server settings.
     pub async fn connect_with(&self, size: u32, settings: &[(&str, &str)]) -> Result<PgPool> {
+        self.connect_waiting(size, settings, Duration::from_secs(30))
+            .await
+    }
+
+    /// [`PgTarget::connect_with`] whose callers wait at most `acquire` for
+    /// a connection (while the database is down, they fail after it).
+    pub async fn connect_waiting(
+        &self,
+        size: u32,
+        settings: &[(&str, &str)],
+        acquire: Duration,
+    ) -> Result<PgPool> {
         let options: sqlx::postgres::PgConnectOptions = self
             .url
             .expose()
@@ -59,7 +71,7 @@ impl PgTarget {
             .with_context(|| format!("`{}` is not a PostgreSQL URL", self.url))?;
         sqlx::postgres::PgPoolOptions::new()
             .max_connections(size)
-            .acquire_timeout(Duration::from_secs(30))
+            .acquire_timeout(acquire)
             .connect_with(options.options(settings.iter().copied()))
             .await
             .with_context(|| format!("could not connect to PostgreSQL at {}", self.url))
@@ -123,14 +135,24 @@ impl PgEffects {
     }
 
     async fn apply(&self, tick: &Tick, ctx: &HandlerContext) -> Result<Committed, EffectError> {
-        let failed = |e: &dyn std::fmt::Display| EffectError::Failed(e.to_string());
-        let mut tx = self.pool.begin().await.map_err(|e| failed(&e))?;
+        // A database outage (a pool timeout, a lost connection) is transient:
+        // the broker retries the run without using up an attempt.
+        let failed = |e: ordo_postgres::Error| {
+            let text = ordo_core::error::error_chain(&e);
+            if e.is_transient() {
+                EffectError::Unavailable(text)
+            } else {
+                EffectError::Failed(text)
+            }
+        };
+        let query = |e: sqlx::Error| failed(e.into());
+        let mut tx = ordo_postgres::begin(&self.pool).await.map_err(failed)?;
         let fence = match ordo_postgres::fenced_in(&self.schema, &mut tx, GROUP, ctx).await {
             Ok(fence) => fence,
             Err(error @ ordo_postgres::Error::Fenced { .. }) => {
                 return Err(EffectError::Fenced(error.to_string()));
             }
-            Err(error) => return Err(failed(&error)),
+            Err(error) => return Err(failed(error)),
         };
         if fence == Fence::AlreadyApplied {
             return Ok(Committed::AlreadyApplied);
@@ -144,8 +166,8 @@ impl PgEffects {
         .bind(i64::try_from(ctx.fencing_token()).unwrap_or(i64::MAX))
         .execute(&mut *tx)
         .await
-        .map_err(|e| failed(&e))?;
-        tx.commit().await.map_err(|e| failed(&e))?;
+        .map_err(query)?;
+        tx.commit().await.map_err(query)?;
         Ok(Committed::Applied)
     }
 
@@ -206,10 +228,13 @@ pub async fn run_worker(
     // fence row lock: the server ends such a transaction well within a
     // lease, so the key's next owner is not held up (see docs/POSTGRES.md).
     let idle = format!("{}", (options.lease_ttl_ms / 2).max(100));
+    // Handlers wait at most a lease TTL for a connection: in a database
+    // outage they fail (transiently) rather than hang.
     let pool = target
-        .connect_with(
+        .connect_waiting(
             WORKER_POOL,
             &[("idle_in_transaction_session_timeout", idle.as_str())],
+            Duration::from_millis(options.lease_ttl_ms.max(500)),
         )
         .await?;
     // The relays' slot leases live as long as the engine's, so a killed or

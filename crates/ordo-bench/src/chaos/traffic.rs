@@ -57,6 +57,9 @@ pub(crate) struct TrafficPlan {
     /// The domain configuration the publisher routes by (the workers'
     /// `[categories.chaos] partitions`).
     pub(crate) config: Config,
+    /// Held (shared) while a PostgreSQL commit is under way: a database
+    /// outage takes it first.
+    pub(crate) gate: std::sync::Arc<tokio::sync::RwLock<()>>,
 }
 
 /// The running publisher.
@@ -142,6 +145,8 @@ async fn publish(
             }
             match &outbox {
                 Some(outbox) => {
+                    let gate = plan.gate.clone();
+                    let _committing = gate.read().await;
                     let mut tx = outbox
                         .pool()
                         .begin()
@@ -221,6 +226,7 @@ mod tests {
             settle_within: Duration::from_secs(1),
             postgres: None,
             config: Config::default(),
+            gate: std::sync::Arc::default(),
         }
     }
 

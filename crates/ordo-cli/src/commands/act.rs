@@ -1,5 +1,6 @@
 //! `ordo skip | dlq | retry CATEGORY KEY`: an operator's decision on a
-//! halted head.
+//! halted head (`--all` with filters: on every matching one, see
+//! [`super::bulk`]).
 //!
 //! The decision is about one message, so it must not land on another one:
 //! the action is refused when the partition is not halted, or when its
@@ -15,7 +16,7 @@
 use ordo_redis::{Error, Inspection};
 use serde::Serialize;
 
-use crate::cli::ActionArgs;
+use crate::cli::{Acting, ActionArgs, PartitionTarget};
 use crate::commands::confirm;
 use crate::context::Context;
 use crate::exit::{Failure, Verdict};
@@ -31,7 +32,8 @@ pub(crate) enum Action {
 }
 
 impl Action {
-    fn name(self) -> &'static str {
+    /// The command's name.
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Skip => "skip",
             Self::DeadLetter => "dlq",
@@ -40,11 +42,42 @@ impl Action {
     }
 
     /// What it does, for the question and refusals.
-    fn doing(self) -> &'static str {
+    pub(crate) fn doing(self) -> &'static str {
         match self {
             Self::Skip => "skipping",
             Self::DeadLetter => "moving to the dead-letter stream",
             Self::Retry => "retrying",
+        }
+    }
+
+    /// What it does, as a verb (for questions).
+    pub(crate) fn verb(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::DeadLetter => "dead-letter",
+            Self::Retry => "retry",
+        }
+    }
+
+    /// What it did (for summaries).
+    pub(crate) fn past(self) -> &'static str {
+        match self {
+            Self::Skip => "skipped",
+            Self::DeadLetter => "dead-lettered",
+            Self::Retry => "retried",
+        }
+    }
+
+    /// What it means for the keys, in the question.
+    pub(crate) fn consequence(self) -> &'static str {
+        match self {
+            Self::Skip => {
+                "Each head is acknowledged without being handled; its key resumes with the next message."
+            }
+            Self::DeadLetter => {
+                "Each head moves to its partition's dead-letter stream; its key resumes with the next message."
+            }
+            Self::Retry => "Each head runs again, with a fresh set of attempts.",
         }
     }
 }
@@ -65,10 +98,21 @@ struct Acted {
 }
 
 pub(crate) async fn run(ctx: &Context, action: Action, args: &ActionArgs) -> Result<Verdict, Failure> {
-    let (category, key) = (args.target.category.as_str(), args.target.key.as_str());
-    let group = ctx
-        .resolve_group(category, key, args.target.group.as_deref())
-        .await?;
+    match args.acting() {
+        Acting::One(target) => one(ctx, action, &target, args).await,
+        Acting::All(filters) => super::bulk::run(ctx, action, filters, &args.options).await,
+    }
+}
+
+/// The decision on one partition's halted head.
+async fn one(
+    ctx: &Context,
+    action: Action,
+    target: &PartitionTarget,
+    args: &ActionArgs,
+) -> Result<Verdict, Failure> {
+    let (category, key) = (target.category.as_str(), target.key.as_str());
+    let group = ctx.resolve_group(category, key, target.group.as_deref()).await?;
     let seen = halted(ctx, action, &group, category, key).await?;
     let expected = seen.halt.head.clone();
     // Refuse before asking about a head the operator did not mean.

@@ -1,6 +1,7 @@
 //! One module per command.
 
 pub(crate) mod act;
+pub(crate) mod bulk;
 pub(crate) mod dlq;
 pub(crate) mod inspect;
 pub(crate) mod partitions;

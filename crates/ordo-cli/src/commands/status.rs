@@ -123,12 +123,32 @@ pub(crate) async fn snapshot(ctx: &Context, only: &[String], threshold: u64) -> 
         views.push(view);
     }
     let health = health(ctx, &categories).await?;
-    for group in health.iter().filter(|g| g.state == HealthState::Lagging) {
-        warnings.push(format!(
-            "consumer group `{}` is lagging: {}",
-            group.handler,
-            group.reasons.join("; ")
-        ));
+    for group in &health {
+        // A pause (its own warning, below) sorts above a lag.
+        let paused = ctx.status.paused(&group.handler).await?;
+        if matches!(group.state, HealthState::Lagging | HealthState::Paused) {
+            let lag: Vec<&str> = group
+                .reasons
+                .iter()
+                .map(String::as_str)
+                .filter(|reason| !reason.starts_with("paused on instance"))
+                .collect();
+            if !lag.is_empty() {
+                warnings.push(format!(
+                    "consumer group `{}` is lagging: {}",
+                    group.handler,
+                    lag.join("; ")
+                ));
+            }
+        }
+        for pause in &paused {
+            warnings.push(format!(
+                "handler `{}` is {}; it starts one probe message at a time and resumes by itself \
+                 once a probe gets an answer (a dependency looks down: check it)",
+                group.handler,
+                pause.describe(server_time_ms)
+            ));
+        }
     }
     let mut halts = Vec::new();
     for category in &categories {

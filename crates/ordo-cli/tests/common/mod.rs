@@ -139,6 +139,36 @@ impl Fixture {
     }
 
     async fn start_with(poison: bool, with_auditor: bool, config: &str) -> anyhow::Result<Self> {
+        let (handled, halts) = if poison { (4, 1) } else { (7, 0) };
+        Self::start_orders(orders(poison), handled, halts, with_auditor, config).await
+    }
+
+    /// Starts Redis and the domain with the fast [`CONFIG`], and publishes
+    /// two orders for each of `clients`, the first one poison: every one of
+    /// them halts on its first order.
+    pub async fn start_halting(clients: &[&str]) -> anyhow::Result<Self> {
+        let orders = clients
+            .iter()
+            .flat_map(|client| {
+                [1, 2].map(|n| OrderPlaced {
+                    order_id: format!("{client}-{n}"),
+                    client_id: (*client).to_owned(),
+                    poison: n == 1,
+                })
+            })
+            .collect();
+        Self::start_orders(orders, 0, clients.len(), false, CONFIG).await
+    }
+
+    /// Starts Redis and the domain, publishes `orders` and waits until
+    /// `handled` are handled and `halts` partitions halted.
+    async fn start_orders(
+        orders: Vec<OrderPlaced>,
+        handled_count: usize,
+        halts: usize,
+        with_auditor: bool,
+        config: &str,
+    ) -> anyhow::Result<Self> {
         let redis = Redis::start_local()?;
         let config = Config::from_toml_str(config)?;
         let broker = RedisBroker::builder(redis.url())
@@ -162,7 +192,7 @@ impl Fixture {
         let domain = builder.init()?;
         let running = domain.start();
         let mut uow = domain.unit_of_work();
-        for order in orders(poison) {
+        for order in orders {
             uow.raise(order)?;
         }
         uow.commit().await?;
@@ -174,14 +204,13 @@ impl Fixture {
             poisoned,
             dir: tempfile::tempdir()?,
         };
-        let expected = if poison { 4 } else { 7 };
         eventually(WAIT, "the orders to be handled", || async {
-            Ok(fixture.handled().len() == expected)
+            Ok(fixture.handled().len() == handled_count)
         })
         .await?;
-        if poison {
-            eventually(WAIT, "bob to halt", || async {
-                Ok(fixture.halted().await?.len() == 1)
+        if halts > 0 {
+            eventually(WAIT, "the poisoned keys to halt", || async {
+                Ok(fixture.halted().await?.len() == halts)
             })
             .await?;
         }

@@ -241,6 +241,10 @@ pub struct Probe {
     panic_first: AtomicU32,
     /// Runs of the message with this amount fail (0: none).
     poison_amount: std::sync::atomic::AtomicU64,
+    /// While set, every run fails as a refused connection does.
+    outage: std::sync::atomic::AtomicBool,
+    /// Runs of the message with this amount never return (0: none).
+    hang_amount: std::sync::atomic::AtomicU64,
     seen: Mutex<Vec<Seen>>,
     active: Mutex<HashMap<String, usize>>,
     overlaps: AtomicUsize,
@@ -260,6 +264,8 @@ impl Probe {
             fail_first: AtomicU32::new(0),
             panic_first: AtomicU32::new(0),
             poison_amount: std::sync::atomic::AtomicU64::new(0),
+            outage: std::sync::atomic::AtomicBool::new(false),
+            hang_amount: std::sync::atomic::AtomicU64::new(0),
             seen: Mutex::new(Vec::new()),
             active: Mutex::new(HashMap::new()),
             overlaps: AtomicUsize::new(0),
@@ -304,6 +310,24 @@ impl Probe {
     /// The poison message of [`Probe::poisoned_by`] succeeds from now on.
     pub fn cure(&self) {
         self.poison_amount.store(0, Ordering::SeqCst);
+    }
+
+    /// Every run fails with a refused connection (a dependency outage)
+    /// until [`Probe::end_outage`].
+    pub fn in_outage(self) -> Self {
+        self.outage.store(true, Ordering::SeqCst);
+        self
+    }
+
+    /// The dependency is back: runs succeed again.
+    pub fn end_outage(&self) {
+        self.outage.store(false, Ordering::SeqCst);
+    }
+
+    /// Runs of the message with `amount` hang (await for ever).
+    pub fn hanging_on(self, amount: u64) -> Self {
+        self.hang_amount.store(amount, Ordering::SeqCst);
+        self
     }
 
     /// The first `n` runs panic.
@@ -354,6 +378,12 @@ impl Probe {
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
+        let amount = payload["amount"].as_u64().unwrap_or_default();
+        if amount != 0 && amount == self.hang_amount.load(Ordering::SeqCst) {
+            // Counted as no longer active: the run is cancelled while hanging.
+            *self.active.lock().unwrap().get_mut(&key).unwrap() -= 1;
+            std::future::pending::<()>().await;
+        }
         *self.active.lock().unwrap().get_mut(&key).unwrap() -= 1;
         self.completed.fetch_add(1, Ordering::SeqCst);
         if take_one(&self.panic_first) {
@@ -362,7 +392,12 @@ impl Probe {
         if take_one(&self.fail_first) {
             return Err(format!("induced failure in {handler}{}", self.error_text).into());
         }
-        let amount = payload["amount"].as_u64().unwrap_or_default();
+        if self.outage.load(Ordering::SeqCst) {
+            return Err(Box::new(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "connection refused (the database is down)",
+            )));
+        }
         if amount != 0 && amount == self.poison_amount.load(Ordering::SeqCst) {
             return Err(format!("poison message {amount} in {handler}{}", self.error_text).into());
         }

@@ -160,9 +160,17 @@ impl Settings {
             };
             Ok(value.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX)))
         };
-        let batch_bytes = bytes(args.batch_bytes, "batch_bytes", ordo_postgres::DEFAULT_BATCH_BYTES)?;
+        let batch_bytes = bytes(
+            args.batch_bytes,
+            "batch_bytes",
+            ordo_postgres::DEFAULT_BATCH_BYTES,
+        )?;
         let publish_call_bytes = bytes(args.publish_call_bytes, "publish_call_bytes", 8 << 20)?;
-        let max_row_bytes = bytes(args.max_row_bytes, "max_row_bytes", ordo_postgres::DEFAULT_MAX_ROW_BYTES)?;
+        let max_row_bytes = bytes(
+            args.max_row_bytes,
+            "max_row_bytes",
+            ordo_postgres::DEFAULT_MAX_ROW_BYTES,
+        )?;
         Ok(Self {
             database_url,
             redis_url,

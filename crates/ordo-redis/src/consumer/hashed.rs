@@ -41,7 +41,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use ordo_core::error::error_chain;
 use ordo_core::key::Lane;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::worker::{Exit, Handled, Slot, Worker};
 use crate::ack::Ack;
@@ -1000,7 +1000,7 @@ impl Worker {
             .await;
         match parked {
             Ok(Ok(head)) => {
-                warn!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %ordo_core::text::log_text(&reason.error), attempts = reason.attempts, "key parked on a poison message");
+                error!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %ordo_core::text::log_text(&reason.error), attempts = reason.attempts, "key parked until an operator resolves it (ordo inspect, then retry, skip or dlq)");
                 metrics::halted(&self.unit, partition.category());
                 Handled::Halted
             }

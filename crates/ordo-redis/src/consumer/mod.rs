@@ -61,7 +61,10 @@ pub(crate) struct Settings {
     pub(crate) max_owned: Option<std::num::NonZeroUsize>,
     /// How often the waker re-checks the idle partitions and its subscriptions.
     pub(crate) recheck_interval: Duration,
-    pub(crate) max_retries: u32,
+    /// `[server.partitioning]`: the handlers' retry defaults (each
+    /// subscription's `retry_policy` applies its own over them).
+    pub(crate) retry: ordo_core::config::PartitioningConfig,
+    /// The backoff of the consumer's own Redis calls that failed.
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,
     /// Which categories have hashed partitions.

@@ -5,7 +5,8 @@
 //! Each (group, category) gets one task with its own connection for the
 //! blocking read. Entries pending on a consumer whose instance stopped
 //! announcing itself a lease TTL ago (a dead instance) are claimed; a message that fails every
-//! attempt is copied to `{category}:dlq` and acknowledged, since a base
+//! attempt (as [`ordo_core::retry`] decides: transient failures use up
+//! none) is copied to `{category}:dlq` and acknowledged, since a base
 //! stream has no per-key order to protect.
 
 use std::sync::Arc;
@@ -14,11 +15,13 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::prelude::StreamsInterface;
 use fred::types::Value;
-use ordo_core::attempt::{self, Attempt, Outcome};
+use ordo_core::attempt::{Attempt, Failure, Outcome};
 use ordo_core::broker::Subscription;
 use ordo_core::handler::HandlerContext;
+use ordo_core::message::Envelope;
+use ordo_core::retry::Next;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, error, info_span, warn};
 
 use super::{SharedRef, sleep_unless};
 use crate::connection;
@@ -26,6 +29,7 @@ use crate::error::Result;
 use crate::groups::{self, IfNoStream};
 use crate::keys::{BaseKeys, instances};
 use crate::lease::millis;
+use crate::metrics;
 use crate::partition::StreamEntry;
 use crate::scripts::{RawEntry, SCRIPTS, array, parse_entries};
 
@@ -161,47 +165,19 @@ impl Plain {
     }
 
     /// Handles one entry with retries through the shared attempt runner (a
-    /// panic is a failed attempt), dead-lettering it when every attempt
-    /// failed, then acknowledges it. Stopped during a retry's backoff, it
-    /// leaves the entry pending (this instance reads it again at its next
-    /// start; another one claims it once this one is gone).
+    /// panic is a failed attempt), dead-lettering it when the retry policy
+    /// gives up, then acknowledges it. Stopped during a retry's backoff (or
+    /// while the handler is paused), it leaves the entry pending (this
+    /// instance reads it again at its next start; another one claims it
+    /// once this one is gone).
     async fn handle(&self, raw: RawEntry, stop: &CancellationToken) -> Result<()> {
         let entry = StreamEntry::from_raw(raw, ordo_core::key::Lane::Primary);
         let outcome = match entry.decode_for(&self.category, None) {
             Ok(envelope) if self.subscription.handles(&envelope) => {
-                let envelope = Arc::new(envelope);
-                let settings = &self.subscription.settings;
-                let attempts = settings.attempts(self.shared.settings.max_retries);
-                let backoff = settings.backoff(self.shared.settings.backoff);
-                let never = CancellationToken::new();
-                let mut last = None;
-                for attempt in 1..=attempts {
-                    let ctx = HandlerContext::new(&envelope).with_attempt(attempt);
-                    let own = settings.acquire().await;
-                    let permit = (
-                        self.shared.handler_permits.clone().acquire_owned().await.ok(),
-                        own,
-                    );
-                    let run = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx);
-                    match run.run(permit, &never, Duration::ZERO).await {
-                        Outcome::Succeeded => {
-                            last = None;
-                            break;
-                        }
-                        Outcome::Failed(failure) => {
-                            let error = ordo_core::text::cap_error(failure.text());
-                            warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, error = %ordo_core::text::log_text(&error), "handler failed");
-                            last = Some(error);
-                        }
-                        _ => {
-                            last = Some("the handler run was cancelled".to_owned());
-                        }
-                    }
-                    if attempt < attempts && !attempt::backoff(&backoff, attempt, stop).await {
-                        return Ok(());
-                    }
+                match self.attempts(&entry, Arc::new(envelope), stop).await {
+                    Some(outcome) => outcome,
+                    None => return Ok(()),
                 }
-                last.map(|error| (error, attempts))
             }
             Ok(_) => None,
             // Never attempted: it cannot be decoded (or is of another category).
@@ -219,6 +195,66 @@ impl Plain {
             )
             .await?;
         Ok(())
+    }
+
+    /// Runs the handler until it succeeds (`Some(None)`) or the retry
+    /// policy gives up (`Some(Some((reason, attempts)))`); `None` when
+    /// stopped before either.
+    async fn attempts(
+        &self,
+        entry: &StreamEntry,
+        envelope: Arc<Envelope>,
+        stop: &CancellationToken,
+    ) -> Option<Option<(String, u32)>> {
+        let settings = &self.subscription.settings;
+        let policy = self.subscription.retry_policy(&self.shared.settings.retry);
+        let mut retries = policy.start(&envelope.id, 0);
+        let never = CancellationToken::new();
+        let labels = [
+            ("group", self.group.to_string()),
+            ("category", envelope.category.clone()),
+        ];
+        loop {
+            // A paused handler starts nothing but its probe.
+            let admitted = tokio::select! {
+                admitted = retries.admit() => admitted,
+                () = stop.cancelled() => return None,
+            };
+            if let Err(give_up) = admitted {
+                return Some(Some((give_up.reason().to_owned(), give_up.attempts())));
+            }
+            let attempt = retries.attempt();
+            let ctx = HandlerContext::new(&envelope).with_attempt(attempt);
+            let own = settings.acquire().await;
+            let permit = (
+                self.shared.handler_permits.clone().acquire_owned().await.ok(),
+                own,
+            );
+            let run = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx)
+                .with_timeout(policy.timeout());
+            let failure = match run.run(permit, &never, Duration::ZERO).await {
+                Outcome::Succeeded => {
+                    retries.succeeded();
+                    return Some(None);
+                }
+                Outcome::Failed(failure) => failure,
+                _ => Failure::new("the handler run was cancelled".into()),
+            };
+            let failed = retries.failed(&failure);
+            metrics::attempt_failed(&labels, &failed);
+            match retries.next() {
+                Next::Retry { delay } => {
+                    failed.log(&self.group, entry.id(), attempt);
+                    tokio::select! {
+                        () = retries.wait(delay) => {}
+                        () = stop.cancelled() => return None,
+                    }
+                }
+                Next::GiveUp(give_up) => {
+                    return Some(Some((give_up.reason().to_owned(), give_up.attempts())));
+                }
+            }
+        }
     }
 
     /// Adds `entry` to the category's dead-letter stream `{category}:dlq`,
@@ -243,12 +279,13 @@ impl Plain {
             .client()
             .xadd(dlq.as_str(), false, None::<()>, "*", fields)
             .await?;
-        warn!(
+        error!(
             event = ordo_core::log_events::MESSAGE_DEAD_LETTERED,
             id = entry.id(),
+            attempts,
             dlq = %dlq,
             error = %ordo_core::text::log_text(error),
-            "message failed every attempt (or cannot be read); dead-lettered"
+            "message given up on (or cannot be read) and dead-lettered (ordo dlq list, then replay or purge)"
         );
         Ok(())
     }

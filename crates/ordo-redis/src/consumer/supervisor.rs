@@ -6,8 +6,11 @@
 //! below it, it acquires free leases (one script call); above it for two
 //! intervals in a row, it asks its surplus workers to stop between messages
 //! and release their leases, so another instance takes them over at once.
+//! It also records in Redis which handlers are paused on this instance by
+//! their circuit breaker (only while one is, and when it resumes), for
+//! `ordo status` and health.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use fred::interfaces::{ClientLike as _, KeysInterface, SetsInterface, SortedSetsInterface};
 use fred::types::Value;
@@ -81,6 +84,8 @@ pub(crate) struct Supervisor {
     /// Whether `max_owned_partitions` holds this instance below its fair
     /// share (said once when it starts, and when it ends).
     limited: bool,
+    /// The groups whose pause on this instance is recorded in Redis.
+    paused: HashSet<String>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -103,6 +108,7 @@ impl Supervisor {
             next_watcher: 0,
             announced: false,
             limited: false,
+            paused: HashSet::new(),
         }
     }
 
@@ -127,6 +133,7 @@ impl Supervisor {
                              (did Redis lose its data?); registered them again"),
                         Err(error) => warn!(error = %ordo_core::error::error_chain(&error), "checking the group registries failed; retrying next interval"),
                     }
+                    self.record_pauses(false).await;
                     match self.round().await {
                         Ok(()) => {}
                         Err(error @ crate::error::Error::DuplicateInstance { .. }) => {
@@ -141,9 +148,46 @@ impl Supervisor {
             }
         }
         plain_stop.cancel();
+        // Leaving: this instance's pauses end with it.
+        self.record_pauses(true).await;
         self.stop_all().await;
         self.leave().await;
         Ok(())
+    }
+
+    /// Records in Redis the handlers paused on this instance (refreshing the
+    /// record while the pause lasts) and clears the record of one that
+    /// resumed (every one when `leaving`): no Redis call while none is or
+    /// was paused.
+    async fn record_pauses(&mut self, leaving: bool) {
+        let ttl = self.shared.settings.lease_ttl;
+        for plan in &self.plans {
+            let pause = plan.subscription.paused().filter(|_| !leaving);
+            let group = plan.group.to_string();
+            if pause.is_none() && !self.paused.contains(&group) {
+                continue;
+            }
+            metrics::paused(&group, pause.is_some());
+            let recorded = crate::pause::record(
+                self.shared.partitions.client(),
+                &group,
+                self.shared.instance(),
+                pause.as_ref(),
+                ttl,
+            )
+            .await;
+            match (recorded, pause.is_some()) {
+                (Ok(()), true) => {
+                    self.paused.insert(group);
+                }
+                (Ok(()), false) => {
+                    self.paused.remove(&group);
+                }
+                (Err(error), _) => {
+                    warn!(%error, %group, "recording the handler's pause in Redis failed; retrying next interval");
+                }
+            }
+        }
     }
 
     /// Adds every group to the registries of the categories it consumes, so

@@ -4,8 +4,10 @@
 //! (pending entries first: that is the reclaim of a previous owner's
 //! unacknowledged entries), acknowledges each message before starting the
 //! next (so after a crash only the in-flight message runs again), checks the
-//! primary lane before every backfill message, retries failures with
-//! backoff and halts the partition on a poison message. When idle it waits
+//! primary lane before every backfill message, retries failures as
+//! [`ordo_core::retry`] decides (a transient failure is not counted; a
+//! paused handler starts nothing but its probe) and halts the partition on
+//! a poison message. When idle it waits
 //! for the waker, and retires the partition once it has been idle for
 //! `reap_idle`.
 //!
@@ -21,16 +23,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ordo_core::attempt::{Attempt, Outcome, StillRunning};
+use ordo_core::attempt::{Attempt, Failure, Outcome, StillRunning};
 use ordo_core::broker::Subscription;
-use ordo_core::error::{ProcessStoreError, error_chain};
-use ordo_core::handler::{HandlerContext, HandlerError};
+use ordo_core::error::ProcessStoreError;
+use ordo_core::handler::HandlerContext;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
+use ordo_core::retry::{GiveUp, Next, Retries, RetryPolicy};
 use ordo_core::text::log_text;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::SharedRef;
 use super::unit::Unit;
@@ -600,9 +603,10 @@ impl Worker {
     }
 
     /// Runs the handler on one entry with retries; halts the partition when
-    /// every attempt failed. Failed attempts are counted with the pending
-    /// entry, so a worker stopped during the backoff leaves its successor
-    /// only the retry budget that is left.
+    /// the retry policy gives up. Counted failures are recorded with the
+    /// pending entry, so a worker stopped during the backoff leaves its
+    /// successor only the retry budget that is left; a transient failure
+    /// closes its attempt without counting.
     pub(super) async fn handle_entry(
         &self,
         slot: &Slot,
@@ -620,17 +624,21 @@ impl Worker {
             Err(error) => {
                 let attempt = self.next_attempt();
                 return self
-                    .halt(slot, partition, entry, error_chain(&error), 1, attempt)
+                    .halt(
+                        slot,
+                        partition,
+                        entry,
+                        ordo_core::error::error_chain(&error),
+                        1,
+                        attempt,
+                    )
                     .await;
             }
         };
         if !self.subscription.handles(&envelope) {
             return Handled::Done;
         }
-        let attempts = self
-            .subscription
-            .settings
-            .attempts(self.shared.settings.max_retries);
+        let policy = self.subscription.retry_policy(&self.shared.settings.retry);
         let mut failed = 0;
         if pending {
             match self
@@ -651,55 +659,105 @@ impl Worker {
                 Err(stopped) => return stopped,
             }
         }
-        let mut last_error = format!("{failed} attempts failed before this owner (see the earlier logs)");
-        while failed < attempts {
-            let attempt = failed + 1;
+        let key = slot.key().unwrap_or_else(|| partition.primary());
+        let mut retries = policy.start(key, failed);
+        if retries.exhausted() {
+            // The halt is an act of its own (the failed attempts are closed).
+            let halt = self.next_attempt();
+            let error = format!("{failed} attempts failed before this owner (see the earlier logs)");
+            return self.halt(slot, partition, entry, error, failed, halt).await;
+        }
+        loop {
+            // A paused handler starts nothing but its probe.
+            let admitted = tokio::select! {
+                admitted = retries.admit() => admitted,
+                () = self.control.stop.cancelled() => return Handled::Stop,
+                () = self.control.kill.cancelled() => return Handled::Lost,
+            };
+            if let Err(give_up) = admitted {
+                return self.give_up(slot, partition, entry, give_up).await;
+            }
+            let attempt = retries.attempt();
             let sequence = self.next_attempt();
-            match self.invoke(slot, &envelope, attempt, sequence, partition).await {
+            let failure = match self
+                .invoke(slot, &envelope, attempt, sequence, partition, &policy)
+                .await
+            {
                 Ok(Ok(())) => {
+                    retries.succeeded();
                     metrics::handled(&self.unit, partition.category());
                     return Handled::Done;
                 }
                 // The handler's fenced commit was refused: another instance
                 // owns the partition now and may be running this very
                 // message. Retrying (or halting) would be a stale owner's act.
-                Ok(Err(error)) if fenced_by(&*error, &self.lease) => {
-                    info!(event = ordo_core::log_events::LEASE_LOST, id = entry.id(), attempt, error = %log_text(&error_chain(&*error)), "lease lost during the handler; not retrying");
+                Ok(Err(failure)) if fenced_by(&**failure.error(), &self.lease) => {
+                    info!(event = ordo_core::log_events::LEASE_LOST, id = entry.id(), attempt, error = %log_text(&failure.text()), "lease lost during the handler; not retrying");
                     return Handled::Lost;
                 }
-                Ok(Err(error)) => {
-                    metrics::failed(&self.unit, partition.category());
-                    last_error = ordo_core::text::cap_error(error_chain(&*error));
-                    warn!(event = ordo_core::log_events::HANDLER_FAILED, id = entry.id(), attempt, error = %log_text(&last_error), "handler failed");
-                }
-                Err(stopped) => return stopped,
-            }
-            slot.had_failures.store(true, Ordering::SeqCst);
-            failed = match self.attempt_failed(slot, partition, entry, sequence).await {
-                Ok(count) => count.max(attempt),
+                Ok(Err(failure)) => failure,
                 Err(stopped) => return stopped,
             };
-            if failed < attempts {
-                if let Some(stopped) = self.before_retry(failed).await {
-                    return stopped;
+            if let Err(stopped) = self
+                .attempt_failed(slot, partition, entry, sequence, &mut retries, &failure)
+                .await
+            {
+                return stopped;
+            }
+            match retries.next() {
+                Next::Retry { delay } => {
+                    if let Some(stopped) = self.before_retry(&retries, delay).await {
+                        return stopped;
+                    }
+                    metrics::retried(&self.unit, partition.category());
                 }
-                metrics::retried(&self.unit, partition.category());
+                Next::GiveUp(give_up) => return self.give_up(slot, partition, entry, give_up).await,
             }
         }
-        // The halt is an act of its own (the failed attempts are closed).
-        let halt = self.next_attempt();
-        self.halt(slot, partition, entry, last_error, failed, halt).await
     }
 
-    /// Closes the failed attempt `sequence` on `entry` and counts the
-    /// failure with the pending entry; returns the entry's failed attempts.
+    /// Halts on `entry` as the retry policy decided.
+    async fn give_up(
+        &self,
+        slot: &Slot,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        give_up: GiveUp,
+    ) -> Handled {
+        // The halt is an act of its own (the failed attempts are closed).
+        let halt = self.next_attempt();
+        let attempts = give_up.attempts();
+        self.halt(
+            slot,
+            partition,
+            entry,
+            give_up.reason().to_owned(),
+            attempts,
+            halt,
+        )
+        .await
+    }
+
+    /// Judges the failed attempt `sequence` on `entry` and closes it: a
+    /// counted failure is counted with the pending entry (the count on
+    /// record then bounds the retries), a transient one is not.
     async fn attempt_failed(
         &self,
         slot: &Slot,
         partition: &PartitionKeys,
         entry: &StreamEntry,
         sequence: u64,
-    ) -> Result<u32, Handled> {
+        retries: &mut Retries<'_>,
+        failure: &Failure,
+    ) -> Result<(), Handled> {
+        let attempt = retries.attempt();
+        let failed = retries.failed(failure);
+        failed.log(self.subscription.name(), entry.id(), attempt);
+        metrics::failed(&self.unit, partition.category(), &failed);
+        let counted = failed.counted();
+        if counted {
+            slot.had_failures.store(true, Ordering::SeqCst);
+        }
         let recorded = self
             .until_answered("recording the failed attempt", true, || {
                 self.shared.partitions.attempt_failed_in(
@@ -707,15 +765,21 @@ impl Worker {
                     slot.sequence(&self.lease),
                     &self.unit.group,
                     partition,
-                    entry.id(),
+                    counted.then(|| entry.id()),
                     sequence,
                 )
             })
             .await?;
-        recorded.map_err(|error| {
-            info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
-            Handled::Lost
-        })
+        match recorded {
+            Ok(count) => {
+                retries.counted_elsewhere(count);
+                Ok(())
+            }
+            Err(error) => {
+                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
+                Err(Handled::Lost)
+            }
+        }
     }
 
     /// Makes sure the lease is still held before a message starts: when the
@@ -749,13 +813,13 @@ impl Worker {
         }
     }
 
-    /// Waits out the backoff after `failed` failed attempts, then confirms
+    /// Waits out the backoff `delay` (see [`Retries::wait`]), then confirms
     /// the lease is still held, so a stale owner never runs the handler
     /// again (the heartbeat only notices a lost lease at its next beat).
     /// `Some` when the message must not be retried here.
-    async fn before_retry(&self, failed: u32) -> Option<Handled> {
+    async fn before_retry(&self, retries: &Retries<'_>, delay: Duration) -> Option<Handled> {
         tokio::select! {
-            () = tokio::time::sleep(self.subscription.settings.backoff(self.shared.settings.backoff).delay(failed)) => {}
+            () = retries.wait(delay) => {}
             () = self.control.stop.cancelled() => return Some(Handled::Stop),
             () = self.control.kill.cancelled() => return Some(Handled::Lost),
         }
@@ -787,7 +851,8 @@ impl Worker {
         attempt: u32,
         sequence: u64,
         partition: &PartitionKeys,
-    ) -> Result<Result<(), HandlerError>, Handled> {
+        policy: &RetryPolicy,
+    ) -> Result<Result<(), Failure>, Handled> {
         let ctx = HandlerContext::new(envelope)
             .with_attempt(attempt)
             .with_fencing_token(self.lease.token())
@@ -816,8 +881,10 @@ impl Worker {
         let permit = (permit, own);
         let started = Instant::now();
         // An abort ends a run at its next await; a run in blocking code goes
-        // on, and then the lease is kept until it has ended (`run`).
+        // on, and then the lease is kept until it has ended (`run`). A run
+        // past its timeout is waited for, the lease kept meanwhile.
         let outcome = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx)
+            .with_timeout(policy.timeout())
             .run(
                 permit,
                 &self.control.kill,
@@ -827,7 +894,7 @@ impl Worker {
         metrics::handler_duration(&self.unit, partition.category(), started.elapsed());
         match outcome {
             Outcome::Succeeded => Ok(Ok(())),
-            Outcome::Failed(failure) => Ok(Err(failure.into_error())),
+            Outcome::Failed(failure) => Ok(Err(failure)),
             Outcome::Cancelled(cancelled) => {
                 if let Some(run) = cancelled.into_still_running() {
                     self.unfinished
@@ -873,7 +940,7 @@ impl Worker {
             .await;
         match halted {
             Ok(Ok(())) => {
-                warn!(event = ordo_core::log_events::PARTITION_HALTED, head = %reason.head, error = %log_text(&reason.error), attempts, "partition halted on a poison message");
+                error!(event = ordo_core::log_events::PARTITION_HALTED, head = %reason.head, error = %log_text(&reason.error), attempts, "partition halted until an operator resolves it (ordo inspect, then retry, skip or dlq)");
                 metrics::halted(&self.unit, partition.category());
                 Handled::Halted
             }

@@ -180,11 +180,13 @@ end
 -- command of those attempts that reaches Redis late (delayed on one
 -- connection past its client's timeout) is refused from now on. Kept for
 -- `ttl` ms after the last change (a lease TTL multiple: a command cannot
--- stay in flight that long).
+-- stay in flight that long). Returns whether this call closed `attempt`
+-- (false when it was closed already).
 local function close_attempt(sequence_key, lease_value, attempt, ttl)
   attempt = tonumber(attempt)
   if attempt == 0 or closed_attempt(sequence_key, lease_value) >= attempt then
-    return
+    return false
   end
   redis.call('SET', sequence_key, string.format('%.0f', attempt) .. ':' .. lease_value, 'PX', ttl)
+  return true
 end
