@@ -828,6 +828,25 @@ async fn hashed_partitions_work_under_the_documented_acl_rules() -> anyhow::Resu
         Ok(handled_of("dhl") == ["s-1", "s-2", "s-3"])
     })
     .await?;
+    // The key's holding ends with the acknowledgement of its last held
+    // message, just after its handler returned: stopped before that, the
+    // worker would leave the key held until its next owner (and repartition
+    // refused).
+    let admin = fred::prelude::Builder::from_config(ordo_redis::client_config(&redis.url())?).build()?;
+    admin.init().await?;
+    until(&redis, "dhl's holding ended", || async {
+        let holding: Vec<String> = admin
+            .custom(custom("KEYS"), vec![format!("{{{SHIPMENT}:*}}:holding:*")])
+            .await
+            .map_err(|e| e.to_string())?;
+        for set in holding {
+            if admin.scard::<u64, _>(set).await.map_err(|e| e.to_string())? > 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await?;
     running.shutdown().await?;
     operator(vec!["repartition", SHIPMENT, "--to", "8", "--yes"])
         .await?
