@@ -1,0 +1,113 @@
+//! SIGKILL of a partition's owner in the middle of a handler run: once its
+//! lease expires another instance takes the partition over at a higher
+//! token, reclaims the unacknowledged message and resumes in order. Only
+//! the message that was in flight runs again; nothing is lost.
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use ordo_harness::line::{self, Line};
+use support::{Env, wait_for_any};
+
+const TTL_MS: u64 = 2_000;
+
+#[test]
+fn a_killed_owner_is_replaced_after_its_lease_expires_and_only_the_in_flight_event_reruns()
+-> anyhow::Result<()> {
+    let env = Env::start()?;
+    let timings = ["--lease-ttl-ms", "2000", "--heartbeat-ms", "300"];
+    let mut workers = [env.worker("w1", &timings)?, env.worker("w2", &timings)?];
+    // Load on other keys, and key `x`: seqs 0..3 quick, seq 3 long, 4..10 quick.
+    env.publish(&["--keys", "8", "--events", "10", "--work-ms", "5"])?;
+    env.publish(&["--key", "x", "--events", "3"])?;
+    env.publish(&[
+        "--key",
+        "x",
+        "--first-seq",
+        "3",
+        "--events",
+        "1",
+        "--work-ms",
+        "3000",
+    ])?;
+    env.publish(&["--key", "x", "--first-seq", "4", "--events", "6"])?;
+
+    let refs: Vec<_> = workers.iter().collect();
+    let (owner, started) = wait_for_any(&refs, Duration::from_secs(20), "a start of x/3", |l| {
+        l.is(line::START, "x", 3)
+    })?;
+    let old_token = started.token().expect("start lines carry a token");
+    workers[owner].kill()?;
+    // Nobody renews the lease any more: it expires in `remaining`.
+    let killed_at = Instant::now();
+    let pttl = env.lease_pttl("x")?;
+    anyhow::ensure!(
+        pttl > 0,
+        "the killed owner's lease had already lapsed (PTTL {pttl})"
+    );
+    let remaining = Duration::from_millis(pttl.unsigned_abs());
+    let holder = env.lease_holder("x")?.map(|(instance, _)| instance);
+    assert_eq!(holder.as_deref(), Some(if owner == 0 { "w1" } else { "w2" }));
+    let survivor = 1 - owner;
+
+    let rerun = workers[survivor].wait_for_line(
+        |l| line::matches(l, line::START, "x", 3),
+        Duration::from_millis(TTL_MS) + Duration::from_secs(10),
+    )?;
+    let takeover = killed_at.elapsed();
+    let new_token = Line::parse(&rerun)
+        .and_then(|l| l.token())
+        .expect("start lines carry a token");
+    assert!(
+        new_token > old_token,
+        "the new owner's token {new_token} is not above {old_token}"
+    );
+    // An earlier takeover would have meant two owners at once (PTTL is
+    // rounded down to the millisecond).
+    assert!(
+        takeover + Duration::from_millis(2) >= remaining,
+        "taken over after {takeover:?}, before the lease expired ({remaining:?})"
+    );
+
+    let verdict = env.wait_all_applied(Duration::from_secs(30))?;
+    env.assert_sound(&verdict);
+    let x = verdict.key("x");
+    assert_eq!(
+        x.applied_seqs(),
+        (0..10).collect::<Vec<_>>(),
+        "x applied in publish order, once each"
+    );
+    assert_eq!(
+        x.starts_of(3),
+        2,
+        "x/3 ran on the killed owner and again on its successor"
+    );
+    for seq in (0..10).filter(|s| *s != 3) {
+        assert_eq!(
+            x.starts_of(seq),
+            1,
+            "x/{seq} was not in flight at the kill, yet ran again"
+        );
+    }
+    assert!(
+        x.applied
+            .iter()
+            .filter(|a| a.seq >= 3)
+            .all(|a| a.token == new_token)
+    );
+    // On every other key, at most the one event in flight at the kill ran twice.
+    for (key, report) in &verdict.per_key {
+        let rerun: Vec<_> = report.starts.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(
+            rerun.len() <= 1,
+            "{key}: more than the in-flight event ran again: {rerun:?}"
+        );
+        assert!(
+            report.duplicates.len() <= 1,
+            "{key}: duplicates {:?}",
+            report.duplicates
+        );
+    }
+    Ok(())
+}
