@@ -24,11 +24,7 @@ use crate::commands::confirm;
 use crate::context::Context;
 use crate::exit::{Failure, Verdict};
 use crate::format;
-use crate::table::{Align, Table};
-use crate::view::pretty;
-
-/// Errors are cut to this many characters in the list.
-const ERROR_WIDTH: usize = 60;
+use crate::view::{HaltView, pretty};
 
 /// `--halted-before`: halts older than this.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,30 +249,8 @@ fn outcome(
 
 /// The matching halts as a table.
 fn list(halted: &[HaltedPartition], now_ms: u64) -> String {
-    let mut table = Table::new(&[
-        ("CATEGORY", Align::Left),
-        ("KEY", Align::Left),
-        ("GROUP", Align::Left),
-        ("HEAD", Align::Left),
-        ("ATTEMPTS", Align::Right),
-        ("SINCE", Align::Left),
-        ("ERROR", Align::Left),
-    ]);
-    for halt in halted {
-        table.row(vec![
-            halt.category.clone(),
-            if halt.parked {
-                format!("{} (parked)", halt.key)
-            } else {
-                halt.key.clone()
-            },
-            halt.group.clone(),
-            halt.head.clone(),
-            halt.attempts.to_string(),
-            format::ago(now_ms, halt.halted_at_ms),
-            format::truncate(&halt.error, ERROR_WIDTH),
-        ]);
-    }
+    let views: Vec<HaltView> = halted.iter().map(HaltView::from).collect();
+    let table = super::status::halt_table(&views, now_ms);
     if table.is_empty() {
         String::new()
     } else {

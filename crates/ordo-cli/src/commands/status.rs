@@ -385,6 +385,13 @@ pub(crate) fn halted_section(snapshot: &Snapshot) -> String {
     if snapshot.halted.is_empty() {
         return "halted partitions: none\n".to_owned();
     }
+    let table = halt_table(&snapshot.halted, snapshot.server_time_ms);
+    format!("halted partitions: {}\n{}", snapshot.halted.len(), table.render())
+}
+
+/// `halted` (halted partitions and parked keys) as a table, their age as of
+/// `now_ms` (the Redis server's clock).
+pub(crate) fn halt_table(halted: &[HaltView], now_ms: u64) -> Table {
     let mut table = Table::new(&[
         ("CATEGORY", Align::Left),
         ("KEY", Align::Left),
@@ -394,7 +401,7 @@ pub(crate) fn halted_section(snapshot: &Snapshot) -> String {
         ("SINCE", Align::Left),
         ("ERROR", Align::Left),
     ]);
-    for halt in &snapshot.halted {
+    for halt in halted {
         table.row(vec![
             halt.category.clone(),
             if halt.parked {
@@ -405,9 +412,9 @@ pub(crate) fn halted_section(snapshot: &Snapshot) -> String {
             halt.group.clone(),
             halt.head.clone(),
             halt.attempts.to_string(),
-            format::ago(snapshot.server_time_ms, halt.halted_at_ms),
+            format::ago(now_ms, halt.halted_at_ms),
             format::truncate(&halt.error, ERROR_WIDTH),
         ]);
     }
-    format!("halted partitions: {}\n{}", snapshot.halted.len(), table.render())
+    table
 }
