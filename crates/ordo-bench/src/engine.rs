@@ -14,6 +14,7 @@
 //! ([`delete_matching`]); [`BENCH_KEYS`] are this module's.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -403,6 +404,20 @@ impl Engine {
     /// Starts the outbox processor and the consumer.
     pub fn start(&self) -> RunningDomain {
         self.domain.start()
+    }
+
+    /// Runs the engine (its outbox processor and consumer) while `work`
+    /// runs, then shuts it down and closes its connections: what `work`
+    /// returned, once the engine stopped cleanly.
+    pub async fn run<T>(&self, work: impl Future<Output = T>) -> Result<T> {
+        let running = self.start();
+        let outcome = work.await;
+        running
+            .shutdown()
+            .await
+            .context("the engine did not shut down cleanly")?;
+        self.close().await?;
+        Ok(outcome)
     }
 
     /// Closes the broker's connections (after its domain was shut down).

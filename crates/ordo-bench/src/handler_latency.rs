@@ -69,52 +69,50 @@ async fn measure(args: &LatencyArgs, redis: &BenchRedis) -> Result<Report> {
         tally.clone(),
     )
     .await?;
-    let running = engine.start();
-
-    // One event per key, handled before the clock starts.
-    let mut uow = engine.domain.unit_of_work();
-    for n in 0..keys as u64 {
-        uow.raise(BenchEvent::nth(n, keys))?;
-    }
-    uow.commit()
-        .await
-        .context("committing the warm-up events failed")?;
-    tally
-        .wait_for(keys as u64, deadline)
-        .await
-        .context("the warm-up events were not handled")?;
-
-    let load = OfferedLoad {
-        rate_per_s: args.rate,
-        keys: args.keys,
-        max_events: u64::MAX,
-        max_duration: Duration::from_secs_f64(args.duration_s),
-    };
-    let domain = engine.domain.clone();
-    let outcome = load
-        .run(|tick| {
-            let domain = domain.clone();
-            async move {
-                // Continues every key's numbering after its warm-up event.
-                let event = BenchEvent::nth(keys as u64 + tick.seq, keys);
-                let mut uow = domain.unit_of_work();
-                uow.raise(event)?;
-                uow.with_metadata(
-                    COMMITTED_AT_US,
-                    engine::unix_micros(SystemTime::now()).to_string(),
-                );
-                uow.commit().await?;
-                Ok(())
+    let (outcome, expected, handled) = engine
+        .run(async {
+            // One event per key, handled before the clock starts.
+            let mut uow = engine.domain.unit_of_work();
+            for n in 0..keys as u64 {
+                uow.raise(BenchEvent::nth(n, keys))?;
             }
+            uow.commit()
+                .await
+                .context("committing the warm-up events failed")?;
+            tally
+                .wait_for(keys as u64, deadline)
+                .await
+                .context("the warm-up events were not handled")?;
+
+            let load = OfferedLoad {
+                rate_per_s: args.rate,
+                keys: args.keys,
+                max_events: u64::MAX,
+                max_duration: Duration::from_secs_f64(args.duration_s),
+            };
+            let domain = engine.domain.clone();
+            let outcome = load
+                .run(|tick| {
+                    let domain = domain.clone();
+                    async move {
+                        // Continues every key's numbering after its warm-up event.
+                        let event = BenchEvent::nth(keys as u64 + tick.seq, keys);
+                        let mut uow = domain.unit_of_work();
+                        uow.raise(event)?;
+                        uow.with_metadata(
+                            COMMITTED_AT_US,
+                            engine::unix_micros(SystemTime::now()).to_string(),
+                        );
+                        uow.commit().await?;
+                        Ok(())
+                    }
+                })
+                .await?;
+            let expected = keys as u64 + outcome.sent;
+            let handled = tally.wait_for(expected, deadline).await;
+            anyhow::Ok((outcome, expected, handled))
         })
-        .await?;
-    let expected = keys as u64 + outcome.sent;
-    let handled = tally.wait_for(expected, deadline).await;
-    running
-        .shutdown()
-        .await
-        .context("the engine did not shut down cleanly")?;
-    engine.close().await?;
+        .await??;
     handled?;
     ensure!(
         tally.handled() == expected && tally.out_of_order() == 0,

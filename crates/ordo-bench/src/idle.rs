@@ -85,63 +85,58 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
     engine::fill(&engine.domain, 0..partitions as u64, partitions, 100).await?;
 
     let started = Instant::now();
-    let running = engine.start();
-    let counted = async {
-        tally
-            .wait_for(partitions as u64, deadline)
-            .await
-            .context("the partitions' events were not all handled")?;
-        let owned = owned_partitions(admin, partitions, &instance).await?;
-        ensure!(
-            owned == partitions,
-            "the instance owns {owned} of {partitions} partitions after handling their events"
-        );
-        let drained = started.elapsed();
-        tokio::time::sleep(Duration::from_secs_f64(args.settle_s)).await;
-        let memory = Memory {
-            partitions,
-            redis_before: memory_before,
-            redis_idle: redis_info::memory(admin).await?,
-            rss_before,
-            rss_idle: redis_info::resident_bytes(),
-        };
-        // Redis's own CPU first, without MONITOR (which costs Redis a line
-        // per command, script commands included).
-        let window = Duration::from_secs_f64(args.window_s);
-        let cpu_before = redis_info::cpu(admin).await?;
-        tokio::time::sleep(window).await;
-        let cpu = CpuUse {
-            used: redis_info::cpu(admin).await?.saturating_sub(cpu_before),
-            over: window,
-        };
-        // One MONITOR per node (every primary of a cluster), over one window.
-        let config = ordo_redis::client_config(redis.url())?;
-        let mut monitors = Vec::new();
-        for (host, port) in nodes(admin) {
-            let config = config.clone();
-            monitors.push(
-                tokio::task::spawn_blocking(move || CommandMonitor::start_on(&config, &host, port))
-                    .await
-                    .context("the task starting MONITOR panicked")??,
+    let counted = engine
+        .run(async {
+            tally
+                .wait_for(partitions as u64, deadline)
+                .await
+                .context("the partitions' events were not all handled")?;
+            let owned = owned_partitions(admin, partitions, &instance).await?;
+            ensure!(
+                owned == partitions,
+                "the instance owns {owned} of {partitions} partitions after handling their events"
             );
-        }
-        for monitor in &monitors {
-            monitor.take();
-        }
-        tokio::time::sleep(window).await;
-        let mut counts = CommandCounts::default();
-        for monitor in &monitors {
-            counts.merge(monitor.take());
-        }
-        drop(monitors);
-        anyhow::Ok((owned, drained, cpu, counts, memory))
-    }
-    .await;
-    running
-        .shutdown()
-        .await
-        .context("the engine did not shut down cleanly")?;
-    engine.close().await?;
+            let drained = started.elapsed();
+            tokio::time::sleep(Duration::from_secs_f64(args.settle_s)).await;
+            let memory = Memory {
+                partitions,
+                redis_before: memory_before,
+                redis_idle: redis_info::memory(admin).await?,
+                rss_before,
+                rss_idle: redis_info::resident_bytes(),
+            };
+            // Redis's own CPU first, without MONITOR (which costs Redis a line
+            // per command, script commands included).
+            let window = Duration::from_secs_f64(args.window_s);
+            let cpu_before = redis_info::cpu(admin).await?;
+            tokio::time::sleep(window).await;
+            let cpu = CpuUse {
+                used: redis_info::cpu(admin).await?.saturating_sub(cpu_before),
+                over: window,
+            };
+            // One MONITOR per node (every primary of a cluster), over one window.
+            let config = ordo_redis::client_config(redis.url())?;
+            let mut monitors = Vec::new();
+            for (host, port) in nodes(admin) {
+                let config = config.clone();
+                monitors.push(
+                    tokio::task::spawn_blocking(move || CommandMonitor::start_on(&config, &host, port))
+                        .await
+                        .context("the task starting MONITOR panicked")??,
+                );
+            }
+            for monitor in &monitors {
+                monitor.take();
+            }
+            tokio::time::sleep(window).await;
+            let mut counts = CommandCounts::default();
+            for monitor in &monitors {
+                counts.merge(monitor.take());
+            }
+            drop(monitors);
+            anyhow::Ok((owned, drained, cpu, counts, memory))
+        })
+        .await?;
     let (owned, drained, cpu, counts, memory) = counted?;
     let mut report = report(owned, drained, cpu, &counts);
     memory.report(&mut report);

@@ -196,76 +196,75 @@ async fn measure(
         .count("relay_batch", args.batch as u64);
 
     // 3. Commit to handler start through a NOTIFY-woken relay.
-    let running = engine.start();
-    let latency_relay = PgRelay::for_domain(outbox(relay_pool, schema)?, &domain)
-        .batch_size(args.batch)
-        .poll_interval(Duration::from_millis(500));
-    let stop = CancellationToken::new();
-    let relay_task = {
-        let stop = stop.clone();
-        tokio::spawn(async move { latency_relay.run(stop).await })
-    };
-    // The previous phases' events were published before the engine ran: it
-    // handles them first; wait for that, then measure.
-    let earlier = committed + 2 * backlog;
-    tally
-        .wait_for(earlier, Duration::from_secs(300))
-        .await
-        .context("the engine did not catch up with the backlog")?;
-    let _ = tally.take_latencies();
-    let load = OfferedLoad {
-        rate_per_s: args.rate,
-        keys: args.keys,
-        max_events: u64::MAX,
-        max_duration: Duration::from_secs_f64(args.duration_s),
-    };
-    // One committing task per key, fed in schedule order: commits of one key
-    // stay in order, commits of different keys overlap as they would in an
-    // application (one transaction takes a few round trips).
-    let mut senders = Vec::with_capacity(keys);
-    let mut committers = tokio::task::JoinSet::new();
-    for _ in 0..keys {
-        let (send, mut receive) = tokio::sync::mpsc::unbounded_channel::<BenchEvent>();
-        senders.push(send);
-        let (pool, outbox, domain) = (pool.clone(), writer_outbox.clone(), domain.clone());
-        committers.spawn(async move {
-            while let Some(event) = receive.recv().await {
-                let mut tx = pool.begin().await?;
-                let mut uow = domain.unit_of_work();
-                uow.raise(event)?;
-                uow.with_metadata(
-                    COMMITTED_AT_US,
-                    engine::unix_micros(SystemTime::now()).to_string(),
-                );
-                uow.commit_in_outbox(&outbox, &mut tx).await?;
-                tx.commit().await?;
+    let (outcome, handled) = engine
+        .run(async {
+            let latency_relay = PgRelay::for_domain(outbox(relay_pool, schema)?, &domain)
+                .batch_size(args.batch)
+                .poll_interval(Duration::from_millis(500));
+            let stop = CancellationToken::new();
+            let relay_task = {
+                let stop = stop.clone();
+                tokio::spawn(async move { latency_relay.run(stop).await })
+            };
+            // The previous phases' events were published before the engine ran: it
+            // handles them first; wait for that, then measure.
+            let earlier = committed + 2 * backlog;
+            tally
+                .wait_for(earlier, Duration::from_secs(300))
+                .await
+                .context("the engine did not catch up with the backlog")?;
+            let _ = tally.take_latencies();
+            let load = OfferedLoad {
+                rate_per_s: args.rate,
+                keys: args.keys,
+                max_events: u64::MAX,
+                max_duration: Duration::from_secs_f64(args.duration_s),
+            };
+            // One committing task per key, fed in schedule order: commits of one key
+            // stay in order, commits of different keys overlap as they would in an
+            // application (one transaction takes a few round trips).
+            let mut senders = Vec::with_capacity(keys);
+            let mut committers = tokio::task::JoinSet::new();
+            for _ in 0..keys {
+                let (send, mut receive) = tokio::sync::mpsc::unbounded_channel::<BenchEvent>();
+                senders.push(send);
+                let (pool, outbox, domain) = (pool.clone(), writer_outbox.clone(), domain.clone());
+                committers.spawn(async move {
+                    while let Some(event) = receive.recv().await {
+                        let mut tx = pool.begin().await?;
+                        let mut uow = domain.unit_of_work();
+                        uow.raise(event)?;
+                        uow.with_metadata(
+                            COMMITTED_AT_US,
+                            engine::unix_micros(SystemTime::now()).to_string(),
+                        );
+                        uow.commit_in_outbox(&outbox, &mut tx).await?;
+                        tx.commit().await?;
+                    }
+                    anyhow::Ok(())
+                });
             }
-            anyhow::Ok(())
-        });
-    }
-    let outcome = load
-        .run(|tick| {
-            let index = earlier + tick.seq;
-            let sent = senders[(index % keys as u64) as usize]
-                .send(BenchEvent::nth(index, keys))
-                .map_err(|_| anyhow::anyhow!("a committing task stopped"));
-            async move { sent }
+            let outcome = load
+                .run(|tick| {
+                    let index = earlier + tick.seq;
+                    let sent = senders[(index % keys as u64) as usize]
+                        .send(BenchEvent::nth(index, keys))
+                        .map_err(|_| anyhow::anyhow!("a committing task stopped"));
+                    async move { sent }
+                })
+                .await?;
+            drop(senders);
+            while let Some(result) = committers.join_next().await {
+                result??;
+            }
+            let handled = tally
+                .wait_for(earlier + outcome.sent, Duration::from_secs(60))
+                .await;
+            stop.cancel();
+            relay_task.await??;
+            anyhow::Ok((outcome, handled))
         })
-        .await?;
-    drop(senders);
-    while let Some(result) = committers.join_next().await {
-        result??;
-    }
-    let handled = tally
-        .wait_for(earlier + outcome.sent, Duration::from_secs(60))
-        .await;
-    stop.cancel();
-    relay_task.await??;
-    running
-        .shutdown()
-        .await
-        .context("the engine did not shut down cleanly")?;
-    engine.close().await?;
+        .await??;
     handled?;
     ensure!(
         tally.out_of_order() == 0,

@@ -172,26 +172,21 @@ async fn measure(args: &ScaleArgs, redis: &BenchRedis, admin: &Client, events: u
     let commands_before = redis_info::all_command_stats(admin).await?;
     let cpu_before = redis_info::cpu(admin).await?;
     let started = Instant::now();
-    let running = engine.start();
-    let measured = async {
-        let drain = drain(&tally, events, Duration::from_secs(args.deadline_s)).await?;
-        let commands =
-            redis_info::busiest_commands(&redis_info::all_command_stats(admin).await?, &commands_before);
-        let drain_cpu = redis_info::cpu(admin).await?.saturating_sub(cpu_before);
-        let leases = Leases::count(admin, args.partitions, keys, &instance).await?;
-        let idle = if args.window_s > 0.0 {
-            Some(idle(args, admin, published_at).await?)
-        } else {
-            None
-        };
-        anyhow::Ok((drain, commands, drain_cpu, leases, idle))
-    }
-    .await;
-    running
-        .shutdown()
-        .await
-        .context("the engine did not shut down cleanly")?;
-    engine.close().await?;
+    let measured = engine
+        .run(async {
+            let drain = drain(&tally, events, Duration::from_secs(args.deadline_s)).await?;
+            let commands =
+                redis_info::busiest_commands(&redis_info::all_command_stats(admin).await?, &commands_before);
+            let drain_cpu = redis_info::cpu(admin).await?.saturating_sub(cpu_before);
+            let leases = Leases::count(admin, args.partitions, keys, &instance).await?;
+            let idle = if args.window_s > 0.0 {
+                Some(idle(args, admin, published_at).await?)
+            } else {
+                None
+            };
+            anyhow::Ok((drain, commands, drain_cpu, leases, idle))
+        })
+        .await?;
     let (drain, commands, drain_cpu, leases, idle) = measured?;
 
     let lost = tally.missing().context("the tally records events")?;

@@ -23,6 +23,7 @@ use std::process::Command;
 use anyhow::{Context as _, Result};
 use ordo_harness::worker::WorkerOptions;
 
+use crate::chaos::postgres::{self, PgTarget};
 use crate::redis::TlsPaths;
 
 /// How a worker child process gets its `--database-url`: by environment, off
@@ -136,11 +137,11 @@ pub async fn run(args: &WorkerArgs, redis_url: &str, tls: &TlsPaths) -> Result<(
     let shutdown = ordo_harness::worker::shutdown_on_signal()?;
     match &args.database_url {
         Some(url) => {
-            let target = crate::chaos::PgTarget {
+            let target = PgTarget {
                 url: url.clone(),
                 schema: args.pg_schema.clone(),
             };
-            crate::chaos::run_pg_worker(&options, &target, args.relay_only, shutdown).await
+            postgres::run_worker(&options, &target, args.relay_only, shutdown).await
         }
         None => ordo_harness::worker::run(&options, shutdown)
             .await

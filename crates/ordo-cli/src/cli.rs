@@ -5,6 +5,10 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use ordo_redis::SecretUrl;
 
+mod values;
+
+pub(crate) use self::values::{Cutoff, parse_cutoff, parse_partitions, parse_regex};
+
 const AFTER_HELP: &str = "\
 Exit codes:
   0  ok
@@ -118,7 +122,7 @@ pub(crate) struct RepartitionArgs {
     /// The stream category.
     pub(crate) category: String,
     /// `per_key`, or the number of hashed partitions (1 to 65536).
-    #[arg(long, value_name = "N|per_key", value_parser = crate::commands::repartition::parse_partitions)]
+    #[arg(long, value_name = "N|per_key", value_parser = parse_partitions)]
     pub(crate) to: ordo_core::Partitions,
     /// Do not ask for confirmation (required when stdin is not a terminal).
     #[arg(long, short = 'y')]
@@ -193,6 +197,65 @@ pub(crate) struct InspectArgs {
     pub(crate) json: bool,
 }
 
+/// The decisions on a halted head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    Skip,
+    DeadLetter,
+    Retry,
+}
+
+impl Action {
+    /// The command's name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::DeadLetter => "dlq",
+            Self::Retry => "retry",
+        }
+    }
+
+    /// What it does, for the question and refusals.
+    pub(crate) fn doing(self) -> &'static str {
+        match self {
+            Self::Skip => "skipping",
+            Self::DeadLetter => "moving to the dead-letter stream",
+            Self::Retry => "retrying",
+        }
+    }
+
+    /// What it does, as a verb (for questions).
+    pub(crate) fn verb(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::DeadLetter => "dead-letter",
+            Self::Retry => "retry",
+        }
+    }
+
+    /// What it did (for summaries).
+    pub(crate) fn past(self) -> &'static str {
+        match self {
+            Self::Skip => "skipped",
+            Self::DeadLetter => "dead-lettered",
+            Self::Retry => "retried",
+        }
+    }
+
+    /// What it means for the keys, in the question.
+    pub(crate) fn consequence(self) -> &'static str {
+        match self {
+            Self::Skip => {
+                "Each head is acknowledged without being handled; its key resumes with the next message."
+            }
+            Self::DeadLetter => {
+                "Each head moves to its partition's dead-letter stream; its key resumes with the next message."
+            }
+            Self::Retry => "Each head runs again, with a fresh set of attempts.",
+        }
+    }
+}
+
 /// `CATEGORY KEY [--group GROUP]`, or `--all` with filters: the halted
 /// partitions an action is for.
 #[derive(Debug, Args)]
@@ -252,12 +315,12 @@ pub(crate) struct BulkFilters {
     pub(crate) handlers: Vec<String>,
     /// With --all: only halts whose error matches this regular expression
     /// (Rust `regex` syntax, unanchored: `pool timed out`, `(?i)timeout`).
-    #[arg(long, value_name = "REGEX", requires = "all", value_parser = crate::commands::bulk::parse_regex)]
+    #[arg(long, value_name = "REGEX", requires = "all", value_parser = parse_regex)]
     pub(crate) error_matches: Option<regex::Regex>,
     /// With --all: only halts older than this: a duration ago (`30s`,
     /// `15m`, `2h`, `1h30m`) or an instant (`2026-05-01T12:00:00Z`).
-    #[arg(long, value_name = "WHEN", requires = "all", value_parser = crate::commands::bulk::parse_cutoff)]
-    pub(crate) halted_before: Option<crate::commands::bulk::Cutoff>,
+    #[arg(long, value_name = "WHEN", requires = "all", value_parser = parse_cutoff)]
+    pub(crate) halted_before: Option<Cutoff>,
     /// With --all: list what would be done, change nothing.
     #[arg(long, requires = "all")]
     pub(crate) dry_run: bool,

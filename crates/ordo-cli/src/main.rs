@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, DlqCommand};
+use crate::cli::{Action, Cli, Command, DlqCommand};
 use crate::context::Context;
 use crate::exit::{Failure, Verdict};
 
@@ -48,14 +48,14 @@ async fn run(cli: Cli) -> Result<Verdict, Failure> {
         Command::Status(args) => commands::status::run(&ctx, &args).await,
         Command::Partitions(args) => commands::partitions::run(&ctx, &args).await,
         Command::Inspect(args) => commands::inspect::run(&ctx, &args).await,
-        Command::Skip(args) => commands::act::run(&ctx, commands::act::Action::Skip, &args).await,
-        Command::Retry(args) => commands::act::run(&ctx, commands::act::Action::Retry, &args).await,
+        Command::Skip(args) => commands::act::run(&ctx, Action::Skip, &args).await,
+        Command::Retry(args) => commands::act::run(&ctx, Action::Retry, &args).await,
         Command::Dlq(dlq) => match (dlq.command, dlq.action.into_action()) {
             (Some(DlqCommand::List(args)), _) => commands::dlq::list(&ctx, &args).await,
             (Some(DlqCommand::Inspect(args)), _) => commands::dlq::inspect(&ctx, &args).await,
             (Some(DlqCommand::Replay(args)), _) => commands::dlq::replay(&ctx, &args).await,
             (Some(DlqCommand::Purge(args)), _) => commands::dlq::purge(&ctx, &args).await,
-            (None, Some(args)) => commands::act::run(&ctx, commands::act::Action::DeadLetter, &args).await,
+            (None, Some(args)) => commands::act::run(&ctx, Action::DeadLetter, &args).await,
             (None, None) => Err(Failure::Usage(
                 "`ordo dlq` needs CATEGORY KEY (move a halted head to the dead-letter stream), \
                  or `list` / `inspect` / `replay` / `purge`"

@@ -16,8 +16,7 @@
 
 use ordo_redis::{PartitionKeys, Routing};
 
-use crate::tick::CATEGORY;
-use crate::worker::GROUP;
+use crate::tick::{CATEGORY, GROUP};
 
 /// Per key, how many events were published (their seqs are `0..count`).
 pub const PUBLISHED: &str = "harness:published";

@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 /// The stream category of [`Tick`] events.
 pub const CATEGORY: &str = <Chaos as ordo::Aggregate>::CATEGORY;
 
+/// The handler's name: the consumer group of the `chaos` partitions (the
+/// `name` of [`TickHandler`](crate::worker::TickHandler)'s `#[event_handler]`).
+pub const GROUP: &str = "TickRecorder";
+
 /// The default configuration with [`CATEGORY`] in `hashed_partitions`
 /// hashed partitions (`None`: a partition per key): what a publisher and
 /// the checker need to agree with the workers on.

@@ -54,10 +54,6 @@ use crate::keys::Records;
 use crate::line::{self, Line};
 use crate::tick::{CATEGORY, Chaos, Tick};
 
-/// The handler's name: the consumer group of the `chaos` partitions (the
-/// `name` of [`TickHandler`]'s `#[event_handler]`).
-pub const GROUP: &str = "TickRecorder";
-
 /// How long a run keeps retrying a Redis command that fails for a reason
 /// other than its fence (Redis restarting, a connection dropping).
 const RETRY_FOR: Duration = Duration::from_secs(30);
@@ -657,7 +653,8 @@ impl Run {
 mod tests {
     use ordo::EventHandler as _;
 
-    use super::{GROUP, TickHandler};
+    use super::TickHandler;
+    use crate::tick::GROUP;
 
     #[test]
     fn the_group_is_the_handler_name() {

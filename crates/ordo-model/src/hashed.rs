@@ -77,11 +77,11 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
+use crate::mutant::mutants;
 use crate::protocol::{Identity, LeaseValue, acquire};
 
 /// What is explored: instances × messages of some keys × faults.
@@ -337,97 +337,35 @@ impl fmt::Display for HashedConfig {
     }
 }
 
-/// A seeded defect of the hashed owner: each is a hole the real owner closes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HashedMutant {
-    /// A key's next message starts once the previous one's effect is
-    /// committed, without waiting for its acknowledgement (sent, not awaited).
-    KeyNextBeforeAck,
-    /// A new owner reads only new entries (`>`), not the pending list the
-    /// previous owner left.
-    TakeoverSkipsPending,
-    /// A read-back of a key's skipped entries forgets the span even when
-    /// the reader skipped more of the key while it was reading.
-    RefillForgetsLateSkips,
-    /// A lease is adopted by instance id alone, without the process's nonce
-    /// (two processes share an instance id in a rolling deploy).
-    LeaseWithoutNonce,
-    /// A resolved key flows again at once, before its held messages ran.
-    ResolvedKeySkipsHeld,
-    /// The keys of a hashed partition share one commit marker, as a per-key
-    /// partition has one: a key's commit overwrites another's.
-    SharedCommitMarker,
-    /// An owner woken from a pause starts queued messages without first
-    /// confirming its lease (the runtime before the model found it).
-    StartWithoutConfirming,
-    /// `held.lua` without the closed-attempt guard `park.lua`, `halt.lua`
-    /// and `commit.lua` have: a held-next command that lands late (after
-    /// the client asked again and went on) still answers, and its "done"
-    /// branch ends the key's holding while the owner holds the key's next
-    /// message in a held stream nobody lists any more.
-    UnguardedHeldNext,
-}
-
-impl HashedMutant {
-    /// Every mutant.
-    pub const ALL: [Self; 8] = [
-        Self::SharedCommitMarker,
-        Self::StartWithoutConfirming,
-        Self::KeyNextBeforeAck,
-        Self::TakeoverSkipsPending,
-        Self::RefillForgetsLateSkips,
-        Self::LeaseWithoutNonce,
-        Self::ResolvedKeySkipsHeld,
-        Self::UnguardedHeldNext,
-    ];
-
-    /// The mutant's name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::KeyNextBeforeAck => "key-next-before-ack",
-            Self::TakeoverSkipsPending => "takeover-skips-pending",
-            Self::RefillForgetsLateSkips => "refill-forgets-late-skips",
-            Self::LeaseWithoutNonce => "lease-without-nonce",
-            Self::ResolvedKeySkipsHeld => "resolved-key-skips-held",
-            Self::SharedCommitMarker => "shared-commit-marker",
-            Self::StartWithoutConfirming => "start-without-confirming",
-            Self::UnguardedHeldNext => "unguarded-held-next",
-        }
-    }
-}
-
-impl fmt::Display for HashedMutant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A hashed mutant name that does not exist.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownHashedMutant(pub String);
-
-impl fmt::Display for UnknownHashedMutant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = HashedMutant::ALL.iter().map(|m| m.name()).collect();
-        write!(
-            f,
-            "unknown hashed mutant `{}`; expected one of: {}",
-            self.0,
-            names.join(", ")
-        )
-    }
-}
-
-impl std::error::Error for UnknownHashedMutant {}
-
-impl FromStr for HashedMutant {
-    type Err = UnknownHashedMutant;
-
-    fn from_str(name: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.name() == name)
-            .ok_or_else(|| UnknownHashedMutant(name.to_owned()))
+mutants! {
+    /// A seeded defect of the hashed owner: each is a hole the real owner closes.
+    pub enum HashedMutant, unknown UnknownHashedMutant ("hashed mutant") {
+        /// The keys of a hashed partition share one commit marker, as a per-key
+        /// partition has one: a key's commit overwrites another's.
+        SharedCommitMarker = "shared-commit-marker",
+        /// An owner woken from a pause starts queued messages without first
+        /// confirming its lease (the runtime before the model found it).
+        StartWithoutConfirming = "start-without-confirming",
+        /// A key's next message starts once the previous one's effect is
+        /// committed, without waiting for its acknowledgement (sent, not awaited).
+        KeyNextBeforeAck = "key-next-before-ack",
+        /// A new owner reads only new entries (`>`), not the pending list the
+        /// previous owner left.
+        TakeoverSkipsPending = "takeover-skips-pending",
+        /// A read-back of a key's skipped entries forgets the span even when
+        /// the reader skipped more of the key while it was reading.
+        RefillForgetsLateSkips = "refill-forgets-late-skips",
+        /// A lease is adopted by instance id alone, without the process's nonce
+        /// (two processes share an instance id in a rolling deploy).
+        LeaseWithoutNonce = "lease-without-nonce",
+        /// A resolved key flows again at once, before its held messages ran.
+        ResolvedKeySkipsHeld = "resolved-key-skips-held",
+        /// `held.lua` without the closed-attempt guard `park.lua`, `halt.lua`
+        /// and `commit.lua` have: a held-next command that lands late (after
+        /// the client asked again and went on) still answers, and its "done"
+        /// branch ends the key's holding while the owner holds the key's next
+        /// message in a held stream nobody lists any more.
+        UnguardedHeldNext = "unguarded-held-next",
     }
 }
 

@@ -13,12 +13,14 @@
 //! have teeth: each must yield a counterexample.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use stateright::{Checker, HasDiscoveries, Model};
 
+use crate::mutant::mutants;
+
 pub mod hashed;
+mod mutant;
 pub mod protocol;
 
 pub use hashed::{
@@ -228,103 +230,37 @@ impl fmt::Display for Config {
     }
 }
 
-/// A seeded defect: each is a hole the real protocol closes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mutant {
-    /// The acknowledgement does not check the lease token.
-    AckWithoutToken,
-    /// The read that reclaims pending entries does not check the lease.
-    ReclaimWithoutLease,
-    /// A commit of an attempt the partition has moved past is applied (the
-    /// late-commit reorder).
-    CommitFromOlderAttempt,
-    /// Publishing writes the index and appends in two steps, so a reap can
-    /// run between them.
-    ReapNotAtomicWithPublish,
-    /// A killed worker releases its lease while its handler is still running.
-    ReleaseWhileRunning,
-    /// A lease is adopted by instance id alone, without the process's nonce.
-    LeaseWithoutNonce,
-    /// A halt does not close the attempt that failed, so the same halt
-    /// arriving again (resent after a lost reply, or delayed) halts again a
-    /// partition an operator resolved meanwhile.
-    HaltWithoutClosingAttempts,
-    /// An operator's decision applies to whatever head is halted, not the
-    /// one the operator saw.
-    ResolveWithoutExpectedHead,
-    /// A transient failure (a client timeout) is counted as a failed
-    /// attempt, using up the message's retry budget during an outage.
-    CountTransientFailures,
-    /// The close of a failed attempt counts it even when the attempt was
-    /// closed already (the close resent after a lost reply, or arriving
-    /// late): one failure counted twice, and the message halts early.
-    CountEveryClose,
-}
-
-impl Mutant {
-    /// Every mutant.
-    pub const ALL: [Self; 10] = [
-        Self::AckWithoutToken,
-        Self::ReclaimWithoutLease,
-        Self::CommitFromOlderAttempt,
-        Self::ReapNotAtomicWithPublish,
-        Self::ReleaseWhileRunning,
-        Self::LeaseWithoutNonce,
-        Self::HaltWithoutClosingAttempts,
-        Self::ResolveWithoutExpectedHead,
-        Self::CountTransientFailures,
-        Self::CountEveryClose,
-    ];
-
-    /// The mutant's name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::AckWithoutToken => "ack-without-token",
-            Self::ReclaimWithoutLease => "reclaim-without-lease",
-            Self::CommitFromOlderAttempt => "commit-from-older-attempt",
-            Self::ReapNotAtomicWithPublish => "reap-not-atomic-with-publish",
-            Self::ReleaseWhileRunning => "release-while-running",
-            Self::LeaseWithoutNonce => "lease-without-nonce",
-            Self::HaltWithoutClosingAttempts => "halt-without-closing-attempts",
-            Self::ResolveWithoutExpectedHead => "resolve-without-expected-head",
-            Self::CountTransientFailures => "count-transient-failures",
-            Self::CountEveryClose => "count-every-close",
-        }
-    }
-}
-
-impl fmt::Display for Mutant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A mutant name that does not exist.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownMutant(pub String);
-
-impl fmt::Display for UnknownMutant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.name()).collect();
-        write!(
-            f,
-            "unknown mutant `{}`; expected one of: {}",
-            self.0,
-            names.join(", ")
-        )
-    }
-}
-
-impl std::error::Error for UnknownMutant {}
-
-impl FromStr for Mutant {
-    type Err = UnknownMutant;
-
-    fn from_str(name: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.name() == name)
-            .ok_or_else(|| UnknownMutant(name.to_owned()))
+mutants! {
+    /// A seeded defect: each is a hole the real protocol closes.
+    pub enum Mutant, unknown UnknownMutant ("mutant") {
+        /// The acknowledgement does not check the lease token.
+        AckWithoutToken = "ack-without-token",
+        /// The read that reclaims pending entries does not check the lease.
+        ReclaimWithoutLease = "reclaim-without-lease",
+        /// A commit of an attempt the partition has moved past is applied (the
+        /// late-commit reorder).
+        CommitFromOlderAttempt = "commit-from-older-attempt",
+        /// Publishing writes the index and appends in two steps, so a reap can
+        /// run between them.
+        ReapNotAtomicWithPublish = "reap-not-atomic-with-publish",
+        /// A killed worker releases its lease while its handler is still running.
+        ReleaseWhileRunning = "release-while-running",
+        /// A lease is adopted by instance id alone, without the process's nonce.
+        LeaseWithoutNonce = "lease-without-nonce",
+        /// A halt does not close the attempt that failed, so the same halt
+        /// arriving again (resent after a lost reply, or delayed) halts again a
+        /// partition an operator resolved meanwhile.
+        HaltWithoutClosingAttempts = "halt-without-closing-attempts",
+        /// An operator's decision applies to whatever head is halted, not the
+        /// one the operator saw.
+        ResolveWithoutExpectedHead = "resolve-without-expected-head",
+        /// A transient failure (a client timeout) is counted as a failed
+        /// attempt, using up the message's retry budget during an outage.
+        CountTransientFailures = "count-transient-failures",
+        /// The close of a failed attempt counts it even when the attempt was
+        /// closed already (the close resent after a lost reply, or arriving
+        /// late): one failure counted twice, and the message halts early.
+        CountEveryClose = "count-every-close",
     }
 }
 

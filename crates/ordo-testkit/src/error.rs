@@ -14,6 +14,10 @@ use nix::sys::signal::Signal;
 /// A `Result` whose error is [`TestkitError`].
 pub type Result<T, E = TestkitError> = std::result::Result<T, E>;
 
+/// What an [`eventually`](crate::eventually) condition fails with: any error
+/// (`anyhow::Error`, a client's, the testkit's) converts into it with `?`.
+pub type ConditionError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Everything that can go wrong while providing a Redis or a process to a test.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -363,7 +367,7 @@ pub enum TestkitError {
         what: String,
         /// The condition's error.
         #[source]
-        source: crate::wait::ConditionError,
+        source: ConditionError,
     },
 
     /// [`Process::spawn`](crate::Process::spawn) could not start the program.

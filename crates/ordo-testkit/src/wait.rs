@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::error::{Result, TestkitError};
+use crate::error::{ConditionError, Result, TestkitError};
 
 /// How often conditions are re-checked.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(10);
@@ -46,10 +46,6 @@ pub fn wait_until(deadline: Duration, what: &str, mut condition: impl FnMut() ->
         std::thread::sleep(POLL_INTERVAL.min(deadline - waited));
     }
 }
-
-/// What an [`eventually`] condition fails with: any error (`anyhow::Error`,
-/// a client's, the testkit's) converts into it with `?`.
-pub type ConditionError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Awaits `condition` every 20 ms until it returns `Ok(true)`, or fails
 /// after `deadline` with [`TestkitError::Timeout`] naming `what`. A

@@ -38,7 +38,7 @@ pub(crate) struct WorkerSpec {
     /// The lease TTL.
     pub(crate) lease_ttl_ms: u64,
     /// The PostgreSQL mode's database and schema.
-    pub(crate) postgres: Option<super::PgTarget>,
+    pub(crate) postgres: Option<super::postgres::PgTarget>,
     /// Relay-only processes (named `r1`, `r2`...), not engine instances.
     pub(crate) relay_only: bool,
     /// The `chaos` category in that many hashed partitions (`None`: a

@@ -9,7 +9,7 @@ use fred::interfaces::{KeysInterface as _, StreamsInterface as _};
 use fred::types::Value;
 use ordo_core::key::DEFAULT_BACKFILL_SUFFIX;
 use ordo_harness::keys::Records;
-use ordo_harness::worker::GROUP;
+use ordo_harness::tick::GROUP;
 use ordo_redis::PartitionAdmin;
 
 /// One line per key of `keys`: its partition's lease (holder, token, time

@@ -53,7 +53,7 @@ pub(crate) struct TrafficPlan {
     /// How long the final settle of the outbox may take.
     pub(crate) settle_within: Duration,
     /// The PostgreSQL mode's outbox.
-    pub(crate) postgres: Option<super::PgTarget>,
+    pub(crate) postgres: Option<super::postgres::PgTarget>,
     /// The domain configuration the publisher routes by (the workers'
     /// `[categories.chaos] partitions`).
     pub(crate) config: Config,

@@ -16,71 +16,12 @@
 use ordo_redis::{Error, Inspection};
 use serde::Serialize;
 
-use crate::cli::{Acting, ActionArgs, PartitionTarget};
+use crate::cli::{Acting, Action, ActionArgs, PartitionTarget};
 use crate::commands::confirm;
 use crate::context::Context;
 use crate::exit::{Failure, Verdict};
 use crate::format;
 use crate::view::pretty;
-
-/// The decisions on a halted head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Action {
-    Skip,
-    DeadLetter,
-    Retry,
-}
-
-impl Action {
-    /// The command's name.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Skip => "skip",
-            Self::DeadLetter => "dlq",
-            Self::Retry => "retry",
-        }
-    }
-
-    /// What it does, for the question and refusals.
-    pub(crate) fn doing(self) -> &'static str {
-        match self {
-            Self::Skip => "skipping",
-            Self::DeadLetter => "moving to the dead-letter stream",
-            Self::Retry => "retrying",
-        }
-    }
-
-    /// What it does, as a verb (for questions).
-    pub(crate) fn verb(self) -> &'static str {
-        match self {
-            Self::Skip => "skip",
-            Self::DeadLetter => "dead-letter",
-            Self::Retry => "retry",
-        }
-    }
-
-    /// What it did (for summaries).
-    pub(crate) fn past(self) -> &'static str {
-        match self {
-            Self::Skip => "skipped",
-            Self::DeadLetter => "dead-lettered",
-            Self::Retry => "retried",
-        }
-    }
-
-    /// What it means for the keys, in the question.
-    pub(crate) fn consequence(self) -> &'static str {
-        match self {
-            Self::Skip => {
-                "Each head is acknowledged without being handled; its key resumes with the next message."
-            }
-            Self::DeadLetter => {
-                "Each head moves to its partition's dead-letter stream; its key resumes with the next message."
-            }
-            Self::Retry => "Each head runs again, with a fresh set of attempts.",
-        }
-    }
-}
 
 /// What an action did.
 #[derive(Debug, Serialize)]

@@ -14,25 +14,6 @@ use crate::cli::RepartitionArgs;
 use crate::context::Context;
 use crate::exit::{Failure, Verdict};
 
-/// Parses `per_key` or a number of partitions (as `[categories.NAME]
-/// partitions` takes them).
-pub(crate) fn parse_partitions(text: &str) -> Result<Partitions, String> {
-    if text == "per_key" {
-        return Ok(Partitions::PerKey);
-    }
-    text.parse::<u32>()
-        .ok()
-        .filter(|n| *n <= ordo_core::key::MAX_HASHED_PARTITIONS)
-        .and_then(std::num::NonZeroU32::new)
-        .map(Partitions::Hashed)
-        .ok_or_else(|| {
-            format!(
-                "`{text}` is neither `per_key` nor a number of partitions between 1 and {}",
-                ordo_core::key::MAX_HASHED_PARTITIONS
-            )
-        })
-}
-
 pub(crate) async fn run(ctx: &Context, args: &RepartitionArgs) -> Result<Verdict, Failure> {
     let category = &args.category;
     ctx.ensure_category(category).await?;
@@ -62,23 +43,5 @@ fn toml_value(partitions: Partitions) -> String {
     match partitions {
         Partitions::PerKey => "\"per_key\"".to_owned(),
         Partitions::Hashed(n) => n.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_partitions;
-
-    #[test]
-    fn partitions_are_per_key_or_a_number_in_range() {
-        assert_eq!(
-            parse_partitions("per_key").unwrap(),
-            ordo_core::Partitions::PerKey
-        );
-        assert_eq!(parse_partitions("256").unwrap().to_string(), "256");
-        for bad in ["0", "-1", "65537", "hashed", ""] {
-            let error = parse_partitions(bad).unwrap_err();
-            assert!(error.contains(&format!("`{bad}`")), "{error}");
-        }
     }
 }

@@ -13,8 +13,8 @@ use fred::interfaces::KeysInterface as _;
 use ordo_core::handler::{EventHandler, HandlerContext};
 use ordo_core::message::Envelope;
 use ordo_harness::keys;
-use ordo_harness::tick::Tick;
-use ordo_harness::worker::{GROUP, TickHandler};
+use ordo_harness::tick::{GROUP, Tick};
+use ordo_harness::worker::TickHandler;
 use ordo_redis::{Lease, Partitions, RedisFence};
 use support::Env;
 

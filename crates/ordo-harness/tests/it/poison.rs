@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use fred::interfaces::StreamsInterface;
 use ordo_harness::keys;
-use ordo_harness::tick::{CATEGORY, Tick};
-use ordo_harness::worker::GROUP;
+use ordo_harness::tick::{CATEGORY, GROUP, Tick};
 use ordo_testkit::wait_until;
 use support::{Env, holds_for};
 

@@ -1,9 +1,10 @@
 //! Helpers shared by the ordo-postgres tests: a private PostgreSQL and Redis
 //! from the testkit, a unique schema per test, a small bank domain, and
-//! readers of what reached Redis.
+//! readers of what reached Redis. The ordo-pg-relay crate's tests share it.
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -13,7 +14,8 @@ use fred::prelude::{Builder, ClientLike, Config as FredConfig};
 use fred::types::Value;
 use ordo::prelude::*;
 use ordo_core::message::Envelope;
-use ordo_postgres::PgOutbox;
+use ordo_postgres::{PgOutbox, UnitOfWorkExt};
+use ordo_testkit::{Postgres, TestCa};
 use sqlx::PgPool;
 
 #[derive(Aggregate)]
@@ -140,4 +142,56 @@ pub async fn count_status(outbox: &PgOutbox, status: i16) -> anyhow::Result<i64>
         .bind(i32::from(status))
         .fetch_one(outbox.pool())
         .await?)
+}
+
+/// A deposit of 10 to `account`, its `n`th.
+pub fn deposit(account: &str, n: u64) -> Deposited {
+    Deposited {
+        account: account.to_owned(),
+        amount: 10,
+        n,
+    }
+}
+
+/// Commits `events` to `outbox` in one transaction of `pool`.
+pub async fn commit(
+    pool: &PgPool,
+    outbox: &PgOutbox,
+    domain: &Domain,
+    events: Vec<Deposited>,
+) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    let mut uow = domain.unit_of_work();
+    for event in events {
+        uow.raise(event)?;
+    }
+    uow.commit_in_outbox(outbox, &mut tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The password [`with_password`] puts in a URL.
+pub const PASSWORD: &str = "pg-s3cret";
+
+/// A server with a certificate of `ca` that refuses plain connections.
+pub fn tls_postgres(ca: &TestCa) -> anyhow::Result<Postgres> {
+    Ok(Postgres::builder().tls(ca.postgres_tls(true)?).start()?)
+}
+
+/// The server's URL with `sslmode` and, when given, the CA file to trust.
+pub fn url_with(pg: &Postgres, sslmode: &str, root_cert: Option<&Path>) -> String {
+    let mut url = format!("{}?sslmode={sslmode}", pg.url());
+    if let Some(ca) = root_cert {
+        url.push_str(&format!("&sslrootcert={}", ca.display()));
+    }
+    url
+}
+
+/// The same URL with a password (the server trusts 127.0.0.1 and ignores it).
+pub fn with_password(url: &str) -> String {
+    url.replacen(
+        "postgres://postgres@",
+        &format!("postgres://postgres:{PASSWORD}@"),
+        1,
+    )
 }

@@ -9,7 +9,5 @@ mod common;
 pub mod fence;
 pub mod outage;
 pub mod outbox;
-pub mod relay_cli;
-pub mod relays;
 pub mod seams;
 pub mod tls;

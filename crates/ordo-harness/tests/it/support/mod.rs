@@ -179,7 +179,7 @@ impl Env {
     pub fn pending(&self, key: &str) -> anyhow::Result<u64> {
         let summary: fred::types::Value = self.block_on(self.client.xpending(
             self.records.partition(key).primary(),
-            ordo_harness::worker::GROUP,
+            ordo_harness::tick::GROUP,
             (),
         ))?;
         Ok(summary
@@ -236,9 +236,7 @@ impl Env {
     pub fn halt_of(&self, key: &str) -> anyhow::Result<Option<HaltedPartition>> {
         let halted = self.block_on(self.admin().halted())?;
         Ok(halted.into_iter().find(|h| {
-            h.group == ordo_harness::worker::GROUP
-                && h.category == ordo_harness::tick::CATEGORY
-                && h.key == key
+            h.group == ordo_harness::tick::GROUP && h.category == ordo_harness::tick::CATEGORY && h.key == key
         }))
     }
 }

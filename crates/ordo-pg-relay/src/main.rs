@@ -1,7 +1,7 @@
 //! `ordo-pg-relay`: publishes a PostgreSQL outbox to Redis, as a process of
 //! its own. Run as many as you like against one database.
 //!
-//! Install: `cargo install --path crates/ordo-postgres --bin ordo-pg-relay`.
+//! Install: `cargo install --path crates/ordo-pg-relay`.
 //! `ordo-pg-relay --help` lists the settings; each comes from its flag, else
 //! its environment variable, else the domain configuration file (`--config`,
 //! else `ORDO_CONFIG`, else `domain.toml` in the current directory when there
