@@ -41,58 +41,42 @@
 //! exported, hidden from the docs, for Ordo's own tests, benchmarks and
 //! harness: they are **unstable** and may change in any release.
 
-mod ack;
-mod acl;
-mod admin;
 mod broker;
-mod buckets;
-mod connection;
 mod consumer;
 mod error;
-mod fence;
-mod groups;
-pub mod health;
-mod keys;
-mod lease;
-mod metrics;
-mod nodes;
-mod parking;
-mod partition;
-mod partitioning;
-mod pause;
-mod positions;
-mod process;
+mod net;
+mod ops;
+mod owner;
 mod publish;
-mod scripts;
-mod secret;
 mod settings;
-pub mod setup;
-mod status;
-mod tls;
+mod store;
 
-pub use acl::{AclRole, AclScope};
-pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
+pub use ops::health;
+pub use store::setup;
+
 pub use broker::{RedisBroker, RedisBrokerBuilder};
-pub use connection::{client_config, client_config_with_tls};
 pub use error::{Error, Result};
-pub use fence::{FencedWrite, RedisFence};
 /// The Redis client Ordo is built on, for building clients and effects
 /// that match its version.
 pub use fred;
-pub use keys::{PartitionId, PartitionKeys, Routing, layout};
-pub use partition::StreamEntry;
-pub use pause::PausedInstance;
-pub use secret::{SecretUrl, redact_url};
+pub use net::connection::{client_config, client_config_with_tls};
+pub use net::secret::{SecretUrl, redact_url};
+pub use net::tls::TlsFiles;
+pub use ops::admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
+pub use owner::fence::{FencedWrite, RedisFence};
+pub use owner::partition::StreamEntry;
+pub use owner::pause::PausedInstance;
 pub use settings::{ReapPolicy, RedisSettings};
-pub use tls::TlsFiles;
+pub use store::acl::{AclRole, AclScope};
+pub use store::keys::{PartitionId, PartitionKeys, Routing, layout};
 
 // Unstable owner internals (see "Stability" above).
 #[doc(hidden)]
-pub use keys::LeaseKeys;
+pub use store::keys::LeaseKeys;
 /// Category- and group-wide names (unstable, for tests and tools).
 #[doc(hidden)]
 pub mod names {
-    pub use crate::keys::{
+    pub use crate::store::keys::{
         doorbell_channel, group_registry, group_registry_copy, halted, halted_directory, index,
         index_directory, instances, joining, joining_copy, partitioning, paused,
     };
@@ -100,16 +84,16 @@ pub mod names {
 /// Registering groups by hand (unstable, for tests and tools).
 #[doc(hidden)]
 pub mod registry {
-    pub use crate::buckets::{mark_joining, register_group};
+    pub use crate::store::buckets::{mark_joining, register_group};
 }
-#[doc(hidden)]
-pub use ack::{Ack, Acked};
-#[doc(hidden)]
-pub use lease::Lease;
-#[doc(hidden)]
-pub use partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome};
-pub use process::RedisProcessStore;
-pub use status::{
+pub use ops::status::{
     ClusterStatus, DeadLetter, DeadLetterPage, GroupPosition, Instance, LAG_COUNT_LIMIT, LaneStatus,
     LeaseHolder, PartitionStatus, plain_dlq,
 };
+#[doc(hidden)]
+pub use owner::ack::{Ack, Acked};
+#[doc(hidden)]
+pub use owner::lease::Lease;
+#[doc(hidden)]
+pub use owner::partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome};
+pub use owner::process::RedisProcessStore;

@@ -21,7 +21,7 @@
 //!   and runs at most `max_concurrency` keys at once.
 //! - **Parking.** A poison message parks its key, not the partition: it and
 //!   the key's later messages move to the key's held stream (see
-//!   [`crate::parking`]), every other key keeps flowing, and the lanes can
+//!   [`crate::owner::parking`]), every other key keeps flowing, and the lanes can
 //!   be trimmed. Once an operator resolves the key, its held messages run
 //!   first, in order, then its newer ones.
 //! - **Fencing.** Every read, acknowledgement, park and move is fenced by
@@ -44,12 +44,12 @@ use ordo_core::key::Lane;
 use tracing::{error, info, warn};
 
 use super::worker::{Exit, Handled, Slot, Worker};
-use crate::ack::Ack;
+use crate::consumer::metrics;
 use crate::error::Error;
-use crate::keys::PartitionKeys;
-use crate::metrics;
-use crate::parking::HeldNext;
-use crate::partition::{HaltReason, ReadOutcome, StreamEntry};
+use crate::owner::ack::Ack;
+use crate::owner::parking::HeldNext;
+use crate::owner::partition::{HaltReason, ReadOutcome, StreamEntry};
+use crate::store::keys::PartitionKeys;
 
 /// The most entries of one key kept in memory; the reader moves on past
 /// a key whose queue is full.
@@ -533,14 +533,14 @@ impl<'w> Hashed<'w> {
             let mut fields = vec![
                 ("source_id", Value::from(entry.id())),
                 ("group", Value::from(&*w.unit.group)),
-                ("lane", Value::from(crate::partition::lane_name(lane))),
+                ("lane", Value::from(crate::owner::partition::lane_name(lane))),
                 ("attempts", Value::from(0)),
                 (
                     "error",
                     Value::from(ordo_core::text::capped(&error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
                 ),
             ];
-            fields.extend(crate::parking::field_pairs(&entry));
+            fields.extend(crate::owner::parking::field_pairs(&entry));
             let added = w
                 .until_answered("dead-lettering an entry of no key", false, || {
                     let fields = fields.clone();

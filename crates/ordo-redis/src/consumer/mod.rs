@@ -25,6 +25,7 @@ pub(crate) mod balance;
 pub(crate) mod group_commit;
 pub(crate) mod hashed;
 pub(crate) mod heartbeat;
+pub(crate) mod metrics;
 pub(crate) mod plain;
 pub(crate) mod supervisor;
 pub(crate) mod unit;
@@ -40,12 +41,12 @@ use ordo_core::backoff::Backoff;
 use ordo_core::broker::Subscription;
 use tokio_util::sync::CancellationToken;
 
-use crate::connection;
 use crate::error::Result;
-use crate::lease::Lease;
-use crate::partition::Partitions;
-use crate::secret::SecretUrl;
-use crate::tls::TlsFiles;
+use crate::net::connection;
+use crate::net::secret::SecretUrl;
+use crate::net::tls::TlsFiles;
+use crate::owner::lease::Lease;
+use crate::owner::partition::Partitions;
 
 /// The timings and sizes the consumer runs with.
 #[derive(Debug, Clone)]
@@ -68,7 +69,7 @@ pub(crate) struct Settings {
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,
     /// Which categories have hashed partitions.
-    pub(crate) routing: crate::keys::Routing,
+    pub(crate) routing: crate::store::keys::Routing,
     pub(crate) read_batch: usize,
     /// How long a plain consumer's `XREADGROUP` blocks when nothing changes.
     pub(crate) wake_block: Duration,

@@ -38,13 +38,13 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use super::SharedRef;
 use super::unit::Unit;
 use super::waker::{Bell, WatcherId};
-use crate::ack::Ack;
+use crate::consumer::metrics;
 use crate::error::Error;
-use crate::fence::{KeyNames, RedisFence};
-use crate::keys::PartitionKeys;
-use crate::lease::Lease;
-use crate::metrics;
-use crate::partition::{HaltReason, Idle, ReadOutcome, ReapOutcome, StreamEntry};
+use crate::owner::ack::Ack;
+use crate::owner::fence::{KeyNames, RedisFence};
+use crate::owner::lease::Lease;
+use crate::owner::partition::{HaltReason, Idle, ReadOutcome, ReapOutcome, StreamEntry};
+use crate::store::keys::PartitionKeys;
 
 /// Why a worker stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,8 +28,8 @@ use fred::types::Value;
 use ordo_core::handler::HandlerContext;
 
 use crate::error::{Error, Result};
-use crate::lease::{Lease, millis};
-use crate::scripts::{Reply, SCRIPTS};
+use crate::owner::lease::{Lease, millis};
+use crate::store::scripts::{Reply, SCRIPTS};
 
 /// The commands a fenced commit may run (writes to plain data structures;
 /// no blocking, scripting or administrative commands). The only list:

@@ -15,11 +15,11 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::fence::KeyNames;
-use crate::keys::PartitionKeys;
-use crate::lease::{Lease, millis};
-use crate::partition::{HaltReason, Partitions, StreamEntry, lane_name, parse_lane};
-use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
+use crate::owner::fence::KeyNames;
+use crate::owner::lease::{Lease, millis};
+use crate::owner::partition::{HaltReason, Partitions, StreamEntry, lane_name, parse_lane};
+use crate::store::keys::PartitionKeys;
+use crate::store::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
 /// What the owner of a hashed partition finds of its parked keys when it
 /// takes the partition over.
@@ -113,7 +113,8 @@ impl Partitions {
     ) -> Result<String> {
         // The halted set's bucket is listed before it can be written to,
         // so an operator reading the directory never misses a parked key.
-        crate::buckets::list(self.client(), &partition.halted_directory(), &[partition.slot()]).await?;
+        crate::store::buckets::list(self.client(), &partition.halted_directory(), &[partition.slot()])
+            .await?;
         let script = &SCRIPTS.park;
         let parked = partition.parked(group);
         let keys = vec![
@@ -277,10 +278,10 @@ mod tests {
     use ordo_testkit::Redis;
 
     use super::*;
-    use crate::admin::PartitionAdmin;
-    use crate::groups::{self, IfNoStream};
-    use crate::keys::{PartitionId, Routing};
-    use crate::partition::ReadOutcome;
+    use crate::ops::admin::PartitionAdmin;
+    use crate::owner::partition::ReadOutcome;
+    use crate::store::groups::{self, IfNoStream};
+    use crate::store::keys::{PartitionId, Routing};
 
     const GROUP: &str = "G";
     const CATEGORY: &str = "late";

@@ -18,14 +18,14 @@ use fred::types::scan::ScanType;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use ordo_core::key::Lane;
 
-use crate::admin::{HaltedPartition, PartitionAdmin};
 use crate::error::{Error, Result};
-use crate::keys::{
+use crate::ops::admin::{HaltedPartition, PartitionAdmin};
+use crate::owner::partition::{StreamEntry, parse_lane};
+use crate::store::keys::{
     BaseKeys, INDEX_DIRECTORY_PATTERN, LeaseKeys, PartitionKeys, REGISTRY_PATTERN, dlq_pattern,
     group_registry, index, index_directory, instances, parse_dlq, parse_index_directory, parse_registry,
 };
-use crate::partition::{StreamEntry, parse_lane};
-use crate::scripts::{RawEntry, array, parse_entries};
+use crate::store::scripts::{RawEntry, array, parse_entries};
 
 /// Partitions queried per pipelined round trip.
 const CHUNK: usize = 256;
@@ -52,7 +52,7 @@ const DLQ_SCAN: usize = 10_000;
 pub struct ClusterStatus {
     client: Pool,
     backfill_suffix: String,
-    routing: crate::keys::Routing,
+    routing: crate::store::keys::Routing,
 }
 
 /// One page of a dead-letter stream (see [`ClusterStatus::dead_letters_page`]).
@@ -151,7 +151,7 @@ impl ClusterStatus {
         Self {
             client,
             backfill_suffix: backfill_suffix.to_owned(),
-            routing: crate::keys::Routing::default(),
+            routing: crate::store::keys::Routing::default(),
         }
     }
 
@@ -160,7 +160,7 @@ impl ClusterStatus {
     /// stream, with the other keys' ([`RedisBroker::status`](crate::RedisBroker::status)
     /// sets it).
     #[must_use]
-    pub fn with_routing(mut self, routing: crate::keys::Routing) -> Self {
+    pub fn with_routing(mut self, routing: crate::store::keys::Routing) -> Self {
         self.routing = routing;
         self
     }
@@ -226,7 +226,7 @@ impl ClusterStatus {
 
     /// The partition keys in `category`'s index, sorted.
     pub async fn partition_keys(&self, category: &str) -> Result<Vec<String>> {
-        let keys = crate::buckets::members(&self.client, &index_directory(category), |slot| {
+        let keys = crate::store::buckets::members(&self.client, &index_directory(category), |slot| {
             index(category, slot)
         })
         .await?;
@@ -505,7 +505,7 @@ impl ClusterStatus {
     pub(crate) async fn scan(&self, pattern: &str, kind: ScanType) -> Result<Vec<String>> {
         let client = self.client.next();
         let mut found = Vec::new();
-        for node in crate::nodes::nodes(client).await? {
+        for node in crate::net::nodes::nodes(client).await? {
             let routed = node.route(client);
             let mut cursor = "0".to_owned();
             loop {
@@ -751,7 +751,7 @@ fn holder(value: Value) -> Option<LeaseHolder> {
 
 /// The dead-letter stream of `category`'s plain consumer groups.
 pub fn plain_dlq(category: &str) -> String {
-    crate::keys::BaseKeys::new(category).dlq()
+    crate::store::keys::BaseKeys::new(category).dlq()
 }
 
 /// A dead-letter entry as `resolve.lua` (a partition's) or the plain

@@ -1,6 +1,6 @@
 //! Paused handlers, as recorded in Redis for operators: an instance whose
 //! circuit breaker paused a handler ([`ordo_core::retry::breaker`]) writes
-//! a record in the handler's [`paused`](crate::keys::paused) hash, and
+//! a record in the handler's [`paused`](crate::store::keys::paused) hash, and
 //! refreshes it while the pause lasts; `ordo status` and health read it.
 
 use std::collections::HashMap;
@@ -12,10 +12,10 @@ use fred::types::Value;
 use ordo_core::retry::PauseStatus;
 
 use crate::error::Result;
-use crate::keys::paused;
-use crate::lease::millis;
-use crate::scripts::SCRIPTS;
-use crate::status::ClusterStatus;
+use crate::ops::status::ClusterStatus;
+use crate::owner::lease::millis;
+use crate::store::keys::paused;
+use crate::store::scripts::SCRIPTS;
 
 /// A handler paused on one instance.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,10 +16,10 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::keys::PartitionKeys;
-use crate::lease::{Lease, millis};
-use crate::nodes;
-use crate::scripts::{SCRIPTS, array};
+use crate::net::nodes;
+use crate::owner::lease::{Lease, millis};
+use crate::store::keys::PartitionKeys;
+use crate::store::scripts::{SCRIPTS, array};
 
 /// One acknowledgement: handled entries of one partition lane, under a
 /// lease (for [`Partitions::acknowledge`](crate::Partitions::acknowledge)).

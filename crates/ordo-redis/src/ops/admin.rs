@@ -23,10 +23,10 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::keys::{PartitionId, PartitionKeys, Routing, halted, halted_directory};
-use crate::parking::held_entry;
-use crate::partition::{StreamEntry, parse_lane};
-use crate::scripts::{Reply, SCRIPTS, array, parse_entries};
+use crate::owner::parking::held_entry;
+use crate::owner::partition::{StreamEntry, parse_lane};
+use crate::store::keys::{PartitionId, PartitionKeys, Routing, halted, halted_directory};
+use crate::store::scripts::{Reply, SCRIPTS, array, parse_entries};
 
 /// A halted partition, as recorded when it halted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,7 +128,7 @@ impl PartitionAdmin {
     /// group, sorted by group and key: its halted set reads nothing of any
     /// other category.
     pub async fn halted_in(&self, category: &str) -> Result<Vec<HaltedPartition>> {
-        let keys = crate::buckets::members(&self.client, &halted_directory(category), |slot| {
+        let keys = crate::store::buckets::members(&self.client, &halted_directory(category), |slot| {
             halted(category, slot)
         })
         .await?;
@@ -208,10 +208,10 @@ impl PartitionAdmin {
                 ),
             });
         }
-        let before = crate::partitioning::recorded(&self.client, category).await?;
+        let before = crate::store::partitioning::recorded(&self.client, category).await?;
         // Before the switch, so a failure leaves the old partitioning
         // recorded and the repartition can be run again.
-        crate::positions::carry(
+        crate::store::positions::carry(
             &self.client,
             category,
             before.unwrap_or_default(),
@@ -219,7 +219,7 @@ impl PartitionAdmin {
             &self.backfill_suffix,
         )
         .await?;
-        crate::partitioning::record(&self.client, category, to).await?;
+        crate::store::partitioning::record(&self.client, category, to).await?;
         Ok(before)
     }
 

@@ -18,9 +18,9 @@ use fred::interfaces::FunctionInterface;
 use fred::types::Value;
 
 use crate::error::{Error, Result};
-use crate::keys::LeaseKeys;
-use crate::nodes;
-use crate::scripts::{SCRIPTS, array};
+use crate::net::nodes;
+use crate::store::keys::LeaseKeys;
+use crate::store::scripts::{SCRIPTS, array};
 
 /// How much longer than the lease the generation counter is kept. While it
 /// exists the next token is `previous + 1`; after it expires the server

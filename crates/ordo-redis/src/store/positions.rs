@@ -22,9 +22,9 @@ use ordo_core::Partitions;
 use ordo_core::key::Lane;
 
 use crate::error::Result;
-use crate::keys::{PartitionId, PartitionKeys, Routing, glob_escape};
-use crate::scripts::SCRIPTS;
-use crate::status::ClusterStatus;
+use crate::ops::status::ClusterStatus;
+use crate::store::keys::{PartitionId, PartitionKeys, Routing, glob_escape};
+use crate::store::scripts::SCRIPTS;
 
 /// Field/value pairs per script call.
 const PAIRS_PER_CALL: usize = 512;

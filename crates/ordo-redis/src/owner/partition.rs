@@ -15,11 +15,11 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 
-use crate::ack::{self, Ack};
 use crate::error::{Error, Result};
-use crate::keys::{CONSUMER, LeaseKeys, PartitionKeys};
-use crate::lease::{self, Lease, Owner, millis};
-use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
+use crate::owner::ack::{self, Ack};
+use crate::owner::lease::{self, Lease, Owner, millis};
+use crate::store::keys::{CONSUMER, LeaseKeys, PartitionKeys};
+use crate::store::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
 /// An entry of a partition lane, read under a lease.
 ///
@@ -359,7 +359,7 @@ impl Partitions {
 
     /// How long a lease's attempt sequence is kept after its last change.
     pub(crate) fn sequence_ttl(&self) -> Duration {
-        self.lease_ttl * crate::lease::SEQUENCE_TTL_FACTOR
+        self.lease_ttl * crate::owner::lease::SEQUENCE_TTL_FACTOR
     }
 
     /// Acquires `group`'s lease on `partition` if it is free (or renews it
@@ -679,7 +679,7 @@ impl Partitions {
     ) -> Result<()> {
         // The halted set's bucket is listed before it can be written to,
         // so an operator reading the directory never misses a halt.
-        crate::buckets::list(&self.client, &partition.halted_directory(), &[partition.slot()]).await?;
+        crate::store::buckets::list(&self.client, &partition.halted_directory(), &[partition.slot()]).await?;
         let script = &SCRIPTS.halt;
         let halt_key = partition.halt(group);
         let keys = vec![
@@ -864,7 +864,7 @@ mod hostile_input {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::scripts::parse_entries;
+    use crate::store::scripts::parse_entries;
 
     fn envelope(category: &str, key: Option<&str>) -> String {
         serde_json::to_string(&Envelope {
