@@ -22,7 +22,9 @@ use crate::net::connection;
 use crate::net::secret::SecretUrl;
 use crate::net::tls::TlsFiles;
 use crate::ops::admin::PartitionAdmin;
+use crate::ops::status::ClusterStatus;
 use crate::owner::partition::Partitions;
+use crate::owner::process::RedisProcessStore;
 use crate::publish;
 use crate::settings::RedisSettings;
 use crate::store::partitioning;
@@ -251,15 +253,15 @@ impl RedisBroker {
 
     /// Read-only queries of the cluster state (partitions, owners, lag,
     /// dead letters), knowing this broker's categories' partitioning.
-    pub fn status(&self) -> crate::ClusterStatus {
-        crate::ClusterStatus::new(self.client().clone(), &self.inner.settings.backfill_suffix)
+    pub fn status(&self) -> ClusterStatus {
+        ClusterStatus::new(self.client().clone(), &self.inner.settings.backfill_suffix)
             .with_routing(self.inner.settings.routing.clone())
     }
 
     /// A process-manager store on this broker's Redis, whose saves are
     /// fenced by the lease the message was handled under.
-    pub fn process_store(&self) -> crate::RedisProcessStore {
-        crate::RedisProcessStore::new(self.client().clone())
+    pub fn process_store(&self) -> RedisProcessStore {
+        RedisProcessStore::new(self.client().clone())
     }
 
     /// The fenced partition operations this instance's workers use.
@@ -495,7 +497,7 @@ impl Broker for RedisBroker {
         thresholds: &'a HealthConfig,
     ) -> BoxFuture<'a, Vec<SubscriptionHealth>> {
         Box::pin(async move {
-            let status = crate::ops::status::ClusterStatus::new(
+            let status = ClusterStatus::new(
                 self.inner.partitions.client().clone(),
                 self.inner.config.priority_lanes().backfill_suffix(),
             );

@@ -207,7 +207,7 @@ mod tests {
     #[tokio::test]
     async fn acknowledgements_in_flight_together_travel_in_one_call() {
         let redis = Redis::start().unwrap();
-        let pool = Builder::from_config(crate::client_config(&redis.url()).unwrap())
+        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
             .build_pool(2)
             .unwrap();
         pool.init().await.unwrap();

@@ -41,14 +41,14 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use ordo_core::error::error_chain;
 use ordo_core::key::Lane;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
-use super::worker::{Exit, Handled, Slot, Worker};
+use super::delivery::{Exit, Handled, Slot, Worker};
 use crate::consumer::metrics;
 use crate::error::Error;
 use crate::owner::ack::Ack;
 use crate::owner::parking::HeldNext;
-use crate::owner::partition::{HaltReason, ReadOutcome, StreamEntry};
+use crate::owner::partition::{ReadOutcome, StreamEntry};
 use crate::store::keys::PartitionKeys;
 
 /// The most entries of one key kept in memory; the reader moves on past
@@ -964,50 +964,6 @@ impl<'w> Hashed<'w> {
             .clone()
             .closing_in(slot.sequence(&w.lease));
         w.ack(slot, &names, entry, trim).await.is_some()
-    }
-}
-
-impl Worker {
-    /// Parks the key of `slot` (a key of a hashed partition) on `entry`,
-    /// which failed every attempt: the key's other messages are held aside
-    /// with it, the partition's other keys keep flowing.
-    pub(super) async fn park(
-        &self,
-        slot: &Slot,
-        partition: &PartitionKeys,
-        entry: &StreamEntry,
-        reason: HaltReason,
-        sequence: u64,
-    ) -> Handled {
-        let (Some(key), Some(own)) = (slot.key(), slot.own()) else {
-            return Handled::Lost;
-        };
-        let held = slot.is_held();
-        let parked = self
-            .until_answered("parking the key", false, || {
-                self.shared.partitions.park(
-                    &self.lease,
-                    &self.unit.group,
-                    partition,
-                    key,
-                    own,
-                    entry,
-                    held,
-                    &reason,
-                    sequence,
-                )
-            })
-            .await;
-        match parked {
-            Ok(Ok(head)) => {
-                error!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %ordo_core::text::log_text(&reason.error), attempts = reason.attempts, "key parked until an operator resolves it (ordo inspect, then retry, skip or dlq)");
-                metrics::halted(&self.unit, partition.category());
-                Handled::Halted
-            }
-            // An earlier try of this very park landed (its reply was lost).
-            Ok(Err(Error::Stale { .. })) => Handled::Halted,
-            Ok(Err(_)) | Err(_) => Handled::Lost,
-        }
     }
 }
 

@@ -22,10 +22,12 @@
 //!   streams through an ordinary consumer group.
 
 pub(crate) mod balance;
+pub(crate) mod delivery;
 pub(crate) mod group_commit;
 pub(crate) mod hashed;
 pub(crate) mod heartbeat;
 pub(crate) mod metrics;
+pub(crate) mod per_key;
 pub(crate) mod plain;
 pub(crate) mod supervisor;
 pub(crate) mod unit;

@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use super::delivery::{Control, Exit, Worker};
 use super::plain::Plain;
 use super::unit::{GroupPlan, Unit};
-use super::worker::{Control, Exit, Worker};
 use super::{SharedRef, balance};
 use crate::consumer::metrics;
 use crate::error::Result;

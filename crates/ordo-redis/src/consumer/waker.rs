@@ -700,7 +700,7 @@ mod tests {
     const DEADLINE: Duration = Duration::from_secs(10);
 
     async fn started(redis: &Redis) -> (Partitions, WakerHandle, CancellationToken) {
-        let pool = Builder::from_config(crate::client_config(&redis.url()).unwrap())
+        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
             .build_pool(2)
             .unwrap();
         pool.init().await.unwrap();

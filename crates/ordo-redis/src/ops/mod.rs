@@ -6,5 +6,6 @@
 //! consumer.
 
 pub(crate) mod admin;
+pub(crate) mod halts;
 pub mod health;
 pub(crate) mod status;

@@ -15,9 +15,9 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::owner::fence::KeyNames;
 use crate::owner::lease::{Lease, millis};
 use crate::owner::partition::{HaltReason, Partitions, StreamEntry, lane_name, parse_lane};
+use crate::store::keys::KeyNames;
 use crate::store::keys::PartitionKeys;
 use crate::store::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
@@ -295,7 +295,7 @@ mod tests {
     #[tokio::test]
     async fn a_late_held_next_call_does_not_end_the_holding_of_a_key() {
         let redis = Redis::start().unwrap();
-        let pool = Builder::from_config(crate::client_config(&redis.url()).unwrap())
+        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
             .build_pool(2)
             .unwrap();
         pool.init().await.unwrap();

@@ -218,7 +218,7 @@ mod tests {
     #[tokio::test]
     async fn discovery_after_a_slot_moved_groups_by_the_refreshed_view() {
         let cluster = RedisCluster::start_local().unwrap();
-        let client = Builder::from_config(crate::client_config(&cluster.url()).unwrap())
+        let client = Builder::from_config(crate::net::connection::client_config(&cluster.url()).unwrap())
             .build_pool(4)
             .unwrap();
         client.init().await.unwrap();

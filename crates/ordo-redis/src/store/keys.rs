@@ -511,13 +511,23 @@ impl PartitionKeys {
     /// The commit marker and attempt sequence of `key` in a hashed
     /// partition (its keys commit and close attempts side by side under
     /// the one lease of `group`, so each has its own).
-    pub(crate) fn key_names(&self, group: &str, key: &str) -> crate::owner::fence::KeyNames {
+    pub(crate) fn key_names(&self, group: &str, key: &str) -> KeyNames {
         let lease = self.lease(group);
-        crate::owner::fence::KeyNames {
+        KeyNames {
             commit: format!("{}:{key}", lease.commit),
             sequence: format!("{}:{key}", lease.sequence),
         }
     }
+}
+
+/// The names one key of a hashed partition commits and closes its attempts
+/// under (see [`PartitionKeys::key_names`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyNames {
+    /// Its last fenced commit.
+    pub(crate) commit: String,
+    /// Its attempt sequence.
+    pub(crate) sequence: String,
 }
 
 /// A glob matching the dead-letter streams of `category`'s partitions.

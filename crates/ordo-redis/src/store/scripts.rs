@@ -183,13 +183,22 @@ fn split_flags(source: &str) -> (Vec<&str>, &str) {
     }
 }
 
+/// The commands a fenced commit may run (writes to plain data structures;
+/// no blocking, scripting or administrative commands). The only list:
+/// `commit.lua` gets it written in when the script is built.
+pub(crate) const ALLOWED: &[&str] = &[
+    "SET", "DEL", "UNLINK", "EXPIRE", "PEXPIRE", "PERSIST", "INCR", "INCRBY", "DECR", "DECRBY", "APPEND",
+    "HSET", "HDEL", "HINCRBY", "SADD", "SREM", "ZADD", "ZREM", "ZINCRBY", "RPUSH", "LPUSH", "LTRIM", "XADD",
+    "XTRIM",
+];
+
 /// The placeholder in `commit.lua` for the allowed commands.
 const ALLOWED_PLACEHOLDER: &str = "{--[[ALLOWED]]}";
 
-/// `commit.lua` with the allowed commands of [`crate::owner::fence::ALLOWED`]
+/// `commit.lua` with the allowed commands of [`ALLOWED`]
 /// written in as a Lua set.
 fn commit_source() -> String {
-    let set: Vec<String> = crate::owner::fence::ALLOWED
+    let set: Vec<String> = ALLOWED
         .iter()
         .map(|command| format!("{command} = true"))
         .collect();
@@ -375,12 +384,12 @@ pub(crate) mod tests {
             .split(", ")
             .map(|entry| entry.trim_end_matches(" = true"))
             .collect();
-        assert_eq!(listed, crate::owner::fence::ALLOWED);
+        assert_eq!(listed, ALLOWED);
     }
 
     /// A client of the Redis at `url`, connected.
     pub(crate) async fn connect(url: &str) -> fred::clients::Client {
-        let client = Builder::from_config(crate::client_config(url).unwrap())
+        let client = Builder::from_config(crate::net::connection::client_config(url).unwrap())
             .build()
             .unwrap();
         client.init().await.unwrap();

@@ -172,7 +172,7 @@ mod tests {
     use super::*;
 
     async fn connect_pool(url: &str) -> Pool {
-        let pool = Builder::from_config(crate::client_config(url).unwrap())
+        let pool = Builder::from_config(crate::net::connection::client_config(url).unwrap())
             .build_pool(2)
             .unwrap();
         pool.init().await.unwrap();
