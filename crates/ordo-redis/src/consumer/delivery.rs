@@ -36,7 +36,7 @@ use crate::error::Error;
 use crate::owner::ack::Ack;
 use crate::owner::fence::RedisFence;
 use crate::owner::lease::Lease;
-use crate::owner::partition::{HaltReason, Idle, ReapOutcome, StreamEntry};
+use crate::owner::partition::{HaltReason, Held, Idle, ReapOutcome, StreamEntry};
 use crate::store::keys::KeyNames;
 use crate::store::keys::PartitionKeys;
 
@@ -190,6 +190,13 @@ impl Worker {
         }
     }
 
+    /// `partition` as this worker holds it: under its lease, for its group.
+    pub(super) fn held<'a>(&'a self, partition: &'a PartitionKeys) -> Held<'a> {
+        self.shared
+            .partitions
+            .held(&self.lease, &self.unit.group, partition)
+    }
+
     /// Numbers a new attempt.
     pub(super) fn next_attempt(&self) -> u64 {
         self.attempts.fetch_add(1, Ordering::Relaxed) + 1
@@ -285,12 +292,7 @@ impl Worker {
         let mut reaped = 0;
         for (index, _) in idle {
             let partition = &self.unit.partitions[*index];
-            match self
-                .shared
-                .partitions
-                .reap(&self.lease, partition, reap_idle)
-                .await
-            {
+            match self.held(partition).reap(reap_idle).await {
                 Ok(ReapOutcome::Reaped) => {
                     info!(
                         event = ordo_core::log_events::PARTITION_REAPED,
@@ -432,9 +434,7 @@ impl Worker {
         if pending {
             match self
                 .until_answered("reading the failed attempts", true, || {
-                    self.shared
-                        .partitions
-                        .failed_attempts(&self.unit.group, partition, entry.id())
+                    self.held(partition).failed_attempts(entry.id())
                 })
                 .await
             {
@@ -549,11 +549,8 @@ impl Worker {
         }
         let recorded = self
             .until_answered("recording the failed attempt", true, || {
-                self.shared.partitions.attempt_failed_in(
-                    &self.lease,
+                self.held(partition).attempt_failed_in(
                     slot.sequence(&self.lease),
-                    &self.unit.group,
-                    partition,
                     counted.then(|| entry.id()),
                     sequence,
                 )
@@ -718,13 +715,7 @@ impl Worker {
         }
         let halted = self
             .until_answered("recording the halt", false, || {
-                self.shared.partitions.halt_attempt(
-                    &self.lease,
-                    &self.unit.group,
-                    partition,
-                    &reason,
-                    sequence,
-                )
+                self.held(partition).halt_attempt(&reason, sequence)
             })
             .await;
         match halted {
@@ -759,17 +750,8 @@ impl Worker {
         let held = slot.is_held();
         let parked = self
             .until_answered("parking the key", false, || {
-                self.shared.partitions.park(
-                    &self.lease,
-                    &self.unit.group,
-                    partition,
-                    key,
-                    own,
-                    entry,
-                    held,
-                    &reason,
-                    sequence,
-                )
+                self.held(partition)
+                    .park(key, own, entry, held, &reason, sequence)
             })
             .await;
         match parked {

@@ -417,7 +417,7 @@ impl<'w> Hashed<'w> {
         let w = self.worker;
         let parking = w
             .until_answered("reading the parked keys", true, || {
-                w.shared.partitions.parking(&w.unit.group, self.partition)
+                w.held(self.partition).parking()
             })
             .await?
             .map_err(|_| Handled::Lost)?;
@@ -446,15 +446,8 @@ impl<'w> Hashed<'w> {
         let w = self.worker;
         Box::pin(async move {
             let read = w
-                .shared
-                .partitions
-                .read_hashed(
-                    &w.lease,
-                    &w.unit.group,
-                    self.partition,
-                    w.shared.settings.read_batch,
-                    &after,
-                )
+                .held(self.partition)
+                .read_hashed(w.shared.settings.read_batch, &after)
                 .await;
             Event::Read(read)
         })
@@ -688,11 +681,7 @@ impl<'w> Hashed<'w> {
         let partition = self.partition;
         others.push(Box::pin(async move {
             tokio::time::sleep(w.shared.settings.poll_interval).await;
-            let still = w
-                .shared
-                .partitions
-                .still_parked(&w.unit.group, partition, &parked)
-                .await;
+            let still = w.held(partition).still_parked(&parked).await;
             Event::Resumed(still.map(|still| {
                 parked
                     .into_iter()
@@ -797,14 +786,7 @@ impl<'w> Hashed<'w> {
                         let entries: Vec<&StreamEntry> = batch.iter().map(|q| &q.entry).collect();
                         let held = w
                             .until_answered("holding a parked key's messages", true, || {
-                                w.shared.partitions.hold(
-                                    &w.lease,
-                                    &w.unit.group,
-                                    self.partition,
-                                    &key,
-                                    lane,
-                                    &entries,
-                                )
+                                w.held(self.partition).hold(&key, lane, &entries)
                             })
                             .await;
                         match held {
@@ -833,9 +815,7 @@ impl<'w> Hashed<'w> {
         let w = self.worker;
         let read = w
             .until_answered("reading back a key's skipped entries", true, || {
-                w.shared.partitions.refill(
-                    &w.lease,
-                    self.partition,
+                w.held(self.partition).refill(
                     lane,
                     key,
                     (&skipped.after, &skipped.up_to),
@@ -894,9 +874,7 @@ impl<'w> Hashed<'w> {
         let attempt = w.next_attempt();
         let next = w
             .until_answered("reading a resolved key's held messages", true, || {
-                w.shared
-                    .partitions
-                    .held_next(&w.lease, &w.unit.group, self.partition, key, own, attempt)
+                w.held(self.partition).held_next(key, own, attempt)
             })
             .await;
         let entry = match next {
@@ -926,15 +904,7 @@ impl<'w> Hashed<'w> {
                 slot.take_had_failures();
                 let acked = w
                     .until_answered("acknowledging a held message", false, || {
-                        w.shared.partitions.ack_held(
-                            &w.lease,
-                            &w.unit.group,
-                            self.partition,
-                            key,
-                            own,
-                            entry.id(),
-                            close,
-                        )
+                        w.held(self.partition).ack_held(key, own, entry.id(), close)
                     })
                     .await;
                 match acked {

@@ -109,14 +109,8 @@ impl<'w> PerKey<'w> {
         for (index, partition) in self.worker.unit.partitions.iter().enumerate() {
             let outcome = self
                 .worker
-                .shared
-                .partitions
-                .read(
-                    &self.worker.lease,
-                    &self.worker.unit.group,
-                    partition,
-                    self.worker.shared.settings.read_batch,
-                )
+                .held(partition)
+                .read(self.worker.shared.settings.read_batch)
                 .await?;
             match outcome {
                 ReadOutcome::Entries {
