@@ -15,8 +15,9 @@ use ordo_core::handler::BoxFuture;
 use ordo_core::health::{HealthState, SubscriptionHealth};
 use tokio_util::sync::CancellationToken;
 
+use crate::consumer;
 use crate::consumer::heartbeat::RenewalSignal;
-use crate::consumer::{self, Settings};
+use crate::consumer::shared::Settings;
 use crate::error::{Error, Result};
 use crate::net::connection;
 use crate::net::secret::SecretUrl;

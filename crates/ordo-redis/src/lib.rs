@@ -42,7 +42,8 @@
 //! `internals`, hidden from the docs, for Ordo's own tests, benchmarks and
 //! harness: they are **unstable** and may change in any release.
 
-// The wings, from the ground up: each imports only the wings listed above it.
+// The wings, from the ground up: each imports only wings listed above it
+// (`ops` and `consumer` not each other).
 
 // The crate's errors and the broker's own settings: imported by every wing.
 mod error;

@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::SharedRef;
+use super::shared::SharedRef;
 use super::unit::Unit;
 use super::waker::{Bell, WatcherId};
 use crate::consumer::metrics;
@@ -86,7 +86,7 @@ pub(crate) struct Worker {
     attempts: AtomicU64,
     /// The killed handler runs that did not end (blocking code): the lease
     /// is then kept, renewed, until they have, so nobody else runs the key
-    /// meanwhile (see [`super::LeaseTable`]).
+    /// meanwhile (see [`super::shared::LeaseTable`]).
     pub(super) unfinished: Mutex<Vec<StillRunning>>,
 }
 

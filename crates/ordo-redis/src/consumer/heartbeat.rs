@@ -21,7 +21,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{LeaseTable, Settings};
+use super::shared::{LeaseTable, Settings};
 use crate::error::Result;
 use crate::net::connection;
 use crate::owner::lease;

@@ -23,7 +23,7 @@ use ordo_core::retry::Next;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info_span, warn};
 
-use super::{SharedRef, sleep_unless};
+use super::shared::{SharedRef, sleep_unless};
 use crate::consumer::metrics;
 use crate::error::Result;
 use crate::net::connection;

@@ -21,10 +21,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use super::balance;
 use super::delivery::{Control, Exit, Worker};
 use super::plain::Plain;
+use super::shared::SharedRef;
 use super::unit::{GroupPlan, Unit};
-use super::{SharedRef, balance};
 use crate::consumer::metrics;
 use crate::error::Result;
 use crate::owner::lease::millis;
