@@ -104,7 +104,7 @@ mod tests {
         found.sort();
         assert_eq!(
             found,
-            ["groups.rs"],
+            ["store/groups.rs"],
             "Rust code creates groups through groups::create"
         );
     }
