@@ -24,9 +24,8 @@ use ordo_core::key::Lane;
 use ordo_core::message::{Envelope, MessageKind, Metadata};
 use ordo_model::protocol::{Command, Identity, LeaseValue, Op, Reply};
 use ordo_model::{Action, Config, Mutant, Protocol, State};
-use ordo_redis::{
-    Error as RedisError, FencedWrite, Lease, PartitionKeys, Partitions, ReadOutcome, RedisBroker, RedisFence,
-};
+use ordo_redis::internals::{Lease, Partitions, ReadOutcome};
+use ordo_redis::{Error as RedisError, FencedWrite, PartitionKeys, RedisBroker, RedisFence};
 use ordo_testkit::Redis;
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -337,7 +336,7 @@ impl Real {
                 lease, msg, attempt, ..
             } => {
                 let lease = self.lease(lease)?;
-                let reason = ordo_redis::HaltReason {
+                let reason = ordo_redis::internals::HaltReason {
                     lane: Lane::Primary,
                     head: self.ids[usize::from(msg)].clone(),
                     error: "poison".to_owned(),

@@ -15,18 +15,21 @@ use ordo_core::handler::BoxFuture;
 use ordo_core::health::{HealthState, SubscriptionHealth};
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::PartitionAdmin;
-use crate::connection;
+use crate::consumer;
 use crate::consumer::heartbeat::RenewalSignal;
-use crate::consumer::{self, Settings};
+use crate::consumer::shared::Settings;
 use crate::error::{Error, Result};
-use crate::partition::Partitions;
-use crate::partitioning;
+use crate::net::connection;
+use crate::net::secret::SecretUrl;
+use crate::net::tls::TlsFiles;
+use crate::ops::admin::PartitionAdmin;
+use crate::ops::status::ClusterStatus;
+use crate::owner::partition::Partitions;
+use crate::owner::process::RedisProcessStore;
 use crate::publish;
-use crate::scripts;
-use crate::secret::SecretUrl;
 use crate::settings::RedisSettings;
-use crate::tls::TlsFiles;
+use crate::store::partitioning;
+use crate::store::scripts;
 
 /// Entries read per fenced read by default.
 const DEFAULT_READ_BATCH: usize = 64;
@@ -234,7 +237,7 @@ impl RedisBroker {
     }
 
     /// How this broker routes each category's keys to partitions.
-    pub fn routing(&self) -> &crate::keys::Routing {
+    pub fn routing(&self) -> &crate::store::keys::Routing {
         &self.inner.settings.routing
     }
 
@@ -251,15 +254,15 @@ impl RedisBroker {
 
     /// Read-only queries of the cluster state (partitions, owners, lag,
     /// dead letters), knowing this broker's categories' partitioning.
-    pub fn status(&self) -> crate::ClusterStatus {
-        crate::ClusterStatus::new(self.client().clone(), &self.inner.settings.backfill_suffix)
+    pub fn status(&self) -> ClusterStatus {
+        ClusterStatus::new(self.client().clone(), &self.inner.settings.backfill_suffix)
             .with_routing(self.inner.settings.routing.clone())
     }
 
     /// A process-manager store on this broker's Redis, whose saves are
     /// fenced by the lease the message was handled under.
-    pub fn process_store(&self) -> crate::RedisProcessStore {
-        crate::RedisProcessStore::new(self.client().clone())
+    pub fn process_store(&self) -> RedisProcessStore {
+        RedisProcessStore::new(self.client().clone())
     }
 
     /// The fenced partition operations this instance's workers use.
@@ -428,7 +431,7 @@ impl RedisBrokerBuilder {
             retry: partitioning.clone(),
             backoff: partitioning.backoff(),
             backfill_suffix: self.config.priority_lanes().backfill_suffix().to_owned(),
-            routing: crate::keys::Routing::new(&self.config),
+            routing: crate::store::keys::Routing::new(&self.config),
             read_batch: self.read_batch,
             wake_block: partitioning.poll_interval().max(Duration::from_millis(1)),
             max_concurrency: partitioning.max_concurrency(),
@@ -486,7 +489,7 @@ impl Broker for RedisBroker {
         Some(Arc::new(RedisBroker::process_store(self)))
     }
 
-    /// Each subscription's group judged by [`crate::health::group_health`]
+    /// Each subscription's group judged by [`crate::ops::health::group_health`]
     /// (what `ordo status --check` reports too), made `unknown` when Redis
     /// does not answer or this instance's lease renewals are failing.
     fn health<'a>(
@@ -495,7 +498,7 @@ impl Broker for RedisBroker {
         thresholds: &'a HealthConfig,
     ) -> BoxFuture<'a, Vec<SubscriptionHealth>> {
         Box::pin(async move {
-            let status = crate::status::ClusterStatus::new(
+            let status = ClusterStatus::new(
                 self.inner.partitions.client().clone(),
                 self.inner.config.priority_lanes().backfill_suffix(),
             );
@@ -504,13 +507,17 @@ impl Broker for RedisBroker {
             for subscription in subscriptions {
                 let categories: Vec<String> =
                     subscription.categories().into_iter().map(str::to_owned).collect();
-                let mut health =
-                    match crate::health::group_health(&status, subscription.name(), &categories, thresholds)
-                        .await
-                    {
-                        Ok(health) => health,
-                        Err(error) => crate::health::redis_unreachable(subscription.name(), &error),
-                    };
+                let mut health = match crate::ops::health::group_health(
+                    &status,
+                    subscription.name(),
+                    &categories,
+                    thresholds,
+                )
+                .await
+                {
+                    Ok(health) => health,
+                    Err(error) => crate::ops::health::redis_unreachable(subscription.name(), &error),
+                };
                 if let Some(error) = &renewals {
                     health.degrade(
                         HealthState::Unknown,

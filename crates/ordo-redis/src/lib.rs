@@ -37,79 +37,78 @@
 //! ([`PartitionAdmin`], [`ClusterStatus`]) and the key names
 //! ([`PartitionKeys`], [`layout`]). The partition owner's internals
 //! (`Partitions`, `Lease`, `LeaseKeys`, `ReadOutcome`, `ReapOutcome`,
-//! `HaltReason`, `Idle`, `DecodeEntryError`) are
-//! exported, hidden from the docs, for Ordo's own tests, benchmarks and
+//! `HaltReason`, `Idle`, `DecodeEntryError`, the acknowledgements, the
+//! category-wide names and the group registry) are exported in one module,
+//! `internals`, hidden from the docs, for Ordo's own tests, benchmarks and
 //! harness: they are **unstable** and may change in any release.
 
-mod ack;
-mod acl;
-mod admin;
-mod broker;
-mod buckets;
-mod connection;
-mod consumer;
-mod error;
-mod fence;
-mod groups;
-pub mod health;
-mod keys;
-mod lease;
-mod metrics;
-mod nodes;
-mod parking;
-mod partition;
-mod partitioning;
-mod pause;
-mod positions;
-mod process;
-mod publish;
-mod scripts;
-mod secret;
-mod settings;
-pub mod setup;
-mod status;
-mod tls;
+// The wings, from the ground up: each imports only wings listed above it
+// (`ops` and `consumer` not each other).
 
-pub use acl::{AclRole, AclScope};
-pub use admin::{HaltedPartition, HeadAction, Inspection, PartitionAdmin};
+// The crate's errors and the broker's own settings: imported by every wing.
+mod error;
+mod settings;
+// Reaching Redis: client configuration, TLS, per-node commands, masked URLs.
+mod net;
+// Redis as Ordo stores it, the only wing that knows a Redis name: key names,
+// the Lua scripts, the shared records (buckets, groups, partitioning,
+// positions), the ACL rules and the administrator's setup.
+mod store;
+// Owning a partition: the lease and every operation fenced by it (read,
+// acknowledge, halt, park, reap, fenced effects, process state, pauses).
+mod owner;
+// For operators: cluster status, group health, decisions on halted heads.
+mod ops;
+// The consumer of one instance: supervisor, waker, heartbeat, fair share,
+// the partition workers (per key and hashed over one delivery module), plain
+// consumers, metrics.
+mod consumer;
+// Publishing a message to its partition stream (or a category's base stream).
+mod publish;
+// The broker: builds the clients, runs publishing and the consumer.
+mod broker;
+
 pub use broker::{RedisBroker, RedisBrokerBuilder};
-pub use connection::{client_config, client_config_with_tls};
 pub use error::{Error, Result};
-pub use fence::{FencedWrite, RedisFence};
 /// The Redis client Ordo is built on, for building clients and effects
 /// that match its version.
 pub use fred;
-pub use keys::{PartitionId, PartitionKeys, Routing, layout};
-pub use partition::StreamEntry;
-pub use pause::PausedInstance;
-pub use secret::{SecretUrl, redact_url};
-pub use settings::{ReapPolicy, RedisSettings};
-pub use tls::TlsFiles;
-
-// Unstable owner internals (see "Stability" above).
-#[doc(hidden)]
-pub use keys::LeaseKeys;
-/// Category- and group-wide names (unstable, for tests and tools).
-#[doc(hidden)]
-pub mod names {
-    pub use crate::keys::{
-        doorbell_channel, group_registry, group_registry_copy, halted, halted_directory, index,
-        index_directory, instances, joining, joining_copy, partitioning, paused,
-    };
-}
-/// Registering groups by hand (unstable, for tests and tools).
-#[doc(hidden)]
-pub mod registry {
-    pub use crate::buckets::{mark_joining, register_group};
-}
-#[doc(hidden)]
-pub use ack::{Ack, Acked};
-#[doc(hidden)]
-pub use lease::Lease;
-#[doc(hidden)]
-pub use partition::{DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome};
-pub use process::RedisProcessStore;
-pub use status::{
+pub use net::connection::{client_config, client_config_with_tls};
+pub use net::secret::{SecretUrl, redact_url};
+pub use net::tls::TlsFiles;
+pub use ops::admin::{HeadAction, Inspection, PartitionAdmin};
+pub use ops::halts::HaltedPartition;
+pub use ops::health;
+pub use ops::status::{
     ClusterStatus, DeadLetter, DeadLetterPage, GroupPosition, Instance, LAG_COUNT_LIMIT, LaneStatus,
     LeaseHolder, PartitionStatus, plain_dlq,
 };
+pub use owner::fence::{FencedWrite, RedisFence};
+pub use owner::partition::StreamEntry;
+pub use owner::pause::PausedInstance;
+pub use owner::process::RedisProcessStore;
+pub use settings::{ReapPolicy, RedisSettings};
+pub use store::acl::{AclRole, AclScope};
+pub use store::keys::{PartitionId, PartitionKeys, Routing, layout};
+pub use store::setup;
+
+/// The partition owner's internals, for Ordo's own tests, benchmarks and
+/// harness: **unstable** (see "Stability" above).
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::owner::ack::{Ack, Acked};
+    pub use crate::owner::lease::Lease;
+    pub use crate::owner::partition::{
+        DecodeEntryError, HaltReason, Idle, Partitions, ReadOutcome, ReapOutcome,
+    };
+    pub use crate::store::buckets::{mark_joining, register_group};
+    pub use crate::store::keys::LeaseKeys;
+
+    /// Category- and group-wide names.
+    pub mod names {
+        pub use crate::store::keys::{
+            doorbell_channel, group_registry, group_registry_copy, halted, halted_directory, index,
+            index_directory, instances, joining, joining_copy, partitioning, paused,
+        };
+    }
+}

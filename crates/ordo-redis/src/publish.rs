@@ -4,7 +4,7 @@
 //!
 //! Every name one publication's script step touches is in the partition's
 //! slot (its index bucket and registry copies are the slot's, see
-//! [`crate::keys::index`]). A batch is published with one script call per
+//! [`crate::store::keys::index`]). A batch is published with one script call per
 //! Redis node and chunk of at most [`CHUNK`] publications and
 //! [`Limits::call_bytes`] bytes of messages (a bigger message alone): on a
 //! single Redis the batch in order, one chunk per call; on a Redis Cluster
@@ -32,11 +32,13 @@ use ordo_core::broker::{
 };
 use tokio::task::JoinSet;
 
-use crate::buckets;
 use crate::error::Error;
-use crate::keys::{BaseKeys, PartitionKeys, Routing, group_registry, index_directory, joining, slot_of};
-use crate::nodes;
-use crate::scripts::{Reply, SCRIPTS};
+use crate::net::nodes;
+use crate::store::buckets;
+use crate::store::keys::{
+    BaseKeys, PartitionKeys, Routing, group_registry, index_directory, joining, slot_of,
+};
+use crate::store::scripts::{Reply, SCRIPTS};
 
 /// Publications per script call: large enough to amortise the round trip,
 /// small enough to keep each script short.
@@ -350,7 +352,7 @@ async fn publish_chunk(
     args.push(if dedup.window.is_zero() {
         Value::from(0)
     } else {
-        crate::lease::millis(dedup.window)
+        crate::owner::lease::millis(dedup.window)
     });
     args.push(Value::from(i64::try_from(dedup.cap).unwrap_or(i64::MAX)));
     for &position in chunk {
@@ -505,7 +507,7 @@ struct Names {
 impl Names {
     /// On a single Redis (`clustered` false) the category's own group
     /// registry and joining marker stand for every slot's copy (see
-    /// [`crate::buckets::register_group`]).
+    /// [`crate::store::buckets::register_group`]).
     fn of(publication: &Publication, backfill_suffix: &str, routing: &Routing, clustered: bool) -> Self {
         match &publication.key {
             Some(key) => {

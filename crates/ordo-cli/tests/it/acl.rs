@@ -21,7 +21,8 @@ use fred::interfaces::{ClientLike, KeysInterface, SetsInterface, StreamsInterfac
 use fred::types::Value;
 use ordo::prelude::*;
 use ordo_postgres::{PgOutbox, PgRelay, UnitOfWorkExt};
-use ordo_redis::{AclRole, AclScope, PartitionKeys, RedisBroker, RedisProcessStore, names};
+use ordo_redis::internals::names;
+use ordo_redis::{AclRole, AclScope, PartitionKeys, RedisBroker, RedisProcessStore};
 use ordo_testkit::{AclDenial, ConditionError, Postgres, Redis, eventually};
 
 /// Every ACL user's password.
@@ -913,7 +914,7 @@ async fn every_role_is_refused_what_it_must_not_do() -> anyhow::Result<()> {
     let own_halted = bob.halted();
     let foreign_halted = foreign.halted();
     let foreign_state = RedisProcessStore::key(FOREIGN_GROUP, "x");
-    let foreign_lease = ordo_redis::LeaseKeys::process(FOREIGN_GROUP, "x").lease;
+    let foreign_lease = ordo_redis::internals::LeaseKeys::process(FOREIGN_GROUP, "x").lease;
     let foreign_instances = names::instances(FOREIGN_GROUP);
     let lease = alice.lease(OWN_GROUP);
     let setup_commands: Vec<Vec<String>> = vec![

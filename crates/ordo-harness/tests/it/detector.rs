@@ -15,7 +15,8 @@ use ordo_core::message::Envelope;
 use ordo_harness::keys;
 use ordo_harness::tick::{GROUP, Tick};
 use ordo_harness::worker::TickHandler;
-use ordo_redis::{Lease, Partitions, RedisFence};
+use ordo_redis::RedisFence;
+use ordo_redis::internals::{Lease, Partitions};
 use support::Env;
 
 fn envelope(key: &str, seq: u64, work_ms: u64) -> anyhow::Result<Envelope> {

@@ -6,7 +6,7 @@
 //! ones that workers of different partitions have in flight at the same
 //! moment go to Redis together, in one `ack.lua` call per node, each checked
 //! against its own lease and done or refused on its own (see
-//! [`crate::ack`]), as databases commit the log records of many transactions
+//! [`crate::owner::ack`]), as databases commit the log records of many transactions
 //! with one write.
 //!
 //! It never waits for company: an acknowledgement that finds a call slot
@@ -23,9 +23,9 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::ack::{Ack, Acked};
 use crate::error::Error;
-use crate::partition::Partitions;
+use crate::owner::ack::{Ack, Acked};
+use crate::owner::partition::Partitions;
 
 /// Calls out at once before acknowledgements queue for the next one: two,
 /// so one call's round trip overlaps Redis running the other.
@@ -167,8 +167,8 @@ mod tests {
     use tokio::task::JoinSet;
 
     use super::*;
-    use crate::keys::PartitionKeys;
-    use crate::lease::Lease;
+    use crate::owner::lease::Lease;
+    use crate::store::keys::PartitionKeys;
 
     /// `calls` of `cmdstat_fcall` in `INFO commandstats`.
     async fn fcall_calls(partitions: &Partitions) -> u64 {
@@ -207,7 +207,7 @@ mod tests {
     #[tokio::test]
     async fn acknowledgements_in_flight_together_travel_in_one_call() {
         let redis = Redis::start().unwrap();
-        let pool = Builder::from_config(crate::client_config(&redis.url()).unwrap())
+        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
             .build_pool(2)
             .unwrap();
         pool.init().await.unwrap();

@@ -21,7 +21,7 @@
 //!   and runs at most `max_concurrency` keys at once.
 //! - **Parking.** A poison message parks its key, not the partition: it and
 //!   the key's later messages move to the key's held stream (see
-//!   [`crate::parking`]), every other key keeps flowing, and the lanes can
+//!   [`crate::owner::parking`]), every other key keeps flowing, and the lanes can
 //!   be trimmed. Once an operator resolves the key, its held messages run
 //!   first, in order, then its newer ones.
 //! - **Fencing.** Every read, acknowledgement, park and move is fenced by
@@ -41,15 +41,15 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use ordo_core::error::error_chain;
 use ordo_core::key::Lane;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
-use super::worker::{Exit, Handled, Slot, Worker};
-use crate::ack::Ack;
+use super::delivery::{Exit, Handled, Slot, Worker};
+use crate::consumer::metrics;
 use crate::error::Error;
-use crate::keys::PartitionKeys;
-use crate::metrics;
-use crate::parking::HeldNext;
-use crate::partition::{HaltReason, ReadOutcome, StreamEntry};
+use crate::owner::ack::Ack;
+use crate::owner::parking::HeldNext;
+use crate::owner::partition::{ReadOutcome, StreamEntry};
+use crate::store::keys::PartitionKeys;
 
 /// The most entries of one key kept in memory; the reader moves on past
 /// a key whose queue is full.
@@ -417,7 +417,7 @@ impl<'w> Hashed<'w> {
         let w = self.worker;
         let parking = w
             .until_answered("reading the parked keys", true, || {
-                w.shared.partitions.parking(&w.unit.group, self.partition)
+                w.held(self.partition).parking()
             })
             .await?
             .map_err(|_| Handled::Lost)?;
@@ -446,15 +446,8 @@ impl<'w> Hashed<'w> {
         let w = self.worker;
         Box::pin(async move {
             let read = w
-                .shared
-                .partitions
-                .read_hashed(
-                    &w.lease,
-                    &w.unit.group,
-                    self.partition,
-                    w.shared.settings.read_batch,
-                    &after,
-                )
+                .held(self.partition)
+                .read_hashed(w.shared.settings.read_batch, &after)
                 .await;
             Event::Read(read)
         })
@@ -533,14 +526,14 @@ impl<'w> Hashed<'w> {
             let mut fields = vec![
                 ("source_id", Value::from(entry.id())),
                 ("group", Value::from(&*w.unit.group)),
-                ("lane", Value::from(crate::partition::lane_name(lane))),
+                ("lane", Value::from(crate::owner::partition::lane_name(lane))),
                 ("attempts", Value::from(0)),
                 (
                     "error",
                     Value::from(ordo_core::text::capped(&error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
                 ),
             ];
-            fields.extend(crate::parking::field_pairs(&entry));
+            fields.extend(crate::owner::parking::field_pairs(&entry));
             let added = w
                 .until_answered("dead-lettering an entry of no key", false, || {
                     let fields = fields.clone();
@@ -688,11 +681,7 @@ impl<'w> Hashed<'w> {
         let partition = self.partition;
         others.push(Box::pin(async move {
             tokio::time::sleep(w.shared.settings.poll_interval).await;
-            let still = w
-                .shared
-                .partitions
-                .still_parked(&w.unit.group, partition, &parked)
-                .await;
+            let still = w.held(partition).still_parked(&parked).await;
             Event::Resumed(still.map(|still| {
                 parked
                     .into_iter()
@@ -797,14 +786,7 @@ impl<'w> Hashed<'w> {
                         let entries: Vec<&StreamEntry> = batch.iter().map(|q| &q.entry).collect();
                         let held = w
                             .until_answered("holding a parked key's messages", true, || {
-                                w.shared.partitions.hold(
-                                    &w.lease,
-                                    &w.unit.group,
-                                    self.partition,
-                                    &key,
-                                    lane,
-                                    &entries,
-                                )
+                                w.held(self.partition).hold(&key, lane, &entries)
                             })
                             .await;
                         match held {
@@ -833,9 +815,7 @@ impl<'w> Hashed<'w> {
         let w = self.worker;
         let read = w
             .until_answered("reading back a key's skipped entries", true, || {
-                w.shared.partitions.refill(
-                    &w.lease,
-                    self.partition,
+                w.held(self.partition).refill(
                     lane,
                     key,
                     (&skipped.after, &skipped.up_to),
@@ -894,9 +874,7 @@ impl<'w> Hashed<'w> {
         let attempt = w.next_attempt();
         let next = w
             .until_answered("reading a resolved key's held messages", true, || {
-                w.shared
-                    .partitions
-                    .held_next(&w.lease, &w.unit.group, self.partition, key, own, attempt)
+                w.held(self.partition).held_next(key, own, attempt)
             })
             .await;
         let entry = match next {
@@ -926,15 +904,7 @@ impl<'w> Hashed<'w> {
                 slot.take_had_failures();
                 let acked = w
                     .until_answered("acknowledging a held message", false, || {
-                        w.shared.partitions.ack_held(
-                            &w.lease,
-                            &w.unit.group,
-                            self.partition,
-                            key,
-                            own,
-                            entry.id(),
-                            close,
-                        )
+                        w.held(self.partition).ack_held(key, own, entry.id(), close)
                     })
                     .await;
                 match acked {
@@ -964,50 +934,6 @@ impl<'w> Hashed<'w> {
             .clone()
             .closing_in(slot.sequence(&w.lease));
         w.ack(slot, &names, entry, trim).await.is_some()
-    }
-}
-
-impl Worker {
-    /// Parks the key of `slot` (a key of a hashed partition) on `entry`,
-    /// which failed every attempt: the key's other messages are held aside
-    /// with it, the partition's other keys keep flowing.
-    pub(super) async fn park(
-        &self,
-        slot: &Slot,
-        partition: &PartitionKeys,
-        entry: &StreamEntry,
-        reason: HaltReason,
-        sequence: u64,
-    ) -> Handled {
-        let (Some(key), Some(own)) = (slot.key(), slot.own()) else {
-            return Handled::Lost;
-        };
-        let held = slot.is_held();
-        let parked = self
-            .until_answered("parking the key", false, || {
-                self.shared.partitions.park(
-                    &self.lease,
-                    &self.unit.group,
-                    partition,
-                    key,
-                    own,
-                    entry,
-                    held,
-                    &reason,
-                    sequence,
-                )
-            })
-            .await;
-        match parked {
-            Ok(Ok(head)) => {
-                error!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %ordo_core::text::log_text(&reason.error), attempts = reason.attempts, "key parked until an operator resolves it (ordo inspect, then retry, skip or dlq)");
-                metrics::halted(&self.unit, partition.category());
-                Handled::Halted
-            }
-            // An earlier try of this very park landed (its reply was lost).
-            Ok(Err(Error::Stale { .. })) => Handled::Halted,
-            Ok(Err(_)) | Err(_) => Handled::Lost,
-        }
     }
 }
 

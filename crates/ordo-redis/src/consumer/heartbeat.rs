@@ -21,10 +21,10 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{LeaseTable, Settings};
-use crate::connection;
+use super::shared::{LeaseTable, Settings};
 use crate::error::Result;
-use crate::lease;
+use crate::net::connection;
+use crate::owner::lease;
 
 /// Starts the heartbeat thread; it stops when `stop` is cancelled.
 pub(crate) fn spawn(

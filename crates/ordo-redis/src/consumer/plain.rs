@@ -23,15 +23,15 @@ use ordo_core::retry::Next;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info_span, warn};
 
-use super::{SharedRef, sleep_unless};
-use crate::connection;
+use super::shared::{SharedRef, sleep_unless};
+use crate::consumer::metrics;
 use crate::error::Result;
-use crate::groups::{self, IfNoStream};
-use crate::keys::{BaseKeys, instances};
-use crate::lease::millis;
-use crate::metrics;
-use crate::partition::StreamEntry;
-use crate::scripts::{RawEntry, SCRIPTS, array, parse_entries};
+use crate::net::connection;
+use crate::owner::lease::millis;
+use crate::owner::partition::StreamEntry;
+use crate::store::groups::{self, IfNoStream};
+use crate::store::keys::{BaseKeys, instances};
+use crate::store::scripts::{RawEntry, SCRIPTS, array, parse_entries};
 
 /// How many pending entries one claim pass takes over.
 const CLAIM_COUNT: i64 = 100;
@@ -272,7 +272,7 @@ impl Plain {
             ),
         ];
         // Its fields as they were, bytes that are not text included.
-        fields.extend(crate::parking::field_pairs(entry));
+        fields.extend(crate::owner::parking::field_pairs(entry));
         let _: Value = self
             .shared
             .partitions

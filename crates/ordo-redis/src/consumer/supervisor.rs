@@ -21,20 +21,21 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use super::balance;
+use super::delivery::{Control, Exit, Worker};
 use super::plain::Plain;
+use super::shared::SharedRef;
 use super::unit::{GroupPlan, Unit};
-use super::worker::{Control, Exit, Worker};
-use super::{SharedRef, balance};
-use crate::buckets;
+use crate::consumer::metrics;
 use crate::error::Result;
-use crate::groups::{self, IfNoStream};
-use crate::keys::{
+use crate::owner::lease::millis;
+use crate::store::buckets;
+use crate::store::groups::{self, IfNoStream};
+use crate::store::keys::{
     BaseKeys, PartitionId, PartitionKeys, group_registry, group_registry_copy, index, index_directory,
     instances, joining,
 };
-use crate::lease::millis;
-use crate::metrics;
-use crate::scripts::{SCRIPTS, array};
+use crate::store::scripts::{SCRIPTS, array};
 
 /// At most this many candidates are offered to one acquire call.
 const MAX_CANDIDATES: usize = 512;
@@ -168,7 +169,7 @@ impl Supervisor {
                 continue;
             }
             metrics::paused(&group, pause.is_some());
-            let recorded = crate::pause::record(
+            let recorded = crate::owner::pause::record(
                 self.shared.partitions.client(),
                 &group,
                 self.shared.instance(),
@@ -514,7 +515,7 @@ impl Supervisor {
         &mut self,
         plan: usize,
         unit: Unit,
-        lease: crate::lease::Lease,
+        lease: crate::owner::lease::Lease,
         valid_until: std::time::Instant,
     ) {
         debug!(event = ordo_core::log_events::LEASE_ACQUIRED, group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use ordo_core::broker::Subscription;
 use ordo_core::handler::HandlerKind;
 
-use crate::keys::{LeaseKeys, PartitionId, PartitionKeys};
+use crate::store::keys::{LeaseKeys, PartitionId, PartitionKeys};
 
 /// One unit of ownership of one group.
 #[derive(Debug, Clone)]

@@ -64,9 +64,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::error::{Error, Result};
-use crate::keys::slot_of;
-use crate::nodes;
-use crate::scripts::{SCRIPTS, array};
+use crate::net::nodes;
+use crate::store::keys::slot_of;
+use crate::store::scripts::{SCRIPTS, array};
 
 /// A worker's identity for the waker.
 pub(crate) type WatcherId = u64;
@@ -692,19 +692,19 @@ mod tests {
     use ordo_testkit::Redis;
 
     use super::*;
-    use crate::ack::Ack;
-    use crate::keys::PartitionKeys;
-    use crate::partition::{Partitions, ReadOutcome, ReapOutcome};
-    use crate::tls::TlsFiles;
+    use crate::net::tls::TlsFiles;
+    use crate::owner::ack::Ack;
+    use crate::owner::partition::{Partitions, ReadOutcome, ReapOutcome};
+    use crate::store::keys::PartitionKeys;
 
     const DEADLINE: Duration = Duration::from_secs(10);
 
     async fn started(redis: &Redis) -> (Partitions, WakerHandle, CancellationToken) {
-        let pool = Builder::from_config(crate::client_config(&redis.url()).unwrap())
+        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
             .build_pool(2)
             .unwrap();
         pool.init().await.unwrap();
-        let subscriber = crate::connection::subscriber_builder(&redis.url(), &TlsFiles::new())
+        let subscriber = crate::net::connection::subscriber_builder(&redis.url(), &TlsFiles::new())
             .unwrap()
             .build_subscriber_client()
             .unwrap();

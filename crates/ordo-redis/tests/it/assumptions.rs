@@ -8,7 +8,8 @@ use std::time::Duration;
 use fred::interfaces::{ClientLike, KeysInterface};
 use ordo_core::broker::Broker;
 use ordo_core::key::Lane;
-use ordo_redis::{Error, HaltReason, PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisBroker};
+use ordo_redis::internals::{HaltReason, Partitions, ReadOutcome, ReapOutcome};
+use ordo_redis::{Error, PartitionKeys, RedisBroker};
 use ordo_testkit::{Redis, RedisCluster};
 
 use common::{config, pool, publication};

@@ -10,7 +10,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{pool, publish_seqs};
-use ordo_redis::{PartitionKeys, Partitions, ReadOutcome};
+use ordo_redis::PartitionKeys;
+use ordo_redis::internals::{Partitions, ReadOutcome};
 use ordo_testkit::Redis;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

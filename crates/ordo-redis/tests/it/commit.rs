@@ -13,7 +13,8 @@ use std::time::Duration;
 use common::pool;
 use common::proxy::Proxy;
 use fred::interfaces::{ClientLike, KeysInterface, ListInterface};
-use ordo_redis::{FencedWrite, PartitionKeys, Partitions, RedisFence};
+use ordo_redis::internals::Partitions;
+use ordo_redis::{FencedWrite, PartitionKeys, RedisFence};
 use ordo_testkit::Redis;
 use ordo_testkit::eventually;
 

@@ -162,9 +162,11 @@ async fn a_publisher_that_shuts_down_right_after_committing_loses_nothing() -> a
     let client = pool(&url).await?;
     let length: u64 = fred::interfaces::StreamsInterface::xlen(&client, "shipment").await?;
     assert_eq!(length, 50, "every committed event is in the stream");
-    let groups: Vec<String> =
-        fred::interfaces::SetsInterface::smembers(&client, ordo_redis::names::group_registry("shipment"))
-            .await?;
+    let groups: Vec<String> = fred::interfaces::SetsInterface::smembers(
+        &client,
+        ordo_redis::internals::names::group_registry("shipment"),
+    )
+    .await?;
     assert!(
         groups.is_empty(),
         "a publisher registers no consumer group: {groups:?}"

@@ -9,9 +9,8 @@ use fred::interfaces::{KeysInterface, StreamsInterface};
 use fred::types::Value;
 use ordo_core::broker::Broker;
 use ordo_core::key::Lane;
-use ordo_redis::{
-    Ack, Error, FencedWrite, Lease, PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisFence,
-};
+use ordo_redis::internals::{Ack, Lease, Partitions, ReadOutcome, ReapOutcome};
+use ordo_redis::{Error, FencedWrite, PartitionKeys, RedisFence};
 use ordo_testkit::Redis;
 
 use common::topology::TestRedis;
@@ -382,7 +381,8 @@ async fn tokens_keep_growing_across_a_reap() -> anyhow::Result<()> {
 async fn a_stale_owner_cannot_save_process_state() -> anyhow::Result<()> {
     use ordo_core::handler::HandlerContext;
     use ordo_core::process::ProcessStore;
-    use ordo_redis::{LeaseKeys, RedisProcessStore};
+    use ordo_redis::RedisProcessStore;
+    use ordo_redis::internals::LeaseKeys;
 
     let redis = Redis::start()?;
     let url = redis.url();

@@ -148,13 +148,14 @@ async fn workers_restore_the_group_registries_after_redis_loses_its_data() -> an
 /// after the registration is not trimmed away by the other groups.
 #[tokio::test]
 async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> anyhow::Result<()> {
-    use ordo_redis::{PartitionKeys, Partitions, ReadOutcome};
+    use ordo_redis::PartitionKeys;
+    use ordo_redis::internals::{Partitions, ReadOutcome};
 
     let redis = Redis::start()?;
     let url = redis.url();
     let category = common::category("lanes");
     let client = pool(&url).await?;
-    ordo_redis::registry::register_group(&client, &category, "First").await?;
+    ordo_redis::internals::register_group(&client, &category, "First").await?;
     let publisher = broker(&url, config(15_000, 3_600_000, 0)).await?;
     publisher
         .publish(&[publication(&category, "k", 0, Lane::Backfill)])
@@ -162,8 +163,8 @@ async fn a_lane_missed_while_a_group_joined_gets_it_at_the_next_publish() -> any
     // The second group registers (and marks the category as joining, as
     // its first instance does for the time of its passes over the lanes);
     // the lane was missed by its passes.
-    ordo_redis::registry::mark_joining(&client, &category, "Second", 600_000).await?;
-    ordo_redis::registry::register_group(&client, &category, "Second").await?;
+    ordo_redis::internals::mark_joining(&client, &category, "Second", 600_000).await?;
+    ordo_redis::internals::register_group(&client, &category, "Second").await?;
     publisher
         .publish(&[
             publication(&category, "k", 1, Lane::Backfill),
@@ -211,7 +212,7 @@ async fn a_registration_without_slot_copies_is_redone_at_start() -> anyhow::Resu
     let category = common::category("upgrade");
     let client = pool(&url).await?;
     let _: i64 = client
-        .sadd(ordo_redis::names::group_registry(&category), "Old")
+        .sadd(ordo_redis::internals::names::group_registry(&category), "Old")
         .await?;
     let recorder = Recorder::new();
     let a = broker(&url, config(3_000, 3_600_000, 0)).await?;
@@ -220,7 +221,7 @@ async fn a_registration_without_slot_copies_is_redone_at_start() -> anyhow::Resu
     eventually(Duration::from_secs(10), "the slot copies written", || {
         let (client, category) = (client.clone(), category.clone());
         async move {
-            let copy = ordo_redis::names::group_registry_copy(&category, slot);
+            let copy = ordo_redis::internals::names::group_registry_copy(&category, slot);
             Ok(client.sismember::<bool, _, _>(copy, "Old").await?)
         }
     })

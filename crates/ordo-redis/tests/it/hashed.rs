@@ -577,7 +577,7 @@ async fn entries_a_read_delivered_without_a_reply_are_read_again() -> anyhow::Re
 async fn a_read_resent_after_a_reconnect_returns_the_entries_of_its_first_run() -> anyhow::Result<()> {
     use fred::prelude::{Builder, ClientLike};
     use fred::types::config::ReconnectPolicy;
-    use ordo_redis::{Partitions, ReadOutcome};
+    use ordo_redis::internals::{Partitions, ReadOutcome};
     use ordo_testkit::Redis;
 
     let redis = Redis::start()?;

@@ -11,7 +11,8 @@ use crate::common;
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
-use ordo_redis::{Error, FencedWrite, PartitionKeys, Partitions, RedisFence};
+use ordo_redis::internals::Partitions;
+use ordo_redis::{Error, FencedWrite, PartitionKeys, RedisFence};
 use ordo_testkit::Redis;
 
 use common::pool;

@@ -20,7 +20,8 @@ use ordo_core::broker::{Broker, DynHandler};
 use ordo_core::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
-use ordo_redis::{Error, FencedWrite, HaltReason, PartitionKeys, Partitions, RedisFence};
+use ordo_redis::internals::{HaltReason, Partitions};
+use ordo_redis::{Error, FencedWrite, PartitionKeys, RedisFence};
 use ordo_testkit::Redis;
 
 use common::proxy::Proxy;
@@ -138,7 +139,7 @@ async fn a_late_halt_cannot_halt_a_resolved_partition_again() -> anyhow::Result<
     let owner = Partitions::new(direct.clone(), "a", Duration::from_secs(30));
     let lease = owner.acquire("G", &partition).await?.expect("free");
     let head = match owner.read(&lease, "G", &partition, 10).await? {
-        ordo_redis::ReadOutcome::Entries { entries, .. } => entries[0].id().to_owned(),
+        ordo_redis::internals::ReadOutcome::Entries { entries, .. } => entries[0].id().to_owned(),
         other => anyhow::bail!("expected entries, got {other:?}"),
     };
     let reason = HaltReason {

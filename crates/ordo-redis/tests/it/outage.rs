@@ -20,7 +20,8 @@ use ordo_core::broker::{Broker, DynHandler};
 use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
-use ordo_redis::{PartitionKeys, Partitions};
+use ordo_redis::PartitionKeys;
+use ordo_redis::internals::Partitions;
 use ordo_testkit::Redis;
 
 use common::proxy::Proxy;

@@ -16,7 +16,8 @@ use fred::interfaces::{
 use fred::types::{InfoKind, Value};
 use ordo_core::broker::{Broker, Publication};
 use ordo_core::key::Lane;
-use ordo_redis::{PartitionKeys, Partitions, ReadOutcome, ReapOutcome, RedisBroker};
+use ordo_redis::internals::{Partitions, ReadOutcome, ReapOutcome};
+use ordo_redis::{PartitionKeys, RedisBroker};
 use ordo_testkit::{Redis, RedisCluster};
 
 use common::topology::{TestRedis, Topology};
@@ -34,8 +35,8 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
     let category = common::category("order");
     let a = broker(&url, config(15_000, 3_600_000, 0)).await?;
     let client = pool(&url).await?;
-    ordo_redis::registry::register_group(&client, &category, "G1").await?;
-    ordo_redis::registry::register_group(&client, &category, "G2").await?;
+    ordo_redis::internals::register_group(&client, &category, "G1").await?;
+    ordo_redis::internals::register_group(&client, &category, "G2").await?;
 
     a.publish(&[
         publication(&category, "k1", 0, Lane::Primary),
@@ -47,13 +48,15 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
     // Each key in the index bucket of its own slot, which the category's
     // directory lists.
     let listed: BTreeSet<u16> = client
-        .smembers(ordo_redis::names::index_directory(&category))
+        .smembers(ordo_redis::internals::names::index_directory(&category))
         .await?;
     let mut indexed = BTreeSet::new();
     for key in ["k1", "k2"] {
         let slot = common::partition(&category, key).slot();
         assert!(listed.contains(&slot), "slot {slot} of {key} listed: {listed:?}");
-        let bucket: BTreeSet<String> = client.smembers(ordo_redis::names::index(&category, slot)).await?;
+        let bucket: BTreeSet<String> = client
+            .smembers(ordo_redis::internals::names::index(&category, slot))
+            .await?;
         assert!(bucket.contains(key), "{key} in its bucket: {bucket:?}");
         indexed.extend(bucket);
     }
@@ -293,7 +296,7 @@ async fn a_batch_over_many_slots_keeps_each_key_in_order_and_every_category_is_f
 
     // The slots are listed once per broker: a second batch to the same
     // partitions adds nothing to the directories.
-    let directory = ordo_redis::names::index_directory(&categories[0]);
+    let directory = ordo_redis::internals::names::index_directory(&categories[0]);
     let _: Value = client.del(&directory).await?;
     a.publish(&batch[..keys.len() * categories.len()]).await?;
     assert!(
@@ -441,7 +444,7 @@ async fn a_batch_naming_a_moved_slot_is_grouped_again_and_published_once() -> an
         slot(stays),
         slot("warm"),
         fred::types::cluster::ClusterRouting::hash_key(
-            ordo_redis::names::index_directory(&category).as_bytes(),
+            ordo_redis::internals::names::index_directory(&category).as_bytes(),
         ),
     ];
     let mut moves = None;

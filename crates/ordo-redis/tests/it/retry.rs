@@ -27,7 +27,8 @@ use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 use ordo_core::process::ProcessStore;
-use ordo_redis::{FencedWrite, PartitionKeys, Partitions, RedisFence, RedisProcessStore};
+use ordo_redis::internals::Partitions;
+use ordo_redis::{FencedWrite, PartitionKeys, RedisFence, RedisProcessStore};
 use ordo_testkit::Redis;
 use tokio::sync::watch;
 

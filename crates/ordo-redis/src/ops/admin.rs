@@ -15,46 +15,17 @@
 //! [`RedisBroker::admin`](crate::RedisBroker::admin) does). The head of a
 //! parked key is the first of its held messages.
 
-use std::collections::HashMap;
-
 use fred::clients::Pool;
 use fred::interfaces::{HashesInterface, SetsInterface, StreamsInterface};
 use fred::types::Value;
-use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::keys::{PartitionId, PartitionKeys, Routing, halted, halted_directory};
-use crate::parking::held_entry;
-use crate::partition::{StreamEntry, parse_lane};
-use crate::scripts::{Reply, SCRIPTS, array, parse_entries};
-
-/// A halted partition, as recorded when it halted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HaltedPartition {
-    /// The consumer group (handler name) that halted.
-    pub group: String,
-    /// The stream category.
-    pub category: String,
-    /// The partition key.
-    pub key: String,
-    /// The lane of the poison message.
-    pub lane: Lane,
-    /// The poison message's entry id (the pending head).
-    pub head: String,
-    /// The last error.
-    pub error: String,
-    /// How many times it was attempted.
-    pub attempts: u32,
-    /// The instance that halted it.
-    pub owner: String,
-    /// When it halted (Redis server clock, ms since the Unix epoch).
-    pub halted_at_ms: u64,
-    /// Whether this is a parked key of a hashed partition (its messages
-    /// held aside, the partition's other keys flowing) rather than a halted
-    /// partition of its own; `head` is then the id of its first held
-    /// message.
-    pub parked: bool,
-}
+use crate::ops::halts::{self, HaltedPartition};
+use crate::ops::status::ClusterStatus;
+use crate::owner::parking::held_entry;
+use crate::owner::partition::StreamEntry;
+use crate::store::keys::{PartitionId, PartitionKeys, Routing};
+use crate::store::scripts::{Reply, SCRIPTS, array, parse_entries};
 
 /// A halted partition's head, as an operator inspects it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +86,7 @@ impl PartitionAdmin {
     /// Every halted partition (and parked key), of every group and every
     /// category found (a `SCAN`, see [`ClusterStatus::categories`](crate::ClusterStatus::categories)).
     pub async fn halted(&self) -> Result<Vec<HaltedPartition>> {
-        let status = crate::ClusterStatus::new(self.client.clone(), &self.backfill_suffix);
+        let status = ClusterStatus::new(self.client.clone(), &self.backfill_suffix);
         let mut halted = Vec::new();
         for category in status.categories().await? {
             halted.extend(self.halted_in(&category).await?);
@@ -128,21 +99,7 @@ impl PartitionAdmin {
     /// group, sorted by group and key: its halted set reads nothing of any
     /// other category.
     pub async fn halted_in(&self, category: &str) -> Result<Vec<HaltedPartition>> {
-        let keys = crate::buckets::members(&self.client, &halted_directory(category), |slot| {
-            halted(category, slot)
-        })
-        .await?;
-        let mut halted = Vec::with_capacity(keys.len());
-        for key in keys {
-            if let Some((category, group)) = parse_parked(&key) {
-                halted.extend(self.parked_records(&key, category, group).await?);
-            // A record cleared between the two reads is simply not halted.
-            } else if let Some(record) = self.record(&key).await? {
-                halted.push(record);
-            }
-        }
-        halted.sort_by(|a, b| (&a.group, &a.key).cmp(&(&b.group, &b.key)));
-        Ok(halted)
+        halts::halted_in(&self.client, category).await
     }
 
     /// Changes how `category` is partitioned (`[categories.NAME]
@@ -169,7 +126,7 @@ impl PartitionAdmin {
         category: &str,
         to: ordo_core::Partitions,
     ) -> Result<Option<ordo_core::Partitions>> {
-        let status = crate::ClusterStatus::new(self.client.clone(), &self.backfill_suffix);
+        let status = ClusterStatus::new(self.client.clone(), &self.backfill_suffix);
         let groups = status.groups(category).await?;
         let (mut undelivered, mut in_flight, mut busy) = (0, 0, 0);
         let partitions = status.partitions(category, &groups).await?;
@@ -208,10 +165,10 @@ impl PartitionAdmin {
                 ),
             });
         }
-        let before = crate::partitioning::recorded(&self.client, category).await?;
+        let before = crate::store::partitioning::recorded(&self.client, category).await?;
         // Before the switch, so a failure leaves the old partitioning
         // recorded and the repartition can be run again.
-        crate::positions::carry(
+        crate::store::positions::carry(
             &self.client,
             category,
             before.unwrap_or_default(),
@@ -219,7 +176,7 @@ impl PartitionAdmin {
             &self.backfill_suffix,
         )
         .await?;
-        crate::partitioning::record(&self.client, category, to).await?;
+        crate::store::partitioning::record(&self.client, category, to).await?;
         Ok(before)
     }
 
@@ -230,8 +187,7 @@ impl PartitionAdmin {
         if partition.id().is_hashed() {
             return self.inspect_parked(group, &partition, key).await;
         }
-        let halt = self
-            .record(&partition.halt(group))
+        let halt = halts::record(&self.client, &partition.halt(group))
             .await?
             .ok_or_else(|| not_halted(group, &partition))?;
         let lane = partition.lane(halt.lane);
@@ -344,20 +300,13 @@ impl PartitionAdmin {
         PartitionKeys::of(self.routing.partition_of(category, key), &self.backfill_suffix)
     }
 
-    /// The parked keys of one hashed partition (`name`: its parked hash).
-    async fn parked_records(&self, name: &str, category: &str, group: &str) -> Result<Vec<HaltedPartition>> {
-        let records: HashMap<String, String> = self.client.hgetall(name).await?;
-        records
-            .into_iter()
-            .map(|(key, record)| parse_parked_record(name, category, group, key, &record))
-            .collect()
-    }
-
     async fn inspect_parked(&self, group: &str, partition: &PartitionKeys, key: &str) -> Result<Inspection> {
         let name = partition.parked(group);
         let record: Option<String> = self.client.hget(&name, key).await?;
         let halt = match record {
-            Some(record) => parse_parked_record(&name, partition.category(), group, key.to_owned(), &record)?,
+            Some(record) => {
+                halts::parse_parked_record(&name, partition.category(), group, key.to_owned(), &record)?
+            }
             None => return Err(not_halted_key(group, partition, key)),
         };
         let entries: Value = self
@@ -421,40 +370,6 @@ impl PartitionAdmin {
         }
     }
 
-    async fn record(&self, halt_key: &str) -> Result<Option<HaltedPartition>> {
-        let fields: HashMap<String, String> = self.client.hgetall(halt_key).await?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        let field = |name: &str| {
-            fields
-                .get(name)
-                .cloned()
-                .ok_or_else(|| Error::protocol("halt record", format!("`{halt_key}` has no `{name}`")))
-        };
-        let number = |name: &str| -> Result<u64> {
-            field(name)?.parse().map_err(|_| {
-                Error::protocol(
-                    "halt record",
-                    format!("`{halt_key}` field `{name}` is not a number"),
-                )
-            })
-        };
-        Ok(Some(HaltedPartition {
-            group: field("group")?,
-            category: field("category")?,
-            key: field("key")?,
-            lane: parse_lane(&field("lane")?)?,
-            head: field("head")?,
-            // Records written before errors were capped may hold megabytes.
-            error: ordo_core::text::cap_error(field("error")?),
-            attempts: u32::try_from(number("attempts")?).unwrap_or(u32::MAX),
-            owner: field("owner")?,
-            halted_at_ms: number("at")?,
-            parked: false,
-        }))
-    }
-
     /// The delivery count of a pending entry (`XPENDING` extended form).
     async fn deliveries(&self, stream: &str, group: &str, id: &str) -> Result<Option<u64>> {
         let pending: Value = self.client.xpending(stream, group, (id, id, 1)).await?;
@@ -509,49 +424,6 @@ impl<'a> HeadAction<'a> {
     pub async fn retry(self) -> Result<String> {
         self.admin.resolve(&self, Action::Retry).await
     }
-}
-
-/// The (category, group) of a hashed partition's parked hash name
-/// (`{order:__7__}:parked:G`), if `name` is one.
-fn parse_parked(name: &str) -> Option<(&str, &str)> {
-    let (tag, group) = name.strip_prefix('{')?.split_once("}:parked:")?;
-    let (category, member) = tag.rsplit_once(':')?;
-    PartitionId::from_member(category, member)
-        .is_hashed()
-        .then_some((category, group))
-}
-
-/// A parked key's record (JSON, written by `park.lua`).
-fn parse_parked_record(
-    name: &str,
-    category: &str,
-    group: &str,
-    key: String,
-    record: &str,
-) -> Result<HaltedPartition> {
-    #[derive(serde::Deserialize)]
-    struct Record {
-        head: String,
-        lane: String,
-        error: String,
-        attempts: u32,
-        owner: String,
-        at: u64,
-    }
-    let record: Record = serde_json::from_str(record)
-        .map_err(|error| Error::protocol("park record", format!("`{name}` field `{key}`: {error}")))?;
-    Ok(HaltedPartition {
-        group: group.to_owned(),
-        category: category.to_owned(),
-        key,
-        lane: parse_lane(&record.lane)?,
-        head: record.head,
-        error: ordo_core::text::cap_error(record.error),
-        attempts: record.attempts,
-        owner: record.owner,
-        halted_at_ms: record.at,
-        parked: true,
-    })
 }
 
 fn not_halted_key(group: &str, partition: &PartitionKeys, key: &str) -> Error {

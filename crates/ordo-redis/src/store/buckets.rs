@@ -2,7 +2,7 @@
 //! partitions (the category indexes, the halted set, the registry copies).
 //!
 //! A bucket lives in the slot of the partitions it lists (see
-//! [`crate::keys::index`]); a directory set lists the slots whose bucket may
+//! [`crate::store::keys::index`]); a directory set lists the slots whose bucket may
 //! be non-empty. Directories only grow: a slot is added before the first
 //! write to its bucket and never removed, so a reader that reads the
 //! directory, then every listed bucket, cannot miss an entry that was there
@@ -16,8 +16,8 @@ use fred::types::Expiration;
 use fred::types::Value;
 
 use crate::error::{Error, Result};
-use crate::keys::{SLOTS, group_registry, group_registry_copy, joining, joining_copy};
-use crate::scripts::{SCRIPTS, array};
+use crate::store::keys::{SLOTS, group_registry, group_registry_copy, joining, joining_copy};
+use crate::store::scripts::{SCRIPTS, array};
 
 /// Buckets read per pipelined round trip.
 const READ_CHUNK: usize = 512;
@@ -104,12 +104,12 @@ pub(crate) async fn members_per_node(
     // One client throughout: each client of a pool keeps its own view of the
     // cluster, and the retry must group by the view the refresh updated.
     let client = client.next();
-    crate::nodes::once_more_if_moved(client, "discovery", || union_per_node(client, &buckets)).await
+    crate::net::nodes::once_more_if_moved(client, "discovery", || union_per_node(client, &buckets)).await
 }
 
 async fn union_per_node(client: &Client, buckets: &[String]) -> Result<BTreeSet<String>> {
-    crate::nodes::nodes(client).await?;
-    let groups = crate::nodes::group_by_node(client, buckets.iter().map(|name| (name, name)))?;
+    crate::net::nodes::nodes(client).await?;
+    let groups = crate::net::nodes::group_by_node(client, buckets.iter().map(|name| (name, name)))?;
     let mut members = BTreeSet::new();
     for (_, names) in groups {
         let Some(first) = names.first() else {
@@ -209,7 +209,7 @@ mod tests {
     use ordo_testkit::RedisCluster;
 
     use super::*;
-    use crate::keys::{index, index_directory};
+    use crate::store::keys::{index, index_directory};
 
     /// Discovery after a resharding moved a listed slot: the call grouped by
     /// the stale view fails, and the retry groups by the refreshed one. (It
@@ -218,7 +218,7 @@ mod tests {
     #[tokio::test]
     async fn discovery_after_a_slot_moved_groups_by_the_refreshed_view() {
         let cluster = RedisCluster::start_local().unwrap();
-        let client = Builder::from_config(crate::client_config(&cluster.url()).unwrap())
+        let client = Builder::from_config(crate::net::connection::client_config(&cluster.url()).unwrap())
             .build_pool(4)
             .unwrap();
         client.init().await.unwrap();

@@ -13,9 +13,11 @@ use std::fmt;
 use std::future::Future;
 
 use fred::clients::{Client, WithOptions};
-use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface};
+use fred::types::Value;
 use fred::types::cluster::ClusterRouting;
 use fred::types::config::{Options, Server};
+use fred::types::scan::ScanType;
 use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
@@ -228,6 +230,59 @@ where
     Ok(groups)
 }
 
+/// Keys asked for per `SCAN` step.
+const SCAN_COUNT: u32 = 1_000;
+
+/// Every key matching `pattern` of type `kind`, on every node (each
+/// primary of a cluster holds its own part of the keyspace).
+pub(crate) async fn scan(client: &Client, pattern: &str, kind: ScanType) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for node in nodes(client).await? {
+        let routed = node.route(client);
+        let mut cursor = "0".to_owned();
+        loop {
+            let page: Value = routed
+                .scan_page(
+                    cursor.clone(),
+                    pattern.to_owned(),
+                    Some(SCAN_COUNT),
+                    Some(kind.clone()),
+                )
+                .await?;
+            let mut parts = array(page).into_iter();
+            cursor = parts
+                .next()
+                .and_then(text)
+                .ok_or_else(|| Error::protocol("SCAN", "reply has no cursor"))?;
+            found.extend(
+                parts
+                    .next()
+                    .map(array)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(text),
+            );
+            if cursor == "0" {
+                break;
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// An array reply's elements (none for a nil reply).
+fn array(value: Value) -> Vec<Value> {
+    match value {
+        Value::Null => Vec::new(),
+        other => other.into_array(),
+    }
+}
+
+/// A reply's text, if it is one.
+fn text(value: Value) -> Option<String> {
+    value.as_str().map(|s| s.into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -239,7 +294,7 @@ mod tests {
     use super::*;
 
     async fn connect(url: &str) -> Client {
-        let client = Builder::from_config(crate::client_config(url).unwrap())
+        let client = Builder::from_config(crate::net::connection::client_config(url).unwrap())
             .build()
             .unwrap();
         client.init().await.unwrap();

@@ -15,11 +15,11 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;
 
-use crate::ack::{self, Ack};
 use crate::error::{Error, Result};
-use crate::keys::{CONSUMER, LeaseKeys, PartitionKeys};
-use crate::lease::{self, Lease, Owner, millis};
-use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
+use crate::owner::ack::{self, Ack};
+use crate::owner::lease::{self, Lease, Owner, millis};
+use crate::store::keys::{CONSUMER, LeaseKeys, PartitionKeys};
+use crate::store::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
 /// An entry of a partition lane, read under a lease.
 ///
@@ -320,6 +320,17 @@ pub struct Partitions {
     groups: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
 }
 
+/// One partition as its owner holds it: the lease, the consumer group and
+/// the partition's names that every fenced operation runs under, carried
+/// once (see [`Partitions::held`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Held<'a> {
+    pub(crate) partitions: &'a Partitions,
+    pub(crate) lease: &'a Lease,
+    pub(crate) group: &'a str,
+    pub(crate) partition: &'a PartitionKeys,
+}
+
 impl Partitions {
     /// Operations on `client` for the instance `instance`, whose leases live
     /// `lease_ttl` without renewal. Each call draws a fresh nonce: its
@@ -359,7 +370,7 @@ impl Partitions {
 
     /// How long a lease's attempt sequence is kept after its last change.
     pub(crate) fn sequence_ttl(&self) -> Duration {
-        self.lease_ttl * crate::lease::SEQUENCE_TTL_FACTOR
+        self.lease_ttl * crate::owner::lease::SEQUENCE_TTL_FACTOR
     }
 
     /// Acquires `group`'s lease on `partition` if it is free (or renews it
@@ -418,6 +429,22 @@ impl Partitions {
         })
     }
 
+    /// `partition` as held for `group` under `lease`: the handle its
+    /// fenced operations run on.
+    pub(crate) fn held<'a>(
+        &'a self,
+        lease: &'a Lease,
+        group: &'a str,
+        partition: &'a PartitionKeys,
+    ) -> Held<'a> {
+        Held {
+            partitions: self,
+            lease,
+            group,
+            partition,
+        }
+    }
+
     /// The fenced read: up to `count` entries of `partition` for `group`,
     /// pending ones first (this is where a new owner reclaims what the
     /// previous owner left unacknowledged), primary lane first.
@@ -428,22 +455,7 @@ impl Partitions {
         partition: &PartitionKeys,
         count: usize,
     ) -> Result<ReadOutcome> {
-        let script = &SCRIPTS.read;
-        let keys = vec![
-            lease.key().to_owned(),
-            partition.halt(group),
-            partition.primary().to_owned(),
-            partition.backfill().to_owned(),
-        ];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(group),
-            Value::from(CONSUMER),
-            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
-        ];
-        let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        read_outcome(script.name(), &mut reply)
+        self.held(lease, group, partition).read(count).await
     }
 
     /// The fenced read of a hashed partition: the pending entries after
@@ -459,59 +471,7 @@ impl Partitions {
         count: usize,
         after: &[String; 2],
     ) -> Result<ReadOutcome> {
-        let script = &SCRIPTS.read_hashed;
-        let keys = vec![
-            lease.key().to_owned(),
-            partition.primary().to_owned(),
-            partition.backfill().to_owned(),
-        ];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(group),
-            Value::from(CONSUMER),
-            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
-            Value::from(after[0].as_str()),
-            Value::from(after[1].as_str()),
-        ];
-        let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        read_outcome(script.name(), &mut reply)
-    }
-
-    /// The fenced read-back of `key`'s entries of `partition`'s `lane` with
-    /// ids in `(after, up_to]` (delivered, pending, and not kept in memory
-    /// by the owner of the hashed partition): at most `count` of them,
-    /// looking at no more than `scan` entries of the lane. Returns them and
-    /// the id looked at last, or `None` when the read reached `up_to`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn refill(
-        &self,
-        lease: &Lease,
-        partition: &PartitionKeys,
-        lane: Lane,
-        key: &str,
-        (after, up_to): (&str, &str),
-        count: usize,
-        scan: usize,
-    ) -> Result<(Vec<StreamEntry>, Option<String>)> {
-        let script = &SCRIPTS.refill;
-        let keys = vec![lease.key().to_owned(), partition.lane(lane).to_owned()];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(key),
-            Value::from(after),
-            Value::from(up_to),
-            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
-            Value::from(i64::try_from(scan).unwrap_or(i64::MAX)),
-        ];
-        let mut reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        let entries = parse_entries(script.name(), reply.take(0)?)?
-            .into_iter()
-            .map(|raw| StreamEntry::from_raw(raw, lane))
-            .collect();
-        let last = reply.string(1)?;
-        Ok((entries, (!last.is_empty()).then_some(last)))
+        self.held(lease, group, partition).read_hashed(count, after).await
     }
 
     /// The fenced acknowledgement of handled entries of one lane (which also
@@ -541,28 +501,9 @@ impl Partitions {
         ids: &[&str],
         attempt: u64,
     ) -> Result<bool> {
-        self.ack_handled(lease, group, partition, lane, ids, attempt, true)
+        self.held(lease, group, partition)
+            .ack_handled(lane, ids, attempt, true)
             .await
-    }
-
-    /// [`Partitions::ack_attempt`]; `had_failures`: whether the ids may have
-    /// failed attempts on record (to clear).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn ack_handled(
-        &self,
-        lease: &Lease,
-        group: &str,
-        partition: &PartitionKeys,
-        lane: Lane,
-        ids: &[&str],
-        attempt: u64,
-        had_failures: bool,
-    ) -> Result<bool> {
-        let one = Ack::new(lease, group, partition, lane, &[]).of(ids, attempt, had_failures);
-        let mut acked = self.acknowledge(std::slice::from_ref(&one)).await?;
-        acked
-            .pop()
-            .ok_or_else(|| Error::protocol(SCRIPTS.ack.name(), "no outcome"))?
     }
 
     /// Acknowledges `acks` (of any partitions, under any leases) with one
@@ -599,25 +540,9 @@ impl Partitions {
         id: &str,
         attempt: u64,
     ) -> Result<u32> {
-        self.attempt_failed_in(lease, &lease.keys().sequence, group, partition, Some(id), attempt)
+        self.held(lease, group, partition)
+            .attempt_failed_in(&lease.keys().sequence, Some(id), attempt)
             .await
-    }
-
-    /// [`Partitions::attempt_failed`] closing the attempt in `sequence` (a
-    /// key's own, in a hashed partition); with no entry `id` (a transient
-    /// failure, which uses up no attempt) the attempt is closed and
-    /// nothing counted, and the reply is 0.
-    pub(crate) async fn attempt_failed_in(
-        &self,
-        lease: &Lease,
-        sequence: &str,
-        group: &str,
-        partition: &PartitionKeys,
-        id: Option<&str>,
-        attempt: u64,
-    ) -> Result<u32> {
-        let counts = id.map(|id| (partition.attempts(group), id));
-        self.close(lease, sequence, attempt, counts).await
     }
 
     /// How many attempts on the pending entry `id` of `partition` failed
@@ -677,42 +602,9 @@ impl Partitions {
         reason: &HaltReason,
         attempt: u64,
     ) -> Result<()> {
-        // The halted set's bucket is listed before it can be written to,
-        // so an operator reading the directory never misses a halt.
-        crate::buckets::list(&self.client, &partition.halted_directory(), &[partition.slot()]).await?;
-        let script = &SCRIPTS.halt;
-        let halt_key = partition.halt(group);
-        let keys = vec![
-            lease.key().to_owned(),
-            halt_key.clone(),
-            partition.halted(),
-            lease.keys().sequence.clone(),
-        ];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(halt_key),
-            Value::from(group),
-            Value::from(partition.category()),
-            Value::from(partition.key()),
-            Value::from(lane_name(reason.lane)),
-            Value::from(reason.head.as_str()),
-            // Stored capped: a handler's error text may be megabytes.
-            Value::from(ordo_core::text::capped(&reason.error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
-            Value::from(reason.attempts),
-            Value::from(self.owner.instance()),
-            attempt_value(attempt),
-            millis(self.sequence_ttl()),
-        ];
-        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "ok" => Ok(()),
-            "stale" => Err(Error::Stale {
-                lease: lease.key().to_owned(),
-                attempt,
-            }),
-            _ => Err(reply.unexpected("unknown outcome")),
-        }
+        self.held(lease, group, partition)
+            .halt_attempt(reason, attempt)
+            .await
     }
 
     /// Retires `partition` if every group has drained it and no entry was
@@ -794,6 +686,217 @@ impl Partitions {
     }
 }
 
+impl Held<'_> {
+    /// The fenced read: up to `count` entries of `partition` for `group`,
+    /// pending ones first (this is where a new owner reclaims what the
+    /// previous owner left unacknowledged), primary lane first.
+    pub(crate) async fn read(self, count: usize) -> Result<ReadOutcome> {
+        let Held {
+            partitions,
+            lease,
+            group,
+            partition,
+        } = self;
+        let script = &SCRIPTS.read;
+        let keys = vec![
+            lease.key().to_owned(),
+            partition.halt(group),
+            partition.primary().to_owned(),
+            partition.backfill().to_owned(),
+        ];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(group),
+            Value::from(CONSUMER),
+            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
+        ];
+        let mut reply = Reply::parse(script, script.run(&partitions.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
+        read_outcome(script.name(), &mut reply)
+    }
+
+    /// The fenced read of a hashed partition: the pending entries after
+    /// `after` (per lane: the last entry this owner got from it, `0` when
+    /// none yet), then new ones; the primary lane before the backfill lane.
+    /// Never [`ReadOutcome::Halted`]: a hashed partition parks keys, not
+    /// itself.
+    pub(crate) async fn read_hashed(self, count: usize, after: &[String; 2]) -> Result<ReadOutcome> {
+        let Held {
+            partitions,
+            lease,
+            group,
+            partition,
+        } = self;
+        let script = &SCRIPTS.read_hashed;
+        let keys = vec![
+            lease.key().to_owned(),
+            partition.primary().to_owned(),
+            partition.backfill().to_owned(),
+        ];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(group),
+            Value::from(CONSUMER),
+            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
+            Value::from(after[0].as_str()),
+            Value::from(after[1].as_str()),
+        ];
+        let mut reply = Reply::parse(script, script.run(&partitions.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
+        read_outcome(script.name(), &mut reply)
+    }
+
+    /// The fenced read-back of `key`'s entries of `partition`'s `lane` with
+    /// ids in `(after, up_to]` (delivered, pending, and not kept in memory
+    /// by the owner of the hashed partition): at most `count` of them,
+    /// looking at no more than `scan` entries of the lane. Returns them and
+    /// the id looked at last, or `None` when the read reached `up_to`.
+    pub(crate) async fn refill(
+        self,
+        lane: Lane,
+        key: &str,
+        (after, up_to): (&str, &str),
+        count: usize,
+        scan: usize,
+    ) -> Result<(Vec<StreamEntry>, Option<String>)> {
+        let Held {
+            partitions,
+            lease,
+            partition,
+            ..
+        } = self;
+        let script = &SCRIPTS.refill;
+        let keys = vec![lease.key().to_owned(), partition.lane(lane).to_owned()];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(key),
+            Value::from(after),
+            Value::from(up_to),
+            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
+            Value::from(i64::try_from(scan).unwrap_or(i64::MAX)),
+        ];
+        let mut reply = Reply::parse(script, script.run(&partitions.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
+        let entries = parse_entries(script.name(), reply.take(0)?)?
+            .into_iter()
+            .map(|raw| StreamEntry::from_raw(raw, lane))
+            .collect();
+        let last = reply.string(1)?;
+        Ok((entries, (!last.is_empty()).then_some(last)))
+    }
+
+    /// [`Partitions::ack_attempt`]; `had_failures`: whether the ids may have
+    /// failed attempts on record (to clear).
+    pub(crate) async fn ack_handled(
+        self,
+        lane: Lane,
+        ids: &[&str],
+        attempt: u64,
+        had_failures: bool,
+    ) -> Result<bool> {
+        let Held {
+            partitions,
+            lease,
+            group,
+            partition,
+        } = self;
+        let one = Ack::new(lease, group, partition, lane, &[]).of(ids, attempt, had_failures);
+        let mut acked = partitions.acknowledge(std::slice::from_ref(&one)).await?;
+        acked
+            .pop()
+            .ok_or_else(|| Error::protocol(SCRIPTS.ack.name(), "no outcome"))?
+    }
+
+    /// [`Partitions::attempt_failed`] closing the attempt in `sequence` (a
+    /// key's own, in a hashed partition); with no entry `id` (a transient
+    /// failure, which uses up no attempt) the attempt is closed and
+    /// nothing counted, and the reply is 0.
+    pub(crate) async fn attempt_failed_in(
+        self,
+        sequence: &str,
+        id: Option<&str>,
+        attempt: u64,
+    ) -> Result<u32> {
+        let Held {
+            partitions,
+            lease,
+            group,
+            partition,
+        } = self;
+        let counts = id.map(|id| (partition.attempts(group), id));
+        partitions.close(lease, sequence, attempt, counts).await
+    }
+
+    /// [`Partitions::halt`] by attempt `attempt` of the lease's holder (the
+    /// one that failed last), which it closes: the same halt arriving again
+    /// later (resent, or delayed on its connection) is refused with
+    /// [`Error::Stale`] and cannot halt a partition an operator resolved
+    /// meanwhile.
+    pub(crate) async fn halt_attempt(self, reason: &HaltReason, attempt: u64) -> Result<()> {
+        let Held {
+            partitions,
+            lease,
+            group,
+            partition,
+        } = self;
+        // The halted set's bucket is listed before it can be written to,
+        // so an operator reading the directory never misses a halt.
+        crate::store::buckets::list(
+            &partitions.client,
+            &partition.halted_directory(),
+            &[partition.slot()],
+        )
+        .await?;
+        let script = &SCRIPTS.halt;
+        let halt_key = partition.halt(group);
+        let keys = vec![
+            lease.key().to_owned(),
+            halt_key.clone(),
+            partition.halted(),
+            lease.keys().sequence.clone(),
+        ];
+        let args = vec![
+            Value::from(lease.value()),
+            Value::from(halt_key),
+            Value::from(group),
+            Value::from(partition.category()),
+            Value::from(partition.key()),
+            Value::from(lane_name(reason.lane)),
+            Value::from(reason.head.as_str()),
+            // Stored capped: a handler's error text may be megabytes.
+            Value::from(ordo_core::text::capped(&reason.error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
+            Value::from(reason.attempts),
+            Value::from(partitions.owner.instance()),
+            attempt_value(attempt),
+            millis(partitions.sequence_ttl()),
+        ];
+        let reply = Reply::parse(script, script.run(&partitions.client, keys, args).await?)?
+            .unfenced(lease.key(), lease.value())?;
+        match reply.tag() {
+            "ok" => Ok(()),
+            "stale" => Err(Error::Stale {
+                lease: lease.key().to_owned(),
+                attempt,
+            }),
+            _ => Err(reply.unexpected("unknown outcome")),
+        }
+    }
+
+    /// How many attempts on the pending entry `id` failed (see
+    /// [`Partitions::failed_attempts`]).
+    pub(crate) async fn failed_attempts(self, id: &str) -> Result<u32> {
+        self.partitions
+            .failed_attempts(self.group, self.partition, id)
+            .await
+    }
+
+    /// Retires the partition if every group has drained it and no entry was
+    /// added for `idle` (see [`Partitions::reap`]).
+    pub(crate) async fn reap(self, idle: Duration) -> Result<ReapOutcome> {
+        self.partitions.reap(self.lease, self.partition, idle).await
+    }
+}
+
 /// An attempt number as a script argument.
 fn attempt_value(attempt: u64) -> Value {
     Value::from(i64::try_from(attempt).unwrap_or(i64::MAX))
@@ -864,7 +967,7 @@ mod hostile_input {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::scripts::parse_entries;
+    use crate::store::scripts::parse_entries;
 
     fn envelope(category: &str, key: Option<&str>) -> String {
         serde_json::to_string(&Envelope {

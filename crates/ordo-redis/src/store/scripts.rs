@@ -2,7 +2,7 @@
 //! Redis as one Redis Functions library, and the helpers that run them and
 //! read their replies.
 //!
-//! Each script lives in `src/lua/*.lua` and is listed once, in
+//! Each script lives in `src/store/lua/*.lua` and is listed once, in
 //! [`scripts!`]'s invocation below: that one line adds it to [`Scripts`]
 //! and to the [`Library`]. The library (`#!lua name=ordo_<hash>`) holds
 //! `common.lua` once, then every script as a function
@@ -183,13 +183,22 @@ fn split_flags(source: &str) -> (Vec<&str>, &str) {
     }
 }
 
+/// The commands a fenced commit may run (writes to plain data structures;
+/// no blocking, scripting or administrative commands). The only list:
+/// `commit.lua` gets it written in when the script is built.
+pub(crate) const ALLOWED: &[&str] = &[
+    "SET", "DEL", "UNLINK", "EXPIRE", "PEXPIRE", "PERSIST", "INCR", "INCRBY", "DECR", "DECRBY", "APPEND",
+    "HSET", "HDEL", "HINCRBY", "SADD", "SREM", "ZADD", "ZREM", "ZINCRBY", "RPUSH", "LPUSH", "LTRIM", "XADD",
+    "XTRIM",
+];
+
 /// The placeholder in `commit.lua` for the allowed commands.
 const ALLOWED_PLACEHOLDER: &str = "{--[[ALLOWED]]}";
 
-/// `commit.lua` with the allowed commands of [`crate::fence::ALLOWED`]
+/// `commit.lua` with the allowed commands of [`ALLOWED`]
 /// written in as a Lua set.
 fn commit_source() -> String {
-    let set: Vec<String> = crate::fence::ALLOWED
+    let set: Vec<String> = ALLOWED
         .iter()
         .map(|command| format!("{command} = true"))
         .collect();
@@ -239,7 +248,7 @@ pub(crate) async fn load<C: FunctionInterface + Send + Sync>(client: &C) -> Resu
 /// [`load`] where it is missing. Returns whether it had to be loaded.
 pub(crate) async fn ensure_loaded(client: &fred::clients::Client) -> Result<bool> {
     let function = library().function(LOADED);
-    let replies = crate::nodes::on_every_node(client, |_, node| {
+    let replies = crate::net::nodes::on_every_node(client, |_, node| {
         let function = function.clone();
         async move {
             match node
@@ -375,12 +384,12 @@ pub(crate) mod tests {
             .split(", ")
             .map(|entry| entry.trim_end_matches(" = true"))
             .collect();
-        assert_eq!(listed, crate::fence::ALLOWED);
+        assert_eq!(listed, ALLOWED);
     }
 
     /// A client of the Redis at `url`, connected.
     pub(crate) async fn connect(url: &str) -> fred::clients::Client {
-        let client = Builder::from_config(crate::client_config(url).unwrap())
+        let client = Builder::from_config(crate::net::connection::client_config(url).unwrap())
             .build()
             .unwrap();
         client.init().await.unwrap();

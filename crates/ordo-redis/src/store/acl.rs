@@ -35,7 +35,7 @@
 //! and a function runs under its caller's rules anyway. No `SELECT` but of
 //! the one database a scope names (`+select|N`).
 
-use crate::keys::glob_escape;
+use crate::store::keys::glob_escape;
 
 /// What fred sends on every new connection besides `AUTH`/`HELLO` (which
 /// need no permission): `CLIENT ID`, `INFO` (the server version; the engine
@@ -651,7 +651,7 @@ mod tests {
 
     #[test]
     fn the_docs_acl_rules_are_the_roles_templates() {
-        let docs = include_str!("../../../docs/OPERATIONS.md");
+        let docs = include_str!("../../../../docs/OPERATIONS.md");
         let begin = docs
             .find("<!-- acl:begin -->")
             .expect("docs/OPERATIONS.md has <!-- acl:begin -->");

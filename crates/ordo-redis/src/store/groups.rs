@@ -63,12 +63,12 @@ fn no_such_stream(error: &fred::error::Error) -> bool {
 mod tests {
     use super::FROM_START;
 
-    /// The `XGROUP CREATE` calls of every script in `src/lua`, as
+    /// The `XGROUP CREATE` calls of every script in `src/store/lua`, as
     /// (file name, line).
     fn creations() -> Vec<(String, String)> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lua");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/lua");
         let mut found = Vec::new();
-        for entry in std::fs::read_dir(dir).expect("src/lua is readable") {
+        for entry in std::fs::read_dir(dir).expect("src/store/lua is readable") {
             let path = entry.expect("a directory entry").path();
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             let source = std::fs::read_to_string(&path).expect("a script is text");
@@ -104,7 +104,7 @@ mod tests {
         found.sort();
         assert_eq!(
             found,
-            ["groups.rs"],
+            ["store/groups.rs"],
             "Rust code creates groups through groups::create"
         );
     }

@@ -1,7 +1,7 @@
 //! Ownership leases: acquire, renew and release, each one atomic script.
 //!
 //! A lease key holds `{instance}:{nonce}:{token}` with a TTL. The nonce is
-//! drawn once per [`Partitions`](crate::Partitions) (one per process start),
+//! drawn once per [`Partitions`](crate::internals::Partitions) (one per process start),
 //! so two processes configured with the same instance id are two different
 //! owners: neither can adopt or pass the fence of the other's lease, and the
 //! second one is reported ([`Error::DuplicateInstance`]). The token (the fencing
@@ -18,9 +18,9 @@ use fred::interfaces::FunctionInterface;
 use fred::types::Value;
 
 use crate::error::{Error, Result};
-use crate::keys::LeaseKeys;
-use crate::nodes;
-use crate::scripts::{SCRIPTS, array};
+use crate::net::nodes;
+use crate::store::keys::LeaseKeys;
+use crate::store::scripts::{SCRIPTS, array};
 
 /// How much longer than the lease the generation counter is kept. While it
 /// exists the next token is `previous + 1`; after it expires the server

@@ -16,13 +16,13 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::keys::PartitionKeys;
-use crate::lease::{Lease, millis};
-use crate::nodes;
-use crate::scripts::{SCRIPTS, array};
+use crate::net::nodes;
+use crate::owner::lease::{Lease, millis};
+use crate::store::keys::PartitionKeys;
+use crate::store::scripts::{SCRIPTS, array};
 
 /// One acknowledgement: handled entries of one partition lane, under a
-/// lease (for [`Partitions::acknowledge`](crate::Partitions::acknowledge)).
+/// lease (for [`Partitions::acknowledge`](crate::internals::Partitions::acknowledge)).
 ///
 /// Cheap to clone: the names are shared (a worker builds them once per read
 /// batch and derives each message's acknowledgement from them).
@@ -72,7 +72,7 @@ impl Ack {
 
     /// The acknowledgement of `ids` of the same lane under the same lease,
     /// closing every attempt up to `attempt` of the lease's holder (see
-    /// [`Partitions::ack_attempt`](crate::Partitions::ack_attempt); 0 closes
+    /// [`Partitions::ack_attempt`](crate::internals::Partitions::ack_attempt); 0 closes
     /// nothing); `had_failures`: whether the ids may have failed attempts
     /// on record (to clear).
     pub(crate) fn of(&self, ids: &[&str], attempt: u64, had_failures: bool) -> Self {

@@ -12,9 +12,9 @@ use fred::prelude::{Builder, ClientLike};
 use fred::types::config::{Blocking, Config as FredConfig, ReconnectPolicy};
 
 use crate::error::{Error, Result};
-use crate::nodes::{self, Node};
-use crate::secret::redact_url;
-use crate::tls::TlsFiles;
+use crate::net::nodes::{self, Node};
+use crate::net::secret::redact_url;
+use crate::net::tls::TlsFiles;
 
 /// Reconnect delays: from 100 ms doubling up to 2 s, forever.
 fn reconnect_policy() -> ReconnectPolicy {

@@ -18,20 +18,18 @@ use fred::types::scan::ScanType;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use ordo_core::key::Lane;
 
-use crate::admin::{HaltedPartition, PartitionAdmin};
 use crate::error::{Error, Result};
-use crate::keys::{
+use crate::ops::halts::{self, HaltedPartition};
+use crate::owner::partition::{StreamEntry, parse_lane};
+use crate::owner::pause::{self, PausedInstance};
+use crate::store::keys::{
     BaseKeys, INDEX_DIRECTORY_PATTERN, LeaseKeys, PartitionKeys, REGISTRY_PATTERN, dlq_pattern,
     group_registry, index, index_directory, instances, parse_dlq, parse_index_directory, parse_registry,
 };
-use crate::partition::{StreamEntry, parse_lane};
-use crate::scripts::{RawEntry, array, parse_entries};
+use crate::store::scripts::{RawEntry, array, parse_entries};
 
 /// Partitions queried per pipelined round trip.
 const CHUNK: usize = 256;
-
-/// Keys asked for per `SCAN` step.
-const SCAN_COUNT: u32 = 1_000;
 
 /// When Redis cannot tell a group's lag (entries were deleted with `XDEL`,
 /// or the group was created on a trimmed stream), it is counted with
@@ -52,7 +50,7 @@ const DLQ_SCAN: usize = 10_000;
 pub struct ClusterStatus {
     client: Pool,
     backfill_suffix: String,
-    routing: crate::keys::Routing,
+    routing: crate::store::keys::Routing,
 }
 
 /// One page of a dead-letter stream (see [`ClusterStatus::dead_letters_page`]).
@@ -151,7 +149,7 @@ impl ClusterStatus {
         Self {
             client,
             backfill_suffix: backfill_suffix.to_owned(),
-            routing: crate::keys::Routing::default(),
+            routing: crate::store::keys::Routing::default(),
         }
     }
 
@@ -160,7 +158,7 @@ impl ClusterStatus {
     /// stream, with the other keys' ([`RedisBroker::status`](crate::RedisBroker::status)
     /// sets it).
     #[must_use]
-    pub fn with_routing(mut self, routing: crate::keys::Routing) -> Self {
+    pub fn with_routing(mut self, routing: crate::store::keys::Routing) -> Self {
         self.routing = routing;
         self
     }
@@ -226,7 +224,7 @@ impl ClusterStatus {
 
     /// The partition keys in `category`'s index, sorted.
     pub async fn partition_keys(&self, category: &str) -> Result<Vec<String>> {
-        let keys = crate::buckets::members(&self.client, &index_directory(category), |slot| {
+        let keys = crate::store::buckets::members(&self.client, &index_directory(category), |slot| {
             index(category, slot)
         })
         .await?;
@@ -485,6 +483,13 @@ impl ClusterStatus {
         Ok(keys)
     }
 
+    /// The instances on which `group` is paused, by instance id (records
+    /// past their expiry, left by an instance that stopped, are left out).
+    pub async fn paused(&self, group: &str) -> Result<Vec<PausedInstance>> {
+        let now = self.server_time_ms().await?;
+        pause::read(&self.client, group, now).await
+    }
+
     /// The Redis server clock, in ms since the Unix epoch (stream ids,
     /// halt times and instance expiries all use it).
     pub async fn server_time_ms(&self) -> Result<u64> {
@@ -500,42 +505,9 @@ impl ClusterStatus {
         Ok(number(0)? * 1_000 + number(1)? / 1_000)
     }
 
-    /// Every key matching `pattern` of type `kind`, on every node (each
-    /// primary of a cluster holds its own part of the keyspace).
+    /// Every key matching `pattern` of type `kind`, on every node.
     pub(crate) async fn scan(&self, pattern: &str, kind: ScanType) -> Result<Vec<String>> {
-        let client = self.client.next();
-        let mut found = Vec::new();
-        for node in crate::nodes::nodes(client).await? {
-            let routed = node.route(client);
-            let mut cursor = "0".to_owned();
-            loop {
-                let page: Value = routed
-                    .scan_page(
-                        cursor.clone(),
-                        pattern.to_owned(),
-                        Some(SCAN_COUNT),
-                        Some(kind.clone()),
-                    )
-                    .await?;
-                let mut parts = array(page).into_iter();
-                cursor = parts
-                    .next()
-                    .and_then(text)
-                    .ok_or_else(|| Error::protocol("SCAN", "reply has no cursor"))?;
-                found.extend(
-                    parts
-                        .next()
-                        .map(array)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .filter_map(text),
-                );
-                if cursor == "0" {
-                    break;
-                }
-            }
-        }
-        Ok(found)
+        crate::net::nodes::scan(self.client.next(), pattern, kind).await
     }
 
     /// The halt records of `category`, by (key, group).
@@ -543,9 +515,7 @@ impl ClusterStatus {
         &self,
         category: &str,
     ) -> Result<HashMap<(String, String), HaltedPartition>> {
-        let admin = PartitionAdmin::new(self.client.clone(), &self.backfill_suffix);
-        Ok(admin
-            .halted_in(category)
+        Ok(halts::halted_in(&self.client, category)
             .await?
             .into_iter()
             .map(|h| ((h.key.clone(), h.group.clone()), h))
@@ -751,7 +721,7 @@ fn holder(value: Value) -> Option<LeaseHolder> {
 
 /// The dead-letter stream of `category`'s plain consumer groups.
 pub fn plain_dlq(category: &str) -> String {
-    crate::keys::BaseKeys::new(category).dlq()
+    crate::store::keys::BaseKeys::new(category).dlq()
 }
 
 /// A dead-letter entry as `resolve.lua` (a partition's) or the plain

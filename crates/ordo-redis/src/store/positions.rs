@@ -22,9 +22,9 @@ use ordo_core::Partitions;
 use ordo_core::key::Lane;
 
 use crate::error::Result;
-use crate::keys::{PartitionId, PartitionKeys, Routing, glob_escape};
-use crate::scripts::SCRIPTS;
-use crate::status::ClusterStatus;
+use crate::net::nodes;
+use crate::store::keys::{PartitionId, PartitionKeys, Routing, glob_escape};
+use crate::store::scripts::SCRIPTS;
 
 /// Field/value pairs per script call.
 const PAIRS_PER_CALL: usize = 512;
@@ -89,7 +89,6 @@ pub(crate) async fn carry(
 /// The positions of `category`'s partitions of one key: the string keys
 /// `{category:key}:position` and `{category:key}:{suffix}:position`.
 async fn per_key(client: &Pool, category: &str, backfill_suffix: &str) -> Result<Vec<Recorded>> {
-    let status = ClusterStatus::new(client.clone(), backfill_suffix);
     let escaped = glob_escape(category);
     let mut recorded = Vec::new();
     for (lane, pattern) in [
@@ -99,7 +98,7 @@ async fn per_key(client: &Pool, category: &str, backfill_suffix: &str) -> Result
             format!("{{{escaped}:*}}:{}:position", glob_escape(backfill_suffix)),
         ),
     ] {
-        for name in status.scan(&pattern, ScanType::String).await? {
+        for name in nodes::scan(client.next(), &pattern, ScanType::String).await? {
             let Some(key) = key_of(category, &name, lane, backfill_suffix) else {
                 continue;
             };

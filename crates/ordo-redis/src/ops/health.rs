@@ -21,9 +21,9 @@ use ordo_core::config::HealthConfig;
 use ordo_core::health::{HealthState, SubscriptionHealth};
 
 use crate::error::{Error, Result};
-use crate::keys::PartitionKeys;
-use crate::scripts::array;
-use crate::status::ClusterStatus;
+use crate::ops::status::ClusterStatus;
+use crate::store::keys::PartitionKeys;
+use crate::store::scripts::array;
 
 /// The health of consumer group `group` (a handler's name) on `categories`.
 ///

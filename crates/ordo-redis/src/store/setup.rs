@@ -20,9 +20,11 @@ use fred::interfaces::{FunctionInterface, KeysInterface, SetsInterface};
 use fred::types::Value;
 
 use crate::error::{Error, Result};
-use crate::keys::{LEGACY_HALTED_DIRECTORY, halted, halted_directory, halted_member_category, legacy_halted};
-use crate::nodes::{self, Node};
-use crate::scripts;
+use crate::net::nodes::{self, Node};
+use crate::store::keys::{
+    LEGACY_HALTED_DIRECTORY, halted, halted_directory, halted_member_category, legacy_halted,
+};
+use crate::store::scripts;
 
 /// What [`run`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +138,7 @@ async fn delete_library(client: &fred::clients::Client, node: &Node, name: &str)
 /// slot) to its category's set, when its record still exists; returns how
 /// many moved. The old buckets and their directory are deleted once empty.
 async fn move_legacy_halts(client: &Pool) -> Result<u64> {
-    let slots = crate::buckets::listed(client, LEGACY_HALTED_DIRECTORY).await?;
+    let slots = crate::store::buckets::listed(client, LEGACY_HALTED_DIRECTORY).await?;
     let mut moved = 0;
     for slot in slots {
         let bucket = legacy_halted(slot);
@@ -150,7 +152,7 @@ async fn move_legacy_halts(client: &Pool) -> Result<u64> {
             })?;
             // A halt resolved since is not listed again.
             if client.exists::<bool, _>(&member).await? {
-                crate::buckets::list(client, &halted_directory(category), &[slot]).await?;
+                crate::store::buckets::list(client, &halted_directory(category), &[slot]).await?;
                 let _: Value = client.sadd(halted(category, slot), &member).await?;
                 moved += 1;
             }
@@ -170,7 +172,7 @@ mod tests {
     use super::*;
 
     async fn connect_pool(url: &str) -> Pool {
-        let pool = Builder::from_config(crate::client_config(url).unwrap())
+        let pool = Builder::from_config(crate::net::connection::client_config(url).unwrap())
             .build_pool(2)
             .unwrap();
         pool.init().await.unwrap();
@@ -190,7 +192,7 @@ mod tests {
         let primaries = cluster.primaries().unwrap();
         let node = |index: usize| {
             let url = cluster.node(index).unwrap().url();
-            async move { crate::scripts::tests::connect(&url).await }
+            async move { crate::store::scripts::tests::connect(&url).await }
         };
         for index in &primaries {
             let listed: Value = node(*index)

@@ -28,17 +28,9 @@ use fred::types::Value;
 use ordo_core::handler::HandlerContext;
 
 use crate::error::{Error, Result};
-use crate::lease::{Lease, millis};
-use crate::scripts::{Reply, SCRIPTS};
-
-/// The commands a fenced commit may run (writes to plain data structures;
-/// no blocking, scripting or administrative commands). The only list:
-/// `commit.lua` gets it written in when the script is built.
-pub(crate) const ALLOWED: &[&str] = &[
-    "SET", "DEL", "UNLINK", "EXPIRE", "PEXPIRE", "PERSIST", "INCR", "INCRBY", "DECR", "DECRBY", "APPEND",
-    "HSET", "HDEL", "HINCRBY", "SADD", "SREM", "ZADD", "ZREM", "ZINCRBY", "RPUSH", "LPUSH", "LTRIM", "XADD",
-    "XTRIM",
-];
+use crate::owner::lease::{Lease, millis};
+use crate::store::keys::KeyNames;
+use crate::store::scripts::{ALLOWED, Reply, SCRIPTS};
 
 /// The lease a message is handled under, as the Redis broker attaches it to
 /// the handler context.
@@ -72,16 +64,6 @@ impl Eq for Used {}
 /// overwritten by each commit, deleted when the partition is reaped).
 const COMMIT_MARKER_TTL: Duration = Duration::from_secs(300);
 
-/// The names one key of a hashed partition commits and closes its attempts
-/// under (see [`PartitionKeys::key_names`](crate::PartitionKeys::key_names)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeyNames {
-    /// Its last fenced commit.
-    pub(crate) commit: String,
-    /// Its attempt sequence.
-    pub(crate) sequence: String,
-}
-
 impl RedisFence {
     /// The fence of `lease`, for commits outside any numbered attempt
     /// (they are checked against the lease only).
@@ -92,8 +74,8 @@ impl RedisFence {
     /// The fence of attempt `attempt` under `lease` (the partition worker
     /// numbers the handler attempts it runs under a lease from 1). Its
     /// commits are refused with [`Error::Stale`] once the lease's holder
-    /// closed the attempt ([`Partitions::close_attempt`](crate::Partitions::close_attempt),
-    /// [`Partitions::ack_attempt`](crate::Partitions::ack_attempt)): a commit
+    /// closed the attempt ([`Partitions::close_attempt`](crate::internals::Partitions::close_attempt),
+    /// [`Partitions::ack_attempt`](crate::internals::Partitions::ack_attempt)): a commit
     /// delayed on its connection past its client's timeout, or resent after
     /// a reconnect, can never land after a later attempt's effects.
     pub fn for_attempt(lease: &Lease, attempt: u64) -> Self {

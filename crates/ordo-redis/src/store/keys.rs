@@ -103,7 +103,7 @@ pub fn halted_directory(category: &str) -> String {
 
 /// The halted-set bucket of slot `slot` before it was per category
 /// (`{<slot_tag>}:ordo:halted`, every category's halts), which
-/// [`crate::setup`] moves to the per-category buckets.
+/// [`crate::store::setup`] moves to the per-category buckets.
 pub(crate) fn legacy_halted(slot: u16) -> String {
     format!("{{{}}}:ordo:halted", slot_tag(slot))
 }
@@ -511,13 +511,23 @@ impl PartitionKeys {
     /// The commit marker and attempt sequence of `key` in a hashed
     /// partition (its keys commit and close attempts side by side under
     /// the one lease of `group`, so each has its own).
-    pub(crate) fn key_names(&self, group: &str, key: &str) -> crate::fence::KeyNames {
+    pub(crate) fn key_names(&self, group: &str, key: &str) -> KeyNames {
         let lease = self.lease(group);
-        crate::fence::KeyNames {
+        KeyNames {
             commit: format!("{}:{key}", lease.commit),
             sequence: format!("{}:{key}", lease.sequence),
         }
     }
+}
+
+/// The names one key of a hashed partition commits and closes its attempts
+/// under (see [`PartitionKeys::key_names`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyNames {
+    /// Its last fenced commit.
+    pub(crate) commit: String,
+    /// Its attempt sequence.
+    pub(crate) sequence: String,
 }
 
 /// A glob matching the dead-letter streams of `category`'s partitions.
@@ -713,7 +723,7 @@ mod tests {
 
     #[test]
     fn the_docs_key_table_is_the_layout() {
-        let docs = include_str!("../../../docs/REDIS.md");
+        let docs = include_str!("../../../../docs/REDIS.md");
         let begin = docs
             .find("<!-- keys:begin -->")
             .expect("docs/REDIS.md has <!-- keys:begin -->");

@@ -13,7 +13,7 @@ use ordo_core::handler::{BoxFuture, HandlerContext};
 use ordo_core::process::ProcessStore;
 
 use crate::error::Error;
-use crate::fence::{FencedWrite, RedisFence};
+use crate::owner::fence::{FencedWrite, RedisFence};
 
 /// Process-manager state in Redis.
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ impl RedisProcessStore {
     /// Where the state of `manager`'s instance for `correlation` lives; it
     /// shares the hash tag of the manager's lease on the value.
     pub fn key(manager: &str, correlation: &str) -> String {
-        crate::keys::process_state(manager, correlation)
+        crate::store::keys::process_state(manager, correlation)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Paused handlers, as recorded in Redis for operators: an instance whose
 //! circuit breaker paused a handler ([`ordo_core::retry::breaker`]) writes
-//! a record in the handler's [`paused`](crate::keys::paused) hash, and
+//! a record in the handler's [`paused`](crate::store::keys::paused) hash, and
 //! refreshes it while the pause lasts; `ordo status` and health read it.
 
 use std::collections::HashMap;
@@ -12,10 +12,9 @@ use fred::types::Value;
 use ordo_core::retry::PauseStatus;
 
 use crate::error::Result;
-use crate::keys::paused;
-use crate::lease::millis;
-use crate::scripts::SCRIPTS;
-use crate::status::ClusterStatus;
+use crate::owner::lease::millis;
+use crate::store::keys::paused;
+use crate::store::scripts::SCRIPTS;
 
 /// A handler paused on one instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,19 +75,17 @@ pub(crate) async fn record(
     Ok(())
 }
 
-impl ClusterStatus {
-    /// The instances on which `group` is paused, by instance id (records
-    /// past their expiry, left by an instance that stopped, are left out).
-    pub async fn paused(&self, group: &str) -> Result<Vec<PausedInstance>> {
-        let now = self.server_time_ms().await?;
-        let fields: HashMap<String, String> = self.client().hgetall(paused(group)).await?;
-        let mut paused: Vec<PausedInstance> = fields
-            .into_iter()
-            .filter_map(|(instance, record)| parse(group, instance, &record, now))
-            .collect();
-        paused.sort_by(|a, b| a.instance.cmp(&b.instance));
-        Ok(paused)
-    }
+/// The instances on which `group` is paused at `now` (the Redis server
+/// clock), by instance id (records past their expiry, left by an instance
+/// that stopped, are left out).
+pub(crate) async fn read(client: &Pool, group: &str, now: u64) -> Result<Vec<PausedInstance>> {
+    let fields: HashMap<String, String> = client.hgetall(paused(group)).await?;
+    let mut paused: Vec<PausedInstance> = fields
+        .into_iter()
+        .filter_map(|(instance, record)| parse(group, instance, &record, now))
+        .collect();
+    paused.sort_by(|a, b| a.instance.cmp(&b.instance));
+    Ok(paused)
 }
 
 /// A record `<expiry ms> <since ms> <probes> <reason>`, unless expired at

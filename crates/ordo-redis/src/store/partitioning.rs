@@ -18,7 +18,7 @@ use fred::types::{Expiration, SetOptions};
 use ordo_core::Partitions;
 
 use crate::error::{Error, Result};
-use crate::keys::{PartitionId, index, index_directory, partitioning};
+use crate::store::keys::{PartitionId, index, index_directory, partitioning};
 
 /// How long a process trusts a check before reading the record again, so a
 /// publisher left running across a repartition stops within this long.
@@ -71,7 +71,8 @@ pub(crate) async fn ensure(client: &Pool, category: &str, configured: Partitions
     }
     if matches!(configured, Partitions::Hashed(_)) {
         let members =
-            crate::buckets::members(client, &index_directory(category), |slot| index(category, slot)).await?;
+            crate::store::buckets::members(client, &index_directory(category), |slot| index(category, slot))
+                .await?;
         if members
             .iter()
             .any(|member| !PartitionId::from_member(category, member).is_hashed())

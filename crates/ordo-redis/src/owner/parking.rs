@@ -15,11 +15,10 @@ use fred::types::Value;
 use ordo_core::key::Lane;
 
 use crate::error::{Error, Result};
-use crate::fence::KeyNames;
-use crate::keys::PartitionKeys;
-use crate::lease::{Lease, millis};
-use crate::partition::{HaltReason, Partitions, StreamEntry, lane_name, parse_lane};
-use crate::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
+use crate::owner::lease::millis;
+use crate::owner::partition::{HaltReason, Held, StreamEntry, lane_name, parse_lane};
+use crate::store::keys::KeyNames;
+use crate::store::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
 /// What the owner of a hashed partition finds of its parked keys when it
 /// takes the partition over.
@@ -68,25 +67,32 @@ pub(crate) fn held_entry(raw: RawEntry) -> Result<StreamEntry> {
     Ok(StreamEntry::from_raw(raw, lane))
 }
 
-impl Partitions {
+impl Held<'_> {
     /// The parked and holding keys of `partition` for `group`.
-    pub(crate) async fn parking(&self, group: &str, partition: &PartitionKeys) -> Result<Parking> {
-        let parked: Vec<String> = self.client().hkeys(partition.parked(group)).await?;
-        let holding: Vec<String> = self.client().smembers(partition.holding(group)).await?;
+    pub(crate) async fn parking(self) -> Result<Parking> {
+        let Held {
+            partitions,
+            group,
+            partition,
+            ..
+        } = self;
+        let parked: Vec<String> = partitions.client().hkeys(partition.parked(group)).await?;
+        let holding: Vec<String> = partitions.client().smembers(partition.holding(group)).await?;
         Ok(Parking { parked, holding })
     }
 
     /// Which of `keys` are still parked.
-    pub(crate) async fn still_parked(
-        &self,
-        group: &str,
-        partition: &PartitionKeys,
-        keys: &[String],
-    ) -> Result<Vec<bool>> {
+    pub(crate) async fn still_parked(self, keys: &[String]) -> Result<Vec<bool>> {
+        let Held {
+            partitions,
+            group,
+            partition,
+            ..
+        } = self;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let records: Vec<Option<String>> = self
+        let records: Vec<Option<String>> = partitions
             .client()
             .hmget(partition.parked(group), keys.to_vec())
             .await?;
@@ -98,12 +104,8 @@ impl Partitions {
     /// `held`: the entry is one of the key's held messages already (a
     /// resolved key's message failed again). Returns the held id of the
     /// parked head.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn park(
-        &self,
-        lease: &Lease,
-        group: &str,
-        partition: &PartitionKeys,
+        self,
         key: &str,
         own: &KeyNames,
         entry: &StreamEntry,
@@ -111,9 +113,20 @@ impl Partitions {
         reason: &HaltReason,
         attempt: u64,
     ) -> Result<String> {
+        let Held {
+            partitions,
+            lease,
+            group,
+            partition,
+        } = self;
         // The halted set's bucket is listed before it can be written to,
         // so an operator reading the directory never misses a parked key.
-        crate::buckets::list(self.client(), &partition.halted_directory(), &[partition.slot()]).await?;
+        crate::store::buckets::list(
+            partitions.client(),
+            &partition.halted_directory(),
+            &[partition.slot()],
+        )
+        .await?;
         let script = &SCRIPTS.park;
         let parked = partition.parked(group);
         let keys = vec![
@@ -134,15 +147,15 @@ impl Partitions {
             // Stored capped: a handler's error text may be megabytes.
             Value::from(ordo_core::text::capped(&reason.error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
             Value::from(reason.attempts),
-            Value::from(self.instance()),
+            Value::from(partitions.instance()),
             Value::from(parked),
             Value::from(i64::try_from(attempt).unwrap_or(i64::MAX)),
-            millis(self.sequence_ttl()),
+            millis(partitions.sequence_ttl()),
             Value::from(if held { "1" } else { "0" }),
             Value::from(lane_name(entry.lane())),
         ];
         args.extend(fields(entry));
-        let reply = Reply::parse(script, script.run(self.client(), keys, args).await?)?
+        let reply = Reply::parse(script, script.run(partitions.client(), keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
             "ok" => reply.string(0),
@@ -156,15 +169,13 @@ impl Partitions {
 
     /// Moves `entries` of `key` (all of one lane) into the key's held
     /// stream, behind what it holds, under the fence.
-    pub(crate) async fn hold(
-        &self,
-        lease: &Lease,
-        group: &str,
-        partition: &PartitionKeys,
-        key: &str,
-        lane: Lane,
-        entries: &[&StreamEntry],
-    ) -> Result<()> {
+    pub(crate) async fn hold(self, key: &str, lane: Lane, entries: &[&StreamEntry]) -> Result<()> {
+        let Held {
+            partitions,
+            lease,
+            group,
+            partition,
+        } = self;
         let script = &SCRIPTS.hold;
         let keys = vec![
             lease.key().to_owned(),
@@ -182,7 +193,7 @@ impl Partitions {
             args.push(Value::from(i64::try_from(fields.len()).unwrap_or(i64::MAX)));
             args.extend(fields);
         }
-        Reply::parse(script, script.run(self.client(), keys, args).await?)?
+        Reply::parse(script, script.run(partitions.client(), keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         Ok(())
     }
@@ -195,15 +206,13 @@ impl Partitions {
     /// late copy of an earlier call). While its caller still waits for it,
     /// only an earlier copy of this same call can have closed `attempt`,
     /// by ending the holding: that refusal is [`HeldNext::Done`].
-    pub(crate) async fn held_next(
-        &self,
-        lease: &Lease,
-        group: &str,
-        partition: &PartitionKeys,
-        key: &str,
-        own: &KeyNames,
-        attempt: u64,
-    ) -> Result<HeldNext> {
+    pub(crate) async fn held_next(self, key: &str, own: &KeyNames, attempt: u64) -> Result<HeldNext> {
+        let Held {
+            partitions,
+            lease,
+            group,
+            partition,
+        } = self;
         let script = &SCRIPTS.held;
         let keys = vec![
             lease.key().to_owned(),
@@ -216,9 +225,9 @@ impl Partitions {
             Value::from(lease.value()),
             Value::from(key),
             Value::from(i64::try_from(attempt).unwrap_or(i64::MAX)),
-            millis(self.sequence_ttl()),
+            millis(partitions.sequence_ttl()),
         ];
-        let mut reply = Reply::parse(script, script.run(self.client(), keys, args).await?)?
+        let mut reply = Reply::parse(script, script.run(partitions.client(), keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         match reply.tag() {
             "parked" => Ok(HeldNext::Parked),
@@ -236,17 +245,13 @@ impl Partitions {
 
     /// The fenced acknowledgement of held message `id` of resolved `key`,
     /// closing attempt `attempt` (0: none) in the key's sequence.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn ack_held(
-        &self,
-        lease: &Lease,
-        group: &str,
-        partition: &PartitionKeys,
-        key: &str,
-        own: &KeyNames,
-        id: &str,
-        attempt: u64,
-    ) -> Result<()> {
+    pub(crate) async fn ack_held(self, key: &str, own: &KeyNames, id: &str, attempt: u64) -> Result<()> {
+        let Held {
+            partitions,
+            lease,
+            group,
+            partition,
+        } = self;
         let script = &SCRIPTS.ack_held;
         let keys = vec![
             lease.key().to_owned(),
@@ -258,9 +263,9 @@ impl Partitions {
             Value::from(lease.value()),
             Value::from(id),
             Value::from(i64::try_from(attempt).unwrap_or(i64::MAX)),
-            millis(self.sequence_ttl()),
+            millis(partitions.sequence_ttl()),
         ];
-        Reply::parse(script, script.run(self.client(), keys, args).await?)?
+        Reply::parse(script, script.run(partitions.client(), keys, args).await?)?
             .unfenced(lease.key(), lease.value())?;
         Ok(())
     }
@@ -277,10 +282,10 @@ mod tests {
     use ordo_testkit::Redis;
 
     use super::*;
-    use crate::admin::PartitionAdmin;
-    use crate::groups::{self, IfNoStream};
-    use crate::keys::{PartitionId, Routing};
-    use crate::partition::ReadOutcome;
+    use crate::ops::admin::PartitionAdmin;
+    use crate::owner::partition::{Partitions, ReadOutcome};
+    use crate::store::groups::{self, IfNoStream};
+    use crate::store::keys::{PartitionId, PartitionKeys, Routing};
 
     const GROUP: &str = "G";
     const CATEGORY: &str = "late";
@@ -294,7 +299,7 @@ mod tests {
     #[tokio::test]
     async fn a_late_held_next_call_does_not_end_the_holding_of_a_key() {
         let redis = Redis::start().unwrap();
-        let pool = Builder::from_config(crate::client_config(&redis.url()).unwrap())
+        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
             .build_pool(2)
             .unwrap();
         pool.init().await.unwrap();
@@ -339,7 +344,8 @@ mod tests {
             attempts: 1,
         };
         partitions
-            .park(&lease, GROUP, &partition, "k", &own, &first, false, &reason, 1)
+            .held(&lease, GROUP, &partition)
+            .park("k", &own, &first, false, &reason, 1)
             .await
             .unwrap();
         let config = Config::default().with_partitions(CATEGORY, Partitioning::Hashed(NonZeroU32::MIN));
@@ -353,7 +359,8 @@ mod tests {
         // again, runs the held message and acknowledges it (closing the
         // attempts up to the last one numbered, 3: its handler's).
         let HeldNext::Entry(held) = partitions
-            .held_next(&lease, GROUP, &partition, "k", &own, 2)
+            .held(&lease, GROUP, &partition)
+            .held_next("k", &own, 2)
             .await
             .unwrap()
         else {
@@ -361,19 +368,22 @@ mod tests {
         };
         assert_eq!(held.envelope_json(), first.envelope_json());
         partitions
-            .ack_held(&lease, GROUP, &partition, "k", &own, held.id(), 3)
+            .held(&lease, GROUP, &partition)
+            .ack_held("k", &own, held.id(), 3)
             .await
             .unwrap();
 
         // The delayed first copy lands now, with the held stream empty.
         partitions
-            .held_next(&lease, GROUP, &partition, "k", &own, 2)
+            .held(&lease, GROUP, &partition)
+            .held_next("k", &own, 2)
             .await
             .unwrap();
         // The key's next message reaches the owner, still holding: behind
         // what the key holds.
         partitions
-            .hold(&lease, GROUP, &partition, "k", Lane::Primary, &[&second])
+            .held(&lease, GROUP, &partition)
+            .hold("k", Lane::Primary, &[&second])
             .await
             .unwrap();
 
@@ -383,10 +393,15 @@ mod tests {
             "a late held-next call ended the holding: the key's next message sits in a held stream \
              no owner lists"
         );
-        let parking = partitions.parking(GROUP, &partition).await.unwrap();
+        let parking = partitions
+            .held(&lease, GROUP, &partition)
+            .parking()
+            .await
+            .unwrap();
         assert_eq!(parking.holding, ["k"], "a new owner finds the key holding");
         let next = partitions
-            .held_next(&lease, GROUP, &partition, "k", &own, 4)
+            .held(&lease, GROUP, &partition)
+            .held_next("k", &own, 4)
             .await
             .unwrap();
         let HeldNext::Entry(next) = next else {

@@ -1,0 +1,791 @@
+//! What the two runners of a partition worker share (per key,
+//! [`super::per_key`]; hashed, [`super::hashed`]): the [`Worker`] of one
+//! owned unit under its lease, handling one message with retries,
+//! acknowledging it, halting the partition (or parking the key) on a poison
+//! message, and waiting idle for the waker or the time to retire the
+//! partition.
+//!
+//! Every Redis operation is fenced: a worker that lost its lease gets
+//! [`Error::Fenced`] and stops at once, without touching the partition again.
+//! The same holds for the handler: a handler error caused by the fence (a
+//! refused [`RedisFence`] commit or fenced state save) stops the worker
+//! instead of being retried, and every retry first confirms the lease, so a
+//! stale owner never runs a message again while the new owner may run it.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use ordo_core::attempt::{Attempt, Failure, Outcome, StillRunning};
+use ordo_core::broker::Subscription;
+use ordo_core::error::ProcessStoreError;
+use ordo_core::handler::HandlerContext;
+use ordo_core::message::Envelope;
+use ordo_core::retry::{GiveUp, Next, Retries, RetryPolicy};
+use ordo_core::text::log_text;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use super::shared::SharedRef;
+use super::unit::Unit;
+use super::waker::{Bell, WatcherId};
+use crate::consumer::metrics;
+use crate::error::Error;
+use crate::owner::ack::Ack;
+use crate::owner::fence::RedisFence;
+use crate::owner::lease::Lease;
+use crate::owner::partition::{HaltReason, Held, Idle, ReapOutcome, StreamEntry};
+use crate::store::keys::KeyNames;
+use crate::store::keys::PartitionKeys;
+
+/// Why a worker stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// It was asked to stop and released its lease.
+    Released,
+    /// Its lease was lost (fenced, expired or reaped by another group).
+    Lost,
+    /// Its partitions no longer exist (it retired them, or found them gone).
+    Gone,
+}
+
+/// How the supervisor controls a worker.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Control {
+    /// Stop between messages and release the lease (rebalancing, shutdown).
+    pub(crate) stop: CancellationToken,
+    /// Stop at once without touching Redis: the lease is gone.
+    pub(crate) kill: CancellationToken,
+}
+
+/// What handling one message came to.
+pub(super) enum Handled {
+    /// Handled (or not for this handler): acknowledge it.
+    Done,
+    /// Failed every attempt and the partition was halted.
+    Halted,
+    /// Stop requested while retrying: leave it pending.
+    Stop,
+    /// The lease is gone.
+    Lost,
+}
+
+/// One worker.
+pub(crate) struct Worker {
+    pub(super) shared: SharedRef,
+    pub(super) subscription: Subscription,
+    pub(super) unit: Unit,
+    pub(super) lease: Lease,
+    pub(super) control: Control,
+    pub(super) watcher: WatcherId,
+    pub(super) wake: Arc<Notify>,
+    /// The last handler attempt started under the lease (attempts are
+    /// numbered per lease from 1; see [`RedisFence::for_attempt`]).
+    attempts: AtomicU64,
+    /// The killed handler runs that did not end (blocking code): the lease
+    /// is then kept, renewed, until they have, so nobody else runs the key
+    /// meanwhile (see [`super::shared::LeaseTable`]).
+    pub(super) unfinished: Mutex<Vec<StillRunning>>,
+}
+
+/// What one sequence of messages handled one at a time keeps from one
+/// message to the next: the whole partition of a key, or one key of a
+/// hashed partition.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    /// Set by the fences of the slot's attempts when they send a command:
+    /// only then does the acknowledgement need to close the attempt.
+    fence_used: Arc<AtomicBool>,
+    /// Whether the entry being handled has failed attempts on record.
+    had_failures: AtomicBool,
+    /// The commit marker and attempt sequence of its attempts: `None` for
+    /// the lease's own; one key of a hashed partition has its own, since
+    /// keys run their attempts side by side.
+    own: Option<KeyNames>,
+    /// The key, in a hashed partition (a poison message parks it).
+    key: Option<Arc<str>>,
+    /// Whether the entry being handled is one of the key's held messages.
+    held: AtomicBool,
+}
+
+impl Slot {
+    /// The slot of `key` of a hashed partition, with its own names.
+    pub(crate) fn of_key(key: Arc<str>, own: KeyNames) -> Self {
+        Self {
+            own: Some(own),
+            key: Some(key),
+            ..Self::default()
+        }
+    }
+
+    /// The key, in a hashed partition.
+    pub(crate) fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The key's own commit marker and attempt sequence, in a hashed partition.
+    pub(crate) fn own(&self) -> Option<&KeyNames> {
+        self.own.as_ref()
+    }
+
+    /// Marks the entry being handled as one of the key's held messages.
+    pub(crate) fn set_held(&self, held: bool) {
+        self.held.store(held, Ordering::SeqCst);
+    }
+
+    /// Whether the entry being handled is one of the key's held messages.
+    pub(crate) fn is_held(&self) -> bool {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// The attempt sequence its attempts are closed in.
+    pub(crate) fn sequence<'a>(&'a self, lease: &'a Lease) -> &'a str {
+        self.own
+            .as_ref()
+            .map_or(lease.keys().sequence.as_str(), |own| own.sequence.as_str())
+    }
+
+    /// Whether an attempt of the slot sent a fenced command since the last
+    /// call (then its acknowledgement closes it).
+    pub(crate) fn take_fence_used(&self) -> bool {
+        self.fence_used.swap(false, Ordering::SeqCst)
+    }
+
+    /// Whether the entry just handled had failed attempts on record.
+    pub(crate) fn take_had_failures(&self) -> bool {
+        self.had_failures.swap(false, Ordering::SeqCst)
+    }
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("unit", &self.unit.id)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    pub(crate) fn new(
+        shared: SharedRef,
+        subscription: Subscription,
+        unit: Unit,
+        lease: Lease,
+        control: Control,
+        watcher: WatcherId,
+    ) -> Self {
+        Self {
+            shared,
+            subscription,
+            unit,
+            lease,
+            control,
+            watcher,
+            wake: Arc::new(Notify::new()),
+            attempts: AtomicU64::new(0),
+            unfinished: Mutex::default(),
+        }
+    }
+
+    /// `partition` as this worker holds it: under its lease, for its group.
+    pub(super) fn held<'a>(&'a self, partition: &'a PartitionKeys) -> Held<'a> {
+        self.shared
+            .partitions
+            .held(&self.lease, &self.unit.group, partition)
+    }
+
+    /// Numbers a new attempt.
+    pub(super) fn next_attempt(&self) -> u64 {
+        self.attempts.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The last attempt numbered.
+    pub(super) fn last_attempt(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+
+    /// Sleeps `duration`, or less when asked to stop.
+    pub(super) async fn pause(&self, duration: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(duration) => {}
+            () = self.control.stop.cancelled() => {}
+            () = self.control.kill.cancelled() => {}
+        }
+    }
+
+    /// The doorbells of the unit's partitions, at the positions `idle` read
+    /// (from the start for those it did not).
+    pub(super) fn bells(&self, idle: &[(usize, Idle)]) -> Vec<Bell> {
+        let bell = |partition: &PartitionKeys, read: Option<&Idle>| Bell {
+            doorbell: partition.doorbell(),
+            channel: partition.doorbell_channel(),
+            lanes: vec![
+                (
+                    partition.primary().to_owned(),
+                    read.map_or("0-0", |state| &state.primary_last).to_owned(),
+                ),
+                (
+                    partition.backfill().to_owned(),
+                    read.map_or("0-0", |state| &state.backfill_last).to_owned(),
+                ),
+            ],
+            read: read.is_some(),
+        };
+        // Partitions of a process-manager unit that do not exist (yet) are
+        // watched from the start, so a publish that creates them wakes us.
+        self.unit
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(index, partition)| {
+                let read = idle.iter().find(|(i, _)| *i == index).map(|(_, state)| state);
+                bell(partition, read)
+            })
+            .collect()
+    }
+
+    /// Waits for new entries (or the time to reap); `Some` to stop.
+    pub(super) async fn wait_idle(
+        &self,
+        idle: &[(usize, Idle)],
+        reap_after: &mut Option<Instant>,
+    ) -> Option<Exit> {
+        let settings = &self.shared.settings;
+        let bells = self.bells(idle);
+        // `reap_idle_ms = 0`: never reap, so no reap timer at all.
+        let reap_in = settings.reap_idle.map(|reap_idle| {
+            let due = idle
+                .iter()
+                .map(|(_, state)| reap_idle.saturating_sub(state.idle_for))
+                .min()
+                .unwrap_or(reap_idle);
+            let not_before =
+                reap_after.map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()));
+            due.max(not_before)
+        });
+        let reap_timer = async {
+            match reap_in {
+                Some(reap_in) => tokio::time::sleep(reap_in).await,
+                None => std::future::pending().await,
+            }
+        };
+        self.shared.waker.watch(self.watcher, bells, self.wake.clone());
+        tokio::select! {
+            () = self.wake.notified() => None,
+            () = self.control.stop.cancelled() => Some(Exit::Released),
+            () = self.control.kill.cancelled() => Some(Exit::Lost),
+            () = reap_timer => {
+                self.shared.waker.unwatch(self.watcher);
+                self.reap(idle, reap_after).await
+            }
+        }
+    }
+
+    /// Tries to retire the idle partitions that have been idle long enough.
+    async fn reap(&self, idle: &[(usize, Idle)], reap_after: &mut Option<Instant>) -> Option<Exit> {
+        let settings = &self.shared.settings;
+        // `reap_idle_ms = 0`: never reap (no timer calls this then, either).
+        let reap_idle = settings.reap_idle?;
+        let mut reaped = 0;
+        for (index, _) in idle {
+            let partition = &self.unit.partitions[*index];
+            match self.held(partition).reap(reap_idle).await {
+                Ok(ReapOutcome::Reaped) => {
+                    info!(
+                        event = ordo_core::log_events::PARTITION_REAPED,
+                        partition = partition.primary(),
+                        "cold partition retired"
+                    );
+                    metrics::partition_reaped(&self.unit);
+                    reaped += 1;
+                }
+                Ok(ReapOutcome::Busy { retry_in }) => {
+                    debug!(
+                        partition = partition.primary(),
+                        ?retry_in,
+                        "partition not ready to retire"
+                    );
+                    // Another group may still be behind: check again later.
+                    *reap_after = Some(Instant::now() + retry_in.min(reap_idle));
+                }
+                Err(error) if error.is_fenced() => return Some(Exit::Lost),
+                Err(error) => {
+                    warn!(error = %ordo_core::error::error_chain(&error), partition = partition.primary(), "retiring the partition failed")
+                }
+            }
+        }
+        // A retired partition took its lease with it; a process manager's
+        // unit lease stays until none of its partitions is left.
+        (reaped > 0 && self.unit.correlation.is_none()).then_some(Exit::Gone)
+    }
+
+    /// Runs a fenced operation until Redis answers it: transient failures
+    /// (a connection down, a timeout) are retried with backoff, forever (the
+    /// heartbeat kills this worker if Redis stays away for a lease TTL).
+    /// Returns the answer (a success or a refusal: fenced, stale), or the
+    /// reason to stop asking: killed (`Lost`), or asked to stop between
+    /// messages (`Stop`, only when `stoppable`).
+    pub(super) async fn until_answered<T, F, Fut>(
+        &self,
+        what: &'static str,
+        stoppable: bool,
+        mut operation: F,
+    ) -> Result<Result<T, Error>, Handled>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let mut failures = 0;
+        loop {
+            let error = match operation().await {
+                Err(error) if !error.is_fenced() && !matches!(error, Error::Stale { .. }) => error,
+                answer => return Ok(answer),
+            };
+            failures += 1;
+            warn!(error = %ordo_core::error::error_chain(&error), failures, "{what} failed; retrying");
+            let stop = async {
+                if stoppable {
+                    self.control.stop.cancelled().await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(self.shared.settings.backoff.delay(failures)) => {}
+                () = stop => return Err(Handled::Stop),
+                () = self.control.kill.cancelled() => return Err(Handled::Lost),
+            }
+        }
+    }
+
+    /// Acknowledges one handled entry (closing its last attempt), and trims
+    /// the lane with the last entry of a read batch; `None` when the lease
+    /// is gone.
+    pub(super) async fn ack(
+        &self,
+        slot: &Slot,
+        acks: &Ack,
+        entry: &StreamEntry,
+        last_of_batch: bool,
+    ) -> Option<bool> {
+        let ids = [entry.id()];
+        // Only an attempt that sent fenced commands can have one arrive late.
+        let close = if slot.take_fence_used() {
+            self.last_attempt()
+        } else {
+            0
+        };
+        let had_failures = slot.take_had_failures();
+        let ack = acks.of(&ids, close, had_failures).trimming(last_of_batch);
+        let acked = self
+            .until_answered("acknowledgement", false, || self.shared.acks.ack(ack.clone()))
+            .await;
+        match acked {
+            Ok(Ok(waiting)) => Some(waiting),
+            Ok(Err(error)) => {
+                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), id = entry.id(), "acknowledgement refused: lease lost");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Runs the handler on one entry with retries; halts the partition when
+    /// the retry policy gives up. Counted failures are recorded with the
+    /// pending entry, so a worker stopped during the backoff leaves its
+    /// successor only the retry budget that is left; a transient failure
+    /// closes its attempt without counting.
+    pub(super) async fn handle_entry(
+        &self,
+        slot: &Slot,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        pending: bool,
+    ) -> Handled {
+        // The key of the stream it sits in: the partition's own, or the
+        // key of a hashed partition the entry was dispatched to.
+        let key = slot.key().unwrap_or(partition.key());
+        let envelope = match entry.decode_for(partition.category(), Some(key)) {
+            Ok(envelope) => Arc::new(envelope),
+            // A message that cannot be decoded (or is not of this key) will
+            // never succeed here: halt now.
+            Err(error) => {
+                let attempt = self.next_attempt();
+                return self
+                    .halt(
+                        slot,
+                        partition,
+                        entry,
+                        ordo_core::error::error_chain(&error),
+                        1,
+                        attempt,
+                    )
+                    .await;
+            }
+        };
+        if !self.subscription.handles(&envelope) {
+            return Handled::Done;
+        }
+        let policy = self.subscription.retry_policy(&self.shared.settings.retry);
+        let mut failed = 0;
+        if pending {
+            match self
+                .until_answered("reading the failed attempts", true, || {
+                    self.held(partition).failed_attempts(entry.id())
+                })
+                .await
+            {
+                Ok(Ok(count)) => {
+                    failed = count;
+                    if count > 0 {
+                        slot.had_failures.store(true, Ordering::SeqCst);
+                    }
+                }
+                Ok(Err(_)) => return Handled::Lost,
+                Err(stopped) => return stopped,
+            }
+        }
+        let key = slot.key().unwrap_or_else(|| partition.primary());
+        let mut retries = policy.start(key, failed);
+        if retries.exhausted() {
+            // The halt is an act of its own (the failed attempts are closed).
+            let halt = self.next_attempt();
+            let error = format!("{failed} attempts failed before this owner (see the earlier logs)");
+            return self.halt(slot, partition, entry, error, failed, halt).await;
+        }
+        loop {
+            // A paused handler starts nothing but its probe.
+            let admitted = tokio::select! {
+                admitted = retries.admit() => admitted,
+                () = self.control.stop.cancelled() => return Handled::Stop,
+                () = self.control.kill.cancelled() => return Handled::Lost,
+            };
+            if let Err(give_up) = admitted {
+                return self.give_up(slot, partition, entry, give_up).await;
+            }
+            let attempt = retries.attempt();
+            let sequence = self.next_attempt();
+            let failure = match self
+                .invoke(slot, &envelope, attempt, sequence, partition, &policy)
+                .await
+            {
+                Ok(Ok(())) => {
+                    retries.succeeded();
+                    metrics::handled(&self.unit, partition.category());
+                    return Handled::Done;
+                }
+                // The handler's fenced commit was refused: another instance
+                // owns the partition now and may be running this very
+                // message. Retrying (or halting) would be a stale owner's act.
+                Ok(Err(failure)) if fenced_by(&**failure.error(), &self.lease) => {
+                    info!(event = ordo_core::log_events::LEASE_LOST, id = entry.id(), attempt, error = %log_text(&failure.text()), "lease lost during the handler; not retrying");
+                    return Handled::Lost;
+                }
+                Ok(Err(failure)) => failure,
+                Err(stopped) => return stopped,
+            };
+            if let Err(stopped) = self
+                .attempt_failed(slot, partition, entry, sequence, &mut retries, &failure)
+                .await
+            {
+                return stopped;
+            }
+            match retries.next() {
+                Next::Retry { delay } => {
+                    if let Some(stopped) = self.before_retry(&retries, delay).await {
+                        return stopped;
+                    }
+                    metrics::retried(&self.unit, partition.category());
+                }
+                Next::GiveUp(give_up) => return self.give_up(slot, partition, entry, give_up).await,
+            }
+        }
+    }
+
+    /// Halts on `entry` as the retry policy decided.
+    async fn give_up(
+        &self,
+        slot: &Slot,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        give_up: GiveUp,
+    ) -> Handled {
+        // The halt is an act of its own (the failed attempts are closed).
+        let halt = self.next_attempt();
+        let attempts = give_up.attempts();
+        self.halt(
+            slot,
+            partition,
+            entry,
+            give_up.reason().to_owned(),
+            attempts,
+            halt,
+        )
+        .await
+    }
+
+    /// Judges the failed attempt `sequence` on `entry` and closes it: a
+    /// counted failure is counted with the pending entry (the count on
+    /// record then bounds the retries), a transient one is not.
+    async fn attempt_failed(
+        &self,
+        slot: &Slot,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        sequence: u64,
+        retries: &mut Retries<'_>,
+        failure: &Failure,
+    ) -> Result<(), Handled> {
+        let attempt = retries.attempt();
+        let failed = retries.failed(failure);
+        failed.log(self.subscription.name(), entry.id(), attempt);
+        metrics::failed(&self.unit, partition.category(), &failed);
+        let counted = failed.counted();
+        if counted {
+            slot.had_failures.store(true, Ordering::SeqCst);
+        }
+        let recorded = self
+            .until_answered("recording the failed attempt", true, || {
+                self.held(partition).attempt_failed_in(
+                    slot.sequence(&self.lease),
+                    counted.then(|| entry.id()),
+                    sequence,
+                )
+            })
+            .await?;
+        match recorded {
+            Ok(count) => {
+                retries.counted_elsewhere(count);
+                Ok(())
+            }
+            Err(error) => {
+                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
+                Err(Handled::Lost)
+            }
+        }
+    }
+
+    /// Makes sure the lease is still held before a message starts: when the
+    /// heartbeat renewed it recently enough that it is valid for another
+    /// heartbeat interval, at once; otherwise (the process was stalled, or
+    /// renewals are failing) by asking Redis. A message read ahead before a
+    /// stall is then never started by an owner whose lease lapsed meanwhile:
+    /// after a failover only the message in flight runs again. `Some` when
+    /// the message must not start here.
+    async fn confirm_lease(&self) -> Option<Handled> {
+        let margin = self.shared.settings.heartbeat_interval;
+        let valid_until = self
+            .shared
+            .leases
+            .valid_until(self.lease.key(), self.lease.value());
+        if valid_until.is_some_and(|until| Instant::now() + margin < until) {
+            return None;
+        }
+        match self
+            .until_answered("confirming the lease before a message", true, || {
+                self.shared.partitions.check(&self.lease)
+            })
+            .await
+        {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => {
+                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost before a message; not starting it");
+                Some(Handled::Lost)
+            }
+            Err(stopped) => Some(stopped),
+        }
+    }
+
+    /// Waits out the backoff `delay` (see [`Retries::wait`]), then confirms
+    /// the lease is still held, so a stale owner never runs the handler
+    /// again (the heartbeat only notices a lost lease at its next beat).
+    /// `Some` when the message must not be retried here.
+    async fn before_retry(&self, retries: &Retries<'_>, delay: Duration) -> Option<Handled> {
+        tokio::select! {
+            () = retries.wait(delay) => {}
+            () = self.control.stop.cancelled() => return Some(Handled::Stop),
+            () = self.control.kill.cancelled() => return Some(Handled::Lost),
+        }
+        // Without an answer the lease may be gone: never retry blind.
+        match self
+            .until_answered("confirming the lease before a retry", true, || {
+                self.shared.partitions.check(&self.lease)
+            })
+            .await
+        {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => {
+                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost before a retry; not retrying");
+                Some(Handled::Lost)
+            }
+            Err(stopped) => Some(stopped),
+        }
+    }
+
+    /// Runs the handler once through the shared attempt runner (its own
+    /// task: a panic is a failure; a kill aborts it), once it has its
+    /// permits and the lease is confirmed. `Err` when it must not run or
+    /// finish here: the lease was lost meanwhile, or the worker was asked
+    /// to stop while confirming the lease.
+    async fn invoke(
+        &self,
+        slot: &Slot,
+        envelope: &Arc<Envelope>,
+        attempt: u32,
+        sequence: u64,
+        partition: &PartitionKeys,
+        policy: &RetryPolicy,
+    ) -> Result<Result<(), Failure>, Handled> {
+        let ctx = HandlerContext::new(envelope)
+            .with_attempt(attempt)
+            .with_fencing_token(self.lease.token())
+            .with_correlation_id(self.unit.correlation.clone())
+            .with_extension(RedisFence::tracked(
+                &self.lease,
+                slot.own.as_ref(),
+                sequence,
+                slot.fence_used.clone(),
+            ));
+        // The handler's own slot (`[handlers.NAME] max_concurrency`) first:
+        // waiting for it holds none of the process-wide permits.
+        let own = tokio::select! {
+            own = self.subscription.settings.acquire() => own,
+            () = self.control.kill.cancelled() => return Err(Handled::Lost),
+        };
+        let permit = tokio::select! {
+            permit = self.shared.handler_permits.clone().acquire_owned() => permit.ok(),
+            () = self.control.kill.cancelled() => return Err(Handled::Lost),
+        };
+        // Waiting for the permits may have taken a while, or the process
+        // may have been stalled: never start on a lease that may have lapsed.
+        if let Some(stopped) = self.confirm_lease().await {
+            return Err(stopped);
+        }
+        let permit = (permit, own);
+        let started = Instant::now();
+        // An abort ends a run at its next await; a run in blocking code goes
+        // on, and then the lease is kept until it has ended (`run`). A run
+        // past its timeout is waited for, the lease kept meanwhile.
+        let outcome = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx)
+            .with_timeout(policy.timeout())
+            .run(
+                permit,
+                &self.control.kill,
+                self.shared.settings.heartbeat_interval,
+            )
+            .await;
+        metrics::handler_duration(&self.unit, partition.category(), started.elapsed());
+        match outcome {
+            Outcome::Succeeded => Ok(Ok(())),
+            Outcome::Failed(failure) => Ok(Err(failure)),
+            Outcome::Cancelled(cancelled) => {
+                if let Some(run) = cancelled.into_still_running() {
+                    self.unfinished
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(run);
+                }
+                Err(Handled::Lost)
+            }
+            _ => Err(Handled::Lost),
+        }
+    }
+
+    /// Records the halt under the fence, retrying transient failures.
+    async fn halt(
+        &self,
+        slot: &Slot,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        error: String,
+        attempts: u32,
+        sequence: u64,
+    ) -> Handled {
+        let reason = HaltReason {
+            lane: entry.lane(),
+            head: entry.id().to_owned(),
+            error,
+            attempts,
+        };
+        if slot.key().is_some() {
+            return self.park(slot, partition, entry, reason, sequence).await;
+        }
+        let halted = self
+            .until_answered("recording the halt", false, || {
+                self.held(partition).halt_attempt(&reason, sequence)
+            })
+            .await;
+        match halted {
+            Ok(Ok(())) => {
+                error!(event = ordo_core::log_events::PARTITION_HALTED, head = %reason.head, error = %log_text(&reason.error), attempts, "partition halted until an operator resolves it (ordo inspect, then retry, skip or dlq)");
+                metrics::halted(&self.unit, partition.category());
+                Handled::Halted
+            }
+            // An earlier try of this very halt landed (its reply was lost):
+            // the partition is halted, or resolved since.
+            Ok(Err(Error::Stale { .. })) => Handled::Halted,
+            Ok(Err(_)) | Err(_) => Handled::Lost,
+        }
+    }
+}
+
+impl Worker {
+    /// Parks the key of `slot` (a key of a hashed partition) on `entry`,
+    /// which failed every attempt: the key's other messages are held aside
+    /// with it, the partition's other keys keep flowing.
+    pub(super) async fn park(
+        &self,
+        slot: &Slot,
+        partition: &PartitionKeys,
+        entry: &StreamEntry,
+        reason: HaltReason,
+        sequence: u64,
+    ) -> Handled {
+        let (Some(key), Some(own)) = (slot.key(), slot.own()) else {
+            return Handled::Lost;
+        };
+        let held = slot.is_held();
+        let parked = self
+            .until_answered("parking the key", false, || {
+                self.held(partition)
+                    .park(key, own, entry, held, &reason, sequence)
+            })
+            .await;
+        match parked {
+            Ok(Ok(head)) => {
+                error!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %ordo_core::text::log_text(&reason.error), attempts = reason.attempts, "key parked until an operator resolves it (ordo inspect, then retry, skip or dlq)");
+                metrics::halted(&self.unit, partition.category());
+                Handled::Halted
+            }
+            // An earlier try of this very park landed (its reply was lost).
+            Ok(Err(Error::Stale { .. })) => Handled::Halted,
+            Ok(Err(_)) | Err(_) => Handled::Lost,
+        }
+    }
+}
+
+/// Whether `error`, or any error in its source chain, is the fence refusing
+/// `lease`: a [`RedisFence`] commit ([`Error::Fenced`] naming this lease's
+/// value) or a fenced process-state save ([`ProcessStoreError::Fenced`] at
+/// this lease's token). A refusal of some other lease is an ordinary failure.
+fn fenced_by(error: &(dyn std::error::Error + 'static), lease: &Lease) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(Error::Fenced { expected, .. }) = error.downcast_ref::<Error>()
+            && expected == lease.value()
+        {
+            return true;
+        }
+        if let Some(ProcessStoreError::Fenced { fencing_token, .. }) =
+            error.downcast_ref::<ProcessStoreError>()
+            && *fencing_token == lease.token()
+        {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}

@@ -1,0 +1,194 @@
+//! The runner of a partition of one key: reads under the lease and handles
+//! one message at a time in id order (pending entries first: that is the
+//! reclaim of a previous owner's unacknowledged entries), acknowledging each
+//! message before starting the next (so after a crash only the in-flight
+//! message runs again), checking the primary lane before every backfill
+//! message. A poison message halts the partition. The hashed partitions'
+//! runner ([`super::hashed`]) stands beside it over the same
+//! [`super::delivery`].
+
+use std::time::Instant;
+
+use ordo_core::key::Lane;
+use tracing::{debug, info, warn};
+
+use super::delivery::{Exit, Handled, Slot, Worker};
+use super::metrics;
+use crate::error::Error;
+use crate::owner::ack::Ack;
+use crate::owner::partition::{Idle, ReadOutcome, StreamEntry};
+use crate::store::keys::PartitionKeys;
+
+/// The runner of a per-key partition (or of a process manager's unit), for
+/// the time its worker runs.
+pub(super) struct PerKey<'w> {
+    worker: &'w Worker,
+    /// The one sequence of messages of the partition.
+    slot: Slot,
+}
+
+/// What handling a batch came to.
+enum Flow {
+    /// Keep reading.
+    Continue,
+    /// The partition halted on a poison message.
+    Halted,
+    /// Stop requested between messages.
+    Stop,
+    /// The lease is gone.
+    Lost,
+}
+
+/// What one pass over the unit's partitions came to.
+enum Pass {
+    Worked,
+    Halted,
+    Idle(Vec<(usize, Idle)>),
+    Gone,
+    Exit(Exit),
+}
+
+impl<'w> PerKey<'w> {
+    pub(super) fn new(worker: &'w Worker) -> Self {
+        Self {
+            worker,
+            slot: Slot::default(),
+        }
+    }
+
+    /// Runs until stopped, killed, or the partition is gone.
+    pub(super) async fn run(&self) -> Exit {
+        let mut failures = 0;
+        // No reap attempt before this (set when one found the partition busy).
+        let mut reap_after: Option<Instant> = None;
+        // The first pass after acquiring reclaims what a previous owner left.
+        let mut first = true;
+        loop {
+            if self.worker.control.kill.is_cancelled() {
+                return Exit::Lost;
+            }
+            if self.worker.control.stop.is_cancelled() {
+                return Exit::Released;
+            }
+            match self.pass(&mut first).await {
+                Ok(Pass::Worked) => failures = 0,
+                Ok(Pass::Halted) => {
+                    failures = 0;
+                    // The operator's decision clears the halt record; the
+                    // next read sees it.
+                    self.worker.pause(self.worker.shared.settings.poll_interval).await;
+                }
+                Ok(Pass::Idle(idle)) => {
+                    failures = 0;
+                    if let Some(exit) = self.worker.wait_idle(&idle, &mut reap_after).await {
+                        return exit;
+                    }
+                }
+                Ok(Pass::Gone) => return Exit::Gone,
+                Ok(Pass::Exit(exit)) => return exit,
+                Err(error) if error.is_fenced() => {
+                    info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost");
+                    return Exit::Lost;
+                }
+                Err(error) => {
+                    failures += 1;
+                    warn!(error = %ordo_core::error::error_chain(&error), failures, "partition read failed; backing off");
+                    self.worker
+                        .pause(self.worker.shared.settings.backoff.delay(failures))
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// One read of every partition of the unit, handling what it returns.
+    async fn pass(&self, first: &mut bool) -> Result<Pass, Error> {
+        let mut worked = false;
+        let mut idle: Vec<(usize, Idle)> = Vec::new();
+        let mut gone = 0;
+        for (index, partition) in self.worker.unit.partitions.iter().enumerate() {
+            let outcome = self
+                .worker
+                .held(partition)
+                .read(self.worker.shared.settings.read_batch)
+                .await?;
+            match outcome {
+                ReadOutcome::Entries {
+                    lane,
+                    entries,
+                    pending,
+                } => {
+                    if pending && *first {
+                        info!(
+                            entries = entries.len(),
+                            partition = partition.primary(),
+                            "reclaimed pending entries"
+                        );
+                        metrics::reclaimed(&self.worker.unit, partition.category(), entries.len());
+                    }
+                    match self.handle_batch(partition, lane, entries, pending).await {
+                        Flow::Continue => worked = true,
+                        Flow::Halted => return Ok(Pass::Halted),
+                        Flow::Stop => return Ok(Pass::Exit(Exit::Released)),
+                        Flow::Lost => return Ok(Pass::Exit(Exit::Lost)),
+                    }
+                }
+                ReadOutcome::Halted { head } => {
+                    debug!(%head, partition = partition.primary(), "partition is halted");
+                    return Ok(Pass::Halted);
+                }
+                ReadOutcome::Idle(state) => idle.push((index, state)),
+                ReadOutcome::Gone => gone += 1,
+            }
+        }
+        *first = false;
+        if worked {
+            Ok(Pass::Worked)
+        } else if gone == self.worker.unit.partitions.len() {
+            Ok(Pass::Gone)
+        } else {
+            Ok(Pass::Idle(idle))
+        }
+    }
+
+    /// Handles a batch in order, acknowledging each message before the next.
+    /// `pending`: the entries were delivered before (and may have failed
+    /// attempts on record).
+    async fn handle_batch(
+        &self,
+        partition: &PartitionKeys,
+        lane: Lane,
+        entries: Vec<StreamEntry>,
+        pending: bool,
+    ) -> Flow {
+        let mut primary_waiting = false;
+        // The names every acknowledgement of this batch touches, built once.
+        let acks = Ack::new(&self.worker.lease, &self.worker.unit.group, partition, lane, &[]);
+        let last = entries.len().saturating_sub(1);
+        for (index, entry) in entries.into_iter().enumerate() {
+            if self.worker.control.stop.is_cancelled() {
+                return Flow::Stop;
+            }
+            // The read checked the primary lane before the first backfill
+            // entry; each acknowledgement checks it before the next one.
+            if lane == Lane::Backfill && primary_waiting {
+                return Flow::Continue;
+            }
+            match self
+                .worker
+                .handle_entry(&self.slot, partition, &entry, pending)
+                .await
+            {
+                Handled::Done => {}
+                Handled::Halted => return Flow::Halted,
+                Handled::Stop => return Flow::Stop,
+                Handled::Lost => return Flow::Lost,
+            }
+            match self.worker.ack(&self.slot, &acks, &entry, index == last).await {
+                Some(waiting) => primary_waiting = waiting,
+                None => return Flow::Lost,
+            }
+        }
+        Flow::Continue
+    }
+}
