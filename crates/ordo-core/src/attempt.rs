@@ -60,9 +60,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::broker::DynHandler;
 use crate::context::{self, Running};
 use crate::error::error_chain;
+use crate::handler::DynHandler;
 use crate::handler::{BoxFuture, HandlerContext, HandlerError, HandlerResult};
 use crate::message::Envelope;
 

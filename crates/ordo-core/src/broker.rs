@@ -1,6 +1,7 @@
 //! The broker contract: how published messages leave the outbox and how
 //! brokers hand them to the registered handlers.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
@@ -9,9 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{Config, HandlerConfig, HealthConfig, PartitioningConfig};
-use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult};
+use crate::handler::{BoxFuture, DynHandler, HandlerDescriptor, HandlerKind};
 use crate::health::SubscriptionHealth;
-use crate::inline::InlineBroker;
 use crate::key::Lane;
 use crate::message::Envelope;
 use crate::policy::SequencingPolicy;
@@ -221,7 +221,10 @@ impl PublishError {
 pub type BrokerError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A message transport.
-pub trait Broker: Send + Sync + fmt::Debug + 'static {
+///
+/// `Any` lets the runtime recognise its own in-process broker behind a
+/// `dyn Broker`; every `'static` type is `Any`.
+pub trait Broker: Any + Send + Sync + fmt::Debug {
     /// A short name for messages and logs (`inline`, `redis`).
     fn name(&self) -> &str;
 
@@ -261,7 +264,7 @@ pub trait Broker: Send + Sync + fmt::Debug + 'static {
     /// ordo-core's own (the Redis broker's timings), which it parses with
     /// [`Config::broker_partitioning`]. `Domain::init()` refuses a
     /// configuration with a key of that table that neither ordo-core nor
-    /// the broker reads ([`UsageProblem::UnknownConfigKey`](crate::error::UsageProblem::UnknownConfigKey)).
+    /// the broker reads ([`UsageProblem::UnknownConfigKey`](crate::UsageProblem::UnknownConfigKey)).
     /// None by default.
     fn partitioning_keys(&self) -> &'static [&'static str] {
         &[]
@@ -284,13 +287,6 @@ pub trait Broker: Send + Sync + fmt::Debug + 'static {
                 .map(|s| SubscriptionHealth::unknown(s.name(), format!("broker `{name}` reports no health")))
                 .collect()
         })
-    }
-
-    /// The in-process broker behind this one, when it is the inline broker
-    /// (or forwards to one): the domain attaches its subscriptions to it
-    /// and waits on it to be idle. `None` (the default) for any other.
-    fn inline(&self) -> Option<InlineBroker> {
-        None
     }
 }
 
@@ -334,17 +330,6 @@ impl<B: Broker + ?Sized> Broker for Arc<B> {
     ) -> BoxFuture<'a, Vec<SubscriptionHealth>> {
         (**self).health(subscriptions, thresholds)
     }
-
-    fn inline(&self) -> Option<InlineBroker> {
-        (**self).inline()
-    }
-}
-
-/// The object-safe form of every handler kind, as brokers call it.
-pub trait DynHandler: Send + Sync + 'static {
-    /// Handles one message. For a process manager this loads the instance
-    /// for the message's correlation value, runs the handler and saves it.
-    fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult>;
 }
 
 /// A registered handler as a broker sees it: what it consumes and how to call it.

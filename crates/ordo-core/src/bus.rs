@@ -3,17 +3,19 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::broker::Subscription;
 use crate::context::{self, Running};
 use crate::domain::Domain;
-use crate::error::{CommitError, DispatchError};
+use crate::error::CommitError;
 use crate::executor::KeyedExecutor;
 use crate::handler::HandlerContext;
 use crate::handler::HandlerError;
 use crate::key::KeyRules;
 use crate::message::{Command, Envelope, Message};
 use crate::policy::{ProcessingContext, SequenceId};
+use crate::runtime_error::DispatchError;
 use crate::uow::ContextUnitOfWork;
 
 /// Why a command's run failed.
@@ -106,7 +108,7 @@ impl CommandBus {
         let dyn_handler = route.handler.clone();
         let uow = ContextUnitOfWork::new(domain.unit_of_work());
         let task = context::scope(running, async move {
-            let ctx = HandlerContext::new(&envelope).with_unit_of_work(uow.clone());
+            let ctx = HandlerContext::new(&envelope).with_unit_of_work(Arc::new(uow.clone()));
             let handled = dyn_handler.handle(&envelope, &ctx).await;
             drop(ctx);
             match (handled, uow.take()) {

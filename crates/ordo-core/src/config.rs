@@ -84,7 +84,7 @@
 //! top-level `max_retries`) is never silently dropped.
 //!
 //! [`Broker::partitioning_keys`]: crate::broker::Broker::partitioning_keys
-//! [`UsageProblem::UnknownConfigKey`]: crate::error::UsageProblem::UnknownConfigKey
+//! [`UsageProblem::UnknownConfigKey`]: crate::UsageProblem::UnknownConfigKey
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -94,12 +94,16 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::backoff::Backoff;
-use crate::error::ConfigError;
 
+mod error;
 mod layers;
+mod schema;
 
 use crate::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, MAX_HASHED_PARTITIONS, segment_rule};
-pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, Origin, env_var_names};
+pub use error::{ConfigError, Origin, TomlError};
+pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, env_var_names};
+pub use schema::PARTITIONING_KEYS;
+use schema::{SCHEMA, check_keys, with_article};
 
 const POLL_INTERVAL_SECONDS: f64 = 0.25;
 const MAX_RETRIES: u32 = 3;
@@ -629,79 +633,6 @@ impl PriorityLanesConfig {
     }
 }
 
-/// The keys `domain.toml` may hold, table by table: the tables are checked
-/// by [`check_keys`] before the values are read, so an unknown key gets a
-/// message naming it and its valid siblings.
-enum Node {
-    Table(&'static [(&'static str, Node)]),
-    /// A table of tables named freely (`[handlers.NAME]`), each with these keys.
-    Named(&'static [(&'static str, Node)]),
-    /// A table with these value keys, and any others for the broker to
-    /// check (`[server.partitioning]`, see [`Config::broker_partitioning`]).
-    Open(&'static [&'static str]),
-    Value,
-}
-
-const SCHEMA: &[(&str, Node)] = &[
-    (
-        "server",
-        Node::Table(&[
-            ("partitioning", Node::Open(PARTITIONING_KEYS)),
-            (
-                "priority_lanes",
-                Node::Table(&[
-                    ("enabled", Node::Value),
-                    ("backfill_suffix", Node::Value),
-                    ("threshold", Node::Value),
-                ]),
-            ),
-        ]),
-    ),
-    (
-        "handlers",
-        Node::Named(&[
-            ("max_retries", Node::Value),
-            ("retry_backoff_initial_ms", Node::Value),
-            ("retry_backoff_max_ms", Node::Value),
-            ("max_concurrency", Node::Value),
-            ("timeout_ms", Node::Value),
-            ("timeout_is_transient", Node::Value),
-            ("max_transient_ms", Node::Value),
-            ("pause_min_keys", Node::Value),
-        ]),
-    ),
-    (
-        "health",
-        Node::Table(&[("max_lag", Node::Value), ("max_pending_age_ms", Node::Value)]),
-    ),
-    (
-        "outbox",
-        Node::Table(&[("max_payload_bytes", Node::Value), ("schema", Node::Value)]),
-    ),
-    ("categories", Node::Named(&[("partitions", Node::Value)])),
-    (
-        "redis",
-        Node::Table(&[
-            ("url", Node::Value),
-            ("tls_ca_file", Node::Value),
-            ("tls_cert_file", Node::Value),
-            ("tls_key_file", Node::Value),
-        ]),
-    ),
-    ("cli", Node::Table(&[("warn_partitions", Node::Value)])),
-    (
-        "relay",
-        Node::Table(&[
-            ("lease_ttl_ms", Node::Value),
-            ("poll_ms", Node::Value),
-            ("retention_s", Node::Value),
-            ("batch_bytes", Node::Value),
-            ("publish_call_bytes", Node::Value),
-            ("max_row_bytes", Node::Value),
-        ]),
-    ),
-];
-
 /// The tables of `table` (a merged, checked configuration) that other
 /// crates read.
 fn other_tables(table: &toml::Table) -> toml::Table {
@@ -711,19 +642,6 @@ fn other_tables(table: &toml::Table) -> toml::Table {
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect()
 }
-
-/// The keys of `[server.partitioning]` that this crate reads.
-pub const PARTITIONING_KEYS: &[&str] = &[
-    "poll_interval_seconds",
-    "max_retries",
-    "retry_backoff_initial_ms",
-    "retry_backoff_max_ms",
-    "max_concurrency",
-    "handler_timeout_ms",
-    "timeout_is_transient",
-    "max_transient_ms",
-    "pause_min_keys",
-];
 
 /// The keys of `[server.partitioning]` in `table` (a checked file) that
 /// this crate does not read.
@@ -738,89 +656,6 @@ fn broker_keys(table: &toml::Table) -> toml::Table {
         .filter(|(key, _)| !PARTITIONING_KEYS.contains(&key.as_str()))
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect()
-}
-
-/// Rejects a key of `table` (at dotted path `path`) that `schema` does not
-/// list, and a table where a value belongs or the reverse.
-fn check_keys(
-    table: &toml::Table,
-    path: &str,
-    schema: &'static [(&'static str, Node)],
-) -> Result<(), ConfigError> {
-    for (key, value) in table {
-        let full = if path.is_empty() {
-            key.clone()
-        } else {
-            format!("{path}.{key}")
-        };
-        let Some((_, node)) = schema.iter().find(|(name, _)| name == key) else {
-            return Err(ConfigError::UnknownKey {
-                key: full,
-                valid: schema.iter().map(|(name, _)| *name).collect(),
-            });
-        };
-        match (node, value) {
-            (Node::Table(children), toml::Value::Table(inner)) => check_keys(inner, &full, children)?,
-            (Node::Open(values), toml::Value::Table(inner)) => {
-                // The other keys are the broker's to check.
-                let table = inner
-                    .iter()
-                    .find(|(key, value)| values.contains(&key.as_str()) && value.is_table());
-                if let Some((key, _)) = table {
-                    return Err(ConfigError::WrongType {
-                        key: format!("{full}.{key}"),
-                        expected: "a value",
-                        found: "a table",
-                    });
-                }
-            }
-            (Node::Named(children), toml::Value::Table(inner)) => {
-                for (name, value) in inner {
-                    let named = format!("{full}.{name}");
-                    match value {
-                        toml::Value::Table(table) => check_keys(table, &named, children)?,
-                        other => {
-                            return Err(ConfigError::WrongType {
-                                key: named,
-                                expected: "a table",
-                                found: with_article(other.type_str()),
-                            });
-                        }
-                    }
-                }
-            }
-            (Node::Table(_) | Node::Named(_) | Node::Open(_), other) => {
-                return Err(ConfigError::WrongType {
-                    key: full,
-                    expected: "a table",
-                    found: with_article(other.type_str()),
-                });
-            }
-            (Node::Value, toml::Value::Table(_)) => {
-                return Err(ConfigError::WrongType {
-                    key: full,
-                    expected: "a value",
-                    found: "a table",
-                });
-            }
-            (Node::Value, _) => {}
-        }
-    }
-    Ok(())
-}
-
-/// `integer` → `an integer`, for messages.
-fn with_article(type_name: &'static str) -> &'static str {
-    match type_name {
-        "string" => "a string",
-        "integer" => "an integer",
-        "float" => "a float",
-        "boolean" => "a boolean",
-        "datetime" => "a datetime",
-        "array" => "an array",
-        "table" => "a table",
-        _ => "another type",
-    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,15 +14,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::broker::{Broker, BrokerError, DynHandler, HandlerSettings, Subscription};
+use crate::broker::{Broker, BrokerError, HandlerSettings, Subscription};
 use crate::bus::CommandBus;
 use crate::config::{Config, HandlerConfig};
-use crate::error::{
-    DispatchError, IncorrectUsageError, OutboxError, SettleError, ShutdownError, UsageProblem,
-};
+use crate::error::OutboxError;
 use crate::handler::{
-    BoxFuture, CommandHandler, EventHandler, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
-    ProcessManager,
+    BoxFuture, CommandHandler, DynHandler, EventHandler, HandlerContext, HandlerDescriptor, HandlerKind,
+    HandlerResult, ProcessManager,
 };
 use crate::health::{HealthReport, HealthState};
 use crate::inline::InlineBroker;
@@ -30,6 +28,7 @@ use crate::message::{Aggregate, Command, Envelope};
 use crate::outbox::{InMemoryOutbox, Outbox, OutboxProcessor, PublishReport};
 use crate::policy::{PartitionKeyPolicy, SequencingPolicy, default_command_policy, default_event_policy};
 use crate::process::{CorrelationPolicy, InMemoryProcessStore, ProcessManagerHandler, ProcessStore};
+use crate::runtime_error::{DispatchError, IncorrectUsageError, SettleError, ShutdownError, UsageProblem};
 use crate::uow::UnitOfWork;
 
 use registry::AggregateInfo;
@@ -210,7 +209,7 @@ impl DomainBuilder {
 
     /// Sets the broker (default: an [`InlineBroker`] built from the config).
     pub fn broker<B: Broker>(mut self, broker: B) -> Self {
-        let inline = broker.inline();
+        let inline = InlineBroker::behind(&broker);
         self.broker = Some((Arc::new(broker), inline));
         self
     }

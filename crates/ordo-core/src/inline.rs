@@ -1,5 +1,6 @@
 //! The inline broker: runs handlers in this process, no server needed.
 
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -347,6 +348,25 @@ impl InlineBroker {
 }
 
 /// The sequence id of `envelope` for `subscription`, scoped to the handler.
+impl InlineBroker {
+    /// The inline broker `broker` is, when it is one: itself, an `Arc` of
+    /// one, or an `Arc<dyn Broker>` of one. The domain attaches its
+    /// subscriptions to it and waits on it to be idle.
+    pub(crate) fn behind(broker: &dyn Any) -> Option<Self> {
+        if let Some(inline) = broker.downcast_ref::<Self>() {
+            return Some(inline.clone());
+        }
+        if let Some(inline) = broker.downcast_ref::<Arc<Self>>() {
+            return Some(Self::clone(inline));
+        }
+        if let Some(dynamic) = broker.downcast_ref::<Arc<dyn Broker>>() {
+            let inner: &dyn Any = &**dynamic;
+            return Self::behind(inner);
+        }
+        None
+    }
+}
+
 fn sequence_id(subscription: &Subscription, envelope: &Envelope) -> Option<SequenceId> {
     let context = ProcessingContext::new(subscription.name());
     let id = subscription
@@ -556,10 +576,6 @@ async fn run_attempt(
 }
 
 impl Broker for InlineBroker {
-    fn inline(&self) -> Option<InlineBroker> {
-        Some(self.clone())
-    }
-
     fn name(&self) -> &str {
         "inline"
     }

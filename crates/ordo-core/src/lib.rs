@@ -31,6 +31,7 @@ pub mod process;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod runtime_error;
 
 // Publishing.
 pub mod bus;
@@ -53,14 +54,14 @@ mod context;
 mod field;
 
 // Messages and keys.
-pub use key::{InvalidKey, KeyRule, KeyRules, Lane, PartitionKey};
+pub use key::{InvalidKey, KeyExtractor, KeyRule, KeyRules, Lane, PartitionKey};
 pub use message::{Aggregate, Command, DecodeError, Envelope, Event, Message, MessageKind, Metadata, PartOf};
 
 // Handlers.
 pub use handler::{
-    BoxFuture, CommandHandler, ContextParameter, EventHandler, Extensions, HandledMessage, HandlerContext,
-    HandlerDescriptor, HandlerError, HandlerKind, HandlerResult, IntoHandlerResult, KeyExtractor,
-    ProcessManager, RustType,
+    BoxFuture, CommandHandler, ContextParameter, DynHandler, EventHandler, EventSink, Extensions,
+    HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind, HandlerResult,
+    IntoHandlerResult, ProcessManager, RaisedEvent, RustType,
 };
 pub use process::{CorrelationPolicy, InMemoryProcessStore, ProcessStore};
 
@@ -74,14 +75,13 @@ pub use policy::{
 
 // The domain and its configuration.
 pub use config::{
-    Config, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, Partitions, PriorityLanesConfig,
+    Config, ConfigError, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, Partitions,
+    PriorityLanesConfig,
 };
 pub use domain::{Domain, DomainBuilder, RunningDomain};
-pub use error::{
-    BackoffError, CommitError, ConfigError, DispatchError, IncorrectUsageError, OutboxError,
-    ProcessStoreError, SettleError, ShutdownError, UsageProblem,
-};
+pub use error::{BackoffError, CommitError, OutboxError, ProcessStoreError};
 pub use health::{HealthReport, HealthState, SubscriptionHealth};
+pub use runtime_error::{DispatchError, IncorrectUsageError, SettleError, ShutdownError, UsageProblem};
 
 // Publishing.
 pub use outbox::{
@@ -92,7 +92,7 @@ pub use uow::{CommitReceipt, UnitOfWork};
 // Brokers and execution.
 pub use backoff::Backoff;
 pub use broker::{
-    Broker, BrokerError, Capabilities, DynHandler, HandlerSettings, Publication, PublishError, Subscription,
+    Broker, BrokerError, Capabilities, HandlerSettings, Publication, PublishError, Subscription,
 };
 pub use executor::{KeyedExecutor, Permits};
 pub use inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::field::read_field;
-use crate::handler::KeyExtractor;
+use crate::key::KeyExtractor;
 use crate::key::PartitionKey;
 use crate::message::Envelope;
 

@@ -6,10 +6,10 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::broker::DynHandler;
 use crate::domain::DomainRef;
 use crate::error::ProcessStoreError;
 use crate::field::read_field;
+use crate::handler::DynHandler;
 use crate::handler::{BoxFuture, HandlerContext, HandlerDescriptor, HandlerResult, ProcessManager};
 use crate::message::Envelope;
 use crate::policy::{ProcessingContext, SequenceId, SequencingPolicy};
@@ -226,7 +226,7 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
             .get()
             .map(|domain| ContextUnitOfWork::new(domain.unit_of_work()));
         if let Some(uow) = &uow {
-            ctx = ctx.with_unit_of_work(uow.clone());
+            ctx = ctx.with_unit_of_work(Arc::new(uow.clone()));
         }
         instance.handle(message, &ctx).await?;
         let state = serde_json::to_string(&instance).map_err(|e| codec_error("encode", e))?;

@@ -1,12 +1,13 @@
 //! The unit of work: events raised by one operation, committed to the outbox
 //! together or not at all.
 
-use std::any::{Any, TypeId};
+use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::domain::Domain;
 use crate::error::CommitError;
+use crate::handler::{EventSink, RaisedEvent};
 use crate::key::Lane;
 use crate::message::{Envelope, Event, Metadata};
 use crate::outbox::NewOutboxRow;
@@ -79,7 +80,7 @@ impl UnitOfWork {
     /// Raises `event` on the primary lane. It is serialised now; its key is
     /// checked at commit.
     pub fn raise<E: Event>(&mut self, event: E) -> Result<(), CommitError> {
-        self.push(event, Lane::Primary)
+        self.push(RaisedEvent::new(event), Lane::Primary)
     }
 
     /// Raises `event` on the low-priority backfill lane, drained after the
@@ -90,12 +91,7 @@ impl UnitOfWork {
     /// than being refused, so backfill code runs unchanged in every
     /// deployment.
     pub fn raise_backfill<E: Event>(&mut self, event: E) -> Result<(), CommitError> {
-        let lane = if self.domain.config().priority_lanes().enabled() {
-            Lane::Backfill
-        } else {
-            Lane::Primary
-        };
-        self.push(event, lane)
+        self.push(RaisedEvent::new(event), Lane::Backfill)
     }
 
     /// Sets the priority of every event of this unit of work, raised before
@@ -163,36 +159,32 @@ impl UnitOfWork {
         self.raised.is_empty()
     }
 
-    fn push<E: Event>(&mut self, event: E, lane: Lane) -> Result<(), CommitError> {
-        if !self.domain.owns_category(E::CATEGORY) {
-            return Err(CommitError::UnknownCategory {
-                type_name: E::TYPE_NAME,
-                category: E::CATEGORY,
-            });
+    /// Adds `event` on `lane`; the backfill lane is the primary one when
+    /// priority lanes are disabled.
+    fn push(&mut self, event: RaisedEvent, lane: Lane) -> Result<(), CommitError> {
+        let lane = if lane == Lane::Backfill && !self.domain.config().priority_lanes().enabled() {
+            Lane::Primary
+        } else {
+            lane
+        };
+        let (type_name, category) = (event.type_name(), event.category());
+        if !self.domain.owns_category(category) {
+            return Err(CommitError::UnknownCategory { type_name, category });
         }
-        let handled = self.domain.message_types().get(&(E::CATEGORY, E::TYPE_NAME));
-        if let Some(handled) = handled.filter(|handled| handled.id != TypeId::of::<E>()) {
+        let raised = event.rust_type();
+        let handled = self.domain.message_types().get(&(category, type_name));
+        if let Some(handled) = handled.filter(|handled| handled.id != raised.id) {
             return Err(CommitError::AmbiguousTypeName {
-                type_name: E::TYPE_NAME,
-                category: E::CATEGORY,
-                raised: std::any::type_name::<E>(),
+                type_name,
+                category,
+                raised: raised.path,
                 handled: handled.path,
             });
         }
-        let envelope = Envelope::new(&event).map_err(|source| CommitError::Serialization {
-            type_name: E::TYPE_NAME,
-            source,
-        })?;
-        // What cannot be decoded could never be handled: refuse it now, with the decoder's reason.
-        if let Err(source) = serde_json::from_str::<E>(&envelope.payload) {
-            return Err(CommitError::Undecodable {
-                type_name: E::TYPE_NAME,
-                source,
-            });
-        }
+        let envelope = event.envelope()?;
         self.raised.push(Raised {
             envelope,
-            typed: Box::new(event),
+            typed: event.into_value(),
             lane,
         });
         Ok(())
@@ -336,5 +328,11 @@ impl fmt::Debug for ContextUnitOfWork {
         f.debug_tuple("ContextUnitOfWork")
             .field(&guard.as_ref().map(UnitOfWork::len))
             .finish()
+    }
+}
+
+impl EventSink for ContextUnitOfWork {
+    fn raise(&self, event: RaisedEvent, lane: Lane) -> Result<(), CommitError> {
+        self.with(|uow| uow.push(event, lane))
     }
 }

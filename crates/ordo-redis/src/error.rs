@@ -212,7 +212,7 @@ pub enum Error {
     /// The domain configuration's `[server.partitioning]` is invalid for
     /// this broker (see [`RedisSettings::from_config`](crate::RedisSettings::from_config)).
     #[error("invalid domain configuration for the Redis broker")]
-    DomainConfig(#[source] ordo_core::error::ConfigError),
+    DomainConfig(#[source] ordo_core::ConfigError),
 
     /// The broker was configured with an invalid value.
     #[error("invalid broker configuration: `{key}` {reason}")]
@@ -262,8 +262,8 @@ impl From<fred::error::Error> for Error {
     }
 }
 
-impl From<ordo_core::error::ConfigError> for Error {
-    fn from(error: ordo_core::error::ConfigError) -> Self {
+impl From<ordo_core::ConfigError> for Error {
+    fn from(error: ordo_core::ConfigError) -> Self {
         Self::DomainConfig(error)
     }
 }

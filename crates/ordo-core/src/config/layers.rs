@@ -12,11 +12,10 @@
 //! `per_key`); an empty value is no value.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::{Node, SCHEMA};
-use crate::error::ConfigError;
+use super::error::{ConfigError, Origin};
+use super::schema::{self, Node, SCHEMA};
 
 /// The prefix of every environment variable of the domain configuration.
 pub const ENV_PREFIX: &str = "ORDO_";
@@ -24,38 +23,6 @@ pub const ENV_PREFIX: &str = "ORDO_";
 /// The environment variable naming the configuration file, when no path is
 /// given in code (or on the command line).
 pub const CONFIG_FILE_ENV: &str = "ORDO_CONFIG";
-
-/// Where a setting came from, named by the errors about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Origin {
-    /// A line of the configuration file (`path` is `None` for text that was
-    /// not read from a file).
-    File {
-        /// The file.
-        path: Option<PathBuf>,
-        /// The line, from 1.
-        line: usize,
-    },
-    /// An environment variable.
-    Env {
-        /// Its name, like `ORDO_SERVER_PARTITIONING_LEASE_TTL_MS`.
-        var: String,
-    },
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::File {
-                path: Some(path),
-                line,
-            } => write!(f, "{}:{line}", path.display()),
-            Self::File { path: None, line } => write!(f, "line {line} of the domain configuration"),
-            Self::Env { var } => write!(f, "environment variable {var}"),
-        }
-    }
-}
 
 /// Where the settings of one loaded configuration came from, by dotted key.
 /// Where a setting came from never makes two configurations differ.
@@ -144,7 +111,7 @@ pub(crate) fn layer(
         })?;
         origins.file = Some((path.map(Path::to_owned), text.to_owned()));
         // The file's own unknown keys and misplaced tables, named at their line.
-        super::check_keys(&table, "", SCHEMA).map_err(|error| origins.locate(error))?;
+        schema::check_keys(&table, "", SCHEMA).map_err(|error| origins.locate(error))?;
     }
     let mut vars: Vec<(String, String)> = env
         .into_iter()
@@ -201,7 +168,7 @@ fn set(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(
                 return Err(ConfigError::WrongType {
                     key: dotted,
                     expected: "a table",
-                    found: super::with_article(other.type_str()),
+                    found: schema::with_article(other.type_str()),
                 });
             }
         };

@@ -8,10 +8,12 @@ use std::collections::{HashMap, HashSet};
 
 use crate::broker::Capabilities;
 use crate::config::{Config, Partitions};
-use crate::error::{CommitError, UsageProblem};
+use crate::error::CommitError;
 use crate::field::{KeyFieldError, KeyReadError, read_key};
-use crate::handler::{HandlerDescriptor, HandlerKind, KeyExtractor, RustType};
+use crate::handler::{HandlerDescriptor, HandlerKind, RustType};
+use crate::key::KeyExtractor;
 use crate::message::{Envelope, MessageKind};
+use crate::runtime_error::UsageProblem;
 
 /// A registered aggregate type.
 #[derive(Debug, Clone, Copy)]

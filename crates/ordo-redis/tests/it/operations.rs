@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use fred::interfaces::{KeysInterface, SetsInterface, StreamsInterface};
 use fred::types::Value;
-use ordo_core::broker::{Broker, DynHandler, HandlerSettings, Publication, Subscription};
+use ordo_core::DynHandler;
+use ordo_core::broker::{Broker, HandlerSettings, Publication, Subscription};
 use ordo_core::config::HandlerConfig;
 use ordo_core::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
 use ordo_core::key::Lane;

@@ -16,7 +16,8 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ordo_core::broker::{Broker, DynHandler};
+use ordo_core::DynHandler;
+use ordo_core::broker::Broker;
 use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use fred::interfaces::{KeysInterface, StreamsInterface};
 use fred::types::Value;
-use ordo_core::broker::{Broker, DynHandler, Publication};
+use ordo_core::DynHandler;
+use ordo_core::broker::{Broker, Publication};
 use ordo_core::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;

@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::interfaces::{KeysInterface, ListInterface};
-use ordo_core::broker::{Broker, DynHandler};
+use ordo_core::DynHandler;
+use ordo_core::broker::Broker;
 use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
 use ordo_core::key::Lane;
 use ordo_core::message::Envelope;

@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fred::interfaces::{HashesInterface, StreamsInterface};
-use ordo_core::broker::{Broker, DynHandler};
+use ordo_core::DynHandler;
+use ordo_core::broker::Broker;
 use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
 use ordo_core::health::HealthState;
 use ordo_core::message::Envelope;

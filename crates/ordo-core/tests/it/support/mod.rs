@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use ordo_core::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
 use ordo_core::handler::{
     BoxFuture, CommandHandler, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind,
-    HandlerResult, KeyExtractor, ProcessManager,
+    HandlerResult, ProcessManager,
 };
+use ordo_core::key::KeyExtractor;
 use ordo_core::message::{Aggregate, Command, Envelope, Event, Message, MessageKind, PartOf};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -155,7 +156,7 @@ impl Command for CancelOrder {
 /// A `KeyExtractor` reading `$field` of `$ty`, as the macros generate it.
 macro_rules! extractor {
     ($ty:ty, $field:ident) => {
-        ordo_core::handler::KeyExtractor::new(stringify!($field), |message| {
+        ordo_core::KeyExtractor::new(stringify!($field), |message| {
             message
                 .downcast_ref::<$ty>()
                 .map(|m| ordo_core::key::PartitionKey::key_value(&m.$field).map(std::borrow::Cow::into_owned))

@@ -13,7 +13,8 @@ use std::time::Duration;
 use anyhow::Context;
 use fred::clients::Pool;
 use fred::prelude::{Builder, ClientLike};
-use ordo_core::broker::{DynHandler, Publication, Subscription};
+use ordo_core::DynHandler;
+use ordo_core::broker::{Publication, Subscription};
 use ordo_core::handler::{
     BoxFuture, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
 };
@@ -338,7 +339,8 @@ pub fn subscription(
 pub mod subscribe {
     use std::sync::Arc;
 
-    use ordo_core::broker::{DynHandler, Subscription};
+    use ordo_core::DynHandler;
+    use ordo_core::broker::Subscription;
     use ordo_core::handler::HandlerKind;
 
     /// Partitioned: sequential by partition key.
