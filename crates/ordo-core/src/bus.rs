@@ -3,25 +3,28 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 use crate::broker::Subscription;
 use crate::context::{self, Running};
-use crate::domain::Domain;
-use crate::error::CommitError;
 use crate::executor::KeyedExecutor;
-use crate::handler::HandlerContext;
-use crate::handler::HandlerError;
+use crate::handler::DynHandler;
 use crate::key::KeyRules;
 use crate::message::{Command, Envelope, Message};
 use crate::policy::{ProcessingContext, SequenceId};
 use crate::runtime_error::DispatchError;
-use crate::uow::ContextUnitOfWork;
 
-/// Why a command's run failed.
-enum Failed {
-    Handler(HandlerError),
-    Commit(CommitError),
+/// A command routed to its handler, ready to run.
+pub(crate) struct Routed {
+    /// The handler.
+    pub(crate) handler: Arc<dyn DynHandler>,
+    /// Its name.
+    pub(crate) name: &'static str,
+    /// The command, with its validated partition key.
+    pub(crate) envelope: Envelope,
+    /// The sequence it runs in.
+    pub(crate) sequence: Option<SequenceId>,
 }
 
 /// Routes each command to its one handler through a [`KeyedExecutor`].
@@ -65,24 +68,20 @@ impl CommandBus {
         }
     }
 
-    /// Handles `command` and returns the handler's outcome. The events the
-    /// handler raised through its context are committed, in `domain`'s
-    /// outbox, when it succeeds, before the next command of its sequence runs.
-    pub(crate) async fn dispatch<C: Command>(
-        &self,
-        domain: &Domain,
-        command: C,
-    ) -> Result<(), DispatchError> {
+    /// Routes `command` to its handler: its envelope (with its validated
+    /// partition key) and its sequence. Refuses a nested dispatch of a
+    /// sequence the calling chain holds.
+    pub(crate) fn route<C: Command>(&self, command: &C) -> Result<Routed, DispatchError> {
         let type_name = C::TYPE_NAME;
         let route = self
             .routes
             .get(&(C::CATEGORY, type_name))
             .ok_or(DispatchError::NoHandler { type_name })?;
         let handler = route.name();
-        let mut envelope = Envelope::command(&command)
+        let mut envelope = Envelope::command(command)
             .map_err(|source| DispatchError::Serialization { type_name, source })?;
-        envelope.partition_key = self.partition_key(route, &command)?;
-        let context = ProcessingContext::new(handler).with_typed(&command);
+        envelope.partition_key = self.partition_key(route, command)?;
+        let context = ProcessingContext::new(handler).with_typed(command);
         let sequence = route
             .policy_for(C::CATEGORY, type_name)
             .sequence_identifier(&envelope, &context);
@@ -104,38 +103,32 @@ impl CommandBus {
                 sequence: sequence.to_string(),
             });
         }
+        Ok(Routed {
+            handler: route.handler.clone(),
+            name: handler,
+            envelope,
+            sequence,
+        })
+    }
+
+    /// Runs `task`, the handler run of a routed command, in its sequence,
+    /// as the command handler `handler`: on the caller's slot when the
+    /// dispatch is nested in a command handler. `None` when the task
+    /// stopped without a result (it panicked).
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        handler: &'static str,
+        sequence: Option<SequenceId>,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
         let running = Running::command(handler, sequence.clone());
-        let dyn_handler = route.handler.clone();
-        let uow = ContextUnitOfWork::new(domain.unit_of_work());
-        let task = context::scope(running, async move {
-            let ctx = HandlerContext::new(&envelope).with_unit_of_work(Arc::new(uow.clone()));
-            let handled = dyn_handler.handle(&envelope, &ctx).await;
-            drop(ctx);
-            match (handled, uow.take()) {
-                (Ok(()), Some(uow)) => uow.commit().await.map(drop).map_err(Failed::Commit),
-                (Ok(()), None) => Ok(()),
-                (Err(error), _) => Err(Failed::Handler(error)),
-            }
-        });
+        let task = context::scope(running, task);
         let outcome = if context::on_bus() {
             self.executor.submit_nested(sequence, task)
         } else {
             self.executor.submit(sequence, task)
         };
-        match outcome.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(Failed::Handler(error))) => Err(DispatchError::Handler {
-                handler,
-                type_name,
-                error,
-            }),
-            Ok(Err(Failed::Commit(error))) => Err(DispatchError::Commit {
-                handler,
-                type_name,
-                error: Box::new(error),
-            }),
-            Err(_) => Err(DispatchError::Aborted { handler, type_name }),
-        }
+        outcome.await.ok()
     }
 
     /// The validated `sequential_by` key of a partitioned handler's command.

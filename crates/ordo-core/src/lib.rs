@@ -26,15 +26,19 @@ pub mod key;
 pub mod message;
 pub mod policy;
 pub mod process;
+mod process_manager;
 
 // Assembling a domain.
+pub mod builder;
 pub mod config;
 pub mod domain;
 pub mod error;
+mod registry;
 pub mod runtime_error;
 
 // Publishing.
-pub mod bus;
+mod bus;
+mod dispatch;
 pub mod outbox;
 pub mod uow;
 
@@ -74,11 +78,12 @@ pub use policy::{
 };
 
 // The domain and its configuration.
+pub use builder::DomainBuilder;
 pub use config::{
     Config, ConfigError, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, Partitions,
     PriorityLanesConfig,
 };
-pub use domain::{Domain, DomainBuilder, RunningDomain};
+pub use domain::{Domain, RunningDomain};
 pub use error::{BackoffError, CommitError, OutboxError, ProcessStoreError};
 pub use health::{HealthReport, HealthState, SubscriptionHealth};
 pub use runtime_error::{DispatchError, IncorrectUsageError, SettleError, ShutdownError, UsageProblem};

@@ -12,6 +12,13 @@ use crate::key::Lane;
 use crate::message::{Envelope, Event, Metadata};
 use crate::outbox::NewOutboxRow;
 
+impl Domain {
+    /// A new, empty unit of work.
+    pub fn unit_of_work(&self) -> UnitOfWork {
+        UnitOfWork::new(self.clone())
+    }
+}
+
 /// Events raised by one operation, written to the outbox by
 /// [`UnitOfWork::commit`] in one atomic append.
 ///
@@ -68,7 +75,7 @@ pub struct CommitReceipt {
 }
 
 impl UnitOfWork {
-    pub(crate) fn new(domain: Domain) -> Self {
+    fn new(domain: Domain) -> Self {
         Self {
             domain,
             raised: Vec::new(),

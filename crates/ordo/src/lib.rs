@@ -120,8 +120,8 @@ pub use ordo_core::{
 // The modules, for what is not re-exported above (`error::error_chain`,
 // `key::stream`, ...).
 pub use ordo_core::{
-    attempt, backoff, broker, bus, config, domain, error, executor, handler, health, inline, key, log_events,
-    message, outbox, policy, process, retry, uow,
+    attempt, backoff, broker, builder, config, domain, error, executor, handler, health, inline, key,
+    log_events, message, outbox, policy, process, retry, uow,
 };
 
 // The macros; each is documented on its own item.

@@ -17,10 +17,10 @@ use crate::runtime_error::UsageProblem;
 
 /// A registered aggregate type.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct AggregateInfo {
-    pub(super) type_id: TypeId,
-    pub(super) type_name: &'static str,
-    pub(super) category: &'static str,
+pub(crate) struct AggregateInfo {
+    pub(crate) type_id: TypeId,
+    pub(crate) type_name: &'static str,
+    pub(crate) category: &'static str,
 }
 
 /// How the events of one partitioned category get their key.
@@ -80,7 +80,7 @@ impl CategoryKey {
 pub(crate) type MessageTypes = HashMap<(&'static str, &'static str), RustType>;
 
 /// The handled message types whose Rust type is known.
-pub(super) fn message_types(descriptors: &[&HandlerDescriptor]) -> MessageTypes {
+pub(crate) fn message_types(descriptors: &[&HandlerDescriptor]) -> MessageTypes {
     descriptors
         .iter()
         .flat_map(|d| &d.handles)
@@ -103,7 +103,7 @@ struct Claim {
 }
 
 /// Runs every check; returns the event partitioning, or all problems found.
-pub(super) fn check(
+pub(crate) fn check(
     descriptors: &[&HandlerDescriptor],
     aggregates: &[AggregateInfo],
     broker_name: &str,
@@ -365,7 +365,7 @@ fn partitioning(claims: &[Claim]) -> Partitioning {
 /// partitioned event category, consumed by no `sequential_by` process
 /// manager, on a broker that runs hashed partitions (the inline broker
 /// orders every key in process, so the setting changes nothing there).
-pub(super) fn check_partitions(
+pub(crate) fn check_partitions(
     config: &Config,
     partitioning: &Partitioning,
     descriptors: &[&HandlerDescriptor],
