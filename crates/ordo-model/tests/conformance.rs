@@ -19,9 +19,9 @@ use fred::clients::Pool;
 use fred::interfaces::LuaInterface;
 use fred::prelude::{Builder, Config as FredConfig};
 use fred::types::Value;
-use ordo_core::broker::{Broker, Publication};
-use ordo_core::key::Lane;
-use ordo_core::message::{Envelope, MessageKind, Metadata};
+use ordo_core::contract::broker::{Broker, Publication};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::{Envelope, MessageKind, Metadata};
 use ordo_model::protocol::{Command, Identity, LeaseValue, Op, Reply};
 use ordo_model::{Action, Config, Mutant, Protocol, State};
 use ordo_redis::{

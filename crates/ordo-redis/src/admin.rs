@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use fred::clients::Pool;
 use fred::interfaces::{HashesInterface, SetsInterface, StreamsInterface};
 use fred::types::Value;
-use ordo_core::key::Lane;
+use ordo_core::contract::key::Lane;
 
 use crate::error::{Error, Result};
 use crate::keys::{PartitionId, PartitionKeys, Routing, halted, halted_directory};
@@ -154,7 +154,7 @@ impl PartitionAdmin {
     /// partitioned before (`None`: not recorded).
     ///
     /// Every key's last published outbox position (see
-    /// `ordo_core::broker::POSITION_SCOPE_METADATA`) is carried over to its
+    /// `ordo_core::contract::broker::POSITION_SCOPE_METADATA`) is carried over to its
     /// new partition first, so a relay that re-publishes rows it published
     /// before the switch (killed before marking them) has them dropped,
     /// not delivered again after the key's later events.
@@ -447,7 +447,7 @@ impl PartitionAdmin {
             lane: parse_lane(&field("lane")?)?,
             head: field("head")?,
             // Records written before errors were capped may hold megabytes.
-            error: ordo_core::text::cap_error(field("error")?),
+            error: ordo_core::contract::text::cap_error(field("error")?),
             attempts: u32::try_from(number("attempts")?).unwrap_or(u32::MAX),
             owner: field("owner")?,
             halted_at_ms: number("at")?,
@@ -546,7 +546,7 @@ fn parse_parked_record(
         key,
         lane: parse_lane(&record.lane)?,
         head: record.head,
-        error: ordo_core::text::cap_error(record.error),
+        error: ordo_core::contract::text::cap_error(record.error),
         attempts: record.attempts,
         owner: record.owner,
         halted_at_ms: record.at,

@@ -35,9 +35,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use ordo_core::attempt::StillRunning;
-use ordo_core::backoff::Backoff;
-use ordo_core::broker::Subscription;
+use ordo_core::contract::attempt::StillRunning;
+use ordo_core::contract::backoff::Backoff;
+use ordo_core::contract::broker::Subscription;
 use tokio_util::sync::CancellationToken;
 
 use crate::connection;
@@ -63,7 +63,7 @@ pub(crate) struct Settings {
     pub(crate) recheck_interval: Duration,
     /// `[server.partitioning]`: the handlers' retry defaults (each
     /// subscription's `retry_policy` applies its own over them).
-    pub(crate) retry: ordo_core::config::PartitioningConfig,
+    pub(crate) retry: ordo_core::contract::config::PartitioningConfig,
     /// The backoff of the consumer's own Redis calls that failed.
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,
@@ -330,7 +330,7 @@ pub(crate) async fn run(
     for subscription in subscriptions.iter() {
         let name = subscription.name();
         tracing::info!(
-            event = ordo_core::log_events::CONSUMER_STARTED,
+            event = ordo_core::contract::log_events::CONSUMER_STARTED,
             handler = name,
             categories = ?subscription.categories(),
             partitioned = subscription.partitioned(),
@@ -358,7 +358,7 @@ pub(crate) async fn run(
         // its runs have ended; if the process exits first, they end with it
         // and the leases expire.
         tracing::warn!(
-            event = ordo_core::log_events::LEASE_KEPT_FOR_RUN,
+            event = ordo_core::contract::log_events::LEASE_KEPT_FOR_RUN,
             leases = lingering,
             "handler runs aborted at shutdown are still going on (in blocking code); their leases stay \
              renewed until they end, so no other instance runs their keys meanwhile"
@@ -368,12 +368,12 @@ pub(crate) async fn run(
     connection::quit(&waker_client, Duration::from_secs(1)).await;
     match &result {
         Ok(()) => {
-            tracing::info!(event = ordo_core::log_events::CONSUMER_STOPPED, %instance, "consumer stopped")
+            tracing::info!(event = ordo_core::contract::log_events::CONSUMER_STOPPED, %instance, "consumer stopped")
         }
         Err(error) => tracing::info!(
-            event = ordo_core::log_events::CONSUMER_STOPPED,
+            event = ordo_core::contract::log_events::CONSUMER_STOPPED,
             %instance,
-            error = %ordo_core::error::error_chain(error),
+            error = %ordo_core::contract::error::error_chain(error),
             "consumer stopped"
         ),
     }

@@ -5,7 +5,7 @@
 //! unacknowledged entries), acknowledges each message before starting the
 //! next (so after a crash only the in-flight message runs again), checks the
 //! primary lane before every backfill message, retries failures as
-//! [`ordo_core::retry`] decides (a transient failure is not counted; a
+//! [`ordo_core::contract::retry`] decides (a transient failure is not counted; a
 //! paused handler starts nothing but its probe) and halts the partition on
 //! a poison message. When idle it waits
 //! for the waker, and retires the partition once it has been idle for
@@ -23,14 +23,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ordo_core::attempt::{Attempt, Failure, Outcome, StillRunning};
-use ordo_core::broker::Subscription;
-use ordo_core::error::ProcessStoreError;
-use ordo_core::handler::HandlerContext;
-use ordo_core::key::Lane;
-use ordo_core::message::Envelope;
-use ordo_core::retry::{GiveUp, Next, Retries, RetryPolicy};
-use ordo_core::text::log_text;
+use ordo_core::contract::attempt::{Attempt, Failure, Outcome, StillRunning};
+use ordo_core::contract::broker::Subscription;
+use ordo_core::contract::error::ProcessStoreError;
+use ordo_core::contract::handler::HandlerContext;
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
+use ordo_core::contract::retry::{GiveUp, Next, Retries, RetryPolicy};
+use ordo_core::contract::text::log_text;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
@@ -247,7 +247,7 @@ impl Worker {
             let released = if !unfinished.is_empty() {
                 let runs = unfinished.len();
                 if self.shared.leases.linger(&self.lease, unfinished) {
-                    warn!(event = ordo_core::log_events::LEASE_KEPT_FOR_RUN, runs, "aborted handler runs have not ended (blocking code); the lease stays renewed until they have, then is released");
+                    warn!(event = ordo_core::contract::log_events::LEASE_KEPT_FOR_RUN, runs, "aborted handler runs have not ended (blocking code); the lease stays renewed until they have, then is released");
                 } else {
                     warn!(runs, "aborted handler runs have not ended and the lease is no longer held here; leaving it to expire");
                 }
@@ -257,7 +257,7 @@ impl Worker {
                 match self.shared.partitions.release(&self.lease).await {
                     Ok(released) => released,
                     Err(error) => {
-                        warn!(error = %ordo_core::error::error_chain(&error), "releasing the lease failed; it will expire");
+                        warn!(error = %ordo_core::contract::error::error_chain(&error), "releasing the lease failed; it will expire");
                         false
                     }
                 }
@@ -307,12 +307,12 @@ impl Worker {
                 Ok(Pass::Gone) => return Exit::Gone,
                 Ok(Pass::Exit(exit)) => return exit,
                 Err(error) if error.is_fenced() => {
-                    info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost");
+                    info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost");
                     return Exit::Lost;
                 }
                 Err(error) => {
                     failures += 1;
-                    warn!(error = %ordo_core::error::error_chain(&error), failures, "partition read failed; backing off");
+                    warn!(error = %ordo_core::contract::error::error_chain(&error), failures, "partition read failed; backing off");
                     self.pause(self.shared.settings.backoff.delay(failures)).await;
                 }
             }
@@ -467,7 +467,7 @@ impl Worker {
             {
                 Ok(ReapOutcome::Reaped) => {
                     info!(
-                        event = ordo_core::log_events::PARTITION_REAPED,
+                        event = ordo_core::contract::log_events::PARTITION_REAPED,
                         partition = partition.primary(),
                         "cold partition retired"
                     );
@@ -485,7 +485,7 @@ impl Worker {
                 }
                 Err(error) if error.is_fenced() => return Some(Exit::Lost),
                 Err(error) => {
-                    warn!(error = %ordo_core::error::error_chain(&error), partition = partition.primary(), "retiring the partition failed")
+                    warn!(error = %ordo_core::contract::error::error_chain(&error), partition = partition.primary(), "retiring the partition failed")
                 }
             }
         }
@@ -554,7 +554,7 @@ impl Worker {
                 answer => return Ok(answer),
             };
             failures += 1;
-            warn!(error = %ordo_core::error::error_chain(&error), failures, "{what} failed; retrying");
+            warn!(error = %ordo_core::contract::error::error_chain(&error), failures, "{what} failed; retrying");
             let stop = async {
                 if stoppable {
                     self.control.stop.cancelled().await;
@@ -595,7 +595,7 @@ impl Worker {
         match acked {
             Ok(Ok(waiting)) => Some(waiting),
             Ok(Err(error)) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), id = entry.id(), "acknowledgement refused: lease lost");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), id = entry.id(), "acknowledgement refused: lease lost");
                 None
             }
             Err(_) => None,
@@ -628,7 +628,7 @@ impl Worker {
                         slot,
                         partition,
                         entry,
-                        ordo_core::error::error_chain(&error),
+                        ordo_core::contract::error::error_chain(&error),
                         1,
                         attempt,
                     )
@@ -692,7 +692,7 @@ impl Worker {
                 // owns the partition now and may be running this very
                 // message. Retrying (or halting) would be a stale owner's act.
                 Ok(Err(failure)) if fenced_by(&**failure.error(), &self.lease) => {
-                    info!(event = ordo_core::log_events::LEASE_LOST, id = entry.id(), attempt, error = %log_text(&failure.text()), "lease lost during the handler; not retrying");
+                    info!(event = ordo_core::contract::log_events::LEASE_LOST, id = entry.id(), attempt, error = %log_text(&failure.text()), "lease lost during the handler; not retrying");
                     return Handled::Lost;
                 }
                 Ok(Err(failure)) => failure,
@@ -776,7 +776,7 @@ impl Worker {
                 Ok(())
             }
             Err(error) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
                 Err(Handled::Lost)
             }
         }
@@ -806,7 +806,7 @@ impl Worker {
         {
             Ok(Ok(())) => None,
             Ok(Err(error)) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost before a message; not starting it");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost before a message; not starting it");
                 Some(Handled::Lost)
             }
             Err(stopped) => Some(stopped),
@@ -832,7 +832,7 @@ impl Worker {
         {
             Ok(Ok(())) => None,
             Ok(Err(error)) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost before a retry; not retrying");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost before a retry; not retrying");
                 Some(Handled::Lost)
             }
             Err(stopped) => Some(stopped),
@@ -940,7 +940,7 @@ impl Worker {
             .await;
         match halted {
             Ok(Ok(())) => {
-                error!(event = ordo_core::log_events::PARTITION_HALTED, head = %reason.head, error = %log_text(&reason.error), attempts, "partition halted until an operator resolves it (ordo inspect, then retry, skip or dlq)");
+                error!(event = ordo_core::contract::log_events::PARTITION_HALTED, head = %reason.head, error = %log_text(&reason.error), attempts, "partition halted until an operator resolves it (ordo inspect, then retry, skip or dlq)");
                 metrics::halted(&self.unit, partition.category());
                 Handled::Halted
             }

@@ -17,10 +17,10 @@ use fred::clients::{Client, Pool};
 use fred::interfaces::{ClientLike, KeysInterface, ListInterface};
 use fred::prelude::{Builder, Config as FredConfig};
 use ordo_core::DynHandler;
-use ordo_core::broker::Broker;
-use ordo_core::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
-use ordo_core::key::Lane;
-use ordo_core::message::Envelope;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
 use ordo_redis::{Error, FencedWrite, HaltReason, PartitionKeys, Partitions, RedisFence};
 use ordo_testkit::Redis;
 
