@@ -209,7 +209,7 @@ impl Domain {
 
     /// Every partitioned event category and its key field, whether its
     /// handlers run here or were registered by type
-    /// ([`DomainBuilder::event_handler_type`]); sorted by category.
+    /// ([`DomainBuilder::event_handler_type`](crate::DomainBuilder::event_handler_type)); sorted by category.
     pub fn partitioned_categories(&self) -> Vec<(&'static str, &'static str)> {
         let mut categories: Vec<_> = self
             .inner
