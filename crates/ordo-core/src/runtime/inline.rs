@@ -634,3 +634,48 @@ impl Broker for InlineBroker {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_inline_broker_is_recognised_behind_its_handles() {
+        let inline = InlineBroker::new();
+        let same =
+            |found: Option<InlineBroker>| found.is_some_and(|found| Arc::ptr_eq(&found.inner, &inline.inner));
+        assert!(same(InlineBroker::behind(&inline.clone())));
+        assert!(same(InlineBroker::behind(&Arc::new(inline.clone()))));
+        let dynamic: Arc<dyn Broker> = Arc::new(inline.clone());
+        assert!(same(InlineBroker::behind(&dynamic)));
+        let nested: Arc<dyn Broker> = Arc::new(Arc::clone(&dynamic));
+        assert!(same(InlineBroker::behind(&nested)));
+    }
+
+    #[test]
+    fn another_broker_is_not_the_inline_one() {
+        #[derive(Debug)]
+        struct Elsewhere;
+        impl Broker for Elsewhere {
+            fn name(&self) -> &str {
+                "elsewhere"
+            }
+            fn capabilities(&self) -> Capabilities {
+                Capabilities::default()
+            }
+            fn publish<'a>(&'a self, _: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
+                Box::pin(async { Ok(()) })
+            }
+            fn run(
+                &self,
+                _: Arc<[Subscription]>,
+                _: CancellationToken,
+            ) -> BoxFuture<'static, Result<(), BrokerError>> {
+                Box::pin(async { Ok(()) })
+            }
+        }
+        assert!(InlineBroker::behind(&Elsewhere).is_none());
+        let dynamic: Arc<dyn Broker> = Arc::new(Elsewhere);
+        assert!(InlineBroker::behind(&dynamic).is_none());
+    }
+}
