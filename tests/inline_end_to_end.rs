@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ordo::contract::broker::{Capabilities, Publication, PublishError, Subscription};
+use ordo::contract::key::KeyRule;
 use ordo::prelude::*;
-use ordo::{Capabilities, KeyRule, Publication, PublishError, Subscription};
 
 #[derive(Aggregate)]
 struct Account;
@@ -147,7 +148,7 @@ async fn a_null_key_fails_the_whole_commit_and_nothing_is_handled() {
 #[derive(Debug)]
 struct FanOutBroker;
 
-impl ordo::Broker for FanOutBroker {
+impl ordo::contract::broker::Broker for FanOutBroker {
     fn name(&self) -> &str {
         "fan-out"
     }
@@ -156,7 +157,10 @@ impl ordo::Broker for FanOutBroker {
         Capabilities::NONE
     }
 
-    fn publish<'a>(&'a self, _: &'a [Publication]) -> ordo::BoxFuture<'a, Result<(), PublishError>> {
+    fn publish<'a>(
+        &'a self,
+        _: &'a [Publication],
+    ) -> ordo::contract::handler::BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(async { Ok(()) })
     }
 
@@ -164,7 +168,7 @@ impl ordo::Broker for FanOutBroker {
         &self,
         _: Arc<[Subscription]>,
         shutdown: tokio_util::sync::CancellationToken,
-    ) -> ordo::BoxFuture<'static, Result<(), ordo::BrokerError>> {
+    ) -> ordo::contract::handler::BoxFuture<'static, Result<(), ordo::contract::broker::BrokerError>> {
         Box::pin(async move {
             shutdown.cancelled().await;
             Ok(())

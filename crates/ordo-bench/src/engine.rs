@@ -26,9 +26,11 @@ use fred::clients::Client;
 use fred::prelude::ClientLike as _;
 use fred::types::cluster::ClusterRouting;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use ordo::{HandlerContext, HandlerResult, Metadata, event_handler};
-use ordo_core::config::Config;
-use ordo_core::domain::{Domain, RunningDomain};
+use ordo::contract::handler::{HandlerContext, HandlerResult};
+use ordo::contract::message::Metadata;
+use ordo::event_handler;
+use ordo_core::contract::config::Config;
+use ordo_core::runtime::domain::{Domain, RunningDomain};
 use ordo_redis::RedisBroker;
 
 use crate::latency::LatencyRecorder;
@@ -580,7 +582,7 @@ mod tests {
 
     #[test]
     fn the_group_is_the_handler_name() {
-        use ordo::EventHandler as _;
+        use ordo::contract::handler::EventHandler as _;
         assert_eq!(BenchHandler::descriptor().name, GROUP);
     }
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use fred::clients::Client;
 use fred::prelude::{ClientLike as _, KeysInterface as _};
-use ordo_core::config::Config;
+use ordo_core::contract::config::Config;
 use ordo_harness::line::{self, Line};
 use ordo_harness::tick::Tick;
 use ordo_harness::worker::TickHandler;

@@ -25,7 +25,7 @@ use fred::clients::Client;
 use fred::interfaces::ClusterInterface as _;
 use fred::prelude::{ClientLike as _, KeysInterface as _};
 use fred::types::Value;
-use ordo_core::key::DEFAULT_BACKFILL_SUFFIX;
+use ordo_core::contract::key::DEFAULT_BACKFILL_SUFFIX;
 use ordo_redis::PartitionKeys;
 
 use crate::engine::{self, BENCH_KEYS, Engine, EngineOptions, GROUP, Tally};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, ensure};
-use ordo_core::config::Config;
+use ordo_core::contract::config::Config;
 use ordo_postgres::sqlx::{self, AssertSqlSafe, PgPool};
 use ordo_postgres::{OutboxStatusReport, PgOutbox, PgRelay, UnitOfWorkExt};
 use ordo_redis::RedisBroker;

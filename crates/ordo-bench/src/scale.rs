@@ -39,8 +39,8 @@ use fred::clients::Client;
 use fred::prelude::ClientLike as _;
 use fred::types::Value;
 use ordo_core::Partitions;
-use ordo_core::broker::{Broker as _, Publication};
-use ordo_core::key::{DEFAULT_BACKFILL_SUFFIX, Lane};
+use ordo_core::contract::broker::{Broker as _, Publication};
+use ordo_core::contract::key::{DEFAULT_BACKFILL_SUFFIX, Lane};
 use ordo_redis::{PartitionId, PartitionKeys, RedisBroker};
 
 use crate::engine::{self, BENCH_KEYS, Engine, EngineOptions, GROUP, Tally};

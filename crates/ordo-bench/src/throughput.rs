@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use fred::prelude::ClientLike as _;
-use ordo_core::domain::RunningDomain;
+use ordo_core::runtime::domain::RunningDomain;
 
 use crate::baseline::{self, BaselineArgs};
 use crate::engine::{self, BENCH_KEYS, Engine, EngineOptions, Filled, Tally};

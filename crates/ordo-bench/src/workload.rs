@@ -9,7 +9,8 @@
 //! consumer of these entries does the same decoding work as Ordo's consumer.
 
 use anyhow::{Context as _, Result};
-use ordo::{Aggregate, Envelope, Event};
+use ordo::contract::message::Envelope;
+use ordo::{Aggregate, Event};
 use serde::{Deserialize, Serialize};
 
 /// The stream category of the benchmark's events.

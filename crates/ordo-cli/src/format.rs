@@ -13,7 +13,7 @@ use std::time::Duration;
 /// inspect`, warnings and errors. The `--json` output is left as it is
 /// (JSON escapes control characters itself).
 pub(crate) fn text(text: &str) -> Cow<'_, str> {
-    ordo_core::text::escaped(text)
+    ordo_core::contract::text::escaped(text)
 }
 
 /// `850ms`, `12s`, `5m 02s`, `3h 04m`, `2d 03h`.

@@ -30,7 +30,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use ordo_core::config::{CONFIG_FILE_ENV, Config, Origin};
+use ordo_core::contract::config::{CONFIG_FILE_ENV, Config, Origin};
 use ordo_redis::{SecretUrl, TlsFiles};
 use serde::Deserialize;
 

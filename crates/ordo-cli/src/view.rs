@@ -1,8 +1,8 @@
 //! What the commands print, as data: the `--json` output is these types
 //! serialized, the text output is rendered from them.
 
-use ordo_core::health::SubscriptionHealth;
-use ordo_core::key::Lane;
+use ordo_core::contract::health::SubscriptionHealth;
+use ordo_core::contract::key::Lane;
 use ordo_redis::{HaltedPartition, StreamEntry};
 use serde::Serialize;
 use serde_json::Value;
@@ -207,7 +207,7 @@ fn json<T: Serialize, F: serde_json::ser::Formatter>(value: &T, formatter: F) ->
 
 /// A JSON formatter that also writes as `\uXXXX` escapes the characters
 /// serde_json leaves as they are but a terminal acts on (DEL, C1 controls,
-/// bidi controls, line separators; see `ordo_core::text::is_hostile`): the
+/// bidi controls, line separators; see `ordo_core::contract::text::is_hostile`): the
 /// JSON means the same, and printing it cannot drive the terminal.
 struct InertJson<F>(F);
 
@@ -218,7 +218,7 @@ impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for InertJson<F> 
         fragment: &str,
     ) -> std::io::Result<()> {
         let mut rest = fragment;
-        while let Some(at) = rest.find(ordo_core::text::is_hostile) {
+        while let Some(at) = rest.find(ordo_core::contract::text::is_hostile) {
             writer.write_all(&rest.as_bytes()[..at])?;
             let c = rest[at..].chars().next().expect("a character at `at`");
             let mut units = [0_u16; 2];

@@ -1,99 +1,64 @@
 //! The core of Ordo: messages, partition keys, routing, the transactional
 //! outbox, sequencing policies, the keyed executor and the inline broker.
 //!
-//! Most users depend on the `ordo` facade instead of this crate. Its
-//! modules, from what an application declares to what runs it:
+//! Most users depend on the `ordo` facade instead of this crate. It has two
+//! wings:
 //!
-//! - Declaring: [`message`] (aggregates, events, commands, the envelope),
-//!   [`key`] (partition keys and their rules), [`handler`] (what the macros
-//!   generate, the handler context), [`policy`] (sequencing policies),
-//!   [`process`] (process managers and their state).
-//! - Assembling: [`domain`] (the registry, checked at `init()`), [`config`]
-//!   (domain.toml), [`error`] (every error of the runtime).
-//! - Publishing: [`uow`] (the unit of work), [`outbox`] (the transactional
-//!   outbox and its processor), [`bus`] (command dispatch).
-//! - Running: [`broker`] (the broker contract), [`inline`] (the in-process
-//!   broker), [`executor`] (per-key ordering with bounded concurrency),
-//!   [`attempt`] (one handler run), [`retry`] (what follows a failed
-//!   attempt: transient failures, halts, pausing a handler), [`backoff`].
-//! - Operating: [`health`] (health and readiness as data), [`log_events`]
-//!   (the stable names of important log lines), [`text`] (untrusted text
-//!   escaped for logs and terminals, capped for records).
+//! - [`contract`]: what an application declares (messages, keys, handlers,
+//!   policies, configuration) and what a broker, an outbox or a process store
+//!   implements. Brokers depend on it alone.
+//! - [`runtime`]: the domain that runs the contract (its builder, units of
+//!   work, the outbox processor, the command bus, the inline broker). It
+//!   imports the contract; the contract never imports it.
+//!
+//! The types most code names are re-exported at the root, below.
 
-// Declaring messages and handlers.
-pub mod handler;
-pub mod key;
-pub mod message;
-pub mod policy;
-pub mod process;
+pub mod contract;
+pub mod runtime;
 
-// Assembling a domain.
-pub mod config;
-pub mod domain;
-pub mod error;
-
-// Publishing.
-pub mod bus;
-pub mod outbox;
-pub mod uow;
-
-// Running.
-pub mod attempt;
-pub mod backoff;
-pub mod broker;
-pub mod executor;
-pub mod health;
-pub mod inline;
-pub mod log_events;
-pub mod retry;
-pub mod text;
-
-// Internal.
-mod context;
-mod field;
-
-// Messages and keys.
-pub use key::{InvalidKey, KeyRule, KeyRules, Lane, PartitionKey};
-pub use message::{Aggregate, Command, DecodeError, Envelope, Event, Message, MessageKind, Metadata, PartOf};
-
-// Handlers.
-pub use handler::{
-    BoxFuture, CommandHandler, ContextParameter, EventHandler, Extensions, HandledMessage, HandlerContext,
-    HandlerDescriptor, HandlerError, HandlerKind, HandlerResult, IntoHandlerResult, KeyExtractor,
-    ProcessManager, RustType,
+// The contract: messages and keys.
+pub use contract::key::{InvalidKey, KeyExtractor, KeyRule, KeyRules, Lane, PartitionKey};
+pub use contract::message::{
+    Aggregate, Command, DecodeError, Envelope, Event, Message, MessageKind, Metadata, PartOf,
 };
-pub use process::{CorrelationPolicy, InMemoryProcessStore, ProcessStore};
 
-// Sequencing policies.
-pub use policy::{
+// The contract: handlers and process managers.
+pub use contract::handler::{
+    BoxFuture, CommandHandler, ContextParameter, DynHandler, EventHandler, EventSink, Extensions,
+    HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind, HandlerResult,
+    IntoHandlerResult, ProcessManager, RaisedEvent, RustType,
+};
+pub use contract::process::{CorrelationPolicy, InMemoryProcessStore, ProcessStore};
+pub use contract::retry::{Transient, transient};
+
+// The contract: sequencing policies.
+pub use contract::policy::{
     ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
     PerAggregatePolicy, ProcessingContext, PropertyPolicy, RoutingKeyPolicy, SEQUENTIAL_SEQUENCE_ID,
     SequenceId, SequenceText, SequencingPolicy, SequentialPolicy, default_command_policy,
     default_event_policy,
 };
 
-// The domain and its configuration.
-pub use config::{
-    Config, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, Partitions, PriorityLanesConfig,
+// The contract: configuration, health and errors.
+pub use contract::backoff::Backoff;
+pub use contract::config::{
+    Config, ConfigError, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, Partitions,
+    PriorityLanesConfig,
 };
-pub use domain::{Domain, DomainBuilder, RunningDomain};
-pub use error::{
-    BackoffError, CommitError, ConfigError, DispatchError, IncorrectUsageError, OutboxError,
-    ProcessStoreError, SettleError, ShutdownError, UsageProblem,
-};
-pub use health::{HealthReport, HealthState, SubscriptionHealth};
+pub use contract::error::{BackoffError, CommitError, OutboxError, ProcessStoreError};
+pub use contract::health::{HealthReport, HealthState, SubscriptionHealth};
 
-// Publishing.
-pub use outbox::{
-    InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus, PublishReport,
+// The contract: what brokers and outboxes implement.
+pub use contract::broker::{
+    Broker, BrokerError, Capabilities, HandlerSettings, Publication, PublishError, Subscription,
 };
-pub use uow::{CommitReceipt, UnitOfWork};
+pub use contract::outbox::{InMemoryOutbox, NewOutboxRow, Outbox, OutboxRow, OutboxStatus};
 
-// Brokers and execution.
-pub use backoff::Backoff;
-pub use broker::{
-    Broker, BrokerError, Capabilities, DynHandler, HandlerSettings, Publication, PublishError, Subscription,
-};
-pub use executor::{KeyedExecutor, Permits};
-pub use inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};
-pub use retry::{Transient, transient};
+// The runtime.
+pub use runtime::builder::DomainBuilder;
+pub use runtime::domain::{Domain, RunningDomain};
+pub use runtime::error::{DispatchError, IncorrectUsageError, SettleError, ShutdownError, UsageProblem};
+pub use runtime::executor::{KeyedExecutor, Permits};
+pub use runtime::inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};
+pub use runtime::outbox::{OutboxProcessor, PublishReport};
+pub use runtime::uow::{CommitReceipt, UnitOfWork};

@@ -98,7 +98,7 @@ impl Records {
     pub fn partition(&self, key: &str) -> PartitionKeys {
         PartitionKeys::of(
             self.routing.partition_of(CATEGORY, key),
-            ordo_core::key::DEFAULT_BACKFILL_SUFFIX,
+            ordo_core::contract::key::DEFAULT_BACKFILL_SUFFIX,
         )
     }
 
@@ -218,7 +218,7 @@ mod tests {
     #[test]
     fn in_hashed_partitions_each_key_keeps_records_of_its_own() {
         let records = hashed(4);
-        let index = ordo_core::key::hashed_partition("k1", 4.try_into().unwrap());
+        let index = ordo_core::contract::key::hashed_partition("k1", 4.try_into().unwrap());
         assert_eq!(
             records.lease("k1"),
             format!("{{chaos:__{index}__}}:lease:{GROUP}")

@@ -4,7 +4,7 @@ use std::num::NonZeroU32;
 
 use ordo::{Aggregate, Event};
 use ordo_core::Partitions;
-use ordo_core::config::Config;
+use ordo_core::contract::config::Config;
 use serde::{Deserialize, Serialize};
 
 /// The stream category of [`Tick`] events.

@@ -41,10 +41,11 @@ use std::time::{Duration, Instant};
 use fred::clients::Pool;
 use fred::interfaces::LuaInterface;
 use fred::types::Value;
-use ordo::{BoxFuture, HandlerContext, HandlerError, HandlerResult, event_handler};
-use ordo_core::config::Config;
-use ordo_core::domain::Domain;
-use ordo_core::error::error_chain;
+use ordo::contract::handler::{BoxFuture, HandlerContext, HandlerError, HandlerResult};
+use ordo::event_handler;
+use ordo_core::contract::config::Config;
+use ordo_core::contract::error::error_chain;
+use ordo_core::runtime::domain::Domain;
 use ordo_redis::{FencedWrite, RedisBroker, RedisFence, Routing};
 use tokio::signal::unix::SignalKind;
 use tokio_util::sync::CancellationToken;
@@ -270,7 +271,7 @@ pub enum EffectError {
     Failed(String),
     /// The store is unreachable for now (a database outage): the run fails
     /// transiently at once, and the broker retries it without using up an
-    /// attempt ([`ordo_core::retry::Transient`]).
+    /// attempt ([`ordo_core::contract::retry::Transient`]).
     Unavailable(String),
 }
 
@@ -574,7 +575,7 @@ impl Run {
                         .line(line::FAILED)
                         .field("reason", format!("unavailable: {reason}")),
                 );
-                Err(ordo_core::retry::transient(format!(
+                Err(ordo_core::contract::retry::transient(format!(
                     "event {} of key {}: the effect store is unavailable: {reason}",
                     self.tick.seq, self.tick.key
                 )))
@@ -651,7 +652,7 @@ impl Run {
 
 #[cfg(test)]
 mod tests {
-    use ordo::EventHandler as _;
+    use ordo::contract::handler::EventHandler as _;
 
     use super::TickHandler;
     use crate::tick::GROUP;

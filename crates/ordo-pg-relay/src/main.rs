@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use ordo_core::config::{Config, Origin};
+use ordo_core::contract::config::{Config, Origin};
 use ordo_postgres::{PgOutbox, PgRelay};
 use ordo_redis::{RedisBroker, SecretUrl};
 use tokio::signal::unix::{SignalKind, signal};

@@ -12,15 +12,15 @@ pub enum Error {
     /// now: the pool timed out waiting for a connection, a connection was
     /// lost or refused, the server is starting, shutting down or out of
     /// connections. The source carries the
-    /// [`Transient`](ordo_core::retry::Transient) marker, so a handler that
+    /// [`Transient`](ordo_core::contract::retry::Transient) marker, so a handler that
     /// returns it is retried without using up an attempt (see
     /// [`is_transient`](crate::is_transient)).
     #[error("PostgreSQL is unavailable for now")]
-    Unavailable(#[source] ordo_core::retry::Transient),
+    Unavailable(#[source] ordo_core::contract::retry::Transient),
 
     /// Publishing from the outbox failed (reading rows or marking them).
     #[error("outbox relay failed")]
-    Outbox(#[source] ordo_core::error::OutboxError),
+    Outbox(#[source] ordo_core::contract::error::OutboxError),
 
     /// The task marking a published batch's rows panicked or was cancelled
     /// (the rows stay pending; their re-publish is dropped by position).
@@ -103,7 +103,7 @@ impl From<sqlx::Error> for Error {
     /// [`Error::Postgres`].
     fn from(error: sqlx::Error) -> Self {
         if is_transient(&error) {
-            Self::Unavailable(ordo_core::retry::Transient::new(error))
+            Self::Unavailable(ordo_core::contract::retry::Transient::new(error))
         } else {
             Self::Postgres(error)
         }
@@ -128,7 +128,7 @@ impl Error {
 /// A handler that runs its own queries marks their errors with it:
 ///
 /// ```no_run
-/// # async fn handle(pool: &sqlx::PgPool) -> Result<(), ordo_core::handler::HandlerError> {
+/// # async fn handle(pool: &sqlx::PgPool) -> Result<(), ordo_core::contract::handler::HandlerError> {
 /// let mut tx = ordo_postgres::begin(pool).await?; // classified already
 /// sqlx::query("UPDATE account SET balance = balance + 1")
 ///     .execute(&mut *tx)

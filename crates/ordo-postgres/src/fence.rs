@@ -1,10 +1,10 @@
 //! Exactly-once effects in PostgreSQL: the partition's last applied
 //! position and fencing token, recorded in the handler's own transaction.
 
-use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA, REPLAY_GROUP_METADATA};
-use ordo_core::error::ProcessStoreError;
-use ordo_core::handler::{BoxFuture, HandlerContext};
-use ordo_core::process::ProcessStore;
+use ordo_core::contract::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA, REPLAY_GROUP_METADATA};
+use ordo_core::contract::error::ProcessStoreError;
+use ordo_core::contract::handler::{BoxFuture, HandlerContext};
+use ordo_core::contract::process::ProcessStore;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, Transaction};
 
 /// Begins a handler's transaction on `pool`, its failure classified: a pool

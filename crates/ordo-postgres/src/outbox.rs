@@ -7,14 +7,14 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use ordo_core::broker::{POSITION_EPOCH_METADATA, POSITION_METADATA, POSITION_SCOPE_METADATA};
-use ordo_core::config::Config;
-use ordo_core::error::{CommitError, OutboxError};
-use ordo_core::handler::BoxFuture;
-use ordo_core::key::Lane;
-use ordo_core::message::Envelope;
-use ordo_core::outbox::{NewOutboxRow, Outbox, OutboxRow, OutboxStatus, PendingRows};
-use ordo_core::uow::{CommitReceipt, UnitOfWork};
+use ordo_core::contract::broker::{POSITION_EPOCH_METADATA, POSITION_METADATA, POSITION_SCOPE_METADATA};
+use ordo_core::contract::config::Config;
+use ordo_core::contract::error::{CommitError, OutboxError};
+use ordo_core::contract::handler::BoxFuture;
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
+use ordo_core::contract::outbox::{NewOutboxRow, Outbox, OutboxRow, OutboxStatus, PendingRows};
+use ordo_core::runtime::uow::{CommitReceipt, UnitOfWork};
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Postgres, Row, Transaction};
 
@@ -248,7 +248,7 @@ impl PgOutbox {
         // The next owner would publish still unmarked rows again (dropped
         // by position, but wasted).
         if let Err(error) = self.flush_marks().await {
-            tracing::warn!(error = %ordo_core::error::error_chain(&error), "marking published outbox rows failed");
+            tracing::warn!(error = %ordo_core::contract::error::error_chain(&error), "marking published outbox rows failed");
         }
         sqlx::query(AssertSqlSafe(self.sql().forget_relay.clone()))
             .bind(&self.inner.relay_id)
@@ -306,7 +306,7 @@ impl PgOutbox {
         }
         for (id, reason) in unreadable {
             let id = u64::try_from(id).unwrap_or(0);
-            tracing::error!(event = ordo_core::log_events::OUTBOX_ROW_UNREADABLE, row = id, error = %reason,
+            tracing::error!(event = ordo_core::contract::log_events::OUTBOX_ROW_UNREADABLE, row = id, error = %reason,
                 "abandoning an outbox row that cannot be published; the rows behind it go on");
             self.mark_abandoned_row(id, &format!("unreadable: {reason}"))
                 .await?;
@@ -342,7 +342,7 @@ impl PgOutbox {
         };
         for mark in finished {
             if let Err(error) = join_mark(mark).await {
-                tracing::warn!(error = %ordo_core::error::error_chain(&error),
+                tracing::warn!(error = %ordo_core::contract::error::error_chain(&error),
                     "marking published outbox rows failed; they will be published again (and dropped by position)");
             }
         }

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ordo_core::backoff::Backoff;
-use ordo_core::broker::Broker;
-use ordo_core::config::Config;
-use ordo_core::domain::Domain;
-use ordo_core::error::error_chain;
-use ordo_core::outbox::{OutboxProcessor, PublishReport};
+use ordo_core::contract::backoff::Backoff;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::config::Config;
+use ordo_core::contract::error::error_chain;
+use ordo_core::runtime::domain::Domain;
+use ordo_core::runtime::outbox::{OutboxProcessor, PublishReport};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,7 @@ use crate::status::OutboxStatusReport;
 pub const DEFAULT_BATCH_SIZE: usize = 512;
 /// Bytes of envelopes one fetch holds at most, by default (a bigger row is
 /// fetched alone).
-pub const DEFAULT_BATCH_BYTES: usize = ordo_core::outbox::DEFAULT_BATCH_BYTES;
+pub const DEFAULT_BATCH_BYTES: usize = ordo_core::runtime::outbox::DEFAULT_BATCH_BYTES;
 /// The fallback poll when no NOTIFY arrives, by default.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How long published rows are kept, by default.
@@ -171,14 +171,14 @@ impl PgRelay {
         let relay = self.outbox.relay_id().to_owned();
         let slots = crate::schema::SLOTS;
         tracing::info!(
-            event = ordo_core::log_events::RELAY_STARTED,
+            event = ordo_core::contract::log_events::RELAY_STARTED,
             %relay,
             slots,
             lease_ttl = ?self.outbox.lease_ttl(),
             "relay started, {slots} slots"
         );
         let result = tokio::join!(self.publish_loop(&shutdown), self.housekeeping(&shutdown)).0;
-        tracing::info!(event = ordo_core::log_events::RELAY_STOPPED, %relay, "relay stopped");
+        tracing::info!(event = ordo_core::contract::log_events::RELAY_STOPPED, %relay, "relay stopped");
         result
     }
 
@@ -210,7 +210,7 @@ impl PgRelay {
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
-                    tracing::error!(error = %ordo_core::text::log_text(&error_chain(&error)), "outbox relay cannot read the outbox");
+                    tracing::error!(error = %ordo_core::contract::text::log_text(&error_chain(&error)), "outbox relay cannot read the outbox");
                     self.backoff.delay(failures)
                 }
             };

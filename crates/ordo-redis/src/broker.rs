@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::prelude::ClientLike;
-use ordo_core::broker::{
+use ordo_core::contract::broker::{
     Broker, BrokerError, Capabilities, Publication, PublishError, Refusal, RefusedExtent, Subscription,
 };
-use ordo_core::config::{Config, HealthConfig};
-use ordo_core::handler::BoxFuture;
-use ordo_core::health::{HealthState, SubscriptionHealth};
+use ordo_core::contract::config::{Config, HealthConfig};
+use ordo_core::contract::handler::BoxFuture;
+use ordo_core::contract::health::{HealthState, SubscriptionHealth};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer;
@@ -55,7 +55,7 @@ pub(crate) const DEFAULT_PUBLISH_CALL_BYTES: usize = 8 << 20;
 /// use ordo_redis::RedisBroker;
 ///
 /// let broker = RedisBroker::builder("redis://127.0.0.1:6379")
-///     .config(ordo_core::config::Config::default())
+///     .config(ordo_core::contract::config::Config::default())
 ///     .build()
 ///     .await?;
 /// // Domain::builder().broker(broker.clone())...; broker.admin() for operators.
@@ -133,8 +133,8 @@ impl RedisBroker {
             .cloned()
             .map(|mut publication| {
                 let metadata = &mut publication.envelope.metadata;
-                metadata.remove(ordo_core::broker::POSITION_METADATA);
-                metadata.remove(ordo_core::broker::POSITION_EPOCH_METADATA);
+                metadata.remove(ordo_core::contract::broker::POSITION_METADATA);
+                metadata.remove(ordo_core::contract::broker::POSITION_EPOCH_METADATA);
                 publication
             })
             .collect();
@@ -153,7 +153,7 @@ impl RedisBroker {
 
     /// Puts dead letters of consumer group `group` back (`ordo dlq
     /// replay`): [`RedisBroker::republish`]ed, marked as `group`'s replay
-    /// ([`REPLAY_GROUP_METADATA`](ordo_core::broker::REPLAY_GROUP_METADATA)),
+    /// ([`REPLAY_GROUP_METADATA`](ordo_core::contract::broker::REPLAY_GROUP_METADATA)),
     /// so only `group` handles them again; the category's other groups,
     /// which handled them the first time, skip them. Without a position,
     /// they pass a position fence once by message id
@@ -164,7 +164,7 @@ impl RedisBroker {
             .cloned()
             .map(|mut publication| {
                 publication.envelope.metadata.insert(
-                    ordo_core::broker::REPLAY_GROUP_METADATA.to_owned(),
+                    ordo_core::contract::broker::REPLAY_GROUP_METADATA.to_owned(),
                     group.to_owned(),
                 );
                 publication
@@ -383,7 +383,7 @@ impl RedisBrokerBuilder {
         }
         scripts::ensure_loaded(pool.next()).await?;
         tracing::info!(
-            event = ordo_core::log_events::REDIS_CONNECTED,
+            event = ordo_core::contract::log_events::REDIS_CONNECTED,
             url = %self.url,
             instance = %instance,
             pool_size = self.pool_size,
@@ -485,7 +485,7 @@ impl Broker for RedisBroker {
     /// The broker's [`RedisProcessStore`](crate::RedisProcessStore): process
     /// managers move between instances with their leases, so their state
     /// must live in Redis and be saved under the lease fence.
-    fn process_store(&self) -> Option<Arc<dyn ordo_core::process::ProcessStore>> {
+    fn process_store(&self) -> Option<Arc<dyn ordo_core::contract::process::ProcessStore>> {
         Some(Arc::new(RedisBroker::process_store(self)))
     }
 

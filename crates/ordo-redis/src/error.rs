@@ -12,10 +12,10 @@ pub enum Error {
     /// (a lost connection, a timeout, a server loading its data or failing
     /// over): what [`RedisFence`](crate::RedisFence) commits and the
     /// process store report instead of [`Error::Redis`]. The source carries
-    /// the [`Transient`](ordo_core::retry::Transient) marker, so a handler
+    /// the [`Transient`](ordo_core::contract::retry::Transient) marker, so a handler
     /// that returns it is retried without using up an attempt.
     #[error("Redis is unavailable for now")]
-    Unavailable(#[source] ordo_core::retry::Transient),
+    Unavailable(#[source] ordo_core::contract::retry::Transient),
 
     /// The first connection to Redis failed (unreachable, refused, bad
     /// credentials).
@@ -105,7 +105,7 @@ pub enum Error {
     /// recorded by another history of the source: the PostgreSQL outbox's
     /// database was restored, recovered to a point in time, failed over to
     /// an asynchronous replica or re-created (its identity,
-    /// `ordo_core::broker::POSITION_EPOCH_METADATA`, differs). It is not a
+    /// `ordo_core::contract::broker::POSITION_EPOCH_METADATA`, differs). It is not a
     /// duplicate: nothing was published, and the outbox keeps the row
     /// pending until an operator adopts Redis's positions
     /// (`ordo-pg-relay adopt`, docs/POSTGRES.md).
@@ -212,7 +212,7 @@ pub enum Error {
     /// The domain configuration's `[server.partitioning]` is invalid for
     /// this broker (see [`RedisSettings::from_config`](crate::RedisSettings::from_config)).
     #[error("invalid domain configuration for the Redis broker")]
-    DomainConfig(#[source] ordo_core::error::ConfigError),
+    DomainConfig(#[source] ordo_core::ConfigError),
 
     /// The broker was configured with an invalid value.
     #[error("invalid broker configuration: `{key}` {reason}")]
@@ -262,8 +262,8 @@ impl From<fred::error::Error> for Error {
     }
 }
 
-impl From<ordo_core::error::ConfigError> for Error {
-    fn from(error: ordo_core::error::ConfigError) -> Self {
+impl From<ordo_core::ConfigError> for Error {
+    fn from(error: ordo_core::ConfigError) -> Self {
         Self::DomainConfig(error)
     }
 }
@@ -289,7 +289,7 @@ impl Error {
     pub(crate) fn classified(self) -> Self {
         match self {
             Self::Redis(error) if connection_class(&error) => {
-                Self::Unavailable(ordo_core::retry::Transient::new(error))
+                Self::Unavailable(ordo_core::contract::retry::Transient::new(error))
             }
             other => other,
         }
@@ -317,7 +317,7 @@ impl Error {
         match self {
             Self::Redis(error) => Self::Redis(error.clone()),
             Self::Protocol { context, detail } => Self::protocol(context, detail.clone()),
-            other => Self::protocol("a shared call", ordo_core::error::error_chain(other)),
+            other => Self::protocol("a shared call", ordo_core::contract::error::error_chain(other)),
         }
     }
 

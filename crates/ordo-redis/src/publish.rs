@@ -26,7 +26,7 @@ use std::time::Duration;
 use fred::clients::{Client, Pool};
 use fred::interfaces::ClientLike as _;
 use fred::types::Value;
-use ordo_core::broker::{
+use ordo_core::contract::broker::{
     POSITION_EPOCH_METADATA, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError, Refusal,
     RefusedExtent,
 };
@@ -442,8 +442,8 @@ impl Prepared {
             .cloned()
             .unwrap_or_default();
         let scope = match (&publication.key, publication.lane) {
-            (Some(key), ordo_core::key::Lane::Primary) => format!("{}:{key}", publication.category),
-            (Some(key), ordo_core::key::Lane::Backfill) => {
+            (Some(key), ordo_core::contract::key::Lane::Primary) => format!("{}:{key}", publication.category),
+            (Some(key), ordo_core::contract::key::Lane::Backfill) => {
                 format!("{}:{key} (backfill)", publication.category)
             }
             (None, _) => publication.category.clone(),

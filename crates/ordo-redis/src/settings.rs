@@ -17,8 +17,8 @@
 
 use std::time::Duration;
 
-use ordo_core::config::Config;
-use ordo_core::error::ConfigError;
+use ordo_core::ConfigError;
+use ordo_core::contract::config::Config;
 
 const LEASE_TTL_MS: u64 = 15_000;
 const REAP_IDLE_MS: u64 = 3_600_000;

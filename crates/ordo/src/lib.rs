@@ -39,8 +39,18 @@
 //! assert_eq!(descriptor.handles[0].type_name, "OrderPlaced");
 //! ```
 //!
-//! Handlers are registered explicitly when the domain is built; see the
-//! [`domain`](mod@domain) module.
+//! Handlers are registered explicitly when the domain is built; see
+//! [`DomainBuilder`].
+//!
+//! # What is where
+//!
+//! The root holds the macros, the builders ([`Domain::builder`],
+//! [`Config`]) and the [`prelude`]. The rest is reached through the core's
+//! two wings: [`contract`] (messages, keys, handlers, policies,
+//! configuration, and what a broker or an outbox implements) and
+//! [`runtime`] (the domain, units of work, the outbox processor, the inline
+//! broker). With the `redis` and `postgres` features, `ordo::redis` and
+//! `ordo::postgres` are the backends (`ordo_redis`, `ordo_postgres`).
 //!
 //! # Depending on Ordo
 //!
@@ -66,83 +76,41 @@
 //! Ordo is reachable under another path than `::ordo` (a renamed
 //! dependency, or a crate re-exporting it), as serde's `crate` does.
 
-// The re-exports are listed, not globbed, so that what `ordo` offers is
-// decided here, grouped as the documentation presents it.
+// One list of re-exports, not globbed: the root holds the macros (with the
+// traits of the same names, as serde's derives), the builders and what a
+// program keeps hold of; handlers need the `prelude`; everything else is
+// reached through the core's two wings.
 
-// Messages and keys.
 pub use ordo_core::{
-    Aggregate, Command, DecodeError, Envelope, Event, InvalidKey, KeyRule, KeyRules, Lane, Message,
-    MessageKind, Metadata, PartOf, PartitionKey,
+    Aggregate, Command, Config, Domain, DomainBuilder, Event, InlineBroker, PartitionKey, RunningDomain,
+    SequencingPolicy, Transient, UnitOfWork, transient,
 };
-
-// Handlers and process managers.
-pub use ordo_core::{
-    BoxFuture, CommandHandler, ContextParameter, CorrelationPolicy, EventHandler, Extensions, HandledMessage,
-    HandlerContext, HandlerDescriptor, HandlerError, HandlerKind, HandlerResult, InMemoryProcessStore,
-    IntoHandlerResult, KeyExtractor, ProcessManager, ProcessStore, RustType,
-};
-
-// Failures: marking one transient (a dependency outage, retried without
-// using up the message's attempts).
-pub use ordo_core::{Transient, transient};
-
-// Sequencing policies.
-pub use ordo_core::{
-    ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
-    PerAggregatePolicy, ProcessingContext, PropertyPolicy, RoutingKeyPolicy, SEQUENTIAL_SEQUENCE_ID,
-    SequenceId, SequenceText, SequencingPolicy, SequentialPolicy, default_command_policy,
-    default_event_policy,
-};
-
-// The domain, its configuration and its errors.
-pub use ordo_core::{
-    BackoffError, CommitError, Config, ConfigError, DispatchError, Domain, DomainBuilder, HandlerConfig,
-    HealthConfig, IncorrectUsageError, OutboxError, PartitioningConfig, Partitions, PriorityLanesConfig,
-    ProcessStoreError, RunningDomain, SettleError, ShutdownError, UsageProblem,
-};
-
-// Health and readiness, for probes.
-pub use ordo_core::{HealthReport, HealthState, SubscriptionHealth};
-
-// Publishing: the unit of work and the outbox.
-pub use ordo_core::{
-    CommitReceipt, InMemoryOutbox, NewOutboxRow, Outbox, OutboxProcessor, OutboxRow, OutboxStatus,
-    PublishReport, UnitOfWork,
-};
-
-// Brokers and execution.
-pub use ordo_core::{
-    Backoff, Broker, BrokerError, Capabilities, DynHandler, HandlerFailure, HandlerSettings, InlineBroker,
-    InlineDeadLetter, InlineHalt, KeyedExecutor, Permits, Publication, PublishError, ResolveError,
-    Subscription,
-};
-
-// The modules, for what is not re-exported above (`error::error_chain`,
-// `key::stream`, ...).
-pub use ordo_core::{
-    attempt, backoff, broker, bus, config, domain, error, executor, handler, health, inline, key, log_events,
-    message, outbox, policy, process, retry, uow,
-};
-
-// The macros; each is documented on its own item.
+pub use ordo_core::{contract, runtime};
 pub use ordo_macros::{
     Aggregate, Command, Event, command_handler, event_handler, handle, process_manager, sequencing_policy,
 };
+
+/// The Redis broker (the `redis` feature): `ordo_redis` under `ordo::redis`.
+#[cfg(feature = "redis")]
+pub use ordo_redis as redis;
+
+/// The PostgreSQL outbox and relay (the `postgres` feature): `ordo_postgres`
+/// under `ordo::postgres`.
+#[cfg(feature = "postgres")]
+pub use ordo_postgres as postgres;
 
 /// Everything a module declaring messages and handlers needs:
 /// `use ordo::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Aggregate, Command, CommandHandler, Event, EventHandler, HandlerContext, HandlerError, HandlerResult,
-        Message, ProcessManager, SequencingPolicy, command_handler, event_handler, handle, process_manager,
-        sequencing_policy,
-    };
-    pub use crate::{
-        ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
-        PerAggregatePolicy, PropertyPolicy, RoutingKeyPolicy, SequentialPolicy,
+        Aggregate, Command, Config, Domain, Event, InlineBroker, SequencingPolicy, UnitOfWork,
+        command_handler, event_handler, handle, process_manager, sequencing_policy,
     };
     pub use ordo_core::{
-        CommitError, Config, DispatchError, Domain, IncorrectUsageError, InlineBroker, UnitOfWork,
+        CommandHandler, CommitError, DispatchError, EventHandler, ExtractionPolicy, FullConcurrencyPolicy,
+        HandlerContext, HandlerError, HandlerResult, HierarchicalPolicy, IncorrectUsageError, Message,
+        MetadataPolicy, PartitionKeyPolicy, PerAggregatePolicy, ProcessManager, PropertyPolicy,
+        RoutingKeyPolicy, SequentialPolicy,
     };
     pub use serde::{Deserialize, Serialize};
 }

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use ordo::contract::process::{InMemoryProcessStore, ProcessStore};
 use ordo::prelude::*;
-use ordo::{InMemoryProcessStore, ProcessStore, SettleError, UsageProblem};
+use ordo::runtime::error::{SettleError, UsageProblem};
 
 /// Every test is bounded: a hang is a failure, not a stuck run.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -560,7 +561,7 @@ async fn a_nested_dispatch_of_the_callers_own_sequence_is_an_error_not_a_hang() 
     .await
     .expect("the dispatch returns");
     let error = outcome.expect_err("Reserve shares the routing key `same` with its caller");
-    let chain = ordo::error::error_chain(&error);
+    let chain = ordo::contract::error::error_chain(&error);
     assert!(chain.contains("would wait for the handler"), "{chain}");
     assert_eq!(reserved.load(Ordering::SeqCst), 0);
     // The bus is not wedged.

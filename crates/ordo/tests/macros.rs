@@ -3,8 +3,10 @@
 
 use std::sync::Mutex;
 
+use ordo::contract::handler::HandlerKind;
+use ordo::contract::message::{Envelope, MessageKind};
+use ordo::contract::policy::ProcessingContext;
 use ordo::prelude::*;
-use ordo::{Envelope, HandlerKind, MessageKind, ProcessingContext};
 
 #[derive(Aggregate)]
 struct Order;
@@ -147,7 +149,7 @@ struct OrderCommands {
 }
 
 #[command_handler(part_of = Order)]
-#[sequencing_policy(with = ordo::ExtractionPolicy::new(|c: &CancelOrder| Some(c.client_id.clone())))]
+#[sequencing_policy(with = ordo::contract::policy::ExtractionPolicy::new(|c: &CancelOrder| Some(c.client_id.clone())))]
 impl OrderCommands {
     #[handle]
     #[sequencing_policy(routing_key)]

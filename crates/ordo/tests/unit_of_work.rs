@@ -4,8 +4,9 @@
 
 use std::sync::{Arc, Mutex};
 
+use ordo::contract::error::CommitError;
 use ordo::prelude::*;
-use ordo::{CommitError, DispatchError};
+use ordo::runtime::error::DispatchError;
 
 #[derive(Aggregate)]
 struct Account;
@@ -185,8 +186,9 @@ async fn a_bad_key_raised_by_a_command_handler_fails_the_command() -> anyhow::Re
 /// none of its dependencies (here one that cannot even be made); nothing
 /// consumes in this process.
 mod publisher_from_types {
+    use ordo::Config;
+    use ordo::contract::error::CommitError;
     use ordo::prelude::*;
-    use ordo::{CommitError, Config};
 
     #[derive(Aggregate)]
     struct Parcel;

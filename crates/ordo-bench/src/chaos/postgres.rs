@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use fred::clients::Pool;
 use fred::interfaces::{KeysInterface as _, ListInterface as _};
-use ordo_core::handler::{BoxFuture, HandlerContext};
+use ordo_core::contract::handler::{BoxFuture, HandlerContext};
 use ordo_harness::keys;
 use ordo_harness::line::{self, Line};
 use ordo_harness::tick::{GROUP, Tick};
@@ -138,7 +138,7 @@ impl PgEffects {
         // A database outage (a pool timeout, a lost connection) is transient:
         // the broker retries the run without using up an attempt.
         let failed = |e: ordo_postgres::Error| {
-            let text = ordo_core::error::error_chain(&e);
+            let text = ordo_core::contract::error::error_chain(&e);
             if e.is_transient() {
                 EffectError::Unavailable(text)
             } else {

@@ -7,7 +7,7 @@ use anyhow::Result;
 use fred::clients::Pool;
 use fred::interfaces::{KeysInterface as _, StreamsInterface as _};
 use fred::types::Value;
-use ordo_core::key::DEFAULT_BACKFILL_SUFFIX;
+use ordo_core::contract::key::DEFAULT_BACKFILL_SUFFIX;
 use ordo_harness::keys::Records;
 use ordo_harness::tick::GROUP;
 use ordo_redis::PartitionAdmin;
@@ -122,8 +122,8 @@ mod tests {
     use std::time::Duration;
 
     use fred::interfaces::{ClientLike as _, HashesInterface as _, ListInterface as _};
-    use ordo_core::broker::{Broker as _, Publication};
-    use ordo_core::key::Lane;
+    use ordo_core::contract::broker::{Broker as _, Publication};
+    use ordo_core::contract::key::Lane;
     use ordo_harness::tick::Tick;
     use ordo_harness::worker::WorkerOptions;
     use ordo_redis::{RedisBroker, Routing};
@@ -152,7 +152,7 @@ mod tests {
                     poison,
                     work_ms: 0,
                 };
-                let mut envelope = ordo::Envelope::new(&tick)?;
+                let mut envelope = ordo::contract::message::Envelope::new(&tick)?;
                 envelope.partition_key = Some(key.to_owned());
                 publications.push(Publication::to_partition(key, Lane::Primary, envelope));
             }

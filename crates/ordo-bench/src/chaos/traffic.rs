@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use fred::interfaces::{ClientLike as _, HashesInterface as _};
-use ordo_core::config::Config;
-use ordo_core::domain::Domain;
+use ordo_core::contract::config::Config;
+use ordo_core::runtime::domain::Domain;
 use ordo_harness::keys;
 use ordo_harness::tick::Tick;
 use ordo_harness::worker::{TickHandler, domain};

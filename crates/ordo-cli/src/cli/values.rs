@@ -14,13 +14,13 @@ pub(crate) fn parse_partitions(text: &str) -> Result<Partitions, String> {
     }
     text.parse::<u32>()
         .ok()
-        .filter(|n| *n <= ordo_core::key::MAX_HASHED_PARTITIONS)
+        .filter(|n| *n <= ordo_core::contract::key::MAX_HASHED_PARTITIONS)
         .and_then(std::num::NonZeroU32::new)
         .map(Partitions::Hashed)
         .ok_or_else(|| {
             format!(
                 "`{text}` is neither `per_key` nor a number of partitions between 1 and {}",
-                ordo_core::key::MAX_HASHED_PARTITIONS
+                ordo_core::contract::key::MAX_HASHED_PARTITIONS
             )
         })
 }

@@ -134,7 +134,7 @@ pub(crate) async fn run(
                 action,
                 halt,
                 "failed",
-                Some(ordo_core::error::error_chain(&error)),
+                Some(ordo_core::contract::error::error_chain(&error)),
             ),
         });
     }
@@ -255,7 +255,7 @@ mod tests {
             group: group.to_owned(),
             category: category.to_owned(),
             key: "k".to_owned(),
-            lane: ordo_core::key::Lane::Primary,
+            lane: ordo_core::contract::key::Lane::Primary,
             head: "1-0".to_owned(),
             error: error.to_owned(),
             attempts: 3,

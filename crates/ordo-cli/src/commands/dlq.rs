@@ -18,7 +18,7 @@
 
 use anyhow::{Context as _, anyhow};
 use fred::interfaces::StreamsInterface;
-use ordo_core::broker::Publication;
+use ordo_core::contract::broker::Publication;
 use ordo_redis::{DeadLetter, DeadLetterPage, PartitionId};
 use serde::Serialize;
 

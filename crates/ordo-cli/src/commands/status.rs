@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use ordo_core::health::{HealthState, SubscriptionHealth};
+use ordo_core::contract::health::{HealthState, SubscriptionHealth};
 use ordo_redis::SecretUrl;
 
 use crate::cli::StatusArgs;

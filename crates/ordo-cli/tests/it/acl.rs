@@ -401,7 +401,7 @@ async fn worker_publisher_and_operator_do_their_work_under_the_documented_acl_ru
         health
             .subscriptions
             .iter()
-            .all(|s| s.state != ordo_core::health::HealthState::Unknown),
+            .all(|s| s.state != ordo_core::contract::health::HealthState::Unknown),
         "{health:?}"
     );
     assert_nothing_refused(&redis, "the worker and the publishers ran")?;
@@ -608,7 +608,7 @@ async fn setup(redis: &Redis, dir: &tempfile::TempDir) -> anyhow::Result<()> {
 /// events the relay published.
 async fn through_outbox(
     publisher: &Domain,
-    raise: impl FnOnce(&mut ordo_core::uow::UnitOfWork) -> anyhow::Result<()>,
+    raise: impl FnOnce(&mut ordo_core::runtime::uow::UnitOfWork) -> anyhow::Result<()>,
 ) -> anyhow::Result<u64> {
     let pg = Postgres::start()?;
     let pool = ordo_postgres::sqlx::PgPool::connect(pg.url()).await?;
@@ -929,7 +929,7 @@ async fn every_role_is_refused_what_it_must_not_do() -> anyhow::Result<()> {
         vec!["SET".into(), lease.lease.clone(), "w1:5".into()],
         vec![
             "SET".into(),
-            alice.position(ordo_core::key::Lane::Primary),
+            alice.position(ordo_core::contract::key::Lane::Primary),
             "10".into(),
         ],
         vec!["HSET".into(), bob.halt(OWN_GROUP), "head".into(), "1-0".into()],
@@ -961,7 +961,7 @@ async fn every_role_is_refused_what_it_must_not_do() -> anyhow::Result<()> {
         alice.primary().to_owned(),
         lease.generation.clone(),
         lease.lease.clone(),
-        alice.position(ordo_core::key::Lane::Primary),
+        alice.position(ordo_core::contract::key::Lane::Primary),
         bob.halt(OWN_GROUP),
         bob.log(OWN_GROUP),
         bob.dlq(),
@@ -1092,7 +1092,7 @@ async fn every_role_is_refused_what_it_must_not_do() -> anyhow::Result<()> {
             worker,
             "delete a position (an outbox relay would publish again)",
             "DEL",
-            &[&alice.position(ordo_core::key::Lane::Primary)],
+            &[&alice.position(ordo_core::contract::key::Lane::Primary)],
         ),
     ]);
     let operator = AclRole::Operator;

@@ -537,7 +537,7 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
 async fn status_check_reports_partitions_without_a_registered_group() -> anyhow::Result<()> {
     let redis = ordo_testkit::Redis::start_local()?;
     let broker = ordo_redis::RedisBroker::builder(redis.url()).build().await?;
-    ordo_core::broker::Broker::publish(&broker, &[noted("ledger", "acct-1", 1)]).await?;
+    ordo_core::contract::broker::Broker::publish(&broker, &[noted("ledger", "acct-1", 1)]).await?;
     let dir = tempfile::tempdir()?;
     let url = redis.url();
     let checked = ordo_in(dir.path(), &["status", "--check", "--redis-url", &url], &[])
@@ -591,7 +591,7 @@ async fn repartition_waits_for_a_drained_category_then_switches_it() -> anyhow::
         ))?;
     let (old, _) = common::broker(&fixture.redis.url()).await?;
     let publication = noted(CATEGORY, "bob", 9);
-    let refused = ordo_core::broker::Broker::publish(&old, &[publication])
+    let refused = ordo_core::contract::broker::Broker::publish(&old, &[publication])
         .await
         .expect_err("the old setting is refused");
     assert!(

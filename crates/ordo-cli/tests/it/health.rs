@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use common::{AUDITOR, Fixture, OrderPlaced, PROJECTOR, WAIT};
 use ordo_core::Envelope;
-use ordo_core::broker::{Broker, Publication};
-use ordo_core::key::Lane;
+use ordo_core::contract::broker::{Broker, Publication};
+use ordo_core::contract::key::Lane;
 use ordo_testkit::eventually;
 use serde_json::Value;
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use fred::interfaces::{HashesInterface, StreamsInterface};
 use fred::types::Value;
-use ordo_core::broker::Broker;
+use ordo_core::contract::broker::Broker;
 use ordo_redis::{PartitionId, PartitionKeys};
 use ordo_testkit::{Redis, eventually};
 
@@ -239,7 +239,10 @@ async fn a_parked_keys_dead_letter_is_found_by_key_in_its_hashed_partition() -> 
     let bucket = PartitionKeys::of(
         PartitionId::hashed(
             CATEGORY,
-            ordo_core::key::hashed_partition("bob", std::num::NonZeroU32::new(4).expect("not zero")),
+            ordo_core::contract::key::hashed_partition(
+                "bob",
+                std::num::NonZeroU32::new(4).expect("not zero"),
+            ),
         ),
         "backfill",
     );

@@ -3,9 +3,9 @@
 use crate::common;
 
 use common::ordo_in;
-use ordo_core::key::Lane;
-use ordo_core::message::{Envelope, MessageKind, Metadata};
-use ordo_core::outbox::{NewOutboxRow, Outbox};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::{Envelope, MessageKind, Metadata};
+use ordo_core::contract::outbox::{NewOutboxRow, Outbox};
 use ordo_postgres::PgOutbox;
 use ordo_testkit::{Postgres, Redis};
 

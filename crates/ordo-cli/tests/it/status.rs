@@ -6,7 +6,7 @@ use crate::common;
 use common::noted;
 use fred::interfaces::StreamsInterface;
 use fred::types::Value;
-use ordo_core::broker::{Broker, Publication};
+use ordo_core::contract::broker::{Broker, Publication};
 use ordo_redis::{ClusterStatus, RedisBroker};
 use ordo_testkit::Redis;
 

@@ -5,8 +5,8 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ordo_core::handler::HandlerKind;
-use ordo_core::key::KeyRule;
+use ordo_core::contract::handler::HandlerKind;
+use ordo_core::contract::key::KeyRule;
 use ordo_core::{DispatchError, Domain, FullConcurrencyPolicy};
 use support::*;
 

@@ -4,7 +4,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use ordo_core::key::KeyRule;
+use ordo_core::contract::key::KeyRule;
 use ordo_core::{Config, ConfigError};
 use support::chain;
 

@@ -5,10 +5,10 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ordo_core::broker::Capabilities;
-use ordo_core::handler::HandlerKind;
-use ordo_core::message::MessageKind;
-use ordo_core::policy::{FullConcurrencyPolicy, ProcessingContext, SEQUENTIAL_SEQUENCE_ID};
+use ordo_core::contract::broker::Capabilities;
+use ordo_core::contract::handler::HandlerKind;
+use ordo_core::contract::message::MessageKind;
+use ordo_core::contract::policy::{FullConcurrencyPolicy, ProcessingContext, SEQUENTIAL_SEQUENCE_ID};
 use ordo_core::{
     Domain, DomainBuilder, Envelope, IncorrectUsageError, InlineBroker, ShutdownError, UsageProblem,
 };
@@ -61,7 +61,7 @@ spec!(ClashingTypeName => handler("ClashingTypeName", HandlerKind::Event, "order
 ]));
 
 /// A partitioned handler whose descriptor names no key field.
-fn partitioned_without_key() -> ordo_core::handler::HandlerDescriptor {
+fn partitioned_without_key() -> ordo_core::contract::handler::HandlerDescriptor {
     handler(
         "KeylessPartitioned",
         HandlerKind::Event,
@@ -615,7 +615,7 @@ fn reserved_or_malformed_categories_are_rejected_at_init() {
     macro_rules! aggregate {
         ($name:ident, $category:expr) => {
             struct $name;
-            impl ordo_core::message::Aggregate for $name {
+            impl ordo_core::contract::message::Aggregate for $name {
                 const CATEGORY: &'static str = $category;
             }
         };
@@ -663,13 +663,13 @@ fn reserved_or_malformed_categories_are_rejected_at_init() {
 fn two_same_named_aggregates_are_told_apart_with_a_fix() {
     mod sales {
         pub(super) struct Order;
-        impl ordo_core::message::Aggregate for Order {
+        impl ordo_core::contract::message::Aggregate for Order {
             const CATEGORY: &'static str = "order";
         }
     }
     mod billing {
         pub(super) struct Order;
-        impl ordo_core::message::Aggregate for Order {
+        impl ordo_core::contract::message::Aggregate for Order {
             const CATEGORY: &'static str = "order";
         }
     }

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ordo_core::executor::KeyedExecutor;
-use ordo_core::policy::SequenceId;
+use ordo_core::contract::policy::SequenceId;
+use ordo_core::runtime::executor::KeyedExecutor;
 use tokio::sync::{Barrier, Notify};
 use tokio::time::timeout;
 

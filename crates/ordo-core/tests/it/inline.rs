@@ -6,8 +6,8 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ordo_core::broker::{Broker, Publication};
-use ordo_core::handler::HandlerKind;
+use ordo_core::contract::broker::{Broker, Publication};
+use ordo_core::contract::handler::HandlerKind;
 use ordo_core::{Config, Domain, Envelope, InlineBroker};
 use support::*;
 use tokio_util::sync::CancellationToken;

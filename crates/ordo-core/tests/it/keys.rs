@@ -1,7 +1,7 @@
 //! Key validation: properties and examples. (The names a broker composes
 //! from keys are tested with the broker: ordo-redis `keys`.)
 
-use ordo_core::key::{DEFAULT_BACKFILL_SUFFIX, DLQ_TOKEN, MAX_KEY_LEN};
+use ordo_core::contract::key::{DEFAULT_BACKFILL_SUFFIX, DLQ_TOKEN, MAX_KEY_LEN};
 use ordo_core::{InvalidKey, KeyRule, KeyRules};
 use proptest::prelude::*;
 

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 
-use ordo_core::config::{Origin, Partitions, env_var_names};
+use ordo_core::contract::config::{Origin, Partitions, env_var_names};
 use ordo_core::{Config, ConfigError};
 use support::chain;
 

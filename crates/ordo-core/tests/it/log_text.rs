@@ -10,9 +10,10 @@ use crate::support;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use ordo_core::handler::HandlerKind;
-use ordo_core::text::MAX_ERROR_TEXT;
-use ordo_core::{Config, Domain, log_events};
+use ordo_core::contract::handler::HandlerKind;
+use ordo_core::contract::log_events;
+use ordo_core::contract::text::MAX_ERROR_TEXT;
+use ordo_core::{Config, Domain};
 use support::*;
 
 spec!(ByClient => handler("ByClient", HandlerKind::Event, "order", Some("client_id"), vec![

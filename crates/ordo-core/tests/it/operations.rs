@@ -9,13 +9,14 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ordo_core::backoff::Backoff;
-use ordo_core::handler::HandlerKind;
-use ordo_core::key::Lane;
-use ordo_core::uow::priority;
+use ordo_core::contract::backoff::Backoff;
+use ordo_core::contract::handler::HandlerKind;
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::log_events;
+use ordo_core::runtime::uow::priority;
 use ordo_core::{
     Config, ConfigError, Domain, HandlerConfig, HealthState, InMemoryOutbox, NewOutboxRow, Outbox,
-    OutboxProcessor, UsageProblem, log_events,
+    OutboxProcessor, UsageProblem,
 };
 use support::*;
 use tracing_subscriber::layer::SubscriberExt;
@@ -450,7 +451,7 @@ fn the_operations_guide_lists_exactly_the_event_names_in_code() {
     assert_eq!(
         documented,
         log_events::ALL,
-        "docs/OPERATIONS.md and ordo_core::log_events::ALL differ"
+        "docs/OPERATIONS.md and ordo_core::contract::log_events::ALL differ"
     );
 }
 

@@ -9,7 +9,7 @@ use crate::support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ordo_core::handler::HandlerKind;
+use ordo_core::contract::handler::HandlerKind;
 use ordo_core::{Config, Domain, HealthState};
 use support::*;
 

@@ -6,8 +6,8 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ordo_core::broker::Capabilities;
-use ordo_core::key::Lane;
+use ordo_core::contract::broker::Capabilities;
+use ordo_core::contract::key::Lane;
 use ordo_core::{
     Config, Envelope, InMemoryOutbox, NewOutboxRow, Outbox, OutboxError, OutboxProcessor, OutboxStatus,
     PublishReport,

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use ordo_core::policy::{
+use ordo_core::contract::policy::{
     ExtractionPolicy, FullConcurrencyPolicy, HierarchicalPolicy, MetadataPolicy, PartitionKeyPolicy,
     PerAggregatePolicy, ProcessingContext, PropertyPolicy, RoutingKeyPolicy, SEQUENTIAL_SEQUENCE_ID,
     SequenceId, SequencingPolicy, SequentialPolicy, default_command_policy, default_event_policy,

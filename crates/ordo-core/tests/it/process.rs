@@ -5,8 +5,8 @@ use crate::support;
 
 use std::sync::Arc;
 
-use ordo_core::handler::{HandlerContext, HandlerKind};
-use ordo_core::policy::{ProcessingContext, SequencingPolicy};
+use ordo_core::contract::handler::{HandlerContext, HandlerKind};
+use ordo_core::contract::policy::{ProcessingContext, SequencingPolicy};
 use ordo_core::{Config, CorrelationPolicy, Domain, Envelope, InMemoryProcessStore, ProcessStore};
 use support::*;
 

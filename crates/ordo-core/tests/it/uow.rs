@@ -5,9 +5,9 @@ use crate::support;
 
 use std::sync::Arc;
 
-use ordo_core::broker::Capabilities;
-use ordo_core::handler::HandlerKind;
-use ordo_core::key::{KeyRule, Lane};
+use ordo_core::contract::broker::Capabilities;
+use ordo_core::contract::handler::HandlerKind;
+use ordo_core::contract::key::{KeyRule, Lane};
 use ordo_core::{CommitError, Config, Domain, InMemoryOutbox, OutboxStatus};
 use support::*;
 

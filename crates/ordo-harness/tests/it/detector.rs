@@ -10,8 +10,8 @@ use crate::support;
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface as _;
-use ordo_core::handler::{EventHandler, HandlerContext};
-use ordo_core::message::Envelope;
+use ordo_core::contract::handler::{EventHandler, HandlerContext};
+use ordo_core::contract::message::Envelope;
 use ordo_harness::keys;
 use ordo_harness::tick::{GROUP, Tick};
 use ordo_harness::worker::TickHandler;

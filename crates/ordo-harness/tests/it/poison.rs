@@ -128,7 +128,7 @@ fn a_poison_event_halts_its_key_across_failover_until_an_operator_decides() -> a
     assert_eq!(dlq.len(), 1, "one dead letter expected: {dlq:?}");
     let letter = &dlq[0].1;
     assert_eq!(letter.get("source_id"), Some(&second.head));
-    let envelope: ordo_core::message::Envelope = serde_json::from_str(
+    let envelope: ordo_core::contract::message::Envelope = serde_json::from_str(
         letter
             .get("envelope")
             .expect("the dead letter keeps the envelope"),

@@ -9,7 +9,7 @@ use crate::support;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use ordo_core::key::hashed_partition;
+use ordo_core::contract::key::hashed_partition;
 use ordo_harness::line::{self, Line};
 use support::{Env, lines, wait_for_any};
 

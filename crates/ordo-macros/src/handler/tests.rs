@@ -264,7 +264,7 @@ fn sequencing_policies_are_parsed() {
                 #[sequencing_policy(metadata = "tenant")]
                 async fn a(&self, event: &OrderPlaced) -> anyhow::Result<()> { Ok(()) }
                 #[handle]
-                #[sequencing_policy(with = ordo::ExtractionPolicy::new(|e: &OrderPaid| Some(e.n)))]
+                #[sequencing_policy(with = ordo::contract::policy::ExtractionPolicy::new(|e: &OrderPaid| Some(e.n)))]
                 async fn b(&self, event: &OrderPaid) -> anyhow::Result<()> { Ok(()) }
                 #[handle]
                 async fn c(&self, event: &OrderShipped) -> anyhow::Result<()> { Ok(()) }

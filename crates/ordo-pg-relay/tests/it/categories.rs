@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{commit, count_status, deposit, pg_pool, redis_pool, xlen};
 use fred::interfaces::{ClientLike, KeysInterface};
 use ordo::prelude::*;
-use ordo_core::config::Config;
+use ordo_core::contract::config::Config;
 use ordo_postgres::{OutboxStatusReport, UnitOfWorkExt};
 use ordo_testkit::{Postgres, Process, Redis, eventually};
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{Deposited, count_status, domain, pg_pool, redis_pool};
 use ordo::prelude::*;
-use ordo_core::broker::POSITION_METADATA;
+use ordo_core::contract::broker::POSITION_METADATA;
 use ordo_postgres::{PgOutbox, UnitOfWorkExt};
 use ordo_testkit::eventually;
 use ordo_testkit::{Postgres, Process, Redis};

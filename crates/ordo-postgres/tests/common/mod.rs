@@ -13,7 +13,7 @@ use fred::interfaces::StreamsInterface;
 use fred::prelude::{Builder, ClientLike, Config as FredConfig};
 use fred::types::Value;
 use ordo::prelude::*;
-use ordo_core::message::Envelope;
+use ordo_core::contract::message::Envelope;
 use ordo_postgres::{PgOutbox, UnitOfWorkExt};
 use ordo_testkit::{Postgres, TestCa};
 use sqlx::PgPool;
@@ -83,7 +83,7 @@ pub async fn relay(outbox: &PgOutbox, redis: &ordo_testkit::Redis) -> anyhow::Re
     Ok(ordo_postgres::PgRelay::new(
         outbox.clone(),
         std::sync::Arc::new(broker),
-        &ordo_core::config::Config::default(),
+        &ordo_core::contract::config::Config::default(),
     ))
 }
 

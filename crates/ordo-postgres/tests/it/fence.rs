@@ -7,11 +7,11 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Deposited, pg_pool};
-use ordo_core::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA};
-use ordo_core::error::ProcessStoreError;
-use ordo_core::handler::HandlerContext;
-use ordo_core::message::Envelope;
-use ordo_core::process::ProcessStore;
+use ordo_core::contract::broker::{POSITION_METADATA, POSITION_SCOPE_METADATA};
+use ordo_core::contract::error::ProcessStoreError;
+use ordo_core::contract::handler::HandlerContext;
+use ordo_core::contract::message::Envelope;
+use ordo_core::contract::process::ProcessStore;
 use ordo_postgres::{Error, Fence, PgProcessStore, fenced_in};
 use ordo_testkit::Postgres;
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use common::{Deposited, count_status, domain, numbers, pg_pool, redis_pool, xlen};
 use ordo::prelude::*;
-use ordo_core::broker::{Broker, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication};
-use ordo_core::error::CommitError;
-use ordo_core::key::Lane;
-use ordo_core::message::Envelope;
-use ordo_core::outbox::{NewOutboxRow, Outbox};
+use ordo_core::contract::broker::{Broker, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication};
+use ordo_core::contract::error::CommitError;
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
+use ordo_core::contract::outbox::{NewOutboxRow, Outbox};
 use ordo_postgres::{OutboxStatusReport, PgOutbox, PgRelay, UnitOfWorkExt};
 use ordo_redis::RedisBroker;
 use ordo_testkit::eventually;

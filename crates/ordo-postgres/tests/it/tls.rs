@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Deposited, domain, pg_pool, redis_pool, tls_postgres, url_with};
-use ordo_core::config::Config;
+use ordo_core::contract::config::Config;
 use ordo_postgres::{PgRelay, UnitOfWorkExt};
 use ordo_redis::RedisBroker;
 use ordo_testkit::{Postgres, Redis, TestCa};

@@ -17,13 +17,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ordo_core::attempt::{Attempt, Failure, Outcome, StillRunning};
-use ordo_core::broker::Subscription;
-use ordo_core::error::ProcessStoreError;
-use ordo_core::handler::HandlerContext;
-use ordo_core::message::Envelope;
-use ordo_core::retry::{GiveUp, Next, Retries, RetryPolicy};
-use ordo_core::text::log_text;
+use ordo_core::contract::attempt::{Attempt, Failure, Outcome, StillRunning};
+use ordo_core::contract::broker::Subscription;
+use ordo_core::contract::error::ProcessStoreError;
+use ordo_core::contract::handler::HandlerContext;
+use ordo_core::contract::message::Envelope;
+use ordo_core::contract::retry::{GiveUp, Next, Retries, RetryPolicy};
+use ordo_core::contract::text::log_text;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -295,7 +295,7 @@ impl Worker {
             match self.held(partition).reap(reap_idle).await {
                 Ok(ReapOutcome::Reaped) => {
                     info!(
-                        event = ordo_core::log_events::PARTITION_REAPED,
+                        event = ordo_core::contract::log_events::PARTITION_REAPED,
                         partition = partition.primary(),
                         "cold partition retired"
                     );
@@ -313,7 +313,7 @@ impl Worker {
                 }
                 Err(error) if error.is_fenced() => return Some(Exit::Lost),
                 Err(error) => {
-                    warn!(error = %ordo_core::error::error_chain(&error), partition = partition.primary(), "retiring the partition failed")
+                    warn!(error = %ordo_core::contract::error::error_chain(&error), partition = partition.primary(), "retiring the partition failed")
                 }
             }
         }
@@ -345,7 +345,7 @@ impl Worker {
                 answer => return Ok(answer),
             };
             failures += 1;
-            warn!(error = %ordo_core::error::error_chain(&error), failures, "{what} failed; retrying");
+            warn!(error = %ordo_core::contract::error::error_chain(&error), failures, "{what} failed; retrying");
             let stop = async {
                 if stoppable {
                     self.control.stop.cancelled().await;
@@ -386,7 +386,7 @@ impl Worker {
         match acked {
             Ok(Ok(waiting)) => Some(waiting),
             Ok(Err(error)) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), id = entry.id(), "acknowledgement refused: lease lost");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), id = entry.id(), "acknowledgement refused: lease lost");
                 None
             }
             Err(_) => None,
@@ -419,7 +419,7 @@ impl Worker {
                         slot,
                         partition,
                         entry,
-                        ordo_core::error::error_chain(&error),
+                        ordo_core::contract::error::error_chain(&error),
                         1,
                         attempt,
                     )
@@ -481,7 +481,7 @@ impl Worker {
                 // owns the partition now and may be running this very
                 // message. Retrying (or halting) would be a stale owner's act.
                 Ok(Err(failure)) if fenced_by(&**failure.error(), &self.lease) => {
-                    info!(event = ordo_core::log_events::LEASE_LOST, id = entry.id(), attempt, error = %log_text(&failure.text()), "lease lost during the handler; not retrying");
+                    info!(event = ordo_core::contract::log_events::LEASE_LOST, id = entry.id(), attempt, error = %log_text(&failure.text()), "lease lost during the handler; not retrying");
                     return Handled::Lost;
                 }
                 Ok(Err(failure)) => failure,
@@ -562,7 +562,7 @@ impl Worker {
                 Ok(())
             }
             Err(error) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
                 Err(Handled::Lost)
             }
         }
@@ -592,7 +592,7 @@ impl Worker {
         {
             Ok(Ok(())) => None,
             Ok(Err(error)) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost before a message; not starting it");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost before a message; not starting it");
                 Some(Handled::Lost)
             }
             Err(stopped) => Some(stopped),
@@ -618,7 +618,7 @@ impl Worker {
         {
             Ok(Ok(())) => None,
             Ok(Err(error)) => {
-                info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost before a retry; not retrying");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost before a retry; not retrying");
                 Some(Handled::Lost)
             }
             Err(stopped) => Some(stopped),
@@ -720,7 +720,7 @@ impl Worker {
             .await;
         match halted {
             Ok(Ok(())) => {
-                error!(event = ordo_core::log_events::PARTITION_HALTED, head = %reason.head, error = %log_text(&reason.error), attempts, "partition halted until an operator resolves it (ordo inspect, then retry, skip or dlq)");
+                error!(event = ordo_core::contract::log_events::PARTITION_HALTED, head = %reason.head, error = %log_text(&reason.error), attempts, "partition halted until an operator resolves it (ordo inspect, then retry, skip or dlq)");
                 metrics::halted(&self.unit, partition.category());
                 Handled::Halted
             }
@@ -756,7 +756,7 @@ impl Worker {
             .await;
         match parked {
             Ok(Ok(head)) => {
-                error!(event = ordo_core::log_events::KEY_PARKED, key, %head, error = %ordo_core::text::log_text(&reason.error), attempts = reason.attempts, "key parked until an operator resolves it (ordo inspect, then retry, skip or dlq)");
+                error!(event = ordo_core::contract::log_events::KEY_PARKED, key, %head, error = %ordo_core::contract::text::log_text(&reason.error), attempts = reason.attempts, "key parked until an operator resolves it (ordo inspect, then retry, skip or dlq)");
                 metrics::halted(&self.unit, partition.category());
                 Handled::Halted
             }

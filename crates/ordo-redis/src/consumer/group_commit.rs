@@ -162,7 +162,7 @@ mod tests {
 
     use fred::interfaces::{ClientLike, StreamsInterface};
     use fred::prelude::Builder;
-    use ordo_core::key::Lane;
+    use ordo_core::contract::key::Lane;
     use ordo_testkit::Redis;
     use tokio::task::JoinSet;
 

@@ -39,8 +39,8 @@ use fred::interfaces::StreamsInterface;
 use fred::types::Value;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use ordo_core::error::error_chain;
-use ordo_core::key::Lane;
+use ordo_core::contract::error::error_chain;
+use ordo_core::contract::key::Lane;
 use tracing::{info, warn};
 
 use super::delivery::{Exit, Handled, Slot, Worker};
@@ -370,12 +370,12 @@ impl<'w> Hashed<'w> {
                         stopping = true;
                     }
                     Event::Read(Err(error)) if error.is_fenced() => {
-                        info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost");
+                        info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost");
                         w.control.kill.cancel();
                     }
                     Event::Read(Err(error)) => {
                         failures += 1;
-                        warn!(error = %ordo_core::error::error_chain(&error), failures, "partition read failed; backing off");
+                        warn!(error = %ordo_core::contract::error::error_chain(&error), failures, "partition read failed; backing off");
                         let delay = w.shared.settings.backoff.delay(failures);
                         others.push(Box::pin(async move {
                             tokio::time::sleep(delay).await;
@@ -395,7 +395,7 @@ impl<'w> Hashed<'w> {
                                 let start = self.resume(keys);
                                 runs.extend(self.admit(start).into_iter().map(|key| self.run_key(key)));
                             }
-                            Err(error) => warn!(error = %ordo_core::error::error_chain(&error), "checking the parked keys failed"),
+                            Err(error) => warn!(error = %ordo_core::contract::error::error_chain(&error), "checking the parked keys failed"),
                         }
                         if reader == Reader::Waiting {
                             polling = self.poll_resumed(&others);
@@ -480,7 +480,7 @@ impl<'w> Hashed<'w> {
         if home != *self.partition.id() {
             return Err(format!(
                 "its key `{}` belongs to partition `{}:{}`",
-                ordo_core::text::escaped(&key),
+                ordo_core::contract::text::escaped(&key),
                 home.category(),
                 home.member()
             ));
@@ -530,7 +530,10 @@ impl<'w> Hashed<'w> {
                 ("attempts", Value::from(0)),
                 (
                     "error",
-                    Value::from(ordo_core::text::capped(&error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
+                    Value::from(
+                        ordo_core::contract::text::capped(&error, ordo_core::contract::text::MAX_ERROR_TEXT)
+                            .as_ref(),
+                    ),
                 ),
             ];
             fields.extend(crate::owner::parking::field_pairs(&entry));
@@ -552,8 +555,8 @@ impl<'w> Hashed<'w> {
             if !matches!(added, Ok(Ok(()))) {
                 return false;
             }
-            warn!(event = ordo_core::log_events::MESSAGE_DEAD_LETTERED, id = entry.id(), dlq = %dlq,
-                error = %ordo_core::text::log_text(&error), "an entry of no key of this partition was dead-lettered");
+            warn!(event = ordo_core::contract::log_events::MESSAGE_DEAD_LETTERED, id = entry.id(), dlq = %dlq,
+                error = %ordo_core::contract::text::log_text(&error), "an entry of no key of this partition was dead-lettered");
             if w.ack(&Slot::default(), acks, &entry, false).await.is_none() {
                 return false;
             }

@@ -47,7 +47,7 @@ pub(crate) fn spawn(
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(error) => {
-                    tracing::error!(error = %ordo_core::error::error_chain(&error), "cannot start the heartbeat runtime; leases will not be renewed");
+                    tracing::error!(error = %ordo_core::contract::error::error_chain(&error), "cannot start the heartbeat runtime; leases will not be renewed");
                     return;
                 }
             };
@@ -55,7 +55,7 @@ pub(crate) fn spawn(
                 let client = match builder.build() {
                     Ok(client) => client,
                     Err(error) => {
-                        tracing::error!(error = %ordo_core::error::error_chain(&error), "cannot build the heartbeat client; leases will not be renewed");
+                        tracing::error!(error = %ordo_core::contract::error::error_chain(&error), "cannot build the heartbeat client; leases will not be renewed");
                         return;
                     }
                 };
@@ -145,7 +145,7 @@ async fn beat(
                     if let Some((key, value)) = held.get(position)
                         && leases.give_up(key, value)
                     {
-                        warn!(event = ordo_core::log_events::LEASE_LOST, lease = %key, "lease lost; stopping its worker");
+                        warn!(event = ordo_core::contract::log_events::LEASE_LOST, lease = %key, "lease lost; stopping its worker");
                     }
                 }
                 // The lost ones are out of the table: this touches the others.
@@ -153,14 +153,14 @@ async fn beat(
             }
             Err(error) if must_give_up(started.duration_since(renewed), timing) => {
                 renewals.failed(&error);
-                warn!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), leases = held.len(), "renewals failed for most of a lease TTL; giving up every lease");
+                warn!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), leases = held.len(), "renewals failed for most of a lease TTL; giving up every lease");
                 for (key, value) in &held {
                     leases.give_up(key, value);
                 }
             }
             Err(error) => {
                 renewals.failed(&error);
-                warn!(event = ordo_core::log_events::LEASE_RENEWAL_FAILED, error = %ordo_core::error::error_chain(&error), leases = held.len(), "lease renewal failed; retrying next beat");
+                warn!(event = ordo_core::contract::log_events::LEASE_RENEWAL_FAILED, error = %ordo_core::contract::error::error_chain(&error), leases = held.len(), "lease renewal failed; retrying next beat");
             }
         }
     }

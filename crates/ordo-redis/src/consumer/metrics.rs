@@ -21,12 +21,15 @@ pub(crate) fn handled(unit: &Unit, category: &str) {
 /// transient (`ordo_messages_transient_failures_total`, not counted as one
 /// of the message's attempts); a timeout also counts in
 /// `ordo_handler_timeouts_total`.
-pub(crate) fn failed(unit: &Unit, category: &str, failed: &ordo_core::retry::Failed) {
+pub(crate) fn failed(unit: &Unit, category: &str, failed: &ordo_core::contract::retry::Failed) {
     attempt_failed(&labels(unit, category), failed);
 }
 
 /// [`failed`] with the labels given (the plain consumer's).
-pub(crate) fn attempt_failed(labels: &[(&'static str, String); 2], failed: &ordo_core::retry::Failed) {
+pub(crate) fn attempt_failed(
+    labels: &[(&'static str, String); 2],
+    failed: &ordo_core::contract::retry::Failed,
+) {
     if failed.transient() {
         metrics::counter!("ordo_messages_transient_failures_total", labels).increment(1);
     } else {

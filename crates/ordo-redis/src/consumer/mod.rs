@@ -44,7 +44,7 @@ pub(crate) mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ordo_core::broker::Subscription;
+use ordo_core::contract::broker::Subscription;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
@@ -111,7 +111,7 @@ pub(crate) async fn run(
     for subscription in subscriptions.iter() {
         let name = subscription.name();
         tracing::info!(
-            event = ordo_core::log_events::CONSUMER_STARTED,
+            event = ordo_core::contract::log_events::CONSUMER_STARTED,
             handler = name,
             categories = ?subscription.categories(),
             partitioned = subscription.partitioned(),
@@ -139,7 +139,7 @@ pub(crate) async fn run(
         // its runs have ended; if the process exits first, they end with it
         // and the leases expire.
         tracing::warn!(
-            event = ordo_core::log_events::LEASE_KEPT_FOR_RUN,
+            event = ordo_core::contract::log_events::LEASE_KEPT_FOR_RUN,
             leases = lingering,
             "handler runs aborted at shutdown are still going on (in blocking code); their leases stay \
              renewed until they end, so no other instance runs their keys meanwhile"
@@ -149,12 +149,12 @@ pub(crate) async fn run(
     connection::quit(&waker_client, Duration::from_secs(1)).await;
     match &result {
         Ok(()) => {
-            tracing::info!(event = ordo_core::log_events::CONSUMER_STOPPED, %instance, "consumer stopped")
+            tracing::info!(event = ordo_core::contract::log_events::CONSUMER_STOPPED, %instance, "consumer stopped")
         }
         Err(error) => tracing::info!(
-            event = ordo_core::log_events::CONSUMER_STOPPED,
+            event = ordo_core::contract::log_events::CONSUMER_STOPPED,
             %instance,
-            error = %ordo_core::error::error_chain(error),
+            error = %ordo_core::contract::error::error_chain(error),
             "consumer stopped"
         ),
     }

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use ordo_core::key::Lane;
+use ordo_core::contract::key::Lane;
 use tracing::{debug, info, warn};
 
 use super::delivery::{Exit, Handled, Slot, Worker};
@@ -87,12 +87,12 @@ impl<'w> PerKey<'w> {
                 Ok(Pass::Gone) => return Exit::Gone,
                 Ok(Pass::Exit(exit)) => return exit,
                 Err(error) if error.is_fenced() => {
-                    info!(event = ordo_core::log_events::LEASE_LOST, error = %ordo_core::error::error_chain(&error), "lease lost");
+                    info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost");
                     return Exit::Lost;
                 }
                 Err(error) => {
                     failures += 1;
-                    warn!(error = %ordo_core::error::error_chain(&error), failures, "partition read failed; backing off");
+                    warn!(error = %ordo_core::contract::error::error_chain(&error), failures, "partition read failed; backing off");
                     self.worker
                         .pause(self.worker.shared.settings.backoff.delay(failures))
                         .await;

@@ -5,7 +5,7 @@
 //! Each (group, category) gets one task with its own connection for the
 //! blocking read. Entries pending on a consumer whose instance stopped
 //! announcing itself a lease TTL ago (a dead instance) are claimed; a message that fails every
-//! attempt (as [`ordo_core::retry`] decides: transient failures use up
+//! attempt (as [`ordo_core::contract::retry`] decides: transient failures use up
 //! none) is copied to `{category}:dlq` and acknowledged, since a base
 //! stream has no per-key order to protect.
 
@@ -15,11 +15,11 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::prelude::StreamsInterface;
 use fred::types::Value;
-use ordo_core::attempt::{Attempt, Failure, Outcome};
-use ordo_core::broker::Subscription;
-use ordo_core::handler::HandlerContext;
-use ordo_core::message::Envelope;
-use ordo_core::retry::Next;
+use ordo_core::contract::attempt::{Attempt, Failure, Outcome};
+use ordo_core::contract::broker::Subscription;
+use ordo_core::contract::handler::HandlerContext;
+use ordo_core::contract::message::Envelope;
+use ordo_core::contract::retry::Next;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info_span, warn};
 
@@ -82,13 +82,13 @@ impl Plain {
                 if !group_ready {
                     match self.ensure_group().await {
                         Ok(()) => group_ready = true,
-                        Err(error) => warn!(error = %ordo_core::error::error_chain(&error), "creating the consumer group failed"),
+                        Err(error) => warn!(error = %ordo_core::contract::error::error_chain(&error), "creating the consumer group failed"),
                     }
                 }
                 if tokio::time::Instant::now() >= claim_due {
                     claim_due += self.shared.settings.lease_ttl;
                     if let Err(error) = self.claim().await {
-                        warn!(error = %ordo_core::error::error_chain(&error), "claiming a dead consumer's entries failed");
+                        warn!(error = %ordo_core::contract::error::error_chain(&error), "claiming a dead consumer's entries failed");
                     }
                 }
                 match self.step(&stop).await {
@@ -97,7 +97,7 @@ impl Plain {
                         failures += 1;
                         // The stream (and its group) may have been deleted.
                         group_ready = false;
-                        warn!(error = %ordo_core::error::error_chain(&error), failures, "base stream read failed; backing off");
+                        warn!(error = %ordo_core::contract::error::error_chain(&error), failures, "base stream read failed; backing off");
                         sleep_unless(&stop, self.shared.settings.backoff.delay(failures)).await;
                     }
                 }
@@ -171,7 +171,7 @@ impl Plain {
     /// instance reads it again at its next start; another one claims it
     /// once this one is gone).
     async fn handle(&self, raw: RawEntry, stop: &CancellationToken) -> Result<()> {
-        let entry = StreamEntry::from_raw(raw, ordo_core::key::Lane::Primary);
+        let entry = StreamEntry::from_raw(raw, ordo_core::contract::key::Lane::Primary);
         let outcome = match entry.decode_for(&self.category, None) {
             Ok(envelope) if self.subscription.handles(&envelope) => {
                 match self.attempts(&entry, Arc::new(envelope), stop).await {
@@ -181,7 +181,7 @@ impl Plain {
             }
             Ok(_) => None,
             // Never attempted: it cannot be decoded (or is of another category).
-            Err(error) => Some((ordo_core::error::error_chain(&error), 0)),
+            Err(error) => Some((ordo_core::contract::error::error_chain(&error), 0)),
         };
         if let Some((error, attempts)) = outcome {
             self.dead_letter(&entry, &error, attempts).await?;
@@ -268,7 +268,10 @@ impl Plain {
             ("attempts", Value::from(attempts)),
             (
                 "error",
-                Value::from(ordo_core::text::capped(error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
+                Value::from(
+                    ordo_core::contract::text::capped(error, ordo_core::contract::text::MAX_ERROR_TEXT)
+                        .as_ref(),
+                ),
             ),
         ];
         // Its fields as they were, bytes that are not text included.
@@ -280,11 +283,11 @@ impl Plain {
             .xadd(dlq.as_str(), false, None::<()>, "*", fields)
             .await?;
         error!(
-            event = ordo_core::log_events::MESSAGE_DEAD_LETTERED,
+            event = ordo_core::contract::log_events::MESSAGE_DEAD_LETTERED,
             id = entry.id(),
             attempts,
             dlq = %dlq,
-            error = %ordo_core::text::log_text(error),
+            error = %ordo_core::contract::text::log_text(error),
             "message given up on (or cannot be read) and dead-lettered (ordo dlq list, then replay or purge)"
         );
         Ok(())

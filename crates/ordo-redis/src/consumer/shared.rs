@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use ordo_core::attempt::StillRunning;
-use ordo_core::backoff::Backoff;
+use ordo_core::contract::attempt::StillRunning;
+use ordo_core::contract::backoff::Backoff;
 use tokio_util::sync::CancellationToken;
 
 use super::{group_commit, waker};
@@ -31,7 +31,7 @@ pub(crate) struct Settings {
     pub(crate) recheck_interval: Duration,
     /// `[server.partitioning]`: the handlers' retry defaults (each
     /// subscription's `retry_policy` applies its own over them).
-    pub(crate) retry: ordo_core::config::PartitioningConfig,
+    pub(crate) retry: ordo_core::contract::config::PartitioningConfig,
     /// The backoff of the consumer's own Redis calls that failed.
     pub(crate) backoff: Backoff,
     pub(crate) backfill_suffix: String,

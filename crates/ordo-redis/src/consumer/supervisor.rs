@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use fred::interfaces::{ClientLike as _, KeysInterface, SetsInterface, SortedSetsInterface};
 use fred::types::Value;
-use ordo_core::broker::Subscription;
+use ordo_core::contract::broker::Subscription;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -132,16 +132,16 @@ impl Supervisor {
                         Ok(restored) => warn!(restored,
                             "consumer groups were missing from their categories' registries \
                              (did Redis lose its data?); registered them again"),
-                        Err(error) => warn!(error = %ordo_core::error::error_chain(&error), "checking the group registries failed; retrying next interval"),
+                        Err(error) => warn!(error = %ordo_core::contract::error::error_chain(&error), "checking the group registries failed; retrying next interval"),
                     }
                     self.record_pauses(false).await;
                     match self.round().await {
                         Ok(()) => {}
                         Err(error @ crate::error::Error::DuplicateInstance { .. }) => {
-                            tracing::error!(error = %ordo_core::error::error_chain(&error), "another live process uses this instance id; acquiring nothing until it is gone");
+                            tracing::error!(error = %ordo_core::contract::error::error_chain(&error), "another live process uses this instance id; acquiring nothing until it is gone");
                             metrics::duplicate_instance();
                         }
-                        Err(error) => warn!(event = ordo_core::log_events::DISCOVERY_FAILED, error = %ordo_core::error::error_chain(&error), "discovery round failed; retrying next interval"),
+                        Err(error) => warn!(event = ordo_core::contract::log_events::DISCOVERY_FAILED, error = %ordo_core::contract::error::error_chain(&error), "discovery round failed; retrying next interval"),
                     }
                 }
                 Some(exited) = self.exits.1.recv() => self.on_exit(exited),
@@ -472,7 +472,7 @@ impl Supervisor {
             released += 1;
         }
         let group = &self.plans[plan].group;
-        info!(event = ordo_core::log_events::PARTITIONS_RELEASED, %group, released, reason = "over this instance's share", "releasing {released} partitions");
+        info!(event = ordo_core::contract::log_events::PARTITIONS_RELEASED, %group, released, reason = "over this instance's share", "releasing {released} partitions");
     }
 
     /// Acquires up to `limit` free units of `plan` and starts their workers.
@@ -506,7 +506,7 @@ impl Supervisor {
                 .values()
                 .filter(|w| w.plan == plan && !w.stopping)
                 .count();
-            info!(event = ordo_core::log_events::PARTITIONS_ACQUIRED, %group, acquired = count, owned, "acquired {count} partitions");
+            info!(event = ordo_core::contract::log_events::PARTITIONS_ACQUIRED, %group, acquired = count, owned, "acquired {count} partitions");
         }
         Ok(())
     }
@@ -518,7 +518,7 @@ impl Supervisor {
         lease: crate::owner::lease::Lease,
         valid_until: std::time::Instant,
     ) {
-        debug!(event = ordo_core::log_events::LEASE_ACQUIRED, group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
+        debug!(event = ordo_core::contract::log_events::LEASE_ACQUIRED, group = %unit.group, unit = %unit.id, token = lease.token(), "lease acquired");
         metrics::lease_acquired(&unit);
         let control = Control::default();
         self.shared
@@ -574,7 +574,7 @@ impl Supervisor {
         }
         let released = self.workers.len();
         info!(
-            event = ordo_core::log_events::PARTITIONS_RELEASED,
+            event = ordo_core::contract::log_events::PARTITIONS_RELEASED,
             released,
             reason = "shutdown",
             "releasing {released} partitions"
@@ -605,7 +605,7 @@ impl Supervisor {
             let left: std::result::Result<Value, _> =
                 client.zrem(instances(&plan.group), self.shared.instance()).await;
             if let Err(error) = left {
-                warn!(error = %ordo_core::error::error_chain(&error), group = %plan.group, "leaving the instance set failed; it will expire");
+                warn!(error = %ordo_core::contract::error::error_chain(&error), group = %plan.group, "leaving the instance set failed; it will expire");
             }
         }
     }

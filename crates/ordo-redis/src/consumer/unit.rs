@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ordo_core::broker::Subscription;
-use ordo_core::handler::HandlerKind;
+use ordo_core::contract::broker::Subscription;
+use ordo_core::contract::handler::HandlerKind;
 
 use crate::store::keys::{LeaseKeys, PartitionId, PartitionKeys};
 

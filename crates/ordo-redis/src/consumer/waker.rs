@@ -283,7 +283,7 @@ impl Waker {
         let mut failed = Vec::new();
         for channel in &self.subscribed {
             if let Err(error) = self.subscriber.ssubscribe(channel.as_str()).await {
-                warn!(error = %ordo_core::error::error_chain(&error), %channel, "cannot subscribe to a doorbell channel again; it is subscribed anew as workers wait");
+                warn!(error = %ordo_core::contract::error::error_chain(&error), %channel, "cannot subscribe to a doorbell channel again; it is subscribed anew as workers wait");
                 failed.push(channel.clone());
             }
         }
@@ -350,7 +350,7 @@ impl Waker {
                     registration,
                 },
                 Err(error) => {
-                    warn!(error = %ordo_core::error::error_chain(&error), "cannot arm a doorbell; the worker reads again after the retry delay");
+                    warn!(error = %ordo_core::contract::error::error_chain(&error), "cannot arm a doorbell; the worker reads again after the retry delay");
                     tokio::time::sleep(retry).await;
                     Armed::Failed {
                         watcher,
@@ -688,7 +688,7 @@ mod tests {
 
     use fred::interfaces::{ClientLike, KeysInterface, StreamsInterface};
     use fred::prelude::Builder;
-    use ordo_core::key::Lane;
+    use ordo_core::contract::key::Lane;
     use ordo_testkit::Redis;
 
     use super::*;

@@ -50,7 +50,7 @@ impl Worker {
             let released = if !unfinished.is_empty() {
                 let runs = unfinished.len();
                 if self.shared.leases.linger(&self.lease, unfinished) {
-                    warn!(event = ordo_core::log_events::LEASE_KEPT_FOR_RUN, runs, "aborted handler runs have not ended (blocking code); the lease stays renewed until they have, then is released");
+                    warn!(event = ordo_core::contract::log_events::LEASE_KEPT_FOR_RUN, runs, "aborted handler runs have not ended (blocking code); the lease stays renewed until they have, then is released");
                 } else {
                     warn!(runs, "aborted handler runs have not ended and the lease is no longer held here; leaving it to expire");
                 }
@@ -60,7 +60,7 @@ impl Worker {
                 match self.shared.partitions.release(&self.lease).await {
                     Ok(released) => released,
                     Err(error) => {
-                        warn!(error = %ordo_core::error::error_chain(&error), "releasing the lease failed; it will expire");
+                        warn!(error = %ordo_core::contract::error::error_chain(&error), "releasing the lease failed; it will expire");
                         false
                     }
                 }

@@ -90,7 +90,7 @@ where
 {
     match call().await {
         Err(error) if client.is_clustered() && error.is_moved_slot() => {
-            tracing::debug!(error = %ordo_core::error::error_chain(&error), what, "a slot moved since the cluster view was read; refreshing it and trying again");
+            tracing::debug!(error = %ordo_core::contract::error::error_chain(&error), what, "a slot moved since the cluster view was read; refreshing it and trying again");
             client.sync_cluster().await?;
             call().await
         }

@@ -111,7 +111,7 @@ impl PartitionAdmin {
     /// partitioned before (`None`: not recorded).
     ///
     /// Every key's last published outbox position (see
-    /// `ordo_core::broker::POSITION_SCOPE_METADATA`) is carried over to its
+    /// `ordo_core::contract::broker::POSITION_SCOPE_METADATA`) is carried over to its
     /// new partition first, so a relay that re-publishes rows it published
     /// before the switch (killed before marking them) has them dropped,
     /// not delivered again after the key's later events.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use fred::clients::Pool;
 use fred::interfaces::HashesInterface;
-use ordo_core::key::Lane;
+use ordo_core::contract::key::Lane;
 
 use crate::error::{Error, Result};
 use crate::owner::partition::parse_lane;
@@ -100,7 +100,7 @@ pub(crate) async fn record(client: &Pool, halt_key: &str) -> Result<Option<Halte
         lane: parse_lane(&field("lane")?)?,
         head: field("head")?,
         // Records written before errors were capped may hold megabytes.
-        error: ordo_core::text::cap_error(field("error")?),
+        error: ordo_core::contract::text::cap_error(field("error")?),
         attempts: u32::try_from(number("attempts")?).unwrap_or(u32::MAX),
         owner: field("owner")?,
         halted_at_ms: number("at")?,
@@ -143,7 +143,7 @@ pub(crate) fn parse_parked_record(
         key,
         lane: parse_lane(&record.lane)?,
         head: record.head,
-        error: ordo_core::text::cap_error(record.error),
+        error: ordo_core::contract::text::cap_error(record.error),
         attempts: record.attempts,
         owner: record.owner,
         halted_at_ms: record.at,

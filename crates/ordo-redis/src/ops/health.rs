@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use ordo_core::config::HealthConfig;
-use ordo_core::health::{HealthState, SubscriptionHealth};
+use ordo_core::contract::config::HealthConfig;
+use ordo_core::contract::health::{HealthState, SubscriptionHealth};
 
 use crate::error::{Error, Result};
 use crate::ops::status::ClusterStatus;

@@ -16,7 +16,7 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike, KeysInterface, SetsInterface, SortedSetsInterface, StreamsInterface};
 use fred::types::scan::ScanType;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use ordo_core::key::Lane;
+use ordo_core::contract::key::Lane;
 
 use crate::error::{Error, Result};
 use crate::ops::halts::{self, HaltedPartition};
@@ -740,7 +740,7 @@ fn dead_letter(dlq: &str, raw: RawEntry) -> Result<DeadLetter> {
     let source_id = field("source_id")?;
     let group = field("group")?;
     // Letters written before errors were capped may hold megabytes.
-    let error = ordo_core::text::cap_error(field("error")?);
+    let error = ordo_core::contract::text::cap_error(field("error")?);
     let attempts = raw.field("attempts").map_or(0, |a| a.parse().unwrap_or(u32::MAX));
     let id = raw.id.clone();
     let message = StreamEntry::from_raw(

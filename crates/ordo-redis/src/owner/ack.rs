@@ -13,7 +13,7 @@ use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::interfaces::FunctionInterface;
 use fred::types::Value;
-use ordo_core::key::Lane;
+use ordo_core::contract::key::Lane;
 
 use crate::error::{Error, Result};
 use crate::net::nodes;

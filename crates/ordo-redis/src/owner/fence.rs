@@ -8,7 +8,7 @@
 //! writes are not applied, so effects land in the new owner's order.
 //!
 //! ```no_run
-//! # use ordo_core::handler::HandlerContext;
+//! # use ordo_core::contract::handler::HandlerContext;
 //! # use ordo_redis::{FencedWrite, RedisFence};
 //! # async fn handle(ctx: &HandlerContext, redis: &fred::clients::Pool) -> Result<(), ordo_redis::Error> {
 //! let fence = RedisFence::from_context(ctx).expect("handled by the Redis broker");
@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use fred::interfaces::FunctionInterface;
 use fred::types::Value;
-use ordo_core::handler::HandlerContext;
+use ordo_core::contract::handler::HandlerContext;
 
 use crate::error::{Error, Result};
 use crate::owner::lease::{Lease, millis};

@@ -12,7 +12,7 @@
 
 use fred::interfaces::{HashesInterface, SetsInterface};
 use fred::types::Value;
-use ordo_core::key::Lane;
+use ordo_core::contract::key::Lane;
 
 use crate::error::{Error, Result};
 use crate::owner::lease::millis;
@@ -145,7 +145,10 @@ impl Held<'_> {
             Value::from(group),
             Value::from(entry.id()),
             // Stored capped: a handler's error text may be megabytes.
-            Value::from(ordo_core::text::capped(&reason.error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
+            Value::from(
+                ordo_core::contract::text::capped(&reason.error, ordo_core::contract::text::MAX_ERROR_TEXT)
+                    .as_ref(),
+            ),
             Value::from(reason.attempts),
             Value::from(partitions.instance()),
             Value::from(parked),
@@ -278,7 +281,7 @@ mod tests {
 
     use fred::interfaces::{ClientLike, SetsInterface, StreamsInterface};
     use fred::prelude::Builder;
-    use ordo_core::config::{Config, Partitions as Partitioning};
+    use ordo_core::contract::config::{Config, Partitions as Partitioning};
     use ordo_testkit::Redis;
 
     use super::*;

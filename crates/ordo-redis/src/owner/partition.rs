@@ -12,8 +12,8 @@ use std::time::Duration;
 use fred::clients::Pool;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::Value;
-use ordo_core::key::Lane;
-use ordo_core::message::Envelope;
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
 
 use crate::error::{Error, Result};
 use crate::owner::ack::{self, Ack};
@@ -220,15 +220,15 @@ impl std::fmt::Display for Why {
                 let named = |key: &Option<String>| {
                     key.as_deref().map_or_else(
                         || "no key".to_owned(),
-                        |key| format!("key `{}`", ordo_core::text::escaped(key)),
+                        |key| format!("key `{}`", ordo_core::contract::text::escaped(key)),
                     )
                 };
                 write!(
                     f,
                     "holds a message of category `{}` and {} but sits in the stream of category `{}`",
-                    ordo_core::text::escaped(category),
+                    ordo_core::contract::text::escaped(category),
                     named(key),
-                    ordo_core::text::escaped(expected_category),
+                    ordo_core::contract::text::escaped(expected_category),
                 )?;
                 match expected_key {
                     Some(_) => write!(
@@ -302,7 +302,7 @@ pub struct HaltReason {
     /// The poison message's entry id.
     pub head: String,
     /// The last error, as text (stored capped at
-    /// [`MAX_ERROR_TEXT`](ordo_core::text::MAX_ERROR_TEXT) bytes).
+    /// [`MAX_ERROR_TEXT`](ordo_core::contract::text::MAX_ERROR_TEXT) bytes).
     pub error: String,
     /// How many times it was attempted.
     pub attempts: u32,
@@ -864,7 +864,10 @@ impl Held<'_> {
             Value::from(lane_name(reason.lane)),
             Value::from(reason.head.as_str()),
             // Stored capped: a handler's error text may be megabytes.
-            Value::from(ordo_core::text::capped(&reason.error, ordo_core::text::MAX_ERROR_TEXT).as_ref()),
+            Value::from(
+                ordo_core::contract::text::capped(&reason.error, ordo_core::contract::text::MAX_ERROR_TEXT)
+                    .as_ref(),
+            ),
             Value::from(reason.attempts),
             Value::from(partitions.owner.instance()),
             attempt_value(attempt),
@@ -963,7 +966,7 @@ pub(crate) fn parse_lane(name: &str) -> Result<Lane> {
 #[cfg(test)]
 mod hostile_input {
     use fred::types::Value;
-    use ordo_core::message::{Envelope, MessageKind, Metadata};
+    use ordo_core::contract::message::{Envelope, MessageKind, Metadata};
     use proptest::prelude::*;
 
     use super::*;

@@ -1,5 +1,5 @@
 //! Paused handlers, as recorded in Redis for operators: an instance whose
-//! circuit breaker paused a handler ([`ordo_core::retry::breaker`]) writes
+//! circuit breaker paused a handler ([`ordo_core::contract::retry::breaker`]) writes
 //! a record in the handler's [`paused`](crate::store::keys::paused) hash, and
 //! refreshes it while the pause lasts; `ordo status` and health read it.
 
@@ -9,7 +9,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use fred::clients::Pool;
 use fred::interfaces::HashesInterface;
 use fred::types::Value;
-use ordo_core::retry::PauseStatus;
+use ordo_core::contract::retry::PauseStatus;
 
 use crate::error::Result;
 use crate::owner::lease::millis;

@@ -8,9 +8,9 @@
 
 use fred::clients::Pool;
 use fred::interfaces::KeysInterface;
-use ordo_core::error::ProcessStoreError;
-use ordo_core::handler::{BoxFuture, HandlerContext};
-use ordo_core::process::ProcessStore;
+use ordo_core::contract::error::ProcessStoreError;
+use ordo_core::contract::handler::{BoxFuture, HandlerContext};
+use ordo_core::contract::process::ProcessStore;
 
 use crate::error::Error;
 use crate::owner::fence::{FencedWrite, RedisFence};

@@ -16,7 +16,7 @@
 //! [`layout`] by a unit test, so the documentation cannot drift from the
 //! names used here.
 
-use ordo_core::key::Lane;
+use ordo_core::contract::key::Lane;
 
 /// The consumer name every partition owner reads under. Ownership is the
 /// lease, not the consumer name, so the group's pending list is simply the
@@ -204,7 +204,7 @@ impl BaseKeys {
     }
 
     /// The last position published to it (see
-    /// `ordo_core::broker::POSITION_SCOPE_METADATA`): `{order}:position`.
+    /// `ordo_core::contract::broker::POSITION_SCOPE_METADATA`): `{order}:position`.
     pub(crate) fn position(&self) -> String {
         format!("{{{}}}:position", self.stream)
     }
@@ -330,7 +330,7 @@ impl Routing {
     /// The partition of `category` that `key`'s messages go to.
     pub fn partition_of(&self, category: &str, key: &str) -> PartitionId {
         match self.hashed.get(category) {
-            Some(n) => PartitionId::hashed(category, ordo_core::key::hashed_partition(key, *n)),
+            Some(n) => PartitionId::hashed(category, ordo_core::contract::key::hashed_partition(key, *n)),
             None => PartitionId::for_key(category, key),
         }
     }
@@ -413,7 +413,7 @@ impl PartitionKeys {
     }
 
     /// The last position published to `lane` (its position scope, see
-    /// `ordo_core::broker::POSITION_SCOPE_METADATA`). Kept when the
+    /// `ordo_core::contract::broker::POSITION_SCOPE_METADATA`). Kept when the
     /// partition is reaped, so a stalled relay can never publish an old
     /// position again: `{order:c-1}:position`, `{order:c-1}:backfill:position`.
     pub fn position(&self, lane: Lane) -> String {

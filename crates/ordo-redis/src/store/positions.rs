@@ -19,7 +19,7 @@ use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::Value;
 use fred::types::scan::ScanType;
 use ordo_core::Partitions;
-use ordo_core::key::Lane;
+use ordo_core::contract::key::Lane;
 
 use crate::error::Result;
 use crate::net::nodes;

@@ -229,7 +229,7 @@ pub(crate) async fn load<C: FunctionInterface + Send + Sync>(client: &C) -> Resu
     {
         Ok(_) => {
             tracing::info!(
-                event = ordo_core::log_events::REDIS_LIBRARY_LOADED,
+                event = ordo_core::contract::log_events::REDIS_LIBRARY_LOADED,
                 library = library.name(),
                 "loaded Ordo's function library into Redis"
             );

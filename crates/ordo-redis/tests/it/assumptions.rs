@@ -6,8 +6,8 @@ use crate::common;
 use std::time::Duration;
 
 use fred::interfaces::{ClientLike, KeysInterface};
-use ordo_core::broker::Broker;
-use ordo_core::key::Lane;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::key::Lane;
 use ordo_redis::internals::{HaltReason, Partitions, ReadOutcome, ReapOutcome};
 use ordo_redis::{Error, PartitionKeys, RedisBroker};
 use ordo_testkit::{Redis, RedisCluster};

@@ -11,9 +11,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use fred::clients::Pool;
 use fred::interfaces::{ClientLike, KeysInterface, SetsInterface, StreamsInterface};
-use ordo_core::broker::Broker;
-use ordo_core::handler::HandlerKind;
-use ordo_core::key::Lane;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::handler::HandlerKind;
+use ordo_core::contract::key::Lane;
 use ordo_redis::PartitionKeys;
 use ordo_testkit::{Redis, RedisCluster};
 
@@ -151,7 +151,7 @@ async fn a_publish_rings_the_doorbell_of_its_idle_partition(redis: TestRedis) ->
     let url = redis.url();
     let category = common::category("order");
     let keys = keys(4);
-    let config = ordo_core::config::Config::from_toml_str(
+    let config = ordo_core::contract::config::Config::from_toml_str(
         "[server.partitioning]\n\
          lease_ttl_ms = 3000\n\
          heartbeat_interval_seconds = 0.6\n\
@@ -205,8 +205,8 @@ async fn a_publish_rings_the_doorbell_of_its_idle_partition(redis: TestRedis) ->
 
 /// Timings for the wake-up tests: no polling (a minute), a re-check every
 /// 0.5 s, nothing retired.
-fn no_polling_recheck_every_half_second() -> anyhow::Result<ordo_core::config::Config> {
-    Ok(ordo_core::config::Config::from_toml_str(
+fn no_polling_recheck_every_half_second() -> anyhow::Result<ordo_core::contract::config::Config> {
+    Ok(ordo_core::contract::config::Config::from_toml_str(
         "[server.partitioning]\n\
          lease_ttl_ms = 3000\n\
          heartbeat_interval_seconds = 0.6\n\
@@ -611,7 +611,7 @@ async fn idle_cost_does_not_grow_with_owned_partitions() -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("order");
     // The default timings of the contract.
-    let a = broker(&url, ordo_core::config::Config::default()).await?;
+    let a = broker(&url, ordo_core::contract::config::Config::default()).await?;
     let keys = keys(500);
     publish_all(&a, &category, &keys, 0..1).await?;
     let recorder = Recorder::new();

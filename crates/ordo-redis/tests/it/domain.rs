@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
 use ordo::prelude::*;
-use ordo_core::broker::{Broker, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication};
-use ordo_core::key::Lane;
-use ordo_core::message::{Envelope, Metadata};
+use ordo_core::contract::broker::{Broker, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::{Envelope, Metadata};
 use ordo_redis::{RedisBroker, RedisProcessStore};
 use ordo_testkit::Redis;
 
@@ -100,7 +100,7 @@ async fn a_connection_error_names_the_url_it_tried() -> anyhow::Result<()> {
         .build()
         .await
         .expect_err("nothing listens on port 1");
-    let text = ordo_core::error::error_chain(&error);
+    let text = ordo_core::contract::error::error_chain(&error);
     assert!(
         text.starts_with("cannot connect to Redis at redis://127.0.0.1:1/0: "),
         "{text}"

@@ -1,5 +1,5 @@
 //! The Redis broker's important log lines carry their stable `event` names
-//! (`ordo_core::log_events`). Its own binary: the capturing subscriber is
+//! (`ordo_core::contract::log_events`). Its own binary: the capturing subscriber is
 //! global, since the heartbeat logs from its own thread.
 
 use crate::common;
@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ordo_core::broker::{Broker, Publication};
-use ordo_core::key::Lane;
-use ordo_core::log_events;
+use ordo_core::contract::broker::{Broker, Publication};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::log_events;
 use ordo_testkit::Redis;
 use tracing_subscriber::layer::SubscriberExt;
 

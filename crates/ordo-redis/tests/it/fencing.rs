@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use fred::interfaces::{KeysInterface, StreamsInterface};
 use fred::types::Value;
-use ordo_core::broker::Broker;
-use ordo_core::key::Lane;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::key::Lane;
 use ordo_redis::internals::{Ack, Lease, Partitions, ReadOutcome, ReapOutcome};
 use ordo_redis::{Error, FencedWrite, PartitionKeys, RedisFence};
 use ordo_testkit::Redis;
@@ -379,8 +379,8 @@ async fn tokens_keep_growing_across_a_reap() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn a_stale_owner_cannot_save_process_state() -> anyhow::Result<()> {
-    use ordo_core::handler::HandlerContext;
-    use ordo_core::process::ProcessStore;
+    use ordo_core::contract::handler::HandlerContext;
+    use ordo_core::contract::process::ProcessStore;
     use ordo_redis::RedisProcessStore;
     use ordo_redis::internals::LeaseKeys;
 
@@ -411,7 +411,7 @@ async fn a_stale_owner_cannot_save_process_state() -> anyhow::Result<()> {
         .save("Fulfilment", &correlation, "a2".into(), &context(&lease_a))
         .await;
     assert!(
-        matches!(stale, Err(ordo_core::error::ProcessStoreError::Fenced { fencing_token, .. }) if fencing_token == lease_a.token()),
+        matches!(stale, Err(ordo_core::contract::error::ProcessStoreError::Fenced { fencing_token, .. }) if fencing_token == lease_a.token()),
         "{stale:?}"
     );
     assert_eq!(

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::SortedSetsInterface;
-use ordo_core::broker::Broker;
-use ordo_core::handler::HandlerKind;
-use ordo_core::key::Lane;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::handler::HandlerKind;
+use ordo_core::contract::key::Lane;
 use ordo_testkit::Redis;
 
 use common::topology::TestRedis;
@@ -24,8 +24,8 @@ use ordo_testkit::eventually;
 
 /// A group that registers at once but acquires nothing for 20 s (its first
 /// discovery round only announces the instance).
-fn slow_to_acquire() -> ordo_core::config::Config {
-    ordo_core::config::Config::from_toml_str(
+fn slow_to_acquire() -> ordo_core::contract::config::Config {
+    ordo_core::contract::config::Config::from_toml_str(
         "[server.partitioning]\n\
          lease_ttl_ms = 60000\n\
          discovery_interval_seconds = 20\n",

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fred::interfaces::StreamsInterface;
 use fred::types::Value;
-use ordo_core::key::Lane;
+use ordo_core::contract::key::Lane;
 use ordo_redis::{Error, HaltedPartition, PartitionAdmin};
 use ordo_testkit::Redis;
 

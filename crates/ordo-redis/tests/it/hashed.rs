@@ -171,7 +171,7 @@ async fn a_poison_message_parks_its_key_and_the_other_keys_flow(redis: TestRedis
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use fred::interfaces::StreamsInterface;
-    use ordo_core::broker::Broker;
+    use ordo_core::contract::broker::Broker;
 
     common::logs();
     let url = redis.url();
@@ -274,7 +274,7 @@ async fn a_poison_message_parks_its_key_and_the_other_keys_flow(redis: TestRedis
             &category,
             "bad",
             8,
-            ordo_core::key::Lane::Primary,
+            ordo_core::contract::key::Lane::Primary,
         )])
         .await?;
 
@@ -313,13 +313,14 @@ crate::on_both_topologies!(
 /// the partition is further on, and a position published again is dropped.
 async fn outbox_positions_stay_per_key_in_a_hashed_partition(redis: TestRedis) -> anyhow::Result<()> {
     use fred::interfaces::StreamsInterface;
-    use ordo_core::broker::{Broker, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication};
+    use ordo_core::contract::broker::{Broker, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication};
 
     let url = redis.url();
     let category = common::category("positions");
     let broker = broker(&url, hashed(&category, 1, 0)).await?;
     let positioned = |key: &str, position: u64| {
-        let mut publication = common::publication(&category, key, position, ordo_core::key::Lane::Primary);
+        let mut publication =
+            common::publication(&category, key, position, ordo_core::contract::key::Lane::Primary);
         let metadata = &mut publication.envelope.metadata;
         metadata.insert(POSITION_SCOPE_METADATA.to_owned(), format!("{category}:{key}"));
         metadata.insert(POSITION_METADATA.to_owned(), position.to_string());
@@ -352,7 +353,7 @@ async fn outbox_positions_stay_per_key_in_a_hashed_partition(redis: TestRedis) -
                 .find(|pair| pair[0].as_str().as_deref() == Some("envelope"))
                 .and_then(|pair| pair[1].as_string())
                 .unwrap();
-            let envelope: ordo_core::message::Envelope = serde_json::from_str(&envelope).unwrap();
+            let envelope: ordo_core::contract::message::Envelope = serde_json::from_str(&envelope).unwrap();
             (envelope.partition_key.clone().unwrap(), common::seq_of(&envelope))
         })
         .collect();
@@ -378,7 +379,7 @@ crate::on_both_topologies!(
 async fn changing_a_categorys_partitions_waits_for_a_drain_and_refuses_processes_configured_otherwise(
     redis: TestRedis,
 ) -> anyhow::Result<()> {
-    use ordo_core::broker::Broker;
+    use ordo_core::contract::broker::Broker;
 
     let url = redis.url();
     let category = common::category("switch");
@@ -394,7 +395,7 @@ async fn changing_a_categorys_partitions_waits_for_a_drain_and_refuses_processes
             &category,
             "k",
             5,
-            ordo_core::key::Lane::Primary,
+            ordo_core::contract::key::Lane::Primary,
         )])
         .await
         .expect_err("configured otherwise");
@@ -439,7 +440,7 @@ async fn changing_a_categorys_partitions_waits_for_a_drain_and_refuses_processes
             &category,
             "k",
             5,
-            ordo_core::key::Lane::Primary,
+            ordo_core::contract::key::Lane::Primary,
         )])
         .await
         .expect_err("the old setting, after the switch");

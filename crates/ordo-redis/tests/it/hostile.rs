@@ -14,8 +14,8 @@ use fred::clients::Pool;
 use fred::interfaces::StreamsInterface;
 use fred::types::Value;
 use ordo_core::Partitions;
-use ordo_core::broker::{Broker, Publication};
-use ordo_core::message::Envelope;
+use ordo_core::contract::broker::{Broker, Publication};
+use ordo_core::contract::message::Envelope;
 use ordo_redis::{HaltedPartition, PartitionAdmin, PartitionId, PartitionKeys};
 use ordo_testkit::{Redis, eventually};
 

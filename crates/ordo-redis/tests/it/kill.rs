@@ -92,7 +92,7 @@ async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_ends() -> anyhow
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_broker_restarted_while_a_run_outlives_its_shutdown_waits_for_the_run() -> anyhow::Result<()> {
     use fred::interfaces::KeysInterface;
-    use ordo_core::broker::Broker;
+    use ordo_core::contract::broker::Broker;
 
     common::logs();
     let redis = Redis::start()?;

@@ -1,9 +1,9 @@
 //! A handler's error text is untrusted: on the Redis broker too, a newline
 //! in it must not forge a log line and an escape sequence must not reach
 //! the terminal of whoever reads the log (every `error=` field goes
-//! through `ordo_core::text::log_text`), and megabytes of it are neither
+//! through `ordo_core::contract::text::log_text`), and megabytes of it are neither
 //! logged whole nor stored whole in a halt record, a parked key's record or
-//! a dead letter (capped at `ordo_core::text::MAX_ERROR_TEXT`, saying how
+//! a dead letter (capped at `ordo_core::contract::text::MAX_ERROR_TEXT`, saying how
 //! much was cut). A partition worker, the owner of a hashed partition and
 //! a plain consumer, captured as a text log (`tracing_subscriber::fmt`, no
 //! colours). Its own binary: the capturing subscriber is global.
@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use fred::interfaces::StreamsInterface;
 use fred::types::Value;
-use ordo_core::broker::{Broker, Publication};
-use ordo_core::log_events;
-use ordo_core::text::MAX_ERROR_TEXT;
+use ordo_core::contract::broker::{Broker, Publication};
+use ordo_core::contract::log_events;
+use ordo_core::contract::text::MAX_ERROR_TEXT;
 use ordo_redis::{HaltedPartition, PartitionAdmin, PartitionId, PartitionKeys};
 use ordo_testkit::{Redis, eventually};
 

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use fred::interfaces::{KeysInterface, SetsInterface, StreamsInterface};
 use fred::types::Value;
-use ordo_core::broker::{Broker, DynHandler, HandlerSettings, Publication, Subscription};
-use ordo_core::config::HandlerConfig;
-use ordo_core::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
-use ordo_core::key::Lane;
-use ordo_core::message::Envelope;
+use ordo_core::DynHandler;
+use ordo_core::contract::broker::{Broker, HandlerSettings, Publication, Subscription};
+use ordo_core::contract::config::HandlerConfig;
+use ordo_core::contract::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
 use ordo_redis::PartitionKeys;
 use ordo_testkit::Redis;
 
@@ -221,7 +222,7 @@ async fn health_is_unknown_while_redis_is_unreachable() -> anyhow::Result<()> {
         true,
         Arc::new(Recorder::new()),
     )];
-    let thresholds = *ordo_core::config::Config::default().health();
+    let thresholds = *ordo_core::contract::config::Config::default().health();
     let health = redis_broker.health(&subscriptions, &thresholds).await;
     assert_eq!(health[0].state, ordo_core::HealthState::Ok, "{health:?}");
 

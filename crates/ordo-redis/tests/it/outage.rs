@@ -16,10 +16,11 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ordo_core::broker::{Broker, DynHandler};
-use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
-use ordo_core::key::Lane;
-use ordo_core::message::Envelope;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::handler::DynHandler;
+use ordo_core::contract::handler::{BoxFuture, HandlerContext, HandlerResult};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
 use ordo_redis::PartitionKeys;
 use ordo_redis::internals::Partitions;
 use ordo_testkit::Redis;
@@ -30,8 +31,8 @@ use ordo_testkit::eventually;
 
 const GROUP: &str = "Projector";
 
-fn config() -> ordo_core::config::Config {
-    ordo_core::config::Config::from_toml_str(
+fn config() -> ordo_core::contract::config::Config {
+    ordo_core::contract::config::Config::from_toml_str(
         "[server.partitioning]\n\
          lease_ttl_ms = 2500\n\
          heartbeat_interval_seconds = 0.8\n\

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use fred::interfaces::{KeysInterface, StreamsInterface};
 use fred::types::Value;
-use ordo_core::broker::{Broker, DynHandler, Publication};
-use ordo_core::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
-use ordo_core::key::Lane;
-use ordo_core::message::Envelope;
+use ordo_core::DynHandler;
+use ordo_core::contract::broker::{Broker, Publication};
+use ordo_core::contract::handler::{BoxFuture, HandlerContext, HandlerKind, HandlerResult};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
 use ordo_testkit::Redis;
 
 use common::topology::TestRedis;
@@ -128,8 +129,8 @@ async fn a_panicking_plain_handler_does_not_end_its_consumer() -> anyhow::Result
     Ok(())
 }
 
-fn slow_retries(max_retries: u32) -> ordo_core::config::Config {
-    ordo_core::config::Config::from_toml_str(&format!(
+fn slow_retries(max_retries: u32) -> ordo_core::contract::config::Config {
+    ordo_core::contract::config::Config::from_toml_str(&format!(
         "[server.partitioning]\n\
          lease_ttl_ms = 3000\n\
          poll_interval_seconds = 0.1\n\

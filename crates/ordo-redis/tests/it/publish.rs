@@ -14,8 +14,8 @@ use fred::interfaces::{
     ClientLike, FunctionInterface, KeysInterface, LuaInterface, SetsInterface, StreamsInterface,
 };
 use fred::types::{InfoKind, Value};
-use ordo_core::broker::{Broker, Publication};
-use ordo_core::key::Lane;
+use ordo_core::contract::broker::{Broker, Publication};
+use ordo_core::contract::key::Lane;
 use ordo_redis::internals::{Partitions, ReadOutcome, ReapOutcome};
 use ordo_redis::{PartitionKeys, RedisBroker};
 use ordo_testkit::{Redis, RedisCluster};
@@ -285,7 +285,7 @@ async fn a_batch_over_many_slots_keeps_each_key_in_order_and_every_category_is_f
             let seqs: Vec<u64> = entries
                 .iter()
                 .map(|(_, fields)| {
-                    let envelope: ordo_core::message::Envelope =
+                    let envelope: ordo_core::contract::message::Envelope =
                         serde_json::from_str(&fields["envelope"]).expect("an envelope");
                     common::seq_of(&envelope)
                 })
@@ -314,7 +314,7 @@ async fn stream_seqs(client: &Pool, category: &str, key: &str) -> anyhow::Result
     entries
         .iter()
         .map(|(id, fields)| {
-            let envelope: ordo_core::message::Envelope = serde_json::from_str(
+            let envelope: ordo_core::contract::message::Envelope = serde_json::from_str(
                 fields
                     .get("envelope")
                     .with_context(|| format!("entry {id} has no envelope"))?,

@@ -22,11 +22,12 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::interfaces::{KeysInterface, ListInterface};
-use ordo_core::broker::{Broker, DynHandler};
-use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
-use ordo_core::key::Lane;
-use ordo_core::message::Envelope;
-use ordo_core::process::ProcessStore;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::handler::DynHandler;
+use ordo_core::contract::handler::{BoxFuture, HandlerContext, HandlerResult};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
+use ordo_core::contract::process::ProcessStore;
 use ordo_redis::internals::Partitions;
 use ordo_redis::{FencedWrite, PartitionKeys, RedisFence, RedisProcessStore};
 use ordo_testkit::Redis;
@@ -40,8 +41,8 @@ const TTL: Duration = Duration::from_secs(30);
 
 /// A long lease and a heartbeat that beats rarely (see the module docs);
 /// quick discovery and retries.
-fn config() -> ordo_core::config::Config {
-    ordo_core::config::Config::from_toml_str(
+fn config() -> ordo_core::contract::config::Config {
+    ordo_core::contract::config::Config::from_toml_str(
         "[server.partitioning]\n\
          lease_ttl_ms = 30000\n\
          heartbeat_interval_seconds = 10\n\

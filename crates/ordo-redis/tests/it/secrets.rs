@@ -9,9 +9,9 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ordo_core::broker::Broker;
-use ordo_core::key::Lane;
-use ordo_core::log_events;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::log_events;
 use ordo_testkit::{Redis, eventually};
 
 use common::{Recorder, Running, config, publication, subscribe};
@@ -77,7 +77,7 @@ async fn a_password_in_the_url_never_shows_in_debug_errors_or_logs() -> anyhow::
         .build()
         .await
         .expect_err("a wrong password is refused");
-    let chain = ordo_core::error::error_chain(&error);
+    let chain = ordo_core::contract::error::error_chain(&error);
     assert_secret_kept("a connection error", &chain);
     assert_secret_kept("a connection error's Debug", &format!("{error:?}"));
     assert!(

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ordo_core::broker::Broker;
-use ordo_core::handler::HandlerKind;
-use ordo_core::key::Lane;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::handler::HandlerKind;
+use ordo_core::contract::key::Lane;
 use ordo_testkit::{RedisSentinel, eventually};
 
 use common::{Recorder, Running, broker, config, publication, subscription};

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use ordo_core::config::Config;
-use ordo_core::error::{ConfigError, error_chain};
+use ordo_core::ConfigError;
+use ordo_core::contract::config::Config;
+use ordo_core::contract::error::error_chain;
 use ordo_redis::{Error, ReapPolicy, RedisBroker, RedisSettings};
 
 fn settings(text: &str) -> Result<RedisSettings, ConfigError> {

@@ -11,9 +11,9 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ordo_core::broker::Broker;
-use ordo_core::key::Lane;
-use ordo_core::log_events;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::log_events;
 use ordo_testkit::{Redis, eventually};
 
 use common::{Recorder, Running, config, publication, subscribe};

@@ -4,8 +4,8 @@
 
 use crate::common;
 
-use ordo_core::broker::Broker;
-use ordo_core::key::Lane;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::key::Lane;
 use ordo_redis::{RedisBroker, TlsFiles};
 use ordo_testkit::{Redis, TestCa};
 
@@ -31,7 +31,7 @@ async fn publish_through(url: &str, tls: TlsFiles) -> anyhow::Result<()> {
 fn connect_error(error: &anyhow::Error) -> String {
     error
         .downcast_ref::<ordo_redis::Error>()
-        .map(|error| ordo_core::error::error_chain(error))
+        .map(|error| ordo_core::contract::error::error_chain(error))
         .unwrap_or_else(|| format!("{error:#}"))
 }
 

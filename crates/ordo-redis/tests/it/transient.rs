@@ -18,10 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fred::interfaces::{HashesInterface, StreamsInterface};
-use ordo_core::broker::{Broker, DynHandler};
-use ordo_core::handler::{BoxFuture, HandlerContext, HandlerResult};
-use ordo_core::health::HealthState;
-use ordo_core::message::Envelope;
+use ordo_core::DynHandler;
+use ordo_core::contract::broker::Broker;
+use ordo_core::contract::handler::{BoxFuture, HandlerContext, HandlerResult};
+use ordo_core::contract::health::HealthState;
+use ordo_core::contract::message::Envelope;
 use ordo_core::{Config, Partitions};
 use ordo_redis::{ClusterStatus, PartitionId, PartitionKeys};
 use ordo_testkit::Redis;
@@ -322,7 +323,12 @@ async fn an_outage_under_a_plain_consumer_dead_letters_nothing() -> anyhow::Resu
     let broker = broker(&url, quick_retries()).await?;
     let publications: Vec<_> = (0..3)
         .map(|seq| {
-            ordo_core::broker::Publication::to_base(common::envelope(&category, "Happened", Some("k0"), seq))
+            ordo_core::contract::broker::Publication::to_base(common::envelope(
+                &category,
+                "Happened",
+                Some("k0"),
+                seq,
+            ))
         })
         .collect();
     broker.publish(&publications).await?;
@@ -508,7 +514,7 @@ impl DynHandler for FenceWriter {
                 self.errors
                     .lock()
                     .unwrap()
-                    .push(ordo_core::error::error_chain(&error));
+                    .push(ordo_core::contract::error::error_chain(&error));
                 return Err(error.into());
             }
             Ok(())

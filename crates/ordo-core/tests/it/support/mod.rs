@@ -8,12 +8,15 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ordo_core::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
-use ordo_core::handler::{
-    BoxFuture, CommandHandler, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind,
-    HandlerResult, KeyExtractor, ProcessManager,
+use ordo_core::contract::broker::{
+    Broker, BrokerError, Capabilities, Publication, PublishError, Subscription,
 };
-use ordo_core::message::{Aggregate, Command, Envelope, Event, Message, MessageKind, PartOf};
+use ordo_core::contract::handler::{
+    BoxFuture, CommandHandler, EventHandler, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind,
+    HandlerResult, ProcessManager,
+};
+use ordo_core::contract::key::KeyExtractor;
+use ordo_core::contract::message::{Aggregate, Command, Envelope, Event, Message, MessageKind, PartOf};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -155,10 +158,10 @@ impl Command for CancelOrder {
 /// A `KeyExtractor` reading `$field` of `$ty`, as the macros generate it.
 macro_rules! extractor {
     ($ty:ty, $field:ident) => {
-        ordo_core::handler::KeyExtractor::new(stringify!($field), |message| {
-            message
-                .downcast_ref::<$ty>()
-                .map(|m| ordo_core::key::PartitionKey::key_value(&m.$field).map(std::borrow::Cow::into_owned))
+        ordo_core::KeyExtractor::new(stringify!($field), |message| {
+            message.downcast_ref::<$ty>().map(|m| {
+                ordo_core::contract::key::PartitionKey::key_value(&m.$field).map(std::borrow::Cow::into_owned)
+            })
         })
     };
 }
@@ -210,7 +213,7 @@ macro_rules! spec {
     ($name:ident => $descriptor:expr) => {
         pub(crate) struct $name;
         impl $crate::support::Spec for $name {
-            fn descriptor() -> ordo_core::handler::HandlerDescriptor {
+            fn descriptor() -> ordo_core::contract::handler::HandlerDescriptor {
                 $descriptor
             }
         }
@@ -670,8 +673,10 @@ impl RecordingBroker {
         self.published()
             .into_iter()
             .map(|p| match (p.key, p.lane) {
-                (Some(key), ordo_core::key::Lane::Primary) => format!("{}:{key}", p.category),
-                (Some(key), ordo_core::key::Lane::Backfill) => format!("{}:{key}:backfill", p.category),
+                (Some(key), ordo_core::contract::key::Lane::Primary) => format!("{}:{key}", p.category),
+                (Some(key), ordo_core::contract::key::Lane::Backfill) => {
+                    format!("{}:{key}:backfill", p.category)
+                }
                 (None, _) => p.category,
             })
             .collect()
@@ -734,7 +739,7 @@ impl Broker for RecordingBroker {
 // ---------------------------------------------------------------- helpers
 
 /// The text of an error and all its sources.
-pub use ordo_core::error::error_chain as chain;
+pub use ordo_core::contract::error::error_chain as chain;
 
 pub fn placed(order_id: &str, client_id: &str, amount: u64) -> OrderPlaced {
     OrderPlaced {

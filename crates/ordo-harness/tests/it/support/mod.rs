@@ -229,7 +229,10 @@ impl Env {
 
     /// The operator API.
     pub fn admin(&self) -> PartitionAdmin {
-        PartitionAdmin::new(self.client.clone(), ordo_core::key::DEFAULT_BACKFILL_SUFFIX)
+        PartitionAdmin::new(
+            self.client.clone(),
+            ordo_core::contract::key::DEFAULT_BACKFILL_SUFFIX,
+        )
     }
 
     /// The halt record of `key`'s partition, if it is halted.

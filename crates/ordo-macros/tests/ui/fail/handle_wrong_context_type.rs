@@ -32,6 +32,6 @@ impl Other {
     }
 }
 
-use ordo::Envelope;
+use ordo::contract::message::Envelope;
 
 fn main() {}

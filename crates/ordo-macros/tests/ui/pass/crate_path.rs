@@ -10,7 +10,8 @@ mod reexport {
 
 // `#[handle]` and `#[sequencing_policy]` are consumed by the handler
 // attributes, so they need not be in scope.
-use renamed_ordo::{Aggregate, Command, Event, HandlerContext, command_handler, event_handler, process_manager};
+use renamed_ordo::prelude::HandlerContext;
+use renamed_ordo::{Aggregate, Command, Event, command_handler, event_handler, process_manager};
 use serde::{Deserialize, Serialize};
 
 #[derive(Aggregate)]
@@ -65,7 +66,7 @@ impl Fulfillment {
 }
 
 fn main() {
-    use renamed_ordo::{CommandHandler, EventHandler, Message, ProcessManager};
+    use renamed_ordo::prelude::{CommandHandler, EventHandler, Message, ProcessManager};
     assert_eq!(<OrderPlaced as Message>::CATEGORY, "order");
     assert_eq!(Projector::descriptor().sequential_by, Some("client_id"));
     assert!(Placer::descriptor().policy.is_some());

@@ -67,7 +67,7 @@ mod strict {
 }
 
 fn main() {
-    use ordo::{EventHandler, ProcessManager};
+    use ordo::contract::handler::{EventHandler, ProcessManager};
     assert_eq!(strict::Projector::descriptor().name, "strict.projector");
     assert_eq!(strict::Fulfillment::descriptor().name, "strict-fulfillment");
 }

@@ -13,13 +13,14 @@ use std::time::Duration;
 use anyhow::Context;
 use fred::clients::Pool;
 use fred::prelude::{Builder, ClientLike};
-use ordo_core::broker::{DynHandler, Publication, Subscription};
-use ordo_core::handler::{
+use ordo_core::DynHandler;
+use ordo_core::contract::broker::{Publication, Subscription};
+use ordo_core::contract::handler::{
     BoxFuture, HandledMessage, HandlerContext, HandlerDescriptor, HandlerKind, HandlerResult,
 };
-use ordo_core::key::Lane;
-use ordo_core::message::{Envelope, MessageKind, Metadata};
-use ordo_core::policy::{ProcessingContext, SequenceId, SequencingPolicy};
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::{Envelope, MessageKind, Metadata};
+use ordo_core::contract::policy::{ProcessingContext, SequenceId, SequencingPolicy};
 use ordo_redis::{RedisBroker, RedisFence};
 use ordo_testkit::eventually;
 
@@ -41,7 +42,7 @@ pub async fn pool(url: &str) -> anyhow::Result<Pool> {
 }
 
 /// A domain config with fast timings for tests.
-pub fn config(lease_ttl_ms: u64, reap_idle_ms: u64, max_retries: u32) -> ordo_core::config::Config {
+pub fn config(lease_ttl_ms: u64, reap_idle_ms: u64, max_retries: u32) -> ordo_core::contract::config::Config {
     let text = format!(
         "[server.partitioning]\n\
          lease_ttl_ms = {lease_ttl_ms}\n\
@@ -56,11 +57,11 @@ pub fn config(lease_ttl_ms: u64, reap_idle_ms: u64, max_retries: u32) -> ordo_co
          enabled = true\n",
         lease_ttl_ms as f64 / 5000.0,
     );
-    ordo_core::config::Config::from_toml_str(&text).expect("test config is valid")
+    ordo_core::contract::config::Config::from_toml_str(&text).expect("test config is valid")
 }
 
 /// A broker on `url` with `config`.
-pub async fn broker(url: &str, config: ordo_core::config::Config) -> anyhow::Result<RedisBroker> {
+pub async fn broker(url: &str, config: ordo_core::contract::config::Config) -> anyhow::Result<RedisBroker> {
     Ok(RedisBroker::builder(url).config(config).build().await?)
 }
 
@@ -113,7 +114,7 @@ pub async fn publish_all(
     keys: &[String],
     seqs: std::ops::Range<u64>,
 ) -> anyhow::Result<()> {
-    use ordo_core::broker::Broker;
+    use ordo_core::contract::broker::Broker;
     let mut publications = Vec::new();
     for seq in seqs {
         for key in keys {
@@ -338,8 +339,9 @@ pub fn subscription(
 pub mod subscribe {
     use std::sync::Arc;
 
-    use ordo_core::broker::{DynHandler, Subscription};
-    use ordo_core::handler::HandlerKind;
+    use ordo_core::DynHandler;
+    use ordo_core::contract::broker::Subscription;
+    use ordo_core::contract::handler::HandlerKind;
 
     /// Partitioned: sequential by partition key.
     pub fn partitioned<H>(name: &'static str, category: &str, handler: &H) -> Subscription
@@ -370,12 +372,12 @@ pub mod subscribe {
 /// Runs `broker` for `subscriptions` in the background.
 pub struct Running {
     pub shutdown: tokio_util::sync::CancellationToken,
-    pub task: tokio::task::JoinHandle<Result<(), ordo_core::broker::BrokerError>>,
+    pub task: tokio::task::JoinHandle<Result<(), ordo_core::contract::broker::BrokerError>>,
 }
 
 impl Running {
     pub fn start(broker: &RedisBroker, subscriptions: Vec<Subscription>) -> Self {
-        use ordo_core::broker::Broker;
+        use ordo_core::contract::broker::Broker;
         let shutdown = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(broker.run(subscriptions.into(), shutdown.clone()));
         Self { shutdown, task }

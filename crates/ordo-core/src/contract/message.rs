@@ -1,0 +1,224 @@
+//! Messages: aggregates, events, commands and the envelope they travel in.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// An aggregate: the owner of a stream category.
+///
+/// Derive it with `#[derive(Aggregate)]`; the category defaults to the type's
+/// name in snake case (`OrderLine` → `order_line`) and can be overridden with
+/// `#[aggregate(category = "...")]`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an aggregate",
+    label = "not an aggregate",
+    note = "derive it with `#[derive(Aggregate)]`"
+)]
+pub trait Aggregate: 'static {
+    /// The stream category of this aggregate's messages.
+    const CATEGORY: &'static str;
+}
+
+/// What every event and command has in common.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a message",
+    label = "not an event or a command",
+    note = "derive it with `#[derive(Event)]` or `#[derive(Command)]`, with `part_of = SomeAggregate`"
+)]
+pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// The stable type name written into every envelope (`OrderPlaced`).
+    const TYPE_NAME: &'static str;
+    /// Whether this is an event or a command.
+    const KIND: MessageKind;
+    /// The stream category of the aggregate this message is part of.
+    const CATEGORY: &'static str;
+
+    /// The identifier of the aggregate instance this message is about, read
+    /// from the field marked `#[aggregate_id]`, if any.
+    fn aggregate_id(&self) -> Option<String> {
+        None
+    }
+}
+
+/// An event: a fact that happened to an aggregate.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an event",
+    label = "not an event",
+    note = "derive it with `#[derive(Event)]` and `#[event(part_of = SomeAggregate)]`"
+)]
+pub trait Event: Message {
+    /// The aggregate this event is part of.
+    type Aggregate: Aggregate;
+}
+
+/// A command: a request to change an aggregate.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a command",
+    label = "not a command",
+    note = "derive it with `#[derive(Command)]` and `#[command(part_of = SomeAggregate)]`"
+)]
+pub trait Command: Message {
+    /// The aggregate this command targets.
+    type Aggregate: Aggregate;
+
+    /// The routing key: the field marked `#[routing_key]`, or else the
+    /// aggregate identifier. Commands with the same routing key are handled
+    /// one after another by default.
+    fn routing_key(&self) -> Option<String> {
+        self.aggregate_id()
+    }
+}
+
+/// Proof that a message belongs to aggregate `A`.
+///
+/// Implemented by `#[derive(Event)]` / `#[derive(Command)]` for the aggregate
+/// named in `part_of`; a handler declared `part_of = A` can only handle
+/// messages that implement `PartOf<A>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not part of aggregate `{A}`",
+    label = "handled here, but part of another aggregate",
+    note = "a handler declared `part_of = {A}` can only handle messages declared `part_of = {A}`"
+)]
+pub trait PartOf<A> {
+    /// Names the proof in the macros' compile-time check
+    /// (`<M as PartOf<A>>::PROOF`), which rustc reports at the handled type
+    /// without pointing into Ordo's source. Not meant to be set.
+    #[doc(hidden)]
+    const PROOF: std::marker::PhantomData<A> = std::marker::PhantomData;
+}
+
+/// Whether a message is an event or a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    /// A fact.
+    Event,
+    /// A request.
+    Command,
+}
+
+impl fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Event => "event",
+            Self::Command => "command",
+        })
+    }
+}
+
+/// Free-form string metadata carried with a message.
+///
+/// Keys starting with [`RESERVED_METADATA_PREFIX`] (`ordo.`) are Ordo's
+/// own: the PostgreSQL outbox's position of a message in its scope
+/// (`ordo.position`, `ordo.position.scope`, see
+/// [`crate::contract::broker::POSITION_METADATA`]) and any entry Ordo sets in the
+/// future. A unit of work refuses them ([`crate::contract::error::CommitError::ReservedMetadata`]);
+/// [`user_metadata`] is what an application may copy from a handled message.
+pub type Metadata = BTreeMap<String, String>;
+
+/// The prefix of the metadata keys Ordo owns (see [`Metadata`]).
+pub const RESERVED_METADATA_PREFIX: &str = "ordo.";
+
+/// Whether metadata key `key` is one of Ordo's own (starts with
+/// [`RESERVED_METADATA_PREFIX`]).
+pub fn is_reserved_metadata(key: &str) -> bool {
+    key.starts_with(RESERVED_METADATA_PREFIX)
+}
+
+/// The entries of `metadata` an application may copy onto new messages:
+/// every entry except Ordo's own ([`is_reserved_metadata`]).
+///
+/// ```
+/// use ordo_core::contract::message::{Metadata, user_metadata};
+///
+/// let handled: Metadata = [("tenant", "acme"), ("ordo.position", "7")]
+///     .into_iter()
+///     .map(|(k, v)| (k.to_owned(), v.to_owned()))
+///     .collect();
+/// let copied: Vec<_> = user_metadata(&handled).collect();
+/// assert_eq!(copied, [(&"tenant".to_owned(), &"acme".to_owned())]);
+/// ```
+pub fn user_metadata(metadata: &Metadata) -> impl Iterator<Item = (&String, &String)> {
+    metadata.iter().filter(|(key, _)| !is_reserved_metadata(key))
+}
+
+/// A message in transit: its identity, routing facts and JSON payload.
+///
+/// Cheap to clone: the payload is shared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Unique message id (a UUID v4 in text form).
+    pub id: String,
+    /// Event or command.
+    pub kind: MessageKind,
+    /// The message's `TYPE_NAME`.
+    pub type_name: String,
+    /// The stream category (of the aggregate the message is part of).
+    pub category: String,
+    /// The aggregate instance identifier, when the message carries one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate_id: Option<String>,
+    /// A command's routing key ([`Command::routing_key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing_key: Option<String>,
+    /// The validated partition key, when its category is partitioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_key: Option<String>,
+    /// Metadata entries (read by the metadata sequencing policy).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: Metadata,
+    /// The payload, as JSON text.
+    pub payload: Arc<str>,
+}
+
+impl Envelope {
+    /// Serialises `message` into a new envelope with a fresh id.
+    pub fn new<M: Message>(message: &M) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            kind: M::KIND,
+            type_name: M::TYPE_NAME.to_owned(),
+            category: M::CATEGORY.to_owned(),
+            aggregate_id: message.aggregate_id(),
+            routing_key: None,
+            partition_key: None,
+            metadata: Metadata::new(),
+            payload: serde_json::to_string(message)?.into(),
+        })
+    }
+
+    /// Serialises a command into a new envelope carrying its routing key.
+    pub fn command<C: Command>(command: &C) -> Result<Self, serde_json::Error> {
+        let mut envelope = Self::new(command)?;
+        envelope.routing_key = command.routing_key();
+        Ok(envelope)
+    }
+
+    /// Decodes the payload as `M`.
+    pub fn decode<M: DeserializeOwned>(&self) -> Result<M, DecodeError> {
+        serde_json::from_str(&self.payload).map_err(|source| DecodeError {
+            type_name: self.type_name.clone(),
+            message_id: self.id.clone(),
+            source,
+        })
+    }
+
+    /// Whether this envelope holds a `M`: the same type name, category and
+    /// kind (two aggregates may each have a message called `Placed`).
+    pub fn is<M: Message>(&self) -> bool {
+        self.type_name == M::TYPE_NAME && self.category == M::CATEGORY && self.kind == M::KIND
+    }
+}
+
+/// A payload that could not be decoded into the handler's type.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot decode message {message_id} as `{type_name}`")]
+pub struct DecodeError {
+    type_name: String,
+    message_id: String,
+    #[source]
+    source: serde_json::Error,
+}

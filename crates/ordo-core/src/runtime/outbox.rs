@@ -1,0 +1,349 @@
+//! The outbox processor: publishes the rows a unit of work's commit wrote to
+//! the broker, in commit order.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::contract::backoff::Backoff;
+use crate::contract::broker::{Broker, Publication, RefusedExtent};
+use crate::contract::config::Config;
+use crate::contract::error::{OutboxError, error_chain};
+use crate::contract::key::{InvalidKey, KeyRules, Lane};
+use crate::contract::outbox::{Outbox, OutboxRow};
+
+/// What one run of [`OutboxProcessor::publish_pending`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublishReport {
+    /// Rows handed to the broker and marked published.
+    pub published: usize,
+    /// Rows abandoned for an invalid key.
+    pub abandoned: usize,
+    /// Rows whose publish failed (0 or 1: the run stops at the first failure).
+    pub failed: usize,
+    /// Rows the broker refused for a reason of their own scope or category
+    /// (they stay pending, their scopes wait behind them, the others go on).
+    pub refused: usize,
+}
+
+/// How many pending rows one fetch reads.
+const DEFAULT_BATCH_SIZE: usize = 256;
+
+/// How many bytes of messages one fetch holds at most, by default (rows are
+/// bounded to the domain's `max_payload_bytes`, 4 MiB by default).
+pub const DEFAULT_BATCH_BYTES: usize = 16 << 20;
+
+/// Publishes pending outbox rows to the broker in commit order.
+///
+/// Routing: a row with a partition key goes to its key's partition (on the
+/// row's lane) when the broker advertises stream partitioning; otherwise to
+/// the category's base stream, the key still carried on the envelope.
+///
+/// Each row's key is validated again before routing. A row with an invalid
+/// key, or without a key in a partitioned category, is abandoned at once and
+/// never retried, so it cannot hold back the rows behind it.
+///
+/// When the broker fails part-way, the rows it published are marked
+/// published, the failing row is marked failed (and stays pending), and the
+/// run stops: no later row is published in this run, whatever its key. That
+/// keeps every key's commit order without tracking which keys failed. Runs
+/// never overlap, so rows reach the broker in commit order.
+///
+/// When the broker *refuses* a row for a reason of its own position scope
+/// or category ([`Refusal`](crate::contract::broker::Refusal): a category it
+/// partitions otherwise, a position it holds from another history), the row
+/// stays pending with the reason ([`Outbox::mark_refused`], logged at error
+/// level as `outbox.publish_refused`), the rest of its scope (or category)
+/// waits behind it for the rest of the run, and every other scope goes on:
+/// one refused key or category never holds back the others.
+///
+/// Fetches are bounded by rows and by bytes ([`Outbox::pending_within`]).
+#[derive(Debug)]
+pub struct OutboxProcessor {
+    outbox: Arc<dyn Outbox>,
+    broker: Arc<dyn Broker>,
+    rules: KeyRules,
+    /// Partitioned category → its key field (for messages naming the field).
+    partitioned: HashMap<String, String>,
+    batch_size: usize,
+    batch_bytes: usize,
+    poll_interval: Duration,
+    backoff: Backoff,
+    wake: Notify,
+    running: tokio::sync::Mutex<()>,
+}
+
+/// Where a row goes: its position scope (category, key, lane).
+type ScopeOf = (String, Option<String>, Lane);
+
+/// What a run has refused so far: scopes and categories whose rows wait,
+/// and the rows refused (each once per run).
+#[derive(Debug, Default)]
+struct Refused {
+    scopes: HashSet<ScopeOf>,
+    /// Category → the reason its rows are refused.
+    categories: HashMap<String, String>,
+    rows: HashSet<u64>,
+}
+
+/// A routed row of a batch.
+struct Routed<'a> {
+    row: &'a OutboxRow,
+    scope: ScopeOf,
+    publication: Publication,
+}
+
+impl OutboxProcessor {
+    /// A processor publishing `outbox` to `broker` with `config`'s key rules,
+    /// poll interval and retry backoff.
+    pub fn new(outbox: Arc<dyn Outbox>, broker: Arc<dyn Broker>, config: &Config) -> Self {
+        Self {
+            outbox,
+            broker,
+            rules: config.key_rules(),
+            partitioned: HashMap::new(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+            poll_interval: config.partitioning().poll_interval(),
+            backoff: config.partitioning().backoff(),
+            wake: Notify::new(),
+            running: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Declares the partitioned categories and their key fields: a row of
+    /// one of them without a key is abandoned instead of being published to
+    /// the base stream.
+    #[must_use]
+    pub fn with_partitioned_categories<C, F>(mut self, categories: impl IntoIterator<Item = (C, F)>) -> Self
+    where
+        C: Into<String>,
+        F: Into<String>,
+    {
+        self.partitioned = categories
+            .into_iter()
+            .map(|(c, f)| (c.into(), f.into()))
+            .collect();
+        self
+    }
+
+    /// Sets how many rows one fetch reads (at least 1).
+    #[must_use]
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size.max(1);
+        self
+    }
+
+    /// Sets how many bytes of messages one fetch holds at most (at least
+    /// 1; default [`DEFAULT_BATCH_BYTES`]); a row bigger than that is
+    /// fetched and published alone.
+    #[must_use]
+    pub fn with_batch_bytes(mut self, batch_bytes: usize) -> Self {
+        self.batch_bytes = batch_bytes.max(1);
+        self
+    }
+
+    /// Wakes the background loop: rows were just committed.
+    pub fn notify(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Publishes every row pending when called, in commit order, stopping at
+    /// the first broker failure.
+    #[tracing::instrument(skip_all, fields(broker = self.broker.name()))]
+    pub async fn publish_pending(&self) -> Result<PublishReport, OutboxError> {
+        let _running = self.running.lock().await;
+        let mut report = PublishReport::default();
+        let mut refused = Refused::default();
+        loop {
+            let fetched = self
+                .outbox
+                .pending_within(self.batch_size, self.batch_bytes)
+                .await?;
+            let before = report;
+            self.publish_batch(&fetched.rows, &mut report, &mut refused)
+                .await?;
+            let done = |r: &PublishReport| r.published + r.abandoned + r.refused;
+            if report.failed > 0 || !fetched.more || done(&report) == done(&before) {
+                return Ok(report);
+            }
+        }
+    }
+
+    /// Publishes pending rows until `shutdown` is cancelled: right after each
+    /// commit ([`OutboxProcessor::notify`]), and every poll interval for rows
+    /// committed elsewhere. After a failure it waits out the retry backoff.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let mut failures = 0u32;
+        loop {
+            let wait = match self.publish_pending().await {
+                Ok(report) if report.failed == 0 => {
+                    failures = 0;
+                    self.poll_interval
+                }
+                Ok(_) => {
+                    failures = failures.saturating_add(1);
+                    self.backoff.delay(failures)
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    tracing::error!(error = %crate::contract::text::log_text(&error_chain(&error)), "outbox processor cannot read the outbox");
+                    self.backoff.delay(failures)
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = self.wake.notified(), if failures == 0 => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn publish_batch(
+        &self,
+        rows: &[OutboxRow],
+        report: &mut PublishReport,
+        refused: &mut Refused,
+    ) -> Result<(), OutboxError> {
+        let mut pending = Vec::with_capacity(rows.len());
+        for row in rows {
+            match self.route(row) {
+                Ok(publication) => pending.push(Routed {
+                    row,
+                    scope: (
+                        publication.category.clone(),
+                        publication.key.clone(),
+                        publication.lane,
+                    ),
+                    publication,
+                }),
+                Err(invalid) => {
+                    tracing::warn!(event = crate::contract::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %crate::contract::text::log_text(&invalid.to_string()),
+                        "abandoning outbox row with an invalid partition key");
+                    self.outbox.mark_abandoned(row.id, &invalid.to_string()).await?;
+                    report.abandoned += 1;
+                }
+            }
+        }
+        loop {
+            let go = self.not_refused(pending, report, refused).await?;
+            if go.is_empty() {
+                return Ok(());
+            }
+            let publications: Vec<Publication> = go.iter().map(|r| r.publication.clone()).collect();
+            let error = match self.broker.publish(&publications).await {
+                Ok(()) => {
+                    let ids: Vec<u64> = go.iter().map(|r| r.row.id).collect();
+                    self.outbox.mark_published(&ids).await?;
+                    report.published += ids.len();
+                    return Ok(());
+                }
+                Err(error) => error,
+            };
+            let published = error.published.min(go.len());
+            let ids: Vec<u64> = go[..published].iter().map(|r| r.row.id).collect();
+            self.outbox.mark_published(&ids).await?;
+            report.published += published;
+            match error.refusal() {
+                Some(refusal) if (published..go.len()).contains(&refusal.index) => {
+                    let one = &go[refusal.index];
+                    let reason = crate::contract::text::cap_error(error_chain(&*refusal.reason));
+                    tracing::error!(event = crate::contract::log_events::OUTBOX_PUBLISH_REFUSED, row = one.row.id, message_id = %one.row.envelope.id,
+                        category = %one.scope.0, key = one.scope.1.as_deref().unwrap_or(""), broker = self.broker.name(),
+                        broker_position = refusal.broker_position, error = %crate::contract::text::log_text(&reason),
+                        "the broker refused an outbox row; it stays pending, the rest of its {} waits behind it",
+                        match refusal.extent { RefusedExtent::Category => "category", _ => "key" });
+                    self.outbox
+                        .mark_refused(&[one.row.id], &reason, refusal.broker_position)
+                        .await?;
+                    report.refused += 1;
+                    refused.rows.insert(one.row.id);
+                    refused.scopes.insert(one.scope.clone());
+                    if refusal.extent == RefusedExtent::Category {
+                        refused.categories.insert(one.scope.0.clone(), reason);
+                    }
+                    // The rest, from the first not known to be published:
+                    // what was written beyond it is dropped by the broker.
+                    let index = refusal.index;
+                    pending = go
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| *i >= published && *i != index)
+                        .map(|(_, r)| r)
+                        .collect();
+                }
+                _ => {
+                    if let Some(failed) = go.get(published) {
+                        let message = crate::contract::text::cap_error(error_chain(&*error.source));
+                        tracing::warn!(event = crate::contract::log_events::OUTBOX_PUBLISH_FAILED, row = failed.row.id, broker = self.broker.name(), error = %crate::contract::text::log_text(&message),
+                            "outbox publish failed; the row stays pending");
+                        self.outbox.mark_failed(failed.row.id, &message).await?;
+                        report.failed += 1;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// The rows of `rows` whose scope and category nothing refused in this
+    /// run. The first row of each scope of a refused category is refused
+    /// too, with the category's reason (once per run).
+    async fn not_refused<'a>(
+        &self,
+        rows: Vec<Routed<'a>>,
+        report: &mut PublishReport,
+        refused: &mut Refused,
+    ) -> Result<Vec<Routed<'a>>, OutboxError> {
+        let mut go = Vec::with_capacity(rows.len());
+        let mut by_category: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for routed in rows {
+            if refused.scopes.contains(&routed.scope) {
+                continue;
+            }
+            if refused.categories.contains_key(&routed.scope.0) {
+                refused.scopes.insert(routed.scope.clone());
+                if refused.rows.insert(routed.row.id) {
+                    by_category
+                        .entry(routed.scope.0.clone())
+                        .or_default()
+                        .push(routed.row.id);
+                }
+                continue;
+            }
+            go.push(routed);
+        }
+        for (category, ids) in by_category {
+            let reason = &refused.categories[&category];
+            self.outbox.mark_refused(&ids, reason, None).await?;
+            report.refused += ids.len();
+        }
+        Ok(go)
+    }
+
+    /// The publication of `row`, or why its key cannot be routed.
+    fn route(&self, row: &OutboxRow) -> Result<Publication, InvalidKey> {
+        let category = row.envelope.category.as_str();
+        let field = self
+            .partitioned
+            .get(category)
+            .map_or("partition_key", String::as_str);
+        let key = match &row.partition_key {
+            Some(key) => Some(self.rules.validate(field, Some(key))?),
+            // A partitioned category's row must have a key: validating the null fails.
+            None if self.partitioned.contains_key(category) => Some(self.rules.validate(field, None)?),
+            None => None,
+        };
+        let mut envelope = row.envelope.clone();
+        envelope.partition_key.clone_from(&key);
+        Ok(match key {
+            Some(key) if self.broker.capabilities().stream_partitioning => {
+                Publication::to_partition(key, row.lane, envelope)
+            }
+            _ => Publication::to_base(envelope),
+        })
+    }
+}
