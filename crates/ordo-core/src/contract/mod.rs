@@ -12,7 +12,8 @@
 //!   an in-memory one).
 //! - Delivering, the same way in every broker: [`attempt`] (one handler
 //!   run), [`retry`] (what follows a failed attempt: transient failures,
-//!   halts, pausing a handler).
+//!   halts, pausing a handler), [`delivery`] (the loop over both, with the
+//!   hooks a broker fills).
 //! - Operating: [`health`] (health and readiness as data), [`log_events`]
 //!   (the stable names of important log lines), [`text`] (untrusted text
 //!   escaped for logs and terminals, capped for records), [`error`] (the
@@ -23,6 +24,7 @@ pub mod backoff;
 pub mod broker;
 pub mod config;
 pub(crate) mod context;
+pub mod delivery;
 pub mod error;
 pub(crate) mod field;
 pub mod handler;

@@ -11,11 +11,12 @@ use tokio_util::sync::CancellationToken;
 use crate::contract::attempt::{Attempt, Failure, Outcome};
 use crate::contract::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
 use crate::contract::config::{Config, HealthConfig, PartitioningConfig};
+use crate::contract::delivery::{DeliveryHooks, deliver};
 use crate::contract::handler::{BoxFuture, HandlerContext, HandlerKind};
 use crate::contract::health::{HealthState, SubscriptionHealth};
 use crate::contract::message::Envelope;
 use crate::contract::policy::{ProcessingContext, SequenceId};
-use crate::contract::retry::{GiveUp, Next, RetryPolicy};
+use crate::contract::retry::{Failed, GiveUp, RetryPolicy};
 use crate::runtime::executor::{KeyedExecutor, Permits};
 
 /// How many recent failures [`InlineBroker::failures`] keeps.
@@ -517,33 +518,14 @@ impl Inner {
         key: &str,
         permits: &Permits,
     ) -> Result<(), GiveUp> {
-        let settings = &subscription.settings;
         let policy = subscription.retry_policy(&self.partitioning);
-        let mut retries = policy.start(key, 0);
-        loop {
-            // A paused handler starts nothing but its probe.
-            retries.admit().await?;
-            // The handler's own slot first: waiting for it holds no process-wide permit.
-            let own = settings.acquire().await;
-            let permit = permits.acquire().await;
-            let outcome = run_attempt(subscription, envelope, retries.attempt(), &policy).await;
-            drop((permit, own));
-            let failure = match outcome {
-                Ok(()) => {
-                    retries.succeeded();
-                    return Ok(());
-                }
-                Err(failure) => failure,
-            };
-            let attempt = retries.attempt();
-            let failed = retries.failed(&failure);
-            let delay = match retries.next() {
-                Next::Retry { delay } => delay,
-                Next::GiveUp(give_up) => return Err(give_up),
-            };
-            failed.log(subscription.name(), &envelope.id, attempt);
-            retries.wait(delay).await;
-        }
+        let mut hooks = Inline {
+            subscription,
+            envelope,
+            permits,
+            policy: &policy,
+        };
+        deliver(policy.start(key, 0), &mut hooks).await
     }
 
     fn record(&self, failure: HandlerFailure) {
@@ -553,6 +535,41 @@ impl Inner {
         }
         log.recent.push_back(failure);
         log.total += 1;
+    }
+}
+
+/// The inline broker's part in the [delivery loop](deliver): not
+/// cancellable (shutdown waits for every delivery to end); a failure is
+/// only logged, the give-up is returned (`Inner::poisoned` acts on it).
+struct Inline<'a> {
+    subscription: &'a Subscription,
+    envelope: &'a Arc<Envelope>,
+    permits: &'a Permits,
+    policy: &'a RetryPolicy,
+}
+
+impl DeliveryHooks for Inline<'_> {
+    type Output = Result<(), GiveUp>;
+
+    async fn attempt(&mut self, attempt: u32) -> Result<Result<(), Failure>, Self::Output> {
+        // The handler's own slot first: waiting for it holds no process-wide permit.
+        let own = self.subscription.settings.acquire().await;
+        let permit = self.permits.acquire().await;
+        let outcome = run_attempt(self.subscription, self.envelope, attempt, self.policy).await;
+        drop((permit, own));
+        Ok(outcome)
+    }
+
+    fn retrying(&mut self, failed: &Failed, attempt: u32) {
+        failed.log(self.subscription.name(), &self.envelope.id, attempt);
+    }
+
+    async fn succeeded(&mut self) -> Self::Output {
+        Ok(())
+    }
+
+    async fn exhausted(&mut self, give_up: GiveUp) -> Self::Output {
+        Err(give_up)
     }
 }
 

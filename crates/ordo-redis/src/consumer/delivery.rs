@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use ordo_core::contract::attempt::{Attempt, Failure, Outcome, StillRunning};
 use ordo_core::contract::broker::Subscription;
+use ordo_core::contract::delivery::{DeliveryHooks, deliver};
 use ordo_core::contract::error::ProcessStoreError;
 use ordo_core::contract::handler::HandlerContext;
 use ordo_core::contract::message::Envelope;
-use ordo_core::contract::retry::{GiveUp, Next, Retries, RetryPolicy};
+use ordo_core::contract::retry::{Failed, GiveUp, Retries, RetryPolicy};
 use ordo_core::contract::text::log_text;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -449,60 +450,23 @@ impl Worker {
             }
         }
         let key = slot.key().unwrap_or_else(|| partition.primary());
-        let mut retries = policy.start(key, failed);
+        let retries = policy.start(key, failed);
         if retries.exhausted() {
             // The halt is an act of its own (the failed attempts are closed).
             let halt = self.next_attempt();
             let error = format!("{failed} attempts failed before this owner (see the earlier logs)");
             return self.halt(slot, partition, entry, error, failed, halt).await;
         }
-        loop {
-            // A paused handler starts nothing but its probe.
-            let admitted = tokio::select! {
-                admitted = retries.admit() => admitted,
-                () = self.control.stop.cancelled() => return Handled::Stop,
-                () = self.control.kill.cancelled() => return Handled::Lost,
-            };
-            if let Err(give_up) = admitted {
-                return self.give_up(slot, partition, entry, give_up).await;
-            }
-            let attempt = retries.attempt();
-            let sequence = self.next_attempt();
-            let failure = match self
-                .invoke(slot, &envelope, attempt, sequence, partition, &policy)
-                .await
-            {
-                Ok(Ok(())) => {
-                    retries.succeeded();
-                    metrics::handled(&self.unit, partition.category());
-                    return Handled::Done;
-                }
-                // The handler's fenced commit was refused: another instance
-                // owns the partition now and may be running this very
-                // message. Retrying (or halting) would be a stale owner's act.
-                Ok(Err(failure)) if fenced_by(&**failure.error(), &self.lease) => {
-                    info!(event = ordo_core::contract::log_events::LEASE_LOST, id = entry.id(), attempt, error = %log_text(&failure.text()), "lease lost during the handler; not retrying");
-                    return Handled::Lost;
-                }
-                Ok(Err(failure)) => failure,
-                Err(stopped) => return stopped,
-            };
-            if let Err(stopped) = self
-                .attempt_failed(slot, partition, entry, sequence, &mut retries, &failure)
-                .await
-            {
-                return stopped;
-            }
-            match retries.next() {
-                Next::Retry { delay } => {
-                    if let Some(stopped) = self.before_retry(&retries, delay).await {
-                        return stopped;
-                    }
-                    metrics::retried(&self.unit, partition.category());
-                }
-                Next::GiveUp(give_up) => return self.give_up(slot, partition, entry, give_up).await,
-            }
-        }
+        let mut hooks = EntryDelivery {
+            worker: self,
+            slot,
+            partition,
+            entry,
+            envelope,
+            policy: &policy,
+            sequence: 0,
+        };
+        deliver(retries, &mut hooks).await
     }
 
     /// Halts on `entry` as the retry policy decided.
@@ -525,47 +489,6 @@ impl Worker {
             halt,
         )
         .await
-    }
-
-    /// Judges the failed attempt `sequence` on `entry` and closes it: a
-    /// counted failure is counted with the pending entry (the count on
-    /// record then bounds the retries), a transient one is not.
-    async fn attempt_failed(
-        &self,
-        slot: &Slot,
-        partition: &PartitionKeys,
-        entry: &StreamEntry,
-        sequence: u64,
-        retries: &mut Retries<'_>,
-        failure: &Failure,
-    ) -> Result<(), Handled> {
-        let attempt = retries.attempt();
-        let failed = retries.failed(failure);
-        failed.log(self.subscription.name(), entry.id(), attempt);
-        metrics::failed(&self.unit, partition.category(), &failed);
-        let counted = failed.counted();
-        if counted {
-            slot.had_failures.store(true, Ordering::SeqCst);
-        }
-        let recorded = self
-            .until_answered("recording the failed attempt", true, || {
-                self.held(partition).attempt_failed_in(
-                    slot.sequence(&self.lease),
-                    counted.then(|| entry.id()),
-                    sequence,
-                )
-            })
-            .await?;
-        match recorded {
-            Ok(count) => {
-                retries.counted_elsewhere(count);
-                Ok(())
-            }
-            Err(error) => {
-                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
-                Err(Handled::Lost)
-            }
-        }
     }
 
     /// Makes sure the lease is still held before a message starts: when the
@@ -599,16 +522,11 @@ impl Worker {
         }
     }
 
-    /// Waits out the backoff `delay` (see [`Retries::wait`]), then confirms
-    /// the lease is still held, so a stale owner never runs the handler
-    /// again (the heartbeat only notices a lost lease at its next beat).
-    /// `Some` when the message must not be retried here.
-    async fn before_retry(&self, retries: &Retries<'_>, delay: Duration) -> Option<Handled> {
-        tokio::select! {
-            () = retries.wait(delay) => {}
-            () = self.control.stop.cancelled() => return Some(Handled::Stop),
-            () = self.control.kill.cancelled() => return Some(Handled::Lost),
-        }
+    /// Confirms the lease is still held before a retry (after the backoff),
+    /// so a stale owner never runs the handler again (the heartbeat only
+    /// notices a lost lease at its next beat). `Some` when the message must
+    /// not be retried here.
+    async fn before_retry(&self) -> Option<Handled> {
         // Without an answer the lease may be gone: never retry blind.
         match self
             .until_answered("confirming the lease before a retry", true, || {
@@ -788,4 +706,112 @@ fn fenced_by(error: &(dyn std::error::Error + 'static), lease: &Lease) -> bool {
         next = error.source();
     }
     false
+}
+
+/// A partition worker's part in the [delivery loop](deliver) of one entry:
+/// every attempt runs under the confirmed lease, every failure is recorded
+/// with the pending entry, a retry first confirms the lease, and giving up
+/// halts the partition (or parks the key).
+struct EntryDelivery<'a> {
+    worker: &'a Worker,
+    slot: &'a Slot,
+    partition: &'a PartitionKeys,
+    entry: &'a StreamEntry,
+    envelope: Arc<Envelope>,
+    policy: &'a RetryPolicy,
+    /// The lease's number of the last attempt (see [`Worker::next_attempt`]).
+    sequence: u64,
+}
+
+impl DeliveryHooks for EntryDelivery<'_> {
+    type Output = Handled;
+
+    async fn attempt(&mut self, attempt: u32) -> Result<Result<(), Failure>, Handled> {
+        let worker = self.worker;
+        self.sequence = worker.next_attempt();
+        match worker
+            .invoke(
+                self.slot,
+                &self.envelope,
+                attempt,
+                self.sequence,
+                self.partition,
+                self.policy,
+            )
+            .await?
+        {
+            // The handler's fenced commit was refused: another instance
+            // owns the partition now and may be running this very
+            // message. Retrying (or halting) would be a stale owner's act.
+            Err(failure) if fenced_by(&**failure.error(), &worker.lease) => {
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, id = self.entry.id(), attempt, error = %log_text(&failure.text()), "lease lost during the handler; not retrying");
+                Err(Handled::Lost)
+            }
+            outcome => Ok(outcome),
+        }
+    }
+
+    /// Closes the failed attempt as judged: a counted failure is counted
+    /// with the pending entry (the count on record then bounds the
+    /// retries), a transient one is not.
+    async fn failed(
+        &mut self,
+        failed: &Failed,
+        attempt: u32,
+        retries: &mut Retries<'_>,
+    ) -> Result<(), Handled> {
+        let (worker, slot, partition, entry) = (self.worker, self.slot, self.partition, self.entry);
+        failed.log(worker.subscription.name(), entry.id(), attempt);
+        metrics::failed(&worker.unit, partition.category(), failed);
+        let counted = failed.counted();
+        if counted {
+            slot.had_failures.store(true, Ordering::SeqCst);
+        }
+        let sequence = self.sequence;
+        let recorded = worker
+            .until_answered("recording the failed attempt", true, || {
+                worker.held(partition).attempt_failed_in(
+                    slot.sequence(&worker.lease),
+                    counted.then(|| entry.id()),
+                    sequence,
+                )
+            })
+            .await?;
+        match recorded {
+            Ok(count) => {
+                retries.counted_elsewhere(count);
+                Ok(())
+            }
+            Err(error) => {
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), "lease lost after a failed attempt; not retrying");
+                Err(Handled::Lost)
+            }
+        }
+    }
+
+    async fn before_retry(&mut self) -> Result<(), Handled> {
+        if let Some(stopped) = self.worker.before_retry().await {
+            return Err(stopped);
+        }
+        metrics::retried(&self.worker.unit, self.partition.category());
+        Ok(())
+    }
+
+    async fn succeeded(&mut self) -> Handled {
+        metrics::handled(&self.worker.unit, self.partition.category());
+        Handled::Done
+    }
+
+    async fn exhausted(&mut self, give_up: GiveUp) -> Handled {
+        self.worker
+            .give_up(self.slot, self.partition, self.entry, give_up)
+            .await
+    }
+
+    async fn cancelled(&self) -> Handled {
+        tokio::select! {
+            () = self.worker.control.stop.cancelled() => Handled::Stop,
+            () = self.worker.control.kill.cancelled() => Handled::Lost,
+        }
+    }
 }

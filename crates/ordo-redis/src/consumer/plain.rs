@@ -17,9 +17,10 @@ use fred::prelude::StreamsInterface;
 use fred::types::Value;
 use ordo_core::contract::attempt::{Attempt, Failure, Outcome};
 use ordo_core::contract::broker::Subscription;
+use ordo_core::contract::delivery::{DeliveryHooks, deliver};
 use ordo_core::contract::handler::HandlerContext;
 use ordo_core::contract::message::Envelope;
-use ordo_core::contract::retry::Next;
+use ordo_core::contract::retry::{Failed, GiveUp, Retries};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info_span, warn};
 
@@ -206,55 +207,20 @@ impl Plain {
         envelope: Arc<Envelope>,
         stop: &CancellationToken,
     ) -> Option<Option<(String, u32)>> {
-        let settings = &self.subscription.settings;
         let policy = self.subscription.retry_policy(&self.shared.settings.retry);
-        let mut retries = policy.start(&envelope.id, 0);
-        let never = CancellationToken::new();
-        let labels = [
-            ("group", self.group.to_string()),
-            ("category", envelope.category.clone()),
-        ];
-        loop {
-            // A paused handler starts nothing but its probe.
-            let admitted = tokio::select! {
-                admitted = retries.admit() => admitted,
-                () = stop.cancelled() => return None,
-            };
-            if let Err(give_up) = admitted {
-                return Some(Some((give_up.reason().to_owned(), give_up.attempts())));
-            }
-            let attempt = retries.attempt();
-            let ctx = HandlerContext::new(&envelope).with_attempt(attempt);
-            let own = settings.acquire().await;
-            let permit = (
-                self.shared.handler_permits.clone().acquire_owned().await.ok(),
-                own,
-            );
-            let run = Attempt::new(self.subscription.handler.clone(), envelope.clone(), ctx)
-                .with_timeout(policy.timeout());
-            let failure = match run.run(permit, &never, Duration::ZERO).await {
-                Outcome::Succeeded => {
-                    retries.succeeded();
-                    return Some(None);
-                }
-                Outcome::Failed(failure) => failure,
-                _ => Failure::new("the handler run was cancelled".into()),
-            };
-            let failed = retries.failed(&failure);
-            metrics::attempt_failed(&labels, &failed);
-            match retries.next() {
-                Next::Retry { delay } => {
-                    failed.log(&self.group, entry.id(), attempt);
-                    tokio::select! {
-                        () = retries.wait(delay) => {}
-                        () = stop.cancelled() => return None,
-                    }
-                }
-                Next::GiveUp(give_up) => {
-                    return Some(Some((give_up.reason().to_owned(), give_up.attempts())));
-                }
-            }
-        }
+        let retries = policy.start(&envelope.id, 0);
+        let mut hooks = PlainDelivery {
+            labels: [
+                ("group", self.group.to_string()),
+                ("category", envelope.category.clone()),
+            ],
+            plain: self,
+            entry,
+            envelope,
+            stop,
+            timeout: policy.timeout(),
+        };
+        deliver(retries, &mut hooks).await
     }
 
     /// Adds `entry` to the category's dead-letter stream `{category}:dlq`,
@@ -312,5 +278,77 @@ impl Plain {
             )
             .await?;
         Ok(())
+    }
+}
+
+/// A plain consumer's part in the [delivery loop](deliver) of one entry:
+/// `None` when stopped, else `Some(None)` when handled and
+/// `Some(Some((reason, attempts)))` when given up on.
+struct PlainDelivery<'a> {
+    plain: &'a Plain,
+    entry: &'a StreamEntry,
+    envelope: Arc<Envelope>,
+    stop: &'a CancellationToken,
+    timeout: Option<Duration>,
+    labels: [(&'static str, String); 2],
+}
+
+impl DeliveryHooks for PlainDelivery<'_> {
+    type Output = Option<Option<(String, u32)>>;
+
+    async fn attempt(&mut self, attempt: u32) -> Result<Result<(), Failure>, Self::Output> {
+        let ctx = HandlerContext::new(&self.envelope).with_attempt(attempt);
+        let own = self.plain.subscription.settings.acquire().await;
+        let permit = (
+            self.plain
+                .shared
+                .handler_permits
+                .clone()
+                .acquire_owned()
+                .await
+                .ok(),
+            own,
+        );
+        let run = Attempt::new(
+            self.plain.subscription.handler.clone(),
+            self.envelope.clone(),
+            ctx,
+        )
+        .with_timeout(self.timeout);
+        // Not cancelled: a stop waits for the attempt to end.
+        Ok(
+            match run.run(permit, &CancellationToken::new(), Duration::ZERO).await {
+                Outcome::Succeeded => Ok(()),
+                Outcome::Failed(failure) => Err(failure),
+                _ => Err(Failure::new("the handler run was cancelled".into())),
+            },
+        )
+    }
+
+    async fn failed(
+        &mut self,
+        failed: &Failed,
+        _attempt: u32,
+        _retries: &mut Retries<'_>,
+    ) -> Result<(), Self::Output> {
+        metrics::attempt_failed(&self.labels, failed);
+        Ok(())
+    }
+
+    fn retrying(&mut self, failed: &Failed, attempt: u32) {
+        failed.log(&self.plain.group, self.entry.id(), attempt);
+    }
+
+    async fn succeeded(&mut self) -> Self::Output {
+        Some(None)
+    }
+
+    async fn exhausted(&mut self, give_up: GiveUp) -> Self::Output {
+        Some(Some((give_up.reason().to_owned(), give_up.attempts())))
+    }
+
+    async fn cancelled(&self) -> Self::Output {
+        self.stop.cancelled().await;
+        None
     }
 }

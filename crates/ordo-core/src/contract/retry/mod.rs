@@ -22,7 +22,8 @@
 //! gets an answer.
 //!
 //! A delivery loop asks [`RetryPolicy::start`] for a message's
-//! [`Retries`], then around each attempt:
+//! [`Retries`], then around each attempt (every broker runs this loop as
+//! [`deliver`](crate::contract::delivery::deliver), filling in its hooks):
 //!
 //! ```
 //! # async fn deliver(policy: ordo_core::contract::retry::RetryPolicy, run: impl Fn(u32) -> ordo_core::contract::attempt::Outcome) {
