@@ -365,7 +365,7 @@ impl Config {
     /// Parses and validates the text of a `domain.toml`.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
         let table: toml::Table = toml::from_str(text).map_err(|error| ConfigError::Parse(error.into()))?;
-        check_keys(&table, "", SCHEMA)?;
+        check_keys(&table, "", &SCHEMA)?;
         // Parsed again from the text so that a type error points at its line.
         let raw: RawFile = toml::from_str(text).map_err(|error| ConfigError::Parse(error.into()))?;
         let mut config = Self::from_raw(raw)?;
@@ -427,7 +427,7 @@ impl Config {
         let file = text.as_deref().map(|text| (path.as_deref(), text));
         let layered = layers::layer(file, env)?;
         let origins = layered.origins;
-        check_keys(&layered.table, "", SCHEMA).map_err(|error| origins.locate(error))?;
+        check_keys(&layered.table, "", &SCHEMA).map_err(|error| origins.locate(error))?;
         let raw: RawFile = toml::Value::Table(layered.table.clone())
             .try_into()
             .map_err(|error| origins.locate(ConfigError::Parse(error.into())))?;
@@ -658,6 +658,10 @@ fn broker_keys(table: &toml::Table) -> toml::Table {
         .collect()
 }
 
+/// The file, a struct per table: the one declaration of `domain.toml`'s
+/// keys. The schema that names an unknown key and the `ORDO_` variables
+/// are read from these structs (`schema.rs`), in the order they declare
+/// their fields.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
