@@ -237,3 +237,24 @@ async fn the_builder_refuses_invalid_settings_before_connecting() {
         );
     }
 }
+
+/// docs/domain.toml, the reference file, writes every key of the Redis
+/// broker at its default.
+#[test]
+fn the_reference_file_states_the_brokers_keys_and_defaults() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/domain.toml");
+    let config = Config::from_file(path).unwrap();
+    assert_eq!(
+        RedisSettings::from_config(&config).unwrap(),
+        RedisSettings::default()
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let partitioning = table["server"]["partitioning"].as_table().unwrap();
+    let missing: Vec<&str> = RedisSettings::KEYS
+        .iter()
+        .copied()
+        .filter(|key| !partitioning.contains_key(*key))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/domain.toml: {missing:?}");
+}

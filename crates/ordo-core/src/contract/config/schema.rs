@@ -317,4 +317,47 @@ mod tests {
         );
         assert!(matches!(&SCHEMA[4].1, Node::Named(keys) if keys == &[("partitions", Node::Value)]));
     }
+
+    /// docs/domain.toml, the reference file, writes every key of the schema
+    /// (a named table's keys in each of its tables).
+    #[test]
+    fn the_reference_file_names_every_key() {
+        fn missing(table: &toml::Table, path: &str, schema: &[(&'static str, Node)], out: &mut Vec<String>) {
+            for (name, node) in schema {
+                let full = if path.is_empty() {
+                    (*name).to_owned()
+                } else {
+                    format!("{path}.{name}")
+                };
+                let value = table.get(*name);
+                match (node, value.and_then(toml::Value::as_table)) {
+                    (Node::Value, _) if value.is_some() => {}
+                    (Node::Table(children), Some(inner)) => missing(inner, &full, children, out),
+                    (Node::Open(keys), Some(inner)) => {
+                        out.extend(
+                            keys.iter()
+                                .filter(|key| !inner.contains_key(**key))
+                                .map(|key| format!("{full}.{key}")),
+                        );
+                    }
+                    (Node::Named(children), Some(inner)) if !inner.is_empty() => {
+                        for (named, value) in inner {
+                            let named = format!("{full}.{named}");
+                            match value.as_table() {
+                                Some(one) => missing(one, &named, children, out),
+                                None => out.push(named),
+                            }
+                        }
+                    }
+                    _ => out.push(full),
+                }
+            }
+        }
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/domain.toml")).unwrap();
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        let mut out = Vec::new();
+        missing(&table, "", &SCHEMA, &mut out);
+        assert!(out.is_empty(), "not in docs/domain.toml: {out:?}");
+    }
 }
