@@ -68,8 +68,10 @@
 //!
 //! A broker may read keys of its own from `[server.partitioning]` (the
 //! Redis broker's timings, documented on `ordo_redis::RedisSettings`). This crate keeps them unread in the
-//! [`Config`]; the broker declares them ([`Broker::partitioning_keys`]) and
-//! parses them with [`Config::broker_partitioning`]. A key of
+//! [`Config`]; the broker declares them in a serde struct of its own
+//! ([`Broker::partitioning_keys`] are its fields) and reads them into it with
+//! [`Config::broker_section`], checking ranges with the validators this
+//! crate uses ([`positive_int`], [`positive_seconds`]). A key of
 //! `[server.partitioning]` that neither this crate nor the domain's broker
 //! reads is an error: at [`Config::broker_partitioning`] (which the Redis
 //! broker's builder calls) and at `DomainBuilder::init()`
@@ -98,12 +100,14 @@ use crate::contract::backoff::Backoff;
 mod error;
 mod layers;
 mod schema;
+mod section;
 
 use crate::contract::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, MAX_HASHED_PARTITIONS, segment_rule};
 pub use error::{ConfigError, Origin, TomlError};
 pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, env_var_names};
 pub use schema::PARTITIONING_KEYS;
 use schema::{SCHEMA, check_keys, with_article};
+pub use section::{positive_int, positive_seconds, struct_fields};
 
 const POLL_INTERVAL_SECONDS: f64 = 0.25;
 const MAX_RETRIES: u32 = 3;
@@ -480,6 +484,21 @@ impl Config {
             Some((key, valid)) => Err(ConfigError::UnknownKey { key, valid }),
             None => Ok(&self.broker_partitioning),
         }
+    }
+
+    /// The broker's keys of `[server.partitioning]` read into `T`, the
+    /// serde struct that declares them (its fields are the keys: see
+    /// [`struct_fields`]). The broker validates the ranges itself (with
+    /// [`positive_int`], [`positive_seconds`] and its own rules).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::UnknownKey`] for a key of the table that neither this
+    /// crate nor `T` names, listing both; [`ConfigError::WrongType`] naming
+    /// the key for a value of the wrong type.
+    pub fn broker_section<T: serde::de::DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        let table = self.broker_partitioning(struct_fields::<T>())?;
+        section::deserialize_table(table, PARTITIONING)
     }
 
     /// The first key of `[server.partitioning]` that neither this crate nor
@@ -1024,14 +1043,6 @@ fn invalid(key: &'static str, reason: String) -> ConfigError {
     ConfigError::Invalid { key, reason }
 }
 
-fn positive_int(key: &'static str, value: Option<i64>, default: u64) -> Result<u64, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(v) if v > 0 => Ok(v.unsigned_abs()),
-        Some(v) => Err(invalid(key, format!("must be greater than 0, got {v}"))),
-    }
-}
-
 /// A limit in milliseconds where 0 means none.
 fn limit(key: &'static str, value: Option<i64>, default: u64) -> Result<Option<Duration>, ConfigError> {
     let ms = match value {
@@ -1041,17 +1052,6 @@ fn limit(key: &'static str, value: Option<i64>, default: u64) -> Result<Option<D
         }
     };
     Ok((ms > 0).then(|| Duration::from_millis(ms)))
-}
-
-fn positive_seconds(key: &'static str, value: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
-    let seconds = value.unwrap_or(default);
-    if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(invalid(
-            key,
-            format!("must be a finite number greater than 0, got {seconds}"),
-        ));
-    }
-    Duration::try_from_secs_f64(seconds).map_err(|_| invalid(key, format!("is too large, got {seconds}")))
 }
 
 fn max_retries(value: Option<i64>) -> Result<u32, ConfigError> {

@@ -251,7 +251,7 @@ fn the_reference_file_states_the_brokers_keys_and_defaults() {
     let text = std::fs::read_to_string(path).unwrap();
     let table: toml::Table = toml::from_str(&text).unwrap();
     let partitioning = table["server"]["partitioning"].as_table().unwrap();
-    let missing: Vec<&str> = RedisSettings::KEYS
+    let missing: Vec<&str> = RedisSettings::keys()
         .iter()
         .copied()
         .filter(|key| !partitioning.contains_key(*key))
