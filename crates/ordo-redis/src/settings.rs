@@ -15,6 +15,7 @@
 //! `max_retries`, the retry backoff, `max_concurrency`), which the broker
 //! reads from `Config::partitioning()`.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ordo_core::ConfigError;
@@ -244,5 +245,65 @@ fn reap_policy(value: Option<i64>) -> Result<ReapPolicy, ConfigError> {
             other,
             REAP_IDLE_MS,
         )?))),
+    }
+}
+
+/// `[redis]` of the domain configuration: where Redis is, for the programs
+/// that find it in the file (the `ordo` tool, `ordo-pg-relay`; an
+/// application passes its URL to [`RedisBroker::builder`](crate::RedisBroker::builder)).
+///
+/// ```toml
+/// [redis]
+/// url = "redis://127.0.0.1:6379/0"   # or "redis-cluster://10.0.0.1:7000,10.0.0.2:7000"
+/// # rediss:// only: the CA to trust (default: the system's), and a client
+/// # certificate for mutual TLS; paths relative to the file.
+/// tls_ca_file = "redis-ca.pem"
+/// tls_cert_file = "ordo-client.pem"
+/// tls_key_file = "ordo-client.key"
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    url: Option<String>,
+    tls_ca_file: Option<PathBuf>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
+}
+
+impl RedisConfig {
+    /// The `[redis]` table of `config`, after its layers (file, then the
+    /// `ORDO_REDIS_*` variables).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::WrongType`] naming the key and where it was set.
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        config.section("redis")
+    }
+
+    /// The keys of `[redis]`.
+    pub fn keys() -> &'static [&'static str] {
+        struct_fields::<Self>()
+    }
+
+    /// `url`: the Redis URL (it may hold a password: wrap it in a
+    /// [`SecretUrl`](crate::SecretUrl) before showing it).
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
+    /// `tls_ca_file`, as written (relative to the file when set there).
+    pub fn tls_ca_file(&self) -> Option<&Path> {
+        self.tls_ca_file.as_deref()
+    }
+
+    /// `tls_cert_file`, as written.
+    pub fn tls_cert_file(&self) -> Option<&Path> {
+        self.tls_cert_file.as_deref()
+    }
+
+    /// `tls_key_file`, as written.
+    pub fn tls_key_file(&self) -> Option<&Path> {
+        self.tls_key_file.as_deref()
     }
 }

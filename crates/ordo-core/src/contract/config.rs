@@ -450,6 +450,21 @@ impl Config {
         self.tables.get(name).and_then(toml::Value::as_table)
     }
 
+    /// The table `name` that another crate reads (`redis`, `cli`, `relay`,
+    /// `outbox`; see [`Config::table`]), into `T`, the serde struct that
+    /// crate declares for it (`ordo_redis::RedisConfig` for `[redis]`).
+    /// Every key of it is optional: a table no layer sets is `T` with none.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::WrongType`] naming the key (and where it was set,
+    /// [`ConfigError::At`]) for a value of the wrong type.
+    pub fn section<T: serde::de::DeserializeOwned>(&self, name: &'static str) -> Result<T, ConfigError> {
+        let empty = toml::Table::new();
+        let table = self.table(name).unwrap_or(&empty);
+        section::deserialize_table(table, name).map_err(|error| self.locate(error))
+    }
+
     /// Where the setting at `key` (dotted, like
     /// `server.partitioning.lease_ttl_ms`) came from: the environment
     /// variable or the file's line; `None` for a default, or a setting made
@@ -721,7 +736,9 @@ struct RawRelay {
     max_row_bytes: Option<u64>,
 }
 
-/// `[redis]`: read by the `ordo` tool; checked here so a typo is caught.
+/// `[redis]`: declared and read by ordo-redis (`ordo_redis::RedisConfig`,
+/// for the `ordo` tool and `ordo-pg-relay`); its keys are checked here so a
+/// typo is caught, and a test of ordo-redis holds them to its fields.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "the [redis] table")]
 #[expect(
