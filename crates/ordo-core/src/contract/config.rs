@@ -93,17 +93,17 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::contract::backoff::Backoff;
 
 mod error;
+mod file;
 mod layers;
 mod schema;
 mod section;
 
 use crate::contract::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, MAX_HASHED_PARTITIONS, segment_rule};
 pub use error::{ConfigError, Origin, TomlError};
+use file::{RawCategory, RawFile, RawHandler, RawHealth, RawOutbox, RawPartitioning, RawPriorityLanes};
 pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, env_var_names};
 pub use schema::PARTITIONING_KEYS;
 use schema::{SCHEMA, check_keys, with_article};
@@ -692,137 +692,6 @@ fn broker_keys(table: &toml::Table) -> toml::Table {
         .collect()
 }
 
-/// The file, a struct per table: the one declaration of `domain.toml`'s
-/// keys. The schema that names an unknown key and the `ORDO_` variables
-/// are read from these structs (`schema.rs`), in the order they declare
-/// their fields.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    #[serde(default)]
-    server: RawServer,
-    #[serde(default)]
-    handlers: BTreeMap<String, RawHandler>,
-    #[serde(default)]
-    health: RawHealth,
-    #[serde(default)]
-    outbox: RawOutbox,
-    #[serde(default)]
-    categories: BTreeMap<String, RawCategory>,
-    #[serde(default)]
-    #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
-    redis: RawRedis,
-    #[serde(default)]
-    #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
-    cli: RawCli,
-    #[serde(default)]
-    #[expect(dead_code, reason = "read by `ordo-pg-relay`; only its type is checked here")]
-    relay: RawRelay,
-}
-
-/// `[relay]`: read by `ordo-pg-relay`; checked here so a typo is caught.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [relay] table")]
-#[expect(
-    dead_code,
-    reason = "the value is read by `ordo-pg-relay`; only its type is checked here"
-)]
-struct RawRelay {
-    lease_ttl_ms: Option<u64>,
-    poll_ms: Option<u64>,
-    retention_s: Option<u64>,
-    batch_bytes: Option<u64>,
-    publish_call_bytes: Option<u64>,
-    max_row_bytes: Option<u64>,
-}
-
-/// `[redis]`: declared and read by ordo-redis (`ordo_redis::RedisConfig`,
-/// for the `ordo` tool and `ordo-pg-relay`); its keys are checked here so a
-/// typo is caught, and a test of ordo-redis holds them to its fields.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [redis] table")]
-#[expect(
-    dead_code,
-    reason = "the value is read by the `ordo` tool; only its type is checked here"
-)]
-struct RawRedis {
-    url: Option<String>,
-    tls_ca_file: Option<std::path::PathBuf>,
-    tls_cert_file: Option<std::path::PathBuf>,
-    tls_key_file: Option<std::path::PathBuf>,
-}
-
-/// `[cli]`: read by the `ordo` tool; checked here so a typo is caught.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [cli] table")]
-#[expect(
-    dead_code,
-    reason = "the value is read by the `ordo` tool; only its type is checked here"
-)]
-struct RawCli {
-    warn_partitions: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [server] table")]
-struct RawServer {
-    #[serde(default)]
-    partitioning: RawPartitioning,
-    #[serde(default)]
-    priority_lanes: RawPriorityLanes,
-}
-
-/// Integers are read signed so that a negative value gets a message naming
-/// its key rather than a type error. Other keys are the broker's, kept by
-/// [`broker_keys`] (the file's keys were checked by [`check_keys`]).
-#[derive(Debug, Default, Deserialize)]
-#[serde(expecting = "the [server.partitioning] table")]
-struct RawPartitioning {
-    poll_interval_seconds: Option<f64>,
-    max_retries: Option<i64>,
-    retry_backoff_initial_ms: Option<i64>,
-    retry_backoff_max_ms: Option<i64>,
-    max_concurrency: Option<i64>,
-    handler_timeout_ms: Option<i64>,
-    timeout_is_transient: Option<bool>,
-    max_transient_ms: Option<i64>,
-    pause_min_keys: Option<i64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [server.priority_lanes] table")]
-struct RawPriorityLanes {
-    enabled: Option<bool>,
-    backfill_suffix: Option<String>,
-    threshold: Option<i64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a [handlers.NAME] table")]
-struct RawHandler {
-    max_retries: Option<i64>,
-    retry_backoff_initial_ms: Option<i64>,
-    retry_backoff_max_ms: Option<i64>,
-    max_concurrency: Option<i64>,
-    timeout_ms: Option<i64>,
-    timeout_is_transient: Option<bool>,
-    max_transient_ms: Option<i64>,
-    pause_min_keys: Option<i64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [health] table")]
-struct RawHealth {
-    max_lag: Option<i64>,
-    max_pending_age_ms: Option<i64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a [categories.NAME] table")]
-struct RawCategory {
-    partitions: Option<toml::Value>,
-}
-
 impl RawCategory {
     fn validate(self, category: &str) -> Result<Partitions, ConfigError> {
         let bad = |reason: String| ConfigError::InvalidCategorySetting {
@@ -848,15 +717,6 @@ impl RawCategory {
             ))),
         }
     }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [outbox] table")]
-struct RawOutbox {
-    max_payload_bytes: Option<i64>,
-    /// The PostgreSQL outbox's schema: read by ordo-postgres's tools.
-    #[expect(dead_code, reason = "read by `ordo-pg-relay`; only its type is checked here")]
-    schema: Option<String>,
 }
 
 impl RawOutbox {

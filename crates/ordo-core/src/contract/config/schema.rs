@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
 
 use super::error::ConfigError;
+use super::file::RawFile;
 
 /// The keys `domain.toml` may hold, table by table: the tables are checked
 /// by [`check_keys`] before the values are read, so an unknown key gets a
@@ -36,7 +37,7 @@ const OPEN: &[&str] = &["server", "partitioning"];
 
 /// The keys of every table, read from the serde structs of the file.
 pub(super) static SCHEMA: LazyLock<Vec<(&'static str, Node)>> = LazyLock::new(|| {
-    let Node::Table(mut tables) = probe::<super::RawFile>() else {
+    let Node::Table(mut tables) = probe::<RawFile>() else {
         unreachable!("the file is a struct")
     };
     open(&mut tables, OPEN);
