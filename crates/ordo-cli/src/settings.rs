@@ -11,7 +11,8 @@
 //! ordo-core's `Config` and, for the Redis broker's keys, checked by
 //! `ordo_redis::RedisSettings`) and `[server.priority_lanes]` (read by
 //! ordo-core's `Config`: the backfill suffix names the backfill lanes), the
-//! CLI reads two tables of its own:
+//! CLI reads `[redis]` (as ordo-redis declares it, `ordo_redis::RedisConfig`)
+//! and a table of its own, `[cli]` (docs/domain.toml has them all):
 //!
 //! ```toml
 //! [redis]
@@ -31,7 +32,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use ordo_core::contract::config::{CONFIG_FILE_ENV, Config, Origin};
-use ordo_redis::{SecretUrl, TlsFiles};
+use ordo_redis::{RedisConfig, SecretUrl, TlsFiles};
 use serde::Deserialize;
 
 use crate::cli::GlobalArgs;
@@ -57,24 +58,14 @@ pub(crate) struct CliSettings {
     pub(crate) warn_partitions: u64,
 }
 
-/// The tables of domain.toml the CLI reads itself (the whole file, unknown
-/// keys included, is checked by `Config::from_toml_str`, and the Redis
-/// broker's keys of `[server.partitioning]` by `RedisSettings::from_config`).
-#[derive(Debug, Default, Deserialize)]
+/// The tables of domain.toml the CLI reads (the whole file, unknown keys
+/// included, is checked by `Config::load_with_env`, and the Redis broker's
+/// keys of `[server.partitioning]` by `RedisSettings::from_config`):
+/// `[redis]` as ordo-redis declares it, and its own `[cli]`.
+#[derive(Debug, Default)]
 struct CliFile {
-    #[serde(default)]
-    redis: RedisTable,
-    #[serde(default)]
+    redis: RedisConfig,
     cli: CliTable,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RedisTable {
-    url: Option<String>,
-    tls_ca_file: Option<PathBuf>,
-    tls_cert_file: Option<PathBuf>,
-    tls_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -116,9 +107,9 @@ impl CliSettings {
         };
         let tls = TlsFiles::new()
             .with_files(
-                place("redis.tls_ca_file", file.redis.tls_ca_file.as_deref()),
-                place("redis.tls_cert_file", file.redis.tls_cert_file.as_deref()),
-                place("redis.tls_key_file", file.redis.tls_key_file.as_deref()),
+                place("redis.tls_ca_file", file.redis.tls_ca_file()),
+                place("redis.tls_cert_file", file.redis.tls_cert_file()),
+                place("redis.tls_key_file", file.redis.tls_key_file()),
             )
             .with_files(
                 args.tls_ca_file.clone(),
@@ -137,11 +128,11 @@ impl CliSettings {
                 read_url_file(url_file, "--redis-url-file")?,
                 format!("--redis-url-file {}", url_file.display()),
             )
-        } else if let (Some(origin), Some(url)) = (layered, file.redis.url.clone()) {
+        } else if let (Some(origin), Some(url)) = (layered, file.redis.url()) {
             (SecretUrl::new(url), origin.to_string())
         } else if let Some(url) = from_env {
             (SecretUrl::new(url), "REDIS_URL".to_owned())
-        } else if let Some(url) = file.redis.url {
+        } else if let Some(url) = file.redis.url() {
             let path = path
                 .as_deref()
                 .map_or_else(String::new, |path| path.display().to_string());
@@ -189,10 +180,9 @@ fn read(path: Option<&Path>) -> Result<(CliFile, Config), Failure> {
     let config = Config::load_with_env(path, std::env::vars()).with_context(what)?;
     // The Redis broker's keys of [server.partitioning], and any typo there.
     ordo_redis::RedisSettings::from_config(&config).with_context(what)?;
-    let table = |name: &str| toml::Value::Table(config.table(name).cloned().unwrap_or_default());
     let file = CliFile {
-        redis: table("redis").try_into().with_context(what)?,
-        cli: table("cli").try_into().with_context(what)?,
+        redis: RedisConfig::from_config(&config).with_context(what)?,
+        cli: config.section("cli").with_context(what)?,
     };
     Ok((file, config))
 }

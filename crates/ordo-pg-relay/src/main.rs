@@ -26,7 +26,7 @@ use anyhow::Context;
 use clap::Parser;
 use ordo_core::contract::config::{Config, Origin};
 use ordo_postgres::{PgOutbox, PgRelay};
-use ordo_redis::{RedisBroker, SecretUrl};
+use ordo_redis::{RedisBroker, RedisConfig, SecretUrl};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -188,7 +188,8 @@ impl Settings {
 
 /// `[redis] url` set by ORDO_REDIS_URL, else REDIS_URL, else the file's.
 fn redis_url(config: &Config) -> anyhow::Result<SecretUrl> {
-    let layered = text(config, "redis", "url")?;
+    let redis = RedisConfig::from_config(config).context("invalid domain configuration")?;
+    let layered = redis.url().map(str::to_owned);
     let from_env = matches!(config.origin("redis.url"), Some(Origin::Env { .. }));
     let conventional = std::env::var("REDIS_URL").ok().filter(|url| !url.is_empty());
     match (layered, conventional) {

@@ -479,7 +479,7 @@ impl Broker for RedisBroker {
 
     /// The lease, heartbeat, reap and discovery keys ([`RedisSettings`]).
     fn partitioning_keys(&self) -> &'static [&'static str] {
-        RedisSettings::KEYS
+        RedisSettings::keys()
     }
 
     /// The broker's [`RedisProcessStore`](crate::RedisProcessStore): process

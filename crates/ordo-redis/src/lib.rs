@@ -87,7 +87,7 @@ pub use owner::fence::{FencedWrite, RedisFence};
 pub use owner::partition::StreamEntry;
 pub use owner::pause::PausedInstance;
 pub use owner::process::RedisProcessStore;
-pub use settings::{ReapPolicy, RedisSettings};
+pub use settings::{ReapPolicy, RedisConfig, RedisSettings};
 pub use store::acl::{AclRole, AclScope};
 pub use store::keys::{PartitionId, PartitionKeys, Routing, layout};
 pub use store::setup;

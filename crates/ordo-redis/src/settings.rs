@@ -15,10 +15,12 @@
 //! `max_retries`, the retry backoff, `max_concurrency`), which the broker
 //! reads from `Config::partitioning()`.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ordo_core::ConfigError;
-use ordo_core::contract::config::Config;
+use ordo_core::contract::config::{Config, positive_int, positive_seconds, struct_fields};
+use serde::Deserialize;
 
 const LEASE_TTL_MS: u64 = 15_000;
 const REAP_IDLE_MS: u64 = 3_600_000;
@@ -31,6 +33,21 @@ const REAP_IDLE_KEY: &str = "server.partitioning.reap_idle_ms";
 const DISCOVERY_KEY: &str = "server.partitioning.discovery_interval_seconds";
 const MAX_OWNED_KEY: &str = "server.partitioning.max_owned_partitions";
 const RECHECK_KEY: &str = "server.partitioning.recheck_interval_seconds";
+
+/// The Redis broker's keys of `[server.partitioning]`, as the file writes
+/// them: the one declaration of the keys (ordo-core hands the section
+/// over, [`Config::broker_section`]). Integers are read signed so that a
+/// negative value gets a message naming its key rather than a type error.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Section {
+    lease_ttl_ms: Option<i64>,
+    heartbeat_interval_seconds: Option<f64>,
+    reap_idle_ms: Option<i64>,
+    discovery_interval_seconds: Option<f64>,
+    max_owned_partitions: Option<i64>,
+    recheck_interval_seconds: Option<f64>,
+}
 
 /// The Redis broker's timings, from `[server.partitioning]` of the domain
 /// configuration ([`RedisSettings::from_config`]). Every cross-field rule
@@ -74,15 +91,11 @@ impl Default for RedisSettings {
 
 impl RedisSettings {
     /// The keys of `[server.partitioning]` the Redis broker reads beyond
-    /// ordo-core's (`Broker::partitioning_keys` of [`RedisBroker`](crate::RedisBroker)).
-    pub const KEYS: &'static [&'static str] = &[
-        "lease_ttl_ms",
-        "heartbeat_interval_seconds",
-        "reap_idle_ms",
-        "discovery_interval_seconds",
-        "max_owned_partitions",
-        "recheck_interval_seconds",
-    ];
+    /// ordo-core's (`Broker::partitioning_keys` of [`RedisBroker`](crate::RedisBroker)):
+    /// the fields of the section it declares.
+    pub fn keys() -> &'static [&'static str] {
+        struct_fields::<Section>()
+    }
 
     /// Reads and validates the Redis broker's keys of `config`'s
     /// `[server.partitioning]`.
@@ -100,17 +113,14 @@ impl RedisSettings {
     }
 
     fn read(config: &Config) -> Result<Self, ConfigError> {
-        let table = config.broker_partitioning(Self::KEYS)?;
-        let lease_ttl = Duration::from_millis(positive_int(
-            LEASE_TTL_KEY,
-            integer(table, "lease_ttl_ms")?,
-            LEASE_TTL_MS,
-        )?);
-        let heartbeat_interval = heartbeat_interval(number(table, "heartbeat_interval_seconds")?, lease_ttl)?;
-        let reap = reap_policy(integer(table, "reap_idle_ms")?)?;
+        let section: Section = config.broker_section()?;
+        let lease_ttl =
+            Duration::from_millis(positive_int(LEASE_TTL_KEY, section.lease_ttl_ms, LEASE_TTL_MS)?);
+        let heartbeat_interval = heartbeat_interval(section.heartbeat_interval_seconds, lease_ttl)?;
+        let reap = reap_policy(section.reap_idle_ms)?;
         let discovery_interval = positive_seconds(
             DISCOVERY_KEY,
-            number(table, "discovery_interval_seconds")?,
+            section.discovery_interval_seconds,
             DISCOVERY_INTERVAL_SECONDS,
         )?;
         if discovery_interval >= lease_ttl {
@@ -124,7 +134,7 @@ impl RedisSettings {
                 ),
             });
         }
-        let max_owned_partitions = match integer(table, "max_owned_partitions")? {
+        let max_owned_partitions = match section.max_owned_partitions {
             None | Some(0) => None,
             Some(n) => Some(
                 usize::try_from(n)
@@ -138,7 +148,7 @@ impl RedisSettings {
         };
         let recheck_interval = positive_seconds(
             RECHECK_KEY,
-            number(table, "recheck_interval_seconds")?,
+            section.recheck_interval_seconds,
             RECHECK_INTERVAL_SECONDS,
         )?;
         Ok(Self {
@@ -238,63 +248,62 @@ fn reap_policy(value: Option<i64>) -> Result<ReapPolicy, ConfigError> {
     }
 }
 
-fn positive_int(key: &'static str, value: Option<i64>, default: u64) -> Result<u64, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(v) if v > 0 => Ok(v.unsigned_abs()),
-        Some(v) => Err(ConfigError::Invalid {
-            key,
-            reason: format!("must be greater than 0, got {v}"),
-        }),
-    }
+/// `[redis]` of the domain configuration: where Redis is, for the programs
+/// that find it in the file (the `ordo` tool, `ordo-pg-relay`; an
+/// application passes its URL to [`RedisBroker::builder`](crate::RedisBroker::builder)).
+///
+/// ```toml
+/// [redis]
+/// url = "redis://127.0.0.1:6379/0"   # or "redis-cluster://10.0.0.1:7000,10.0.0.2:7000"
+/// # rediss:// only: the CA to trust (default: the system's), and a client
+/// # certificate for mutual TLS; paths relative to the file.
+/// tls_ca_file = "redis-ca.pem"
+/// tls_cert_file = "ordo-client.pem"
+/// tls_key_file = "ordo-client.key"
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    url: Option<String>,
+    tls_ca_file: Option<PathBuf>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
 }
 
-fn positive_seconds(key: &'static str, value: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
-    let seconds = value.unwrap_or(default);
-    if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(ConfigError::Invalid {
-            key,
-            reason: format!("must be a finite number greater than 0, got {seconds}"),
-        });
+impl RedisConfig {
+    /// The `[redis]` table of `config`, after its layers (file, then the
+    /// `ORDO_REDIS_*` variables).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::WrongType`] naming the key and where it was set.
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        config.section("redis")
     }
-    Duration::try_from_secs_f64(seconds).map_err(|_| ConfigError::Invalid {
-        key,
-        reason: format!("is too large, got {seconds}"),
-    })
-}
 
-/// The integer at `key` of the table, if set.
-fn integer(table: &toml::Table, key: &str) -> Result<Option<i64>, ConfigError> {
-    match table.get(key) {
-        None => Ok(None),
-        Some(toml::Value::Integer(value)) => Ok(Some(*value)),
-        Some(other) => Err(wrong_type(key, "an integer", other)),
+    /// The keys of `[redis]`.
+    pub fn keys() -> &'static [&'static str] {
+        struct_fields::<Self>()
     }
-}
 
-/// The number (an integer or a float) at `key` of the table, if set.
-fn number(table: &toml::Table, key: &str) -> Result<Option<f64>, ConfigError> {
-    match table.get(key) {
-        None => Ok(None),
-        Some(toml::Value::Float(value)) => Ok(Some(*value)),
-        // Exact up to 2^53 s, far beyond any sensible interval.
-        Some(toml::Value::Integer(value)) => Ok(Some(*value as f64)),
-        Some(other) => Err(wrong_type(key, "a number", other)),
+    /// `url`: the Redis URL (it may hold a password: wrap it in a
+    /// [`SecretUrl`](crate::SecretUrl) before showing it).
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
     }
-}
 
-fn wrong_type(key: &str, expected: &'static str, found: &toml::Value) -> ConfigError {
-    ConfigError::WrongType {
-        key: format!("server.partitioning.{key}"),
-        expected,
-        found: match found {
-            toml::Value::String(_) => "a string",
-            toml::Value::Integer(_) => "an integer",
-            toml::Value::Float(_) => "a float",
-            toml::Value::Boolean(_) => "a boolean",
-            toml::Value::Datetime(_) => "a datetime",
-            toml::Value::Array(_) => "an array",
-            toml::Value::Table(_) => "a table",
-        },
+    /// `tls_ca_file`, as written (relative to the file when set there).
+    pub fn tls_ca_file(&self) -> Option<&Path> {
+        self.tls_ca_file.as_deref()
+    }
+
+    /// `tls_cert_file`, as written.
+    pub fn tls_cert_file(&self) -> Option<&Path> {
+        self.tls_cert_file.as_deref()
+    }
+
+    /// `tls_key_file`, as written.
+    pub fn tls_key_file(&self) -> Option<&Path> {
+        self.tls_key_file.as_deref()
     }
 }

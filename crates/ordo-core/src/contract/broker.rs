@@ -261,8 +261,9 @@ pub trait Broker: Any + Send + Sync + fmt::Debug {
     }
 
     /// The keys of `[server.partitioning]` this broker reads beyond
-    /// ordo-core's own (the Redis broker's timings), which it parses with
-    /// [`Config::broker_partitioning`]. `Domain::init()` refuses a
+    /// ordo-core's own (the Redis broker's timings): the fields of the
+    /// serde struct it reads them into with [`Config::broker_section`]
+    /// ([`struct_fields`](crate::contract::config::struct_fields)). `Domain::init()` refuses a
     /// configuration with a key of that table that neither ordo-core nor
     /// the broker reads ([`UsageProblem::UnknownConfigKey`](crate::UsageProblem::UnknownConfigKey)).
     /// None by default.

@@ -68,8 +68,10 @@
 //!
 //! A broker may read keys of its own from `[server.partitioning]` (the
 //! Redis broker's timings, documented on `ordo_redis::RedisSettings`). This crate keeps them unread in the
-//! [`Config`]; the broker declares them ([`Broker::partitioning_keys`]) and
-//! parses them with [`Config::broker_partitioning`]. A key of
+//! [`Config`]; the broker declares them in a serde struct of its own
+//! ([`Broker::partitioning_keys`] are its fields) and reads them into it with
+//! [`Config::broker_section`], checking ranges with the validators this
+//! crate uses ([`positive_int`], [`positive_seconds`]). A key of
 //! `[server.partitioning]` that neither this crate nor the domain's broker
 //! reads is an error: at [`Config::broker_partitioning`] (which the Redis
 //! broker's builder calls) and at `DomainBuilder::init()`
@@ -91,19 +93,21 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::contract::backoff::Backoff;
 
 mod error;
+mod file;
 mod layers;
 mod schema;
+mod section;
 
 use crate::contract::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, MAX_HASHED_PARTITIONS, segment_rule};
 pub use error::{ConfigError, Origin, TomlError};
+use file::{RawCategory, RawFile, RawHandler, RawHealth, RawOutbox, RawPartitioning, RawPriorityLanes};
 pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, env_var_names};
 pub use schema::PARTITIONING_KEYS;
 use schema::{SCHEMA, check_keys, with_article};
+pub use section::{positive_int, positive_seconds, struct_fields};
 
 const POLL_INTERVAL_SECONDS: f64 = 0.25;
 const MAX_RETRIES: u32 = 3;
@@ -365,7 +369,7 @@ impl Config {
     /// Parses and validates the text of a `domain.toml`.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
         let table: toml::Table = toml::from_str(text).map_err(|error| ConfigError::Parse(error.into()))?;
-        check_keys(&table, "", SCHEMA)?;
+        check_keys(&table, "", &SCHEMA)?;
         // Parsed again from the text so that a type error points at its line.
         let raw: RawFile = toml::from_str(text).map_err(|error| ConfigError::Parse(error.into()))?;
         let mut config = Self::from_raw(raw)?;
@@ -427,7 +431,7 @@ impl Config {
         let file = text.as_deref().map(|text| (path.as_deref(), text));
         let layered = layers::layer(file, env)?;
         let origins = layered.origins;
-        check_keys(&layered.table, "", SCHEMA).map_err(|error| origins.locate(error))?;
+        check_keys(&layered.table, "", &SCHEMA).map_err(|error| origins.locate(error))?;
         let raw: RawFile = toml::Value::Table(layered.table.clone())
             .try_into()
             .map_err(|error| origins.locate(ConfigError::Parse(error.into())))?;
@@ -444,6 +448,21 @@ impl Config {
     /// sets any of its keys.
     pub fn table(&self, name: &str) -> Option<&toml::Table> {
         self.tables.get(name).and_then(toml::Value::as_table)
+    }
+
+    /// The table `name` that another crate reads (`redis`, `cli`, `relay`,
+    /// `outbox`; see [`Config::table`]), into `T`, the serde struct that
+    /// crate declares for it (`ordo_redis::RedisConfig` for `[redis]`).
+    /// Every key of it is optional: a table no layer sets is `T` with none.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::WrongType`] naming the key (and where it was set,
+    /// [`ConfigError::At`]) for a value of the wrong type.
+    pub fn section<T: serde::de::DeserializeOwned>(&self, name: &'static str) -> Result<T, ConfigError> {
+        let empty = toml::Table::new();
+        let table = self.table(name).unwrap_or(&empty);
+        section::deserialize_table(table, name).map_err(|error| self.locate(error))
     }
 
     /// Where the setting at `key` (dotted, like
@@ -480,6 +499,21 @@ impl Config {
             Some((key, valid)) => Err(ConfigError::UnknownKey { key, valid }),
             None => Ok(&self.broker_partitioning),
         }
+    }
+
+    /// The broker's keys of `[server.partitioning]` read into `T`, the
+    /// serde struct that declares them (its fields are the keys: see
+    /// [`struct_fields`]). The broker validates the ranges itself (with
+    /// [`positive_int`], [`positive_seconds`] and its own rules).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::UnknownKey`] for a key of the table that neither this
+    /// crate nor `T` names, listing both; [`ConfigError::WrongType`] naming
+    /// the key for a value of the wrong type.
+    pub fn broker_section<T: serde::de::DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        let table = self.broker_partitioning(struct_fields::<T>())?;
+        section::deserialize_table(table, PARTITIONING)
     }
 
     /// The first key of `[server.partitioning]` that neither this crate nor
@@ -658,131 +692,6 @@ fn broker_keys(table: &toml::Table) -> toml::Table {
         .collect()
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    #[serde(default)]
-    server: RawServer,
-    #[serde(default)]
-    handlers: BTreeMap<String, RawHandler>,
-    #[serde(default)]
-    health: RawHealth,
-    #[serde(default)]
-    outbox: RawOutbox,
-    #[serde(default)]
-    categories: BTreeMap<String, RawCategory>,
-    #[serde(default)]
-    #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
-    redis: RawRedis,
-    #[serde(default)]
-    #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
-    cli: RawCli,
-    #[serde(default)]
-    #[expect(dead_code, reason = "read by `ordo-pg-relay`; only its type is checked here")]
-    relay: RawRelay,
-}
-
-/// `[relay]`: read by `ordo-pg-relay`; checked here so a typo is caught.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [relay] table")]
-#[expect(
-    dead_code,
-    reason = "the value is read by `ordo-pg-relay`; only its type is checked here"
-)]
-struct RawRelay {
-    lease_ttl_ms: Option<u64>,
-    poll_ms: Option<u64>,
-    retention_s: Option<u64>,
-    batch_bytes: Option<u64>,
-    publish_call_bytes: Option<u64>,
-    max_row_bytes: Option<u64>,
-}
-
-/// `[redis]`: read by the `ordo` tool; checked here so a typo is caught.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [redis] table")]
-#[expect(
-    dead_code,
-    reason = "the value is read by the `ordo` tool; only its type is checked here"
-)]
-struct RawRedis {
-    url: Option<String>,
-    tls_ca_file: Option<std::path::PathBuf>,
-    tls_cert_file: Option<std::path::PathBuf>,
-    tls_key_file: Option<std::path::PathBuf>,
-}
-
-/// `[cli]`: read by the `ordo` tool; checked here so a typo is caught.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [cli] table")]
-#[expect(
-    dead_code,
-    reason = "the value is read by the `ordo` tool; only its type is checked here"
-)]
-struct RawCli {
-    warn_partitions: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [server] table")]
-struct RawServer {
-    #[serde(default)]
-    partitioning: RawPartitioning,
-    #[serde(default)]
-    priority_lanes: RawPriorityLanes,
-}
-
-/// Integers are read signed so that a negative value gets a message naming
-/// its key rather than a type error. Other keys are the broker's, kept by
-/// [`broker_keys`] (the file's keys were checked by [`check_keys`]).
-#[derive(Debug, Default, Deserialize)]
-#[serde(expecting = "the [server.partitioning] table")]
-struct RawPartitioning {
-    poll_interval_seconds: Option<f64>,
-    max_retries: Option<i64>,
-    retry_backoff_initial_ms: Option<i64>,
-    retry_backoff_max_ms: Option<i64>,
-    max_concurrency: Option<i64>,
-    handler_timeout_ms: Option<i64>,
-    timeout_is_transient: Option<bool>,
-    max_transient_ms: Option<i64>,
-    pause_min_keys: Option<i64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [server.priority_lanes] table")]
-struct RawPriorityLanes {
-    enabled: Option<bool>,
-    backfill_suffix: Option<String>,
-    threshold: Option<i64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a [handlers.NAME] table")]
-struct RawHandler {
-    max_retries: Option<i64>,
-    retry_backoff_initial_ms: Option<i64>,
-    retry_backoff_max_ms: Option<i64>,
-    max_concurrency: Option<i64>,
-    timeout_ms: Option<i64>,
-    timeout_is_transient: Option<bool>,
-    max_transient_ms: Option<i64>,
-    pause_min_keys: Option<i64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [health] table")]
-struct RawHealth {
-    max_lag: Option<i64>,
-    max_pending_age_ms: Option<i64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a [categories.NAME] table")]
-struct RawCategory {
-    partitions: Option<toml::Value>,
-}
-
 impl RawCategory {
     fn validate(self, category: &str) -> Result<Partitions, ConfigError> {
         let bad = |reason: String| ConfigError::InvalidCategorySetting {
@@ -808,15 +717,6 @@ impl RawCategory {
             ))),
         }
     }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "the [outbox] table")]
-struct RawOutbox {
-    max_payload_bytes: Option<i64>,
-    /// The PostgreSQL outbox's schema: read by ordo-postgres's tools.
-    #[expect(dead_code, reason = "read by `ordo-pg-relay`; only its type is checked here")]
-    schema: Option<String>,
 }
 
 impl RawOutbox {
@@ -1020,14 +920,6 @@ fn invalid(key: &'static str, reason: String) -> ConfigError {
     ConfigError::Invalid { key, reason }
 }
 
-fn positive_int(key: &'static str, value: Option<i64>, default: u64) -> Result<u64, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(v) if v > 0 => Ok(v.unsigned_abs()),
-        Some(v) => Err(invalid(key, format!("must be greater than 0, got {v}"))),
-    }
-}
-
 /// A limit in milliseconds where 0 means none.
 fn limit(key: &'static str, value: Option<i64>, default: u64) -> Result<Option<Duration>, ConfigError> {
     let ms = match value {
@@ -1037,17 +929,6 @@ fn limit(key: &'static str, value: Option<i64>, default: u64) -> Result<Option<D
         }
     };
     Ok((ms > 0).then(|| Duration::from_millis(ms)))
-}
-
-fn positive_seconds(key: &'static str, value: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
-    let seconds = value.unwrap_or(default);
-    if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(invalid(
-            key,
-            format!("must be a finite number greater than 0, got {seconds}"),
-        ));
-    }
-    Duration::try_from_secs_f64(seconds).map_err(|_| invalid(key, format!("is too large, got {seconds}")))
 }
 
 fn max_retries(value: Option<i64>) -> Result<u32, ConfigError> {

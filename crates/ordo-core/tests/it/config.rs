@@ -384,3 +384,25 @@ fn a_parse_error_quoting_a_url_line_masks_its_password() {
         assert!(shown.contains("***") && shown.contains("line 2"), "{shown}");
     }
 }
+
+/// docs/domain.toml, the reference file, is read by the real loader, and
+/// its values are the defaults it says they are.
+#[test]
+fn the_reference_file_is_valid_and_states_the_defaults() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/domain.toml");
+    let config = Config::from_file(path).unwrap_or_else(|error| panic!("{}", chain(&error)));
+    let defaults = Config::default();
+    assert_eq!(config.partitioning(), defaults.partitioning());
+    assert_eq!(config.priority_lanes(), defaults.priority_lanes());
+    assert_eq!(config.health(), defaults.health());
+    assert_eq!(config.outbox(), defaults.outbox());
+    assert_eq!(config.partitions("order"), defaults.partitions("order"));
+    let handler = &config.handlers()["OrderProjector"];
+    let p = defaults.partitioning();
+    assert_eq!(handler.max_retries(), Some(p.max_retries()));
+    assert_eq!(handler.backoff(), Some(p.backoff()));
+    assert_eq!(handler.timeout(), Some(p.handler_timeout()));
+    assert_eq!(handler.timeout_is_transient(), Some(p.timeout_is_transient()));
+    assert_eq!(handler.max_transient(), Some(p.max_transient()));
+    assert_eq!(handler.pause_min_keys(), Some(p.pause_min_keys()));
+}

@@ -237,3 +237,49 @@ async fn the_builder_refuses_invalid_settings_before_connecting() {
         );
     }
 }
+
+/// docs/domain.toml, the reference file, writes every key of the Redis
+/// broker at its default.
+#[test]
+fn the_reference_file_states_the_brokers_keys_and_defaults() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/domain.toml");
+    let config = Config::from_file(path).unwrap();
+    assert_eq!(
+        RedisSettings::from_config(&config).unwrap(),
+        RedisSettings::default()
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let partitioning = table["server"]["partitioning"].as_table().unwrap();
+    let missing: Vec<&str> = RedisSettings::keys()
+        .iter()
+        .copied()
+        .filter(|key| !partitioning.contains_key(*key))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/domain.toml: {missing:?}");
+}
+
+/// `[redis]` is read into `RedisConfig`, ordo-redis's declaration of it,
+/// after the layers; the keys ordo-core checks in the file are its fields.
+#[test]
+fn the_redis_table_is_read_as_ordo_redis_declares_it() {
+    let error = Config::from_toml_str("[redis]\nnot_a_key = 1\n").unwrap_err();
+    let ConfigError::UnknownKey { valid, .. } = &error else {
+        panic!("{error:?}")
+    };
+    assert_eq!(valid.as_slice(), ordo_redis::RedisConfig::keys());
+    let env = [
+        ("ORDO_REDIS_URL", "redis://cache:6380"),
+        ("ORDO_REDIS_TLS_CA_FILE", "ca.pem"),
+    ]
+    .map(|(name, value)| (name.to_owned(), value.to_owned()));
+    let config = Config::load_with_env(None, env).unwrap();
+    let redis = ordo_redis::RedisConfig::from_config(&config).unwrap();
+    assert_eq!(redis.url(), Some("redis://cache:6380"));
+    assert_eq!(redis.tls_ca_file(), Some(std::path::Path::new("ca.pem")));
+    assert_eq!(redis.tls_cert_file(), None);
+    assert_eq!(
+        ordo_redis::RedisConfig::from_config(&Config::default()).unwrap(),
+        ordo_redis::RedisConfig::default()
+    );
+}

@@ -145,6 +145,13 @@ impl TomlError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// A message of a deserializer other than the parser's, secrets masked.
+    pub(crate) fn from_message(message: String) -> Self {
+        Self {
+            message: crate::contract::text::redact_secrets(message.trim_end()),
+        }
+    }
 }
 
 impl From<toml::de::Error> for TomlError {

@@ -111,7 +111,7 @@ pub(crate) fn layer(
         })?;
         origins.file = Some((path.map(Path::to_owned), text.to_owned()));
         // The file's own unknown keys and misplaced tables, named at their line.
-        schema::check_keys(&table, "", SCHEMA).map_err(|error| origins.locate(error))?;
+        schema::check_keys(&table, "", &SCHEMA).map_err(|error| origins.locate(error))?;
     }
     let mut vars: Vec<(String, String)> = env
         .into_iter()
@@ -120,7 +120,7 @@ pub(crate) fn layer(
     vars.sort();
     for (var, value) in vars {
         let rest = &var[ENV_PREFIX.len()..];
-        let Some(path) = resolve(rest, SCHEMA) else {
+        let Some(path) = resolve(rest, &SCHEMA) else {
             if let Some(valid) = guarded(rest) {
                 return Err(ConfigError::UnknownEnvVar { var, valid });
             }
@@ -179,7 +179,7 @@ fn set(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(
 
 /// The dotted path `rest` (a variable's name after `ORDO_`) names in
 /// `schema`, if any.
-fn resolve(rest: &str, schema: &'static [(&'static str, Node)]) -> Option<Vec<String>> {
+fn resolve(rest: &str, schema: &[(&'static str, Node)]) -> Option<Vec<String>> {
     for (name, node) in schema {
         let upper = name.to_ascii_uppercase();
         if let Node::Value = node {
@@ -237,7 +237,7 @@ fn names(prefix: &str, node: &Node, out: &mut Vec<String>) {
     match node {
         Node::Value => out.push(prefix.to_owned()),
         Node::Table(children) => {
-            for (child, node) in *children {
+            for (child, node) in children {
                 names(&format!("{prefix}_{}", child.to_ascii_uppercase()), node, out);
             }
         }
@@ -264,7 +264,7 @@ fn names(prefix: &str, node: &Node, out: &mut Vec<String>) {
 /// `<BROKER_KEY>`), for documentation and tests.
 pub fn env_var_names() -> Vec<String> {
     let mut out = Vec::new();
-    for (name, node) in SCHEMA {
+    for (name, node) in SCHEMA.iter() {
         names(
             &format!("{ENV_PREFIX}{}", name.to_ascii_uppercase()),
             node,
