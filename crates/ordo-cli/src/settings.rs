@@ -31,7 +31,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use ordo_core::contract::config::{CONFIG_FILE_ENV, Config, Origin};
+use ordo_core::contract::config::{CONFIG_FILE_ENV, Config, ConfigError, Origin};
 use ordo_redis::{RedisConfig, SecretUrl, TlsFiles};
 use serde::Deserialize;
 
@@ -65,13 +65,30 @@ pub(crate) struct CliSettings {
 #[derive(Debug, Default)]
 struct CliFile {
     redis: RedisConfig,
-    cli: CliTable,
+    cli: CliConfig,
 }
 
+/// `[cli]` of the domain configuration: the one declaration of the table
+/// the `ordo` tool owns, read after the layers with
+/// `Config::section::<CliConfig>("cli")`. ordo-core checks the table's keys
+/// when it loads the file (an unknown key, an `ORDO_CLI_` variable that
+/// names none); a test below holds those keys to these fields.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CliTable {
+pub(crate) struct CliConfig {
+    /// `ordo status` warns above this many live partitions per category.
     warn_partitions: Option<u64>,
+}
+
+impl CliConfig {
+    /// The name of the table in domain.toml.
+    const TABLE: &'static str = "cli";
+
+    /// The `[cli]` table of `config`, after its layers (file, then the
+    /// `ORDO_CLI_*` variables).
+    fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        config.section(Self::TABLE)
+    }
 }
 
 impl CliSettings {
@@ -182,7 +199,7 @@ fn read(path: Option<&Path>) -> Result<(CliFile, Config), Failure> {
     ordo_redis::RedisSettings::from_config(&config).with_context(what)?;
     let file = CliFile {
         redis: RedisConfig::from_config(&config).with_context(what)?,
-        cli: config.section("cli").with_context(what)?,
+        cli: CliConfig::from_config(&config).with_context(what)?,
     };
     Ok((file, config))
 }
@@ -194,4 +211,48 @@ fn find_upward(name: &str) -> Option<PathBuf> {
         .ancestors()
         .map(|dir| dir.join(name))
         .find(|path| path.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use ordo_core::contract::config::{ENV_PREFIX, env_var_names, struct_fields};
+
+    use super::*;
+
+    /// ordo-core checks `[cli]` when it loads the file; the keys it accepts
+    /// (listed when one is unknown) and their `ORDO_CLI_` variables are
+    /// `CliConfig`'s fields, in its order.
+    #[test]
+    fn the_cli_table_core_checks_is_the_one_the_cli_declares() {
+        let fields = struct_fields::<CliConfig>();
+        let error = Config::from_toml_str("[cli]\nnot_a_key = 1\n").unwrap_err();
+        let ConfigError::UnknownKey { valid, .. } = &error else {
+            panic!("{error:?}")
+        };
+        assert_eq!(valid.as_slice(), fields);
+        let prefix = format!("{ENV_PREFIX}CLI_");
+        let vars: Vec<String> = env_var_names()
+            .into_iter()
+            .filter(|name| name.starts_with(&prefix))
+            .collect();
+        let expected: Vec<String> = fields
+            .iter()
+            .map(|field| format!("{prefix}{}", field.to_ascii_uppercase()))
+            .collect();
+        assert_eq!(vars, expected);
+    }
+
+    #[test]
+    fn the_cli_table_is_read_after_the_layers() {
+        let env =
+            [("ORDO_CLI_WARN_PARTITIONS", "7")].map(|(name, value)| (name.to_owned(), value.to_owned()));
+        let config = Config::load_with_env(None, env).unwrap();
+        assert_eq!(CliConfig::from_config(&config).unwrap().warn_partitions, Some(7));
+        assert_eq!(
+            CliConfig::from_config(&Config::default())
+                .unwrap()
+                .warn_partitions,
+            None
+        );
+    }
 }

@@ -66,7 +66,9 @@ pub(super) struct RawRedis {
     pub(super) tls_key_file: Option<std::path::PathBuf>,
 }
 
-/// `[cli]`: read by the `ordo` tool; checked here so a typo is caught.
+/// `[cli]`: declared and read by the `ordo` tool (`CliConfig` in
+/// crates/ordo-cli/src/settings.rs); its keys are checked here so a typo is
+/// caught, and a test of ordo-cli holds them to its fields.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "the [cli] table")]
 #[expect(
