@@ -24,9 +24,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use ordo_core::contract::config::{Config, Origin};
+use ordo_core::contract::config::{Config, ConfigError, Origin};
 use ordo_postgres::{PgOutbox, PgRelay};
 use ordo_redis::{RedisBroker, RedisConfig, SecretUrl};
+use serde::Deserialize;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -131,44 +132,60 @@ impl Settings {
             Some(url) => url,
             None => redis_url(&config)?,
         };
+        let relay = RelayConfig::from_config(&config).context("invalid domain configuration")?;
+        // A value out of range names where it was set (a file's line, a variable).
+        let whole = |key, value| whole(key, value).map_err(|error| config.locate(error));
         let schema = match args.outbox_schema {
             Some(schema) => schema,
-            None => {
-                text(&config, "outbox", "schema")?.unwrap_or_else(|| ordo_postgres::DEFAULT_SCHEMA.to_owned())
-            }
+            None => config
+                .section::<OutboxSchema>("outbox")
+                .context("invalid domain configuration")?
+                .schema
+                .unwrap_or_else(|| ordo_postgres::DEFAULT_SCHEMA.to_owned()),
         };
         let ttl_ms = match args.lease_ttl_ms {
             Some(ms) => ms,
-            None => number(&config, "relay", "lease_ttl_ms")?.unwrap_or(10_000),
+            None => whole("relay.lease_ttl_ms", relay.lease_ttl_ms)?.unwrap_or(10_000),
         };
         let lease_ttl = Duration::from_millis(ttl_ms);
         let poll = match args
             .poll_ms
-            .map_or_else(|| number(&config, "relay", "poll_ms"), |ms| Ok(Some(ms)))?
+            .map_or_else(|| whole("relay.poll_ms", relay.poll_ms), |ms| Ok(Some(ms)))?
         {
             Some(ms) => Duration::from_millis(ms),
             None => (lease_ttl / 4).min(Duration::from_secs(1)),
         };
         let retention_s = match args.retention_s {
             Some(s) => s,
-            None => number(&config, "relay", "retention_s")?.unwrap_or(86_400),
+            None => whole("relay.retention_s", relay.retention_s)?.unwrap_or(86_400),
         };
-        let bytes = |flag: Option<u64>, key: &str, default: usize| -> anyhow::Result<usize> {
+        let bytes = |flag: Option<u64>,
+                     key: &'static str,
+                     value: Option<i64>,
+                     default: usize|
+         -> anyhow::Result<usize> {
             let value = match flag {
                 Some(value) => Some(value),
-                None => number(&config, "relay", key)?,
+                None => whole(key, value)?,
             };
             Ok(value.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX)))
         };
         let batch_bytes = bytes(
             args.batch_bytes,
-            "batch_bytes",
+            "relay.batch_bytes",
+            relay.batch_bytes,
             ordo_postgres::DEFAULT_BATCH_BYTES,
         )?;
-        let publish_call_bytes = bytes(args.publish_call_bytes, "publish_call_bytes", 8 << 20)?;
+        let publish_call_bytes = bytes(
+            args.publish_call_bytes,
+            "relay.publish_call_bytes",
+            relay.publish_call_bytes,
+            8 << 20,
+        )?;
         let max_row_bytes = bytes(
             args.max_row_bytes,
-            "max_row_bytes",
+            "relay.max_row_bytes",
+            relay.max_row_bytes,
             ordo_postgres::DEFAULT_MAX_ROW_BYTES,
         )?;
         Ok(Self {
@@ -203,37 +220,48 @@ fn redis_url(config: &Config) -> anyhow::Result<SecretUrl> {
     }
 }
 
-/// Key `key` of table `table`, a string, naming where it was set when it is not.
-fn text(config: &Config, table: &str, key: &str) -> anyhow::Result<Option<String>> {
-    match config.table(table).and_then(|t| t.get(key)) {
-        None => Ok(None),
-        Some(toml::Value::String(value)) => Ok(Some(value.clone())),
-        Some(other) => anyhow::bail!(
-            "{table}.{key} must be a string, got {} ({})",
-            other.type_str(),
-            place(config, table, key)
-        ),
+/// `[relay]` of the domain configuration: the one declaration of the table
+/// ordo-pg-relay owns, read after the layers (file, then the `ORDO_RELAY_*`
+/// variables) with `Config::section`; its flags come first. ordo-core checks
+/// the table's keys when it loads the file; a test holds them to these
+/// fields. Integers are read signed so that a negative value gets a message
+/// naming its key rather than a type error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RelayConfig {
+    lease_ttl_ms: Option<i64>,
+    poll_ms: Option<i64>,
+    retention_s: Option<i64>,
+    batch_bytes: Option<i64>,
+    publish_call_bytes: Option<i64>,
+    max_row_bytes: Option<i64>,
+}
+
+/// ordo-pg-relay's key of `[outbox]`, whose other keys are ordo-core's
+/// (checked, with this one, when the file is loaded): the outbox's schema.
+#[derive(Debug, Default, Deserialize)]
+struct OutboxSchema {
+    schema: Option<String>,
+}
+
+impl RelayConfig {
+    /// The `[relay]` table of `config`, after its layers.
+    fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        config.section("relay")
     }
 }
 
-/// Key `key` of table `table`, a whole number of 0 or more.
-fn number(config: &Config, table: &str, key: &str) -> anyhow::Result<Option<u64>> {
-    match config.table(table).and_then(|t| t.get(key)) {
-        None => Ok(None),
-        Some(toml::Value::Integer(value)) if *value >= 0 => Ok(Some(value.unsigned_abs())),
-        Some(other) => anyhow::bail!(
-            "{table}.{key} must be a whole number of 0 or more, got {other} ({})",
-            place(config, table, key)
-        ),
-    }
-}
-
-/// Where `table.key` was set, for an error.
-fn place(config: &Config, table: &str, key: &str) -> String {
-    config.origin(&format!("{table}.{key}")).map_or_else(
-        || "set in the domain configuration".to_owned(),
-        |o| format!("set in {o}"),
-    )
+/// `value` of `[relay] key` (the full key, for errors), a whole number of 0
+/// or more.
+fn whole(key: &'static str, value: Option<i64>) -> Result<Option<u64>, ConfigError> {
+    value
+        .map(|v| {
+            u64::try_from(v).map_err(|_| ConfigError::Invalid {
+                key,
+                reason: format!("must be a whole number of 0 or more, got {v}"),
+            })
+        })
+        .transpose()
 }
 
 #[tokio::main]
@@ -313,4 +341,59 @@ async fn adopt(outbox: &PgOutbox) -> anyhow::Result<()> {
         outbox.schema()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use ordo_core::contract::config::{ENV_PREFIX, env_var_names, struct_fields};
+
+    use super::*;
+
+    /// The keys ordo-core accepts in `table` (listed when one is unknown).
+    fn core_keys(table: &str) -> Vec<&'static str> {
+        let error = Config::from_toml_str(&format!("[{table}]\nnot_a_key = 1\n")).unwrap_err();
+        let ConfigError::UnknownKey { valid, .. } = error else {
+            panic!("{error:?}")
+        };
+        valid
+    }
+
+    /// ordo-core checks `[relay]` when it loads the file; the keys it
+    /// accepts and their `ORDO_RELAY_` variables are `RelayConfig`'s fields,
+    /// in its order; `[outbox]` has the relay's `schema`.
+    #[test]
+    fn the_tables_core_checks_are_the_ones_the_relay_declares() {
+        let fields = struct_fields::<RelayConfig>();
+        assert_eq!(core_keys("relay"), fields);
+        let prefix = format!("{ENV_PREFIX}RELAY_");
+        let vars: Vec<String> = env_var_names()
+            .into_iter()
+            .filter(|name| name.starts_with(&prefix))
+            .collect();
+        let expected: Vec<String> = fields
+            .iter()
+            .map(|field| format!("{prefix}{}", field.to_ascii_uppercase()))
+            .collect();
+        assert_eq!(vars, expected);
+        for field in struct_fields::<OutboxSchema>() {
+            assert!(core_keys("outbox").contains(field), "{field}");
+        }
+    }
+
+    #[test]
+    fn the_relay_s_tables_are_read_after_the_layers() {
+        let env = [("ORDO_RELAY_POLL_MS", "200"), ("ORDO_OUTBOX_SCHEMA", "shop")]
+            .map(|(name, value)| (name.to_owned(), value.to_owned()));
+        let config = Config::load_with_env(None, env).unwrap();
+        let relay = RelayConfig::from_config(&config).unwrap();
+        assert_eq!(relay.poll_ms, Some(200));
+        assert_eq!(relay.lease_ttl_ms, None);
+        let outbox: OutboxSchema = config.section("outbox").unwrap();
+        assert_eq!(outbox.schema.as_deref(), Some("shop"));
+        let error = whole("relay.poll_ms", Some(-1)).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "relay.poll_ms must be a whole number of 0 or more, got -1"
+        );
+    }
 }

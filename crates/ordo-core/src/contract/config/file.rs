@@ -34,7 +34,9 @@ pub(super) struct RawFile {
     pub(super) relay: RawRelay,
 }
 
-/// `[relay]`: read by `ordo-pg-relay`; checked here so a typo is caught.
+/// `[relay]`: declared and read by `ordo-pg-relay` (`RelayConfig` in
+/// crates/ordo-pg-relay/src/main.rs); its keys are checked here so a typo
+/// is caught, and a test of ordo-pg-relay holds them to its fields.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "the [relay] table")]
 #[expect(
@@ -143,7 +145,8 @@ pub(super) struct RawCategory {
 #[serde(deny_unknown_fields, expecting = "the [outbox] table")]
 pub(super) struct RawOutbox {
     pub(super) max_payload_bytes: Option<i64>,
-    /// The PostgreSQL outbox's schema: read by ordo-postgres's tools.
+    /// The PostgreSQL outbox's schema: read by `ordo-pg-relay` (its
+    /// `OutboxSchema`, held to this key by a test).
     #[expect(dead_code, reason = "read by `ordo-pg-relay`; only its type is checked here")]
     pub(super) schema: Option<String>,
 }
