@@ -133,8 +133,6 @@ impl Settings {
             None => redis_url(&config)?,
         };
         let relay = RelayConfig::from_config(&config).context("invalid domain configuration")?;
-        // A value out of range names where it was set (a file's line, a variable).
-        let whole = |key, value| whole(key, value).map_err(|error| config.locate(error));
         let schema = match args.outbox_schema {
             Some(schema) => schema,
             None => config
@@ -145,49 +143,33 @@ impl Settings {
         };
         let ttl_ms = match args.lease_ttl_ms {
             Some(ms) => ms,
-            None => whole("relay.lease_ttl_ms", relay.lease_ttl_ms)?.unwrap_or(10_000),
+            None => relay.lease_ttl_ms.unwrap_or(10_000),
         };
         let lease_ttl = Duration::from_millis(ttl_ms);
-        let poll = match args
-            .poll_ms
-            .map_or_else(|| whole("relay.poll_ms", relay.poll_ms), |ms| Ok(Some(ms)))?
-        {
+        let poll = match args.poll_ms.or(relay.poll_ms) {
             Some(ms) => Duration::from_millis(ms),
             None => (lease_ttl / 4).min(Duration::from_secs(1)),
         };
         let retention_s = match args.retention_s {
             Some(s) => s,
-            None => whole("relay.retention_s", relay.retention_s)?.unwrap_or(86_400),
+            None => relay.retention_s.unwrap_or(86_400),
         };
-        let bytes = |flag: Option<u64>,
-                     key: &'static str,
-                     value: Option<i64>,
-                     default: usize|
-         -> anyhow::Result<usize> {
-            let value = match flag {
-                Some(value) => Some(value),
-                None => whole(key, value)?,
-            };
-            Ok(value.map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX)))
+        // Flag, else the layers; a count past this machine's words is all of them.
+        let bytes = |flag: Option<u64>, layered: Option<u64>, default: usize| {
+            flag.or(layered)
+                .map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX))
         };
         let batch_bytes = bytes(
             args.batch_bytes,
-            "relay.batch_bytes",
             relay.batch_bytes,
             ordo_postgres::DEFAULT_BATCH_BYTES,
-        )?;
-        let publish_call_bytes = bytes(
-            args.publish_call_bytes,
-            "relay.publish_call_bytes",
-            relay.publish_call_bytes,
-            8 << 20,
-        )?;
+        );
+        let publish_call_bytes = bytes(args.publish_call_bytes, relay.publish_call_bytes, 8 << 20);
         let max_row_bytes = bytes(
             args.max_row_bytes,
-            "relay.max_row_bytes",
             relay.max_row_bytes,
             ordo_postgres::DEFAULT_MAX_ROW_BYTES,
-        )?;
+        );
         Ok(Self {
             database_url,
             redis_url,
@@ -224,17 +206,17 @@ fn redis_url(config: &Config) -> anyhow::Result<SecretUrl> {
 /// ordo-pg-relay owns, read after the layers (file, then the `ORDO_RELAY_*`
 /// variables) with `Config::section`; its flags come first. ordo-core checks
 /// the table's keys when it loads the file; a test holds them to these
-/// fields. Integers are read signed so that a negative value gets a message
-/// naming its key rather than a type error.
+/// fields (and refuses a value that is not a whole number of 0 or more,
+/// naming its key and where it was set, before this struct is read).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RelayConfig {
-    lease_ttl_ms: Option<i64>,
-    poll_ms: Option<i64>,
-    retention_s: Option<i64>,
-    batch_bytes: Option<i64>,
-    publish_call_bytes: Option<i64>,
-    max_row_bytes: Option<i64>,
+    lease_ttl_ms: Option<u64>,
+    poll_ms: Option<u64>,
+    retention_s: Option<u64>,
+    batch_bytes: Option<u64>,
+    publish_call_bytes: Option<u64>,
+    max_row_bytes: Option<u64>,
 }
 
 /// ordo-pg-relay's key of `[outbox]`, whose other keys are ordo-core's
@@ -249,19 +231,6 @@ impl RelayConfig {
     fn from_config(config: &Config) -> Result<Self, ConfigError> {
         config.section("relay")
     }
-}
-
-/// `value` of `[relay] key` (the full key, for errors), a whole number of 0
-/// or more.
-fn whole(key: &'static str, value: Option<i64>) -> Result<Option<u64>, ConfigError> {
-    value
-        .map(|v| {
-            u64::try_from(v).map_err(|_| ConfigError::Invalid {
-                key,
-                reason: format!("must be a whole number of 0 or more, got {v}"),
-            })
-        })
-        .transpose()
 }
 
 #[tokio::main]
@@ -390,10 +359,15 @@ mod tests {
         assert_eq!(relay.lease_ttl_ms, None);
         let outbox: OutboxSchema = config.section("outbox").unwrap();
         assert_eq!(outbox.schema.as_deref(), Some("shop"));
-        let error = whole("relay.poll_ms", Some(-1)).unwrap_err();
+        // A negative value is refused, naming where it was set.
+        let env = [("ORDO_RELAY_RETENTION_S", "-1")].map(|(name, value)| (name.to_owned(), value.to_owned()));
+        let error = Config::load_with_env(None, env).unwrap_err();
         assert_eq!(
-            error.to_string(),
-            "relay.poll_ms must be a whole number of 0 or more, got -1"
+            error.origin(),
+            Some(&Origin::Env {
+                var: "ORDO_RELAY_RETENTION_S".to_owned()
+            }),
+            "{error:?}"
         );
     }
 }
