@@ -18,6 +18,7 @@ use ordo_core::contract::message::Envelope;
 use crate::error::{Error, Result};
 use crate::owner::ack::{self, Ack};
 use crate::owner::lease::{self, Lease, Owner, millis};
+pub(crate) use crate::store::calls::lane_name;
 use crate::store::keys::{CONSUMER, LeaseKeys, PartitionKeys};
 use crate::store::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
 
@@ -935,14 +936,6 @@ fn read_outcome(script: &'static str, reply: &mut Reply) -> Result<ReadOutcome> 
         })),
         "gone" => Ok(ReadOutcome::Gone),
         _ => Err(reply.unexpected("unknown outcome")),
-    }
-}
-
-/// How a lane is written in halt records.
-pub(crate) fn lane_name(lane: Lane) -> &'static str {
-    match lane {
-        Lane::Primary => "primary",
-        Lane::Backfill => "backfill",
     }
 }
 

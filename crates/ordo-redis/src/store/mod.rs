@@ -11,6 +11,7 @@
 
 pub(crate) mod acl;
 pub(crate) mod buckets;
+pub(crate) mod calls;
 pub(crate) mod groups;
 pub(crate) mod keys;
 pub(crate) mod partitioning;
