@@ -5,10 +5,14 @@
 //! result; the wings above call these and never a script.
 //!
 //! One file per group of scripts, beside their Lua: [`lease`] (`acquire`,
-//! `renew`, `release`), [`parking`] (`park`, `hold`, `held`, `ack_held`).
+//! `renew`, `release`), [`partition`] (`read`, `read_hashed`, `refill`,
+//! `close`, `halt`, `reap`), [`parking`] (`park`, `hold`, `held`,
+//! `ack_held`), [`ack`] (`ack`: many acknowledgements in one call).
 
+pub(crate) mod ack;
 pub(crate) mod lease;
 pub(crate) mod parking;
+pub(crate) mod partition;
 
 use std::time::Duration;
 
