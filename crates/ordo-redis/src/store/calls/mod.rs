@@ -7,9 +7,13 @@
 //! One file per group of scripts, beside their Lua: [`lease`] (`acquire`,
 //! `renew`, `release`), [`partition`] (`read`, `read_hashed`, `refill`,
 //! `close`, `halt`, `reap`), [`parking`] (`park`, `hold`, `held`,
-//! `ack_held`), [`ack`] (`ack`: many acknowledgements in one call).
+//! `ack_held`), [`ack`] (`ack`: many acknowledgements in one call),
+//! [`fence`] (`commit`: a handler's fenced writes), [`consumer`]
+//! (`announce`, `arm`, `recheck`, `pause`).
 
 pub(crate) mod ack;
+pub(crate) mod consumer;
+pub(crate) mod fence;
 pub(crate) mod lease;
 pub(crate) mod parking;
 pub(crate) mod partition;
