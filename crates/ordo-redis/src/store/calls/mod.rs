@@ -9,14 +9,17 @@
 //! `close`, `halt`, `reap`), [`parking`] (`park`, `hold`, `held`,
 //! `ack_held`), [`ack`] (`ack`: many acknowledgements in one call),
 //! [`fence`] (`commit`: a handler's fenced writes), [`consumer`]
-//! (`announce`, `arm`, `recheck`, `pause`).
+//! (`announce`, `arm`, `recheck`, `pause`), [`plain`] (`ack_plain`,
+//! `claim_plain`), [`admin`] (`resolve`, `resolve_parked`).
 
 pub(crate) mod ack;
+pub(crate) mod admin;
 pub(crate) mod consumer;
 pub(crate) mod fence;
 pub(crate) mod lease;
 pub(crate) mod parking;
 pub(crate) mod partition;
+pub(crate) mod plain;
 
 use std::time::Duration;
 
