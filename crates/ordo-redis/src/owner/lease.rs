@@ -21,7 +21,6 @@ use crate::net::nodes;
 use crate::store::calls;
 use crate::store::calls::Fence;
 use crate::store::calls::lease::Acquired;
-pub(crate) use crate::store::calls::millis;
 use crate::store::keys::LeaseKeys;
 
 /// How much longer than the lease the generation counter is kept. While it

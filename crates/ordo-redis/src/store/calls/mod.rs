@@ -10,7 +10,8 @@
 //! `ack_held`), [`ack`] (`ack`: many acknowledgements in one call),
 //! [`fence`] (`commit`: a handler's fenced writes), [`consumer`]
 //! (`announce`, `arm`, `recheck`, `pause`), [`plain`] (`ack_plain`,
-//! `claim_plain`), [`admin`] (`resolve`, `resolve_parked`).
+//! `claim_plain`), [`admin`] (`resolve`, `resolve_parked`), [`publish`]
+//! (`publish`).
 
 pub(crate) mod ack;
 pub(crate) mod admin;
@@ -20,6 +21,7 @@ pub(crate) mod lease;
 pub(crate) mod parking;
 pub(crate) mod partition;
 pub(crate) mod plain;
+pub(crate) mod publish;
 
 use std::time::Duration;
 
