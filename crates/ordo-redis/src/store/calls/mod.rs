@@ -11,7 +11,9 @@
 //! [`fence`] (`commit`: a handler's fenced writes), [`consumer`]
 //! (`announce`, `arm`, `recheck`, `pause`), [`plain`] (`ack_plain`,
 //! `claim_plain`), [`admin`] (`resolve`, `resolve_parked`), [`publish`]
-//! (`publish`).
+//! (`publish`). The two scripts of records shared by many partitions,
+//! `union` and `carry_positions`, are called by their own store modules,
+//! [`buckets`](super::buckets) and [`positions`](super::positions).
 
 pub(crate) mod ack;
 pub(crate) mod admin;
