@@ -35,17 +35,15 @@ use tokio::task::JoinSet;
 use crate::error::Error;
 use crate::net::nodes;
 use crate::store::buckets;
+use crate::store::calls;
+use crate::store::calls::publish::Published;
 use crate::store::keys::{
     BaseKeys, PartitionKeys, Routing, group_registry, index_directory, joining, slot_of,
 };
-use crate::store::scripts::{Reply, SCRIPTS};
 
 /// Publications per script call: large enough to amortise the round trip,
 /// small enough to keep each script short.
 const CHUNK: usize = 128;
-
-/// Script arguments per publication (see `publish.lua`).
-const ARGS_PER_PUBLICATION: usize = 15;
 
 /// How much one script call carries at most, besides [`CHUNK`].
 #[derive(Debug, Clone, Copy)]
@@ -269,7 +267,7 @@ async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Arc<Batch>) ->
         }
         while let Some(joined) = calls.join_next().await {
             if let Err(error) = joined {
-                let error = Error::protocol(SCRIPTS.publish.name(), error.to_string());
+                let error = calls::publish::protocol(error.to_string());
                 failure
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -347,36 +345,29 @@ async fn publish_chunk(
     let Some(&first) = chunk.first() else {
         return Ok(());
     };
-    let keys = vec![batch.prepared[first].stream.clone()];
-    let mut args = Vec::with_capacity(2 + chunk.len() * ARGS_PER_PUBLICATION);
-    args.push(if dedup.window.is_zero() {
-        Value::from(0)
-    } else {
-        crate::owner::lease::millis(dedup.window)
-    });
-    args.push(Value::from(i64::try_from(dedup.cap).unwrap_or(i64::MAX)));
-    for &position in chunk {
-        // Cheap clones: text values share their bytes.
-        args.extend(batch.prepared[position].args.iter().cloned());
-    }
-    let script = &SCRIPTS.publish;
-    let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;
-    let reply = Reply::parse(script, value).map_err(|e| (0, e))?;
-    match reply.tag() {
-        "ok" => Ok(()),
-        "error" => {
-            let written = reply.integer(0).map_err(|e| (0, e))?;
-            let message = reply.string(1).unwrap_or_default();
-            Err((
-                usize::try_from(written).unwrap_or(0),
-                Error::protocol(script.name(), format!("XADD failed: {message}")),
-            ))
-        }
-        "conflict" => {
-            let written = usize::try_from(reply.integer(0).map_err(|e| (0, e))?).unwrap_or(0);
-            let recorded = reply.string(1).map_err(|e| (written, e))?;
+    let publications = chunk
+        .iter()
+        .map(|&position| batch.prepared[position].args.as_slice());
+    let published = calls::publish::publish(
+        client,
+        &batch.prepared[first].stream,
+        dedup.window,
+        dedup.cap,
+        publications,
+    )
+    .await?;
+    match published {
+        Published::Ok => Ok(()),
+        Published::Failed { written, message } => Err((
+            written,
+            calls::publish::protocol(format!("XADD failed: {message}")),
+        )),
+        Published::Conflict { written, recorded } => {
             let Some(&position) = chunk.get(written) else {
-                return Err((written, reply.unexpected("conflict past the end of the call")));
+                return Err((
+                    written,
+                    calls::publish::protocol("conflict past the end of the call (tag `conflict`)"),
+                ));
             };
             let prepared = &batch.prepared[position];
             let (recorded_position, recorded_epoch) = match recorded.split_once('/') {
@@ -395,7 +386,6 @@ async fn publish_chunk(
                 },
             ))
         }
-        _ => Err((0, reply.unexpected("unknown outcome"))),
     }
 }
 
@@ -416,7 +406,7 @@ struct Prepared {
     /// Its position, if any, and the identity of the history it belongs to.
     position: Option<u64>,
     epoch: String,
-    /// Its [`ARGS_PER_PUBLICATION`] script arguments.
+    /// Its [`ARGS_PER_PUBLICATION`](calls::publish::ARGS_PER_PUBLICATION) script arguments.
     args: Vec<Value>,
 }
 
@@ -448,24 +438,24 @@ impl Prepared {
             }
             (None, _) => publication.category.clone(),
         };
-        let args = vec![
-            Value::from(names.stream),
-            Value::from(names.index),
-            Value::from(names.registry),
-            Value::from(names.published),
-            Value::from(names.joining),
-            Value::from(names.position),
-            Value::from(names.doorbell),
-            Value::from(names.member.unwrap_or_default()),
-            Value::from(envelope.type_name.as_str()),
-            Value::from(json),
-            Value::from(envelope.id.as_str()),
-            Value::from(position.map(|seq| seq.to_string()).unwrap_or_default()),
-            Value::from(names.channel),
-            Value::from(names.hashed_key.unwrap_or_default()),
-            Value::from(epoch.as_str()),
-        ];
-        debug_assert_eq!(args.len(), ARGS_PER_PUBLICATION);
+        let args = calls::publish::Publication {
+            stream: names.stream,
+            index: names.index,
+            registry: names.registry,
+            published: names.published,
+            joining: names.joining,
+            position: names.position,
+            doorbell: names.doorbell,
+            member: names.member.unwrap_or_default(),
+            type_name: &envelope.type_name,
+            json,
+            id: &envelope.id,
+            sequence: position,
+            channel: names.channel,
+            hashed_key: names.hashed_key.unwrap_or_default(),
+            epoch: &epoch,
+        }
+        .into_args();
         Ok(Self {
             stream,
             category: publication.category.clone(),

@@ -28,11 +28,11 @@ use super::shared::{SharedRef, sleep_unless};
 use crate::consumer::metrics;
 use crate::error::Result;
 use crate::net::connection;
-use crate::owner::lease::millis;
 use crate::owner::partition::StreamEntry;
+use crate::store::calls;
 use crate::store::groups::{self, IfNoStream};
-use crate::store::keys::{BaseKeys, instances};
-use crate::store::scripts::{RawEntry, SCRIPTS, array, parse_entries};
+use crate::store::keys::BaseKeys;
+use crate::store::scripts::{RawEntry, array, parse_entries};
 
 /// How many pending entries one claim pass takes over.
 const CLAIM_COUNT: i64 = 100;
@@ -187,15 +187,13 @@ impl Plain {
         if let Some((error, attempts)) = outcome {
             self.dead_letter(&entry, &error, attempts).await?;
         }
-        SCRIPTS
-            .ack_plain
-            .run(
-                self.shared.partitions.client(),
-                vec![self.stream.clone()],
-                vec![Value::from(&*self.group), Value::from(entry.id())],
-            )
-            .await?;
-        Ok(())
+        calls::plain::ack(
+            self.shared.partitions.client(),
+            &self.stream,
+            &self.group,
+            entry.id(),
+        )
+        .await
     }
 
     /// Runs the handler until it succeeds (`Some(None)`) or the retry
@@ -264,20 +262,15 @@ impl Plain {
     /// slowly working through its batch.
     async fn claim(&self) -> Result<()> {
         let settings = &self.shared.settings;
-        SCRIPTS
-            .claim_plain
-            .run(
-                self.shared.partitions.client(),
-                vec![self.stream.clone(), instances(&self.group)],
-                vec![
-                    Value::from(&*self.group),
-                    Value::from(self.shared.instance()),
-                    Value::from(CLAIM_COUNT),
-                    millis(settings.lease_ttl * 10),
-                ],
-            )
-            .await?;
-        Ok(())
+        calls::plain::claim(
+            self.shared.partitions.client(),
+            &self.stream,
+            &self.group,
+            self.shared.instance(),
+            CLAIM_COUNT,
+            settings.lease_ttl * 10,
+        )
+        .await
     }
 }
 

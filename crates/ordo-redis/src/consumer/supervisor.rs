@@ -28,14 +28,13 @@ use super::shared::SharedRef;
 use super::unit::{GroupPlan, Unit};
 use crate::consumer::metrics;
 use crate::error::Result;
-use crate::owner::lease::millis;
 use crate::store::buckets;
+use crate::store::calls;
 use crate::store::groups::{self, IfNoStream};
 use crate::store::keys::{
     BaseKeys, PartitionId, PartitionKeys, group_registry, group_registry_copy, index, index_directory,
     instances, joining,
 };
-use crate::store::scripts::{SCRIPTS, array};
 
 /// At most this many candidates are offered to one acquire call.
 const MAX_CANDIDATES: usize = 512;
@@ -390,24 +389,14 @@ impl Supervisor {
     /// Announces this instance to every group in `plans`; returns each
     /// group's live instances.
     async fn announce(&self, plans: &[usize]) -> Result<Vec<Vec<String>>> {
-        let keys = plans.iter().map(|p| instances(&self.plans[*p].group)).collect();
-        let args = vec![
-            Value::from(self.shared.instance()),
-            millis(self.shared.settings.lease_ttl),
-        ];
-        let reply = SCRIPTS
-            .announce
-            .run(self.shared.partitions.client(), keys, args)
-            .await?;
-        Ok(array(reply)
-            .into_iter()
-            .map(|members| {
-                array(members)
-                    .into_iter()
-                    .filter_map(|m| m.as_str().map(|s| s.into_owned()))
-                    .collect()
-            })
-            .collect())
+        let groups: Vec<&str> = plans.iter().map(|p| &*self.plans[*p].group).collect();
+        calls::consumer::announce(
+            self.shared.partitions.client(),
+            &groups,
+            self.shared.instance(),
+            self.shared.settings.lease_ttl,
+        )
+        .await
     }
 
     /// The keys in the index of every partitioned category.

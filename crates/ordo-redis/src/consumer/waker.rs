@@ -63,10 +63,10 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::net::nodes;
+use crate::store::calls;
 use crate::store::keys::slot_of;
-use crate::store::scripts::{SCRIPTS, array};
 
 /// A worker's identity for the waker.
 pub(crate) type WatcherId = u64;
@@ -504,16 +504,7 @@ impl Waker {
 /// unarmed).
 async fn arm(client: &Pool, bells: &[Bell]) -> Result<bool> {
     for bell in bells {
-        let mut keys = Vec::with_capacity(1 + bell.lanes.len());
-        keys.push(bell.doorbell.clone());
-        let mut args = Vec::with_capacity(1 + bell.lanes.len());
-        args.push(Value::from(if bell.read { "1" } else { "0" }));
-        for (lane, id) in &bell.lanes {
-            keys.push(lane.clone());
-            args.push(Value::from(id.as_str()));
-        }
-        let reply = SCRIPTS.arm.run(client, keys, args).await?;
-        if reply.as_i64() == Some(1) {
+        if calls::consumer::arm(client, &bell.doorbell, bell.read, &bell.lanes).await? {
             return Ok(true);
         }
     }
@@ -658,28 +649,11 @@ async fn recheck_on(client: Client, bells: Vec<Armable>) -> Result<Vec<bool>> {
     let Some(first) = bells.first() else {
         return Ok(Vec::new());
     };
-    let keys = vec![first.routing().to_owned()];
-    let mut args = Vec::with_capacity(bells.len() * 5);
-    for armable in &bells {
-        let bell = &armable.bell;
-        args.push(Value::from(i64::try_from(bell.lanes.len()).unwrap_or(i64::MAX)));
-        for (lane, id) in &bell.lanes {
-            args.push(Value::from(lane.as_str()));
-            args.push(Value::from(id.as_str()));
-        }
-    }
-    let script = &SCRIPTS.recheck;
-    let mut found = vec![false; bells.len()];
-    for position in array(script.run(&client, keys, args).await?) {
-        let position = position
-            .as_u64()
-            .and_then(|p| usize::try_from(p).ok())
-            .and_then(|p| p.checked_sub(1))
-            .filter(|&p| p < found.len())
-            .ok_or_else(|| Error::protocol(script.name(), "a position that is not one of the call's"))?;
-        found[position] = true;
-    }
-    Ok(found)
+    let lanes: Vec<&[(String, String)]> = bells
+        .iter()
+        .map(|armable| armable.bell.lanes.as_slice())
+        .collect();
+    calls::consumer::recheck(&client, first.routing(), &lanes).await
 }
 
 #[cfg(test)]

@@ -24,8 +24,10 @@ use crate::ops::halts::{self, HaltedPartition};
 use crate::ops::status::ClusterStatus;
 use crate::owner::parking::held_entry;
 use crate::owner::partition::StreamEntry;
+use crate::store::calls;
+use crate::store::calls::admin::Resolved;
 use crate::store::keys::{PartitionId, PartitionKeys, Routing};
-use crate::store::scripts::{Reply, SCRIPTS, array, parse_entries};
+use crate::store::scripts::{array, parse_entries};
 
 /// A halted partition's head, as an operator inspects it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,35 +266,16 @@ impl PartitionAdmin {
                 .resolve_parked(group, &partition, key, expected, action)
                 .await;
         }
-        let halt_key = partition.halt(group);
-        let keys = vec![
-            halt_key.clone(),
-            partition.halted(),
-            partition.log(group),
-            partition.primary().to_owned(),
-            partition.backfill().to_owned(),
-            partition.dlq(),
-            partition.attempts(group),
-        ];
-        let args = vec![
-            Value::from(halt_key),
-            Value::from(group),
-            Value::from(action.name()),
-            Value::from(""),
-            Value::from(expected.unwrap_or_default()),
-        ];
-        let script = &SCRIPTS.resolve;
-        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?;
-        match reply.tag() {
-            "ok" => reply.string(0),
-            "not_halted" => Err(not_halted(group, &partition)),
-            "head_changed" => Err(Error::HeadChanged {
+        let expected_head = expected.unwrap_or_default();
+        match calls::admin::resolve(&self.client, &partition, group, action.name(), expected_head).await? {
+            Resolved::Ok(head) => Ok(head),
+            Resolved::NotHalted => Err(not_halted(group, &partition)),
+            Resolved::HeadChanged(actual) => Err(Error::HeadChanged {
                 group: group.to_owned(),
                 partition: partition.label(),
-                expected: expected.unwrap_or_default().to_owned(),
-                actual: reply.string(0)?,
+                expected: expected_head.to_owned(),
+                actual,
             }),
-            _ => Err(reply.unexpected("unknown outcome")),
         }
     }
 
@@ -338,35 +321,19 @@ impl PartitionAdmin {
         expected: Option<&str>,
         action: Action,
     ) -> Result<String> {
-        let name = partition.parked(group);
-        let keys = vec![
-            name.clone(),
-            partition.halted(),
-            partition.log(group),
-            partition.held(group, key),
-            partition.dlq(),
-            partition.attempts(group),
-        ];
-        let args = vec![
-            Value::from(name),
-            Value::from(group),
-            Value::from(action.name()),
-            Value::from(""),
-            Value::from(expected.unwrap_or_default()),
-            Value::from(key),
-        ];
-        let script = &SCRIPTS.resolve_parked;
-        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?;
-        match reply.tag() {
-            "ok" => reply.string(0),
-            "not_halted" => Err(not_halted_key(group, partition, key)),
-            "head_changed" => Err(Error::HeadChanged {
+        let expected_head = expected.unwrap_or_default();
+        let resolved =
+            calls::admin::resolve_parked(&self.client, partition, group, key, action.name(), expected_head)
+                .await?;
+        match resolved {
+            Resolved::Ok(head) => Ok(head),
+            Resolved::NotHalted => Err(not_halted_key(group, partition, key)),
+            Resolved::HeadChanged(actual) => Err(Error::HeadChanged {
                 group: group.to_owned(),
                 partition: format!("{}:{key}", partition.category()),
-                expected: expected.unwrap_or_default().to_owned(),
-                actual: reply.string(0)?,
+                expected: expected_head.to_owned(),
+                actual,
             }),
-            _ => Err(reply.unexpected("unknown outcome")),
         }
     }
 

@@ -12,14 +12,13 @@ use std::time::Duration;
 use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::interfaces::FunctionInterface;
-use fred::types::Value;
 use ordo_core::contract::key::Lane;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::net::nodes;
-use crate::owner::lease::{Lease, millis};
+use crate::owner::lease::Lease;
+use crate::store::calls;
 use crate::store::keys::PartitionKeys;
-use crate::store::scripts::{SCRIPTS, array};
 
 /// One acknowledgement: handled entries of one partition lane, under a
 /// lease (for [`Partitions::acknowledge`](crate::internals::Partitions::acknowledge)).
@@ -108,36 +107,28 @@ impl Ack {
         &self.names.lease_key
     }
 
-    fn push_args(&self, args: &mut Vec<Value>) {
+    /// The acknowledgement as `ack.lua` takes it.
+    fn call(&self) -> calls::ack::Ack<'_> {
         let names = &self.names;
-        args.extend([
-            Value::from(names.lease_key.clone()),
-            Value::from(names.lease_value.clone()),
-            Value::from(names.lane.clone()),
-            Value::from(names.primary.clone()),
-            Value::from(names.sequence.clone()),
-            Value::from(names.failures.clone()),
-            Value::from(names.group.clone()),
-            Value::from(i64::try_from(self.attempt).unwrap_or(i64::MAX)),
-            Value::from(i64::from(self.had_failures)),
-            Value::from(i64::from(self.trim)),
-            Value::from(i64::try_from(self.ids.len()).unwrap_or(i64::MAX)),
-        ]);
-        args.extend(self.ids.iter().cloned().map(Value::from));
-    }
-
-    fn fenced(&self, holder: String) -> Error {
-        Error::Fenced {
-            lease: self.names.lease_key.to_string(),
-            expected: self.names.lease_value.to_string(),
-            holder: Some(holder).filter(|h| !h.is_empty()),
+        calls::ack::Ack {
+            lease: &names.lease_key,
+            lease_value: &names.lease_value,
+            lane: &names.lane,
+            primary: &names.primary,
+            sequence: &names.sequence,
+            failures: &names.failures,
+            group: &names.group,
+            attempt: self.attempt,
+            had_failures: self.had_failures,
+            trim: self.trim,
+            ids: &self.ids,
         }
     }
 }
 
 /// What one acknowledgement came to: whether its partition's primary lane
 /// has entries waiting (so a backfill batch yields to it), or
-/// [`Error::Fenced`] when its lease is no longer held.
+/// [`Error::Fenced`](crate::Error::Fenced) when its lease is no longer held.
 pub type Acked = Result<bool>;
 
 /// Acknowledges `acks` with one script call per Redis node (calls to
@@ -162,35 +153,6 @@ async fn acknowledge_on<C>(client: C, sequence_ttl: Duration, acks: Vec<Ack>) ->
 where
     C: FunctionInterface + Send + Sync,
 {
-    let Some(routing) = acks.first().map(|ack| ack.lease_key().to_owned()) else {
-        return Ok(Vec::new());
-    };
-    let mut args = Vec::with_capacity(1 + acks.len() * 12);
-    args.push(millis(sequence_ttl));
-    for ack in &acks {
-        ack.push_args(&mut args);
-    }
-    let script = &SCRIPTS.ack;
-    let reply = array(script.run(&client, vec![routing], args).await?);
-    if reply.len() != 2 * acks.len() {
-        return Err(Error::protocol(
-            script.name(),
-            format!("{} values for {} acknowledgements", reply.len(), acks.len()),
-        ));
-    }
-    let mut outcomes = Vec::with_capacity(acks.len());
-    for (pair, ack) in reply.chunks_exact(2).zip(&acks) {
-        let outcome = match pair[0].as_str().as_deref() {
-            Some("ok") => Ok(pair[1].as_i64() == Some(1)),
-            Some("fenced") => Err(ack.fenced(pair[1].as_string().unwrap_or_default())),
-            _ => {
-                return Err(Error::protocol(
-                    script.name(),
-                    format!("unknown outcome {:?} for lease `{}`", pair[0], ack.lease_key()),
-                ));
-            }
-        };
-        outcomes.push(outcome);
-    }
-    Ok(outcomes)
+    let calls: Vec<calls::ack::Ack<'_>> = acks.iter().map(Ack::call).collect();
+    calls::ack::ack(&client, sequence_ttl, &calls).await
 }

@@ -28,9 +28,12 @@ use fred::types::Value;
 use ordo_core::contract::handler::HandlerContext;
 
 use crate::error::{Error, Result};
-use crate::owner::lease::{Lease, millis};
+use crate::owner::lease::Lease;
+use crate::store::calls;
+use crate::store::calls::Fence;
+use crate::store::calls::fence::{Commit, Write};
 use crate::store::keys::KeyNames;
-use crate::store::scripts::{ALLOWED, Reply, SCRIPTS};
+use crate::store::scripts::ALLOWED;
 
 /// The lease a message is handled under, as the Redis broker attaches it to
 /// the handler context.
@@ -189,35 +192,31 @@ impl RedisFence {
                 command: op.command.clone(),
             });
         }
-        let mut keys = vec![self.lease_key.clone(), self.marker.clone(), self.sequence.clone()];
-        keys.extend(writes.ops.iter().map(|op| op.key.clone()));
-        let mut args = vec![
-            Value::from(self.value.as_str()),
-            Value::from(id),
-            millis(COMMIT_MARKER_TTL),
-            Value::from(i64::try_from(self.attempt).unwrap_or(i64::MAX)),
-            Value::from(i64::try_from(writes.ops.len()).unwrap_or(i64::MAX)),
-        ];
-        for op in &writes.ops {
-            args.push(Value::from(op.command.as_str()));
-            args.push(Value::from(i64::try_from(op.args.len() + 1).unwrap_or(i64::MAX)));
-            args.push(Value::from(op.key.as_str()));
-            args.extend(op.args.iter().map(|a| Value::from(a.as_str())));
-        }
-        let script = &SCRIPTS.commit;
+        let writes: Vec<Write<'_>> = writes
+            .ops
+            .iter()
+            .map(|op| Write {
+                command: &op.command,
+                key: &op.key,
+                args: &op.args,
+            })
+            .collect();
+        let commit = Commit {
+            fence: Fence {
+                lease: &self.lease_key,
+                value: &self.value,
+            },
+            marker: &self.marker,
+            sequence: &self.sequence,
+            id,
+            marker_ttl: COMMIT_MARKER_TTL,
+            attempt: self.attempt,
+            writes: &writes,
+        };
         self.used.0.store(true, Ordering::SeqCst);
         // A lost connection or a timeout is transient (the chain carries
         // the marker): the worker retries the handler without counting it.
-        let ran = script.run(client, keys, args).await.map_err(Error::classified)?;
-        let reply = Reply::parse(script, ran)?.unfenced(&self.lease_key, &self.value)?;
-        match reply.tag() {
-            "ok" => Ok(reply.into_rest()),
-            "stale" => Err(Error::Stale {
-                lease: self.lease_key.clone(),
-                attempt: self.attempt,
-            }),
-            _ => Err(reply.unexpected("unknown outcome")),
-        }
+        calls::fence::commit(client, commit).await
     }
 }
 

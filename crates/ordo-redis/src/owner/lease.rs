@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::FunctionInterface;
-use fred::types::Value;
 
 use crate::error::{Error, Result};
 use crate::net::nodes;
+use crate::store::calls;
+use crate::store::calls::Fence;
+use crate::store::calls::lease::Acquired;
 use crate::store::keys::LeaseKeys;
-use crate::store::scripts::{SCRIPTS, array};
 
 /// How much longer than the lease the generation counter is kept. While it
 /// exists the next token is `previous + 1`; after it expires the server
@@ -68,6 +69,14 @@ impl Lease {
     /// The lease and generation keys.
     pub fn keys(&self) -> &LeaseKeys {
         &self.keys
+    }
+
+    /// The fence of an operation checked against this lease.
+    pub(crate) fn fence(&self) -> Fence<'_> {
+        Fence {
+            lease: self.key(),
+            value: self.value(),
+        }
     }
 }
 
@@ -171,44 +180,26 @@ async fn acquire_on(
     candidates: &[&LeaseKeys],
     limit: usize,
 ) -> Result<(usize, Vec<Option<Lease>>)> {
-    let script = &SCRIPTS.acquire;
-    let Some(first) = candidates.first() else {
-        return Ok((0, Vec::new()));
-    };
-    let mut args = vec![
-        Value::from(owner.identity()),
-        Value::from(owner.instance()),
-        millis(ttl),
-        millis(ttl * GENERATION_TTL_FACTOR),
-        Value::from(i64::try_from(limit).unwrap_or(i64::MAX)),
-    ];
-    for keys in candidates {
-        args.push(Value::from(keys.lease.as_str()));
-        args.push(Value::from(keys.generation.as_str()));
-    }
-    let mut reply = array(script.run(client, vec![first.lease.clone()], args).await?).into_iter();
-    let acquired = reply
-        .next()
-        .and_then(|count| count.as_u64())
-        .and_then(|count| usize::try_from(count).ok())
-        .ok_or_else(|| Error::protocol(script.name(), "the acquired count is not a number"))?;
-    let tokens: Vec<Value> = reply.collect();
-    if tokens.len() != candidates.len() {
-        return Err(Error::protocol(script.name(), "one token per candidate expected"));
-    }
-    let held = tokens
-        .iter()
+    let (acquired, answers) = calls::lease::acquire(
+        client,
+        owner.identity(),
+        owner.instance(),
+        ttl,
+        ttl * GENERATION_TTL_FACTOR,
+        candidates,
+        limit,
+    )
+    .await?;
+    let held = answers
+        .into_iter()
         .zip(candidates)
-        .map(|(token, keys)| match token.as_i64() {
-            Some(0) => Ok(None),
-            Some(-1) => Err(Error::DuplicateInstance {
+        .map(|(answer, keys)| match answer {
+            Acquired::NotHeld => Ok(None),
+            Acquired::Duplicate => Err(Error::DuplicateInstance {
                 instance: owner.instance().to_owned(),
                 lease: keys.lease.clone(),
             }),
-            Some(token) => u64::try_from(token)
-                .map(|token| Some(Lease::new((*keys).clone(), owner.identity(), token)))
-                .map_err(|_| Error::protocol(script.name(), "token is negative")),
-            None => Err(Error::protocol(script.name(), "token is not an integer")),
+            Acquired::Token(token) => Ok(Some(Lease::new((*keys).clone(), owner.identity(), token))),
         })
         .collect::<Result<_>>()?;
     Ok((acquired, held))
@@ -251,28 +242,7 @@ async fn renew_on<C>(client: C, ttl: Duration, leases: Vec<(String, String)>) ->
 where
     C: FunctionInterface + Send + Sync,
 {
-    let Some((routing, _)) = leases.first() else {
-        return Ok(Vec::new());
-    };
-    let keys = vec![routing.clone()];
-    let mut args = Vec::with_capacity(1 + 2 * leases.len());
-    args.push(millis(ttl));
-    for (key, value) in &leases {
-        args.push(Value::from(key.as_str()));
-        args.push(Value::from(value.as_str()));
-    }
-    let script = &SCRIPTS.renew;
-    array(script.run(&client, keys, args).await?)
-        .iter()
-        .map(|position| {
-            position
-                .as_u64()
-                .and_then(|p| usize::try_from(p).ok())
-                .and_then(|p| p.checked_sub(1))
-                .filter(|&p| p < leases.len())
-                .ok_or_else(|| Error::protocol(script.name(), "lost position is not a position in the call"))
-        })
-        .collect()
+    calls::lease::renew(&client, ttl, &leases).await
 }
 
 /// Releases `lease` if it is still held; returns whether it was.
@@ -280,18 +250,5 @@ pub(crate) async fn release<C>(client: &C, lease: &Lease) -> Result<bool>
 where
     C: FunctionInterface + Send + Sync,
 {
-    let script = &SCRIPTS.release;
-    let released = script
-        .run(
-            client,
-            vec![lease.key().to_owned()],
-            vec![Value::from(lease.value())],
-        )
-        .await?;
-    Ok(released.as_i64() == Some(1))
-}
-
-/// A duration in whole milliseconds (at least 1), as a script argument.
-pub(crate) fn millis(duration: Duration) -> Value {
-    Value::from(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX).max(1))
+    calls::lease::release(client, lease.key(), lease.value()).await
 }

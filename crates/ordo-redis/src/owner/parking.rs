@@ -14,11 +14,11 @@ use fred::interfaces::{HashesInterface, SetsInterface};
 use fred::types::Value;
 use ordo_core::contract::key::Lane;
 
-use crate::error::{Error, Result};
-use crate::owner::lease::millis;
-use crate::owner::partition::{HaltReason, Held, StreamEntry, lane_name, parse_lane};
+use crate::error::Result;
+use crate::owner::partition::{HaltReason, Held, StreamEntry, parse_lane};
+use crate::store::calls::parking::{self, Message, Park, Resolved};
 use crate::store::keys::KeyNames;
-use crate::store::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
+use crate::store::scripts::RawEntry;
 
 /// What the owner of a hashed partition finds of its parked keys when it
 /// takes the partition over.
@@ -127,47 +127,30 @@ impl Held<'_> {
             &[partition.slot()],
         )
         .await?;
-        let script = &SCRIPTS.park;
-        let parked = partition.parked(group);
-        let keys = vec![
-            lease.key().to_owned(),
-            parked.clone(),
-            partition.holding(group),
-            partition.held(group, key),
-            partition.halted(),
-            own.sequence.clone(),
-            partition.lane(entry.lane()).to_owned(),
-            partition.attempts(group),
-        ];
-        let mut args = vec![
-            Value::from(lease.value()),
-            Value::from(key),
-            Value::from(group),
-            Value::from(entry.id()),
+        let fields = fields(entry);
+        let park = Park {
+            fence: lease.fence(),
+            partition,
+            group,
+            key,
+            own,
+            message: Message {
+                id: entry.id(),
+                lane: entry.lane(),
+                fields: &fields,
+            },
             // Stored capped: a handler's error text may be megabytes.
-            Value::from(
-                ordo_core::contract::text::capped(&reason.error, ordo_core::contract::text::MAX_ERROR_TEXT)
-                    .as_ref(),
+            error: &ordo_core::contract::text::capped(
+                &reason.error,
+                ordo_core::contract::text::MAX_ERROR_TEXT,
             ),
-            Value::from(reason.attempts),
-            Value::from(partitions.instance()),
-            Value::from(parked),
-            Value::from(i64::try_from(attempt).unwrap_or(i64::MAX)),
-            millis(partitions.sequence_ttl()),
-            Value::from(if held { "1" } else { "0" }),
-            Value::from(lane_name(entry.lane())),
-        ];
-        args.extend(fields(entry));
-        let reply = Reply::parse(script, script.run(partitions.client(), keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "ok" => reply.string(0),
-            "stale" => Err(Error::Stale {
-                lease: lease.key().to_owned(),
-                attempt,
-            }),
-            _ => Err(reply.unexpected("unknown outcome")),
-        }
+            attempts: reason.attempts,
+            instance: partitions.instance(),
+            attempt,
+            sequence_ttl: partitions.sequence_ttl(),
+            held,
+        };
+        parking::park(partitions.client(), park).await
     }
 
     /// Moves `entries` of `key` (all of one lane) into the key's held
@@ -179,26 +162,18 @@ impl Held<'_> {
             group,
             partition,
         } = self;
-        let script = &SCRIPTS.hold;
-        let keys = vec![
-            lease.key().to_owned(),
-            partition.held(group, key),
-            partition.lane(lane).to_owned(),
-        ];
-        let mut args = vec![
-            Value::from(lease.value()),
-            Value::from(group),
-            Value::from(lane_name(lane)),
-        ];
-        for entry in entries {
-            let fields = fields(entry);
-            args.push(Value::from(entry.id()));
-            args.push(Value::from(i64::try_from(fields.len()).unwrap_or(i64::MAX)));
-            args.extend(fields);
-        }
-        Reply::parse(script, script.run(partitions.client(), keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        Ok(())
+        let messages: Vec<(&str, Vec<Value>)> =
+            entries.iter().map(|entry| (entry.id(), fields(entry))).collect();
+        parking::hold(
+            partitions.client(),
+            lease.fence(),
+            partition,
+            group,
+            key,
+            lane,
+            &messages,
+        )
+        .await
     }
 
     /// The next held message of resolved `key`, under the fence (when it
@@ -216,34 +191,19 @@ impl Held<'_> {
             group,
             partition,
         } = self;
-        let script = &SCRIPTS.held;
-        let keys = vec![
-            lease.key().to_owned(),
-            partition.held(group, key),
-            partition.holding(group),
-            partition.parked(group),
-            own.sequence.clone(),
-        ];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(key),
-            Value::from(i64::try_from(attempt).unwrap_or(i64::MAX)),
-            millis(partitions.sequence_ttl()),
-        ];
-        let mut reply = Reply::parse(script, script.run(partitions.client(), keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "parked" => Ok(HeldNext::Parked),
-            "done" | "stale" => Ok(HeldNext::Done),
-            "entry" => {
-                let entry = reply.take(0)?;
-                let raw = parse_entries(script.name(), Value::Array(vec![entry]))?
-                    .pop()
-                    .ok_or_else(|| reply.unexpected("no entry"))?;
-                Ok(HeldNext::Entry(held_entry(raw)?))
-            }
-            _ => Err(reply.unexpected("unknown outcome")),
-        }
+        let of = Resolved {
+            fence: lease.fence(),
+            partition,
+            group,
+            key,
+            own,
+            sequence_ttl: partitions.sequence_ttl(),
+        };
+        Ok(match parking::held(partitions.client(), of, attempt).await? {
+            parking::Held::Parked => HeldNext::Parked,
+            parking::Held::Done => HeldNext::Done,
+            parking::Held::Entry(raw) => HeldNext::Entry(held_entry(raw)?),
+        })
     }
 
     /// The fenced acknowledgement of held message `id` of resolved `key`,
@@ -255,22 +215,15 @@ impl Held<'_> {
             group,
             partition,
         } = self;
-        let script = &SCRIPTS.ack_held;
-        let keys = vec![
-            lease.key().to_owned(),
-            partition.held(group, key),
-            own.sequence.clone(),
-            partition.attempts(group),
-        ];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(id),
-            Value::from(i64::try_from(attempt).unwrap_or(i64::MAX)),
-            millis(partitions.sequence_ttl()),
-        ];
-        Reply::parse(script, script.run(partitions.client(), keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        Ok(())
+        let of = Resolved {
+            fence: lease.fence(),
+            partition,
+            group,
+            key,
+            own,
+            sequence_ttl: partitions.sequence_ttl(),
+        };
+        parking::ack_held(partitions.client(), of, id, attempt).await
     }
 }
 

@@ -11,15 +11,17 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::interfaces::{HashesInterface, KeysInterface};
-use fred::types::Value;
 use ordo_core::contract::key::Lane;
 use ordo_core::contract::message::Envelope;
 
 use crate::error::{Error, Result};
 use crate::owner::ack::{self, Ack};
-use crate::owner::lease::{self, Lease, Owner, millis};
-use crate::store::keys::{CONSUMER, LeaseKeys, PartitionKeys};
-use crate::store::scripts::{RawEntry, Reply, SCRIPTS, parse_entries};
+use crate::owner::lease::{self, Lease, Owner};
+use crate::store::calls;
+pub(crate) use crate::store::calls::lane_name;
+use crate::store::calls::partition::{Halt, Read, Reap, Refill};
+use crate::store::keys::{LeaseKeys, PartitionKeys};
+use crate::store::scripts::RawEntry;
 
 /// An entry of a partition lane, read under a lease.
 ///
@@ -560,22 +562,15 @@ impl Partitions {
         attempt: u64,
         entry: Option<(String, &str)>,
     ) -> Result<u32> {
-        let script = &SCRIPTS.close;
-        // Without an entry the sequence key stands in (same slot, unused).
-        let (counts, id) = entry.unwrap_or_else(|| (sequence.to_owned(), ""));
-        let keys = vec![lease.key().to_owned(), sequence.to_owned(), counts];
-        let args = vec![
-            Value::from(lease.value()),
-            attempt_value(attempt),
-            millis(self.sequence_ttl()),
-            Value::from(id),
-        ];
-        let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "ok" => Ok(u32::try_from(reply.integer(0)?).unwrap_or(u32::MAX)),
-            _ => Err(reply.unexpected("unknown outcome")),
-        }
+        calls::partition::close(
+            &self.client,
+            lease.fence(),
+            sequence,
+            attempt,
+            self.sequence_ttl(),
+            entry,
+        )
+        .await
     }
 
     /// Halts `partition` for `group` under the fence, recording why.
@@ -618,51 +613,10 @@ impl Partitions {
         // Two tries: the second with the groups the first one reported.
         for _ in 0..2 {
             let groups = self.known_groups(partition.category());
-            let script = &SCRIPTS.reap;
-            let mut keys = vec![
-                lease.key().to_owned(),
-                partition.primary().to_owned(),
-                partition.backfill().to_owned(),
-                partition.index(),
-                partition.published(Lane::Primary),
-                partition.published(Lane::Backfill),
-                partition.doorbell(),
-            ];
-            let mut args = vec![
-                Value::from(lease.value()),
-                Value::from(partition.key()),
-                millis(idle),
-            ];
-            for group in &groups {
-                let leased = partition.lease(group);
-                keys.extend([
-                    partition.halt(group),
-                    leased.lease,
-                    leased.generation,
-                    leased.commit,
-                    leased.sequence,
-                    partition.attempts(group),
-                    partition.holding(group),
-                ]);
-                args.push(Value::from(group.as_str()));
-            }
-            let reply = Reply::parse(script, script.run(&self.client, keys, args).await?)?
-                .unfenced(lease.key(), lease.value())?;
-            match reply.tag() {
-                "reaped" => return Ok(ReapOutcome::Reaped),
-                "busy" => {
-                    return Ok(ReapOutcome::Busy {
-                        retry_in: Duration::from_millis(reply.integer(0)?.max(1).unsigned_abs()),
-                    });
-                }
-                "groups" => {
-                    let found = reply
-                        .into_rest()
-                        .into_iter()
-                        .filter_map(|v| v.as_str().map(|s| s.into_owned()));
-                    self.learn_groups(partition.category(), found);
-                }
-                _ => return Err(reply.unexpected("unknown outcome")),
+            match calls::partition::reap(&self.client, lease.fence(), partition, idle, &groups).await? {
+                Reap::Reaped => return Ok(ReapOutcome::Reaped),
+                Reap::Busy(retry_in) => return Ok(ReapOutcome::Busy { retry_in }),
+                Reap::Groups(found) => self.learn_groups(partition.category(), found.into_iter()),
             }
         }
         // A group was created between the two tries: the next attempt has it.
@@ -697,22 +651,8 @@ impl Held<'_> {
             group,
             partition,
         } = self;
-        let script = &SCRIPTS.read;
-        let keys = vec![
-            lease.key().to_owned(),
-            partition.halt(group),
-            partition.primary().to_owned(),
-            partition.backfill().to_owned(),
-        ];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(group),
-            Value::from(CONSUMER),
-            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
-        ];
-        let mut reply = Reply::parse(script, script.run(&partitions.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        read_outcome(script.name(), &mut reply)
+        let read = calls::partition::read(&partitions.client, lease.fence(), partition, group, count).await?;
+        Ok(read_outcome(read))
     }
 
     /// The fenced read of a hashed partition: the pending entries after
@@ -727,23 +667,10 @@ impl Held<'_> {
             group,
             partition,
         } = self;
-        let script = &SCRIPTS.read_hashed;
-        let keys = vec![
-            lease.key().to_owned(),
-            partition.primary().to_owned(),
-            partition.backfill().to_owned(),
-        ];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(group),
-            Value::from(CONSUMER),
-            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
-            Value::from(after[0].as_str()),
-            Value::from(after[1].as_str()),
-        ];
-        let mut reply = Reply::parse(script, script.run(&partitions.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        read_outcome(script.name(), &mut reply)
+        let read =
+            calls::partition::read_hashed(&partitions.client, lease.fence(), partition, group, count, after)
+                .await?;
+        Ok(read_outcome(read))
     }
 
     /// The fenced read-back of `key`'s entries of `partition`'s `lane` with
@@ -765,24 +692,22 @@ impl Held<'_> {
             partition,
             ..
         } = self;
-        let script = &SCRIPTS.refill;
-        let keys = vec![lease.key().to_owned(), partition.lane(lane).to_owned()];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(key),
-            Value::from(after),
-            Value::from(up_to),
-            Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
-            Value::from(i64::try_from(scan).unwrap_or(i64::MAX)),
-        ];
-        let mut reply = Reply::parse(script, script.run(&partitions.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        let entries = parse_entries(script.name(), reply.take(0)?)?
+        let refill = Refill {
+            fence: lease.fence(),
+            partition,
+            lane,
+            key,
+            after,
+            up_to,
+            count,
+            scan,
+        };
+        let (entries, last) = calls::partition::refill(&partitions.client, refill).await?;
+        let entries = entries
             .into_iter()
             .map(|raw| StreamEntry::from_raw(raw, lane))
             .collect();
-        let last = reply.string(1)?;
-        Ok((entries, (!last.is_empty()).then_some(last)))
+        Ok((entries, last))
     }
 
     /// [`Partitions::ack_attempt`]; `had_failures`: whether the ids may have
@@ -802,9 +727,7 @@ impl Held<'_> {
         } = self;
         let one = Ack::new(lease, group, partition, lane, &[]).of(ids, attempt, had_failures);
         let mut acked = partitions.acknowledge(std::slice::from_ref(&one)).await?;
-        acked
-            .pop()
-            .ok_or_else(|| Error::protocol(SCRIPTS.ack.name(), "no outcome"))?
+        acked.pop().ok_or_else(calls::ack::no_outcome)?
     }
 
     /// [`Partitions::attempt_failed`] closing the attempt in `sequence` (a
@@ -847,42 +770,24 @@ impl Held<'_> {
             &[partition.slot()],
         )
         .await?;
-        let script = &SCRIPTS.halt;
-        let halt_key = partition.halt(group);
-        let keys = vec![
-            lease.key().to_owned(),
-            halt_key.clone(),
-            partition.halted(),
-            lease.keys().sequence.clone(),
-        ];
-        let args = vec![
-            Value::from(lease.value()),
-            Value::from(halt_key),
-            Value::from(group),
-            Value::from(partition.category()),
-            Value::from(partition.key()),
-            Value::from(lane_name(reason.lane)),
-            Value::from(reason.head.as_str()),
+        let halt = Halt {
+            fence: lease.fence(),
+            partition,
+            group,
+            sequence: &lease.keys().sequence,
+            lane: reason.lane,
+            head: &reason.head,
             // Stored capped: a handler's error text may be megabytes.
-            Value::from(
-                ordo_core::contract::text::capped(&reason.error, ordo_core::contract::text::MAX_ERROR_TEXT)
-                    .as_ref(),
+            error: &ordo_core::contract::text::capped(
+                &reason.error,
+                ordo_core::contract::text::MAX_ERROR_TEXT,
             ),
-            Value::from(reason.attempts),
-            Value::from(partitions.owner.instance()),
-            attempt_value(attempt),
-            millis(partitions.sequence_ttl()),
-        ];
-        let reply = Reply::parse(script, script.run(&partitions.client, keys, args).await?)?
-            .unfenced(lease.key(), lease.value())?;
-        match reply.tag() {
-            "ok" => Ok(()),
-            "stale" => Err(Error::Stale {
-                lease: lease.key().to_owned(),
-                attempt,
-            }),
-            _ => Err(reply.unexpected("unknown outcome")),
-        }
+            attempts: reason.attempts,
+            instance: partitions.owner.instance(),
+            attempt,
+            sequence_ttl: partitions.sequence_ttl(),
+        };
+        calls::partition::halt(&partitions.client, halt).await
     }
 
     /// How many attempts on the pending entry `id` failed (see
@@ -900,49 +805,32 @@ impl Held<'_> {
     }
 }
 
-/// An attempt number as a script argument.
-fn attempt_value(attempt: u64) -> Value {
-    Value::from(i64::try_from(attempt).unwrap_or(i64::MAX))
-}
-
-/// What a read script's reply (`read.lua`, `read_hashed.lua`) says.
-fn read_outcome(script: &'static str, reply: &mut Reply) -> Result<ReadOutcome> {
-    match reply.tag() {
-        "entries" => {
-            let lane = match reply.integer(0)? {
-                1 => Lane::Primary,
-                2 => Lane::Backfill,
-                other => return Err(reply.unexpected(format!("unknown lane {other}"))),
-            };
-            let entries = parse_entries(script, reply.take(1)?)?
+/// What a read script's answer means to the owner.
+fn read_outcome(read: Read) -> ReadOutcome {
+    match read {
+        Read::Entries {
+            lane,
+            entries,
+            pending,
+        } => ReadOutcome::Entries {
+            lane,
+            entries: entries
                 .into_iter()
                 .map(|raw| StreamEntry::from_raw(raw, lane))
-                .collect();
-            let pending = reply.integer(2)? == 1;
-            Ok(ReadOutcome::Entries {
-                lane,
-                entries,
-                pending,
-            })
-        }
-        "halted" => Ok(ReadOutcome::Halted {
-            head: reply.string(0)?,
+                .collect(),
+            pending,
+        },
+        Read::Halted { head } => ReadOutcome::Halted { head },
+        Read::Idle {
+            primary_last,
+            backfill_last,
+            idle_for,
+        } => ReadOutcome::Idle(Idle {
+            primary_last,
+            backfill_last,
+            idle_for,
         }),
-        "idle" => Ok(ReadOutcome::Idle(Idle {
-            primary_last: reply.string(0)?,
-            backfill_last: reply.string(1)?,
-            idle_for: Duration::from_millis(reply.integer(2)?.max(0).unsigned_abs()),
-        })),
-        "gone" => Ok(ReadOutcome::Gone),
-        _ => Err(reply.unexpected("unknown outcome")),
-    }
-}
-
-/// How a lane is written in halt records.
-pub(crate) fn lane_name(lane: Lane) -> &'static str {
-    match lane {
-        Lane::Primary => "primary",
-        Lane::Backfill => "backfill",
+        Read::Gone => ReadOutcome::Gone,
     }
 }
 

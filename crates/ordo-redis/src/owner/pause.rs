@@ -8,13 +8,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use fred::clients::Pool;
 use fred::interfaces::HashesInterface;
-use fred::types::Value;
 use ordo_core::contract::retry::PauseStatus;
 
 use crate::error::Result;
-use crate::owner::lease::millis;
+use crate::store::calls;
 use crate::store::keys::paused;
-use crate::store::scripts::SCRIPTS;
 
 /// A handler paused on one instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,15 +62,7 @@ pub(crate) async fn record(
         let reason = pause.reason.replace(['\n', '\r'], " ");
         format!("{since} {} {reason}", pause.probes)
     });
-    SCRIPTS
-        .pause
-        .run(
-            client,
-            vec![paused(group)],
-            vec![Value::from(instance), Value::from(record), millis(ttl)],
-        )
-        .await?;
-    Ok(())
+    calls::consumer::pause(client, group, instance, &record, ttl).await
 }
 
 /// The instances on which `group` is paused at `now` (the Redis server

@@ -1,7 +1,8 @@
 //! Redis as Ordo stores it: the one wing that knows a Redis name.
 //!
 //! Every key name is formatted and parsed in [`keys`]; every Lua script
-//! (`lua/*.lua`) is shipped and called through [`scripts`]; the rest are
+//! (`lua/*.lua`) is shipped and run through [`scripts`], and called by one
+//! typed function in [`calls`] (the only callers of a script); the rest are
 //! the records shared by many partitions (the per-slot [`buckets`] of the
 //! category indexes and halted sets, consumer [`groups`], [`partitioning`]
 //! records, carried [`positions`]), the [`acl`] rules of Ordo's roles and
@@ -11,6 +12,7 @@
 
 pub(crate) mod acl;
 pub(crate) mod buckets;
+pub(crate) mod calls;
 pub(crate) mod groups;
 pub(crate) mod keys;
 pub(crate) mod partitioning;

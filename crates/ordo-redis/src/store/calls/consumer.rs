@@ -1,0 +1,114 @@
+//! The consumer's own scripts, outside any lease: `announce.lua` (live
+//! instances), `arm.lua` and `recheck.lua` (doorbells), `pause.lua` (a
+//! paused handler's record).
+
+use std::time::Duration;
+
+use fred::interfaces::FunctionInterface;
+use fred::types::Value;
+
+use super::millis;
+use crate::error::{Error, Result};
+use crate::store::keys::{instances, paused};
+use crate::store::scripts::{SCRIPTS, array};
+
+/// `announce.lua`: announces `instance` to every group of `groups`, for
+/// `ttl`; returns each group's live instances.
+pub(crate) async fn announce<C>(
+    client: &C,
+    groups: &[&str],
+    instance: &str,
+    ttl: Duration,
+) -> Result<Vec<Vec<String>>>
+where
+    C: FunctionInterface + Send + Sync,
+{
+    let keys = groups.iter().map(|group| instances(group)).collect();
+    let args = vec![Value::from(instance), millis(ttl)];
+    let reply = SCRIPTS.announce.run(client, keys, args).await?;
+    Ok(array(reply)
+        .into_iter()
+        .map(|members| {
+            array(members)
+                .into_iter()
+                .filter_map(|m| m.as_str().map(|s| s.into_owned()))
+                .collect()
+        })
+        .collect())
+}
+
+/// `arm.lua`: arms the doorbell `doorbell` of a partition whose lanes are
+/// `lanes` (name, the last id its worker read); `read`: the worker read
+/// the partition. True when a lane has an entry after the worker's read or
+/// the partition was retired since (the doorbell is then left unarmed).
+pub(crate) async fn arm<C>(client: &C, doorbell: &str, read: bool, lanes: &[(String, String)]) -> Result<bool>
+where
+    C: FunctionInterface + Send + Sync,
+{
+    let mut keys = Vec::with_capacity(1 + lanes.len());
+    keys.push(doorbell.to_owned());
+    let mut args = Vec::with_capacity(1 + lanes.len());
+    args.push(Value::from(if read { "1" } else { "0" }));
+    for (lane, id) in lanes {
+        keys.push(lane.clone());
+        args.push(Value::from(id.as_str()));
+    }
+    let reply = SCRIPTS.arm.run(client, keys, args).await?;
+    Ok(reply.as_i64() == Some(1))
+}
+
+/// `recheck.lua`: for each partition of `bells` (its lanes: name, the last
+/// id its worker read; all served by the node `routing`, a name in the
+/// first one's slot, routes to), whether a lane has an entry after it.
+pub(crate) async fn recheck<C>(client: &C, routing: &str, bells: &[&[(String, String)]]) -> Result<Vec<bool>>
+where
+    C: FunctionInterface + Send + Sync,
+{
+    if bells.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = vec![routing.to_owned()];
+    let mut args = Vec::with_capacity(bells.len() * 5);
+    for lanes in bells {
+        args.push(Value::from(i64::try_from(lanes.len()).unwrap_or(i64::MAX)));
+        for (lane, id) in lanes.iter() {
+            args.push(Value::from(lane.as_str()));
+            args.push(Value::from(id.as_str()));
+        }
+    }
+    let script = &SCRIPTS.recheck;
+    let mut found = vec![false; bells.len()];
+    for position in array(script.run(client, keys, args).await?) {
+        let position = position
+            .as_u64()
+            .and_then(|p| usize::try_from(p).ok())
+            .and_then(|p| p.checked_sub(1))
+            .filter(|&p| p < found.len())
+            .ok_or_else(|| Error::protocol(script.name(), "a position that is not one of the call's"))?;
+        found[position] = true;
+    }
+    Ok(found)
+}
+
+/// `pause.lua`: writes `record` (empty: clears it) as `instance`'s pause
+/// of `group`, valid for `ttl` unless written again.
+pub(crate) async fn pause<C>(
+    client: &C,
+    group: &str,
+    instance: &str,
+    record: &str,
+    ttl: Duration,
+) -> Result<()>
+where
+    C: FunctionInterface + Send + Sync,
+{
+    SCRIPTS
+        .pause
+        .run(
+            client,
+            vec![paused(group)],
+            vec![Value::from(instance), Value::from(record), millis(ttl)],
+        )
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,129 @@
+//! Publishing to partition streams: `publish.lua`.
+
+use std::time::Duration;
+
+use fred::interfaces::FunctionInterface;
+use fred::types::Value;
+
+use super::millis;
+use crate::error::Error;
+use crate::store::scripts::{Reply, SCRIPTS};
+
+/// Script arguments per publication (see `publish.lua`).
+pub(crate) const ARGS_PER_PUBLICATION: usize = 15;
+
+/// One publication as `publish.lua` takes it: the names it is written
+/// under (all in one slot) and the message.
+#[derive(Debug)]
+pub(crate) struct Publication<'a> {
+    pub(crate) stream: String,
+    pub(crate) index: String,
+    pub(crate) registry: String,
+    pub(crate) published: String,
+    pub(crate) joining: String,
+    pub(crate) position: String,
+    pub(crate) doorbell: String,
+    /// The index member (empty for a base stream, which is not indexed).
+    pub(crate) member: String,
+    pub(crate) type_name: &'a str,
+    /// The envelope, as JSON.
+    pub(crate) json: String,
+    pub(crate) id: &'a str,
+    /// Its position in its scope, if any, and the history it belongs to.
+    pub(crate) sequence: Option<u64>,
+    pub(crate) channel: String,
+    /// The key, when its partition is hashed (else empty).
+    pub(crate) hashed_key: String,
+    pub(crate) epoch: &'a str,
+}
+
+impl Publication<'_> {
+    /// Its [`ARGS_PER_PUBLICATION`] arguments, in `publish.lua`'s order.
+    pub(crate) fn into_args(self) -> Vec<Value> {
+        let args = vec![
+            Value::from(self.stream),
+            Value::from(self.index),
+            Value::from(self.registry),
+            Value::from(self.published),
+            Value::from(self.joining),
+            Value::from(self.position),
+            Value::from(self.doorbell),
+            Value::from(self.member),
+            Value::from(self.type_name),
+            Value::from(self.json),
+            Value::from(self.id),
+            Value::from(self.sequence.map(|seq| seq.to_string()).unwrap_or_default()),
+            Value::from(self.channel),
+            Value::from(self.hashed_key),
+            Value::from(self.epoch),
+        ];
+        debug_assert_eq!(args.len(), ARGS_PER_PUBLICATION);
+        args
+    }
+}
+
+/// What `publish.lua` answered (after writing the first `written` of its
+/// publications, when it stopped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Published {
+    /// Every publication is written.
+    Ok,
+    /// `XADD` failed on publication `written`, with this message.
+    Failed { written: usize, message: String },
+    /// Publication `written`'s position conflicts with the one recorded
+    /// (`position` or `position/epoch`).
+    Conflict { written: usize, recorded: String },
+}
+
+/// `publish.lua`: the publications whose arguments are `publications`, all
+/// served by the node `stream` (the first one's) routes to, in one call;
+/// message ids deduplicated within `window` (zero: off), at most `cap`
+/// kept per stream. An error says how many were written before it.
+pub(crate) async fn publish<'a, C>(
+    client: &C,
+    stream: &str,
+    window: Duration,
+    cap: usize,
+    publications: impl ExactSizeIterator<Item = &'a [Value]>,
+) -> Result<Published, (usize, Error)>
+where
+    C: FunctionInterface + Send + Sync,
+{
+    let keys = vec![stream.to_owned()];
+    let mut args = Vec::with_capacity(2 + publications.len() * ARGS_PER_PUBLICATION);
+    args.push(if window.is_zero() {
+        Value::from(0)
+    } else {
+        millis(window)
+    });
+    args.push(Value::from(i64::try_from(cap).unwrap_or(i64::MAX)));
+    for one in publications {
+        // Cheap clones: text values share their bytes.
+        args.extend(one.iter().cloned());
+    }
+    let script = &SCRIPTS.publish;
+    let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;
+    let reply = Reply::parse(script, value).map_err(|e| (0, e))?;
+    match reply.tag() {
+        "ok" => Ok(Published::Ok),
+        "error" => {
+            let written = reply.integer(0).map_err(|e| (0, e))?;
+            let message = reply.string(1).unwrap_or_default();
+            Ok(Published::Failed {
+                written: usize::try_from(written).unwrap_or(0),
+                message,
+            })
+        }
+        "conflict" => {
+            let written = usize::try_from(reply.integer(0).map_err(|e| (0, e))?).unwrap_or(0);
+            let recorded = reply.string(1).map_err(|e| (written, e))?;
+            Ok(Published::Conflict { written, recorded })
+        }
+        _ => Err((0, reply.unexpected("unknown outcome"))),
+    }
+}
+
+/// An error of a publish call that is not Redis's: `detail`.
+pub(crate) fn protocol(detail: impl Into<String>) -> Error {
+    Error::protocol(SCRIPTS.publish.name(), detail)
+}
