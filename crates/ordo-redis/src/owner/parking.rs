@@ -67,6 +67,21 @@ pub(crate) fn held_entry(raw: RawEntry) -> Result<StreamEntry> {
     Ok(StreamEntry::from_raw(raw, lane))
 }
 
+impl<'a> Held<'a> {
+    /// The arguments naming resolved `key` (its own names `own`) of this
+    /// held partition, for the held-message scripts.
+    fn resolved(self, key: &'a str, own: &'a KeyNames) -> Resolved<'a> {
+        Resolved {
+            fence: self.lease.fence(),
+            partition: self.partition,
+            group: self.group,
+            key,
+            own,
+            sequence_ttl: self.partitions.sequence_ttl(),
+        }
+    }
+}
+
 impl Held<'_> {
     /// The parked and holding keys of `partition` for `group`.
     pub(crate) async fn parking(self) -> Result<Parking> {
@@ -119,14 +134,7 @@ impl Held<'_> {
             group,
             partition,
         } = self;
-        // The halted set's bucket is listed before it can be written to,
-        // so an operator reading the directory never misses a parked key.
-        crate::store::buckets::list(
-            partitions.client(),
-            &partition.halted_directory(),
-            &[partition.slot()],
-        )
-        .await?;
+        self.list_halted_bucket().await?;
         let fields = fields(entry);
         let park = Park {
             fence: lease.fence(),
@@ -185,45 +193,21 @@ impl Held<'_> {
     /// only an earlier copy of this same call can have closed `attempt`,
     /// by ending the holding: that refusal is [`HeldNext::Done`].
     pub(crate) async fn held_next(self, key: &str, own: &KeyNames, attempt: u64) -> Result<HeldNext> {
-        let Held {
-            partitions,
-            lease,
-            group,
-            partition,
-        } = self;
-        let of = Resolved {
-            fence: lease.fence(),
-            partition,
-            group,
-            key,
-            own,
-            sequence_ttl: partitions.sequence_ttl(),
-        };
-        Ok(match parking::held(partitions.client(), of, attempt).await? {
-            parking::Held::Parked => HeldNext::Parked,
-            parking::Held::Done => HeldNext::Done,
-            parking::Held::Entry(raw) => HeldNext::Entry(held_entry(raw)?),
-        })
+        let of = self.resolved(key, own);
+        Ok(
+            match parking::held(self.partitions.client(), of, attempt).await? {
+                parking::Held::Parked => HeldNext::Parked,
+                parking::Held::Done => HeldNext::Done,
+                parking::Held::Entry(raw) => HeldNext::Entry(held_entry(raw)?),
+            },
+        )
     }
 
     /// The fenced acknowledgement of held message `id` of resolved `key`,
     /// closing attempt `attempt` (0: none) in the key's sequence.
     pub(crate) async fn ack_held(self, key: &str, own: &KeyNames, id: &str, attempt: u64) -> Result<()> {
-        let Held {
-            partitions,
-            lease,
-            group,
-            partition,
-        } = self;
-        let of = Resolved {
-            fence: lease.fence(),
-            partition,
-            group,
-            key,
-            own,
-            sequence_ttl: partitions.sequence_ttl(),
-        };
-        parking::ack_held(partitions.client(), of, id, attempt).await
+        let of = self.resolved(key, own);
+        parking::ack_held(self.partitions.client(), of, id, attempt).await
     }
 }
 

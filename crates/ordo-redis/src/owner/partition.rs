@@ -641,6 +641,18 @@ impl Partitions {
 }
 
 impl Held<'_> {
+    /// Lists the partition's bucket of the halted set before a halt or a
+    /// parked key is written to it, so an operator reading the directory
+    /// never misses one.
+    pub(crate) async fn list_halted_bucket(&self) -> Result<()> {
+        crate::store::buckets::list(
+            self.partitions.client(),
+            &self.partition.halted_directory(),
+            &[self.partition.slot()],
+        )
+        .await
+    }
+
     /// The fenced read: up to `count` entries of `partition` for `group`,
     /// pending ones first (this is where a new owner reclaims what the
     /// previous owner left unacknowledged), primary lane first.
@@ -762,14 +774,7 @@ impl Held<'_> {
             group,
             partition,
         } = self;
-        // The halted set's bucket is listed before it can be written to,
-        // so an operator reading the directory never misses a halt.
-        crate::store::buckets::list(
-            &partitions.client,
-            &partition.halted_directory(),
-            &[partition.slot()],
-        )
-        .await?;
+        self.list_halted_bucket().await?;
         let halt = Halt {
             fence: lease.fence(),
             partition,
