@@ -26,7 +26,7 @@ pub use contract::message::{
 pub use contract::handler::{
     BoxFuture, CommandHandler, ContextParameter, DynHandler, EventHandler, EventSink, Extensions,
     HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind, HandlerResult,
-    IntoHandlerResult, ProcessManager, RaisedEvent, RustType,
+    IntoCommandResult, IntoHandlerResult, ProcessManager, RaisedEvent, RustType,
 };
 pub use contract::process::{CorrelationPolicy, InMemoryProcessStore, ProcessStore};
 pub use contract::retry::{Transient, transient};
@@ -42,7 +42,7 @@ pub use contract::policy::{
 // The contract: configuration, health and errors.
 pub use contract::backoff::Backoff;
 pub use contract::config::{
-    Config, ConfigError, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, Partitions,
+    CommandsConfig, Config, ConfigError, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, Partitions,
     PriorityLanesConfig,
 };
 pub use contract::error::{BackoffError, CommitError, OutboxError, ProcessStoreError};
@@ -57,7 +57,8 @@ pub use contract::outbox::{InMemoryOutbox, NewOutboxRow, Outbox, OutboxRow, Outb
 // The runtime.
 pub use runtime::builder::DomainBuilder;
 pub use runtime::domain::{Domain, RunningDomain};
-pub use runtime::error::{DispatchError, IncorrectUsageError, SettleError, ShutdownError, UsageProblem};
+pub use runtime::dispatch::SendOptions;
+pub use runtime::error::{DispatchError, RemoteHandlerError, IncorrectUsageError, SettleError, ShutdownError, UsageProblem};
 pub use runtime::executor::{KeyedExecutor, Permits};
 pub use runtime::inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};
 pub use runtime::outbox::{OutboxProcessor, PublishReport};

@@ -83,7 +83,7 @@
 
 pub use ordo_core::{
     Aggregate, Command, Config, Domain, DomainBuilder, Event, InlineBroker, PartitionKey, RunningDomain,
-    SequencingPolicy, Transient, UnitOfWork, transient,
+    SendOptions, SequencingPolicy, Transient, UnitOfWork, transient,
 };
 pub use ordo_core::{contract, runtime};
 pub use ordo_macros::{
@@ -103,7 +103,7 @@ pub use ordo_postgres as postgres;
 /// `use ordo::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Aggregate, Command, Config, Domain, Event, InlineBroker, SequencingPolicy, UnitOfWork,
+        Aggregate, Command, Config, Domain, Event, InlineBroker, SendOptions, SequencingPolicy, UnitOfWork,
         command_handler, event_handler, handle, process_manager, sequencing_policy,
     };
     pub use ordo_core::{
@@ -125,7 +125,7 @@ pub mod __private {
     pub use ordo_core::{
         Aggregate, BoxFuture, Command, CommandHandler, ContextParameter, Envelope, Event, EventHandler,
         FullConcurrencyPolicy, HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind,
-        HandlerResult, IntoHandlerResult, KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf,
+        HandlerResult, IntoCommandResult, IntoHandlerResult, KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf,
         PartitionKey, PartitionKeyPolicy, PerAggregatePolicy, ProcessManager, PropertyPolicy,
         RoutingKeyPolicy, RustType, SequenceText, SequencingPolicy, SequentialPolicy,
     };

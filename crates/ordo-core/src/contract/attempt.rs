@@ -348,7 +348,7 @@ pub async fn backoff(backoff: &Backoff, retry: u32, cancel: &CancellationToken) 
 }
 
 /// The text of a panic payload (`panic!` with a literal or a format string).
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
     if let Some(message) = payload.downcast_ref::<&'static str>() {
         message
     } else if let Some(message) = payload.downcast_ref::<String>() {

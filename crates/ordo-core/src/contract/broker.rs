@@ -9,6 +9,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::contract::backoff::Backoff;
+use crate::contract::command::CommandRouter;
 use crate::contract::config::{Config, HandlerConfig, HealthConfig, PartitioningConfig};
 use crate::contract::handler::{BoxFuture, DynHandler, HandlerDescriptor, HandlerKind};
 use crate::contract::health::SubscriptionHealth;
@@ -252,6 +253,17 @@ pub trait Broker: Any + Send + Sync + fmt::Debug {
         None
     }
 
+    /// The broker's routing of commands to the owner of their key across
+    /// instances (see [`crate::contract::command`]), when it has one. With
+    /// one, `Domain::dispatch` and `Domain::send` send each command with a
+    /// sequence to its key's owner, and the broker's consumer runs the
+    /// command handlers ([`Broker::run`] gets their subscriptions, on the
+    /// command stream categories). `None` (the default): commands run in
+    /// the sending process, sequenced there.
+    fn command_router(&self) -> Option<Arc<dyn CommandRouter>> {
+        None
+    }
+
     /// The configuration the broker was built with, when it has one (the
     /// Redis broker's). `Domain::init()` uses it when the domain is given no
     /// configuration, and refuses a different one: the broker's leases and
@@ -314,6 +326,10 @@ impl<B: Broker + ?Sized> Broker for Arc<B> {
 
     fn process_store(&self) -> Option<Arc<dyn ProcessStore>> {
         (**self).process_store()
+    }
+
+    fn command_router(&self) -> Option<Arc<dyn CommandRouter>> {
+        (**self).command_router()
     }
 
     fn config(&self) -> Option<Config> {

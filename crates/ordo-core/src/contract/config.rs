@@ -103,7 +103,7 @@ mod section;
 
 use crate::contract::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, MAX_HASHED_PARTITIONS, segment_rule};
 pub use error::{ConfigError, Origin, TomlError};
-use file::{RawCategory, RawFile, RawHandler, RawHealth, RawOutbox, RawPartitioning, RawPriorityLanes};
+use file::{RawCategory, RawCommands, RawFile, RawHandler, RawHealth, RawOutbox, RawPartitioning, RawPriorityLanes};
 pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, env_var_names};
 pub use schema::PARTITIONING_KEYS;
 use schema::{SCHEMA, check_keys, with_article};
@@ -122,6 +122,8 @@ const HEALTH_MAX_LAG: u64 = 10_000;
 const HEALTH_MAX_PENDING_AGE_MS: u64 = 300_000;
 /// 4 MiB: far above any sensible event, far below what hurts a Redis node.
 const MAX_PAYLOAD_BYTES: u64 = 4 * 1024 * 1024;
+const COMMANDS_TIMEOUT_MS: u64 = 10_000;
+const COMMANDS_DEDUP_WINDOW_MS: u64 = 600_000;
 
 /// The validated domain configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,6 +136,7 @@ pub struct Config {
     handlers: BTreeMap<String, HandlerConfig>,
     health: HealthConfig,
     outbox: OutboxConfig,
+    commands: CommandsConfig,
     categories: BTreeMap<String, Partitions>,
     /// The tables other crates read (`[redis]`, `[cli]`, `[relay]`, and
     /// `[outbox]` for its `schema`), after the layers were merged.
@@ -183,6 +186,39 @@ impl OutboxConfig {
     /// `CommitError::PayloadTooLarge` and nothing is written.
     pub fn max_payload_bytes(&self) -> usize {
         self.max_payload_bytes
+    }
+}
+
+/// `[commands]`: how `Domain::send` waits for a command's outcome on a
+/// broker that routes commands across instances (the Redis broker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandsConfig {
+    timeout: Duration,
+    dedup_window: Duration,
+}
+
+impl Default for CommandsConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_millis(COMMANDS_TIMEOUT_MS),
+            dedup_window: Duration::from_millis(COMMANDS_DEDUP_WINDOW_MS),
+        }
+    }
+}
+
+impl CommandsConfig {
+    /// `timeout_ms`: how long a sender waits for a command's outcome unless
+    /// the call sets its own (default 10 s). Past it the call fails with
+    /// `DispatchError::Timeout`: the command may still run.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// `dedup_window_ms`: how long a command's outcome is kept under its id
+    /// (default 10 minutes): a resend with the same id within it gets the
+    /// first outcome without running again.
+    pub fn dedup_window(&self) -> Duration {
+        self.dedup_window
     }
 }
 
@@ -551,6 +587,11 @@ impl Config {
         &self.outbox
     }
 
+    /// `[commands]`.
+    pub fn commands(&self) -> &CommandsConfig {
+        &self.commands
+    }
+
     /// How `category` is partitioned (`[categories.NAME] partitions`;
     /// [`Partitions::PerKey`] when the file does not say).
     pub fn partitions(&self, category: &str) -> Partitions {
@@ -594,6 +635,7 @@ impl Config {
             handlers,
             health: raw.health.validate()?,
             outbox: raw.outbox.validate()?,
+            commands: raw.commands.validate()?,
             categories: raw
                 .categories
                 .into_iter()
@@ -729,6 +771,23 @@ impl RawOutbox {
         let max_payload_bytes = usize::try_from(bytes)
             .map_err(|_| invalid("outbox.max_payload_bytes", format!("is too large, got {bytes}")))?;
         Ok(OutboxConfig { max_payload_bytes })
+    }
+}
+
+impl RawCommands {
+    fn validate(self) -> Result<CommandsConfig, ConfigError> {
+        Ok(CommandsConfig {
+            timeout: Duration::from_millis(positive_int(
+                "commands.timeout_ms",
+                self.timeout_ms,
+                COMMANDS_TIMEOUT_MS,
+            )?),
+            dedup_window: Duration::from_millis(positive_int(
+                "commands.dedup_window_ms",
+                self.dedup_window_ms,
+                COMMANDS_DEDUP_WINDOW_MS,
+            )?),
+        })
     }
 }
 

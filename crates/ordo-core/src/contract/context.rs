@@ -38,6 +38,17 @@ impl Running {
         }
     }
 
+    /// A command handler run by a broker (sent from another instance, or
+    /// from this one across the broker), holding `sequence`: a command it
+    /// sends to its own sequence would wait for itself, and is refused.
+    pub(crate) fn routed_command(handler: &'static str, sequence: Option<SequenceId>) -> Self {
+        Self {
+            handler,
+            held: sequence.into_iter().collect::<Vec<_>>().into(),
+            on_bus: false,
+        }
+    }
+
     /// A command handler run by the bus, holding `sequence` on top of what
     /// the calling handler (if any) holds.
     pub(crate) fn command(handler: &'static str, sequence: Option<SequenceId>) -> Self {

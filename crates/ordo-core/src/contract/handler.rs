@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::contract::command::{CommandOutcome, ReplySlot};
 use crate::contract::error::CommitError;
 use crate::contract::key::{KeyExtractor, Lane};
 use crate::contract::message::{Envelope, Event, MessageKind, Metadata};
@@ -357,6 +358,34 @@ impl<E: Into<HandlerError>> IntoHandlerResult for Result<(), E> {
     }
 }
 
+/// What a command handler's `#[handle]` method may return: `Result<R, E>`
+/// where `R` is the reply the sender gets from `Domain::send` (`()` for
+/// none) and `E` converts into [`HandlerError`]. The reply is serialised
+/// into the context's [`ReplySlot`] (a reply that cannot be serialised
+/// fails the command).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a command handler result",
+    label = "a command handler's `#[handle]` method returns `Result<R, E>` here",
+    note = "`R: Serialize` is the reply (`()` for none); `E` must convert into `Box<dyn std::error::Error + Send + Sync>`, as `anyhow::Error` does"
+)]
+pub trait IntoCommandResult {
+    /// Converts the method's result, writing its reply into `ctx`'s slot.
+    fn into_command_result(self, ctx: &HandlerContext) -> HandlerResult;
+}
+
+#[diagnostic::do_not_recommend]
+impl<R: Serialize, E: Into<HandlerError>> IntoCommandResult for Result<R, E> {
+    fn into_command_result(self, ctx: &HandlerContext) -> HandlerResult {
+        let reply = self.map_err(Into::into)?;
+        if let Some(slot) = ctx.reply_slot() {
+            let value = serde_json::to_value(&reply)
+                .map_err(|error| format!("the command handler's reply cannot be serialised: {error}"))?;
+            slot.set(CommandOutcome::Succeeded { value });
+        }
+        Ok(())
+    }
+}
+
 /// What a handler knows about the message it is handling.
 #[derive(Debug, Clone)]
 pub struct HandlerContext {
@@ -370,6 +399,7 @@ pub struct HandlerContext {
     metadata: Metadata,
     extensions: Extensions,
     unit_of_work: Option<Arc<dyn EventSink>>,
+    reply: Option<ReplySlot>,
 }
 
 impl HandlerContext {
@@ -387,6 +417,7 @@ impl HandlerContext {
             metadata: message.metadata.clone(),
             extensions: Extensions::default(),
             unit_of_work: None,
+            reply: None,
         }
     }
 
@@ -493,6 +524,20 @@ impl HandlerContext {
 
     fn open_unit_of_work(&self) -> Result<&dyn EventSink, CommitError> {
         self.unit_of_work.as_deref().ok_or(CommitError::NoUnitOfWork)
+    }
+
+    /// Gives a command handler's context the slot its outcome is written
+    /// into (see [`ReplySlot`]).
+    #[must_use]
+    pub fn with_reply(mut self, slot: ReplySlot) -> Self {
+        self.reply = Some(slot);
+        self
+    }
+
+    /// The slot a command handler's outcome is written into, when the
+    /// context has one.
+    pub fn reply_slot(&self) -> Option<&ReplySlot> {
+        self.reply.as_ref()
     }
 
     /// Gives the context the unit of work its handler raises events into.

@@ -7,7 +7,8 @@
 //!   [`policy`] (sequencing policies), [`process`] (process managers' state
 //!   and correlation).
 //! - Configuring: [`config`] (domain.toml and its errors), [`backoff`].
-//! - Implementing: [`broker`] (the broker contract), [`outbox`] (the outbox
+//! - Implementing: [`broker`] (the broker contract), [`command`] (routing
+//!   commands to the owner of their key, and their outcomes), [`outbox`] (the outbox
 //!   rows and storage, an in-memory outbox), [`process`] (the process store,
 //!   an in-memory one).
 //! - Delivering, the same way in every broker: [`attempt`] (one handler
@@ -22,6 +23,7 @@
 pub mod attempt;
 pub mod backoff;
 pub mod broker;
+pub mod command;
 pub mod config;
 pub(crate) mod context;
 pub mod delivery;

@@ -2,11 +2,12 @@
 //! [`DomainBuilder::init`].
 
 use std::any::TypeId;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
 use crate::contract::broker::{Broker, HandlerSettings, Subscription};
+use crate::contract::command::command_category;
 use crate::contract::config::{Config, HandlerConfig};
 use crate::contract::handler::{
     BoxFuture, CommandHandler, DynHandler, EventHandler, HandlerContext, HandlerDescriptor, HandlerKind,
@@ -19,6 +20,7 @@ use crate::contract::policy::{
 };
 use crate::contract::process::{CorrelationPolicy, InMemoryProcessStore, ProcessStore};
 use crate::runtime::bus::CommandBus;
+use crate::runtime::dispatch::CommandRun;
 use crate::runtime::domain::{Domain, DomainRef, Inner};
 use crate::runtime::error::{IncorrectUsageError, UsageProblem};
 use crate::runtime::inline::InlineBroker;
@@ -182,6 +184,20 @@ impl DomainBuilder {
         )
     }
 
+    /// Registers command handler `H` by type: another instance runs it.
+    /// On a broker that routes commands (Redis) this process can then send
+    /// `H`'s commands ([`Domain::send`](crate::Domain::send)) to the
+    /// instance that owns each command's key; on other brokers sending one
+    /// fails with [`DispatchError::NoHandler`](crate::DispatchError::NoHandler).
+    pub fn command_handler_type<H: CommandHandler>(mut self) -> Self {
+        self.registrations.push(Registration {
+            descriptor: H::descriptor(),
+            policy: None,
+            handler: HandlerFactory::Elsewhere,
+        });
+        self
+    }
+
     /// Registers process manager `P`. Its messages are always sequenced by
     /// correlation value, so one instance never handles two at once.
     pub fn process_manager<P: ProcessManager>(mut self) -> Self {
@@ -322,6 +338,7 @@ impl DomainBuilder {
             .or_else(|| broker.process_store())
             .unwrap_or_else(|| Arc::new(InMemoryProcessStore::new()));
         let domain_ref = DomainRef::default();
+        let mut elsewhere = Vec::new();
         let (commands, consumers): (Vec<_>, Vec<_>) = self
             .registrations
             .into_iter()
@@ -330,9 +347,27 @@ impl DomainBuilder {
                     .get(registration.descriptor.name)
                     .cloned()
                     .unwrap_or_default();
+                if registration.descriptor.kind == HandlerKind::Command
+                    && matches!(registration.handler, HandlerFactory::Elsewhere)
+                {
+                    let registration = Registration {
+                        handler: HandlerFactory::Ready(Arc::new(RunsElsewhere)),
+                        ..registration
+                    };
+                    elsewhere.extend(subscription(registration, &process_store, &domain_ref, settings));
+                    return None;
+                }
                 subscription(registration, &process_store, &domain_ref, settings)
             })
             .partition(|s| s.kind() == HandlerKind::Command);
+        let router = broker.command_router();
+        // On a broker that routes commands, its consumer runs the command
+        // handlers on the command stream categories.
+        let routed_commands: Arc<[Subscription]> = if router.is_some() {
+            commands.iter().map(|s| routed_command(s, &domain_ref)).collect()
+        } else {
+            Arc::new([])
+        };
         let subscriptions: Arc<[Subscription]> = consumers.into();
         if let Some(inline) = &inline {
             inline.attach(Arc::clone(&subscriptions));
@@ -346,6 +381,7 @@ impl DomainBuilder {
             .with_partitioned_categories(keyed_categories);
         let bus = CommandBus::new(
             &commands,
+            &elsewhere,
             config.key_rules(),
             config.partitioning().max_concurrency(),
         );
@@ -357,6 +393,8 @@ impl DomainBuilder {
             process_store,
             subscriptions,
             command_handlers: commands.into(),
+            routed_commands,
+            router,
             partitioning,
             message_types,
             aggregate_categories,
@@ -423,6 +461,56 @@ fn subscription(
         handler,
         settings: HandlerSettings::new(settings),
     })
+}
+
+/// The handler of a command handler registered by type: another instance
+/// runs it, never this one.
+struct RunsElsewhere;
+
+impl DynHandler for RunsElsewhere {
+    fn handle<'a>(&'a self, message: &'a Envelope, _: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
+        let text = format!(
+            "the command handler of `{}` was registered by type: it runs on other instances",
+            message.type_name
+        );
+        Box::pin(async move { Err(text.into()) })
+    }
+}
+
+/// The subscription a routing broker consumes for command handler `s`: its
+/// messages on the command stream categories, each partition one sequence,
+/// run by a [`CommandRun`].
+fn routed_command(s: &Subscription, domain: &DomainRef) -> Subscription {
+    let mut descriptor = (*s.descriptor).clone();
+    for handled in &mut descriptor.handles {
+        handled.category = intern(command_category(handled.category));
+        handled.key = None;
+    }
+    descriptor.partitioned = true;
+    Subscription {
+        descriptor: Arc::new(descriptor),
+        policy: Arc::new(PartitionKeyPolicy),
+        policy_overridden: true,
+        handler: Arc::new(CommandRun::new(
+            Arc::clone(&s.handler),
+            Arc::clone(&s.descriptor),
+            domain.clone(),
+        )),
+        settings: s.settings.clone(),
+    }
+}
+
+/// `name` as a `&'static str`, leaked once per distinct name (command
+/// stream categories: one per aggregate with command handlers).
+fn intern(name: String) -> &'static str {
+    static NAMES: std::sync::Mutex<BTreeSet<&'static str>> = std::sync::Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(known) = names.get(name.as_str()) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.into_boxed_str());
+    names.insert(leaked);
+    leaked
 }
 
 /// Each handler's own settings: the configuration's `[handlers.NAME]`

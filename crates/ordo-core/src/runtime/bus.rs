@@ -17,8 +17,9 @@ use crate::runtime::executor::KeyedExecutor;
 
 /// A command routed to its handler, ready to run.
 pub(crate) struct Routed {
-    /// The handler.
-    pub(crate) handler: Arc<dyn DynHandler>,
+    /// The handler, when it runs in this process (`None`: registered by
+    /// type, run by other instances).
+    pub(crate) handler: Option<Arc<dyn DynHandler>>,
     /// Its name.
     pub(crate) name: &'static str,
     /// The command, with its validated partition key.
@@ -44,21 +45,30 @@ pub(crate) struct Routed {
 #[derive(Debug)]
 pub(crate) struct CommandBus {
     executor: KeyedExecutor,
-    routes: HashMap<(&'static str, &'static str), Subscription>,
+    /// Each command type's handler, and whether it runs in this process.
+    routes: HashMap<(&'static str, &'static str), (Subscription, bool)>,
     rules: KeyRules,
 }
 
 impl CommandBus {
-    /// A bus over the command handlers in `subscriptions`; `init()` has
-    /// checked that each command type has at most one.
-    pub(crate) fn new(subscriptions: &[Subscription], rules: KeyRules, max_concurrency: usize) -> Self {
-        let routes = subscriptions
-            .iter()
-            .flat_map(|s| {
+    /// A bus over the command handlers in `subscriptions` (run here) and
+    /// `elsewhere` (registered by type: run by other instances); `init()`
+    /// has checked that each command type has at most one.
+    pub(crate) fn new(
+        subscriptions: &[Subscription],
+        elsewhere: &[Subscription],
+        rules: KeyRules,
+        max_concurrency: usize,
+    ) -> Self {
+        let local = subscriptions.iter().map(|s| (s, true));
+        let remote = elsewhere.iter().map(|s| (s, false));
+        let routes = local
+            .chain(remote)
+            .flat_map(|(s, here)| {
                 s.descriptor
                     .handles
                     .iter()
-                    .map(move |h| ((h.category, h.type_name), s.clone()))
+                    .map(move |h| ((h.category, h.type_name), (s.clone(), here)))
             })
             .collect();
         Self {
@@ -73,7 +83,7 @@ impl CommandBus {
     /// sequence the calling chain holds.
     pub(crate) fn route<C: Command>(&self, command: &C) -> Result<Routed, DispatchError> {
         let type_name = C::TYPE_NAME;
-        let route = self
+        let (route, here) = self
             .routes
             .get(&(C::CATEGORY, type_name))
             .ok_or(DispatchError::NoHandler { type_name })?;
@@ -104,11 +114,29 @@ impl CommandBus {
             });
         }
         Ok(Routed {
-            handler: route.handler.clone(),
+            handler: here.then(|| route.handler.clone()),
             name: handler,
             envelope,
             sequence,
         })
+    }
+
+    /// Checks that `sequence`, the sequence of a command sent to the owner
+    /// of its partition, can be a partition key.
+    pub(crate) fn validate_sequence(
+        &self,
+        type_name: &'static str,
+        handler: &'static str,
+        sequence: &str,
+    ) -> Result<(), DispatchError> {
+        self.rules
+            .validate("sequence", Some(sequence))
+            .map(drop)
+            .map_err(|key| DispatchError::InvalidKey {
+                type_name,
+                handler,
+                key,
+            })
     }
 
     /// Runs `task`, the handler run of a routed command, in its sequence,

@@ -1,38 +1,198 @@
-//! `Domain::dispatch`: a command's handler run in its sequence, with the
-//! unit of work its context raises events into, committed when it succeeds.
+//! `Domain::send` and `Domain::dispatch`: a command's handler run in its
+//! sequence, with the unit of work its context raises events into,
+//! committed when it succeeds, and its reply returned to the sender.
+//!
+//! On a broker that routes commands ([`Broker::command_router`](crate::contract::broker::Broker::command_router),
+//! the Redis broker) a command with a sequence travels to the instance that
+//! owns the sequence's partition and runs there ([`CommandRun`]); otherwise
+//! it runs in this process, sequenced by the [command bus](crate::runtime::bus).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::contract::error::CommitError;
-use crate::contract::handler::{HandlerContext, HandlerError};
-use crate::contract::message::Command;
-use crate::runtime::domain::Domain;
-use crate::runtime::error::DispatchError;
+use serde::de::{DeserializeOwned, IgnoredAny};
+
+use crate::contract::attempt::panic_message;
+use crate::contract::command::{
+    CommandOutcome, CommandRequest, FailureKind, ReplySlot, SendFailure, aggregate_of_command_category,
+    command_category,
+};
+use crate::contract::context::{self, Running};
+use crate::contract::error::{CommitError, error_chain};
+use crate::contract::handler::{
+    BoxFuture, DynHandler, HandlerContext, HandlerDescriptor, HandlerError, HandlerResult,
+};
+use crate::contract::message::{Command, DecodeError, Envelope};
+use crate::contract::policy::SequenceId;
+use crate::runtime::domain::{Domain, DomainRef};
+use crate::runtime::error::{DispatchError, RemoteHandlerError};
 use crate::runtime::uow::ContextUnitOfWork;
 
-/// Why a command's run failed.
+/// The longest command id [`SendOptions::id`] accepts, in bytes.
+pub const MAX_COMMAND_ID_BYTES: usize = 200;
+
+/// How one command is sent: its id (for a safe retry) and how long to wait
+/// for its outcome.
+///
+/// ```
+/// # use std::time::Duration;
+/// use ordo::runtime::dispatch::SendOptions;
+/// let options = SendOptions::new()
+///     .id("order-42-cancel")
+///     .timeout(Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendOptions {
+    id: Option<String>,
+    timeout: Option<Duration>,
+}
+
+impl SendOptions {
+    /// No id of the caller's (one is generated), the configured timeout.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The command id: a resend with the same id within `[commands]
+    /// dedup_window_ms` returns the first outcome without running the
+    /// command again (on a broker that routes commands). At most
+    /// [`MAX_COMMAND_ID_BYTES`] bytes, not empty, no control characters.
+    #[must_use]
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// How long to wait for the outcome (over `[commands] timeout_ms`).
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+/// Why a command's run in this process failed.
 enum Failed {
     Handler(HandlerError),
     Commit(CommitError),
 }
 
 impl Domain {
-    /// Handles `command` with its handler and returns the outcome. Commands
-    /// with the same sequence id (by default the routing key) are handled
-    /// one after another, in dispatch order.
+    /// Handles `command` with its handler and returns the outcome, without
+    /// the handler's reply (see [`Domain::send`]). Commands with the same
+    /// sequence id (by default the routing key) are handled one after
+    /// another, in dispatch order, on one instance at a time.
     ///
     /// The events the handler raised with [`HandlerContext::raise`] are
     /// committed to the outbox together when it succeeds (before the next
     /// command of its sequence runs) and discarded when it fails.
     pub async fn dispatch<C: Command>(&self, command: C) -> Result<(), DispatchError> {
+        self.send_with::<C, IgnoredAny>(command, SendOptions::new())
+            .await
+            .map(drop)
+    }
+
+    /// Handles `command` and returns its handler's reply, decoded as `R`
+    /// (the `Ok` value of the handler method; `()` when it returns none).
+    ///
+    /// On a broker that routes commands (Redis) a command with a sequence
+    /// runs on the instance that owns its sequence's partition, in order
+    /// with every other command of that sequence whichever instance sent
+    /// it; the call waits for its outcome up to `[commands] timeout_ms`
+    /// ([`DispatchError::Timeout`]: it may still run). Otherwise it runs in
+    /// this process, as [`Domain::dispatch`] describes.
+    pub async fn send<C: Command, R: DeserializeOwned>(&self, command: C) -> Result<R, DispatchError> {
+        self.send_with(command, SendOptions::new()).await
+    }
+
+    /// [`Domain::send`] with `options`: the command's id (a resend with the
+    /// same id gets the first outcome) and its timeout.
+    pub async fn send_with<C: Command, R: DeserializeOwned>(
+        &self,
+        command: C,
+        options: SendOptions,
+    ) -> Result<R, DispatchError> {
         let type_name = C::TYPE_NAME;
-        let routed = self.bus().route(&command)?;
+        let mut routed = self.bus().route(&command)?;
+        let caller_id = options.id.is_some();
+        if let Some(id) = options.id {
+            check_id(&id).map_err(|reason| DispatchError::InvalidId { type_name, reason })?;
+            routed.envelope.id = id;
+        }
         let handler = routed.name;
-        let dyn_handler = routed.handler;
-        let envelope = routed.envelope;
+        let value = match (self.command_router(), routed.sequence.clone()) {
+            (Some(router), Some(sequence)) => {
+                let key = sequence.to_string();
+                self.bus()
+                    .validate_sequence(type_name, handler, &key)?;
+                let mut envelope = routed.envelope;
+                envelope.category = command_category(&envelope.category);
+                envelope.partition_key = Some(key.clone());
+                let command_id = envelope.id.clone();
+                let commands = self.config().commands();
+                let request = CommandRequest::new(envelope, key, handler)
+                    .with_timeout(options.timeout.unwrap_or(commands.timeout()))
+                    .with_dedup_window(commands.dedup_window())
+                    .with_caller_id(caller_id);
+                match router.send(request).await {
+                    Ok(outcome) => outcome_value(outcome, handler, type_name, command_id)?,
+                    Err(SendFailure::TimedOut(after)) => {
+                        return Err(DispatchError::Timeout {
+                            handler,
+                            type_name,
+                            command_id,
+                            after,
+                        });
+                    }
+                    Err(SendFailure::Broker(source)) => {
+                        return Err(DispatchError::Broker {
+                            handler,
+                            type_name,
+                            command_id,
+                            source,
+                        });
+                    }
+                    Err(SendFailure::Unreadable(source)) => {
+                        return Err(DispatchError::Broker {
+                            handler,
+                            type_name,
+                            command_id,
+                            source: Box::new(source),
+                        });
+                    }
+                }
+            }
+            (_, sequence) => {
+                let Some(local) = routed.handler else {
+                    return Err(DispatchError::NoHandler { type_name });
+                };
+                self.run_here(local, handler, type_name, routed.envelope, sequence)
+                    .await?
+            }
+        };
+        serde_json::from_value(value).map_err(|source| DispatchError::Reply {
+            handler,
+            type_name,
+            source,
+        })
+    }
+
+    /// Runs a routed command in this process, in its sequence; its reply.
+    async fn run_here(
+        &self,
+        dyn_handler: Arc<dyn DynHandler>,
+        handler: &'static str,
+        type_name: &'static str,
+        envelope: Envelope,
+        sequence: Option<SequenceId>,
+    ) -> Result<serde_json::Value, DispatchError> {
         let uow = ContextUnitOfWork::new(self.unit_of_work());
+        let reply = ReplySlot::new();
+        let slot = reply.clone();
         let task = async move {
-            let ctx = HandlerContext::new(&envelope).with_unit_of_work(Arc::new(uow.clone()));
+            let ctx = HandlerContext::new(&envelope)
+                .with_unit_of_work(Arc::new(uow.clone()))
+                .with_reply(slot);
             let handled = dyn_handler.handle(&envelope, &ctx).await;
             drop(ctx);
             match (handled, uow.take()) {
@@ -41,8 +201,11 @@ impl Domain {
                 (Err(error), _) => Err(Failed::Handler(error)),
             }
         };
-        match self.bus().run(handler, routed.sequence, task).await {
-            Some(Ok(())) => Ok(()),
+        match self.bus().run(handler, sequence, task).await {
+            Some(Ok(())) => Ok(match reply.take() {
+                Some(CommandOutcome::Succeeded { value }) => value,
+                _ => serde_json::Value::Null,
+            }),
             Some(Err(Failed::Handler(error))) => Err(DispatchError::Handler {
                 handler,
                 type_name,
@@ -55,5 +218,166 @@ impl Domain {
             }),
             None => Err(DispatchError::Aborted { handler, type_name }),
         }
+    }
+}
+
+/// The reply of a command's outcome, or its failure as a [`DispatchError`].
+fn outcome_value(
+    outcome: CommandOutcome,
+    handler: &'static str,
+    type_name: &'static str,
+    command_id: String,
+) -> Result<serde_json::Value, DispatchError> {
+    match outcome {
+        CommandOutcome::Succeeded { value } => Ok(value),
+        CommandOutcome::Failed(failure) if failure.kind == FailureKind::Handler => Err(DispatchError::Handler {
+            handler,
+            type_name,
+            error: Box::new(RemoteHandlerError {
+                message: failure.message,
+            }),
+        }),
+        CommandOutcome::Failed(failure) => Err(DispatchError::Rejected {
+            handler,
+            type_name,
+            command_id,
+            kind: failure.kind,
+            message: failure.message,
+        }),
+    }
+}
+
+/// Why `id` cannot be a command id, if it cannot.
+fn check_id(id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err("it is empty".to_owned());
+    }
+    if id.len() > MAX_COMMAND_ID_BYTES {
+        return Err(format!(
+            "it is {} bytes long, more than {MAX_COMMAND_ID_BYTES}",
+            id.len()
+        ));
+    }
+    if id.chars().any(char::is_control) {
+        return Err("it contains a control character".to_owned());
+    }
+    Ok(())
+}
+
+/// A command handler as a routing broker runs it for a command sent from
+/// any instance: it restores the command's aggregate category, runs the
+/// handler with a unit of work, commits what it raised, and writes the
+/// outcome into the context's [`ReplySlot`]. Every failure of the command
+/// itself (an unknown type, an undecodable payload, the handler's error or
+/// panic, events that cannot be committed) is an outcome and the run
+/// succeeds, so a bad command never halts its key; only an outbox that
+/// cannot take the events now fails the run, to be retried by the broker.
+pub(crate) struct CommandRun {
+    handler: Arc<dyn DynHandler>,
+    /// The handler's own description (its aggregate categories).
+    descriptor: Arc<HandlerDescriptor>,
+    domain: DomainRef,
+}
+
+impl CommandRun {
+    pub(crate) fn new(handler: Arc<dyn DynHandler>, descriptor: Arc<HandlerDescriptor>, domain: DomainRef) -> Self {
+        Self {
+            handler,
+            descriptor,
+            domain,
+        }
+    }
+
+    async fn run(&self, envelope: &Envelope, ctx: &HandlerContext) -> HandlerResult {
+        let name = self.descriptor.name;
+        let slot = ctx.reply_slot().cloned().unwrap_or_default();
+        let mut envelope = envelope.clone();
+        if let Some(category) = aggregate_of_command_category(&envelope.category) {
+            envelope.category = category.to_owned();
+        }
+        if self.descriptor.handled_envelope(&envelope).is_none() {
+            slot.set(CommandOutcome::failed(
+                FailureKind::UnknownType,
+                name,
+                format!(
+                    "`{name}` on this instance handles no command `{}` of `{}` (is another version deployed \
+                     here?)",
+                    envelope.type_name, envelope.category
+                ),
+            ));
+            return Ok(());
+        }
+        let Some(domain) = self.domain.get() else {
+            return Err(format!("the domain of `{name}` is gone (shutting down)").into());
+        };
+        let uow = ContextUnitOfWork::new(domain.unit_of_work());
+        let ctx = ctx
+            .clone()
+            .with_unit_of_work(Arc::new(uow.clone()))
+            .with_reply(slot.clone());
+        let sequence = envelope.partition_key.clone().map(SequenceId::new);
+        let handler = Arc::clone(&self.handler);
+        let message = envelope.clone();
+        // Its own task, so that a panic is this command's outcome; aborted
+        // with this run (a broker that loses the lease aborts it).
+        let mut task = AbortOnDrop(tokio::spawn(context::scope(
+            Running::routed_command(name, sequence),
+            async move { handler.handle(&message, &ctx).await },
+        )));
+        let handled = match (&mut task.0).await {
+            Ok(handled) => handled,
+            Err(error) if error.is_panic() => {
+                let payload = error.into_panic();
+                slot.set(CommandOutcome::failed(
+                    FailureKind::Panicked,
+                    name,
+                    format!("`{name}` panicked: {}", panic_message(&*payload)),
+                ));
+                return Ok(());
+            }
+            Err(error) => return Err(Box::new(error)),
+        };
+        if let Err(error) = handled {
+            let kind = if error.downcast_ref::<DecodeError>().is_some() {
+                FailureKind::Undecodable
+            } else {
+                FailureKind::Handler
+            };
+            slot.set(CommandOutcome::failed(kind, name, error_chain(&*error)));
+            return Ok(());
+        }
+        if let Some(uow) = uow.take() {
+            match uow.commit().await {
+                Ok(_) => {}
+                // The outbox cannot take the events now: the broker retries
+                // the command (a transient failure), the key waits.
+                Err(error @ CommitError::Outbox(_)) => return Err(Box::new(error)),
+                Err(error) => {
+                    slot.set(CommandOutcome::failed(FailureKind::Commit, name, error_chain(&error)));
+                    return Ok(());
+                }
+            }
+        }
+        if !slot.is_set() {
+            slot.set(CommandOutcome::Succeeded {
+                value: serde_json::Value::Null,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl DynHandler for CommandRun {
+    fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
+        Box::pin(self.run(message, ctx))
+    }
+}
+
+/// A spawned task aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::contract::broker::{Broker, BrokerError, Subscription};
+use crate::contract::command::CommandRouter;
 use crate::contract::config::Config;
 use crate::contract::error::OutboxError;
 use crate::contract::health::{HealthReport, HealthState};
@@ -55,6 +56,11 @@ pub(crate) struct Inner {
     pub(crate) process_store: Arc<dyn ProcessStore>,
     pub(crate) subscriptions: Arc<[Subscription]>,
     pub(crate) command_handlers: Arc<[Subscription]>,
+    /// The command handlers as a routing broker consumes them (empty on
+    /// other brokers): see [`Broker::command_router`].
+    pub(crate) routed_commands: Arc<[Subscription]>,
+    /// The broker's routing of commands, when it has one.
+    pub(crate) router: Option<Arc<dyn CommandRouter>>,
     pub(crate) partitioning: Partitioning,
     /// The Rust type of each handled (category, type name).
     pub(crate) message_types: MessageTypes,
@@ -110,7 +116,17 @@ impl Domain {
         let processor = tracker.spawn(async move { processor.run(token).await });
         let broker = consume.then(|| {
             let broker = Arc::clone(&self.inner.broker);
-            let consumer = broker.run(Arc::clone(&self.inner.subscriptions), consumer_shutdown.clone());
+            let subscriptions: Arc<[Subscription]> = if self.inner.routed_commands.is_empty() {
+                Arc::clone(&self.inner.subscriptions)
+            } else {
+                self.inner
+                    .subscriptions
+                    .iter()
+                    .chain(self.inner.routed_commands.iter())
+                    .cloned()
+                    .collect()
+            };
+            let consumer = broker.run(subscriptions, consumer_shutdown.clone());
             tracker.spawn(async move {
                 let result = consumer.await;
                 if let Err(error) = &result {
@@ -236,6 +252,11 @@ impl Domain {
     }
 
     /// The command bus.
+    /// The broker's routing of commands across instances, when it has one.
+    pub(crate) fn command_router(&self) -> Option<&Arc<dyn CommandRouter>> {
+        self.inner.router.as_ref()
+    }
+
     pub(crate) fn bus(&self) -> &CommandBus {
         &self.inner.bus
     }

@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::contract::broker::BrokerError;
+use crate::contract::command::FailureKind;
 use crate::contract::config::Partitions;
 use crate::contract::error::{CommitError, error_chain};
 use crate::contract::handler::{HandlerError, HandlerKind};
@@ -372,6 +373,84 @@ pub enum DispatchError {
         /// The command type.
         type_name: &'static str,
     },
+    /// The instance that owns the command's key refused it or could not
+    /// complete it: it has no handler for the type (another version is
+    /// deployed there), the payload does not decode into its type, the
+    /// handler panicked, or its events could not be committed. Nothing the
+    /// handler raised was committed.
+    #[error("command `{type_name}` ({command_id}) failed in `{handler}`: {kind}: {message}")]
+    Rejected {
+        /// The handler.
+        handler: &'static str,
+        /// The command type.
+        type_name: &'static str,
+        /// The command id.
+        command_id: String,
+        /// What went wrong.
+        kind: FailureKind,
+        /// The owner's message.
+        message: String,
+    },
+    /// No outcome arrived within the timeout. The command may still run, or
+    /// have run: resend it with the same id ([`SendOptions::id`](crate::runtime::dispatch::SendOptions::id)) to get its
+    /// outcome without running it twice.
+    #[error(
+        "no outcome of command `{type_name}` ({command_id}) from `{handler}` within {after:?}: it may \
+         still run; resend it with the same id to get its outcome (is an instance running `{handler}`?)"
+    )]
+    Timeout {
+        /// The handler.
+        handler: &'static str,
+        /// The command type.
+        type_name: &'static str,
+        /// The command id.
+        command_id: String,
+        /// How long the sender waited.
+        after: Duration,
+    },
+    /// The broker failed while sending the command: it may or may not have
+    /// been sent. Resend it with the same id.
+    #[error("cannot send command `{type_name}` ({command_id}) to `{handler}`: it may or may not have been sent")]
+    Broker {
+        /// The handler.
+        handler: &'static str,
+        /// The command type.
+        type_name: &'static str,
+        /// The command id.
+        command_id: String,
+        /// The broker's error.
+        #[source]
+        source: BrokerError,
+    },
+    /// The handler's reply does not decode into the type the caller asked
+    /// for: the command ran and its events are committed.
+    #[error("the reply of `{handler}` to `{type_name}` is not the type asked for (the command did run)")]
+    Reply {
+        /// The handler.
+        handler: &'static str,
+        /// The command type.
+        type_name: &'static str,
+        /// The decoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The command id given with [`SendOptions::id`](crate::runtime::dispatch::SendOptions::id) cannot be used.
+    #[error("invalid command id for `{type_name}`: {reason}")]
+    InvalidId {
+        /// The command type.
+        type_name: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A command handler's error as its sender sees it when the command ran on
+/// another instance: the message of the error and its sources.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RemoteHandlerError {
+    /// The error and its sources, as text.
+    pub message: String,
 }
 
 /// Why [`Domain::settle`](crate::Domain::settle) cannot wait.

@@ -14,7 +14,7 @@
 
 pub mod builder;
 pub(crate) mod bus;
-pub(crate) mod dispatch;
+pub mod dispatch;
 pub mod domain;
 pub mod error;
 pub mod executor;

@@ -220,7 +220,9 @@ fn handle_fn(model: &HandlerModel) -> TokenStream {
     } else {
         quote!(&'__ordo self)
     };
-    let ctx_used = model.methods.iter().any(|method| method.ctx.is_some());
+    // A command handler's result writes its reply into the context.
+    let command = model.flavor == Flavor::Command;
+    let ctx_used = command || model.methods.iter().any(|method| method.ctx.is_some());
     let ctx = if ctx_used { quote!(__ordo_ctx) } else { quote!(_) };
     let arms = model.methods.iter().map(|method| {
         let ty = &method.message;
@@ -236,8 +238,14 @@ fn handle_fn(model: &HandlerModel) -> TokenStream {
             quote!(&__ordo_message)
         };
         let spanned_private = private.at(method.output_span);
-        let result = quote_spanned! {method.output_span=>
-            #spanned_private::IntoHandlerResult::into_handler_result(self.#ident(#args).await)
+        let result = if command {
+            quote_spanned! {method.output_span=>
+                #spanned_private::IntoCommandResult::into_command_result(self.#ident(#args).await, __ordo_ctx)
+            }
+        } else {
+            quote_spanned! {method.output_span=>
+                #spanned_private::IntoHandlerResult::into_handler_result(self.#ident(#args).await)
+            }
         };
         let cfgs = &method.cfgs;
         quote! {

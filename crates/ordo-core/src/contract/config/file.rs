@@ -22,6 +22,8 @@ pub(super) struct RawFile {
     #[serde(default)]
     pub(super) outbox: RawOutbox,
     #[serde(default)]
+    pub(super) commands: RawCommands,
+    #[serde(default)]
     pub(super) categories: BTreeMap<String, RawCategory>,
     #[serde(default)]
     #[expect(dead_code, reason = "read by the `ordo` tool; only its type is checked here")]
@@ -139,6 +141,13 @@ pub(super) struct RawHealth {
 #[serde(deny_unknown_fields, expecting = "a [categories.NAME] table")]
 pub(super) struct RawCategory {
     pub(super) partitions: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "the [commands] table")]
+pub(super) struct RawCommands {
+    pub(super) timeout_ms: Option<i64>,
+    pub(super) dedup_window_ms: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

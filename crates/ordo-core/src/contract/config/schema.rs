@@ -298,6 +298,7 @@ mod tests {
                 "handlers",
                 "health",
                 "outbox",
+                "commands",
                 "categories",
                 "redis",
                 "cli",
@@ -316,7 +317,7 @@ mod tests {
             "{:?}",
             SCHEMA[1]
         );
-        assert!(matches!(&SCHEMA[4].1, Node::Named(keys) if keys == &[("partitions", Node::Value)]));
+        assert!(matches!(&SCHEMA[5].1, Node::Named(keys) if keys == &[("partitions", Node::Value)]));
     }
 
     /// docs/domain.toml, the reference file, writes every key of the schema
