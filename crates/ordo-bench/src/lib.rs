@@ -17,6 +17,8 @@
 //! Subcommands: [`baseline`] (a plain consumer group draining a backlog),
 //! [`throughput`] (publish and ordered drains against the baseline),
 //! [`handler_latency`] (`latency`: commit to handler start at a fixed load),
+//! [`commands`] (commands across instances: round trip, closed loop, against
+//! the inline broker),
 //! [`idle`] (commands sent while owning idle partitions), [`failover`]
 //! (SIGKILL of an owner to the next owner's first message), [`chaos`] (the
 //! guarantee checked under injected faults), [`relay`] (the PostgreSQL
@@ -29,6 +31,7 @@
 
 pub mod baseline;
 pub mod chaos;
+pub mod commands;
 pub mod connect;
 pub mod engine;
 pub mod failover;

@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 use ordo_bench::Report;
 use ordo_bench::baseline::{self, BaselineArgs};
 use ordo_bench::chaos::{self, ChaosArgs};
+use ordo_bench::commands::{self, CommandsArgs};
 use ordo_bench::connect::{self, ConnectArgs};
 use ordo_bench::failover::{self, FailoverArgs};
 use ordo_bench::handler_latency::{self, LatencyArgs};
@@ -51,6 +52,12 @@ enum Bench {
     /// Commit to handler start at a fixed offered load:
     /// `latency_p50_ms`, `latency_p99_ms`.
     Latency(LatencyArgs),
+    /// Commands sent across instances on Redis, against the inline broker:
+    /// `command_rtt_p50_ms`, `command_rtt_p99_ms` (one sender, one owner, a
+    /// fixed offered load), `commands_per_s`, `cpu_us_per_command`,
+    /// `redis_cpu_us_per_command` (closed loop over two instances), and
+    /// `inline_commands_per_s`, `inline_rtt_p50_ms` (the same loop in process).
+    Commands(CommandsArgs),
     /// Commands one instance sends per second while it owns many idle
     /// partitions: `idle_redis_cmds_per_s`, `owned_partitions`.
     Idle(IdleArgs),
@@ -132,6 +139,7 @@ async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
         Bench::Baseline(args) => baseline::run(&args, &redis.start().await?).await,
         Bench::Throughput(args) => throughput::run(&args, &redis.start().await?).await,
         Bench::Latency(args) => handler_latency::run(&args, &redis.start().await?).await,
+        Bench::Commands(args) => commands::run(&args, &redis.start().await?).await,
         Bench::Idle(args) => idle::run(&args, &redis.start().await?).await,
         Bench::Failover(args) => failover::run(&args, &redis.start().await?).await,
         Bench::Chaos(args) => chaos::run(&args, redis).await,
