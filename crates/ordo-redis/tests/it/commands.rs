@@ -71,6 +71,7 @@ impl Carts {
             "fail" => anyhow::bail!("item {} is out of stock", command.seq),
             _ => {}
         }
+        let slow = command.behaviour == "slow";
         {
             let mut running = self.journal.running.lock().unwrap();
             let now = running.entry(command.cart_id.clone()).or_default();
@@ -79,7 +80,7 @@ impl Carts {
                 self.journal.overlaps.fetch_add(1, Ordering::SeqCst);
             }
         }
-        tokio::time::sleep(self.delay).await;
+        tokio::time::sleep(if slow { Duration::from_millis(500) } else { self.delay }).await;
         self.journal
             .ran
             .lock()
@@ -304,5 +305,78 @@ async fn with_no_instance_running_the_handler_a_send_times_out_naming_it(redis: 
         .await
         .unwrap_err();
     assert!(matches!(invalid, ordo_core::DispatchError::InvalidKey { .. }), "{invalid:?}");
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    the_recorded_outcome_of_an_id_is_the_one_every_sender_gets
+);
+
+/// Conformance with the commands model of ordo-model (`one_outcome`): an
+/// outcome recorded under an id is what a send of that id returns, and the
+/// owner never records a second one (`SET NX`): a run of the id after the
+/// record (the model's stale owner) pushes the recorded outcome, not its own.
+async fn the_recorded_outcome_of_an_id_is_the_one_every_sender_gets(redis: TestRedis) -> anyhow::Result<()> {
+    use fred::interfaces::KeysInterface;
+    let url = redis.url();
+    let journal = Arc::new(Journal::default());
+    let owner = worker(&url, "recorded-owner", &journal, Duration::ZERO).await?;
+    let running = owner.start();
+    let recorded = r#"{"outcome":"succeeded","value":{"cart_id":"c-7","seq":99,"runs":0}}"#;
+    let client = common::pool(&url).await?;
+    let key = ordo_redis::PartitionKeys::new("cart.commands", "c-7", "backfill").outcome("recorded-id");
+    let _: () = client.set(&key, recorded, None, None, false).await?;
+
+    // A resend of the id (the caller's): the recorded outcome, no run.
+    let resent: Added = owner
+        .send_with(add("c-7", "s", 1, "ok"), SendOptions::new().id("recorded-id"))
+        .await?;
+    assert_eq!(resent.seq, 99);
+    assert_eq!(journal.runs.load(Ordering::SeqCst), 0);
+
+    // A run of an id whose outcome another run (a stale owner's) recorded
+    // while it ran: the owner's SET NX keeps the first, and the sender gets
+    // that one, not this run's.
+    let racing = ordo_redis::PartitionKeys::new("cart.commands", "c-7", "backfill").outcome("racing-id");
+    let sender = owner.clone();
+    let send = tokio::spawn(async move {
+        sender
+            .send_with::<_, Added>(add("c-7", "s", 2, "slow"), SendOptions::new().id("racing-id"))
+            .await
+    });
+    ordo_testkit::eventually(Duration::from_secs(10), "the slow run started", || {
+        let started = journal.running.lock().unwrap().get("c-7").copied().unwrap_or(0) > 0;
+        async move { Ok(started) }
+    })
+    .await?;
+    let first = r#"{"outcome":"succeeded","value":{"cart_id":"c-7","seq":7,"runs":0}}"#;
+    let set: Option<String> = client
+        .set(&racing, first, None, Some(fred::types::SetOptions::NX), false)
+        .await?;
+    assert!(set.is_some(), "recorded before the slow run ended");
+    let got = send.await??;
+    assert_eq!(got.seq, 7, "the sender got the first recorded outcome, not its run's");
+    // The run ends after the sender found the record; it leaves it be.
+    ordo_testkit::eventually(Duration::from_secs(10), "the slow run ended", || {
+        let ended = journal.runs.load(Ordering::SeqCst) == 1;
+        async move { Ok(ended) }
+    })
+    .await?;
+    ordo_testkit::eventually(Duration::from_secs(10), "the run's outcome handled", || {
+        let client = client.clone();
+        let racing = racing.clone();
+        async move {
+            let pending: u64 = fred::interfaces::StreamsInterface::xlen(&client, "{cart.commands:c-7}")
+                .await
+                .unwrap_or(1);
+            let stored: Option<String> = client.get(&racing).await.ok().flatten();
+            Ok(pending == 0 || stored.is_some())
+        }
+    })
+    .await?;
+    let stored: String = client.get(&racing).await?;
+    assert_eq!(stored, first, "the owner did not overwrite the recorded outcome");
+    running.shutdown().await?;
     Ok(())
 }
