@@ -83,6 +83,8 @@ struct Inner {
     renewals: RenewalSignal,
     /// The categories whose recorded partitioning this process checked.
     checked: partitioning::Checked,
+    /// This instance's command replies.
+    replies: Arc<crate::command::Replies>,
 }
 
 /// Configures a [`RedisBroker`].
@@ -224,6 +226,28 @@ impl RedisBroker {
         .await
     }
 
+    /// Publishes a command to its command partition, dropped as a
+    /// duplicate when its id was appended there within `window`.
+    pub(crate) async fn publish_command(&self, publication: &Publication, window: Duration) -> Result<(), PublishError> {
+        let publications = std::slice::from_ref(publication);
+        self.check_partitioning(publications)
+            .await
+            .map_err(|error| PublishError {
+                published: 0,
+                source: Box::new(error),
+            })?;
+        let dedup = publish::Dedup {
+            window,
+            ..self.inner.dedup
+        };
+        self.publish_with(dedup, publications).await
+    }
+
+    /// The backfill lane's suffix.
+    pub(crate) fn backfill_suffix(&self) -> &str {
+        &self.inner.settings.backfill_suffix
+    }
+
     /// Fails with [`Error::PartitioningMismatch`] when a partitioned
     /// category of `publications` is partitioned otherwise in Redis than in
     /// this broker's configuration.
@@ -363,6 +387,12 @@ impl RedisBrokerBuilder {
                     reason: "must not be empty".to_owned(),
                 });
             }
+            Some(id) if id.contains(['{', '}']) => {
+                return Err(Error::Config {
+                    key: "instance_id",
+                    reason: format!("{id:?} contains a brace (it names the instance's reply list, a hash tag)"),
+                });
+            }
             Some(id) => id,
             None => default_instance_id(),
         };
@@ -389,6 +419,7 @@ impl RedisBrokerBuilder {
             pool_size = self.pool_size,
             "connected to Redis"
         );
+        let replies = Arc::new(crate::command::Replies::new(&instance, self.url.clone(), settings.tls.clone()));
         let partitions = Partitions::new(pool, instance, settings.lease_ttl);
         Ok(RedisBroker {
             inner: Arc::new(Inner {
@@ -407,6 +438,7 @@ impl RedisBrokerBuilder {
                 running: AtomicBool::new(false),
                 renewals: RenewalSignal::default(),
                 checked: partitioning::Checked::default(),
+                replies,
             }),
         })
     }
@@ -436,6 +468,7 @@ impl RedisBrokerBuilder {
             wake_block: partitioning.poll_interval().max(Duration::from_millis(1)),
             max_concurrency: partitioning.max_concurrency(),
             tls: self.tls.clone(),
+            command_dedup_window: self.config.commands().dedup_window(),
         })
     }
 }
@@ -485,6 +518,13 @@ impl Broker for RedisBroker {
     /// The broker's [`RedisProcessStore`](crate::RedisProcessStore): process
     /// managers move between instances with their leases, so their state
     /// must live in Redis and be saved under the lease fence.
+    fn command_router(&self) -> Option<Arc<dyn ordo_core::contract::command::CommandRouter>> {
+        Some(Arc::new(crate::command::RedisCommands::new(
+            self.clone(),
+            Arc::clone(&self.inner.replies),
+        )))
+    }
+
     fn process_store(&self) -> Option<Arc<dyn ordo_core::contract::process::ProcessStore>> {
         Some(Arc::new(RedisBroker::process_store(self)))
     }

@@ -65,6 +65,8 @@ mod ops;
 mod consumer;
 // Publishing a message to its partition stream (or a category's base stream).
 mod publish;
+// Sending commands to the owner of their key, and reading their outcomes.
+mod command;
 // The broker: builds the clients, runs publishing and the consumer.
 mod broker;
 

@@ -37,6 +37,10 @@ pub const PARTITION_REAPED: &str = "partition.reaped";
 /// base stream, of no key of its hashed partition) was moved to the
 /// dead-letter stream (error, on every broker).
 pub const MESSAGE_DEAD_LETTERED: &str = "message.dead_lettered";
+/// An entry of a command partition that is not a command (it does not
+/// decode, or names another partition) was dropped: nobody can be answered
+/// about it, and a command key never halts (error).
+pub const COMMAND_DROPPED: &str = "command.dropped";
 /// The Redis broker connected, with its URL (password masked) and this
 /// instance's id (info).
 pub const REDIS_CONNECTED: &str = "redis.connected";
@@ -111,6 +115,7 @@ pub const ALL: &[&str] = &[
     PARTITION_RESUMED,
     PARTITION_REAPED,
     MESSAGE_DEAD_LETTERED,
+    COMMAND_DROPPED,
     LEASE_ACQUIRED,
     LEASE_LOST,
     LEASE_RENEWAL_FAILED,

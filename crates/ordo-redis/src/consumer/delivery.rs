@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use ordo_core::contract::attempt::{Attempt, Failure, Outcome, StillRunning};
 use ordo_core::contract::broker::Subscription;
+use ordo_core::contract::command::{CommandOutcome, REPLY_TO_METADATA, ReplySlot};
 use ordo_core::contract::delivery::{DeliveryHooks, deliver};
 use ordo_core::contract::error::ProcessStoreError;
-use ordo_core::contract::handler::HandlerContext;
+use ordo_core::contract::handler::{HandlerContext, HandlerKind};
 use ordo_core::contract::message::Envelope;
 use ordo_core::contract::retry::{Failed, GiveUp, Retries, RetryPolicy};
 use ordo_core::contract::text::log_text;
@@ -38,8 +39,8 @@ use crate::owner::ack::Ack;
 use crate::owner::fence::RedisFence;
 use crate::owner::lease::Lease;
 use crate::owner::partition::{HaltReason, Held, Idle, ReapOutcome, StreamEntry};
-use crate::store::keys::KeyNames;
-use crate::store::keys::PartitionKeys;
+use crate::store::keys::{self, KeyNames, PartitionKeys};
+use crate::store::replies;
 
 /// Why a worker stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -409,8 +410,15 @@ impl Worker {
         // The key of the stream it sits in: the partition's own, or the
         // key of a hashed partition the entry was dispatched to.
         let key = slot.key().unwrap_or(partition.key());
+        let command = self.subscription.kind() == HandlerKind::Command;
         let envelope = match entry.decode_for(partition.category(), Some(key)) {
             Ok(envelope) => Arc::new(envelope),
+            // Not a command anybody can be answered about: dropped, so it
+            // costs its key nothing (bad input never halts a command key).
+            Err(error) if command => {
+                error!(event = ordo_core::contract::log_events::COMMAND_DROPPED, id = entry.id(), partition = partition.primary(), error = %log_text(&ordo_core::contract::error::error_chain(&error)), "a command partition entry that is not a command was dropped");
+                return Handled::Done;
+            }
             // A message that cannot be decoded (or is not of this key) will
             // never succeed here: halt now.
             Err(error) => {
@@ -427,8 +435,26 @@ impl Worker {
                     .await;
             }
         };
-        if !self.subscription.handles(&envelope) {
+        // A command of a type this instance does not know is the command
+        // run's to answer (`UnknownType`), not to skip.
+        if !command && !self.subscription.handles(&envelope) {
             return Handled::Done;
+        }
+        // A command delivered before (its owner died or stalled) may have
+        // run to its outcome already: answer with that, never run it again.
+        if command && pending {
+            let key = partition.outcome(&envelope.id);
+            let recorded = self
+                .until_answered("looking for the command's outcome", true, || {
+                    replies::outcome(self.shared.partitions.client(), &key)
+                })
+                .await;
+            match recorded {
+                Ok(Ok(Some(recorded))) => return self.push_reply(&envelope, recorded).await,
+                Ok(Ok(None)) => {}
+                Ok(Err(_)) => return Handled::Lost,
+                Err(stopped) => return stopped,
+            }
         }
         let policy = self.subscription.retry_policy(&self.shared.settings.retry);
         let mut failed = 0;
@@ -465,8 +491,58 @@ impl Worker {
             envelope,
             policy: &policy,
             sequence: 0,
+            reply: command.then(ReplySlot::new),
         };
         deliver(retries, &mut hooks).await
+    }
+
+    /// Records a command's outcome under its id (unless one is recorded:
+    /// the first outcome wins) and sends the recorded one to its sender.
+    async fn answer(&self, partition: &PartitionKeys, envelope: &Envelope, outcome: CommandOutcome) -> Handled {
+        let text = match serde_json::to_string(&outcome) {
+            Ok(text) => text,
+            Err(error) => {
+                error!(%error, id = envelope.id, "a command outcome cannot be serialised; its sender will time out");
+                return Handled::Done;
+            }
+        };
+        let key = partition.outcome(&envelope.id);
+        let window = self.shared.settings.command_dedup_window;
+        let recorded = self
+            .until_answered("recording the command's outcome", false, || {
+                replies::record_outcome(self.shared.partitions.client(), &key, &text, window)
+            })
+            .await;
+        match recorded {
+            Ok(Ok(recorded)) => self.push_reply(envelope, recorded).await,
+            Ok(Err(_)) => Handled::Lost,
+            Err(stopped) => stopped,
+        }
+    }
+
+    /// Pushes `recorded`, a command's recorded outcome (JSON), to the reply
+    /// list its sender named; nothing when it named none, or a name that
+    /// is not a reply list (a forged entry cannot make the owner write
+    /// elsewhere).
+    async fn push_reply(&self, envelope: &Envelope, recorded: String) -> Handled {
+        let Some(list) = envelope
+            .metadata
+            .get(REPLY_TO_METADATA)
+            .filter(|list| keys::is_replies(list))
+        else {
+            return Handled::Done;
+        };
+        let id = serde_json::Value::String(envelope.id.clone());
+        let reply = format!(r#"{{"id":{id},"outcome":{recorded}}}"#);
+        let pushed = self
+            .until_answered("sending the command's reply", false, || {
+                replies::push_reply(self.shared.partitions.client(), list, &reply)
+            })
+            .await;
+        match pushed {
+            Ok(_) => Handled::Done,
+            Err(stopped) => stopped,
+        }
     }
 
     /// Halts on `entry` as the retry policy decided.
@@ -548,6 +624,7 @@ impl Worker {
     /// permits and the lease is confirmed. `Err` when it must not run or
     /// finish here: the lease was lost meanwhile, or the worker was asked
     /// to stop while confirming the lease.
+    #[allow(clippy::too_many_arguments)]
     async fn invoke(
         &self,
         slot: &Slot,
@@ -556,8 +633,13 @@ impl Worker {
         sequence: u64,
         partition: &PartitionKeys,
         policy: &RetryPolicy,
+        reply: Option<&ReplySlot>,
     ) -> Result<Result<(), Failure>, Handled> {
-        let ctx = HandlerContext::new(envelope)
+        let mut ctx = HandlerContext::new(envelope);
+        if let Some(reply) = reply {
+            ctx = ctx.with_reply(reply.clone());
+        }
+        let ctx = ctx
             .with_attempt(attempt)
             .with_fencing_token(self.lease.token())
             .with_correlation_id(self.unit.correlation.clone())
@@ -721,6 +803,8 @@ struct EntryDelivery<'a> {
     policy: &'a RetryPolicy,
     /// The lease's number of the last attempt (see [`Worker::next_attempt`]).
     sequence: u64,
+    /// A command's outcome, written by its run (`None` for other messages).
+    reply: Option<ReplySlot>,
 }
 
 impl DeliveryHooks for EntryDelivery<'_> {
@@ -737,6 +821,7 @@ impl DeliveryHooks for EntryDelivery<'_> {
                 self.sequence,
                 self.partition,
                 self.policy,
+                self.reply.as_ref(),
             )
             .await?
         {
@@ -799,7 +884,15 @@ impl DeliveryHooks for EntryDelivery<'_> {
 
     async fn succeeded(&mut self) -> Handled {
         metrics::handled(&self.worker.unit, self.partition.category());
-        Handled::Done
+        match &self.reply {
+            Some(reply) => {
+                let outcome = reply.take().unwrap_or(CommandOutcome::Succeeded {
+                    value: serde_json::Value::Null,
+                });
+                self.worker.answer(self.partition, &self.envelope, outcome).await
+            }
+            None => Handled::Done,
+        }
     }
 
     async fn exhausted(&mut self, give_up: GiveUp) -> Handled {

@@ -44,6 +44,9 @@ pub(crate) struct Settings {
     pub(crate) max_concurrency: usize,
     /// The TLS of every connection (`rediss://`).
     pub(crate) tls: TlsFiles,
+    /// How long a command's outcome is kept under its id (`[commands]
+    /// dedup_window_ms`).
+    pub(crate) command_dedup_window: Duration,
 }
 
 /// What every task of a consumer shares.

@@ -399,6 +399,12 @@ impl PartitionKeys {
         }
     }
 
+    /// The outcome of command `id` of a command partition, kept for the
+    /// deduplication window: `{order.commands:c-1}:outcome:<id>`.
+    pub fn outcome(&self, id: &str) -> String {
+        format!("{}:outcome:{id}", self.primary)
+    }
+
     /// The dead-letter stream: `{order:c-1}:dlq`.
     pub fn dlq(&self) -> String {
         format!("{}:{DLQ}", self.primary)
@@ -607,13 +613,32 @@ pub(crate) fn process_state(manager: &str, correlation: &str) -> String {
     format!("{}:state", process_tag(manager, correlation))
 }
 
+/// The prefix of every instance's reply list.
+const REPLIES_PREFIX: &str = "{ordo:replies:";
+
+/// The list an instance's command outcomes are pushed to:
+/// `{ordo:replies:<instance>}`.
+pub(crate) fn replies(instance: &str) -> String {
+    format!("{REPLIES_PREFIX}{instance}}}")
+}
+
+/// Whether `name` is a reply list ([`replies`]): an owner pushes a command's
+/// outcome only to such a name, whatever a message's metadata says.
+pub(crate) fn is_replies(name: &str) -> bool {
+    name.strip_prefix(REPLIES_PREFIX)
+        .and_then(|rest| rest.strip_suffix('}'))
+        .is_some_and(|instance| !instance.is_empty() && !instance.contains(['{', '}']))
+}
+
 /// Every documented name, as (the pattern docs/REDIS.md shows, the name
 /// this module formats for the sample values of the pattern's
 /// placeholders: category `order`, key `c-1`, group and manager `G`,
 /// correlation `o-9`, backfill suffix `backfill`, hashed partition `7`,
+/// command id `I`, instance `N`,
 /// slot tag: the one of the slot of `{order:c-1}`).
 pub fn layout() -> Vec<(&'static str, String)> {
     let p = PartitionKeys::new("order", "c-1", "backfill");
+    let c = PartitionKeys::new("order.commands", "c-1", "backfill");
     let h = PartitionKeys::of(PartitionId::hashed("order", 7), "backfill");
     let own = h.key_names("G", "c-1");
     let base = BaseKeys::new("order");
@@ -642,6 +667,9 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<category>:<key>}:attempts:<group>", p.attempts("G")),
         ("{<category>:<key>}:log:<group>", p.log("G")),
         ("{<category>:<key>}:doorbell", p.doorbell()),
+        ("{<category>.commands:<key>}", c.primary().to_owned()),
+        ("{<category>.commands:<key>}:outcome:<id>", c.outcome("I")),
+        ("{ordo:replies:<instance>}", replies("N")),
         ("{<category>:__<n>__}", h.primary().to_owned()),
         ("{<category>:__<n>__}:position", h.position(Lane::Primary)),
         ("{<category>:__<n>__}:parked:<group>", h.parked("G")),
@@ -708,6 +736,8 @@ mod tests {
             .replace("<correlation>", "o-9")
             .replace("<backfill_suffix>", "backfill")
             .replace("<n>", "7")
+            .replace("<id>", "I")
+            .replace("<instance>", "N")
             .replace(
                 "<slot_tag>",
                 slot_tag(PartitionKeys::new("order", "c-1", "backfill").slot()),

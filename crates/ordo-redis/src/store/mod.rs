@@ -17,5 +17,6 @@ pub(crate) mod groups;
 pub(crate) mod keys;
 pub(crate) mod partitioning;
 pub(crate) mod positions;
+pub(crate) mod replies;
 pub(crate) mod scripts;
 pub mod setup;

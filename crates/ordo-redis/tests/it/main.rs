@@ -7,6 +7,7 @@ mod common;
 
 pub mod assumptions;
 pub mod attempts;
+pub mod commands;
 pub mod commit;
 pub mod consumer;
 pub mod domain;

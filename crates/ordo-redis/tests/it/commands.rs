@@ -1,0 +1,382 @@
+//! Commands across instances: a command runs on the instance that owns its
+//! routing key's command partition, one at a time per key whichever
+//! instance sent it, and its sender gets the outcome.
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ordo::prelude::*;
+use ordo_core::contract::command::FailureKind;
+use ordo_redis::RedisBroker;
+
+use common::config;
+use common::topology::TestRedis;
+
+#[derive(Aggregate)]
+struct Cart;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Command)]
+#[command(part_of = Cart)]
+struct AddItem {
+    #[routing_key]
+    cart_id: String,
+    sender: String,
+    seq: u32,
+    /// `panic`, `fail`, or anything else to succeed.
+    behaviour: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Command)]
+#[command(part_of = Cart)]
+struct EmptyCart {
+    #[routing_key]
+    cart_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Added {
+    cart_id: String,
+    seq: u32,
+    /// How many times this handler ran so far, over every key.
+    runs: u32,
+}
+
+/// What the handler saw, shared by every instance of the test process.
+#[derive(Debug, Default)]
+struct Journal {
+    /// Per key, the (sender, seq) in the order they ran.
+    ran: Mutex<HashMap<String, Vec<(String, u32)>>>,
+    /// Per key, runs in progress.
+    running: Mutex<HashMap<String, u32>>,
+    overlaps: AtomicU32,
+    runs: AtomicU32,
+}
+
+#[derive(Clone)]
+struct Carts {
+    journal: Arc<Journal>,
+    delay: Duration,
+}
+
+#[command_handler(part_of = Cart)]
+impl Carts {
+    #[handle]
+    async fn add(&self, command: &AddItem) -> anyhow::Result<Added> {
+        match command.behaviour.as_str() {
+            "panic" => panic!("the cart {} exploded", command.cart_id),
+            "fail" => anyhow::bail!("item {} is out of stock", command.seq),
+            _ => {}
+        }
+        let slow = command.behaviour == "slow";
+        {
+            let mut running = self.journal.running.lock().unwrap();
+            let now = running.entry(command.cart_id.clone()).or_default();
+            *now += 1;
+            if *now > 1 {
+                self.journal.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        tokio::time::sleep(if slow { Duration::from_millis(500) } else { self.delay }).await;
+        self.journal
+            .ran
+            .lock()
+            .unwrap()
+            .entry(command.cart_id.clone())
+            .or_default()
+            .push((command.sender.clone(), command.seq));
+        *self
+            .journal
+            .running
+            .lock()
+            .unwrap()
+            .get_mut(&command.cart_id)
+            .unwrap() -= 1;
+        let runs = self.journal.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(Added {
+            cart_id: command.cart_id.clone(),
+            seq: command.seq,
+            runs,
+        })
+    }
+}
+
+/// A newer version of the handler: it also handles `EmptyCart`.
+struct NewCarts;
+
+#[command_handler(part_of = Cart)]
+impl NewCarts {
+    #[handle]
+    async fn add(&self, _command: &AddItem) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    #[handle]
+    async fn empty(&self, _command: &EmptyCart) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+fn add(cart: &str, sender: &str, seq: u32, behaviour: &str) -> AddItem {
+    AddItem {
+        cart_id: cart.into(),
+        sender: sender.into(),
+        seq,
+        behaviour: behaviour.into(),
+    }
+}
+
+async fn instance(url: &str, id: &str) -> anyhow::Result<RedisBroker> {
+    Ok(RedisBroker::builder(url)
+        .config(config(3_000, 3_600_000, 0))
+        .instance_id(id)
+        .build()
+        .await?)
+}
+
+/// A domain on its own broker instance running `Carts` with `journal`.
+async fn worker(url: &str, id: &str, journal: &Arc<Journal>, delay: Duration) -> anyhow::Result<Domain> {
+    Ok(Domain::builder()
+        .aggregate::<Cart>()
+        .command_handler(Carts {
+            journal: Arc::clone(journal),
+            delay,
+        })
+        .broker(instance(url, id).await?)
+        .config(config(3_000, 3_600_000, 0))
+        .init()?)
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    commands_of_one_key_run_one_at_a_time_in_send_order_whichever_instance_sent_them
+);
+
+async fn commands_of_one_key_run_one_at_a_time_in_send_order_whichever_instance_sent_them(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let journal = Arc::new(Journal::default());
+    let a = worker(&url, "cmd-a", &journal, Duration::from_millis(2)).await?;
+    let b = worker(&url, "cmd-b", &journal, Duration::from_millis(2)).await?;
+    let running_a = a.start();
+    let running_b = b.start();
+    let carts = ["c-1", "c-2", "c-3"];
+    let mut senders = Vec::new();
+    for (name, domain) in [("a", a.clone()), ("b", b.clone())] {
+        for cart in carts {
+            let domain = domain.clone();
+            senders.push(tokio::spawn(async move {
+                for seq in 1..=15 {
+                    let added: Added = domain.send(add(cart, name, seq, "ok")).await?;
+                    anyhow::ensure!(added.cart_id == cart && added.seq == seq, "wrong reply {added:?}");
+                }
+                anyhow::Ok(())
+            }));
+        }
+    }
+    for sender in senders {
+        sender.await??;
+    }
+    assert_eq!(journal.overlaps.load(Ordering::SeqCst), 0, "two commands of one key ran at once");
+    let ran = journal.ran.lock().unwrap().clone();
+    for cart in carts {
+        let runs = &ran[cart];
+        assert_eq!(runs.len(), 30, "{cart}: every command ran once: {runs:?}");
+        for sender in ["a", "b"] {
+            let seqs: Vec<u32> = runs.iter().filter(|(s, _)| s == sender).map(|(_, q)| *q).collect();
+            assert_eq!(seqs, (1..=15).collect::<Vec<_>>(), "{cart}: {sender}'s commands in send order");
+        }
+    }
+    running_a.shutdown().await?;
+    running_b.shutdown().await?;
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_resend_with_the_same_id_gets_the_first_outcome_without_a_second_run
+);
+
+async fn a_resend_with_the_same_id_gets_the_first_outcome_without_a_second_run(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let journal = Arc::new(Journal::default());
+    let owner = worker(&url, "dedup-owner", &journal, Duration::ZERO).await?;
+    let running = owner.start();
+    // A sender that runs nothing: the handler registered by type.
+    let sender = Domain::builder()
+        .aggregate::<Cart>()
+        .command_handler_type::<Carts>()
+        .broker(instance(&url, "dedup-sender").await?)
+        .config(config(3_000, 3_600_000, 0))
+        .init()?;
+    let options = SendOptions::new().id("add-1-once");
+    let first: Added = sender.send_with(add("c-9", "s", 1, "ok"), options.clone()).await?;
+    let again: Added = sender.send_with(add("c-9", "s", 1, "ok"), options.clone()).await?;
+    let from_owner: Added = owner.send_with(add("c-9", "s", 1, "ok"), options).await?;
+    assert_eq!(first, again);
+    assert_eq!(first, from_owner);
+    assert_eq!(journal.runs.load(Ordering::SeqCst), 1, "the command ran once");
+    running.shutdown().await?;
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    bad_commands_get_a_typed_error_and_never_halt_their_key
+);
+
+async fn bad_commands_get_a_typed_error_and_never_halt_their_key(redis: TestRedis) -> anyhow::Result<()> {
+    let url = redis.url();
+    let journal = Arc::new(Journal::default());
+    let owner = worker(&url, "bad-owner", &journal, Duration::ZERO).await?;
+    let running = owner.start();
+    // A newer version deployed beside it, sending a command type the owner
+    // does not know.
+    let newer = Domain::builder()
+        .aggregate::<Cart>()
+        .command_handler_type::<NewCarts>()
+        .broker(instance(&url, "bad-newer").await?)
+        .config(config(3_000, 3_600_000, 0))
+        .init()?;
+
+    let panicked = newer.send::<_, Added>(add("c-5", "n", 1, "panic")).await.unwrap_err();
+    assert!(
+        matches!(panicked, ordo_core::DispatchError::Rejected { kind: FailureKind::Panicked, .. }),
+        "{panicked:?}"
+    );
+    assert!(panicked.to_string().contains("the cart c-5 exploded"), "{panicked}");
+
+    let failed = newer.send::<_, Added>(add("c-5", "n", 2, "fail")).await.unwrap_err();
+    assert!(matches!(failed, ordo_core::DispatchError::Handler { .. }), "{failed:?}");
+    assert!(failed.to_string().contains("item 2 is out of stock"), "{failed}");
+
+    let unknown = newer
+        .send::<_, ()>(EmptyCart { cart_id: "c-5".into() })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unknown, ordo_core::DispatchError::Rejected { kind: FailureKind::UnknownType, .. }),
+        "{unknown:?}"
+    );
+    assert!(unknown.to_string().contains("EmptyCart"), "{unknown}");
+
+    // The key did not halt: the next command runs.
+    let added: Added = newer.send(add("c-5", "n", 3, "ok")).await?;
+    assert_eq!(added.seq, 3);
+    running.shutdown().await?;
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    with_no_instance_running_the_handler_a_send_times_out_naming_it
+);
+
+async fn with_no_instance_running_the_handler_a_send_times_out_naming_it(redis: TestRedis) -> anyhow::Result<()> {
+    let url = redis.url();
+    let sender = Domain::builder()
+        .aggregate::<Cart>()
+        .command_handler_type::<Carts>()
+        .broker(instance(&url, "lonely-sender").await?)
+        .config(config(3_000, 3_600_000, 0))
+        .init()?;
+    let started = std::time::Instant::now();
+    let timed_out = sender
+        .send_with::<_, Added>(
+            add("c-1", "s", 1, "ok"),
+            SendOptions::new().timeout(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(timed_out, ordo_core::DispatchError::Timeout { .. }), "{timed_out:?}");
+    let text = timed_out.to_string();
+    assert!(text.contains("Carts") && text.contains("may still run"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+
+    // An invalid routing key fails before anything is sent.
+    let invalid = sender
+        .send::<_, Added>(add("c:1", "s", 1, "ok"))
+        .await
+        .unwrap_err();
+    assert!(matches!(invalid, ordo_core::DispatchError::InvalidKey { .. }), "{invalid:?}");
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    the_recorded_outcome_of_an_id_is_the_one_every_sender_gets
+);
+
+/// Conformance with the commands model of ordo-model (`one_outcome`): an
+/// outcome recorded under an id is what a send of that id returns, and the
+/// owner never records a second one (`SET NX`): a run of the id after the
+/// record (the model's stale owner) pushes the recorded outcome, not its own.
+async fn the_recorded_outcome_of_an_id_is_the_one_every_sender_gets(redis: TestRedis) -> anyhow::Result<()> {
+    use fred::interfaces::KeysInterface;
+    let url = redis.url();
+    let journal = Arc::new(Journal::default());
+    let owner = worker(&url, "recorded-owner", &journal, Duration::ZERO).await?;
+    let running = owner.start();
+    let recorded = r#"{"outcome":"succeeded","value":{"cart_id":"c-7","seq":99,"runs":0}}"#;
+    let client = common::pool(&url).await?;
+    let key = ordo_redis::PartitionKeys::new("cart.commands", "c-7", "backfill").outcome("recorded-id");
+    let _: () = client.set(&key, recorded, None, None, false).await?;
+
+    // A resend of the id (the caller's): the recorded outcome, no run.
+    let resent: Added = owner
+        .send_with(add("c-7", "s", 1, "ok"), SendOptions::new().id("recorded-id"))
+        .await?;
+    assert_eq!(resent.seq, 99);
+    assert_eq!(journal.runs.load(Ordering::SeqCst), 0);
+
+    // A run of an id whose outcome another run (a stale owner's) recorded
+    // while it ran: the owner's SET NX keeps the first, and the sender gets
+    // that one, not this run's.
+    let racing = ordo_redis::PartitionKeys::new("cart.commands", "c-7", "backfill").outcome("racing-id");
+    let sender = owner.clone();
+    let send = tokio::spawn(async move {
+        sender
+            .send_with::<_, Added>(add("c-7", "s", 2, "slow"), SendOptions::new().id("racing-id"))
+            .await
+    });
+    ordo_testkit::eventually(Duration::from_secs(10), "the slow run started", || {
+        let started = journal.running.lock().unwrap().get("c-7").copied().unwrap_or(0) > 0;
+        async move { Ok(started) }
+    })
+    .await?;
+    let first = r#"{"outcome":"succeeded","value":{"cart_id":"c-7","seq":7,"runs":0}}"#;
+    let set: Option<String> = client
+        .set(&racing, first, None, Some(fred::types::SetOptions::NX), false)
+        .await?;
+    assert!(set.is_some(), "recorded before the slow run ended");
+    let got = send.await??;
+    assert_eq!(got.seq, 7, "the sender got the first recorded outcome, not its run's");
+    // The run ends after the sender found the record; it leaves it be.
+    ordo_testkit::eventually(Duration::from_secs(10), "the slow run ended", || {
+        let ended = journal.runs.load(Ordering::SeqCst) == 1;
+        async move { Ok(ended) }
+    })
+    .await?;
+    ordo_testkit::eventually(Duration::from_secs(10), "the run's outcome handled", || {
+        let client = client.clone();
+        let racing = racing.clone();
+        async move {
+            let pending: u64 = fred::interfaces::StreamsInterface::xlen(&client, "{cart.commands:c-7}")
+                .await
+                .unwrap_or(1);
+            let stored: Option<String> = client.get(&racing).await.ok().flatten();
+            Ok(pending == 0 || stored.is_some())
+        }
+    })
+    .await?;
+    let stored: String = client.get(&racing).await?;
+    assert_eq!(stored, first, "the owner did not overwrite the recorded outcome");
+    running.shutdown().await?;
+    Ok(())
+}
