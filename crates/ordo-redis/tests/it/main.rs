@@ -12,6 +12,7 @@ pub mod commit;
 pub mod consumer;
 pub mod domain;
 pub mod events;
+pub mod examples;
 pub mod fencing;
 pub mod groups;
 pub mod halt;
