@@ -18,7 +18,10 @@
 //!    give `commands_per_s`; this process's CPU time (both instances and
 //!    the senders) and Redis's (`INFO cpu`) over the same window, divided
 //!    by those commands, give `cpu_us_per_command` and
-//!    `redis_cpu_us_per_command`.
+//!    `redis_cpu_us_per_command`; what Redis's `used_memory` grew by over
+//!    the window, per command, is `redis_bytes_per_command` (the outcome
+//!    records, kept for `[commands] dedup_window_ms`, and the streams'
+//!    entries).
 //! 3. The same closed loop on one inline domain (no broker, the command
 //!    runs in the sending process): `inline_commands_per_s`,
 //!    `inline_rtt_p50_ms`, `inline_cpu_us_per_command`, the baseline.
@@ -465,13 +468,13 @@ async fn closed_loop_remote(
     let second = Instance::connect(redis, format!("bench-cmd-d-{pid}"), Some(log)).await?;
     let running_first = first.domain.start();
     let running_second = second.domain.start();
-    let mut redis_cpu = Vec::new();
+    let mut redis_use = Vec::new();
     let measured = closed_loop(
         args,
         "loop",
         &[first.domain.clone(), second.domain.clone()],
         async || {
-            redis_cpu.push(redis_info::cpu(admin).await?);
+            redis_use.push((redis_info::cpu(admin).await?, redis_info::memory(admin).await?));
             Ok(())
         },
     )
@@ -498,11 +501,16 @@ async fn closed_loop_remote(
     if let Some(cpu) = outcome.process_cpu {
         report.ratio("cpu_us_per_command", per_command(cpu, outcome.commands));
     }
-    if let [before, after] = redis_cpu[..] {
-        report.ratio(
-            "redis_cpu_us_per_command",
-            per_command(after.saturating_sub(before), outcome.commands),
-        );
+    if let [(cpu_before, memory_before), (cpu_after, memory_after)] = redis_use[..] {
+        report
+            .ratio(
+                "redis_cpu_us_per_command",
+                per_command(cpu_after.saturating_sub(cpu_before), outcome.commands),
+            )
+            .ratio(
+                "redis_bytes_per_command",
+                memory_after.saturating_sub(memory_before) as f64 / outcome.commands as f64,
+            );
     }
     Ok(())
 }
