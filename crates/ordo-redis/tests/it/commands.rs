@@ -380,3 +380,42 @@ async fn the_recorded_outcome_of_an_id_is_the_one_every_sender_gets(redis: TestR
     running.shutdown().await?;
     Ok(())
 }
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_command_sent_to_a_partition_its_sender_owns_runs_in_place
+);
+
+/// The local-owner path: once this instance's worker holds the command
+/// partition, its own commands run there without touching the stream (the
+/// partition's entries-added counter stays put), in order.
+async fn a_command_sent_to_a_partition_its_sender_owns_runs_in_place(redis: TestRedis) -> anyhow::Result<()> {
+    use fred::interfaces::StreamsInterface;
+    let url = redis.url();
+    let journal = Arc::new(Journal::default());
+    let owner = worker(&url, "in-place", &journal, Duration::ZERO).await?;
+    let running = owner.start();
+    // The first one creates the partition through Redis; this instance
+    // then takes it over.
+    let _: Added = owner.send(add("c-3", "me", 1, "ok")).await?;
+    let client = common::pool(&url).await?;
+    let added = || async {
+        let info: HashMap<String, fred::types::Value> =
+            client.xinfo_stream("{cart.commands:c-3}", false, None).await?;
+        anyhow::Ok(info.get("entries-added").and_then(fred::types::Value::as_u64).unwrap_or(0))
+    };
+    let before = added().await?;
+    for seq in 2..=20 {
+        let reply: Added = owner.send(add("c-3", "me", seq, "ok")).await?;
+        assert_eq!(reply.seq, seq);
+    }
+    let ran = journal.ran.lock().unwrap()["c-3"].clone();
+    assert_eq!(ran.iter().map(|(_, q)| *q).collect::<Vec<_>>(), (1..=20).collect::<Vec<_>>());
+    let after = added().await?;
+    assert!(
+        after - before <= 1,
+        "at most the first command after the worker took the partition went through the stream: {before} → {after}"
+    );
+    running.shutdown().await?;
+    Ok(())
+}
