@@ -50,26 +50,22 @@ use tokio::time::Instant;
 
 use crate::engine;
 use crate::latency::LatencyRecorder;
-use crate::load::OfferedLoad;
+use crate::load::{LoadOutcome, OfferedLoad};
 use crate::redis::BenchRedis;
 use crate::redis_info;
 use crate::report::{Report, rate};
 
-/// The command handler's name: the consumer group of the command partitions.
-pub const GROUP: &str = "OrdoBenchCommands";
-
 /// The keys this benchmark leaves in Redis: its command partitions (tagged
 /// `{benchcmd.commands:...}`, their outcome records included), the
-/// category's per-slot and directory keys, the group's instance set and
-/// the reply lists of its instances (named `bench-cmd-...`).
-pub const COMMAND_KEYS: [&str; 7] = [
+/// category's per-slot and directory keys, and the reply lists of its
+/// instances (named `bench-cmd-...`). The command group's instance set
+/// (`ordo:instances:commands`) is every application's: its instances leave
+/// it when they shut down.
+pub const COMMAND_KEYS: [&str; 4] = [
     "benchcmd*",
     "{benchcmd*",
     "{*}:benchcmd*",
-    "ordo:instances:OrdoBenchCommands",
     "{ordo:replies:bench-cmd-*",
-    "ordo:replies:bench-cmd-*",
-    "*bench-cmd-*",
 ];
 
 /// Options of `ordo-bench commands`.
@@ -283,7 +279,8 @@ async fn send_checked(domain: &Domain, command: Stamp) -> Result<Stamped> {
     Ok(reply)
 }
 
-/// Part 1: A sends at a fixed rate, B owns and runs every command.
+/// Part 1: A sends at a fixed rate, B owns and runs every command; then B
+/// sends at the same rate to the partitions it owns itself.
 async fn round_trip(args: &CommandsArgs, redis: &BenchRedis, report: &mut Report) -> Result<()> {
     let pid = std::process::id();
     let log = Arc::new(KeyLog::default());
@@ -292,54 +289,17 @@ async fn round_trip(args: &CommandsArgs, redis: &BenchRedis, report: &mut Report
     let sending = sender.domain.start_publisher();
     let owning = owner.domain.start();
     let measured = async {
-        let keys = args.keys.get();
-        let warmup = (args.rate * args.warmup_s).ceil() as u64;
-        let load = OfferedLoad {
-            rate_per_s: args.rate,
-            keys: args.keys,
-            max_events: u64::MAX,
-            max_duration: Duration::from_secs_f64(args.warmup_s + args.duration_s),
-        };
-        let mut inflight: JoinSet<Result<(u64, Duration)>> = JoinSet::new();
-        let domain = sender.domain.clone();
-        let owner_id = owner.id.clone();
-        let outcome = load
-            .run(|tick| {
-                let domain = domain.clone();
-                let owner_id = owner_id.clone();
-                inflight.spawn(async move {
-                    let command = Stamp {
-                        key: key("rtt", (tick.seq % keys as u64) as usize),
-                        seq: tick.seq / keys as u64,
-                    };
-                    let reply = send_checked(&domain, command).await?;
-                    let rtt = tick.due.elapsed();
-                    ensure!(
-                        reply.instance == owner_id,
-                        "command {} of {} ran on {}, not on the owner {owner_id}",
-                        reply.seq,
-                        reply.key,
-                        reply.instance
-                    );
-                    Ok((tick.seq, rtt))
-                });
-                std::future::ready(Ok(()))
-            })
-            .await?;
-        let mut latencies = LatencyRecorder::with_capacity(outcome.sent as usize);
-        while let Some(joined) = inflight.join_next().await {
-            let (seq, rtt) = joined.context("a sending task panicked")??;
-            if seq >= warmup {
-                latencies.record(rtt);
-            }
-        }
-        anyhow::Ok((outcome, latencies))
+        let remote = offered_load(args, &sender.domain, &owner.id, "rtt", 0).await?;
+        // The same keys, numbered on: B owns all of them by now.
+        let next = remote.0.sent.div_ceil(args.keys.get() as u64) * args.keys.get() as u64;
+        let local = offered_load(args, &owner.domain, &owner.id, "rtt", next).await?;
+        anyhow::Ok((remote, local))
     }
     .await;
     sender.stop(sending).await?;
     owner.stop(owning).await?;
-    let (outcome, mut latencies) = measured?;
-    let summary = latencies
+    let ((outcome, mut remote), (local_outcome, mut local)) = measured?;
+    let summary = remote
         .summary()
         .context("no command was measured (--duration-s 0?)")?;
     report
@@ -349,7 +309,68 @@ async fn round_trip(args: &CommandsArgs, redis: &BenchRedis, report: &mut Report
         .count("command_rtt_samples", summary.count as u64)
         .per_second("command_rtt_offered_per_s", args.rate)
         .millis("command_rtt_max_lag_ms", outcome.max_lag);
+    let summary = local.summary().context("no local command was measured")?;
+    report
+        .millis("local_owner_rtt_p50_ms", summary.p50)
+        .millis("local_owner_rtt_p99_ms", summary.p99)
+        .millis("local_owner_rtt_max_ms", summary.max)
+        .millis("local_owner_max_lag_ms", local_outcome.max_lag);
     Ok(())
+}
+
+/// Sends `--rate` commands per second from `domain` over the keys of
+/// `part` for the warm-up and the measured window, command `n` of the run
+/// being number `first + n` over the keys, each in a task of its own; every
+/// reply must come from `owner`. The schedule's outcome and the round trips
+/// (from each command's due time to its reply) of the measured window.
+async fn offered_load(
+    args: &CommandsArgs,
+    domain: &Domain,
+    owner: &str,
+    part: &'static str,
+    first: u64,
+) -> Result<(LoadOutcome, LatencyRecorder)> {
+    let keys = args.keys.get() as u64;
+    let warmup = (args.rate * args.warmup_s).ceil() as u64;
+    let load = OfferedLoad {
+        rate_per_s: args.rate,
+        keys: args.keys,
+        max_events: u64::MAX,
+        max_duration: Duration::from_secs_f64(args.warmup_s + args.duration_s),
+    };
+    let mut inflight: JoinSet<Result<(u64, Duration)>> = JoinSet::new();
+    let outcome = load
+        .run(|tick| {
+            let domain = domain.clone();
+            let owner = owner.to_owned();
+            inflight.spawn(async move {
+                let n = first + tick.seq;
+                let command = Stamp {
+                    key: key(part, (n % keys) as usize),
+                    seq: n / keys,
+                };
+                let reply = send_checked(&domain, command).await?;
+                let rtt = tick.due.elapsed();
+                ensure!(
+                    reply.instance == owner,
+                    "command {} of {} ran on {}, not on the owner {owner}",
+                    reply.seq,
+                    reply.key,
+                    reply.instance
+                );
+                Ok((tick.seq, rtt))
+            });
+            std::future::ready(Ok(()))
+        })
+        .await?;
+    let mut latencies = LatencyRecorder::with_capacity(outcome.sent as usize);
+    while let Some(joined) = inflight.join_next().await {
+        let (seq, rtt) = joined.context("a sending task panicked")??;
+        if seq >= warmup {
+            latencies.record(rtt);
+        }
+    }
+    Ok((outcome, latencies))
 }
 
 /// What a closed loop measured.
@@ -364,6 +385,8 @@ struct LoopOutcome {
     process_cpu: Option<Duration>,
     /// Commands of the window run per instance id.
     ran_by: HashMap<String, u64>,
+    /// Commands of the window run by their sender's own instance.
+    local: u64,
 }
 
 /// What one closed-loop sender measured in the window.
@@ -371,15 +394,18 @@ struct LoopOutcome {
 struct SenderTally {
     latencies: LatencyRecorder,
     ran_by: HashMap<String, u64>,
+    /// Commands run by the sender's own instance (in place).
+    local: u64,
 }
 
 /// Runs `senders` closed-loop senders, sender `i` on `domains[i % len]`
+/// (a domain and its instance id)
 /// with key `i % keys` of `part`, for the warm-up then the measured window;
 /// `at_edges` is called at the window's start and end (to read Redis's CPU).
 async fn closed_loop(
     args: &CommandsArgs,
     part: &'static str,
-    domains: &[Domain],
+    domains: &[(Domain, String)],
     mut at_edges: impl AsyncFnMut() -> Result<()>,
 ) -> Result<LoopOutcome> {
     let keys = args.keys.get();
@@ -388,7 +414,7 @@ async fn closed_loop(
     let measure_to = measure_from + Duration::from_secs_f64(args.duration_s);
     let mut senders: JoinSet<Result<SenderTally>> = JoinSet::new();
     for sender in 0..args.senders.get() {
-        let domain = domains[sender % domains.len()].clone();
+        let (domain, own) = domains[sender % domains.len()].clone();
         let key = key(part, sender % keys);
         // Senders sharing a key (more senders than keys) cannot check its order.
         let ordered = args.senders.get() <= keys;
@@ -416,6 +442,7 @@ async fn closed_loop(
                 }
                 if sent >= measure_from && replied <= measure_to {
                     tally.latencies.record(replied - sent);
+                    tally.local += u64::from(reply.instance == own);
                     *tally.ran_by.entry(reply.instance).or_default() += 1;
                 }
                 seq += 1;
@@ -432,9 +459,11 @@ async fn closed_loop(
     let window = measure_to - measure_from;
     let mut latencies = LatencyRecorder::new();
     let mut ran_by: HashMap<String, u64> = HashMap::new();
+    let mut local = 0;
     while let Some(joined) = senders.join_next().await {
         let tally = joined.context("a sender panicked")??;
         latencies.merge(tally.latencies);
+        local += tally.local;
         for (instance, count) in tally.ran_by {
             *ran_by.entry(instance).or_default() += count;
         }
@@ -447,6 +476,7 @@ async fn closed_loop(
             .zip(cpu_after)
             .map(|(before, after)| after.saturating_sub(before)),
         ran_by,
+        local,
     })
 }
 
@@ -472,7 +502,10 @@ async fn closed_loop_remote(
     let measured = closed_loop(
         args,
         "loop",
-        &[first.domain.clone(), second.domain.clone()],
+        &[
+            (first.domain.clone(), first.id.clone()),
+            (second.domain.clone(), second.id.clone()),
+        ],
         async || {
             redis_use.push((redis_info::cpu(admin).await?, redis_info::memory(admin).await?));
             Ok(())
@@ -491,7 +524,11 @@ async fn closed_loop_remote(
         .per_second("commands_per_s", rate(outcome.commands, outcome.window))
         .millis("closed_loop_rtt_p50_ms", summary.p50)
         .millis("closed_loop_rtt_p99_ms", summary.p99)
-        .count("closed_loop_commands", outcome.commands);
+        .count("closed_loop_commands", outcome.commands)
+        .ratio(
+            "closed_loop_local_share",
+            outcome.local as f64 / outcome.commands as f64,
+        );
     for (label, instance) in [("c", &first.id), ("d", &second.id)] {
         report.count(
             format!("closed_loop_ran_on_{label}"),
@@ -525,7 +562,7 @@ async fn closed_loop_inline(args: &CommandsArgs, report: &mut Report) -> Result<
         })
         .init()
         .context("the inline domain was refused")?;
-    let mut outcome = closed_loop(args, "inline", &[domain], async || Ok(())).await?;
+    let mut outcome = closed_loop(args, "inline", &[(domain, "inline".to_owned())], async || Ok(())).await?;
     ensure!(
         outcome.commands > 0,
         "no command completed in the measured window"
