@@ -10,12 +10,19 @@
 //!    commands per second over `--keys` keys for `--duration-s`, each one a
 //!    task of its own so a slow reply never delays the next command; the
 //!    time from a command's due time to its reply gives
-//!    `command_rtt_p50_ms` / `_p99_ms`. Every reply must come from B.
+//!    `command_rtt_p50_ms` / `_p99_ms`. Every reply must come from B. Then
+//!    B sends the same load itself: it owns every partition, so its
+//!    commands run in place, with no Redis call (`local_owner_rtt_p50_ms`).
 //! 2. Closed loop over two instances, both started, so each owns part of
 //!    the partitions: `--senders` tasks split over the two instances, each
 //!    sending its own key's next command as soon as the previous one
 //!    replied. Commands completed over `--duration-s` after `--warmup-s`
-//!    give `commands_per_s`; this process's CPU time (both instances and
+//!    give `commands_per_s`. A sender whose instance owns its key's
+//!    partition has its commands run in place, the others go through
+//!    Redis: `closed_loop_local_share` is the share of commands run in
+//!    place (more than the share of such senders, since they go faster),
+//!    `closed_loop_remote_commands_per_s` and `closed_loop_remote_rtt_*` the
+//!    commands that crossed instances. This process's CPU time (both instances and
 //!    the senders) and Redis's (`INFO cpu`) over the same window, divided
 //!    by those commands, give `cpu_us_per_command` and
 //!    `redis_cpu_us_per_command`; what Redis's `used_memory` grew by over
@@ -385,8 +392,9 @@ struct LoopOutcome {
     process_cpu: Option<Duration>,
     /// Commands of the window run per instance id.
     ran_by: HashMap<String, u64>,
-    /// Commands of the window run by their sender's own instance.
-    local: u64,
+    /// Sent to reply, per command of the window another instance than its
+    /// sender's ran.
+    remote: LatencyRecorder,
 }
 
 /// What one closed-loop sender measured in the window.
@@ -394,8 +402,8 @@ struct LoopOutcome {
 struct SenderTally {
     latencies: LatencyRecorder,
     ran_by: HashMap<String, u64>,
-    /// Commands run by the sender's own instance (in place).
-    local: u64,
+    /// The latencies of the commands another instance ran.
+    remote: LatencyRecorder,
 }
 
 /// Runs `senders` closed-loop senders, sender `i` on `domains[i % len]`
@@ -442,7 +450,9 @@ async fn closed_loop(
                 }
                 if sent >= measure_from && replied <= measure_to {
                     tally.latencies.record(replied - sent);
-                    tally.local += u64::from(reply.instance == own);
+                    if reply.instance != own {
+                        tally.remote.record(replied - sent);
+                    }
                     *tally.ran_by.entry(reply.instance).or_default() += 1;
                 }
                 seq += 1;
@@ -459,11 +469,11 @@ async fn closed_loop(
     let window = measure_to - measure_from;
     let mut latencies = LatencyRecorder::new();
     let mut ran_by: HashMap<String, u64> = HashMap::new();
-    let mut local = 0;
+    let mut remote = LatencyRecorder::new();
     while let Some(joined) = senders.join_next().await {
         let tally = joined.context("a sender panicked")??;
         latencies.merge(tally.latencies);
-        local += tally.local;
+        remote.merge(tally.remote);
         for (instance, count) in tally.ran_by {
             *ran_by.entry(instance).or_default() += count;
         }
@@ -476,7 +486,7 @@ async fn closed_loop(
             .zip(cpu_after)
             .map(|(before, after)| after.saturating_sub(before)),
         ran_by,
-        local,
+        remote,
     })
 }
 
@@ -527,8 +537,17 @@ async fn closed_loop_remote(
         .count("closed_loop_commands", outcome.commands)
         .ratio(
             "closed_loop_local_share",
-            outcome.local as f64 / outcome.commands as f64,
+            1.0 - outcome.remote.len() as f64 / outcome.commands as f64,
+        )
+        .per_second(
+            "closed_loop_remote_commands_per_s",
+            rate(outcome.remote.len() as u64, outcome.window),
         );
+    if let Some(remote) = outcome.remote.summary() {
+        report
+            .millis("closed_loop_remote_rtt_p50_ms", remote.p50)
+            .millis("closed_loop_remote_rtt_p99_ms", remote.p99);
+    }
     for (label, instance) in [("c", &first.id), ("d", &second.id)] {
         report.count(
             format!("closed_loop_ran_on_{label}"),
