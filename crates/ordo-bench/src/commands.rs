@@ -13,6 +13,10 @@
 //!    `command_rtt_p50_ms` / `_p99_ms`. Every reply must come from B. Then
 //!    B sends the same load itself: it owns every partition, so its
 //!    commands run in place, with no Redis call (`local_owner_rtt_p50_ms`).
+//!    Last, A alone runs the closed loop of part 2 (below) on keys of its
+//!    own: every command crosses to B (`remote_commands_per_s`,
+//!    `remote_rtt_p50_ms`, `remote_cpu_us_per_command`,
+//!    `remote_redis_cpu_us_per_command`).
 //! 2. Closed loop over two instances, both started, so each owns part of
 //!    the partitions: `--senders` tasks split over the two instances, each
 //!    sending its own key's next command as soon as the previous one
@@ -203,7 +207,7 @@ pub async fn run(args: &CommandsArgs, redis: &BenchRedis) -> Result<Report> {
 
 async fn measure(args: &CommandsArgs, redis: &BenchRedis, admin: &fred::clients::Client) -> Result<Report> {
     let mut report = Report::new();
-    round_trip(args, redis, &mut report)
+    round_trip(args, redis, admin, &mut report)
         .await
         .context("the round-trip part failed")?;
     closed_loop_remote(args, redis, admin, &mut report)
@@ -287,8 +291,14 @@ async fn send_checked(domain: &Domain, command: Stamp) -> Result<Stamped> {
 }
 
 /// Part 1: A sends at a fixed rate, B owns and runs every command; then B
-/// sends at the same rate to the partitions it owns itself.
-async fn round_trip(args: &CommandsArgs, redis: &BenchRedis, report: &mut Report) -> Result<()> {
+/// sends at the same rate to the partitions it owns itself; then A runs the
+/// closed loop alone, every command crossing to B.
+async fn round_trip(
+    args: &CommandsArgs,
+    redis: &BenchRedis,
+    admin: &fred::clients::Client,
+    report: &mut Report,
+) -> Result<()> {
     let pid = std::process::id();
     let log = Arc::new(KeyLog::default());
     let sender = Instance::connect(redis, format!("bench-cmd-a-{pid}"), None).await?;
@@ -300,12 +310,23 @@ async fn round_trip(args: &CommandsArgs, redis: &BenchRedis, report: &mut Report
         // The same keys, numbered on: B owns all of them by now.
         let next = remote.0.sent.div_ceil(args.keys.get() as u64) * args.keys.get() as u64;
         let local = offered_load(args, &owner.domain, &owner.id, "rtt", next).await?;
-        anyhow::Ok((remote, local))
+        let mut redis_use = Vec::new();
+        let crossing = closed_loop(
+            args,
+            "remote",
+            &[(sender.domain.clone(), sender.id.clone())],
+            async || {
+                redis_use.push(RedisUse::read(admin).await?);
+                Ok(())
+            },
+        )
+        .await?;
+        anyhow::Ok((remote, local, crossing, redis_use))
     }
     .await;
     sender.stop(sending).await?;
     owner.stop(owning).await?;
-    let ((outcome, mut remote), (local_outcome, mut local)) = measured?;
+    let ((outcome, mut remote), (local_outcome, mut local), mut crossing, redis_use) = measured?;
     let summary = remote
         .summary()
         .context("no command was measured (--duration-s 0?)")?;
@@ -322,7 +343,59 @@ async fn round_trip(args: &CommandsArgs, redis: &BenchRedis, report: &mut Report
         .millis("local_owner_rtt_p99_ms", summary.p99)
         .millis("local_owner_rtt_max_ms", summary.max)
         .millis("local_owner_max_lag_ms", local_outcome.max_lag);
+    ensure!(
+        crossing.remote.len() == crossing.latencies.len(),
+        "a command of the sender that owns nothing ran on the sender"
+    );
+    let summary = crossing
+        .latencies
+        .summary()
+        .context("no command completed in the closed loop")?;
+    report
+        .per_second("remote_commands_per_s", rate(crossing.commands, crossing.window))
+        .millis("remote_rtt_p50_ms", summary.p50)
+        .millis("remote_rtt_p99_ms", summary.p99);
+    report_costs(report, "remote_", &crossing, &redis_use);
     Ok(())
+}
+
+/// What Redis has used so far: CPU time and memory.
+#[derive(Debug, Clone, Copy)]
+struct RedisUse {
+    cpu: Duration,
+    memory: u64,
+}
+
+impl RedisUse {
+    async fn read(admin: &fred::clients::Client) -> Result<Self> {
+        Ok(Self {
+            cpu: redis_info::cpu(admin).await?,
+            memory: redis_info::memory(admin).await?,
+        })
+    }
+}
+
+/// `{prefix}cpu_us_per_command` (this process), `{prefix}redis_cpu_us_per_command`
+/// and `{prefix}redis_bytes_per_command` of a closed loop, from Redis's use
+/// at the window's start and end.
+fn report_costs(report: &mut Report, prefix: &str, outcome: &LoopOutcome, redis_use: &[RedisUse]) {
+    if let Some(cpu) = outcome.process_cpu {
+        report.ratio(
+            format!("{prefix}cpu_us_per_command"),
+            per_command(cpu, outcome.commands),
+        );
+    }
+    if let [before, after] = redis_use {
+        report
+            .ratio(
+                format!("{prefix}redis_cpu_us_per_command"),
+                per_command(after.cpu.saturating_sub(before.cpu), outcome.commands),
+            )
+            .ratio(
+                format!("{prefix}redis_bytes_per_command"),
+                after.memory.saturating_sub(before.memory) as f64 / outcome.commands.max(1) as f64,
+            );
+    }
 }
 
 /// Sends `--rate` commands per second from `domain` over the keys of
@@ -517,7 +590,7 @@ async fn closed_loop_remote(
             (second.domain.clone(), second.id.clone()),
         ],
         async || {
-            redis_use.push((redis_info::cpu(admin).await?, redis_info::memory(admin).await?));
+            redis_use.push(RedisUse::read(admin).await?);
             Ok(())
         },
     )
@@ -554,20 +627,7 @@ async fn closed_loop_remote(
             outcome.ran_by.get(instance).copied().unwrap_or(0),
         );
     }
-    if let Some(cpu) = outcome.process_cpu {
-        report.ratio("cpu_us_per_command", per_command(cpu, outcome.commands));
-    }
-    if let [(cpu_before, memory_before), (cpu_after, memory_after)] = redis_use[..] {
-        report
-            .ratio(
-                "redis_cpu_us_per_command",
-                per_command(cpu_after.saturating_sub(cpu_before), outcome.commands),
-            )
-            .ratio(
-                "redis_bytes_per_command",
-                memory_after.saturating_sub(memory_before) as f64 / outcome.commands as f64,
-            );
-    }
+    report_costs(report, "", &outcome, &redis_use);
     Ok(())
 }
 
