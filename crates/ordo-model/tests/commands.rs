@@ -41,9 +41,14 @@ fn two_resends_around_a_stalled_owner_keep_every_command_property() {
     assert!(report.states > 5_000, "only {} states explored", report.states);
 }
 
+/// Every named configuration but `wide` (8 million states: `ordo-model
+/// commands --config wide`).
 #[test]
 fn every_named_commands_configuration_is_clean() {
-    for (name, config) in CommandsConfig::NAMED {
+    let small = CommandsConfig::NAMED
+        .into_iter()
+        .filter(|(_, config)| *config != CommandsConfig::WIDE);
+    for (name, config) in small {
         let report = check_commands(config, None);
         assert!(
             report.violations.is_empty(),
