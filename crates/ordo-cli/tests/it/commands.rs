@@ -12,6 +12,7 @@ use ordo_redis::RedisBroker;
 use ordo_testkit::{Redis, eventually};
 use tokio::sync::Semaphore;
 
+/// The aggregate of the commands.
 #[derive(Debug, Aggregate)]
 pub struct Kitchen;
 
@@ -27,6 +28,7 @@ pub struct Cook {
 }
 
 /// Cooks one dish per permit the test hands out.
+#[derive(Debug)]
 pub struct Cooks {
     permits: Arc<Semaphore>,
 }
@@ -59,14 +61,24 @@ async fn status_and_partitions_show_the_commands_waiting_per_key() -> anyhow::Re
         .command_handler(Cooks {
             permits: Arc::clone(&permits),
         })
-        .broker(RedisBroker::builder(redis.url()).config(config.clone()).build().await?)
+        .broker(
+            RedisBroker::builder(redis.url())
+                .config(config.clone())
+                .build()
+                .await?,
+        )
         .config(config.clone())
         .init()?;
     let running = owner.start();
     let sender = Domain::builder()
         .aggregate::<Kitchen>()
         .command_handler_type::<Cooks>()
-        .broker(RedisBroker::builder(redis.url()).config(config.clone()).build().await?)
+        .broker(
+            RedisBroker::builder(redis.url())
+                .config(config.clone())
+                .build()
+                .await?,
+        )
         .config(config)
         .init()?;
     // Table t-1 gets four dishes: the first one cooks (blocked), three wait.
