@@ -4,8 +4,9 @@
 //!
 //! On a broker that routes commands ([`Broker::command_router`](crate::contract::broker::Broker::command_router),
 //! the Redis broker) a command with a sequence travels to the instance that
-//! owns the sequence's partition and runs there ([`CommandRun`]); otherwise
-//! it runs in this process, sequenced by the [command bus](crate::runtime::bus).
+//! owns the sequence's partition and runs there (`CommandRun`, the
+//! aggregate's command handlers as that broker's consumer runs them);
+//! otherwise it runs in this process, sequenced by the command bus.
 
 use std::collections::HashMap;
 use std::sync::Arc;
