@@ -109,13 +109,25 @@ impl Carts {
     }
 }
 
-/// A newer version of the handler: it also handles `EmptyCart`.
+/// `AddItem` as a newer version sends it: its `seq` became text.
+#[derive(Debug, Clone, Serialize, Deserialize, Command)]
+#[command(part_of = Cart, name = "AddItem")]
+struct AddItemV2 {
+    #[routing_key]
+    cart_id: String,
+    sender: String,
+    seq: String,
+    behaviour: String,
+}
+
+/// A newer version of the handler: `AddItem` changed, and it also handles
+/// `EmptyCart`.
 struct NewCarts;
 
 #[command_handler(part_of = Cart)]
 impl NewCarts {
     #[handle]
-    async fn add(&self, _command: &AddItem) -> anyhow::Result<()> {
+    async fn add(&self, _command: &AddItemV2) -> anyhow::Result<()> {
         Ok(())
     }
 
@@ -313,8 +325,23 @@ async fn bad_commands_get_a_typed_error_and_never_halt_their_key(redis: TestRedi
     );
     assert!(unknown.to_string().contains("EmptyCart"), "{unknown}");
 
+    let undecodable = newer
+        .send::<_, ()>(AddItemV2 {
+            cart_id: "c-5".into(),
+            sender: "n".into(),
+            seq: "three".into(),
+            behaviour: "ok".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(undecodable, ordo_core::DispatchError::Rejected { kind: FailureKind::Undecodable, .. }),
+        "{undecodable:?}"
+    );
+    assert!(undecodable.to_string().contains("AddItem"), "{undecodable}");
+
     // The key did not halt: the next command runs.
-    let added: Added = newer.send(add("c-5", "n", 3, "ok")).await?;
+    let added: Added = owner.send(add("c-5", "o", 3, "ok")).await?;
     assert_eq!(added.seq, 3);
     running.shutdown().await?;
     Ok(())
