@@ -44,7 +44,7 @@
 //! per key, so each key's commands are sent one after another), a command
 //! that did not run right after its key's previous one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -63,7 +63,7 @@ use crate::engine;
 use crate::latency::LatencyRecorder;
 use crate::load::{LoadOutcome, OfferedLoad};
 use crate::redis::BenchRedis;
-use crate::redis_info;
+use crate::redis_info::{self, CommandStats};
 use crate::report::{Report, rate};
 
 /// The keys this benchmark leaves in Redis: its command partitions (tagged
@@ -306,10 +306,13 @@ async fn round_trip(
     let sending = sender.domain.start_publisher();
     let owning = owner.domain.start();
     let measured = async {
+        let before = RedisUse::read(admin).await?;
         let remote = offered_load(args, &sender.domain, &owner.id, "rtt", 0).await?;
+        let between = RedisUse::read(admin).await?;
         // The same keys, numbered on: B owns all of them by now.
         let next = remote.0.sent.div_ceil(args.keys.get() as u64) * args.keys.get() as u64;
         let local = offered_load(args, &owner.domain, &owner.id, "rtt", next).await?;
+        let after = RedisUse::read(admin).await?;
         let mut redis_use = Vec::new();
         let crossing = closed_loop(
             args,
@@ -321,12 +324,18 @@ async fn round_trip(
             },
         )
         .await?;
-        anyhow::Ok((remote, local, crossing, redis_use))
+        anyhow::Ok((remote, local, crossing, [before, between, after], redis_use))
     }
     .await;
     sender.stop(sending).await?;
     owner.stop(owning).await?;
-    let ((outcome, mut remote), (local_outcome, mut local), mut crossing, redis_use) = measured?;
+    let (
+        (outcome, mut remote),
+        (local_outcome, mut local),
+        mut crossing,
+        [before, between, after],
+        redis_use,
+    ) = measured?;
     let summary = remote
         .summary()
         .context("no command was measured (--duration-s 0?)")?;
@@ -337,12 +346,14 @@ async fn round_trip(
         .count("command_rtt_samples", summary.count as u64)
         .per_second("command_rtt_offered_per_s", args.rate)
         .millis("command_rtt_max_lag_ms", outcome.max_lag);
+    between.report_calls(&before, report, "command_rtt_", outcome.sent);
     let summary = local.summary().context("no local command was measured")?;
     report
         .millis("local_owner_rtt_p50_ms", summary.p50)
         .millis("local_owner_rtt_p99_ms", summary.p99)
         .millis("local_owner_rtt_max_ms", summary.max)
         .millis("local_owner_max_lag_ms", local_outcome.max_lag);
+    after.report_calls(&between, report, "local_owner_", local_outcome.sent);
     ensure!(
         crossing.remote.len() == crossing.latencies.len(),
         "a command of the sender that owns nothing ran on the sender"
@@ -359,11 +370,13 @@ async fn round_trip(
     Ok(())
 }
 
-/// What Redis has used so far: CPU time and memory.
-#[derive(Debug, Clone, Copy)]
+/// What Redis has used so far: CPU time, memory and the calls of each
+/// command (those scripts run included).
+#[derive(Debug, Clone)]
 struct RedisUse {
     cpu: Duration,
     memory: u64,
+    calls: BTreeMap<String, CommandStats>,
 }
 
 impl RedisUse {
@@ -371,9 +384,30 @@ impl RedisUse {
         Ok(Self {
             cpu: redis_info::cpu(admin).await?,
             memory: redis_info::memory(admin).await?,
+            calls: redis_info::all_command_stats(admin).await?,
         })
     }
+
+    /// `{prefix}redis_calls_per_command` and `{prefix}redis_top_commands`
+    /// (the commands Redis spent the most time on, calls and µs per
+    /// benchmark command) between `before` and this reading, over `commands`.
+    fn report_calls(&self, before: &RedisUse, report: &mut Report, prefix: &str, commands: u64) {
+        let ran = redis_info::busiest_commands(&self.calls, &before.calls);
+        let per = |n: u64| n as f64 / commands.max(1) as f64;
+        let calls: u64 = ran.iter().map(|(_, stats)| stats.calls).sum();
+        let top: Vec<String> = ran
+            .iter()
+            .take(TOP_COMMANDS)
+            .map(|(name, stats)| format!("{name}={:.2}:{:.1}us", per(stats.calls), per(stats.usec)))
+            .collect();
+        report
+            .ratio(format!("{prefix}redis_calls_per_command"), per(calls))
+            .text(format!("{prefix}redis_top_commands"), top.join(","));
+    }
 }
+
+/// Commands named in `*_redis_top_commands`.
+const TOP_COMMANDS: usize = 8;
 
 /// `{prefix}cpu_us_per_command` (this process), `{prefix}redis_cpu_us_per_command`
 /// and `{prefix}redis_bytes_per_command` of a closed loop, from Redis's use
@@ -386,6 +420,7 @@ fn report_costs(report: &mut Report, prefix: &str, outcome: &LoopOutcome, redis_
         );
     }
     if let [before, after] = redis_use {
+        after.report_calls(before, report, prefix, outcome.commands);
         report
             .ratio(
                 format!("{prefix}redis_cpu_us_per_command"),
