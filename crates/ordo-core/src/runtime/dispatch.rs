@@ -331,7 +331,9 @@ impl CommandRun {
         let Some(domain) = self.domain.get() else {
             return Err(format!("the domain of `{name}` is gone (shutting down)").into());
         };
-        let uow = ContextUnitOfWork::new(domain.unit_of_work());
+        // The events of a run again (after a failover) carry the first
+        // run's ids: the broker's deduplication drops what it published.
+        let uow = ContextUnitOfWork::new(domain.unit_of_work().with_ids_from(&envelope.id));
         let ctx = ctx
             .clone()
             .with_unit_of_work(Arc::new(uow.clone()))
