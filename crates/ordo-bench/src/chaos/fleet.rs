@@ -44,6 +44,8 @@ pub(crate) struct WorkerSpec {
     /// The `chaos` category in that many hashed partitions (`None`: a
     /// partition per key).
     pub(crate) hashed: Option<std::num::NonZeroU32>,
+    /// Shared command keys every instance sends commands for (0: no commands).
+    pub(crate) command_keys: usize,
 }
 
 /// Where an instance is in its life.
@@ -176,6 +178,9 @@ impl Fleet {
             args.relay_only = self.spec.relay_only;
         }
         args.hashed_partitions = self.spec.hashed;
+        if !self.spec.relay_only {
+            args.command_keys = self.spec.command_keys;
+        }
         // Discovery must stay under the TTL (an instance's announcement
         // lives one TTL); Ordo's default otherwise.
         args.discovery_ms = args.discovery_ms.min(self.spec.lease_ttl_ms / 2);
