@@ -74,7 +74,7 @@ pub fn command_key_names(count: usize) -> Vec<String> {
 /// How long the run of command `seq` works: most briefly, every tenth for
 /// a while, so that faults land mid-run.
 pub fn work_ms(seq: u64) -> u64 {
-    if seq % 10 == 0 { 200 } else { 10 }
+    if seq.is_multiple_of(10) { 200 } else { 10 }
 }
 
 /// Command number `seq` of `sender` for `key`.
