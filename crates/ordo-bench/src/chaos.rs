@@ -507,8 +507,11 @@ fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -
             .count("command_wrong_replies", commands.wrong_replies)
             .count("command_reruns", commands.reruns)
             .count("commands_failed", commands.failed)
+            .count("commands_failed_but_applied", commands.failed_but_applied)
             .count("command_resends", commands.resends)
-            .count("command_stale_starts", commands.stale_starts);
+            .count("command_stale_starts", commands.stale_starts)
+            .count("command_fenced_commits", outcome.lines.cmd_fenced)
+            .count("command_run_failures", outcome.lines.cmd_failed);
     }
     let millis = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1_000.0);
     report
@@ -669,7 +672,12 @@ fn describe_command_problems(outcome: &Outcome) {
     }
     for (key, r) in &commands.per_key {
         for failed in &r.failed {
-            eprintln!("command key {key}: failure outcome {failed}");
+            let applied = if r.failed_but_applied.contains(failed) {
+                "APPLIED all the same"
+            } else {
+                "not applied"
+            };
+            eprintln!("command key {key}: failure outcome ({applied}) {failed}");
         }
     }
     for entry in &outcome.command_overlap_log {

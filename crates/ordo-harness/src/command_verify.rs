@@ -49,6 +49,9 @@ pub struct CommandKeyReport {
     pub token_regressions: u64,
     /// The failure outcomes senders got: `{sender}:{seq} {reason}`.
     pub failed: Vec<String>,
+    /// Failure outcomes of commands whose effect was applied all the same
+    /// (by a run after the one that failed): the sender was told wrong.
+    pub failed_but_applied: Vec<String>,
     /// The replies about another command than the one sent.
     pub wrong_replies: Vec<String>,
     /// Runs that started while another run of the key was in flight under
@@ -81,6 +84,8 @@ pub struct CommandVerdict {
     pub token_regressions: u64,
     /// Failure outcomes the senders got.
     pub failed: u64,
+    /// Failure outcomes of commands that were applied all the same.
+    pub failed_but_applied: u64,
     /// Replies about another command than the one sent.
     pub wrong_replies: u64,
     /// Sends of an id again.
@@ -115,6 +120,7 @@ impl fmt::Display for CommandVerdict {
         writeln!(f, "command_reruns: {}", self.reruns)?;
         writeln!(f, "command_token_regressions: {}", self.token_regressions)?;
         writeln!(f, "commands_failed: {}", self.failed)?;
+        writeln!(f, "commands_failed_but_applied: {}", self.failed_but_applied)?;
         writeln!(f, "command_wrong_replies: {}", self.wrong_replies)?;
         writeln!(f, "command_resends: {}", self.resends)?;
         write!(f, "command_stale_starts: {}", self.stale_starts)
@@ -160,6 +166,20 @@ where
             .collect::<Result<BTreeSet<_>>>()?;
         let mut report = check(effects, acked);
         report.failed = list(records.failed(key)).await?;
+        report.failed_but_applied = report
+            .failed
+            .iter()
+            .filter(|entry| {
+                let command = entry
+                    .split_once(' ')
+                    .map_or(entry.as_str(), |(command, _)| command);
+                report
+                    .effects
+                    .iter()
+                    .any(|e| format!("{}:{}", e.sender, e.seq) == command)
+            })
+            .cloned()
+            .collect();
         report.wrong_replies = list(records.wrong_replies(key)).await?;
         report.overlaps = counter(records.overlaps(key)).await?;
         report.stale_starts = counter(records.stale_starts(key)).await?;
@@ -173,6 +193,7 @@ where
         verdict.reruns += report.reruns;
         verdict.token_regressions += report.token_regressions;
         verdict.failed += report.failed.len() as u64;
+        verdict.failed_but_applied += report.failed_but_applied.len() as u64;
         verdict.wrong_replies += report.wrong_replies.len() as u64;
         verdict.resends += report.resends;
         verdict.stale_starts += report.stale_starts;

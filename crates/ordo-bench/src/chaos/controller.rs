@@ -730,6 +730,9 @@ impl Controller {
                 ));
             }
         }
+        for note in self.fleet.take_notes() {
+            self.log(note);
+        }
         for exit in self.fleet.reap()? {
             match exit {
                 Exit::Graceful { name, replace } => {
