@@ -7,6 +7,10 @@
 //! [`hashed`] describes one hashed partition (several keys, one lease, the
 //! owner reading ahead into per-key queues, parking per key), checked by
 //! [`check_hashed`] against per-key properties, with its own mutants.
+//! [`commands`] describes the command reply protocol on top of the lease
+//! (a sender's outcome record lookup, deduplicated publish and wait; the
+//! owner's run, SET NX of the outcome, reply push and fenced
+//! acknowledgement), checked by [`check_commands`], with its own mutants.
 //! [`check`] explores every interleaving of a [`Config`] and reports the
 //! properties of CONTRACT.md §1 that some history breaks. Seeded
 //! [`Mutant`]s, each a hole the real protocol closes, prove the properties
@@ -19,10 +23,15 @@ use stateright::{Checker, HasDiscoveries, Model};
 
 use crate::mutant::mutants;
 
+pub mod commands;
 pub mod hashed;
 mod mutant;
 pub mod protocol;
 
+pub use commands::{
+    Commands, CommandsConfig, CommandsMutant, CommandsReport, CommandsViolation, check_commands,
+    check_commands_until_broken,
+};
 pub use hashed::{
     HASHED_BY_DESIGN, Hashed, HashedConfig, HashedMutant, HashedReport, HashedViolation, check_hashed,
     check_hashed_until_broken,

@@ -7,14 +7,19 @@
 //! ordo-model hashed [--mutant NAME] [--config NAME]
 //!                                              # the hashed-partition model
 //! ordo-model hashed-mutants                    # its seeded defects
+//! ordo-model commands [--mutant NAME] [--config NAME]
+//!                                              # the command reply model
+//! ordo-model commands-mutants                  # its seeded defects
 //! ```
-//! `check` and `hashed` exit with status 1 when a property is violated.
+//! `check`, `hashed` and `commands` exit with status 1 when a property is
+//! violated.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use ordo_model::{
-    AOF_LOSS_BREAKS, Config, HASHED_BY_DESIGN, HashedConfig, HashedMutant, Mutant, check, check_hashed,
+    AOF_LOSS_BREAKS, CommandsConfig, CommandsMutant, Config, HASHED_BY_DESIGN, HashedConfig, HashedMutant,
+    Mutant, check, check_commands, check_hashed,
 };
 
 #[derive(Parser)]
@@ -64,6 +69,71 @@ enum Command {
     },
     /// Lists the hashed model's seeded defects, one a line.
     HashedMutants,
+    /// Explores every history of the command reply protocol (outcome
+    /// record, deduplicated publish, reply push, resends) over an abstract
+    /// lease, and reports violations.
+    Commands {
+        /// Seeds a known defect (see `commands-mutants`); a counterexample is expected.
+        #[arg(long)]
+        mutant: Option<CommandsMutant>,
+        /// The configuration to explore: full (the default: 2 owners, a
+        /// resend, a crash, a stall, a lost push), stall, crash, or resend
+        /// (2 resends, a stall and a lost push).
+        #[arg(long, value_parser = parse_commands_config)]
+        config: Option<(String, CommandsConfig)>,
+    },
+    /// Lists the command reply model's seeded defects, one a line.
+    CommandsMutants,
+}
+
+fn parse_commands_config(name: &str) -> Result<(String, CommandsConfig), String> {
+    CommandsConfig::named(name)
+        .map(|config| (name.to_owned(), config))
+        .ok_or_else(|| {
+            let known: Vec<&str> = CommandsConfig::NAMED.iter().map(|(n, _)| *n).collect();
+            format!(
+                "unknown configuration `{name}`; expected one of: {}",
+                known.join(", ")
+            )
+        })
+}
+
+fn commands(mutant: Option<CommandsMutant>, config: Option<(String, CommandsConfig)>) -> ExitCode {
+    let (name, config) = match (config, mutant) {
+        (Some(named), _) => named,
+        // A mutant alone: the smallest configuration that exposes it.
+        (None, Some(mutant)) => (format!("exposing {mutant}"), CommandsConfig::exposing(mutant)),
+        (None, None) => ("full".to_owned(), CommandsConfig::FULL),
+    };
+    println!("configuration: {name}: {config}");
+    if let Some(mutant) = mutant {
+        println!("mutant: {mutant}");
+    }
+    let report = check_commands(config, mutant);
+    for violation in &report.violations {
+        println!("\nviolated: {}", violation.property);
+        for (step, action) in violation.trace.iter().enumerate() {
+            println!("  {:>2}. {action}", step + 1);
+        }
+        let state = &violation.state;
+        println!(
+            "  outcome record: {:?} (first recorded: {:?}), runs: {}, senders: {:?}, entries: {}",
+            state.outcome,
+            state.first_recorded,
+            state.runs,
+            state.senders.iter().map(|s| s.call).collect::<Vec<_>>(),
+            state.stream.len()
+        );
+    }
+    println!("states: {}", report.states);
+    println!("max_depth: {}", report.max_depth);
+    println!("violations: {}", report.violations.len());
+    println!("time_ms: {}", report.elapsed.as_millis());
+    if report.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn parse_hashed_config(name: &str) -> Result<(String, HashedConfig), String> {
@@ -135,6 +205,13 @@ fn parse_config(name: &str) -> Result<(String, Config), String> {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::CommandsMutants => {
+            for mutant in CommandsMutant::ALL {
+                println!("{mutant}");
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Commands { mutant, config } => commands(mutant, config),
         Command::HashedMutants => {
             for mutant in HashedMutant::ALL {
                 println!("{mutant}");

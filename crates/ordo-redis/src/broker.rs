@@ -85,6 +85,9 @@ struct Inner {
     checked: partitioning::Checked,
     /// This instance's command replies.
     replies: Arc<crate::command::Replies>,
+    /// The command partitions this instance's consumer holds, for the
+    /// commands it sends to itself.
+    locals: Arc<crate::consumer::local::LocalOwners>,
 }
 
 /// Configures a [`RedisBroker`].
@@ -439,6 +442,7 @@ impl RedisBrokerBuilder {
                 renewals: RenewalSignal::default(),
                 checked: partitioning::Checked::default(),
                 replies,
+                locals: Arc::default(),
             }),
         })
     }
@@ -522,6 +526,7 @@ impl Broker for RedisBroker {
         Some(Arc::new(crate::command::RedisCommands::new(
             self.clone(),
             Arc::clone(&self.inner.replies),
+            Arc::clone(&self.inner.locals),
         )))
     }
 
@@ -598,6 +603,7 @@ impl Broker for RedisBroker {
                 subscriptions,
                 shutdown,
                 inner.renewals.clone(),
+                Arc::clone(&inner.locals),
             )
             .await;
             let result = match stopped {

@@ -26,11 +26,13 @@ use ordo_core::contract::command::{
     CommandOutcome, CommandRequest, CommandRouter, REPLY_TO_METADATA, SendFailure, SendFuture,
 };
 use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use crate::broker::RedisBroker;
+use crate::consumer::local::{LocalCommand, LocalDone, LocalOwners};
 use crate::error::Result;
 use crate::net::connection;
 use crate::net::secret::SecretUrl;
@@ -71,6 +73,10 @@ pub(crate) struct Replies {
     url: SecretUrl,
     tls: TlsFiles,
     reader: Mutex<Option<Client>>,
+    /// Per command partition, the sends through Redis still waiting for
+    /// their outcome: while any is, a command of the partition is not run
+    /// in place (it would overtake it).
+    in_flight: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl Replies {
@@ -82,6 +88,29 @@ impl Replies {
             url,
             tls,
             reader: Mutex::new(None),
+            in_flight: Arc::default(),
+        }
+    }
+
+    /// Whether a send of `partition` through Redis waits for its outcome.
+    fn in_flight(&self, partition: &str) -> bool {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(partition)
+    }
+
+    /// Counts a send of `partition` through Redis until the guard drops.
+    fn sending(&self, partition: &str) -> Sending {
+        *self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(partition.to_owned())
+            .or_default() += 1;
+        Sending {
+            partition: partition.to_owned(),
+            in_flight: Arc::clone(&self.in_flight),
         }
     }
 
@@ -122,6 +151,24 @@ impl Drop for Replies {
             tokio::spawn(async move {
                 let _ = client.quit().await;
             });
+        }
+    }
+}
+
+/// A send through Redis waiting for its outcome (see [`Replies::sending`]).
+struct Sending {
+    partition: String,
+    in_flight: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = in_flight.get_mut(&self.partition) {
+            *count -= 1;
+            if *count == 0 {
+                in_flight.remove(&self.partition);
+            }
         }
     }
 }
@@ -202,11 +249,43 @@ async fn read(client: Client, list: String, waiters: Weak<Waiters>) {
 pub(crate) struct RedisCommands {
     broker: RedisBroker,
     replies: Arc<Replies>,
+    locals: Arc<LocalOwners>,
 }
 
 impl RedisCommands {
-    pub(crate) fn new(broker: RedisBroker, replies: Arc<Replies>) -> Self {
-        Self { broker, replies }
+    pub(crate) fn new(broker: RedisBroker, replies: Arc<Replies>, locals: Arc<LocalOwners>) -> Self {
+        Self {
+            broker,
+            replies,
+            locals,
+        }
+    }
+
+    /// Runs `envelope` in place when this instance's worker holds its
+    /// partition and may run it now (see [`crate::consumer::local`]):
+    /// `Ok(Some)` with its outcome; `Ok(None)` (with the envelope given
+    /// back) when it is to be sent through Redis.
+    async fn in_place(
+        &self,
+        partition: &str,
+        envelope: Envelope,
+        timeout: Duration,
+    ) -> std::result::Result<std::result::Result<CommandOutcome, Envelope>, SendFailure> {
+        if self.replies.in_flight(partition) {
+            return Ok(Err(envelope));
+        }
+        let (done, ran) = oneshot::channel();
+        let kept = envelope.clone();
+        if let Err(command) = self.locals.offer(partition, LocalCommand { envelope, done }) {
+            return Ok(Err(command.envelope));
+        }
+        match tokio::time::timeout(timeout, ran).await {
+            Ok(Ok(LocalDone::Ran(outcome))) => Ok(Ok(outcome)),
+            Ok(Ok(LocalDone::NotRun(envelope))) => Ok(Err(envelope)),
+            // The worker was aborted with it (a kill): it may have run.
+            Ok(Err(_)) => Ok(Err(kept)),
+            Err(_) => Err(SendFailure::TimedOut(timeout)),
+        }
     }
 
     async fn send_now(&self, request: CommandRequest) -> std::result::Result<CommandOutcome, SendFailure> {
@@ -219,8 +298,15 @@ impl RedisCommands {
         {
             return serde_json::from_str(&recorded).map_err(SendFailure::Unreadable);
         }
-        let mut waiting = self.replies.wait(&request.envelope.id).map_err(failed)?;
         let mut envelope = request.envelope;
+        if !request.caller_id {
+            match self.in_place(partition.primary(), envelope, request.timeout).await? {
+                Ok(outcome) => return Ok(outcome),
+                Err(back) => envelope = back,
+            }
+        }
+        let _sending = self.replies.sending(partition.primary());
+        let mut waiting = self.replies.wait(&envelope.id).map_err(failed)?;
         envelope
             .metadata
             .insert(REPLY_TO_METADATA.to_owned(), self.replies.list.clone());

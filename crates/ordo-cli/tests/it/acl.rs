@@ -1173,3 +1173,99 @@ async fn dump(admin: &RedisBroker, keys: &[String]) -> anyhow::Result<Vec<Value>
     }
     Ok(dumps)
 }
+
+#[derive(Debug, Aggregate)]
+pub struct Ticket;
+
+/// A command sent across instances under the ACL rules.
+#[derive(Debug, Clone, Serialize, Deserialize, Command)]
+#[command(part_of = Ticket)]
+pub struct BookSeat {
+    /// The routing key.
+    #[routing_key]
+    pub show_id: String,
+    /// The seat.
+    pub seat: u32,
+}
+
+/// Books seats, and answers which.
+pub struct AclBooking;
+
+#[command_handler(part_of = Ticket)]
+impl AclBooking {
+    #[handle]
+    async fn book(&self, command: &BookSeat) -> anyhow::Result<String> {
+        Ok(format!("{} seat {}", command.show_id, command.seat))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_are_sent_and_run_under_the_documented_acl_rules() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let scope = scope(&["ticket", "ticket.commands"], &["commands"]);
+    for role in [AclRole::Worker, AclRole::Publisher] {
+        redis.create_user_with_rules(&format!("ordo-{}", role.name()), PASSWORD, &role.rules(&scope))?;
+    }
+    let dir = tempfile::tempdir()?;
+    setup(&redis, &dir).await?;
+    let config = Config::from_toml_str(CONFIG)?;
+    // The worker runs the handler; the publisher only sends.
+    let worker = Domain::builder()
+        .aggregate::<Ticket>()
+        .command_handler(AclBooking)
+        .broker(
+            RedisBroker::builder(user_url(&redis, AclRole::Worker))
+                .config(config.clone())
+                .build()
+                .await?,
+        )
+        .config(config.clone())
+        .init()?;
+    let running = worker.start();
+    let sender = Domain::builder()
+        .aggregate::<Ticket>()
+        .command_handler_type::<AclBooking>()
+        .broker(
+            RedisBroker::builder(user_url(&redis, AclRole::Publisher))
+                .config(config.clone())
+                .build()
+                .await?,
+        )
+        .config(config)
+        .init()?;
+    for seat in 1..=3 {
+        let booked: String = sender
+            .send(BookSeat {
+                show_id: "s-1".into(),
+                seat,
+            })
+            .await?;
+        assert_eq!(booked, format!("s-1 seat {seat}"));
+        assert_nothing_refused(&redis, &format!("sending seat {seat}"))?;
+    }
+    // A resend of the caller's id reads the outcome record.
+    let options = SendOptions::new().id("seat-9");
+    for _ in 0..2 {
+        let booked: String = sender
+            .send_with(
+                BookSeat {
+                    show_id: "s-1".into(),
+                    seat: 9,
+                },
+                options.clone(),
+            )
+            .await?;
+        assert_eq!(booked, "s-1 seat 9");
+    }
+    // The worker sends to itself too (in place, or through Redis).
+    let own: String = worker
+        .send(BookSeat {
+            show_id: "s-2".into(),
+            seat: 1,
+        })
+        .await?;
+    assert_eq!(own, "s-2 seat 1");
+    assert_nothing_refused(&redis, "the commands")?;
+    running.shutdown().await?;
+    Ok(())
+}

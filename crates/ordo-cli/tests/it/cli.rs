@@ -504,7 +504,7 @@ async fn domain_toml_names_redis_and_the_warning_threshold() -> anyhow::Result<(
         (
             "lease_ttl_ms = 6000\n",
             "unknown key `lease_ttl_ms` in the domain configuration; valid keys at the top level: \
-             server, handlers, health, outbox, categories, redis, cli, relay",
+             server, handlers, health, outbox, commands, categories, redis, cli, relay",
         ),
         // The Redis broker's keys share [server.partitioning] with ordo-core's.
         (

@@ -364,7 +364,7 @@ impl DomainBuilder {
         // On a broker that routes commands, its consumer runs the command
         // handlers on the command stream categories.
         let routed_commands: Arc<[Subscription]> = if router.is_some() {
-            commands.iter().map(|s| routed_command(s, &domain_ref)).collect()
+            routed_commands(&commands, &domain_ref).into()
         } else {
             Arc::new([])
         };
@@ -477,27 +477,54 @@ impl DynHandler for RunsElsewhere {
     }
 }
 
-/// The subscription a routing broker consumes for command handler `s`: its
-/// messages on the command stream categories, each partition one sequence,
-/// run by a [`CommandRun`].
-fn routed_command(s: &Subscription, domain: &DomainRef) -> Subscription {
-    let mut descriptor = (*s.descriptor).clone();
-    for handled in &mut descriptor.handles {
-        handled.category = intern(command_category(handled.category));
-        handled.key = None;
+/// The name of the consumer group of a command stream category: one group
+/// runs every command handler of the aggregate, so commands of one key run
+/// one at a time whichever handler handles them.
+pub const COMMANDS_GROUP: &str = "commands";
+
+/// The subscriptions a routing broker consumes for the command handlers
+/// `commands`: one per aggregate category, on its command stream category
+/// ([`command_category`]), each partition one sequence, run by a
+/// [`CommandRun`] of the aggregate's handlers.
+fn routed_commands(commands: &[Subscription], domain: &DomainRef) -> Vec<Subscription> {
+    let mut by_category: BTreeMap<&'static str, Vec<&Subscription>> = BTreeMap::new();
+    for s in commands {
+        for category in s.categories() {
+            by_category.entry(category).or_default().push(s);
+        }
     }
-    descriptor.partitioned = true;
-    Subscription {
-        descriptor: Arc::new(descriptor),
-        policy: Arc::new(PartitionKeyPolicy),
-        policy_overridden: true,
-        handler: Arc::new(CommandRun::new(
-            Arc::clone(&s.handler),
-            Arc::clone(&s.descriptor),
-            domain.clone(),
-        )),
-        settings: s.settings.clone(),
-    }
+    by_category
+        .into_iter()
+        .map(|(category, handlers)| {
+            let stream = intern(command_category(category));
+            let handles = handlers
+                .iter()
+                .flat_map(|s| s.descriptor.handles.iter())
+                .filter(|handled| handled.category == category)
+                .map(|handled| {
+                    let mut handled = handled.clone();
+                    handled.category = stream;
+                    handled.key = None;
+                    handled.policy = None;
+                    handled
+                })
+                .collect();
+            let descriptor = HandlerDescriptor::new(COMMANDS_GROUP, HandlerKind::Command, handles)
+                .with_part_of(Some(category))
+                .with_partitioned(true);
+            let run: Vec<_> = handlers
+                .iter()
+                .map(|s| (Arc::clone(&s.handler), Arc::clone(&s.descriptor)))
+                .collect();
+            Subscription {
+                descriptor: Arc::new(descriptor),
+                policy: Arc::new(PartitionKeyPolicy),
+                policy_overridden: true,
+                handler: Arc::new(CommandRun::new(COMMANDS_GROUP, &run, domain.clone())),
+                settings: HandlerSettings::default(),
+            }
+        })
+        .collect()
 }
 
 /// `name` as a `&'static str`, leaked once per distinct name (command

@@ -7,6 +7,7 @@
 //! owns the sequence's partition and runs there ([`CommandRun`]); otherwise
 //! it runs in this process, sequenced by the [command bus](crate::runtime::bus).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -264,49 +265,68 @@ fn check_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A command handler as a routing broker runs it for a command sent from
-/// any instance: it restores the command's aggregate category, runs the
-/// handler with a unit of work, commits what it raised, and writes the
-/// outcome into the context's [`ReplySlot`]. Every failure of the command
-/// itself (an unknown type, an undecodable payload, the handler's error or
+/// The command handlers of one aggregate as a routing broker runs them,
+/// as one consumer (so that commands of one key run one at a time whichever
+/// handler handles them), for commands sent from any instance: it restores
+/// the command's aggregate category, runs the handler of its type with a
+/// unit of work, commits what it raised, and writes the outcome into the
+/// context's [`ReplySlot`]. Every failure of the command itself (a type no
+/// handler here handles, an undecodable payload, the handler's error or
 /// panic, events that cannot be committed) is an outcome and the run
 /// succeeds, so a bad command never halts its key; only an outbox that
 /// cannot take the events now fails the run, to be retried by the broker.
 pub(crate) struct CommandRun {
-    handler: Arc<dyn DynHandler>,
-    /// The handler's own description (its aggregate categories).
-    descriptor: Arc<HandlerDescriptor>,
+    /// Each handled (category, type name): its handler and description.
+    routes: HashMap<(&'static str, &'static str), (Arc<dyn DynHandler>, Arc<HandlerDescriptor>)>,
+    /// Names the consumer in messages about a type nobody handles.
+    name: &'static str,
     domain: DomainRef,
 }
 
 impl CommandRun {
-    pub(crate) fn new(handler: Arc<dyn DynHandler>, descriptor: Arc<HandlerDescriptor>, domain: DomainRef) -> Self {
-        Self {
-            handler,
-            descriptor,
-            domain,
-        }
+    /// The run of `handlers` (each with its own description), named `name`.
+    pub(crate) fn new(
+        name: &'static str,
+        handlers: &[(Arc<dyn DynHandler>, Arc<HandlerDescriptor>)],
+        domain: DomainRef,
+    ) -> Self {
+        let routes = handlers
+            .iter()
+            .flat_map(|(handler, descriptor)| {
+                descriptor.handles.iter().map(move |handled| {
+                    (
+                        (handled.category, handled.type_name),
+                        (Arc::clone(handler), Arc::clone(descriptor)),
+                    )
+                })
+            })
+            .collect();
+        Self { routes, name, domain }
     }
 
     async fn run(&self, envelope: &Envelope, ctx: &HandlerContext) -> HandlerResult {
-        let name = self.descriptor.name;
         let slot = ctx.reply_slot().cloned().unwrap_or_default();
         let mut envelope = envelope.clone();
         if let Some(category) = aggregate_of_command_category(&envelope.category) {
             envelope.category = category.to_owned();
         }
-        if self.descriptor.handled_envelope(&envelope).is_none() {
+        let route = self
+            .routes
+            .get(&(envelope.category.as_str(), envelope.type_name.as_str()))
+            .filter(|(_, descriptor)| descriptor.handled_envelope(&envelope).is_some());
+        let Some((handler, descriptor)) = route else {
             slot.set(CommandOutcome::failed(
                 FailureKind::UnknownType,
-                name,
+                self.name,
                 format!(
-                    "`{name}` on this instance handles no command `{}` of `{}` (is another version deployed \
-                     here?)",
+                    "no command handler on this instance handles command `{}` of `{}` (is another version \
+                     deployed here?)",
                     envelope.type_name, envelope.category
                 ),
             ));
             return Ok(());
-        }
+        };
+        let name = descriptor.name;
         let Some(domain) = self.domain.get() else {
             return Err(format!("the domain of `{name}` is gone (shutting down)").into());
         };
@@ -316,7 +336,7 @@ impl CommandRun {
             .with_unit_of_work(Arc::new(uow.clone()))
             .with_reply(slot.clone());
         let sequence = envelope.partition_key.clone().map(SequenceId::new);
-        let handler = Arc::clone(&self.handler);
+        let handler = Arc::clone(handler);
         let message = envelope.clone();
         // Its own task, so that a panic is this command's outcome; aborted
         // with this run (a broker that loses the lease aborts it).

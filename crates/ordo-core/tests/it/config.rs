@@ -222,12 +222,12 @@ fn unknown_keys_are_rejected_at_every_level_listing_the_valid_ones() {
         ),
         (
             "[servr.partitioning]\nlease_ttl_ms = 6000",
-            "unknown key `servr` in the domain configuration; valid keys at the top level: server, handlers, health, outbox, categories, redis, cli, relay",
+            "unknown key `servr` in the domain configuration; valid keys at the top level: server, handlers, health, outbox, commands, categories, redis, cli, relay",
         ),
         (
             "lease_ttl_ms = 6000",
             "unknown key `lease_ttl_ms` in the domain configuration; valid keys at the top level: \
-             server, handlers, health, outbox, categories, redis, cli, relay",
+             server, handlers, health, outbox, commands, categories, redis, cli, relay",
         ),
         (
             "[server]\nport = 8080",

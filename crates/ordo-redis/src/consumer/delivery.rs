@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::local::{LocalCommand, LocalDone, OpenDoor};
 use super::shared::SharedRef;
 use super::unit::Unit;
 use super::waker::{Bell, WatcherId};
@@ -249,11 +250,14 @@ impl Worker {
             .collect()
     }
 
-    /// Waits for new entries (or the time to reap); `Some` to stop.
+    /// Waits for new entries (or the time to reap); `Some` to stop. A
+    /// command partition's worker runs the commands offered at its `door`
+    /// meanwhile (see [`super::local`]).
     pub(super) async fn wait_idle(
         &self,
         idle: &[(usize, Idle)],
         reap_after: &mut Option<Instant>,
+        mut door: Option<&mut OpenDoor>,
     ) -> Option<Exit> {
         let settings = &self.shared.settings;
         let bells = self.bells(idle);
@@ -275,13 +279,105 @@ impl Worker {
             }
         };
         self.shared.waker.watch(self.watcher, bells, self.wake.clone());
-        tokio::select! {
-            () = self.wake.notified() => None,
-            () = self.control.stop.cancelled() => Some(Exit::Released),
-            () = self.control.kill.cancelled() => Some(Exit::Lost),
-            () = reap_timer => {
-                self.shared.waker.unwatch(self.watcher);
-                self.reap(idle, reap_after).await
+        tokio::pin!(reap_timer);
+        /// What ended one wait.
+        enum Woken {
+            Exit(Option<Exit>),
+            Reap,
+            Local(Option<LocalCommand>),
+        }
+        loop {
+            if let Some(door) = door.as_deref() {
+                door.set_idle(true);
+            }
+            let offered = async {
+                match door.as_deref_mut() {
+                    Some(door) => door.queue.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let woken = tokio::select! {
+                () = self.wake.notified() => Woken::Exit(None),
+                () = self.control.stop.cancelled() => Woken::Exit(Some(Exit::Released)),
+                () = self.control.kill.cancelled() => Woken::Exit(Some(Exit::Lost)),
+                () = &mut reap_timer => Woken::Reap,
+                command = offered => Woken::Local(command),
+            };
+            match woken {
+                Woken::Exit(exit) => return exit,
+                Woken::Reap => {
+                    self.shared.waker.unwatch(self.watcher);
+                    return self.reap(idle, reap_after).await;
+                }
+                Woken::Local(Some(command)) => {
+                    if let Some(exit) = self.run_local(&self.unit.partitions[0], command).await {
+                        return Some(exit);
+                    }
+                }
+                // Cannot happen while the door is open.
+                Woken::Local(None) => return None,
+            }
+        }
+    }
+
+    /// Runs the commands queued at `door`, in order, before anything else
+    /// of the partition is read; `Some` to stop.
+    pub(super) async fn run_queued(&self, door: &mut OpenDoor) -> Option<Exit> {
+        while let Ok(command) = door.queue.try_recv() {
+            if let Some(exit) = self.run_local(&self.unit.partitions[0], command).await {
+                return Some(exit);
+            }
+        }
+        None
+    }
+
+    /// Runs a command offered by this instance's router (no stream entry),
+    /// once, under the lease; answers it. A failed attempt, or a lease
+    /// that went meanwhile, sends it back to be sent through Redis.
+    async fn run_local(&self, partition: &PartitionKeys, command: LocalCommand) -> Option<Exit> {
+        let LocalCommand { envelope, done } = command;
+        let envelope = Arc::new(envelope);
+        let slot = Slot::default();
+        let reply = ReplySlot::new();
+        let policy = self.subscription.retry_policy(&self.shared.settings.retry);
+        let sequence = self.next_attempt();
+        let outcome = self
+            .invoke(&slot, &envelope, 1, sequence, partition, &policy, Some(&reply))
+            .await;
+        // Close the attempt when it sent fenced commands, so none of them
+        // can land late.
+        if slot.take_fence_used() {
+            let closed = self
+                .until_answered("closing a command's attempt", false, || {
+                    self.held(partition)
+                        .attempt_failed_in(slot.sequence(&self.lease), None, sequence)
+                })
+                .await;
+            if !matches!(closed, Ok(Ok(_))) {
+                let _ = done.send(LocalDone::NotRun(Arc::unwrap_or_clone(envelope)));
+                return Some(Exit::Lost);
+            }
+        }
+        match outcome {
+            Ok(Ok(())) => {
+                metrics::handled(&self.unit, partition.category());
+                let outcome = reply.take().unwrap_or(CommandOutcome::Succeeded {
+                    value: serde_json::Value::Null,
+                });
+                let _ = done.send(LocalDone::Ran(outcome));
+                None
+            }
+            Ok(Err(failure)) => {
+                warn!(id = envelope.id, error = %log_text(&failure.text()), "a command run in place failed; it goes through Redis, with retries");
+                let _ = done.send(LocalDone::NotRun(Arc::unwrap_or_clone(envelope)));
+                None
+            }
+            Err(handled) => {
+                let _ = done.send(LocalDone::NotRun(Arc::unwrap_or_clone(envelope)));
+                match handled {
+                    Handled::Stop => Some(Exit::Released),
+                    _ => Some(Exit::Lost),
+                }
             }
         }
     }

@@ -347,7 +347,7 @@ impl<'w> Hashed<'w> {
                         if quiet {
                             // Nothing in memory, nothing parked: wait like a
                             // per-key partition, and retire it when cold.
-                            if let Some(exit) = w.wait_idle(&[(0, idle)], &mut reap_after).await {
+                            if let Some(exit) = w.wait_idle(&[(0, idle)], &mut reap_after, None).await {
                                 return exit;
                             }
                             others.push(self.read(after.clone()));

@@ -32,6 +32,7 @@ pub(crate) mod delivery;
 pub(crate) mod group_commit;
 pub(crate) mod hashed;
 pub(crate) mod heartbeat;
+pub(crate) mod local;
 pub(crate) mod metrics;
 pub(crate) mod per_key;
 pub(crate) mod plain;
@@ -75,6 +76,7 @@ pub(crate) async fn run(
     subscriptions: Arc<[Subscription]>,
     shutdown: CancellationToken,
     renewals: heartbeat::RenewalSignal,
+    locals: Arc<local::LocalOwners>,
 ) -> Result<Stopped> {
     let background = CancellationToken::new();
     let waker_client =
@@ -101,6 +103,7 @@ pub(crate) async fn run(
     let (acks, committer) = group_commit::GroupCommit::spawn(partitions.clone(), background.clone());
     let shared = Arc::new(Shared {
         handler_permits,
+        locals,
         acks,
         settings,
         partitions,

@@ -9,6 +9,7 @@
 
 use std::time::Instant;
 
+use ordo_core::contract::handler::HandlerKind;
 use ordo_core::contract::key::Lane;
 use tracing::{debug, info, warn};
 
@@ -63,6 +64,10 @@ impl<'w> PerKey<'w> {
         let mut reap_after: Option<Instant> = None;
         // The first pass after acquiring reclaims what a previous owner left.
         let mut first = true;
+        // A command partition's door: its instance's own commands, run in
+        // place (see `super::local`).
+        let mut door = (self.worker.subscription.kind() == HandlerKind::Command)
+            .then(|| self.worker.shared.locals.open(self.worker.unit.partitions[0].primary()));
         loop {
             if self.worker.control.kill.is_cancelled() {
                 return Exit::Lost;
@@ -70,7 +75,19 @@ impl<'w> PerKey<'w> {
             if self.worker.control.stop.is_cancelled() {
                 return Exit::Released;
             }
-            match self.pass(&mut first).await {
+            // Offered while the partition was idle: before anything read later.
+            if let Some(door) = door.as_mut()
+                && let Some(exit) = self.worker.run_queued(door).await
+            {
+                return exit;
+            }
+            let passed = self.pass(&mut first).await;
+            // Offers are taken while the partition flows (they run before
+            // the next read), not while it is halted.
+            if let Some(door) = door.as_ref() {
+                door.set_idle(!matches!(passed, Ok(Pass::Halted)));
+            }
+            match passed {
                 Ok(Pass::Worked) => failures = 0,
                 Ok(Pass::Halted) => {
                     failures = 0;
@@ -80,7 +97,7 @@ impl<'w> PerKey<'w> {
                 }
                 Ok(Pass::Idle(idle)) => {
                     failures = 0;
-                    if let Some(exit) = self.worker.wait_idle(&idle, &mut reap_after).await {
+                    if let Some(exit) = self.worker.wait_idle(&idle, &mut reap_after, door.as_mut()).await {
                         return exit;
                     }
                 }

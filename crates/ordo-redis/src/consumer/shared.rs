@@ -61,6 +61,9 @@ pub(crate) struct Shared {
     /// Bounds the handler runs in flight across every partition
     /// (`max_concurrency`); each partition still runs one at a time.
     pub(crate) handler_permits: Arc<tokio::sync::Semaphore>,
+    /// The doors of the command partitions held here (commands this
+    /// instance sends to itself run in place).
+    pub(crate) locals: Arc<super::local::LocalOwners>,
     /// The broker's Redis URL (the heartbeat and waker open their own connections).
     pub(crate) url: SecretUrl,
 }

@@ -134,6 +134,12 @@ mod pattern {
     pub(super) const INSTANCES: &[&str] = &["ordo:instances:<group>"];
     /// The instances a group's handler is paused on (its circuit breaker).
     pub(super) const PAUSED: &[&str] = &["ordo:paused:<group>"];
+    /// A command partition's outcome records (`<category>` is then the
+    /// command stream category, `order.commands`).
+    pub(super) const OUTCOMES: &[&str] = &["{<category>:*}:outcome:*"];
+    /// The instances' command reply lists. An instance's own is named by
+    /// its id, which the rules cannot know: every reply list.
+    pub(super) const REPLIES: &[&str] = &["{ordo:replies:*}"];
 
     /// Every key of a category, coarsely: what a role reads, and names in
     /// its function calls. A category's names are its base stream and dead
@@ -276,6 +282,28 @@ const WORKER: &[Writes] = &[
     },
 ];
 
+/// Sending commands to the owner of their key: popping this instance's
+/// outcomes from its reply list (the outcome records are read like any key
+/// of the command stream category).
+const SEND_COMMANDS: &[Writes] = &[Writes {
+    commands: &["+blmpop"],
+    keys: &[REPLIES],
+}];
+
+/// Running commands sent from any instance: recording each outcome once
+/// under its id, pushing it to its sender's reply list (which then expires
+/// a minute later).
+const RUN_COMMANDS: &[Writes] = &[
+    Writes {
+        commands: &["+set"],
+        keys: &[OUTCOMES],
+    },
+    Writes {
+        commands: &["+rpush", "+pexpire"],
+        keys: &[REPLIES],
+    },
+];
+
 /// What the operator's write commands write besides a replay's publish
 /// (without deduplication or position) and recording a category's
 /// partitioning (`repartition`): the resolve functions (`skip`, `retry`,
@@ -385,7 +413,8 @@ pub enum AclRole {
     /// handlers raise, and an outbox relay it runs).
     Worker,
     /// A client that only publishes: `UnitOfWork::commit` to Redis, the
-    /// PostgreSQL outbox relay.
+    /// PostgreSQL outbox relay, and sends commands (`Domain::send`) that
+    /// other instances run.
     Publisher,
     /// The `ordo` tool with its write commands: `skip`, `retry`, `dlq`,
     /// `dlq replay`, `dlq purge`, `repartition`, and every read-only view.
@@ -553,8 +582,16 @@ impl AclRole {
     /// The role's writes.
     fn writes(self) -> Vec<&'static Writes> {
         let groups: &[&[Writes]] = match self {
-            AclRole::Worker => &[PUBLISH, DEDUP, POSITION, RECORD_PARTITIONING, WORKER],
-            AclRole::Publisher => &[PUBLISH, DEDUP, POSITION, RECORD_PARTITIONING],
+            AclRole::Worker => &[
+                PUBLISH,
+                DEDUP,
+                POSITION,
+                RECORD_PARTITIONING,
+                WORKER,
+                SEND_COMMANDS,
+                RUN_COMMANDS,
+            ],
+            AclRole::Publisher => &[PUBLISH, DEDUP, POSITION, RECORD_PARTITIONING, SEND_COMMANDS],
             AclRole::Operator => &[PUBLISH, RECORD_PARTITIONING, OPERATOR],
             AclRole::Reader => &[],
         };

@@ -380,3 +380,117 @@ async fn the_recorded_outcome_of_an_id_is_the_one_every_sender_gets(redis: TestR
     running.shutdown().await?;
     Ok(())
 }
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_command_sent_to_a_partition_its_sender_owns_runs_in_place
+);
+
+/// The local-owner path: once this instance's worker holds the command
+/// partition, its own commands run there without touching the stream (the
+/// partition's entries-added counter stays put), in order.
+async fn a_command_sent_to_a_partition_its_sender_owns_runs_in_place(redis: TestRedis) -> anyhow::Result<()> {
+    use fred::interfaces::StreamsInterface;
+    let url = redis.url();
+    let journal = Arc::new(Journal::default());
+    let owner = worker(&url, "in-place", &journal, Duration::ZERO).await?;
+    let running = owner.start();
+    // The first one creates the partition through Redis; this instance
+    // then takes it over.
+    let _: Added = owner.send(add("c-3", "me", 1, "ok")).await?;
+    let client = common::pool(&url).await?;
+    let added = || async {
+        let info: HashMap<String, fred::types::Value> =
+            client.xinfo_stream("{cart.commands:c-3}", false, None).await?;
+        anyhow::Ok(info.get("entries-added").and_then(fred::types::Value::as_u64).unwrap_or(0))
+    };
+    let before = added().await?;
+    for seq in 2..=20 {
+        let reply: Added = owner.send(add("c-3", "me", seq, "ok")).await?;
+        assert_eq!(reply.seq, seq);
+    }
+    let ran = journal.ran.lock().unwrap()["c-3"].clone();
+    assert_eq!(ran.iter().map(|(_, q)| *q).collect::<Vec<_>>(), (1..=20).collect::<Vec<_>>());
+    let after = added().await?;
+    assert!(
+        after - before <= 1,
+        "at most the first command after the worker took the partition went through the stream: {before} → {after}"
+    );
+    running.shutdown().await?;
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_reclaimed_command_whose_outcome_is_recorded_is_answered_without_running
+);
+
+/// Conformance with the commands model (`recorded_never_rerun`, the
+/// `rerun-reclaimed` mutant): a command an owner died with after recording
+/// its outcome is answered with that outcome by the next owner, which
+/// reclaims it without running it again.
+async fn a_reclaimed_command_whose_outcome_is_recorded_is_answered_without_running(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    use fred::interfaces::{KeysInterface, StreamsInterface};
+    let url = redis.url();
+    let journal = Arc::new(Journal::default());
+    // A first owner creates the partition and its group, then leaves.
+    let first = worker(&url, "reclaim-first", &journal, Duration::ZERO).await?;
+    let running = first.start();
+    let _: Added = first.send(add("c-8", "s", 1, "ok")).await?;
+    running.shutdown().await?;
+
+    // A sender's command, read by an owner that died with it after
+    // recording its outcome (by hand: the entry read as every owner reads,
+    // consumer `ordo`, never acknowledged; the outcome recorded).
+    let sender = Domain::builder()
+        .aggregate::<Cart>()
+        .command_handler_type::<Carts>()
+        .broker(instance(&url, "reclaim-sender").await?)
+        .config(config(3_000, 3_600_000, 0))
+        .init()?;
+    let client = common::pool(&url).await?;
+    let stream = "{cart.commands:c-8}";
+    let before: u64 = client.xlen(stream).await?;
+    let send = tokio::spawn(async move {
+        sender
+            .send_with::<_, Added>(add("c-8", "s", 2, "ok"), SendOptions::new().id("reclaimed-id"))
+            .await
+    });
+    ordo_testkit::eventually(Duration::from_secs(10), "the command published", || {
+        let client = client.clone();
+        async move {
+            let length: u64 = client.xlen(stream).await.map_err(|e| e.to_string())?;
+            Ok(length > before)
+        }
+    })
+    .await?;
+    let _: fred::types::Value = client
+        .xreadgroup("commands", "ordo", Some(10), None, false, stream, ">")
+        .await?;
+    let recorded = r#"{"outcome":"succeeded","value":{"cart_id":"c-8","seq":77,"runs":0}}"#;
+    let key = ordo_redis::PartitionKeys::new("cart.commands", "c-8", "backfill").outcome("reclaimed-id");
+    let _: () = client.set(&key, recorded, None, None, false).await?;
+
+    // The next owner reclaims it.
+    let next = worker(&url, "reclaim-next", &journal, Duration::ZERO).await?;
+    let running = next.start();
+    let got = send.await??;
+    assert_eq!(got.seq, 77, "the recorded outcome");
+    ordo_testkit::eventually(Duration::from_secs(10), "the reclaimed entry acknowledged", || {
+        let client = client.clone();
+        async move {
+            let pending: (u64, fred::types::Value, fred::types::Value, fred::types::Value) = client
+                .xpending(stream, "commands", ())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(pending.0 == 0)
+        }
+    })
+    .await?;
+    let ran: Vec<u32> = journal.ran.lock().unwrap()["c-8"].iter().map(|(_, q)| *q).collect();
+    assert_eq!(ran, [1], "the reclaimed command did not run again");
+    running.shutdown().await?;
+    Ok(())
+}
