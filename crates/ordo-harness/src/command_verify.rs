@@ -8,7 +8,9 @@
 //! its effects must increase: a seq after a larger seq of the same sender is
 //! an order violation. The same seq again is a rerun, allowed: the command
 //! in flight at a failover, whose effect the old owner committed before its
-//! outcome was recorded, runs again on the new owner. A success whose effect
+//! outcome was recorded, runs again on the new owner; and a command with a
+//! generated id that timed out may still run, besides the one its sender
+//! sent again. A success whose effect
 //! is missing is lost. A token below one applied before it on the key means
 //! a stale owner's effect landed after its successor's.
 

@@ -20,10 +20,16 @@
 //! end: the fence, not the abort, must keep a stale owner's effect out.
 //!
 //! Each [`Senders`] task sends seq 1, 2, 3... of one key, one command at a
-//! time, with the id `{sender}-{key}-{seq}`. After a timeout or a broker
-//! error it sends the same id again until it gets an outcome (a resend gets
-//! the first outcome without a second run); then it records it: a success
-//! in [`CommandRecords::acked`], a failure in [`CommandRecords::failed`].
+//! time. On the odd keys (`c1`, `c3`...) each command has the id
+//! `{sender}-{key}-{seq}`: after a timeout or a broker error the sender
+//! sends the same id again until it gets an outcome (a resend gets the
+//! first outcome without a second run). On the even keys the ids are
+//! generated, so a command whose sender owns the key's partition runs in
+//! place, without Redis; after a timeout or a broker error the sender sends
+//! the command again as a new one (the first may still run: both are then
+//! applied, in send order). Either way it then records the outcome: a
+//! success in [`CommandRecords::acked`], a failure in
+//! [`CommandRecords::failed`].
 //! The success is recorded after the effect in Redis's own order, so a
 //! Redis that loses its last writes in a crash cannot keep the record and
 //! lose the effect. A sender killed with its process simply stops; a
@@ -320,8 +326,9 @@ impl Senders {
     ) -> Self {
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        for key in keys {
+        for (index, key) in keys.iter().enumerate() {
             let sender = Sender {
+                caller_ids: index % 2 == 1,
                 domain: domain.clone(),
                 client: client.clone(),
                 records: records.clone(),
@@ -349,6 +356,9 @@ struct Sender {
     records: CommandRecords,
     sender: String,
     key: String,
+    /// Ids of the sender's (`{sender}-{key}-{seq}`, resent as they are);
+    /// else generated ones (a command may then run in place).
+    caller_ids: bool,
     stop: CancellationToken,
 }
 
@@ -395,7 +405,7 @@ impl Sender {
     }
 
     /// Sends command `seq` until it has an outcome: after a timeout or a
-    /// broker error, the same id again.
+    /// broker error, again (under the same id, with caller ids).
     async fn send(&self, seq: u64) -> Result<Poked, DispatchError> {
         let poke = Poke {
             key: self.key.clone(),
@@ -403,9 +413,10 @@ impl Sender {
             seq,
             work_ms: work_ms(seq),
         };
-        let options = SendOptions::new()
-            .id(format!("{}-{}-{seq}", self.sender, self.key))
-            .timeout(SEND_TIMEOUT);
+        let mut options = SendOptions::new().timeout(SEND_TIMEOUT);
+        if self.caller_ids {
+            options = options.id(format!("{}-{}-{seq}", self.sender, self.key));
+        }
         loop {
             match self.domain.send_with(poke.clone(), options.clone()).await {
                 Err(error @ (DispatchError::Timeout { .. } | DispatchError::Broker { .. })) => {

@@ -19,16 +19,14 @@ use std::time::Duration;
 
 use fred::interfaces::KeysInterface as _;
 use fred::types::Expiration;
-use ordo_core::{DispatchError, SendOptions};
+use ordo_core::runtime::builder::COMMANDS_GROUP;
+use ordo_core::{DispatchError, Domain, SendOptions};
 use ordo_harness::commands::{Poke, PokeHandler, Poked};
 use ordo_harness::keys::CommandRecords;
 use ordo_harness::worker::{TickHandler, WorkerOptions, domain_with};
 use ordo_redis::RedisBroker;
 use ordo_testkit::wait_until;
 use support::Env;
-
-/// The command handler's name: the consumer group of the command partitions.
-const HANDLER: &str = "PokeHandler";
 
 #[test]
 #[ignore = "known bug: CommandRun (ordo-core dispatch.rs) records every handler error as the command's \
@@ -42,7 +40,7 @@ fn a_command_run_whose_lease_was_lost_does_not_record_its_outcome() -> anyhow::R
     options.heartbeat_ms = 10_000;
     let config = options.config()?;
     let records = CommandRecords::default();
-    let (domain, running) = env.block_on(async {
+    let (sender, running) = env.block_on(async {
         let broker = RedisBroker::builder(&options.redis_url)
             .config(config.clone())
             .instance_id("owner")
@@ -50,9 +48,27 @@ fn a_command_run_whose_lease_was_lost_does_not_record_its_outcome() -> anyhow::R
             .await?;
         let client = broker.client().clone();
         let pokes = PokeHandler::new(client.clone(), "owner", records.clone());
-        let domain = domain_with(broker, TickHandler::new(client, "owner"), Some(pokes), config)?;
-        let running = domain.start();
-        anyhow::Ok((domain, running))
+        let owner = domain_with(
+            broker,
+            TickHandler::new(client, "owner"),
+            Some(pokes),
+            config.clone(),
+        )?;
+        let running = owner.start();
+        // Another instance sends: the command travels to the owner.
+        let sender = Domain::builder()
+            .aggregate::<ordo_harness::tick::Chaos>()
+            .command_handler_type::<PokeHandler>()
+            .broker(
+                RedisBroker::builder(&options.redis_url)
+                    .config(config.clone())
+                    .instance_id("sender")
+                    .build()
+                    .await?,
+            )
+            .config(config)
+            .init()?;
+        anyhow::Ok((sender, running))
     })?;
 
     let poke = Poke {
@@ -61,7 +77,6 @@ fn a_command_run_whose_lease_was_lost_does_not_record_its_outcome() -> anyhow::R
         seq: 1,
         work_ms: 1_500,
     };
-    let sender = domain.clone();
     let send = env.spawn(async move {
         sender
             .send_with::<_, Poked>(
@@ -76,7 +91,7 @@ fn a_command_run_whose_lease_was_lost_does_not_record_its_outcome() -> anyhow::R
             .is_ok_and(|n| n > 0)
     })?;
     // Another instance holds the partition now, at a higher token.
-    let lease = records.partition("c0").lease(HANDLER).lease;
+    let lease = records.partition("c0").lease(COMMANDS_GROUP).lease;
     let held: String = env.block_on(env.client().get(&lease))?;
     let token: u64 = held
         .rsplit_once(':')
