@@ -506,6 +506,8 @@ fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -
             .count("command_token_regressions", commands.token_regressions)
             .count("command_wrong_replies", commands.wrong_replies)
             .count("command_reruns", commands.reruns)
+            .count("command_abandoned", commands.abandoned)
+            .count("command_abandoned_late", commands.abandoned_late)
             .count("commands_failed", commands.failed)
             .count("commands_failed_but_applied", commands.failed_but_applied)
             .count("command_resends", commands.resends)

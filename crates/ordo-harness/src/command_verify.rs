@@ -8,9 +8,10 @@
 //! its effects must increase: a seq after a larger seq of the same sender is
 //! an order violation. The same seq again is a rerun, allowed: the command
 //! in flight at a failover, whose effect the old owner committed before its
-//! outcome was recorded, runs again on the new owner; and a command with a
-//! generated id that timed out may still run, besides the one its sender
-//! sent again. A success whose effect
+//! outcome was recorded, runs again on the new owner. A command its sender
+//! abandoned (a generated id, no outcome: it may still run, at any time)
+//! may be applied late: after a larger seq of its sender it is only counted
+//! (`abandoned_late`). A success whose effect
 //! is missing is lost. A token below one applied before it on the key means
 //! a stale owner's effect landed after its successor's.
 
@@ -45,8 +46,12 @@ pub struct CommandKeyReport {
     pub lost: Vec<(String, u64)>,
     /// Effects whose seq is below one of the same sender applied before them.
     pub order_violations: u64,
-    /// Effects of a command applied again right after its last application.
+    /// Effects of a command applied again after its first application.
     pub reruns: u64,
+    /// The commands their sender abandoned: `(sender, seq)`.
+    pub abandoned: BTreeSet<(String, u64)>,
+    /// Effects of abandoned commands applied after a larger seq of their sender.
+    pub abandoned_late: u64,
     /// Effects whose token is below one applied before them.
     pub token_regressions: u64,
     /// The failure outcomes senders got: `{sender}:{seq} {reason}`.
@@ -82,6 +87,10 @@ pub struct CommandVerdict {
     pub lost: u64,
     /// Effects applied again after a failover.
     pub reruns: u64,
+    /// Commands abandoned by their senders (no outcome, a generated id).
+    pub abandoned: u64,
+    /// Of their effects, those applied after a larger seq of their sender.
+    pub abandoned_late: u64,
     /// Effects of a stale token applied after a newer token's.
     pub token_regressions: u64,
     /// Failure outcomes the senders got.
@@ -120,6 +129,8 @@ impl fmt::Display for CommandVerdict {
         writeln!(f, "command_order_violations: {}", self.order_violations)?;
         writeln!(f, "command_lost: {}", self.lost)?;
         writeln!(f, "command_reruns: {}", self.reruns)?;
+        writeln!(f, "command_abandoned: {}", self.abandoned)?;
+        writeln!(f, "command_abandoned_late: {}", self.abandoned_late)?;
         writeln!(f, "command_token_regressions: {}", self.token_regressions)?;
         writeln!(f, "commands_failed: {}", self.failed)?;
         writeln!(f, "commands_failed_but_applied: {}", self.failed_but_applied)?;
@@ -166,7 +177,13 @@ where
             .iter()
             .map(|entry| parse_acked(&acked_key, entry))
             .collect::<Result<BTreeSet<_>>>()?;
-        let mut report = check(effects, acked);
+        let abandoned_key = records.abandoned(key);
+        let abandoned = list(abandoned_key.clone())
+            .await?
+            .iter()
+            .map(|entry| parse_acked(&abandoned_key, entry))
+            .collect::<Result<BTreeSet<_>>>()?;
+        let mut report = check(effects, acked, abandoned);
         report.failed = list(records.failed(key)).await?;
         report.failed_but_applied = report
             .failed
@@ -193,6 +210,8 @@ where
         verdict.order_violations += report.order_violations;
         verdict.lost += report.lost.len() as u64;
         verdict.reruns += report.reruns;
+        verdict.abandoned += report.abandoned.len() as u64;
+        verdict.abandoned_late += report.abandoned_late;
         verdict.token_regressions += report.token_regressions;
         verdict.failed += report.failed.len() as u64;
         verdict.failed_but_applied += report.failed_but_applied.len() as u64;
@@ -225,19 +244,31 @@ where
     Ok(log)
 }
 
-/// The checks themselves, on one key's effects and successes.
-fn check(effects: Vec<CommandEffect>, acked: BTreeSet<(String, u64)>) -> CommandKeyReport {
+/// The checks themselves, on one key's effects, successes and abandoned
+/// commands.
+fn check(
+    effects: Vec<CommandEffect>,
+    acked: BTreeSet<(String, u64)>,
+    abandoned: BTreeSet<(String, u64)>,
+) -> CommandKeyReport {
     let mut report = CommandKeyReport::default();
     let mut highest: BTreeMap<&str, u64> = BTreeMap::new();
     let mut applied: BTreeSet<(&str, u64)> = BTreeSet::new();
     let mut max_token = 0;
     for effect in &effects {
-        match highest.get(effect.sender.as_str()) {
-            Some(&max) if effect.seq < max => report.order_violations += 1,
-            Some(&max) if effect.seq == max => report.reruns += 1,
-            _ => {
-                highest.insert(&effect.sender, effect.seq);
+        let max = highest.get(effect.sender.as_str()).copied();
+        let first = !applied.contains(&(effect.sender.as_str(), effect.seq));
+        if !first {
+            report.reruns += 1;
+        }
+        if max.is_some_and(|max| effect.seq < max) {
+            if abandoned.contains(&(effect.sender.clone(), effect.seq)) {
+                report.abandoned_late += 1;
+            } else {
+                report.order_violations += 1;
             }
+        } else {
+            highest.insert(&effect.sender, effect.seq);
         }
         if effect.token < max_token {
             report.token_regressions += 1;
@@ -252,6 +283,7 @@ fn check(effects: Vec<CommandEffect>, acked: BTreeSet<(String, u64)>) -> Command
         .collect();
     report.effects = effects;
     report.acked = acked;
+    report.abandoned = abandoned;
     report
 }
 
@@ -312,6 +344,7 @@ mod tests {
                 ("w1", 3, 4),
             ]),
             acked(&[("w1", 1), ("w1", 2), ("w2", 1), ("w2", 2)]),
+            acked(&[]),
         );
         assert_eq!((r.order_violations, r.reruns, r.token_regressions), (0, 0, 0));
         assert!(r.lost.is_empty());
@@ -328,6 +361,7 @@ mod tests {
                 ("w1", 3, 4),
             ]),
             acked(&[("w1", 2)]),
+            acked(&[]),
         );
         assert_eq!((r.order_violations, r.reruns), (0, 1));
     }
@@ -336,6 +370,7 @@ mod tests {
     fn a_seq_after_a_larger_one_of_its_sender_is_a_violation() {
         let r = check(
             effects(&[("w1", 1, 1), ("w1", 3, 1), ("w1", 2, 1), ("w2", 1, 1)]),
+            acked(&[]),
             acked(&[]),
         );
         assert_eq!(r.order_violations, 1);
@@ -348,13 +383,39 @@ mod tests {
         let r = check(
             effects(&[("w1", 1, 1), ("w1", 3, 1)]),
             acked(&[("w1", 1), ("w1", 2), ("w2", 1)]),
+            acked(&[]),
         );
         assert_eq!(r.lost, [("w1".to_owned(), 2), ("w2".to_owned(), 1)]);
     }
 
     #[test]
+    fn an_abandoned_command_applied_late_is_counted_not_a_violation() {
+        // w1 gave up on 2 (no outcome) and went on; 2 ran after 3 and 4.
+        let r = check(
+            effects(&[
+                ("w1", 1, 1),
+                ("w1", 3, 1),
+                ("w1", 4, 1),
+                ("w1", 2, 1),
+                ("w1", 5, 1),
+            ]),
+            acked(&[("w1", 1), ("w1", 3), ("w1", 4), ("w1", 5)]),
+            acked(&[("w1", 2)]),
+        );
+        assert_eq!((r.order_violations, r.abandoned_late), (0, 1));
+        // One that was not, applied after an abandoned later one, is a
+        // violation (it had its outcome before the later one was sent).
+        let r = check(
+            effects(&[("w1", 1, 1), ("w1", 3, 1), ("w1", 2, 1)]),
+            acked(&[]),
+            acked(&[("w1", 3)]),
+        );
+        assert_eq!((r.order_violations, r.abandoned_late), (1, 0));
+    }
+
+    #[test]
     fn a_stale_token_after_a_newer_one_is_a_regression() {
-        let r = check(effects(&[("w1", 1, 5), ("w2", 1, 3)]), acked(&[]));
+        let r = check(effects(&[("w1", 1, 5), ("w2", 1, 3)]), acked(&[]), acked(&[]));
         assert_eq!(r.token_regressions, 1);
     }
 

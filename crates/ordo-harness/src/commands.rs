@@ -25,11 +25,12 @@
 //! sends the same id again until it gets an outcome (a resend gets the
 //! first outcome without a second run). On the even keys the ids are
 //! generated, so a command whose sender owns the key's partition runs in
-//! place, without Redis; after a timeout or a broker error the sender sends
-//! the command again as a new one (the first may still run: both are then
-//! applied, in send order). Either way it then records the outcome: a
-//! success in [`CommandRecords::acked`], a failure in
-//! [`CommandRecords::failed`].
+//! place, without Redis; a timeout or a broker error leaves such a command
+//! unknown (it may still run, at any later time: a publish the client gave
+//! up on can reach Redis late), so the sender records it as abandoned
+//! ([`CommandRecords::abandoned`]) and goes on with the next seq. Otherwise
+//! it records the outcome: a success in [`CommandRecords::acked`], a
+//! failure in [`CommandRecords::failed`].
 //! The success is recorded after the effect in Redis's own order, so a
 //! Redis that loses its last writes in a crash cannot keep the record and
 //! lose the effect. A sender killed with its process simply stops; a
@@ -349,6 +350,14 @@ impl Senders {
     }
 }
 
+/// What became of one command of a sender.
+enum Sent {
+    /// Its outcome.
+    Outcome(Result<Poked, DispatchError>),
+    /// Unknown: a command with a generated id got no outcome (it may still run).
+    Abandoned,
+}
+
 /// One sender of one key.
 struct Sender {
     domain: Domain,
@@ -370,10 +379,16 @@ impl Sender {
                 sent = self.send(seq) => sent,
             };
             let record = match sent {
-                Ok(reply) if reply.key == self.key && reply.sender == self.sender && reply.seq == seq => {
+                Sent::Abandoned => (
+                    self.records.abandoned(&self.key),
+                    format!("{}:{seq}", self.sender),
+                ),
+                Sent::Outcome(Ok(reply))
+                    if reply.key == self.key && reply.sender == self.sender && reply.seq == seq =>
+                {
                     (self.records.acked(&self.key), format!("{}:{seq}", self.sender))
                 }
-                Ok(reply) => {
+                Sent::Outcome(Ok(reply)) => {
                     emit(
                         &self
                             .line(line::SENT_WRONG, seq)
@@ -384,7 +399,7 @@ impl Sender {
                         format!("{}:{seq} {reply:?}", self.sender),
                     )
                 }
-                Err(error) => {
+                Sent::Outcome(Err(error)) => {
                     let reason = error_chain(&error);
                     emit(&self.line(line::SENT_FAILED, seq).field("reason", &reason));
                     (
@@ -405,8 +420,9 @@ impl Sender {
     }
 
     /// Sends command `seq` until it has an outcome: after a timeout or a
-    /// broker error, again (under the same id, with caller ids).
-    async fn send(&self, seq: u64) -> Result<Poked, DispatchError> {
+    /// broker error, again under the same id; without caller ids, it is
+    /// abandoned then instead.
+    async fn send(&self, seq: u64) -> Sent {
         let poke = Poke {
             key: self.key.clone(),
             sender: self.sender.clone(),
@@ -420,6 +436,10 @@ impl Sender {
         loop {
             match self.domain.send_with(poke.clone(), options.clone()).await {
                 Err(error @ (DispatchError::Timeout { .. } | DispatchError::Broker { .. })) => {
+                    if !self.caller_ids {
+                        tracing::debug!(error = %error_chain(&error), key = self.key, seq, "no outcome; abandoned");
+                        return Sent::Abandoned;
+                    }
                     tracing::debug!(error = %error_chain(&error), key = self.key, seq, "no outcome; sending again");
                     let tally = self.client.incr::<i64, _>(self.records.resends(&self.key));
                     let _ = tokio::time::timeout(TALLY_WITHIN, tally).await;
@@ -427,7 +447,7 @@ impl Sender {
                         tokio::time::sleep(RESEND_PAUSE).await;
                     }
                 }
-                outcome => return outcome,
+                outcome => return Sent::Outcome(outcome),
             }
         }
     }

@@ -185,6 +185,13 @@ impl CommandRecords {
         self.tagged(key, "failed")
     }
 
+    /// The commands of `key` with a generated id whose sender got no
+    /// outcome (a timeout, a broker error) and went on without one: they
+    /// may still run, at any time. `{sender}:{seq}` entries.
+    pub fn abandoned(&self, key: &str) -> String {
+        self.tagged(key, "abandoned")
+    }
+
     /// The replies of `key` that were not about the command sent:
     /// `{sender}:{seq} {reply}` entries.
     pub fn wrong_replies(&self, key: &str) -> String {
