@@ -34,7 +34,9 @@
 //! The success is recorded after the effect in Redis's own order, so a
 //! Redis that loses its last writes in a crash cannot keep the record and
 //! lose the effect. A sender killed with its process simply stops; a
-//! restarted process is a new instance and so a new sender.
+//! restarted process must be a new instance (as in the chaos runs, which
+//! never reuse a name), and so a new sender: a sender that started again
+//! from seq 1 under its old name would look like one applying out of order.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
