@@ -42,8 +42,8 @@ pub use contract::policy::{
 // The contract: configuration, health and errors.
 pub use contract::backoff::Backoff;
 pub use contract::config::{
-    CommandsConfig, Config, ConfigError, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig, Partitions,
-    PriorityLanesConfig,
+    CommandsConfig, Config, ConfigError, HandlerConfig, HealthConfig, OutboxConfig, PartitioningConfig,
+    Partitions, PriorityLanesConfig,
 };
 pub use contract::error::{BackoffError, CommitError, OutboxError, ProcessStoreError};
 pub use contract::health::{HealthReport, HealthState, SubscriptionHealth};
@@ -56,9 +56,11 @@ pub use contract::outbox::{InMemoryOutbox, NewOutboxRow, Outbox, OutboxRow, Outb
 
 // The runtime.
 pub use runtime::builder::DomainBuilder;
-pub use runtime::domain::{Domain, RunningDomain};
 pub use runtime::dispatch::SendOptions;
-pub use runtime::error::{DispatchError, RemoteHandlerError, IncorrectUsageError, SettleError, ShutdownError, UsageProblem};
+pub use runtime::domain::{Domain, RunningDomain};
+pub use runtime::error::{
+    DispatchError, IncorrectUsageError, RemoteHandlerError, SettleError, ShutdownError, UsageProblem,
+};
 pub use runtime::executor::{KeyedExecutor, Permits};
 pub use runtime::inline::{HandlerFailure, InlineBroker, InlineDeadLetter, InlineHalt, ResolveError};
 pub use runtime::outbox::{OutboxProcessor, PublishReport};

@@ -231,7 +231,11 @@ impl RedisBroker {
 
     /// Publishes a command to its command partition, dropped as a
     /// duplicate when its id was appended there within `window`.
-    pub(crate) async fn publish_command(&self, publication: &Publication, window: Duration) -> Result<(), PublishError> {
+    pub(crate) async fn publish_command(
+        &self,
+        publication: &Publication,
+        window: Duration,
+    ) -> Result<(), PublishError> {
         let publications = std::slice::from_ref(publication);
         self.check_partitioning(publications)
             .await
@@ -393,7 +397,9 @@ impl RedisBrokerBuilder {
             Some(id) if id.contains(['{', '}']) => {
                 return Err(Error::Config {
                     key: "instance_id",
-                    reason: format!("{id:?} contains a brace (it names the instance's reply list, a hash tag)"),
+                    reason: format!(
+                        "{id:?} contains a brace (it names the instance's reply list, a hash tag)"
+                    ),
                 });
             }
             Some(id) => id,
@@ -422,7 +428,11 @@ impl RedisBrokerBuilder {
             pool_size = self.pool_size,
             "connected to Redis"
         );
-        let replies = Arc::new(crate::command::Replies::new(&instance, self.url.clone(), settings.tls.clone()));
+        let replies = Arc::new(crate::command::Replies::new(
+            &instance,
+            self.url.clone(),
+            settings.tls.clone(),
+        ));
         let partitions = Partitions::new(pool, instance, settings.lease_ttl);
         Ok(RedisBroker {
             inner: Arc::new(Inner {

@@ -138,7 +138,11 @@ impl Replies {
         }
         let client = connection::blocking_builder(self.url.expose(), &self.tls)?.build()?;
         connection::connect_in_background(&client);
-        tokio::spawn(read(client.clone(), self.list.clone(), Arc::downgrade(&self.waiters)));
+        tokio::spawn(read(
+            client.clone(),
+            self.list.clone(),
+            Arc::downgrade(&self.waiters),
+        ));
         *reader = Some(client);
         Ok(())
     }
@@ -146,7 +150,12 @@ impl Replies {
 
 impl Drop for Replies {
     fn drop(&mut self) {
-        if let Some(client) = self.reader.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
+        if let Some(client) = self
+            .reader
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             // Interrupts the blocked read; the task then finds nobody waiting.
             tokio::spawn(async move {
                 let _ = client.quit().await;
@@ -202,7 +211,12 @@ async fn read(client: Client, list: String, waiters: Weak<Waiters>) {
             return;
         }
         let popped: Result<Option<(String, Vec<String>)>> = client
-            .blmpop(BLOCK_SECONDS, list.as_str(), LMoveDirection::Left, Some(POP_COUNT))
+            .blmpop(
+                BLOCK_SECONDS,
+                list.as_str(),
+                LMoveDirection::Left,
+                Some(POP_COUNT),
+            )
             .await
             .map_err(Into::into);
         let replies = match popped {
@@ -238,7 +252,10 @@ async fn read(client: Client, list: String, waiters: Weak<Waiters>) {
                         let _ = sender.send(reply.outcome.clone());
                     }
                 }
-                None => debug!(id = reply.id, "a command reply nobody waits for (timed out) was dropped"),
+                None => debug!(
+                    id = reply.id,
+                    "a command reply nobody waits for (timed out) was dropped"
+                ),
             }
         }
     }
@@ -276,12 +293,16 @@ impl RedisCommands {
         }
         let (done, ran) = oneshot::channel();
         let kept = envelope.clone();
-        if let Err(command) = self.locals.offer(partition, LocalCommand { envelope, done }) {
-            return Ok(Err(command.envelope));
+        let command = LocalCommand {
+            envelope: Box::new(envelope),
+            done,
+        };
+        if let Err(command) = self.locals.offer(partition, command) {
+            return Ok(Err(*command.envelope));
         }
         match tokio::time::timeout(timeout, ran).await {
             Ok(Ok(LocalDone::Ran(outcome))) => Ok(Ok(outcome)),
-            Ok(Ok(LocalDone::NotRun(envelope))) => Ok(Err(envelope)),
+            Ok(Ok(LocalDone::NotRun(envelope))) => Ok(Err(*envelope)),
             // The worker was aborted with it (a kill): it may have run.
             Ok(Err(_)) => Ok(Err(kept)),
             Err(_) => Err(SendFailure::TimedOut(timeout)),
@@ -300,7 +321,10 @@ impl RedisCommands {
         }
         let mut envelope = request.envelope;
         if !request.caller_id {
-            match self.in_place(partition.primary(), envelope, request.timeout).await? {
+            match self
+                .in_place(partition.primary(), envelope, request.timeout)
+                .await?
+            {
                 Ok(outcome) => return Ok(outcome),
                 Err(back) => envelope = back,
             }
@@ -332,7 +356,9 @@ impl RedisCommands {
                 () = tokio::time::sleep_until(look.min(deadline)) => {}
             }
             match replies::outcome(client, &outcome_key).await {
-                Ok(Some(recorded)) => return serde_json::from_str(&recorded).map_err(SendFailure::Unreadable),
+                Ok(Some(recorded)) => {
+                    return serde_json::from_str(&recorded).map_err(SendFailure::Unreadable);
+                }
                 Ok(None) => {}
                 Err(error) => {
                     debug!(error = %ordo_core::contract::error::error_chain(&error), "looking at a command's outcome record failed")

@@ -125,9 +125,9 @@ pub mod __private {
     pub use ordo_core::{
         Aggregate, BoxFuture, Command, CommandHandler, ContextParameter, Envelope, Event, EventHandler,
         FullConcurrencyPolicy, HandledMessage, HandlerContext, HandlerDescriptor, HandlerError, HandlerKind,
-        HandlerResult, IntoCommandResult, IntoHandlerResult, KeyExtractor, Message, MessageKind, MetadataPolicy, PartOf,
-        PartitionKey, PartitionKeyPolicy, PerAggregatePolicy, ProcessManager, PropertyPolicy,
-        RoutingKeyPolicy, RustType, SequenceText, SequencingPolicy, SequentialPolicy,
+        HandlerResult, IntoCommandResult, IntoHandlerResult, KeyExtractor, Message, MessageKind,
+        MetadataPolicy, PartOf, PartitionKey, PartitionKeyPolicy, PerAggregatePolicy, ProcessManager,
+        PropertyPolicy, RoutingKeyPolicy, RustType, SequenceText, SequencingPolicy, SequentialPolicy,
     };
     pub use serde;
 

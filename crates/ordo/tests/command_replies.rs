@@ -72,7 +72,10 @@ async fn send_returns_the_handlers_reply_typed() -> anyhow::Result<()> {
         }
     );
     let second: Added = domain
-        .send_with(add("c-1", "pear", false), SendOptions::new().id("add-pear").timeout(Duration::from_secs(1)))
+        .send_with(
+            add("c-1", "pear", false),
+            SendOptions::new().id("add-pear").timeout(Duration::from_secs(1)),
+        )
         .await?;
     assert_eq!(second.items, 2);
     // dispatch drops the reply.
@@ -83,11 +86,20 @@ async fn send_returns_the_handlers_reply_typed() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_handler_error_and_a_reply_of_another_type_are_typed_errors() -> anyhow::Result<()> {
     let domain = domain()?;
-    let failed = domain.send::<_, Added>(add("c-1", "gold", true)).await.unwrap_err();
+    let failed = domain
+        .send::<_, Added>(add("c-1", "gold", true))
+        .await
+        .unwrap_err();
     assert!(matches!(failed, DispatchError::Handler { .. }), "{failed:?}");
-    assert!(failed.to_string().contains("item gold is out of stock"), "{failed}");
+    assert!(
+        failed.to_string().contains("item gold is out of stock"),
+        "{failed}"
+    );
 
-    let wrong = domain.send::<_, Vec<u8>>(add("c-1", "apple", false)).await.unwrap_err();
+    let wrong = domain
+        .send::<_, Vec<u8>>(add("c-1", "apple", false))
+        .await
+        .unwrap_err();
     assert!(matches!(wrong, DispatchError::Reply { .. }), "{wrong:?}");
     assert!(wrong.to_string().contains("the command did run"), "{wrong}");
     Ok(())

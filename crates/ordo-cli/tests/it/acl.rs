@@ -1174,6 +1174,7 @@ async fn dump(admin: &RedisBroker, keys: &[String]) -> anyhow::Result<Vec<Value>
     Ok(dumps)
 }
 
+/// The aggregate of the commands test.
 #[derive(Debug, Aggregate)]
 pub struct Ticket;
 
@@ -1189,6 +1190,7 @@ pub struct BookSeat {
 }
 
 /// Books seats, and answers which.
+#[derive(Debug)]
 pub struct AclBooking;
 
 #[command_handler(part_of = Ticket)]

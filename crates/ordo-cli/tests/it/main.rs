@@ -9,6 +9,7 @@ pub mod acl;
 pub mod bulk;
 pub mod cli;
 pub mod cluster;
+pub mod commands;
 pub mod health;
 pub mod hostile;
 pub mod outbox_seams;

@@ -103,7 +103,9 @@ mod section;
 
 use crate::contract::key::{DEFAULT_BACKFILL_SUFFIX, KeyRules, MAX_HASHED_PARTITIONS, segment_rule};
 pub use error::{ConfigError, Origin, TomlError};
-use file::{RawCategory, RawCommands, RawFile, RawHandler, RawHealth, RawOutbox, RawPartitioning, RawPriorityLanes};
+use file::{
+    RawCategory, RawCommands, RawFile, RawHandler, RawHealth, RawOutbox, RawPartitioning, RawPriorityLanes,
+};
 pub use layers::{CONFIG_FILE_ENV, ENV_PREFIX, env_var_names};
 pub use schema::PARTITIONING_KEYS;
 use schema::{SCHEMA, check_keys, with_article};

@@ -4,8 +4,9 @@
 //!
 //! On a broker that routes commands ([`Broker::command_router`](crate::contract::broker::Broker::command_router),
 //! the Redis broker) a command with a sequence travels to the instance that
-//! owns the sequence's partition and runs there ([`CommandRun`]); otherwise
-//! it runs in this process, sequenced by the [command bus](crate::runtime::bus).
+//! owns the sequence's partition and runs there (`CommandRun`, the
+//! aggregate's command handlers as that broker's consumer runs them);
+//! otherwise it runs in this process, sequenced by the command bus.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -124,8 +125,7 @@ impl Domain {
         let value = match (self.command_router(), routed.sequence.clone()) {
             (Some(router), Some(sequence)) => {
                 let key = sequence.to_string();
-                self.bus()
-                    .validate_sequence(type_name, handler, &key)?;
+                self.bus().validate_sequence(type_name, handler, &key)?;
                 let mut envelope = routed.envelope;
                 envelope.category = command_category(&envelope.category);
                 envelope.partition_key = Some(key.clone());
@@ -231,13 +231,15 @@ fn outcome_value(
 ) -> Result<serde_json::Value, DispatchError> {
     match outcome {
         CommandOutcome::Succeeded { value } => Ok(value),
-        CommandOutcome::Failed(failure) if failure.kind == FailureKind::Handler => Err(DispatchError::Handler {
-            handler,
-            type_name,
-            error: Box::new(RemoteHandlerError {
-                message: failure.message,
-            }),
-        }),
+        CommandOutcome::Failed(failure) if failure.kind == FailureKind::Handler => {
+            Err(DispatchError::Handler {
+                handler,
+                type_name,
+                error: Box::new(RemoteHandlerError {
+                    message: failure.message,
+                }),
+            })
+        }
         CommandOutcome::Failed(failure) => Err(DispatchError::Rejected {
             handler,
             type_name,
@@ -265,6 +267,9 @@ fn check_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A command handler and its description.
+pub(crate) type CommandHandlerRef = (Arc<dyn DynHandler>, Arc<HandlerDescriptor>);
+
 /// The command handlers of one aggregate as a routing broker runs them,
 /// as one consumer (so that commands of one key run one at a time whichever
 /// handler handles them), for commands sent from any instance: it restores
@@ -277,7 +282,7 @@ fn check_id(id: &str) -> Result<(), String> {
 /// cannot take the events now fails the run, to be retried by the broker.
 pub(crate) struct CommandRun {
     /// Each handled (category, type name): its handler and description.
-    routes: HashMap<(&'static str, &'static str), (Arc<dyn DynHandler>, Arc<HandlerDescriptor>)>,
+    routes: HashMap<(&'static str, &'static str), CommandHandlerRef>,
     /// Names the consumer in messages about a type nobody handles.
     name: &'static str,
     domain: DomainRef,
@@ -285,11 +290,7 @@ pub(crate) struct CommandRun {
 
 impl CommandRun {
     /// The run of `handlers` (each with its own description), named `name`.
-    pub(crate) fn new(
-        name: &'static str,
-        handlers: &[(Arc<dyn DynHandler>, Arc<HandlerDescriptor>)],
-        domain: DomainRef,
-    ) -> Self {
+    pub(crate) fn new(name: &'static str, handlers: &[CommandHandlerRef], domain: DomainRef) -> Self {
         let routes = handlers
             .iter()
             .flat_map(|(handler, descriptor)| {
@@ -373,7 +374,11 @@ impl CommandRun {
                 // the command (a transient failure), the key waits.
                 Err(error @ CommitError::Outbox(_)) => return Err(Box::new(error)),
                 Err(error) => {
-                    slot.set(CommandOutcome::failed(FailureKind::Commit, name, error_chain(&error)));
+                    slot.set(CommandOutcome::failed(
+                        FailureKind::Commit,
+                        name,
+                        error_chain(&error),
+                    ));
                     return Ok(());
                 }
             }

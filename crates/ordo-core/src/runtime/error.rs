@@ -410,7 +410,9 @@ pub enum DispatchError {
     },
     /// The broker failed while sending the command: it may or may not have
     /// been sent. Resend it with the same id.
-    #[error("cannot send command `{type_name}` ({command_id}) to `{handler}`: it may or may not have been sent")]
+    #[error(
+        "cannot send command `{type_name}` ({command_id}) to `{handler}`: it may or may not have been sent"
+    )]
     Broker {
         /// The handler.
         handler: &'static str,

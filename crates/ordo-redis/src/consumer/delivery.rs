@@ -336,7 +336,7 @@ impl Worker {
     /// that went meanwhile, sends it back to be sent through Redis.
     async fn run_local(&self, partition: &PartitionKeys, command: LocalCommand) -> Option<Exit> {
         let LocalCommand { envelope, done } = command;
-        let envelope = Arc::new(envelope);
+        let envelope = Arc::new(*envelope);
         let slot = Slot::default();
         let reply = ReplySlot::new();
         let policy = self.subscription.retry_policy(&self.shared.settings.retry);
@@ -354,7 +354,7 @@ impl Worker {
                 })
                 .await;
             if !matches!(closed, Ok(Ok(_))) {
-                let _ = done.send(LocalDone::NotRun(Arc::unwrap_or_clone(envelope)));
+                let _ = done.send(LocalDone::NotRun(Box::new(Arc::unwrap_or_clone(envelope))));
                 return Some(Exit::Lost);
             }
         }
@@ -369,11 +369,11 @@ impl Worker {
             }
             Ok(Err(failure)) => {
                 warn!(id = envelope.id, error = %log_text(&failure.text()), "a command run in place failed; it goes through Redis, with retries");
-                let _ = done.send(LocalDone::NotRun(Arc::unwrap_or_clone(envelope)));
+                let _ = done.send(LocalDone::NotRun(Box::new(Arc::unwrap_or_clone(envelope))));
                 None
             }
             Err(handled) => {
-                let _ = done.send(LocalDone::NotRun(Arc::unwrap_or_clone(envelope)));
+                let _ = done.send(LocalDone::NotRun(Box::new(Arc::unwrap_or_clone(envelope))));
                 match handled {
                     Handled::Stop => Some(Exit::Released),
                     _ => Some(Exit::Lost),
@@ -594,7 +594,12 @@ impl Worker {
 
     /// Records a command's outcome under its id (unless one is recorded:
     /// the first outcome wins) and sends the recorded one to its sender.
-    async fn answer(&self, partition: &PartitionKeys, envelope: &Envelope, outcome: CommandOutcome) -> Handled {
+    async fn answer(
+        &self,
+        partition: &PartitionKeys,
+        envelope: &Envelope,
+        outcome: CommandOutcome,
+    ) -> Handled {
         let text = match serde_json::to_string(&outcome) {
             Ok(text) => text,
             Err(error) => {

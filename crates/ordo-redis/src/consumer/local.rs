@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 #[derive(Debug)]
 pub(crate) struct LocalCommand {
     /// The command, as it would be published.
-    pub(crate) envelope: Envelope,
+    pub(crate) envelope: Box<Envelope>,
     /// Where its run's result goes.
     pub(crate) done: oneshot::Sender<LocalDone>,
 }
@@ -43,7 +43,7 @@ pub(crate) enum LocalDone {
     Ran(CommandOutcome),
     /// It did not run to an outcome here (the lease went, an attempt
     /// failed): send it through Redis.
-    NotRun(Envelope),
+    NotRun(Box<Envelope>),
 }
 
 /// One worker's door.
@@ -121,7 +121,10 @@ impl Drop for OpenDoor {
         self.idle.store(false, Ordering::SeqCst);
         {
             let mut doors = self.owners.doors.lock().unwrap_or_else(PoisonError::into_inner);
-            if doors.get(&self.partition).is_some_and(|door| door.number == self.number) {
+            if doors
+                .get(&self.partition)
+                .is_some_and(|door| door.number == self.number)
+            {
                 doors.remove(&self.partition);
             }
         }

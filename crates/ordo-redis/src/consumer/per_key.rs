@@ -66,8 +66,12 @@ impl<'w> PerKey<'w> {
         let mut first = true;
         // A command partition's door: its instance's own commands, run in
         // place (see `super::local`).
-        let mut door = (self.worker.subscription.kind() == HandlerKind::Command)
-            .then(|| self.worker.shared.locals.open(self.worker.unit.partitions[0].primary()));
+        let mut door = (self.worker.subscription.kind() == HandlerKind::Command).then(|| {
+            self.worker
+                .shared
+                .locals
+                .open(self.worker.unit.partitions[0].primary())
+        });
         loop {
             if self.worker.control.kill.is_cancelled() {
                 return Exit::Lost;

@@ -24,7 +24,12 @@ pub(crate) const REPLIES_TTL: Duration = Duration::from_secs(60);
 /// Records `outcome` (JSON) under `key` for `window` unless an outcome is
 /// recorded there already; returns the recorded one (`outcome` itself when
 /// this call recorded it).
-pub(crate) async fn record_outcome(client: &Pool, key: &str, outcome: &str, window: Duration) -> Result<String> {
+pub(crate) async fn record_outcome(
+    client: &Pool,
+    key: &str,
+    outcome: &str,
+    window: Duration,
+) -> Result<String> {
     let millis = i64::try_from(window.as_millis()).unwrap_or(i64::MAX).max(1);
     let earlier: Option<String> = client
         .set(

@@ -80,7 +80,12 @@ impl Carts {
                 self.journal.overlaps.fetch_add(1, Ordering::SeqCst);
             }
         }
-        tokio::time::sleep(if slow { Duration::from_millis(500) } else { self.delay }).await;
+        tokio::time::sleep(if slow {
+            Duration::from_millis(500)
+        } else {
+            self.delay
+        })
+        .await;
         self.journal
             .ran
             .lock()
@@ -104,13 +109,25 @@ impl Carts {
     }
 }
 
-/// A newer version of the handler: it also handles `EmptyCart`.
+/// `AddItem` as a newer version sends it: its `seq` became text.
+#[derive(Debug, Clone, Serialize, Deserialize, Command)]
+#[command(part_of = Cart, name = "AddItem")]
+struct AddItemV2 {
+    #[routing_key]
+    cart_id: String,
+    sender: String,
+    seq: String,
+    behaviour: String,
+}
+
+/// A newer version of the handler: `AddItem` changed, and it also handles
+/// `EmptyCart`.
 struct NewCarts;
 
 #[command_handler(part_of = Cart)]
 impl NewCarts {
     #[handle]
-    async fn add(&self, _command: &AddItem) -> anyhow::Result<()> {
+    async fn add(&self, _command: &AddItemV2) -> anyhow::Result<()> {
         Ok(())
     }
 
@@ -181,14 +198,26 @@ async fn commands_of_one_key_run_one_at_a_time_in_send_order_whichever_instance_
     for sender in senders {
         sender.await??;
     }
-    assert_eq!(journal.overlaps.load(Ordering::SeqCst), 0, "two commands of one key ran at once");
+    assert_eq!(
+        journal.overlaps.load(Ordering::SeqCst),
+        0,
+        "two commands of one key ran at once"
+    );
     let ran = journal.ran.lock().unwrap().clone();
     for cart in carts {
         let runs = &ran[cart];
         assert_eq!(runs.len(), 30, "{cart}: every command ran once: {runs:?}");
         for sender in ["a", "b"] {
-            let seqs: Vec<u32> = runs.iter().filter(|(s, _)| s == sender).map(|(_, q)| *q).collect();
-            assert_eq!(seqs, (1..=15).collect::<Vec<_>>(), "{cart}: {sender}'s commands in send order");
+            let seqs: Vec<u32> = runs
+                .iter()
+                .filter(|(s, _)| s == sender)
+                .map(|(_, q)| *q)
+                .collect();
+            assert_eq!(
+                seqs,
+                (1..=15).collect::<Vec<_>>(),
+                "{cart}: {sender}'s commands in send order"
+            );
         }
     }
     running_a.shutdown().await?;
@@ -216,8 +245,12 @@ async fn a_resend_with_the_same_id_gets_the_first_outcome_without_a_second_run(
         .config(config(3_000, 3_600_000, 0))
         .init()?;
     let options = SendOptions::new().id("add-1-once");
-    let first: Added = sender.send_with(add("c-9", "s", 1, "ok"), options.clone()).await?;
-    let again: Added = sender.send_with(add("c-9", "s", 1, "ok"), options.clone()).await?;
+    let first: Added = sender
+        .send_with(add("c-9", "s", 1, "ok"), options.clone())
+        .await?;
+    let again: Added = sender
+        .send_with(add("c-9", "s", 1, "ok"), options.clone())
+        .await?;
     let from_owner: Added = owner.send_with(add("c-9", "s", 1, "ok"), options).await?;
     assert_eq!(first, again);
     assert_eq!(first, from_owner);
@@ -245,29 +278,70 @@ async fn bad_commands_get_a_typed_error_and_never_halt_their_key(redis: TestRedi
         .config(config(3_000, 3_600_000, 0))
         .init()?;
 
-    let panicked = newer.send::<_, Added>(add("c-5", "n", 1, "panic")).await.unwrap_err();
-    assert!(
-        matches!(panicked, ordo_core::DispatchError::Rejected { kind: FailureKind::Panicked, .. }),
-        "{panicked:?}"
-    );
-    assert!(panicked.to_string().contains("the cart c-5 exploded"), "{panicked}");
-
-    let failed = newer.send::<_, Added>(add("c-5", "n", 2, "fail")).await.unwrap_err();
-    assert!(matches!(failed, ordo_core::DispatchError::Handler { .. }), "{failed:?}");
-    assert!(failed.to_string().contains("item 2 is out of stock"), "{failed}");
-
-    let unknown = newer
-        .send::<_, ()>(EmptyCart { cart_id: "c-5".into() })
+    let panicked = newer
+        .send::<_, Added>(add("c-5", "n", 1, "panic"))
         .await
         .unwrap_err();
     assert!(
-        matches!(unknown, ordo_core::DispatchError::Rejected { kind: FailureKind::UnknownType, .. }),
+        matches!(
+            panicked,
+            ordo_core::DispatchError::Rejected {
+                kind: FailureKind::Panicked,
+                ..
+            }
+        ),
+        "{panicked:?}"
+    );
+    assert!(
+        panicked.to_string().contains("the cart c-5 exploded"),
+        "{panicked}"
+    );
+
+    let failed = newer
+        .send::<_, Added>(add("c-5", "n", 2, "fail"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(failed, ordo_core::DispatchError::Handler { .. }),
+        "{failed:?}"
+    );
+    assert!(failed.to_string().contains("item 2 is out of stock"), "{failed}");
+
+    let unknown = newer
+        .send::<_, ()>(EmptyCart {
+            cart_id: "c-5".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            unknown,
+            ordo_core::DispatchError::Rejected {
+                kind: FailureKind::UnknownType,
+                ..
+            }
+        ),
         "{unknown:?}"
     );
     assert!(unknown.to_string().contains("EmptyCart"), "{unknown}");
 
+    let undecodable = newer
+        .send::<_, ()>(AddItemV2 {
+            cart_id: "c-5".into(),
+            sender: "n".into(),
+            seq: "three".into(),
+            behaviour: "ok".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(undecodable, ordo_core::DispatchError::Rejected { kind: FailureKind::Undecodable, .. }),
+        "{undecodable:?}"
+    );
+    assert!(undecodable.to_string().contains("AddItem"), "{undecodable}");
+
     // The key did not halt: the next command runs.
-    let added: Added = newer.send(add("c-5", "n", 3, "ok")).await?;
+    let added: Added = owner.send(add("c-5", "o", 3, "ok")).await?;
     assert_eq!(added.seq, 3);
     running.shutdown().await?;
     Ok(())
@@ -278,7 +352,9 @@ crate::on_both_topologies!(
     with_no_instance_running_the_handler_a_send_times_out_naming_it
 );
 
-async fn with_no_instance_running_the_handler_a_send_times_out_naming_it(redis: TestRedis) -> anyhow::Result<()> {
+async fn with_no_instance_running_the_handler_a_send_times_out_naming_it(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
     let url = redis.url();
     let sender = Domain::builder()
         .aggregate::<Cart>()
@@ -294,17 +370,27 @@ async fn with_no_instance_running_the_handler_a_send_times_out_naming_it(redis: 
         )
         .await
         .unwrap_err();
-    assert!(matches!(timed_out, ordo_core::DispatchError::Timeout { .. }), "{timed_out:?}");
+    assert!(
+        matches!(timed_out, ordo_core::DispatchError::Timeout { .. }),
+        "{timed_out:?}"
+    );
     let text = timed_out.to_string();
     assert!(text.contains("Carts") && text.contains("may still run"), "{text}");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 
     // An invalid routing key fails before anything is sent.
     let invalid = sender
         .send::<_, Added>(add("c:1", "s", 1, "ok"))
         .await
         .unwrap_err();
-    assert!(matches!(invalid, ordo_core::DispatchError::InvalidKey { .. }), "{invalid:?}");
+    assert!(
+        matches!(invalid, ordo_core::DispatchError::InvalidKey { .. }),
+        "{invalid:?}"
+    );
     Ok(())
 }
 
@@ -356,7 +442,10 @@ async fn the_recorded_outcome_of_an_id_is_the_one_every_sender_gets(redis: TestR
         .await?;
     assert!(set.is_some(), "recorded before the slow run ended");
     let got = send.await??;
-    assert_eq!(got.seq, 7, "the sender got the first recorded outcome, not its run's");
+    assert_eq!(
+        got.seq, 7,
+        "the sender got the first recorded outcome, not its run's"
+    );
     // The run ends after the sender found the record; it leaves it be.
     ordo_testkit::eventually(Duration::from_secs(10), "the slow run ended", || {
         let ended = journal.runs.load(Ordering::SeqCst) == 1;
@@ -402,7 +491,11 @@ async fn a_command_sent_to_a_partition_its_sender_owns_runs_in_place(redis: Test
     let added = || async {
         let info: HashMap<String, fred::types::Value> =
             client.xinfo_stream("{cart.commands:c-3}", false, None).await?;
-        anyhow::Ok(info.get("entries-added").and_then(fred::types::Value::as_u64).unwrap_or(0))
+        anyhow::Ok(
+            info.get("entries-added")
+                .and_then(fred::types::Value::as_u64)
+                .unwrap_or(0),
+        )
     };
     let before = added().await?;
     for seq in 2..=20 {
@@ -410,7 +503,10 @@ async fn a_command_sent_to_a_partition_its_sender_owns_runs_in_place(redis: Test
         assert_eq!(reply.seq, seq);
     }
     let ran = journal.ran.lock().unwrap()["c-3"].clone();
-    assert_eq!(ran.iter().map(|(_, q)| *q).collect::<Vec<_>>(), (1..=20).collect::<Vec<_>>());
+    assert_eq!(
+        ran.iter().map(|(_, q)| *q).collect::<Vec<_>>(),
+        (1..=20).collect::<Vec<_>>()
+    );
     let after = added().await?;
     assert!(
         after - before <= 1,
@@ -478,18 +574,25 @@ async fn a_reclaimed_command_whose_outcome_is_recorded_is_answered_without_runni
     let running = next.start();
     let got = send.await??;
     assert_eq!(got.seq, 77, "the recorded outcome");
-    ordo_testkit::eventually(Duration::from_secs(10), "the reclaimed entry acknowledged", || {
-        let client = client.clone();
-        async move {
-            let pending: (u64, fred::types::Value, fred::types::Value, fred::types::Value) = client
-                .xpending(stream, "commands", ())
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(pending.0 == 0)
-        }
-    })
+    ordo_testkit::eventually(
+        Duration::from_secs(10),
+        "the reclaimed entry acknowledged",
+        || {
+            let client = client.clone();
+            async move {
+                let pending: (u64, fred::types::Value, fred::types::Value, fred::types::Value) = client
+                    .xpending(stream, "commands", ())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(pending.0 == 0)
+            }
+        },
+    )
     .await?;
-    let ran: Vec<u32> = journal.ran.lock().unwrap()["c-8"].iter().map(|(_, q)| *q).collect();
+    let ran: Vec<u32> = journal.ran.lock().unwrap()["c-8"]
+        .iter()
+        .map(|(_, q)| *q)
+        .collect();
     assert_eq!(ran, [1], "the reclaimed command did not run again");
     running.shutdown().await?;
     Ok(())
