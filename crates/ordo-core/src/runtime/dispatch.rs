@@ -366,7 +366,8 @@ impl CommandRun {
             } else {
                 FailureKind::Handler
             };
-            slot.set(CommandOutcome::failed(kind, name, error_chain(&*error)));
+            let outcome = CommandOutcome::failed(kind, name, error_chain(&*error));
+            slot.fail(outcome, error);
             return Ok(());
         }
         if let Some(uow) = uow.take() {
@@ -376,11 +377,8 @@ impl CommandRun {
                 // the command (a transient failure), the key waits.
                 Err(error @ CommitError::Outbox(_)) => return Err(Box::new(error)),
                 Err(error) => {
-                    slot.set(CommandOutcome::failed(
-                        FailureKind::Commit,
-                        name,
-                        error_chain(&error),
-                    ));
+                    let outcome = CommandOutcome::failed(FailureKind::Commit, name, error_chain(&error));
+                    slot.fail(outcome, Box::new(error));
                     return Ok(());
                 }
             }

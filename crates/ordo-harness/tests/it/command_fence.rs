@@ -29,8 +29,6 @@ use ordo_testkit::wait_until;
 use support::Env;
 
 #[test]
-#[ignore = "known bug: CommandRun (ordo-core dispatch.rs) records every handler error as the command's \
-            outcome, a fenced commit's too, before the delivery's fenced_by check can see it"]
 fn a_command_run_whose_lease_was_lost_does_not_record_its_outcome() -> anyhow::Result<()> {
     let env = Env::start()?;
     let mut options = WorkerOptions::new(env.redis.url(), "owner");

@@ -335,7 +335,13 @@ async fn bad_commands_get_a_typed_error_and_never_halt_their_key(redis: TestRedi
         .await
         .unwrap_err();
     assert!(
-        matches!(undecodable, ordo_core::DispatchError::Rejected { kind: FailureKind::Undecodable, .. }),
+        matches!(
+            undecodable,
+            ordo_core::DispatchError::Rejected {
+                kind: FailureKind::Undecodable,
+                ..
+            }
+        ),
         "{undecodable:?}"
     );
     assert!(undecodable.to_string().contains("AddItem"), "{undecodable}");
@@ -655,14 +661,18 @@ async fn a_command_run_again_raises_its_events_once(redis: TestRedis) -> anyhow:
     let events = AddedEvents::default();
     let domain = Domain::builder()
         .aggregate::<Cart>()
-        .command_handler(RaisingCarts { runs: Arc::clone(&runs) })
+        .command_handler(RaisingCarts {
+            runs: Arc::clone(&runs),
+        })
         .event_handler(events.clone())
         .broker(RedisBroker::builder(&url).config(config.clone()).build().await?)
         .config(config)
         .init()?;
     let running = domain.start();
     let options = SendOptions::new().id("add-once");
-    let first: u32 = domain.send_with(add("c-6", "s", 1, "ok"), options.clone()).await?;
+    let first: u32 = domain
+        .send_with(add("c-6", "s", 1, "ok"), options.clone())
+        .await?;
     tokio::time::sleep(Duration::from_millis(5)).await; // past the 1 ms window
     let second: u32 = domain.send_with(add("c-6", "s", 1, "ok"), options).await?;
     assert_eq!((first, second), (1, 2), "the command ran twice");
@@ -682,7 +692,11 @@ async fn a_command_run_again_raises_its_events_once(redis: TestRedis) -> anyhow:
     .await?;
     let seen = events.seen.lock().unwrap().clone();
     assert_eq!(seen, ["add-once/1".to_owned(), seen[1].clone()], "{seen:?}");
-    assert_eq!(seen.iter().filter(|id| *id == "add-once/1").count(), 1, "{seen:?}");
+    assert_eq!(
+        seen.iter().filter(|id| *id == "add-once/1").count(),
+        1,
+        "{seen:?}"
+    );
     running.shutdown().await?;
     Ok(())
 }

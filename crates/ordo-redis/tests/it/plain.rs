@@ -233,7 +233,15 @@ async fn a_dead_instances_entries_are_claimed_beside_a_partitioned_handler(
     let client = pool(&url).await?;
     let _: Value = client.xgroup_create(&plain_category, "Plain", "0", true).await?;
     let _: Value = client
-        .xreadgroup("Plain", "a-gone-instance", Some(10), None, false, &plain_category, ">")
+        .xreadgroup(
+            "Plain",
+            "a-gone-instance",
+            Some(10),
+            None,
+            false,
+            &plain_category,
+            ">",
+        )
         .await?;
     let run = Running::start(
         &a,
@@ -244,9 +252,11 @@ async fn a_dead_instances_entries_are_claimed_beside_a_partitioned_handler(
     );
     a.publish(&[common::publication(&keyed_category, "k-1", 1, Lane::Primary)])
         .await?;
-    eventually(Duration::from_secs(15), "the dead instance's entries handled", || async {
-        Ok((0..5).all(|seq| attempts(&recorder, seq) >= 1))
-    })
+    eventually(
+        Duration::from_secs(15),
+        "the dead instance's entries handled",
+        || async { Ok((0..5).all(|seq| attempts(&recorder, seq) >= 1)) },
+    )
     .await?;
     recorder.wait_seqs("k-1", &[1]).await?;
     run.stop().await?;

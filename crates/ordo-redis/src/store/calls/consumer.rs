@@ -34,7 +34,13 @@ pub(crate) async fn announce(
         let args = args.clone();
         async move {
             let reply = SCRIPTS.announce.run(client, vec![instances(group)], args).await?;
-            Ok::<_, Error>(array(reply).into_iter().next().map(live_instances).unwrap_or_default())
+            Ok::<_, Error>(
+                array(reply)
+                    .into_iter()
+                    .next()
+                    .map(live_instances)
+                    .unwrap_or_default(),
+            )
         }
     });
     futures_util::future::try_join_all(calls).await
