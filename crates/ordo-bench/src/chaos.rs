@@ -26,6 +26,12 @@
 //! private one the `db_outage` fault stops it for a while and starts it
 //! again, and then no key may halt (the drain must resolve no halt).
 //!
+//! With `--commands` every instance also sends commands for a few keys
+//! shared by all of them, and runs their handler (see
+//! [`ordo_harness::commands`]): the same overlap detector and fenced
+//! effects, and a check per sender that its commands of a key were applied
+//! in send order, and that every command it got a success for was applied.
+//!
 //! The sequence of fault kinds and the gaps between them replay from the
 //! seed; which instance a fault hits, and what it is doing then, depend on
 //! timing.
@@ -126,6 +132,17 @@ pub struct ChaosArgs {
     /// partitions' leases, and the verdict is still per key.
     #[arg(long, value_name = "N", conflicts_with_all = ["postgres", "database_url"])]
     pub hashed: Option<NonZeroU32>,
+    /// Commands too: every instance runs the harness's command handler and
+    /// sends commands for `--command-keys` keys shared by all of them, one
+    /// at a time per key, resending each under its id until it has an
+    /// outcome. The run then also fails on `command_overlaps`,
+    /// `command_order_violations` (a sender's commands of a key applied out
+    /// of send order) and `command_lost` (a success without its effect).
+    #[arg(long, conflicts_with_all = ["postgres", "database_url"])]
+    pub commands: bool,
+    /// The shared command keys of `--commands`, `c0`...
+    #[arg(long, default_value = "8")]
+    pub command_keys: NonZeroUsize,
 }
 
 impl ChaosArgs {
@@ -359,6 +376,7 @@ fn parts(
         postgres: postgres.clone(),
         relay_only: false,
         hashed: args.hashed,
+        command_keys: if args.commands { args.command_keys.get() } else { 0 },
     };
     let relay_spec = WorkerSpec {
         relay_only: true,
@@ -376,6 +394,12 @@ fn parts(
             keys: keys.clone(),
             drain_within,
             records,
+            command_keys: if args.commands {
+                ordo_harness::commands::command_key_names(args.command_keys.get())
+            } else {
+                Vec::new()
+            },
+            command_records: ordo_harness::keys::CommandRecords::new(ordo_redis::Routing::new(&config)),
         },
         runtime,
         client,
@@ -471,6 +495,26 @@ fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -
         .count("failovers", outcome.failovers.measured)
         .count("failovers_disturbed", outcome.failovers.disturbed)
         .count("failovers_open", outcome.failovers.open);
+    if let Some(commands) = &outcome.commands {
+        report
+            .count("command_keys", commands.keys)
+            .count("commands_ok", commands.commands_ok)
+            .count("command_effects", commands.effects)
+            .count("command_overlaps", commands.overlaps)
+            .count("command_order_violations", commands.order_violations)
+            .count("command_lost", commands.lost)
+            .count("command_token_regressions", commands.token_regressions)
+            .count("command_wrong_replies", commands.wrong_replies)
+            .count("command_reruns", commands.reruns)
+            .count("command_abandoned", commands.abandoned)
+            .count("command_abandoned_late", commands.abandoned_late)
+            .count("commands_failed", commands.failed)
+            .count("commands_failed_but_applied", commands.failed_but_applied)
+            .count("command_resends", commands.resends)
+            .count("command_stale_starts", commands.stale_starts)
+            .count("command_fenced_commits", outcome.lines.cmd_fenced)
+            .count("command_run_failures", outcome.lines.cmd_failed);
+    }
     let millis = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1_000.0);
     report
         .push(
@@ -493,6 +537,24 @@ fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -
     ] {
         if value > 0 {
             report.fail(format!("{name}: {value} (seed {seed})"));
+        }
+    }
+    if let Some(commands) = &outcome.commands {
+        for (name, value) in [
+            ("command_overlaps", commands.overlaps),
+            ("command_order_violations", commands.order_violations),
+            ("command_lost", commands.lost),
+            ("command_token_regressions", commands.token_regressions),
+            ("command_wrong_replies", commands.wrong_replies),
+        ] {
+            if value > 0 {
+                report.fail(format!("{name}: {value} (seed {seed})"));
+            }
+        }
+        if commands.commands_ok == 0 {
+            report.fail(format!(
+                "commands_ok: 0 (seed {seed}): no command got a success, so none was checked"
+            ));
         }
     }
     let outages = outcome.faults.of(FaultKind::DbOutage);
@@ -524,6 +586,9 @@ fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -
     }
     if !report.failures().is_empty() {
         describe_problems(outcome);
+    } else if outcome.commands.as_ref().is_some_and(|c| c.failed > 0) {
+        // Not a breach by itself, but worth seeing: why commands failed.
+        describe_command_problems(outcome);
     }
     report
 }
@@ -574,6 +639,51 @@ fn describe_problems(outcome: &Outcome) {
     }
     for entry in &outcome.overlap_log {
         eprintln!("overlap: {entry}");
+    }
+    describe_command_problems(outcome);
+}
+
+/// On stderr, the records of every command key with a problem, the
+/// failure outcomes the senders got, and the commands' overlap log.
+fn describe_command_problems(outcome: &Outcome) {
+    let Some(commands) = &outcome.commands else {
+        return;
+    };
+    for (key, r) in &commands.per_key {
+        if r.lost.is_empty()
+            && r.order_violations == 0
+            && r.token_regressions == 0
+            && r.wrong_replies.is_empty()
+        {
+            continue;
+        }
+        let effects: Vec<String> = r
+            .effects
+            .iter()
+            .map(|e| format!("{}:{}@{}", e.sender, e.seq, e.token))
+            .collect();
+        eprintln!(
+            "command key {key}: lost {:?}, order_violations {}, token_regressions {}, wrong replies {:?}\n  \
+             effects (sender:seq@token, in commit order): {}",
+            r.lost,
+            r.order_violations,
+            r.token_regressions,
+            r.wrong_replies,
+            effects.join(" ")
+        );
+    }
+    for (key, r) in &commands.per_key {
+        for failed in &r.failed {
+            let applied = if r.failed_but_applied.contains(failed) {
+                "APPLIED all the same"
+            } else {
+                "not applied"
+            };
+            eprintln!("command key {key}: failure outcome ({applied}) {failed}");
+        }
+    }
+    for entry in &outcome.command_overlap_log {
+        eprintln!("command overlap: {entry}");
     }
 }
 

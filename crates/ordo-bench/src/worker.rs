@@ -65,6 +65,10 @@ pub struct WorkerArgs {
     /// (default: a partition per key).
     #[arg(long)]
     pub hashed_partitions: Option<NonZeroU32>,
+    /// Commands (`chaos --commands`): run the harness's command handler and
+    /// send commands for the shared keys `c0`..`c{N-1}` (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub command_keys: usize,
 }
 
 impl WorkerArgs {
@@ -81,6 +85,7 @@ impl WorkerArgs {
             pg_schema: "ordo".to_owned(),
             relay_only: false,
             hashed_partitions: None,
+            command_keys: 0,
         }
     }
 
@@ -94,6 +99,7 @@ impl WorkerArgs {
         options.discovery_ms = self.discovery_ms;
         options.reap_idle_ms = self.reap_idle_ms;
         options.hashed_partitions = self.hashed_partitions;
+        options.command_keys = self.command_keys;
         options
     }
 
@@ -118,6 +124,9 @@ impl WorkerArgs {
         }
         if let Some(partitions) = self.hashed_partitions {
             command.args(["--hashed-partitions", &partitions.to_string()]);
+        }
+        if self.command_keys > 0 {
+            command.args(["--command-keys", &self.command_keys.to_string()]);
         }
         if let Some(url) = &self.database_url {
             command

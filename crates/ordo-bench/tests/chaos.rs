@@ -113,6 +113,44 @@ fn a_seeded_postgres_chaos_run_applies_every_effect_exactly_once() -> Result<()>
     Ok(())
 }
 
+/// Commands (`--commands`), short: every instance sends commands for 8
+/// shared keys while the usual faults run; no two runs of a command key
+/// overlap, each sender's commands of a key are applied in send order, and
+/// every command whose sender got a success was applied.
+#[test]
+fn a_seeded_chaos_run_with_commands_keeps_their_order_and_loses_none() -> Result<()> {
+    let (figures, log) = run_chaos(
+        &[
+            "--commands",
+            "--duration",
+            "25",
+            "--seed",
+            SEED,
+            "--keys",
+            "8",
+            "--rate",
+            "100",
+        ],
+        &format!("chaos-commands-seed-{SEED}.log"),
+    )?;
+    let count = |name: &str| figure(&figures, name);
+    assert_guarantee_kept(
+        &figures,
+        &log,
+        &[
+            "command_overlaps",
+            "command_order_violations",
+            "command_lost",
+            "command_token_regressions",
+            "command_wrong_replies",
+        ],
+    )?;
+    assert_eq!(count("command_keys")?, 8, "{figures}");
+    assert!(count("commands_ok")? > 100, "too few commands: {figures}");
+    assert!(count("faults_injected")? > 0, "{figures}");
+    Ok(())
+}
+
 /// Runs `ordo-bench chaos --json` with `args` on its own Redis (and
 /// database); its figures, and its log (progress and worker logs, kept in a
 /// file named `log_name` and shown when an assertion fails).

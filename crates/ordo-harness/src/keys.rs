@@ -120,6 +120,111 @@ impl Records {
     }
 }
 
+/// Where the harness keeps the records of its commands
+/// ([`Poke`](crate::commands::Poke)): beside each command key's partition
+/// (`{chaos.commands:c0}:harness:applied`), apart from the events' records,
+/// so the event figures and the command figures never mix.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandRecords {
+    routing: Routing,
+}
+
+impl CommandRecords {
+    /// The names under `routing` (`Routing::new(&config)`).
+    pub fn new(routing: Routing) -> Self {
+        Self { routing }
+    }
+
+    /// The number of command runs of `key` that started while another run
+    /// of it was in flight under a lease that was still valid.
+    pub fn overlaps(&self, key: &str) -> String {
+        self.tagged(key, "overlaps")
+    }
+
+    /// One entry per detected overlap on `key`: `{their marker} vs {my marker}`.
+    pub fn overlap_log(&self, key: &str) -> String {
+        self.tagged(key, "overlap_log")
+    }
+
+    /// The number of command runs of `key` that found their lease already
+    /// lost when they began (and so did not start).
+    pub fn stale_starts(&self, key: &str) -> String {
+        self.tagged(key, "stale_starts")
+    }
+
+    /// Per `{sender}:{seq}` of `key`, how many runs started (unfenced).
+    pub fn starts(&self, key: &str) -> String {
+        self.tagged(key, "starts")
+    }
+
+    /// The in-flight marker of `key`: `{token}:{run id}` of the run in progress.
+    pub fn marker(&self, key: &str) -> String {
+        self.tagged(key, "inflight")
+    }
+
+    /// The runs of `key` that have ended (see [`Records::ended`]).
+    pub fn ended(&self, key: &str) -> String {
+        self.tagged(key, "ended")
+    }
+
+    /// The effects of `key`'s commands, in commit order:
+    /// `{sender}:{seq}:{token}` entries, appended by fenced commits only.
+    pub fn applied(&self, key: &str) -> String {
+        self.tagged(key, "applied")
+    }
+
+    /// The commands of `key` whose senders got a success, in the order
+    /// they got it: `{sender}:{seq}` entries.
+    pub fn acked(&self, key: &str) -> String {
+        self.tagged(key, "acked")
+    }
+
+    /// The commands of `key` whose senders got a failure outcome:
+    /// `{sender}:{seq} {reason}` entries.
+    pub fn failed(&self, key: &str) -> String {
+        self.tagged(key, "failed")
+    }
+
+    /// The commands of `key` with a generated id whose sender got no
+    /// outcome (a timeout, a broker error) and went on without one: they
+    /// may still run, at any time. `{sender}:{seq}` entries.
+    pub fn abandoned(&self, key: &str) -> String {
+        self.tagged(key, "abandoned")
+    }
+
+    /// The replies of `key` that were not about the command sent:
+    /// `{sender}:{seq} {reply}` entries.
+    pub fn wrong_replies(&self, key: &str) -> String {
+        self.tagged(key, "wrong_replies")
+    }
+
+    /// How many times senders sent a command of `key` again under its id
+    /// (after a timeout or a broker error).
+    pub fn resends(&self, key: &str) -> String {
+        self.tagged(key, "resends")
+    }
+
+    /// The streams and Ordo bookkeeping keys of the command partition `key`
+    /// goes to.
+    pub fn partition(&self, key: &str) -> PartitionKeys {
+        let category = ordo_core::contract::command::command_category(CATEGORY);
+        PartitionKeys::of(
+            self.routing.partition_of(&category, key),
+            ordo_core::contract::key::DEFAULT_BACKFILL_SUFFIX,
+        )
+    }
+
+    /// A record of `key`, in its command partition's slot.
+    fn tagged(&self, key: &str, what: &str) -> String {
+        let partition = self.partition(key);
+        if partition.id().is_hashed() {
+            format!("{}:harness:{what}:{key}", partition.primary())
+        } else {
+            format!("{}:harness:{what}", partition.primary())
+        }
+    }
+}
+
 /// [`Records::overlaps`] with a partition per key.
 pub fn overlaps(key: &str) -> String {
     Records::default().overlaps(key)
@@ -212,6 +317,23 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn command_records_sit_in_their_command_partitions_slot_apart_from_the_events() {
+        let commands = CommandRecords::default();
+        assert_eq!(commands.applied("c0"), "{chaos.commands:c0}:harness:applied");
+        assert_ne!(commands.applied("k0"), applied("k0"));
+        let slot = ClusterRouting::hash_key(commands.partition("c3").primary().as_bytes());
+        for record in [
+            commands.applied("c3"),
+            commands.acked("c3"),
+            commands.marker("c3"),
+            commands.ended("c3"),
+            commands.overlaps("c3"),
+        ] {
+            assert_eq!(ClusterRouting::hash_key(record.as_bytes()), slot, "{record}");
         }
     }
 

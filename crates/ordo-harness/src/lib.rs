@@ -18,7 +18,12 @@
 //! - [`line`](mod@line): the machine-readable lines a worker prints on stdout, and
 //!   their parser.
 //! - [`keys`]: where the harness keeps its records in Redis.
+//! - [`commands`]: the test command, [`Poke`](commands::Poke), its handler
+//!   (the same detector and fence as the events') and the workers' senders;
+//!   [`command_verify`] checks what they recorded.
 
+pub mod command_verify;
+pub mod commands;
 pub mod error;
 pub mod keys;
 pub mod line;

@@ -9,6 +9,8 @@
 //! stale instance=w1 key=k3 seq=18 token=1712345678901234
 //! failed instance=w1 key=k3 seq=17 token=1712345678901234 reason=poison
 //! stopped instance=w1
+//! cmd_fenced instance=w2 key=c3 sender=w1 seq=40 token=1712345678901234
+//! sent_failed instance=w1 key=c3 seq=40 reason=the handler failed: ...
 //! ```
 //!
 //! Values hold no whitespace, except `reason`, which is always last and
@@ -31,6 +33,21 @@ pub const STALE: &str = "stale";
 pub const FAILED: &str = "failed";
 /// `stopped`: the worker shut down gracefully.
 pub const STOPPED: &str = "stopped";
+
+/// `cmd_overlap`: a command run began while another run of its key was in
+/// flight under the same valid lease.
+pub const CMD_OVERLAP: &str = "cmd_overlap";
+/// `cmd_fenced`: a command run's effect was refused because its lease is gone.
+pub const CMD_FENCED: &str = "cmd_fenced";
+/// `cmd_stale`: a command run did not start because its lease was already lost.
+pub const CMD_STALE: &str = "cmd_stale";
+/// `cmd_failed`: a command run failed (Redis errors), with a `reason`.
+pub const CMD_FAILED: &str = "cmd_failed";
+/// `sent_failed`: a sender got a failure outcome for its command, with a `reason`.
+pub const SENT_FAILED: &str = "sent_failed";
+/// `sent_wrong`: a sender got a reply about another command, with the reply
+/// as `reason`.
+pub const SENT_WRONG: &str = "sent_wrong";
 
 /// The field that runs to the end of the line.
 const REST_FIELD: &str = "reason";

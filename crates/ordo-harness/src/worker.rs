@@ -50,23 +50,24 @@ use ordo_redis::{FencedWrite, RedisBroker, RedisFence, Routing};
 use tokio::signal::unix::SignalKind;
 use tokio_util::sync::CancellationToken;
 
+use crate::commands::{PokeHandler, Senders, command_key_names};
 use crate::error::{HarnessError, Result};
-use crate::keys::Records;
+use crate::keys::{CommandRecords, Records};
 use crate::line::{self, Line};
 use crate::tick::{CATEGORY, Chaos, Tick};
 
 /// How long a run keeps retrying a Redis command that fails for a reason
 /// other than its fence (Redis restarting, a connection dropping).
-const RETRY_FOR: Duration = Duration::from_secs(30);
+pub(crate) const RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// The pause between two such retries.
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-const BEGIN: &str = include_str!("lua/begin.lua");
+pub(crate) const BEGIN: &str = include_str!("lua/begin.lua");
 /// How long the ended runs of a key are remembered (far longer than any
 /// command stays in flight).
-const ENDED_TTL_S: u64 = 600;
-const CLEAR: &str = include_str!("lua/clear.lua");
+pub(crate) const ENDED_TTL_S: u64 = 600;
+pub(crate) const CLEAR: &str = include_str!("lua/clear.lua");
 const STARTED: &str = include_str!("lua/started.lua");
 
 /// How a worker runs: where, as whom, and its timings.
@@ -105,6 +106,10 @@ pub struct WorkerOptions {
     /// Blocking mode: each run is the handler's own task and does its work
     /// in blocking code (see the module documentation).
     pub blocking_work: bool,
+    /// Commands: with `N > 0` the worker runs the [`Poke`](crate::commands::Poke)
+    /// handler and sends commands for the shared keys `c0`..`c{N-1}` (see
+    /// [`crate::commands`]); 0: no commands.
+    pub command_keys: usize,
 }
 
 impl std::fmt::Debug for WorkerOptions {
@@ -124,6 +129,7 @@ impl std::fmt::Debug for WorkerOptions {
             .field("hashed_partitions", &self.hashed_partitions)
             .field("max_concurrency", &self.max_concurrency)
             .field("blocking_work", &self.blocking_work)
+            .field("command_keys", &self.command_keys)
             .finish()
     }
 }
@@ -147,6 +153,7 @@ impl WorkerOptions {
             hashed_partitions: None,
             max_concurrency: None,
             blocking_work: false,
+            command_keys: 0,
         }
     }
 
@@ -202,15 +209,28 @@ pub async fn run(options: &WorkerOptions, shutdown: CancellationToken) -> Result
         .build()
         .await
         .map_err(HarnessError::Broker)?;
-    let mut handler = TickHandler::new(broker.client().clone(), &options.instance)
-        .with_records(Records::new(Routing::new(&config)));
+    let client = broker.client().clone();
+    let mut handler =
+        TickHandler::new(client.clone(), &options.instance).with_records(Records::new(Routing::new(&config)));
     if options.blocking_work {
         handler = handler.with_blocking_work();
     }
-    let domain = domain(broker, handler, config)?;
+    let commands = (options.command_keys > 0).then(|| CommandRecords::new(Routing::new(&config)));
+    let pokes = commands
+        .as_ref()
+        .map(|records| PokeHandler::new(client.clone(), &options.instance, records.clone()));
+    let domain = domain_with(broker, handler, pokes, config)?;
     let running = domain.start();
+    let senders = commands.map(|records| {
+        let keys = command_key_names(options.command_keys);
+        Senders::start(&domain, &client, &records, &options.instance, &keys)
+    });
     emit(&Line::new(line::READY).field("instance", &options.instance));
     shutdown.cancelled().await;
+    // The senders first: their sends need the domain running.
+    if let Some(senders) = senders {
+        senders.stop().await;
+    }
     running.shutdown().await.map_err(HarnessError::Shutdown)?;
     emit(&Line::new(line::STOPPED).field("instance", &options.instance));
     Ok(())
@@ -239,9 +259,22 @@ pub fn shutdown_on_signal() -> Result<CancellationToken> {
 
 /// The harness's domain: aggregate [`Chaos`] and `handler` on `broker`.
 pub fn domain(broker: RedisBroker, handler: TickHandler, config: Config) -> Result<Domain> {
-    Domain::builder()
-        .aggregate::<Chaos>()
-        .event_handler(handler)
+    domain_with(broker, handler, None, config)
+}
+
+/// [`domain`], with the [`Poke`](crate::commands::Poke) commands' handler
+/// `commands` when given.
+pub fn domain_with(
+    broker: RedisBroker,
+    handler: TickHandler,
+    commands: Option<PokeHandler>,
+    config: Config,
+) -> Result<Domain> {
+    let mut builder = Domain::builder().aggregate::<Chaos>().event_handler(handler);
+    if let Some(commands) = commands {
+        builder = builder.command_handler(commands);
+    }
+    builder
         .broker(broker)
         .config(config)
         .init()
@@ -249,7 +282,7 @@ pub fn domain(broker: RedisBroker, handler: TickHandler, config: Config) -> Resu
 }
 
 /// Prints one output line.
-fn emit(line: &Line) {
+pub(crate) fn emit(line: &Line) {
     println!("{line}");
 }
 

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use fred::clients::Pool;
 use fred::interfaces::{ClientLike as _, KeysInterface as _};
-use ordo_harness::keys::Records;
+use ordo_harness::command_verify::{CommandVerdict, command_overlap_log, verify_commands};
+use ordo_harness::keys::{CommandRecords, Records};
 use ordo_harness::verify::Verdict;
 use ordo_testkit::RedisCluster;
 use tokio::runtime::Handle;
@@ -88,6 +89,10 @@ pub(crate) struct Plan {
     /// Where each key's partition, lease and records are (a partition per
     /// key, or hashed partitions).
     pub(crate) records: Records,
+    /// The shared command keys (`--commands`; empty without).
+    pub(crate) command_keys: Vec<String>,
+    /// Where the commands' records are.
+    pub(crate) command_records: CommandRecords,
 }
 
 /// What a run observed.
@@ -121,6 +126,10 @@ pub(crate) struct Outcome {
     pub(crate) drain: Duration,
     /// Halted partitions and parked keys the drain retried.
     pub(crate) halts_resolved: Resolved,
+    /// The commands' verdict (`--commands`).
+    pub(crate) commands: Option<CommandVerdict>,
+    /// The commands' overlap log, when there were overlaps.
+    pub(crate) command_overlap_log: Vec<String>,
 }
 
 /// What [`Controller::inject`] did.
@@ -269,6 +278,7 @@ impl Controller {
         } else {
             Vec::new()
         };
+        let (commands, command_overlap_log) = self.verify_commands()?;
         // Closed before Redis stops, so the client does not report the
         // connections Redis drops on its way out.
         let _ = self.runtime.block_on(self.client.quit());
@@ -299,7 +309,29 @@ impl Controller {
             chaos,
             drain,
             halts_resolved: self.resolved,
+            commands,
+            command_overlap_log,
         })
+    }
+
+    /// The commands' verdict and overlap log (`None` without commands).
+    fn verify_commands(&self) -> Result<(Option<CommandVerdict>, Vec<String>)> {
+        let keys = &self.plan.command_keys;
+        if keys.is_empty() {
+            return Ok((None, Vec::new()));
+        }
+        let records = &self.plan.command_records;
+        self.runtime
+            .block_on(tokio::time::timeout(VERIFY_WITHIN, async {
+                let verdict = verify_commands(&self.client, records, keys).await?;
+                let log = if verdict.overlaps > 0 {
+                    command_overlap_log(&self.client, records, keys).await?
+                } else {
+                    Vec::new()
+                };
+                anyhow::Ok((Some(verdict), log))
+            }))
+            .context("verifying the commands timed out")?
     }
 
     /// The faults phase: faults at the scheduled gaps until `end`.
@@ -697,6 +729,9 @@ impl Controller {
                     m.key, m.took, m.cause
                 ));
             }
+        }
+        for note in self.fleet.take_notes() {
+            self.log(note);
         }
         for exit in self.fleet.reap()? {
             match exit {

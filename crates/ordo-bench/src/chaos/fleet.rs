@@ -44,6 +44,8 @@ pub(crate) struct WorkerSpec {
     /// The `chaos` category in that many hashed partitions (`None`: a
     /// partition per key).
     pub(crate) hashed: Option<std::num::NonZeroU32>,
+    /// Shared command keys every instance sends commands for (0: no commands).
+    pub(crate) command_keys: usize,
 }
 
 /// Where an instance is in its life.
@@ -107,6 +109,10 @@ pub(crate) struct LineCounts {
     pub(crate) stale: u64,
     /// `failed`: runs that failed (Redis unreachable for too long).
     pub(crate) failed: u64,
+    /// `cmd_fenced`: command runs whose effect the fence refused.
+    pub(crate) cmd_fenced: u64,
+    /// `cmd_failed`: command runs that failed otherwise.
+    pub(crate) cmd_failed: u64,
 }
 
 /// A `start` line: the key, its run's fencing token, when it was received.
@@ -150,6 +156,9 @@ pub(crate) struct Fleet {
     /// Every run's start, per key and seq: what explains a duplicate.
     history: HashMap<(String, u64), Vec<RunStart>>,
     lines: LineCounts,
+    /// The command lines worth the run's log (anything but a plain
+    /// success), `{instance}: {line}`, not yet taken.
+    notes: Vec<String>,
 }
 
 impl Fleet {
@@ -161,6 +170,7 @@ impl Fleet {
             owners: BTreeMap::new(),
             history: HashMap::new(),
             lines: LineCounts::default(),
+            notes: Vec::new(),
         }
     }
 
@@ -176,6 +186,9 @@ impl Fleet {
             args.relay_only = self.spec.relay_only;
         }
         args.hashed_partitions = self.spec.hashed;
+        if !self.spec.relay_only {
+            args.command_keys = self.spec.command_keys;
+        }
         // Discovery must stay under the TTL (an instance's announcement
         // lives one TTL); Ordo's default otherwise.
         args.discovery_ms = args.discovery_ms.min(self.spec.lease_ttl_ms / 2);
@@ -200,6 +213,11 @@ impl Fleet {
     /// The counts of the lines read so far.
     pub(crate) fn lines(&self) -> LineCounts {
         self.lines
+    }
+
+    /// The command lines read since the last call (see `notes`).
+    pub(crate) fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
     }
 
     /// The member named `name`.
@@ -256,6 +274,7 @@ impl Fleet {
                     counts: &mut self.lines,
                     owners: &mut self.owners,
                     history: &mut self.history,
+                    notes: &mut self.notes,
                 };
                 if let Some(start) = observe(member, tracking, &line, at) {
                     starts.push(start);
@@ -391,6 +410,7 @@ struct Tracking<'a> {
     counts: &'a mut LineCounts,
     owners: &'a mut BTreeMap<String, (String, u64)>,
     history: &'a mut HashMap<(String, u64), Vec<RunStart>>,
+    notes: &'a mut Vec<String>,
 }
 
 /// Applies one line of `member`; returns it as a [`Start`] if it is one.
@@ -399,6 +419,7 @@ fn observe(member: &mut Member, tracking: Tracking<'_>, line: &Line, at: Instant
         counts,
         owners,
         history,
+        notes,
     } = tracking;
     match line.kind() {
         line::READY if member.state == State::Starting => member.state = State::Running,
@@ -434,6 +455,19 @@ fn observe(member: &mut Member, tracking: Tracking<'_>, line: &Line, at: Instant
             if let (Some(key), Some(seq), Some(token)) = (line.key(), line.seq(), line.token()) {
                 member.in_flight.remove(&(key.to_owned(), seq, token));
             }
+        }
+        kind @ (line::CMD_FENCED
+        | line::CMD_STALE
+        | line::CMD_FAILED
+        | line::CMD_OVERLAP
+        | line::SENT_FAILED
+        | line::SENT_WRONG) => {
+            match kind {
+                line::CMD_FENCED => counts.cmd_fenced += 1,
+                line::CMD_FAILED => counts.cmd_failed += 1,
+                _ => {}
+            }
+            notes.push(format!("{}: {line}", member.name));
         }
         _ => {}
     }

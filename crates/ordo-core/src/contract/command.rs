@@ -112,8 +112,19 @@ impl CommandOutcome {
 /// run replaces it with a failure when the run or its commit fails, and the
 /// broker (or the in-process bus) reads it once the run is over. Cheap to
 /// clone: clones share the slot.
+///
+/// A failure keeps the handler's error beside it ([`ReplySlot::fail`]): a
+/// broker recognises its own refusals there (its fence refusing a stale
+/// owner's commit), which are not the command's outcome but the end of
+/// this owner's run: the next owner runs the command.
 #[derive(Clone, Default)]
-pub struct ReplySlot(Arc<Mutex<Option<CommandOutcome>>>);
+pub struct ReplySlot(Arc<Mutex<Slot>>);
+
+#[derive(Default)]
+struct Slot {
+    outcome: Option<CommandOutcome>,
+    error: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
 
 impl ReplySlot {
     /// An empty slot.
@@ -121,19 +132,44 @@ impl ReplySlot {
         Self::default()
     }
 
-    /// Sets the outcome, replacing an earlier one.
+    /// Sets the outcome, replacing an earlier one (and its error).
     pub fn set(&self, outcome: CommandOutcome) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(outcome);
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.outcome = Some(outcome);
+        slot.error = None;
+    }
+
+    /// Sets a failure `outcome` caused by `error`.
+    pub fn fail(&self, outcome: CommandOutcome, error: Box<dyn std::error::Error + Send + Sync + 'static>) {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.outcome = Some(outcome);
+        slot.error = Some(error);
     }
 
     /// Takes the outcome out.
     pub fn take(&self) -> Option<CommandOutcome> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+        self.take_with_error().0
+    }
+
+    /// Takes the outcome out, with the error that caused a failure.
+    #[allow(clippy::type_complexity)]
+    pub fn take_with_error(
+        &self,
+    ) -> (
+        Option<CommandOutcome>,
+        Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        (slot.outcome.take(), slot.error.take())
     }
 
     /// Whether an outcome is set.
     pub fn is_set(&self) -> bool {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .outcome
+            .is_some()
     }
 }
 

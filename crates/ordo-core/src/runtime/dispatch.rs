@@ -331,7 +331,9 @@ impl CommandRun {
         let Some(domain) = self.domain.get() else {
             return Err(format!("the domain of `{name}` is gone (shutting down)").into());
         };
-        let uow = ContextUnitOfWork::new(domain.unit_of_work());
+        // The events of a run again (after a failover) carry the first
+        // run's ids: the broker's deduplication drops what it published.
+        let uow = ContextUnitOfWork::new(domain.unit_of_work().with_ids_from(&envelope.id));
         let ctx = ctx
             .clone()
             .with_unit_of_work(Arc::new(uow.clone()))
@@ -364,7 +366,8 @@ impl CommandRun {
             } else {
                 FailureKind::Handler
             };
-            slot.set(CommandOutcome::failed(kind, name, error_chain(&*error)));
+            let outcome = CommandOutcome::failed(kind, name, error_chain(&*error));
+            slot.fail(outcome, error);
             return Ok(());
         }
         if let Some(uow) = uow.take() {
@@ -374,11 +377,8 @@ impl CommandRun {
                 // the command (a transient failure), the key waits.
                 Err(error @ CommitError::Outbox(_)) => return Err(Box::new(error)),
                 Err(error) => {
-                    slot.set(CommandOutcome::failed(
-                        FailureKind::Commit,
-                        name,
-                        error_chain(&error),
-                    ));
+                    let outcome = CommandOutcome::failed(FailureKind::Commit, name, error_chain(&error));
+                    slot.fail(outcome, Box::new(error));
                     return Ok(());
                 }
             }

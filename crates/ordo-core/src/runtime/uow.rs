@@ -40,6 +40,11 @@ pub struct UnitOfWork {
     raised: Vec<Raised>,
     metadata: Metadata,
     priority: i32,
+    /// Names the raised events `<seed>/1`, `<seed>/2`... instead of fresh
+    /// ids: a command run's (the command id), so that a run again after a
+    /// failover raises the same ids and the broker's deduplication drops
+    /// the events the first run published.
+    id_seed: Option<String>,
 }
 
 /// Named priorities for [`UnitOfWork::with_priority`], the source
@@ -81,7 +86,15 @@ impl UnitOfWork {
             raised: Vec::new(),
             metadata: Metadata::new(),
             priority: priority::NORMAL,
+            id_seed: None,
         }
+    }
+
+    /// Names the events raised from now on `<seed>/<n>` (`n` from 1, in
+    /// raise order) instead of fresh ids.
+    pub(crate) fn with_ids_from(mut self, seed: &str) -> Self {
+        self.id_seed = Some(seed.to_owned());
+        self
     }
 
     /// Raises `event` on the primary lane. It is serialised now; its key is
@@ -188,7 +201,10 @@ impl UnitOfWork {
                 handled: handled.path,
             });
         }
-        let envelope = event.envelope()?;
+        let mut envelope = event.envelope()?;
+        if let Some(seed) = &self.id_seed {
+            envelope.id = format!("{seed}/{}", self.raised.len() + 1);
+        }
         self.raised.push(Raised {
             envelope,
             typed: event.into_value(),

@@ -102,6 +102,10 @@ struct RunArgs {
     /// start is recorded with Redis's time.
     #[arg(long)]
     blocking_work: bool,
+    /// Run the `Poke` command handler and send commands for the shared
+    /// keys `c0`..`c{N-1}` (0: no commands).
+    #[arg(long, default_value_t = 0)]
+    command_keys: usize,
 }
 
 #[derive(Debug, Args)]
@@ -166,6 +170,7 @@ async fn run(args: RunArgs) -> Result<()> {
         hashed_partitions: args.hashed_partitions,
         max_concurrency: args.max_concurrency,
         blocking_work: args.blocking_work,
+        command_keys: args.command_keys,
     };
     let shutdown = worker::shutdown_on_signal()?;
     worker::run(&options, shutdown)

@@ -6,6 +6,7 @@
 mod support;
 
 pub mod balance;
+pub mod command_fence;
 pub mod detector;
 pub mod failover_kill;
 pub mod ordering;

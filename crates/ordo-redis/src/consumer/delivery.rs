@@ -360,8 +360,18 @@ impl Worker {
         }
         match outcome {
             Ok(Ok(())) => {
+                let (outcome, error) = reply.take_with_error();
+                if error.is_some_and(|error| fenced_by(&*error, &self.lease)) {
+                    info!(
+                        event = ordo_core::contract::log_events::LEASE_LOST,
+                        id = envelope.id,
+                        "lease lost during a command run in place; it goes through Redis"
+                    );
+                    let _ = done.send(LocalDone::NotRun(Box::new(Arc::unwrap_or_clone(envelope))));
+                    return Some(Exit::Lost);
+                }
                 metrics::handled(&self.unit, partition.category());
-                let outcome = reply.take().unwrap_or(CommandOutcome::Succeeded {
+                let outcome = outcome.unwrap_or(CommandOutcome::Succeeded {
                     value: serde_json::Value::Null,
                 });
                 let _ = done.send(LocalDone::Ran(outcome));
@@ -987,7 +997,19 @@ impl DeliveryHooks for EntryDelivery<'_> {
         metrics::handled(&self.worker.unit, self.partition.category());
         match &self.reply {
             Some(reply) => {
-                let outcome = reply.take().unwrap_or(CommandOutcome::Succeeded {
+                let (outcome, error) = reply.take_with_error();
+                // The fence refused the run's commit: another instance owns
+                // the partition and runs the command; this run's failure is
+                // not its outcome.
+                if error.is_some_and(|error| fenced_by(&*error, &self.worker.lease)) {
+                    info!(
+                        event = ordo_core::contract::log_events::LEASE_LOST,
+                        id = self.entry.id(),
+                        "lease lost during the command; not answering it, the next owner runs it"
+                    );
+                    return Handled::Lost;
+                }
+                let outcome = outcome.unwrap_or(CommandOutcome::Succeeded {
                     value: serde_json::Value::Null,
                 });
                 self.worker.answer(self.partition, &self.envelope, outcome).await

@@ -335,7 +335,13 @@ async fn bad_commands_get_a_typed_error_and_never_halt_their_key(redis: TestRedi
         .await
         .unwrap_err();
     assert!(
-        matches!(undecodable, ordo_core::DispatchError::Rejected { kind: FailureKind::Undecodable, .. }),
+        matches!(
+            undecodable,
+            ordo_core::DispatchError::Rejected {
+                kind: FailureKind::Undecodable,
+                ..
+            }
+        ),
         "{undecodable:?}"
     );
     assert!(undecodable.to_string().contains("AddItem"), "{undecodable}");
@@ -594,6 +600,103 @@ async fn a_reclaimed_command_whose_outcome_is_recorded_is_answered_without_runni
         .map(|(_, q)| *q)
         .collect();
     assert_eq!(ran, [1], "the reclaimed command did not run again");
+    running.shutdown().await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Cart)]
+struct ItemAdded {
+    cart_id: String,
+    seq: u32,
+}
+
+/// Raises `ItemAdded` for each `AddItem`.
+struct RaisingCarts {
+    runs: Arc<AtomicU32>,
+}
+
+#[command_handler(part_of = Cart)]
+impl RaisingCarts {
+    #[handle]
+    async fn add(&self, command: &AddItem, ctx: &HandlerContext) -> anyhow::Result<u32> {
+        ctx.raise(ItemAdded {
+            cart_id: command.cart_id.clone(),
+            seq: command.seq,
+        })?;
+        Ok(self.runs.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+/// Counts the `ItemAdded` events it sees, by id.
+#[derive(Clone, Default)]
+struct AddedEvents {
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+#[event_handler(part_of = Cart)]
+impl AddedEvents {
+    #[handle]
+    async fn on_added(&self, _event: &ItemAdded, ctx: &HandlerContext) -> anyhow::Result<()> {
+        self.seen.lock().unwrap().push(ctx.message_id().to_owned());
+        Ok(())
+    }
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_command_run_again_raises_its_events_once
+);
+
+/// A command run a second time (here: its outcome expired, as after an
+/// owner died before recording it) raises events with the first run's ids,
+/// which the broker's deduplication drops: they land once.
+async fn a_command_run_again_raises_its_events_once(redis: TestRedis) -> anyhow::Result<()> {
+    let url = redis.url();
+    let text = "[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 0.6\n\
+                poll_interval_seconds = 0.1\ndiscovery_interval_seconds = 0.1\n\
+                [commands]\ndedup_window_ms = 1\n";
+    let config = ordo_core::contract::config::Config::from_toml_str(text)?;
+    let runs = Arc::new(AtomicU32::new(0));
+    let events = AddedEvents::default();
+    let domain = Domain::builder()
+        .aggregate::<Cart>()
+        .command_handler(RaisingCarts {
+            runs: Arc::clone(&runs),
+        })
+        .event_handler(events.clone())
+        .broker(RedisBroker::builder(&url).config(config.clone()).build().await?)
+        .config(config)
+        .init()?;
+    let running = domain.start();
+    let options = SendOptions::new().id("add-once");
+    let first: u32 = domain
+        .send_with(add("c-6", "s", 1, "ok"), options.clone())
+        .await?;
+    tokio::time::sleep(Duration::from_millis(5)).await; // past the 1 ms window
+    let second: u32 = domain.send_with(add("c-6", "s", 1, "ok"), options).await?;
+    assert_eq!((first, second), (1, 2), "the command ran twice");
+    domain.settle().await?;
+    ordo_testkit::eventually(Duration::from_secs(10), "the event handled", || {
+        let seen = events.seen.lock().unwrap().len();
+        async move { Ok(seen >= 1) }
+    })
+    .await?;
+    // A duplicate would arrive right behind the first.
+    let _: u32 = domain.send(add("c-6", "s", 2, "ok")).await?;
+    domain.settle().await?;
+    ordo_testkit::eventually(Duration::from_secs(10), "the next event handled", || {
+        let seen = events.seen.lock().unwrap().len();
+        async move { Ok(seen >= 2) }
+    })
+    .await?;
+    let seen = events.seen.lock().unwrap().clone();
+    assert_eq!(seen, ["add-once/1".to_owned(), seen[1].clone()], "{seen:?}");
+    assert_eq!(
+        seen.iter().filter(|id| *id == "add-once/1").count(),
+        1,
+        "{seen:?}"
+    );
     running.shutdown().await?;
     Ok(())
 }

@@ -208,3 +208,57 @@ async fn a_stop_during_the_backoff_does_not_renew_the_retry_budget() -> anyhow::
     run_b.stop().await?;
     Ok(())
 }
+
+// A plain consumer's claim of a dead instance's entries, and a partitioned
+// handler beside it in one consumer. On Redis Cluster the claim named the
+// base stream and the group's instance set (two slots) in one call: it
+// failed at every pass (the entries stayed pending forever), and discovery
+// of the partitioned handler's partitions failed with it.
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_dead_instances_entries_are_claimed_beside_a_partitioned_handler
+);
+
+async fn a_dead_instances_entries_are_claimed_beside_a_partitioned_handler(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let plain_category = common::category("plain");
+    let keyed_category = common::category("keyed");
+    let recorder = Recorder::new();
+    let a = broker(&url, config(1_000, 3_600_000, 0)).await?;
+    a.publish(&(0..5).map(|seq| base(&plain_category, seq)).collect::<Vec<_>>())
+        .await?;
+    // An instance that is gone read them all and never acknowledged them.
+    let client = pool(&url).await?;
+    let _: Value = client.xgroup_create(&plain_category, "Plain", "0", true).await?;
+    let _: Value = client
+        .xreadgroup(
+            "Plain",
+            "a-gone-instance",
+            Some(10),
+            None,
+            false,
+            &plain_category,
+            ">",
+        )
+        .await?;
+    let run = Running::start(
+        &a,
+        vec![
+            subscribe::plain("Plain", &plain_category, &recorder),
+            subscribe::partitioned("Keyed", &keyed_category, &recorder),
+        ],
+    );
+    a.publish(&[common::publication(&keyed_category, "k-1", 1, Lane::Primary)])
+        .await?;
+    eventually(
+        Duration::from_secs(15),
+        "the dead instance's entries handled",
+        || async { Ok((0..5).all(|seq| attempts(&recorder, seq) >= 1)) },
+    )
+    .await?;
+    recorder.wait_seqs("k-1", &[1]).await?;
+    run.stop().await?;
+    Ok(())
+}

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use fred::interfaces::FunctionInterface;
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, FunctionInterface};
 use fred::types::Value;
 
 use super::millis;
@@ -13,28 +14,44 @@ use crate::store::keys::{instances, paused};
 use crate::store::scripts::{SCRIPTS, array};
 
 /// `announce.lua`: announces `instance` to every group of `groups`, for
-/// `ttl`; returns each group's live instances.
-pub(crate) async fn announce<C>(
-    client: &C,
+/// `ttl`; returns each group's live instances. On a single Redis one call
+/// announces to every group; on Redis Cluster one call per group (each
+/// group's instance set is in a slot of its own, and a call touches one),
+/// the calls sent at once.
+pub(crate) async fn announce(
+    client: &Pool,
     groups: &[&str],
     instance: &str,
     ttl: Duration,
-) -> Result<Vec<Vec<String>>>
-where
-    C: FunctionInterface + Send + Sync,
-{
-    let keys = groups.iter().map(|group| instances(group)).collect();
+) -> Result<Vec<Vec<String>>> {
     let args = vec![Value::from(instance), millis(ttl)];
-    let reply = SCRIPTS.announce.run(client, keys, args).await?;
-    Ok(array(reply)
+    if !client.next().is_clustered() {
+        let keys = groups.iter().map(|group| instances(group)).collect();
+        let reply = SCRIPTS.announce.run(client, keys, args).await?;
+        return Ok(array(reply).into_iter().map(live_instances).collect());
+    }
+    let calls = groups.iter().map(|group| {
+        let args = args.clone();
+        async move {
+            let reply = SCRIPTS.announce.run(client, vec![instances(group)], args).await?;
+            Ok::<_, Error>(
+                array(reply)
+                    .into_iter()
+                    .next()
+                    .map(live_instances)
+                    .unwrap_or_default(),
+            )
+        }
+    });
+    futures_util::future::try_join_all(calls).await
+}
+
+/// The instance ids of one group's reply.
+fn live_instances(members: Value) -> Vec<String> {
+    array(members)
         .into_iter()
-        .map(|members| {
-            array(members)
-                .into_iter()
-                .filter_map(|m| m.as_str().map(|s| s.into_owned()))
-                .collect()
-        })
-        .collect())
+        .filter_map(|m| m.as_str().map(|s| s.into_owned()))
+        .collect()
 }
 
 /// `arm.lua`: arms the doorbell `doorbell` of a partition whose lanes are

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fred::interfaces::FunctionInterface;
+use fred::interfaces::{FunctionInterface, SortedSetsInterface};
 use fred::types::Value;
 
 use super::millis;
@@ -30,7 +30,8 @@ where
 /// `claim_plain.lua`: claims for `instance` up to `count` entries of
 /// `stream` pending for `group` on instances whose announcement lapsed;
 /// a consumer with nothing pending and idle longer than `forget` is
-/// removed from the group.
+/// removed from the group. The group's instance set is read first and
+/// passed in (on Redis Cluster it lives in another slot than the stream).
 pub(crate) async fn claim<C>(
     client: &C,
     stream: &str,
@@ -40,20 +41,24 @@ pub(crate) async fn claim<C>(
     forget: Duration,
 ) -> Result<()>
 where
-    C: FunctionInterface + Send + Sync,
+    C: FunctionInterface + SortedSetsInterface + Send + Sync,
 {
+    let announced: Vec<(String, f64)> = client
+        .zrange(instances(group), 0, -1, None, false, None, true)
+        .await?;
+    let mut args = vec![
+        Value::from(group),
+        Value::from(instance),
+        Value::from(count),
+        millis(forget),
+    ];
+    for (name, expiry) in announced {
+        args.push(Value::from(name));
+        args.push(Value::from(expiry));
+    }
     SCRIPTS
         .claim_plain
-        .run(
-            client,
-            vec![stream.to_owned(), instances(group)],
-            vec![
-                Value::from(group),
-                Value::from(instance),
-                Value::from(count),
-                millis(forget),
-            ],
-        )
+        .run(client, vec![stream.to_owned()], args)
         .await?;
     Ok(())
 }

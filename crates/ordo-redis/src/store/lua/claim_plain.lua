@@ -4,18 +4,29 @@
 -- ms`, so consumer names do not accumulate. A live instance's entries are
 -- never taken, however long it takes to work through its batch.
 --
--- KEYS: stream, the group's instance set (score: announcement expiry, ms)
--- ARGV: group, consumer, count, forget idle ms
+-- KEYS: stream
+-- ARGV: group, consumer, count, forget idle ms, then the group's instance
+--       set as the caller read it: name, announcement expiry (ms), ...
+--
+-- The instance set is read by the caller and passed in: on Redis Cluster
+-- it lives in another slot than the stream (often on another node), which
+-- one call cannot touch. An announcement renewed after that read only
+-- makes its instance look dead for this pass if its previous one had
+-- expired: it was dead then.
 --
 -- Returns how many entries were claimed.
 local group, consumer, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = now_ms()
+local expiries = {}
+for i = 5, #ARGV, 2 do
+  expiries[ARGV[i]] = tonumber(ARGV[i + 1])
+end
 local claimed = 0
 for _, raw in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], group)) do
   local info = to_map(raw)
   local name = info['name']
-  local expiry = redis.call('ZSCORE', KEYS[2], name)
-  local live = expiry and tonumber(expiry) > now
+  local expiry = expiries[name]
+  local live = expiry and expiry > now
   if name ~= consumer and not live then
     if tonumber(info['pending']) > 0 and claimed < count then
       local args = {KEYS[1], group, consumer, 0}
