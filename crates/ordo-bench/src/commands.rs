@@ -26,13 +26,16 @@
 //!    Redis: `closed_loop_local_share` is the share of commands run in
 //!    place (more than the share of such senders, since they go faster),
 //!    `closed_loop_remote_commands_per_s` and `closed_loop_remote_rtt_*` the
-//!    commands that crossed instances. This process's CPU time (both instances and
-//!    the senders) and Redis's (`INFO cpu`) over the same window, divided
-//!    by those commands, give `cpu_us_per_command` and
+//!    commands that crossed instances. This process's CPU time (both
+//!    instances and the senders) and Redis's (`INFO cpu`) over the same
+//!    window, divided by those commands, give `cpu_us_per_command` and
 //!    `redis_cpu_us_per_command`; what Redis's `used_memory` grew by over
 //!    the window, per command, is `redis_bytes_per_command` (the outcome
 //!    records, kept for `[commands] dedup_window_ms`, and the streams'
-//!    entries).
+//!    entries); `INFO commandstats` gives `redis_calls_per_command` and
+//!    `redis_top_commands` (the commands scripts run included). Part 1
+//!    prints these too: its closed loop all of them (`remote_*`), its
+//!    offered loads the calls (`command_rtt_*`, `local_owner_*`).
 //! 3. The same closed loop on one inline domain (no broker, the command
 //!    runs in the sending process): `inline_commands_per_s`,
 //!    `inline_rtt_p50_ms`, `inline_cpu_us_per_command`, the baseline.
@@ -50,6 +53,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
+use fred::prelude::ClientLike as _;
 use ordo::contract::handler::HandlerContext;
 use ordo::{Aggregate, Command, command_handler};
 use ordo_core::contract::config::Config;
@@ -263,7 +267,6 @@ impl Instance {
             .shutdown()
             .await
             .with_context(|| format!("instance {} did not shut down cleanly", self.id))?;
-        use fred::prelude::ClientLike as _;
         self.broker
             .client()
             .quit()

@@ -54,8 +54,10 @@ enum Bench {
     Latency(LatencyArgs),
     /// Commands sent across instances on Redis, against the inline broker:
     /// `command_rtt_p50_ms`, `command_rtt_p99_ms` (one sender, one owner, a
-    /// fixed offered load), `commands_per_s`, `cpu_us_per_command`,
-    /// `redis_cpu_us_per_command` (closed loop over two instances), and
+    /// fixed offered load), `local_owner_rtt_p50_ms` (the owner sending: run
+    /// in place), `remote_commands_per_s` (a closed loop, every command
+    /// crossing), `commands_per_s`, `cpu_us_per_command`,
+    /// `redis_cpu_us_per_command` (a closed loop over two instances), and
     /// `inline_commands_per_s`, `inline_rtt_p50_ms` (the same loop in process).
     Commands(CommandsArgs),
     /// Commands one instance sends per second while it owns many idle
