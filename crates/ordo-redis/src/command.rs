@@ -55,7 +55,7 @@ const POLL_FIRST: Duration = Duration::from_millis(100);
 const POLL_MAX: Duration = Duration::from_secs(1);
 
 /// How long one `BLMPOP` blocks (then the reader checks it is still wanted).
-const BLOCK_SECONDS: f64 = 1.0;
+const BLOCK_SECONDS: f64 = 0.5;
 
 /// Outcomes read per `BLMPOP`.
 const POP_COUNT: i64 = 512;
@@ -210,21 +210,24 @@ async fn read(client: Client, list: String, waiters: Weak<Waiters>) {
             let _ = client.quit().await;
             return;
         }
-        let popped: Result<Option<(String, Vec<String>)>> = client
+        let popped: std::result::Result<Option<(String, Vec<String>)>, fred::error::Error> = client
             .blmpop(
                 BLOCK_SECONDS,
                 list.as_str(),
                 LMoveDirection::Left,
                 Some(POP_COUNT),
             )
-            .await
-            .map_err(Into::into);
+            .await;
         let replies = match popped {
             Ok(popped) => {
                 failures = 0;
                 popped.map(|(_, replies)| replies).unwrap_or_default()
             }
+            // The client's own clock ran out on a block Redis was about to
+            // end empty-handed: an idle wait, not a failure.
+            Err(error) if *error.kind() == fred::error::ErrorKind::Timeout => continue,
             Err(error) => {
+                let error = crate::error::Error::from(error);
                 let Some(waiters) = waiters.upgrade() else { return };
                 drop(waiters);
                 failures = failures.saturating_add(1);
