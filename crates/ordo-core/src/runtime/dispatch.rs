@@ -38,7 +38,7 @@ pub const MAX_COMMAND_ID_BYTES: usize = 200;
 ///
 /// ```
 /// # use std::time::Duration;
-/// use ordo::runtime::dispatch::SendOptions;
+/// use ordo_core::runtime::dispatch::SendOptions;
 /// let options = SendOptions::new()
 ///     .id("order-42-cancel")
 ///     .timeout(Duration::from_secs(2));
