@@ -150,14 +150,17 @@ impl Replies {
 
 impl Drop for Replies {
     fn drop(&mut self) {
-        if let Some(client) = self
+        let reader = self
             .reader
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
+            .take();
+        if let Some(client) = reader
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            // Interrupts the blocked read; the task then finds nobody waiting.
-            tokio::spawn(async move {
+            // Interrupts the blocked read; the task then finds nobody
+            // waiting. Outside a runtime the reader's task is gone with it.
+            runtime.spawn(async move {
                 let _ = client.quit().await;
             });
         }
