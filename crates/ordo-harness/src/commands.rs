@@ -40,7 +40,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fred::clients::Pool;
 use fred::interfaces::{KeysInterface, ListInterface, LuaInterface};
@@ -58,7 +58,7 @@ use tokio_util::sync::CancellationToken;
 use crate::keys::CommandRecords;
 use crate::line::{self, Line};
 use crate::tick::Chaos;
-use crate::worker::{BEGIN, CLEAR, ENDED_TTL_S, RETRY_FOR, RETRY_PAUSE, emit};
+use crate::worker::{BEGIN, ENDED_TTL_S, clear_marker, commit_fenced, emit, retrying};
 
 /// How long a sender waits for one send's outcome before sending the same
 /// id again.
@@ -243,38 +243,15 @@ impl PokeRun {
             .del(records.marker(key))
             .sadd(records.ended(key), self.marker.as_str())
             .command("EXPIRE", records.ended(key), [ENDED_TTL_S.to_string()]);
-        let started = Instant::now();
-        loop {
-            match self
-                .fence
-                .commit_as(&self.inner.client, &writes, &self.marker)
-                .await
-            {
-                Err(error @ (ordo_redis::Error::Redis(_) | ordo_redis::Error::Unavailable(_)))
-                    if started.elapsed() < RETRY_FOR =>
-                {
-                    tracing::warn!(%error, key, "committing a command's effect failed; retrying");
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                }
-                result => return result.map(drop),
-            }
-        }
+        commit_fenced(&self.inner.client, &self.fence, &writes, &self.marker, key).await
     }
 
     /// Clears the in-flight marker if it is still this run's.
     async fn clear(&self) -> Result<(), HandlerError> {
         let key = &self.poke.key;
-        retrying(key, "clear the in-flight marker", || async {
-            let _: i64 = self
-                .inner
-                .client
-                .eval(
-                    CLEAR,
-                    vec![self.inner.records.marker(key), self.inner.records.ended(key)],
-                    vec![self.marker.clone(), ENDED_TTL_S.to_string()],
-                )
-                .await?;
-            Ok(())
+        let (marker, ended) = (self.inner.records.marker(key), self.inner.records.ended(key));
+        retrying(key, "clear the in-flight marker", || {
+            clear_marker(&self.inner.client, &marker, &ended, &self.marker)
         })
         .await
     }
@@ -287,25 +264,6 @@ impl PokeRun {
             .field("sender", &self.poke.sender)
             .field("seq", self.poke.seq)
             .field("token", self.fence.token())
-    }
-}
-
-/// Runs `operation` until it succeeds or [`RETRY_FOR`] passes.
-async fn retrying<T, F, Fut>(key: &str, what: &str, mut operation: F) -> Result<T, HandlerError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, fred::error::Error>>,
-{
-    let started = Instant::now();
-    loop {
-        match operation().await {
-            Ok(value) => return Ok(value),
-            Err(error) if started.elapsed() < RETRY_FOR => {
-                tracing::warn!(%error, key, "{what} failed; retrying");
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-            Err(error) => return Err(format!("could not {what}: {error}").into()),
-        }
     }
 }
 
@@ -457,19 +415,12 @@ impl Sender {
     /// Appends `entry` to `list`, retrying while Redis fails (for
     /// [`RETRY_FOR`]; an outcome that cannot be recorded is not checked).
     async fn record(&self, list: &str, entry: &str) {
-        let started = Instant::now();
-        loop {
-            match self.client.rpush::<i64, _, _>(list, entry).await {
-                Ok(_) => return,
-                Err(error) if started.elapsed() < RETRY_FOR => {
-                    tracing::warn!(%error, list, "recording a command's outcome failed; retrying");
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                }
-                Err(error) => {
-                    tracing::error!(%error, list, entry, "a command's outcome could not be recorded");
-                    return;
-                }
-            }
+        let recorded = retrying(list, "record a command's outcome", || {
+            self.client.rpush::<i64, _, _>(list, entry)
+        })
+        .await;
+        if let Err(error) = recorded {
+            tracing::error!(%error, list, entry, "a command's outcome could not be recorded");
         }
     }
 

@@ -555,24 +555,7 @@ impl Run {
             .del(records.marker(key))
             .sadd(records.ended(key), self.marker.as_str())
             .command("EXPIRE", records.ended(key), [ENDED_TTL_S.to_string()]);
-        let started = Instant::now();
-        loop {
-            // One commit id for every try: a try that timed out but reaches
-            // Redis later is not applied a second time.
-            match self
-                .fence
-                .commit_as(&self.inner.client, &writes, &self.marker)
-                .await
-            {
-                Err(error @ (ordo_redis::Error::Redis(_) | ordo_redis::Error::Unavailable(_)))
-                    if started.elapsed() < RETRY_FOR =>
-                {
-                    tracing::warn!(%error, key, "committing the effect failed; retrying");
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                }
-                result => return result.map(drop),
-            }
-        }
+        commit_fenced(&self.inner.client, &self.fence, &writes, &self.marker, key).await
     }
 
     /// Commits the effect in `effects` (retrying its failures for
@@ -619,20 +602,10 @@ impl Run {
     /// Clears the in-flight marker if it is still this run's (retrying
     /// while Redis fails).
     async fn clear(&self) -> Result<(), HandlerError> {
-        self.retrying("clear the in-flight marker", || async {
-            let _: i64 = self
-                .inner
-                .client
-                .eval(
-                    CLEAR,
-                    vec![
-                        self.inner.records.marker(&self.tick.key),
-                        self.inner.records.ended(&self.tick.key),
-                    ],
-                    vec![self.marker.clone(), ENDED_TTL_S.to_string()],
-                )
-                .await?;
-            Ok(())
+        let records = &self.inner.records;
+        let (marker, ended) = (records.marker(&self.tick.key), records.ended(&self.tick.key));
+        self.retrying("clear the in-flight marker", || {
+            clear_marker(&self.inner.client, &marker, &ended, &self.marker)
         })
         .await
     }
@@ -650,27 +623,18 @@ impl Run {
         .into())
     }
 
-    /// Runs `operation` until it succeeds or [`RETRY_FOR`] passes.
-    async fn retrying<T, F, Fut>(&self, what: &str, mut operation: F) -> Result<T, HandlerError>
+    /// Runs `operation` until it succeeds or [`RETRY_FOR`] passes; prints
+    /// `failed` when it gives up.
+    async fn retrying<T, F, Fut>(&self, what: &str, operation: F) -> Result<T, HandlerError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, fred::error::Error>>,
     {
-        let started = Instant::now();
-        loop {
-            match operation().await {
-                Ok(value) => return Ok(value),
-                Err(error) if started.elapsed() < RETRY_FOR => {
-                    tracing::warn!(%error, key = %self.tick.key, "{what} failed; retrying");
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                }
-                Err(error) => {
-                    let reason = format!("could not {what}: {error}");
-                    emit(&self.line(line::FAILED).field("reason", &reason));
-                    return Err(reason.into());
-                }
-            }
+        let result = retrying(&self.tick.key, what, operation).await;
+        if let Err(reason) = &result {
+            emit(&self.line(line::FAILED).field("reason", reason.to_string()));
         }
+        result
     }
 
     /// A `kind` line about this run: instance, key, seq and token.
@@ -680,6 +644,68 @@ impl Run {
             .field("key", &self.tick.key)
             .field("seq", self.tick.seq)
             .field("token", self.fence.token())
+    }
+}
+
+/// The fenced commit of `writes` as `marker` (one commit id for every
+/// try: a try that timed out but reaches Redis later is not applied a
+/// second time), retried while Redis fails for [`RETRY_FOR`], never when
+/// the fence refuses it.
+pub(crate) async fn commit_fenced(
+    client: &Pool,
+    fence: &RedisFence,
+    writes: &FencedWrite,
+    marker: &str,
+    key: &str,
+) -> Result<(), ordo_redis::Error> {
+    let started = Instant::now();
+    loop {
+        match fence.commit_as(client, writes, marker).await {
+            Err(error @ (ordo_redis::Error::Redis(_) | ordo_redis::Error::Unavailable(_)))
+                if started.elapsed() < RETRY_FOR =>
+            {
+                tracing::warn!(%error, key, "committing the effect failed; retrying");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            result => return result.map(drop),
+        }
+    }
+}
+
+/// Clears the in-flight marker `marker_key` if it still holds `marker`,
+/// noting the run in `ended_key`.
+pub(crate) async fn clear_marker(
+    client: &Pool,
+    marker_key: &str,
+    ended_key: &str,
+    marker: &str,
+) -> std::result::Result<(), fred::error::Error> {
+    let _: i64 = client
+        .eval(
+            CLEAR,
+            vec![marker_key.to_owned(), ended_key.to_owned()],
+            vec![marker.to_owned(), ENDED_TTL_S.to_string()],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Runs `operation` until it succeeds or [`RETRY_FOR`] passes.
+pub(crate) async fn retrying<T, F, Fut>(key: &str, what: &str, mut operation: F) -> Result<T, HandlerError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, fred::error::Error>>,
+{
+    let started = Instant::now();
+    loop {
+        match operation().await {
+            Ok(value) => return Ok(value),
+            Err(error) if started.elapsed() < RETRY_FOR => {
+                tracing::warn!(%error, key, "{what} failed; retrying");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(error) => return Err(format!("could not {what}: {error}").into()),
+        }
     }
 }
 

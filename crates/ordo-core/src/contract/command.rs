@@ -203,31 +203,24 @@ pub struct CommandRequest {
 
 impl CommandRequest {
     /// A request for `envelope` (whose category is the command stream
-    /// category) to partition `key`, meant for `handler`.
-    pub fn new(envelope: Envelope, key: impl Into<String>, handler: &'static str) -> Self {
+    /// category) to partition `key`, meant for `handler`, waiting at most
+    /// `timeout` for the outcome, which the owner keeps for `dedup_window`.
+    pub fn new(
+        envelope: Envelope,
+        key: impl Into<String>,
+        handler: &'static str,
+        timeout: Duration,
+        dedup_window: Duration,
+    ) -> Self {
         Self {
             category: envelope.category.clone(),
             key: key.into(),
             envelope,
             handler,
-            timeout: Duration::from_secs(10),
-            dedup_window: Duration::from_secs(600),
+            timeout,
+            dedup_window,
             caller_id: false,
         }
-    }
-
-    /// Waits at most `timeout` for the outcome.
-    #[must_use]
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Keeps the outcome for `window`.
-    #[must_use]
-    pub fn with_dedup_window(mut self, window: Duration) -> Self {
-        self.dedup_window = window;
-        self
     }
 
     /// Marks the id as the caller's own.

@@ -131,9 +131,8 @@ impl Domain {
                 envelope.partition_key = Some(key.clone());
                 let command_id = envelope.id.clone();
                 let commands = self.config().commands();
-                let request = CommandRequest::new(envelope, key, handler)
-                    .with_timeout(options.timeout.unwrap_or(commands.timeout()))
-                    .with_dedup_window(commands.dedup_window())
+                let timeout = options.timeout.unwrap_or(commands.timeout());
+                let request = CommandRequest::new(envelope, key, handler, timeout, commands.dedup_window())
                     .with_caller_id(caller_id);
                 match router.send(request).await {
                     Ok(outcome) => outcome_value(outcome, handler, type_name, command_id)?,

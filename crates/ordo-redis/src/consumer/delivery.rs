@@ -287,9 +287,6 @@ impl Worker {
             Local(Option<LocalCommand>),
         }
         loop {
-            if let Some(door) = door.as_deref() {
-                door.set_idle(true);
-            }
             let offered = async {
                 match door.as_deref_mut() {
                     Some(door) => door.queue.recv().await,

@@ -50,7 +50,7 @@ pub(crate) enum LocalDone {
 #[derive(Debug)]
 struct Door {
     queue: mpsc::UnboundedSender<LocalCommand>,
-    idle: Arc<AtomicBool>,
+    open: Arc<AtomicBool>,
     /// Tells this door from a later one of the same partition.
     number: u64,
 }
@@ -63,15 +63,15 @@ pub(crate) struct LocalOwners {
     opened: std::sync::atomic::AtomicU64,
 }
 
-/// A worker's side of its door: the queue it reads and the idle mark it
-/// sets. Dropping it closes the door (commands still queued go back).
+/// A worker's side of its door: the queue it reads and whether it takes
+/// offers. Dropping it closes the door (commands still queued go back).
 #[derive(Debug)]
 pub(crate) struct OpenDoor {
     owners: Arc<LocalOwners>,
     partition: String,
     number: u64,
     pub(crate) queue: mpsc::UnboundedReceiver<LocalCommand>,
-    idle: Arc<AtomicBool>,
+    open: Arc<AtomicBool>,
 }
 
 impl LocalOwners {
@@ -79,13 +79,13 @@ impl LocalOwners {
     /// by an earlier worker of it).
     pub(crate) fn open(self: &Arc<Self>, partition: &str) -> OpenDoor {
         let (sender, queue) = mpsc::unbounded_channel();
-        let idle = Arc::new(AtomicBool::new(false));
+        let open = Arc::new(AtomicBool::new(false));
         let number = self.opened.fetch_add(1, Ordering::Relaxed) + 1;
         self.doors.lock().unwrap_or_else(PoisonError::into_inner).insert(
             partition.to_owned(),
             Door {
                 queue: sender,
-                idle: Arc::clone(&idle),
+                open: Arc::clone(&open),
                 number,
             },
         );
@@ -94,7 +94,7 @@ impl LocalOwners {
             partition: partition.to_owned(),
             number,
             queue,
-            idle,
+            open,
         }
     }
 
@@ -103,7 +103,7 @@ impl LocalOwners {
     pub(crate) fn offer(&self, partition: &str, command: LocalCommand) -> Result<(), LocalCommand> {
         let doors = self.doors.lock().unwrap_or_else(PoisonError::into_inner);
         match doors.get(partition) {
-            Some(door) if door.idle.load(Ordering::SeqCst) => door.queue.send(command).map_err(|e| e.0),
+            Some(door) if door.open.load(Ordering::SeqCst) => door.queue.send(command).map_err(|e| e.0),
             _ => Err(command),
         }
     }
@@ -111,14 +111,14 @@ impl LocalOwners {
 
 impl OpenDoor {
     /// Opens the door to offers, or closes it (a halted partition).
-    pub(crate) fn set_idle(&self, idle: bool) {
-        self.idle.store(idle, Ordering::SeqCst);
+    pub(crate) fn set_open(&self, open: bool) {
+        self.open.store(open, Ordering::SeqCst);
     }
 }
 
 impl Drop for OpenDoor {
     fn drop(&mut self) {
-        self.idle.store(false, Ordering::SeqCst);
+        self.open.store(false, Ordering::SeqCst);
         {
             let mut doors = self.owners.doors.lock().unwrap_or_else(PoisonError::into_inner);
             if doors

@@ -89,7 +89,7 @@ impl<'w> PerKey<'w> {
             // Offers are taken while the partition flows (they run before
             // the next read), not while it is halted.
             if let Some(door) = door.as_ref() {
-                door.set_idle(!matches!(passed, Ok(Pass::Halted)));
+                door.set_open(!matches!(passed, Ok(Pass::Halted)));
             }
             match passed {
                 Ok(Pass::Worked) => failures = 0,

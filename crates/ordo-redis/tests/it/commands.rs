@@ -673,7 +673,19 @@ async fn a_command_run_again_raises_its_events_once(redis: TestRedis) -> anyhow:
     let first: u32 = domain
         .send_with(add("c-6", "s", 1, "ok"), options.clone())
         .await?;
-    tokio::time::sleep(Duration::from_millis(5)).await; // past the 1 ms window
+    // Past the 1 ms window: the outcome record is gone.
+    let client = common::pool(&url).await?;
+    let record = ordo_redis::PartitionKeys::new("cart.commands", "c-6", "backfill").outcome("add-once");
+    ordo_testkit::eventually(Duration::from_secs(5), "the outcome record expired", || {
+        let (client, record) = (client.clone(), record.clone());
+        async move {
+            let exists: u64 = fred::interfaces::KeysInterface::exists(&client, &record)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(exists == 0)
+        }
+    })
+    .await?;
     let second: u32 = domain.send_with(add("c-6", "s", 1, "ok"), options).await?;
     assert_eq!((first, second), (1, 2), "the command ran twice");
     domain.settle().await?;

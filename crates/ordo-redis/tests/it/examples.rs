@@ -3,10 +3,9 @@
 //! account's deposits run in order and the resend run once.
 //! (`cargo test` builds the examples before the tests.)
 
-use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Example `name`'s binary, built beside this test's.
 fn example(name: &str) -> PathBuf {
@@ -25,41 +24,25 @@ fn example(name: &str) -> PathBuf {
 }
 
 /// Runs example `name` against `redis_url`; its stdout, once it exited 0
-/// within `deadline` (it is killed past it).
+/// within `deadline` (it is killed past it). Its stderr goes to the test's.
 fn run(name: &str, redis_url: &str, deadline: Duration) -> String {
-    let mut child = Command::new(example(name))
-        .env("REDIS_URL", redis_url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the example starts");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the example's status") {
-            break status;
-        }
-        if started.elapsed() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{name} did not finish within {deadline:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let mut command = Command::new(example(name));
+    command.env("REDIS_URL", redis_url).stdin(Stdio::null());
+    let mut child = ordo_testkit::Process::spawn(command).expect("the example starts");
+    let Some(status) = child.wait_timeout(deadline).expect("the example's status") else {
+        let _ = child.kill();
+        panic!(
+            "{name} did not finish within {deadline:?}:\n{}",
+            child.lines().join("\n")
+        );
     };
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .expect("piped")
-        .read_to_string(&mut stdout)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .expect("piped")
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert!(status.success(), "{name} failed ({status}):\n{stdout}\n{stderr}");
+    let stdout = child
+        .all_lines(Duration::from_secs(10))
+        .expect("the example's output")
+        .iter()
+        .map(|line| format!("{line}\n"))
+        .collect::<String>();
+    assert!(status.success(), "{name} failed ({status}):\n{stdout}");
     stdout
 }
 
