@@ -11,6 +11,11 @@
 //! (a sender's outcome record lookup, deduplicated publish and wait; the
 //! owner's run, SET NX of the outcome, reply push and fenced
 //! acknowledgement), checked by [`check_commands`], with its own mutants.
+//! [`publish`] describes publish deduplication by producer id and
+//! per-stream sequence (an in-memory outbox processor's batches, failed
+//! appends, lost replies, late requests and restarts against the script's
+//! per-stream producer hash), checked by [`check_publish`], with its own
+//! mutants.
 //! [`check`] explores every interleaving of a [`Config`] and reports the
 //! properties of CONTRACT.md §1 that some history breaks. Seeded
 //! [`Mutant`]s, each a hole the real protocol closes, prove the properties
@@ -27,6 +32,7 @@ pub mod commands;
 pub mod hashed;
 mod mutant;
 pub mod protocol;
+pub mod publish;
 
 pub use commands::{
     Commands, CommandsConfig, CommandsMutant, CommandsReport, CommandsViolation, check_commands,
@@ -37,6 +43,10 @@ pub use hashed::{
     check_hashed_until_broken,
 };
 pub use protocol::{Action, Protocol, State};
+pub use publish::{
+    Publish, PublishConfig, PublishMutant, PublishReport, PublishViolation, check_publish,
+    check_publish_until_broken,
+};
 
 /// What is explored: instances × messages × faults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

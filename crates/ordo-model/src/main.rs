@@ -10,16 +10,19 @@
 //! ordo-model commands [--mutant NAME] [--config NAME]
 //!                                              # the command reply model
 //! ordo-model commands-mutants                  # its seeded defects
+//! ordo-model publish [--mutant NAME] [--config NAME]
+//!                                              # the publish dedup model
+//! ordo-model publish-mutants                   # its seeded defects
 //! ```
-//! `check`, `hashed` and `commands` exit with status 1 when a property is
-//! violated.
+//! `check`, `hashed`, `commands` and `publish` exit with status 1 when a
+//! property is violated.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use ordo_model::{
     AOF_LOSS_BREAKS, CommandsConfig, CommandsMutant, Config, HASHED_BY_DESIGN, HashedConfig, HashedMutant,
-    Mutant, check, check_commands, check_hashed,
+    Mutant, PublishConfig, PublishMutant, check, check_commands, check_hashed, check_publish,
 };
 
 #[derive(Parser)]
@@ -84,6 +87,84 @@ enum Command {
     },
     /// Lists the command reply model's seeded defects, one a line.
     CommandsMutants,
+    /// Explores every history of publish deduplication by producer id and
+    /// per-stream sequence (an in-memory outbox processor's batches, failed
+    /// appends, lost replies, late requests, restarts), and reports
+    /// violations.
+    Publish {
+        /// Seeds a known defect (see `publish-mutants`); a counterexample is expected.
+        #[arg(long)]
+        mutant: Option<PublishMutant>,
+        /// The configuration to explore: full (the default: 3 rows over 2
+        /// streams, batches of 2, 3 faults, a restart), faults (4 rows on
+        /// one stream, 3 faults), restart (3 rows on one stream, a fault, 2
+        /// restarts) or wide (4 rows over 2 streams, batches of 3, 3
+        /// faults, a restart).
+        #[arg(long, value_parser = parse_publish_config)]
+        config: Option<(String, PublishConfig)>,
+    },
+    /// Lists the publish model's seeded defects, one a line.
+    PublishMutants,
+}
+
+fn parse_publish_config(name: &str) -> Result<(String, PublishConfig), String> {
+    PublishConfig::named(name)
+        .map(|config| (name.to_owned(), config))
+        .ok_or_else(|| {
+            let known: Vec<&str> = PublishConfig::NAMED.iter().map(|(n, _)| *n).collect();
+            format!(
+                "unknown configuration `{name}`; expected one of: {}",
+                known.join(", ")
+            )
+        })
+}
+
+fn publish(mutant: Option<PublishMutant>, config: Option<(String, PublishConfig)>) -> ExitCode {
+    let (name, config) = match (config, mutant) {
+        (Some(named), _) => named,
+        // A mutant alone: the smallest configuration that exposes it.
+        (None, Some(mutant)) => (format!("exposing {mutant}"), PublishConfig::exposing(mutant)),
+        (None, None) => ("full".to_owned(), PublishConfig::FULL),
+    };
+    println!("configuration: {name}: {config}");
+    if let Some(mutant) = mutant {
+        println!("mutant: {mutant}");
+    }
+    let report = check_publish(config, mutant);
+    for violation in &report.violations {
+        println!("\nviolated: {}", violation.property);
+        for (step, action) in violation.trace.iter().enumerate() {
+            println!("  {:>2}. {action}", step + 1);
+        }
+        let state = &violation.state;
+        let rows: Vec<String> = state
+            .rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "start {} seq {} → stream {}{}",
+                    r.incarnation,
+                    r.seq,
+                    r.stream,
+                    if r.published { " (published)" } else { "" }
+                )
+            })
+            .collect();
+        println!("  rows: {rows:?}");
+        println!(
+            "  streams (row indices): {:?}, last sequences: {:?}",
+            state.streams, state.last
+        );
+    }
+    println!("states: {}", report.states);
+    println!("max_depth: {}", report.max_depth);
+    println!("violations: {}", report.violations.len());
+    println!("time_ms: {}", report.elapsed.as_millis());
+    if report.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn parse_commands_config(name: &str) -> Result<(String, CommandsConfig), String> {
@@ -205,6 +286,13 @@ fn parse_config(name: &str) -> Result<(String, Config), String> {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::PublishMutants => {
+            for mutant in PublishMutant::ALL {
+                println!("{mutant}");
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Publish { mutant, config } => publish(mutant, config),
         Command::CommandsMutants => {
             for mutant in CommandsMutant::ALL {
                 println!("{mutant}");
