@@ -46,6 +46,7 @@ pub mod relay;
 pub mod report;
 pub mod scale;
 pub mod stats;
+pub mod sweep;
 pub mod throughput;
 pub mod worker;
 pub mod workload;

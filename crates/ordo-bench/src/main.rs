@@ -24,6 +24,7 @@ use ordo_bench::idle::{self, IdleArgs};
 use ordo_bench::redis::RedisArgs;
 use ordo_bench::relay::{self, RelayArgs};
 use ordo_bench::scale::{self, ScaleArgs};
+use ordo_bench::sweep::{self, SweepArgs};
 use ordo_bench::throughput::{self, ThroughputArgs};
 use ordo_bench::worker::{self, WorkerArgs};
 
@@ -49,6 +50,12 @@ enum Bench {
     /// `publish_msgs_per_s`, `ordered_msgs_per_s_N`, `baseline_msgs_per_s`,
     /// `ratio_ordered_to_baseline`.
     Throughput(ThroughputArgs),
+    /// `throughput` with one instance over several key counts, the median of
+    /// `--rounds` per count: `ratio_keys_<K>`, `ordered_msgs_per_s_keys_<K>`,
+    /// `engine_cpu_us_per_msg_keys_<K>`, `redis_cpu_us_per_msg_keys_<K>`;
+    /// `--svg` plots the ratio against keys (beside `--previous`, another
+    /// build's `--points`).
+    Sweep(SweepArgs),
     /// Commit to handler start at a fixed offered load:
     /// `latency_p50_ms`, `latency_p99_ms`.
     Latency(LatencyArgs),
@@ -140,6 +147,7 @@ async fn run(bench: Bench, redis: &RedisArgs) -> Result<Report> {
     match bench {
         Bench::Baseline(args) => baseline::run(&args, &redis.start().await?).await,
         Bench::Throughput(args) => throughput::run(&args, &redis.start().await?).await,
+        Bench::Sweep(args) => sweep::run(&args, &redis.start().await?).await,
         Bench::Latency(args) => handler_latency::run(&args, &redis.start().await?).await,
         Bench::Commands(args) => commands::run(&args, &redis.start().await?).await,
         Bench::Idle(args) => idle::run(&args, &redis.start().await?).await,

@@ -238,3 +238,51 @@ fn a_rediss_url_with_mutual_tls_files_works_and_a_wrong_ca_is_refused() -> Resul
     );
     Ok(())
 }
+
+#[test]
+fn sweep_prints_a_ratio_per_key_count_and_plots_it_beside_a_previous_build() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (points, svg) = (dir.path().join("before.json"), dir.path().join("ratio.svg"));
+    let points_arg = points.to_str().context("a UTF-8 temp path")?;
+    let (stdout, _) = bench_ok(&[
+        "sweep", "--events", "400", "--keys", "1,4", "--label", "before", "--points", points_arg,
+    ])?;
+    for figure in [
+        "ratio_keys_1: ",
+        "ratio_keys_4: ",
+        "ordered_msgs_per_s_keys_4: ",
+        "redis_cpu_us_per_msg_keys_4: ",
+    ] {
+        assert!(stdout.contains(figure), "{figure} missing: {stdout}");
+    }
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&points)?)?;
+    assert_eq!(saved["label"], "before", "{saved}");
+    assert_eq!(saved["points"].as_array().map(Vec::len), Some(2), "{saved}");
+
+    let svg_arg = svg.to_str().context("a UTF-8 temp path")?;
+    bench_ok(&[
+        "sweep",
+        "--events",
+        "400",
+        "--keys",
+        "1,4",
+        "--label",
+        "after",
+        "--previous",
+        points_arg,
+        "--svg",
+        svg_arg,
+    ])?;
+    let drawn = std::fs::read_to_string(&svg)?;
+    assert!(drawn.starts_with("<svg"), "{drawn}");
+    assert_eq!(
+        drawn.matches("<polyline").count(),
+        2,
+        "both builds drawn: {drawn}"
+    );
+    assert!(
+        drawn.contains(">before</text>") && drawn.contains(">after</text>"),
+        "{drawn}"
+    );
+    Ok(())
+}
