@@ -35,6 +35,7 @@ use ordo_redis::RedisBroker;
 
 use crate::latency::LatencyRecorder;
 use crate::redis::BenchRedis;
+use crate::redis_info;
 use crate::workload::{BenchAggregate, BenchEvent};
 
 /// The handler's name: the consumer group of the `bench` partitions (the
@@ -432,7 +433,7 @@ impl Engine {
     }
 }
 
-/// How long filling a backlog took.
+/// How long filling a backlog took, and what publishing it cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Filled {
     /// Events committed and published.
@@ -441,12 +442,23 @@ pub struct Filled {
     pub commit: Duration,
     /// The outbox processor publishing them to the partition streams.
     pub publish: Duration,
+    /// Redis's CPU time while publishing (`INFO cpu`), when measured.
+    pub publish_redis_cpu: Option<Duration>,
+    /// This process's CPU time while publishing, where it can be read.
+    pub publish_process_cpu: Option<Duration>,
 }
 
 /// Commits events `seqs` (event `n` is `BenchEvent::nth(n, keys)`) in units
 /// of work of `per_commit`, then has the outbox processor publish them all
-/// to their partition streams, timing the two steps apart.
-pub async fn fill(domain: &Domain, seqs: Range<u64>, keys: usize, per_commit: usize) -> Result<Filled> {
+/// to their partition streams, timing the two steps apart; with `admin`,
+/// Redis's CPU time while publishing is measured too.
+pub async fn fill(
+    domain: &Domain,
+    seqs: Range<u64>,
+    keys: usize,
+    per_commit: usize,
+    admin: Option<&Client>,
+) -> Result<Filled> {
     let events = seqs.end.saturating_sub(seqs.start);
     let started = Instant::now();
     let mut seq = seqs.start;
@@ -460,12 +472,24 @@ pub async fn fill(domain: &Domain, seqs: Range<u64>, keys: usize, per_commit: us
         seq = end;
     }
     let commit = started.elapsed();
+    let redis_before = match admin {
+        Some(admin) => Some(redis_info::cpu(admin).await?),
+        None => None,
+    };
+    let process_before = redis_info::process_cpu();
     let started = Instant::now();
     let report = domain
         .publish_pending()
         .await
         .context("the outbox processor failed")?;
     let publish = started.elapsed();
+    let publish_process_cpu = redis_info::process_cpu()
+        .zip(process_before)
+        .map(|(now, then)| now.saturating_sub(then));
+    let publish_redis_cpu = match (admin, redis_before) {
+        (Some(admin), Some(before)) => Some(redis_info::cpu(admin).await?.saturating_sub(before)),
+        _ => None,
+    };
     ensure!(
         report.published as u64 == events && report.failed == 0 && report.abandoned == 0,
         "the outbox processor published {} of {events} events ({} failed, {} abandoned)",
@@ -477,6 +501,8 @@ pub async fn fill(domain: &Domain, seqs: Range<u64>, keys: usize, per_commit: us
         events,
         commit,
         publish,
+        publish_redis_cpu,
+        publish_process_cpu,
     })
 }
 
@@ -514,6 +540,54 @@ pub(crate) async fn scan_page(client: &Client, pattern: &str, cursor: &str) -> R
     reply
         .convert()
         .with_context(|| format!("unexpected SCAN reply for {pattern}"))
+}
+
+/// The bytes (`MEMORY USAGE`) of every key matching one of `patterns`,
+/// and how many keys matched; on a Redis Cluster, over every primary.
+pub async fn memory_of_matching(client: &Client, patterns: &[&str]) -> Result<(u64, u64)> {
+    if !client.is_clustered() {
+        return memory_on_node(client, patterns).await;
+    }
+    let (mut bytes, mut keys) = (0, 0);
+    for node in client
+        .split_cluster()
+        .context("cannot list the cluster's primaries")?
+    {
+        node.init().await.context("cannot connect to a cluster primary")?;
+        let result = memory_on_node(&node, patterns).await;
+        let _ = node.quit().await;
+        let (b, k) = result?;
+        bytes += b;
+        keys += k;
+    }
+    Ok((bytes, keys))
+}
+
+/// [`memory_of_matching`] on the one node `client` talks to.
+async fn memory_on_node(client: &Client, patterns: &[&str]) -> Result<(u64, u64)> {
+    let (mut bytes, mut count) = (0, 0);
+    for pattern in patterns {
+        let mut cursor = "0".to_owned();
+        loop {
+            let (next, keys) = scan_page(client, pattern, &cursor).await?;
+            for key in keys {
+                let used: Option<u64> = client
+                    .custom(
+                        CustomCommand::new_static("MEMORY", ClusterHash::Random, false),
+                        vec!["USAGE".to_owned(), key.clone()],
+                    )
+                    .await
+                    .with_context(|| format!("MEMORY USAGE {key} failed"))?;
+                bytes += used.unwrap_or(0);
+                count += 1;
+            }
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok((bytes, count))
 }
 
 /// [`delete_matching`] on the one node `client` talks to.

@@ -82,7 +82,7 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
     let memory_before = redis_info::memory(admin).await?;
     let rss_before = redis_info::resident_bytes();
     let engine = Engine::connect(redis, &instance, &EngineOptions::new(config), tally.clone()).await?;
-    engine::fill(&engine.domain, 0..partitions as u64, partitions, 100).await?;
+    engine::fill(&engine.domain, 0..partitions as u64, partitions, 100, None).await?;
 
     let started = Instant::now();
     let counted = engine

@@ -5,7 +5,11 @@
 //! 1. a backlog of `--events` events over `--keys` keys is committed in
 //!    units of work of `--per-commit` events and published by the outbox
 //!    processor into the partition streams (with the index): that step is
-//!    `publish_msgs_per_s` (over every fill of the run);
+//!    `publish_msgs_per_s` (over every fill of the run), costing
+//!    `publish_engine_cpu_us_per_msg` of this process's CPU and
+//!    `publish_redis_cpu_us_per_msg` of Redis's; what deduplication keeps
+//!    per stream once the first backlog is published (each lane's producer
+//!    hash and message-id set, `MEMORY USAGE`) is `dedup_bytes_per_stream`;
 //! 2. that many engine instances (each its own `RedisBroker` and `Domain`:
 //!    own connection pool, heartbeat thread, waker and supervisor, in this
 //!    process and its tokio runtime) start together and drain the backlog
@@ -89,6 +93,8 @@ struct Drain {
     max_share: f64,
     /// What the backlog added to Redis's `used_memory`.
     backlog_bytes: u64,
+    /// What publish deduplication keeps for the backlog (every stream's).
+    dedup_bytes: u64,
     costs: Costs,
 }
 
@@ -136,9 +142,11 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
         0..events,
         args.keys.get(),
         args.per_commit.get(),
+        Some(&admin),
     )
     .await?;
     let backlog_bytes = redis_info::memory(&admin).await?.saturating_sub(memory_before);
+    let (dedup_bytes, _) = engine::memory_of_matching(&admin, &DEDUP_KEYS).await?;
 
     let before = Costs::now(&admin).await?;
     let started = Instant::now();
@@ -184,9 +192,14 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
         startup: first.saturating_duration_since(started),
         elapsed: last.saturating_duration_since(first),
         backlog_bytes,
+        dedup_bytes,
         costs,
     })
 }
+
+/// What publish deduplication keeps per partition: each lane's producer
+/// hash and message-id set.
+const DEDUP_KEYS: [&str; 2] = ["{bench:*:producers", "{bench:*:published"];
 
 /// What a drain cost: Redis's CPU and script calls, this process's CPU
 /// (the engines', and the bench's tally), from the engines' start to the
@@ -253,6 +266,21 @@ fn report(args: &ThroughputArgs, drains: &[Drain], baseline: &Report) -> Result<
 
     let mut report = Report::new();
     report.per_second("publish_msgs_per_s", rate(published, publishing));
+    let per_published =
+        |cpu: Option<Duration>| cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / published.max(1) as f64);
+    let summed = |cpu: fn(&Filled) -> Option<Duration>| {
+        drains.iter().map(|d| cpu(&d.filled)).sum::<Option<Duration>>()
+    };
+    if let Some(us) = per_published(summed(|f| f.publish_process_cpu)) {
+        report.ratio("publish_engine_cpu_us_per_msg", us);
+    }
+    if let Some(us) = per_published(summed(|f| f.publish_redis_cpu)) {
+        report.ratio("publish_redis_cpu_us_per_msg", us);
+    }
+    report.count(
+        "dedup_bytes_per_stream",
+        drains[0].dedup_bytes / args.keys.get() as u64,
+    );
     for drain in drains {
         report.per_second(
             format!("ordered_msgs_per_s_{}", drain.instances),

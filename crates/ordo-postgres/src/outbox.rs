@@ -817,6 +817,9 @@ pub(crate) fn read_row(row: &PgRow) -> Result<OutboxRow> {
         attempts: u32::try_from(attempts).unwrap_or(0),
         last_error: row.try_get("last_error")?,
         created_at: UNIX_EPOCH + Duration::from_micros(u64::try_from(created_us).unwrap_or(0)),
+        // Not stored: this outbox has no producer id, its rows are
+        // deduplicated by position whatever their message id.
+        derived_id: false,
     })
 }
 

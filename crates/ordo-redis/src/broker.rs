@@ -342,12 +342,18 @@ impl RedisBrokerBuilder {
         self
     }
 
-    /// How long each stream remembers the message ids appended to it
-    /// (default 60 s; zero turns it off): a publish of a message id the
-    /// stream already got within the window is skipped, so a relay that
-    /// publishes again after a lost reply (a timeout, a Redis restart) does
-    /// not duplicate it. Costs one sorted-set member per message published
-    /// within the window (at most 10,000 per stream).
+    /// How long each stream remembers what was appended to it (default
+    /// 60 s; zero turns it off), so a publisher that publishes again after
+    /// a lost reply (a timeout, a Redis restart) does not duplicate it. A
+    /// publication with a producer sequence (the in-memory outbox's rows,
+    /// see `ordo_core::contract::broker::ProducerSequence`) is skipped when
+    /// its producer already appended that sequence or a later one to the
+    /// stream: one hash field per producer and stream, kept while the
+    /// producer publishes to the stream and for the window after. Any other
+    /// (a command run's events, a direct publish) is skipped when the
+    /// stream got its message id within the window: one sorted-set member
+    /// per such message (at most 10,000 per stream). Publications with an
+    /// outbox position (the PostgreSQL relay's) are deduplicated by it.
     #[must_use]
     pub fn publish_dedup_window(mut self, window: Duration) -> Self {
         self.dedup_window = window;

@@ -53,9 +53,9 @@ pub(crate) struct Limits {
     pub(crate) call_bytes: usize,
 }
 
-/// How publishes are deduplicated: a message id appended to a stream is not
-/// appended again within `window` (zero: off); at most `cap` ids are kept
-/// per stream.
+/// How publishes are deduplicated within `window` (zero: off): by producer
+/// sequence, or else by message id. At most `cap` ids per stream are kept,
+/// and producers beyond `cap` per stream go once idle for the window.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Dedup {
     pub(crate) window: Duration,
@@ -97,8 +97,9 @@ impl ListedSlots {
 /// again from there (the outbox processor, the PostgreSQL relay) re-sends
 /// what was written beyond the prefix, and the script drops it: a
 /// publication with an outbox position by the position check (its scope's
-/// last position is not below it), any other by the message-id window
-/// ([`Dedup`]). With the window off (`publish_dedup_window(0)`, or
+/// last position is not below it), one with a producer by its sequence
+/// (not above its producer's last one in the stream), any other by the
+/// message-id window ([`Dedup`]). With the window off (`publish_dedup_window(0)`, or
 /// [`RedisBroker::republish`](crate::RedisBroker::republish)) such a
 /// publication is appended again after its first copy: at-least-once, each
 /// stream still in batch order.
@@ -454,6 +455,8 @@ impl Prepared {
             channel: names.channel,
             hashed_key: names.hashed_key.unwrap_or_default(),
             epoch: &epoch,
+            producers: names.producers,
+            producer: publication.producer.as_ref().map(|p| (&*p.producer, p.sequence)),
         }
         .into_args();
         Ok(Self {
@@ -481,6 +484,7 @@ struct Names {
     /// Redis, the category's marker).
     joining: String,
     published: String,
+    producers: String,
     position: String,
     doorbell: String,
     /// The doorbell channel of the stream's slot.
@@ -518,6 +522,7 @@ impl Names {
                         joining(&publication.category)
                     },
                     published: partition.published(publication.lane),
+                    producers: partition.producers(publication.lane),
                     position: partition.position(publication.lane),
                     doorbell: partition.doorbell(),
                     channel: partition.doorbell_channel(),
@@ -537,6 +542,7 @@ impl Names {
                     registry: group_registry(&publication.category),
                     joining: joining(&publication.category),
                     published: base.published(),
+                    producers: base.producers(),
                     position: base.position(),
                     doorbell: base.doorbell(),
                     channel: base.doorbell_channel(),

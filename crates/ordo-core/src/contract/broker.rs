@@ -81,6 +81,33 @@ pub struct Publication {
     pub lane: Lane,
     /// The message, with its validated `partition_key`.
     pub envelope: Envelope,
+    /// Who publishes it and its place in that producer's sequence, when
+    /// its source numbers what it publishes (the in-memory outbox): see
+    /// [`ProducerSequence`]. `None`: deduplicated by message id, or by
+    /// position ([`POSITION_SCOPE_METADATA`]).
+    pub producer: Option<ProducerSequence>,
+}
+
+/// A publication's producer and sequence, for deduplication as Kafka's
+/// idempotent producer does it: a broker that supports it keeps, per
+/// stream, the last sequence appended of each producer, and drops a
+/// publication whose sequence is at or below it (a resend after a lost
+/// reply, a late request). State is one number per producer and stream,
+/// however many messages.
+///
+/// What the producer promises (the in-memory outbox processor keeps it:
+/// the sequence is the outbox row id): a producer id is never used by two
+/// sources; sequences grow with commit order; and a publication to a stream
+/// is only sent when every earlier publication of the producer to that
+/// stream is known to be in it or is sent before it in the same call, so
+/// that a sequence at or below the last one appended is always one that
+/// was appended. Checked by `ordo-model publish`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProducerSequence {
+    /// The producer's id: new with every outbox (every process start).
+    pub producer: Arc<str>,
+    /// The publication's sequence in the producer's commit order (from 1).
+    pub sequence: u64,
 }
 
 impl Publication {
@@ -91,6 +118,7 @@ impl Publication {
             key: Some(key.into()),
             lane,
             envelope,
+            producer: None,
         }
     }
 
@@ -101,7 +129,16 @@ impl Publication {
             key: None,
             lane: Lane::Primary,
             envelope,
+            producer: None,
         }
+    }
+
+    /// `self`, deduplicated as publication `sequence` of `producer` (see
+    /// [`ProducerSequence`]).
+    #[must_use]
+    pub fn with_producer(mut self, producer: Arc<str>, sequence: u64) -> Self {
+        self.producer = Some(ProducerSequence { producer, sequence });
+        self
     }
 }
 

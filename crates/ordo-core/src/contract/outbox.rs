@@ -30,12 +30,30 @@ pub struct NewOutboxRow {
     pub envelope: Envelope,
     /// The lane the row is meant for.
     pub lane: Lane,
+    /// Its message id is derived from what raised it (a command run's
+    /// events are `<command id>/<n>`), so a run again in another process
+    /// raises it again under the same id: it is deduplicated by message id,
+    /// never by its outbox's producer sequence
+    /// ([`Outbox::producer_id`]), which is the outbox's own.
+    pub derived_id: bool,
 }
 
 impl NewOutboxRow {
     /// A row for `envelope` on `lane`.
     pub fn new(envelope: Envelope, lane: Lane) -> Self {
-        Self { envelope, lane }
+        Self {
+            envelope,
+            lane,
+            derived_id: false,
+        }
+    }
+
+    /// `self`, its message id derived from what raised it (see
+    /// [`NewOutboxRow::derived_id`]).
+    #[must_use]
+    pub fn with_derived_id(mut self) -> Self {
+        self.derived_id = true;
+        self
     }
 }
 
@@ -58,6 +76,9 @@ pub struct OutboxRow {
     pub last_error: Option<String>,
     /// When the row was appended.
     pub created_at: SystemTime,
+    /// Its message id is derived from what raised it (see
+    /// [`NewOutboxRow::derived_id`]).
+    pub derived_id: bool,
 }
 
 /// What one fetch of pending rows returned.
@@ -101,6 +122,18 @@ pub trait Outbox: Send + Sync + fmt::Debug + 'static {
 
     /// One row, for inspection.
     fn get(&self, id: u64) -> BoxFuture<'_, Result<Option<OutboxRow>, OutboxError>>;
+
+    /// The producer id under which the broker may deduplicate this
+    /// outbox's rows by their row id, as a sequence
+    /// ([`ProducerSequence`](crate::contract::broker::ProducerSequence)),
+    /// instead of keeping every message id. Only for an outbox whose rows
+    /// exist in one process, whose ids grow with commit order and whose
+    /// id is new whenever its rows start again from scratch (the in-memory
+    /// outbox: a random id per outbox). `None` (the default): rows are
+    /// deduplicated by message id, or by their position.
+    fn producer_id(&self) -> Option<&str> {
+        None
+    }
 
     /// Up to `limit` pending rows, in commit order, holding at most
     /// `max_bytes` of messages between them (but at least one row, however
@@ -185,6 +218,10 @@ impl<O: Outbox + ?Sized> Outbox for Arc<O> {
     ) -> BoxFuture<'a, Result<(), OutboxError>> {
         (**self).mark_refused(ids, reason, broker_position)
     }
+
+    fn producer_id(&self) -> Option<&str> {
+        (**self).producer_id()
+    }
 }
 
 /// How many published rows [`InMemoryOutbox`] keeps by default.
@@ -198,6 +235,8 @@ pub const DEFAULT_RETENTION: usize = 10_000;
 #[derive(Clone)]
 pub struct InMemoryOutbox {
     store: Arc<Mutex<Store>>,
+    /// New with every outbox: its rows' producer id.
+    producer: Arc<str>,
 }
 
 struct Store {
@@ -230,6 +269,7 @@ impl InMemoryOutbox {
                 next_id: 1,
                 retention,
             })),
+            producer: new_producer_id(),
         }
     }
 
@@ -287,7 +327,12 @@ impl Outbox for InMemoryOutbox {
         let mut store = self.store();
         let created_at = SystemTime::now();
         let mut ids = Vec::with_capacity(rows.len());
-        for NewOutboxRow { envelope, lane } in rows {
+        for NewOutboxRow {
+            envelope,
+            lane,
+            derived_id,
+        } in rows
+        {
             let id = store.next_id;
             store.next_id += 1;
             let row = OutboxRow {
@@ -299,6 +344,7 @@ impl Outbox for InMemoryOutbox {
                 attempts: 0,
                 last_error: None,
                 created_at,
+                derived_id,
             };
             store.rows.insert(id, row);
             store.pending.insert(id);
@@ -355,4 +401,14 @@ impl Outbox for InMemoryOutbox {
         let row = self.store().rows.get(&id).cloned();
         Box::pin(async move { Ok(row) })
     }
+
+    fn producer_id(&self) -> Option<&str> {
+        Some(&self.producer)
+    }
+}
+
+/// A producer id no other outbox has: 64 random bits, as 16 hex digits.
+fn new_producer_id() -> Arc<str> {
+    let bits = uuid::Uuid::new_v4().as_u64_pair().0;
+    Arc::from(format!("{bits:016x}"))
 }

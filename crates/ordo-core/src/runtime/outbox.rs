@@ -61,10 +61,20 @@ pub const DEFAULT_BATCH_BYTES: usize = 16 << 20;
 /// one refused key or category never holds back the others.
 ///
 /// Fetches are bounded by rows and by bytes ([`Outbox::pending_within`]).
+///
+/// An outbox with a producer id ([`Outbox::producer_id`], the in-memory
+/// one) has its rows published with that id and their row id as sequence
+/// ([`Publication::with_producer`]), but for rows whose message id is
+/// derived from what raised them ([`OutboxRow::derived_id`]). The rules
+/// above keep what that deduplication needs: each call holds, per stream,
+/// a prefix of the stream's rows not known to be published.
 #[derive(Debug)]
 pub struct OutboxProcessor {
     outbox: Arc<dyn Outbox>,
     broker: Arc<dyn Broker>,
+    /// The outbox's producer id, when its rows are deduplicated by
+    /// producer sequence ([`Outbox::producer_id`]).
+    producer: Option<Arc<str>>,
     rules: KeyRules,
     /// Partitioned category → its key field (for messages naming the field).
     partitioned: HashMap<String, String>,
@@ -101,6 +111,7 @@ impl OutboxProcessor {
     /// poll interval and retry backoff.
     pub fn new(outbox: Arc<dyn Outbox>, broker: Arc<dyn Broker>, config: &Config) -> Self {
         Self {
+            producer: outbox.producer_id().map(Arc::from),
             outbox,
             broker,
             rules: config.key_rules(),
@@ -339,11 +350,15 @@ impl OutboxProcessor {
         };
         let mut envelope = row.envelope.clone();
         envelope.partition_key.clone_from(&key);
-        Ok(match key {
+        let publication = match key {
             Some(key) if self.broker.capabilities().stream_partitioning => {
                 Publication::to_partition(key, row.lane, envelope)
             }
             _ => Publication::to_base(envelope),
+        };
+        Ok(match &self.producer {
+            Some(producer) if !row.derived_id => publication.with_producer(Arc::clone(producer), row.id),
+            _ => publication,
         })
     }
 }

@@ -282,7 +282,12 @@ impl UnitOfWork {
                     })?;
                     envelope.partition_key = Some(key);
                 }
-                Ok(NewOutboxRow::new(envelope, self.lane(raised.lane)))
+                let row = NewOutboxRow::new(envelope, self.lane(raised.lane));
+                Ok(if self.id_seed.is_some() {
+                    row.with_derived_id()
+                } else {
+                    row
+                })
             })
             .collect()
     }

@@ -339,3 +339,53 @@ async fn the_background_loop_wakes_on_notify_not_only_on_its_poll_interval() {
     shutdown.cancel();
     task.await.unwrap();
 }
+
+/// The in-memory outbox's rows go out with its producer id and their row
+/// id as sequence (the broker deduplicates them by it), but for rows whose
+/// message id is derived from what raised them (a command run's events),
+/// which another process may raise again: those keep their message id
+/// alone. Another outbox (another process start) has another id.
+#[tokio::test]
+async fn rows_carry_their_outbox_producer_id_and_row_id_but_derived_ids_do_not() {
+    let outbox = InMemoryOutbox::new();
+    let broker = RecordingBroker::partitioning();
+    outbox
+        .append(vec![
+            keyed("a", 1),
+            keyed("b", 2).with_derived_id(),
+            keyed("a", 3),
+        ])
+        .await
+        .unwrap();
+    processor(&outbox, &broker, &Config::default())
+        .publish_pending()
+        .await
+        .unwrap();
+    let producer = outbox
+        .producer_id()
+        .expect("an in-memory outbox has a producer id");
+    assert_eq!(producer.len(), 16, "{producer}");
+    let produced: Vec<Option<(String, u64)>> = broker
+        .published()
+        .iter()
+        .map(|p| p.producer.as_ref().map(|p| (p.producer.to_string(), p.sequence)))
+        .collect();
+    assert_eq!(
+        produced,
+        [
+            Some((producer.to_owned(), 1)),
+            None,
+            Some((producer.to_owned(), 3))
+        ]
+    );
+    assert!(outbox.get(2).await.unwrap().unwrap().derived_id);
+    let other = InMemoryOutbox::new();
+    assert_ne!(other.producer_id(), Some(producer), "a new outbox, a new id");
+    assert_eq!(
+        outbox.clone().producer_id(),
+        Some(producer),
+        "clones share the rows and the id"
+    );
+    let shared: Arc<dyn Outbox> = Arc::new(Arc::new(outbox.clone()));
+    assert_eq!(shared.producer_id(), Some(producer), "an Arc forwards it");
+}

@@ -87,6 +87,13 @@ mod pattern {
         "{<category>:*}:<backfill>:published",
         "{<category>}:published",
     ];
+    /// Each producer's last sequence appended to a lane or base stream
+    /// (deduplication).
+    pub(super) const PRODUCERS: &[&str] = &[
+        "{<category>:*}:producers",
+        "{<category>:*}:<backfill>:producers",
+        "{<category>}:producers",
+    ];
     /// The last outbox position published to a lane or base stream.
     pub(super) const POSITIONS: &[&str] = &[
         "{<category>:*}:position",
@@ -190,19 +197,27 @@ const PUBLISH: &[Writes] = &[
     },
 ];
 
-/// A publish with the message-id deduplication window (every publish but
-/// `ordo dlq replay`'s): the ids recently appended, taken back when the
-/// `XADD` fails, trimmed and expiring.
-const DEDUP: &[Writes] = &[Writes {
-    commands: &[
-        "+zadd",
-        "+zrem",
-        "+zremrangebyscore",
-        "+zremrangebyrank",
-        "+pexpire",
-    ],
-    keys: &[PUBLISHED],
-}];
+/// A publish with the deduplication window (every publish but `ordo dlq
+/// replay`'s): each producer's last sequence (recorded, its stale producers
+/// trimmed, expiring), and for publications without a producer the ids
+/// recently appended (taken back when the `XADD` fails, trimmed and
+/// expiring).
+const DEDUP: &[Writes] = &[
+    Writes {
+        commands: &["+hset", "+hdel", "+pexpire"],
+        keys: &[PRODUCERS],
+    },
+    Writes {
+        commands: &[
+            "+zadd",
+            "+zrem",
+            "+zremrangebyscore",
+            "+zremrangebyrank",
+            "+pexpire",
+        ],
+        keys: &[PUBLISHED],
+    },
+];
 
 /// A publish with a position (the PostgreSQL outbox relay): the last
 /// position published to its scope (a hash in a hashed partition).
@@ -338,12 +353,15 @@ const OPERATOR: &[Writes] = &[
 ];
 
 /// What a publisher reads: whether streams and the joining marker exist,
-/// positions, the registry copies, a stream's groups, the partitioning
-/// record and the index (before hashed partitions are first recorded).
+/// positions, producers' last sequences (and, to trim them, the producer
+/// hash), the registry copies, a stream's groups, the partitioning record
+/// and the index (before hashed partitions are first recorded).
 const PUBLISHER_READS: &[&str] = &[
     "+exists",
     "+get",
     "+hget",
+    "+hgetall",
+    "+hlen",
     "+smembers",
     "+scard",
     "+sunion",
@@ -782,7 +800,17 @@ mod tests {
             "{}",
             selector_of(AclRole::Publisher, "+set")
         );
-        assert!(selector_of(AclRole::Publisher, "+hdel").is_empty());
+        // A publisher deletes hash fields of producer hashes only (trimming
+        // idle producers), never failed-attempt counts or pause records.
+        let hdel = selector_of(AclRole::Publisher, "+hdel");
+        assert!(
+            hdel.contains("~{order:*}:producers")
+                && hdel
+                    .split(" ~")
+                    .skip(1)
+                    .all(|pattern| pattern.trim_end_matches(')').ends_with(":producers")),
+            "{hdel}"
+        );
         assert!(selector_of(AclRole::Publisher, "+get").starts_with("(+fcall "));
         assert!(selector_of(AclRole::Publisher, "+get").contains(" ~{order:* "));
         assert!(selector_of(AclRole::Reader, "+get").contains("%R~"));

@@ -203,6 +203,12 @@ impl BaseKeys {
         format!("{{{}}}:published", self.stream)
     }
 
+    /// Each producer's last sequence appended to it (see
+    /// `ordo_core::contract::broker::ProducerSequence`): `{order}:producers`.
+    pub(crate) fn producers(&self) -> String {
+        format!("{{{}}}:producers", self.stream)
+    }
+
     /// The last position published to it (see
     /// `ordo_core::contract::broker::POSITION_SCOPE_METADATA`): `{order}:position`.
     pub(crate) fn position(&self) -> String {
@@ -416,6 +422,15 @@ impl PartitionKeys {
     /// `{order:c-1}:backfill:published`.
     pub fn published(&self, lane: Lane) -> String {
         format!("{}:published", self.lane(lane))
+    }
+
+    /// Each producer's last sequence appended to `lane` (a hash, producer
+    /// id → `<sequence>:<ms>`, see
+    /// `ordo_core::contract::broker::ProducerSequence`), so a publish
+    /// retried within the window is not appended twice:
+    /// `{order:c-1}:producers`, `{order:c-1}:backfill:producers`.
+    pub fn producers(&self, lane: Lane) -> String {
+        format!("{}:producers", self.lane(lane))
     }
 
     /// The last position published to `lane` (its position scope, see
@@ -654,6 +669,11 @@ pub fn layout() -> Vec<(&'static str, String)> {
             "{<category>:<key>}:<backfill_suffix>:published",
             p.published(Lane::Backfill),
         ),
+        ("{<category>:<key>}:producers", p.producers(Lane::Primary)),
+        (
+            "{<category>:<key>}:<backfill_suffix>:producers",
+            p.producers(Lane::Backfill),
+        ),
         ("{<category>:<key>}:position", p.position(Lane::Primary)),
         (
             "{<category>:<key>}:<backfill_suffix>:position",
@@ -680,6 +700,7 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("<category>", base.stream().to_owned()),
         ("<category>:dlq", base.dlq()),
         ("{<category>}:published", base.published()),
+        ("{<category>}:producers", base.producers()),
         ("{<category>}:position", base.position()),
         ("{<category>}:doorbell", base.doorbell()),
         ("{<slot_tag>}:<category>:__partitions__", index("order", slot)),

@@ -26,6 +26,7 @@ pub mod log_text;
 pub mod operations;
 pub mod outage;
 pub mod plain;
+pub mod producer;
 pub mod publish;
 pub mod retry;
 pub mod secrets;

@@ -10,7 +10,7 @@ use crate::error::Error;
 use crate::store::scripts::{Reply, SCRIPTS};
 
 /// Script arguments per publication (see `publish.lua`).
-pub(crate) const ARGS_PER_PUBLICATION: usize = 15;
+pub(crate) const ARGS_PER_PUBLICATION: usize = 18;
 
 /// One publication as `publish.lua` takes it: the names it is written
 /// under (all in one slot) and the message.
@@ -35,6 +35,10 @@ pub(crate) struct Publication<'a> {
     /// The key, when its partition is hashed (else empty).
     pub(crate) hashed_key: String,
     pub(crate) epoch: &'a str,
+    /// The stream's producer hash (each producer's last sequence).
+    pub(crate) producers: String,
+    /// Its producer and sequence, if its source numbers what it publishes.
+    pub(crate) producer: Option<(&'a str, u64)>,
 }
 
 impl Publication<'_> {
@@ -56,10 +60,19 @@ impl Publication<'_> {
             Value::from(self.channel),
             Value::from(self.hashed_key),
             Value::from(self.epoch),
+            Value::from(self.producers),
+            Value::from(self.producer.map_or("", |(producer, _)| producer)),
+            Value::from(self.producer.map_or(0, |(_, sequence)| sequence_arg(sequence))),
         ];
         debug_assert_eq!(args.len(), ARGS_PER_PUBLICATION);
         args
     }
+}
+
+/// A sequence as a script argument: Lua numbers are doubles, exact up to
+/// 2^53 (an outbox row id never comes near).
+fn sequence_arg(sequence: u64) -> i64 {
+    i64::try_from(sequence.min(1 << 53)).unwrap_or(1 << 53)
 }
 
 /// What `publish.lua` answered (after writing the first `written` of its
@@ -77,8 +90,8 @@ pub(crate) enum Published {
 
 /// `publish.lua`: the publications whose arguments are `publications`, all
 /// served by the node `stream` (the first one's) routes to, in one call;
-/// message ids deduplicated within `window` (zero: off), at most `cap`
-/// kept per stream. An error says how many were written before it.
+/// deduplicated within `window` (zero: off) by producer sequence, or by
+/// message id (at most `cap` ids kept per stream). An error says how many were written before it.
 pub(crate) async fn publish<'a, C>(
     client: &C,
     stream: &str,

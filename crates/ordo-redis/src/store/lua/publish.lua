@@ -8,7 +8,7 @@
 --       which sits in many slots, and a cluster refuses declared keys of
 --       several slots in one call; the `allow-cross-slot-keys` flag lets the
 --       call touch every slot of its node.
--- ARGV: dedup window ms (0: off), dedup cap per stream, then fifteen per
+-- ARGV: dedup window ms (0: off), dedup cap per stream, then eighteen per
 --       publication: stream, partition index bucket, group registry, the
 --       stream's set of recently published message ids, the category's
 --       joining marker (set while a new group joins its existing lanes),
@@ -17,9 +17,11 @@
 --       envelope JSON, message id, position ('' when it has none), the
 --       doorbell channel of its slot (a channel, not a key), the key when
 --       the partition is hashed ('' otherwise), the identity of the
---       position's history (the outbox's epoch, '' when none). For a
---       partition, the bucket, registry and marker are the copies in the
---       partition's own slot, so a publication's names share one slot.
+--       position's history (the outbox's epoch, '' when none), the
+--       stream's producer hash, the producer id ('' when none) and the
+--       publication's sequence in it. For a partition, the bucket,
+--       registry and marker are the copies in the partition's own slot, so
+--       a publication's names share one slot.
 --
 -- Every stream is read (EXISTS) before anything is written: on a cluster,
 -- a stream of a slot this node no longer serves (after a failover or a
@@ -48,13 +50,27 @@
 --   and the relay keeps the row pending (ordo_core::broker::Refusal). A
 --   position above the last one is published under its own epoch whatever
 --   the last one's;
--- * within the window, a message id already appended to the stream in the
---   last `window` ms (at most `cap` ids per stream are kept) is not appended
---   again, so a publish retried after its reply was lost (a timeout, a Redis
---   restart, another node's failure in the same batch) does not duplicate
---   it. A publication with a position skips this: its position already
---   makes it idempotent, and the id set is the costliest part of a publish
---   (a ZADD and its trimming per message).
+-- * a publication with a producer (the in-memory outbox's rows: producer
+--   id, sequence = row id; ordo_core::contract::broker::ProducerSequence)
+--   is appended only when its sequence is above the producer's last one
+--   appended to the stream, kept in the stream's producer hash (producer
+--   → `<sequence>:<ms appended>`), as Kafka's idempotent producer does:
+--   a resend after a lost reply, or a late request, is a no-op. The
+--   producer sends each stream's publications in sequence order from its
+--   first one not known to be appended, so a sequence at or below the
+--   last is always one already appended (ordo-model publish checks it).
+--   The last sequences are read once per stream and producer and call,
+--   and recorded once, after the call's appends, whatever stops it; the
+--   hash expires `window` ms after the stream's last publish with a
+--   producer, and when it holds more than `cap` producers, those that
+--   appended nothing for `window` ms go;
+-- * any other publication: within the window, a message id already
+--   appended to the stream in the last `window` ms (at most `cap` ids per
+--   stream are kept) is not appended again, so a publish retried after
+--   its reply was lost (a timeout, a Redis restart, another node's
+--   failure in the same batch) does not duplicate it. The id set is the
+--   costliest part of a publish (a ZADD and its trimming per message), so
+--   a publication with a position or a producer skips it.
 --
 -- An appended entry rings the partition's doorbell when a waker armed it
 -- (its worker waits for exactly this): the doorbell is deleted and its name
@@ -68,7 +84,7 @@ local now = nil
 if window > 0 then
   now = now_ms()
 end
-local per = 15
+local per = 18
 local count = (#ARGV - 2) / per
 -- A recorded last position: `<position>/<epoch>`, or `<position>` alone.
 local function parse_position(recorded)
@@ -90,105 +106,168 @@ for i = 0, count - 1 do
     exists[stream] = redis.call('EXISTS', stream) == 1
   end
 end
+-- Each producer's last sequence in each stream, by `<hash> <producer>`:
+-- read at its first use in the call, raised by every append.
+local last_seq = {}
+-- What this call appended: hash → {producer → sequence}, recorded at the end.
+local appended = {}
+local function last_of(producers, producer)
+  local of = producers .. ' ' .. producer
+  local last = last_seq[of]
+  if last == nil then
+    local recorded = redis.call('HGET', producers, producer)
+    last = recorded and tonumber(string.match(recorded, '^%d+')) or 0
+    last_seq[of] = last
+  end
+  return last
+end
+local function record()
+  for producers, last in pairs(appended) do
+    local added = 0
+    for producer, seq in pairs(last) do
+      added = added + redis.call('HSET', producers, producer, string.format('%d:%d', seq, now))
+    end
+    if added > 0 and redis.call('HLEN', producers) > cap then
+      -- Producers that appended nothing within the window go (a live
+      -- producer's field stays: it may still resend).
+      local fields = redis.call('HGETALL', producers)
+      for f = 1, #fields, 2 do
+        local at_ms = tonumber(string.match(fields[f + 1], ':(%d+)$'))
+        if at_ms and at_ms < now - window then
+          redis.call('HDEL', producers, fields[f])
+        end
+      end
+    end
+    redis.call('PEXPIRE', producers, window)
+  end
+end
 local ids = {'ok'}
 local trimmed = {}
 local rung = {}
+local indexed = {}
 local joining_now = {}
-for i = 0, count - 1 do
-  local at = per * i + 2
-  local stream, index, registry, recent, joining, position_key, doorbell =
-    ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
-  local member, type_name, envelope, message_id, position, channel, key, epoch =
-    ARGV[at + 8], ARGV[at + 9], ARGV[at + 10], ARGV[at + 11], ARGV[at + 12], ARGV[at + 13], ARGV[at + 14],
-    ARGV[at + 15]
-  local by_id = window > 0 and position == ''
-  local recorded, last_position, last_epoch = nil, 0, nil
-  if position ~= '' then
-    if key == '' then
-      recorded = redis.call('GET', position_key)
-    else
-      recorded = redis.call('HGET', position_key, key)
+local function body()
+  for i = 0, count - 1 do
+    local at = per * i + 2
+    local stream, index, registry, recent, joining, position_key, doorbell =
+      ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
+    local member, type_name, envelope, message_id, position, channel, key, epoch =
+      ARGV[at + 8], ARGV[at + 9], ARGV[at + 10], ARGV[at + 11], ARGV[at + 12], ARGV[at + 13], ARGV[at + 14],
+      ARGV[at + 15]
+    local producers, producer, seq = ARGV[at + 16], ARGV[at + 17], tonumber(ARGV[at + 18])
+    local by_producer = window > 0 and position == '' and producer ~= ''
+    local by_id = window > 0 and position == '' and producer == ''
+    local recorded, last_position, last_epoch = nil, 0, nil
+    if position ~= '' then
+      if key == '' then
+        recorded = redis.call('GET', position_key)
+      else
+        recorded = redis.call('HGET', position_key, key)
+      end
+      last_position, last_epoch = parse_position(recorded)
     end
-    last_position, last_epoch = parse_position(recorded)
-  end
-  if position ~= '' and last_position >= tonumber(position)
-      and epoch ~= '' and last_epoch and last_epoch ~= epoch then
-    -- Another history's position: neither a duplicate nor publishable.
-    return {'conflict', i, recorded}
-  elseif position ~= '' and last_position >= tonumber(position) then
-    -- Already published (by this relay before a crash, or by another one).
-    ids[#ids + 1] = 'dup'
-  -- Recorded first (one command checks and records); taken back if the
-  -- XADD fails, so a failed publish is never taken for a done one.
-  elseif by_id and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
-    ids[#ids + 1] = 'dup'
-  else
-    if not exists[stream] then
-      for _, group in ipairs(redis.call('SMEMBERS', registry)) do
-        create_group(stream, group, true)
-      end
+    if position ~= '' and last_position >= tonumber(position)
+        and epoch ~= '' and last_epoch and last_epoch ~= epoch then
+      -- Another history's position: neither a duplicate nor publishable.
+      return {'conflict', i, recorded}
+    elseif position ~= '' and last_position >= tonumber(position) then
+      -- Already published (by this relay before a crash, or by another one).
+      ids[#ids + 1] = 'dup'
+    elseif by_producer and seq <= last_of(producers, producer) then
+      ids[#ids + 1] = 'dup'
+    -- Recorded first (one command checks and records); taken back if the
+    -- XADD fails, so a failed publish is never taken for a done one.
+    elseif by_id and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
+      ids[#ids + 1] = 'dup'
     else
-      if joining_now[joining] == nil then
-        joining_now[joining] = redis.call('EXISTS', joining) == 1
-      end
-      if joining_now[joining] then
-        local registered = redis.call('SCARD', registry)
-        local groups = redis.call('XINFO', 'GROUPS', stream)
-        if #groups < registered then
-          local present = {}
-          for _, raw in ipairs(groups) do
-            present[to_map(raw)['name']] = true
-          end
-          for _, group in ipairs(redis.call('SMEMBERS', registry)) do
-            if not present[group] then
-              create_group(stream, group, false)
+      if not exists[stream] then
+        for _, group in ipairs(redis.call('SMEMBERS', registry)) do
+          create_group(stream, group, true)
+        end
+      else
+        if joining_now[joining] == nil then
+          joining_now[joining] = redis.call('EXISTS', joining) == 1
+        end
+        if joining_now[joining] then
+          local registered = redis.call('SCARD', registry)
+          local groups = redis.call('XINFO', 'GROUPS', stream)
+          if #groups < registered then
+            local present = {}
+            for _, raw in ipairs(groups) do
+              present[to_map(raw)['name']] = true
+            end
+            for _, group in ipairs(redis.call('SMEMBERS', registry)) do
+              if not present[group] then
+                create_group(stream, group, false)
+              end
             end
           end
         end
       end
-    end
-    local id
-    if key == '' then
-      id = redis.pcall('XADD', stream, '*', 'type', type_name, 'envelope', envelope)
-    else
-      id = redis.pcall('XADD', stream, '*', 'type', type_name, 'key', key, 'envelope', envelope)
-    end
-    if type(id) == 'table' and id.err then
-      if by_id then
-        redis.call('ZREM', recent, message_id)
-      end
-      return {'error', i, id.err}
-    end
-    exists[stream] = true
-    if member ~= '' then
-      redis.call('SADD', index, member)
-    end
-    -- Once per doorbell and call: nothing can arm it during the script.
-    if not rung[doorbell] then
-      rung[doorbell] = true
-      if redis.call('DEL', doorbell) == 1 then
-        redis.call('SPUBLISH', channel, doorbell)
-      end
-    end
-    if position ~= '' then
-      local value = position
-      if epoch ~= '' then
-        value = position .. '/' .. epoch
-      end
+      local id
       if key == '' then
-        redis.call('SET', position_key, value)
+        id = redis.pcall('XADD', stream, '*', 'type', type_name, 'envelope', envelope)
       else
-        redis.call('HSET', position_key, key, value)
+        id = redis.pcall('XADD', stream, '*', 'type', type_name, 'key', key, 'envelope', envelope)
       end
+      if type(id) == 'table' and id.err then
+        if by_id then
+          redis.call('ZREM', recent, message_id)
+        end
+        return {'error', i, id.err}
+      end
+      exists[stream] = true
+      if by_producer then
+        last_seq[producers .. ' ' .. producer] = seq
+        local of_stream = appended[producers]
+        if of_stream == nil then
+          of_stream = {}
+          appended[producers] = of_stream
+        end
+        of_stream[producer] = seq
+      end
+      -- Once per stream and call (its index entry and member never change).
+      if member ~= '' and not indexed[stream] then
+        indexed[stream] = true
+        redis.call('SADD', index, member)
+      end
+      -- Once per doorbell and call: nothing can arm it during the script.
+      if not rung[doorbell] then
+        rung[doorbell] = true
+        if redis.call('DEL', doorbell) == 1 then
+          redis.call('SPUBLISH', channel, doorbell)
+        end
+      end
+      if position ~= '' then
+        local value = position
+        if epoch ~= '' then
+          value = position .. '/' .. epoch
+        end
+        if key == '' then
+          redis.call('SET', position_key, value)
+        else
+          redis.call('HSET', position_key, key, value)
+        end
+      end
+      if by_id and not trimmed[recent] then
+        -- Expired and surplus ids go once per stream and call.
+        trimmed[recent] = true
+        redis.call('ZREMRANGEBYSCORE', recent, '-inf', now - window)
+        redis.call('ZREMRANGEBYRANK', recent, 0, -cap - 1)
+        redis.call('PEXPIRE', recent, window)
+      end
+      ids[#ids + 1] = id
     end
-    if by_id and not trimmed[recent] then
-      -- Expired and surplus ids go once per stream and call.
-      trimmed[recent] = true
-      redis.call('ZREMRANGEBYSCORE', recent, '-inf', now - window)
-      redis.call('ZREMRANGEBYRANK', recent, 0, -cap - 1)
-      redis.call('PEXPIRE', recent, window)
-    end
-    ids[#ids + 1] = id
   end
+  return ids
 end
-return ids
+-- Whatever stops the call (a failed XADD, a conflict, an error of Redis's
+-- such as a slot moved mid-call), what it appended is recorded.
+local ok, reply = pcall(body)
+record()
+if ok then
+  return reply
+elseif type(reply) == 'table' and reply.err then
+  return reply
+end
+return redis.error_reply(tostring(reply))

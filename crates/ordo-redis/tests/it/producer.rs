@@ -1,0 +1,336 @@
+//! Publishing deduplicated by producer id and per-stream sequence (the
+//! in-memory outbox's rows, `ordo_core::contract::broker::ProducerSequence`),
+//! against a real Redis: a resend or a late request appends nothing twice,
+//! a restarted producer (a new id) neither duplicates nor drops, a failed
+//! append records nothing, and the state per stream is one small hash field
+//! per producer (no per-message set).
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::Context as _;
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, StreamsInterface};
+use fred::types::Value;
+use ordo_core::contract::broker::{
+    Broker, BrokerError, Capabilities, Publication, PublishError, Subscription,
+};
+use ordo_core::contract::handler::BoxFuture;
+use ordo_core::contract::key::Lane;
+use ordo_core::contract::message::Envelope;
+use ordo_core::contract::outbox::{InMemoryOutbox, NewOutboxRow, Outbox};
+use ordo_core::runtime::outbox::OutboxProcessor;
+use ordo_redis::RedisBroker;
+use tokio_util::sync::CancellationToken;
+
+use common::topology::TestRedis;
+use common::{broker, config, envelope, pool, publication};
+
+/// `category:key`'s event with payload seq `seq`, published by `producer`
+/// as its sequence `sequence`.
+fn produced(category: &str, key: &str, seq: u64, producer: &Arc<str>, sequence: u64) -> Publication {
+    publication(category, key, seq, Lane::Primary).with_producer(Arc::clone(producer), sequence)
+}
+
+/// The payload seqs of `category:key`'s primary stream, in stream order.
+async fn seqs(client: &Pool, category: &str, key: &str) -> anyhow::Result<Vec<u64>> {
+    let entries: Vec<(String, HashMap<String, String>)> = client
+        .xrange(common::stream(category, key), "-", "+", None)
+        .await?;
+    entries
+        .iter()
+        .map(|(id, fields)| {
+            let envelope: Envelope = serde_json::from_str(
+                fields
+                    .get("envelope")
+                    .with_context(|| format!("entry {id} has no envelope"))?,
+            )?;
+            Ok(common::seq_of(&envelope))
+        })
+        .collect()
+}
+
+/// `category:key`'s producer hash: producer id → last sequence appended.
+async fn producers(client: &Pool, category: &str, key: &str) -> anyhow::Result<HashMap<String, u64>> {
+    let fields: HashMap<String, String> = client
+        .hgetall(common::partition(category, key).producers(Lane::Primary))
+        .await?;
+    fields
+        .into_iter()
+        .map(|(producer, value)| {
+            let (seq, at) = value
+                .split_once(':')
+                .with_context(|| format!("{producer}: {value} is not <sequence>:<ms>"))?;
+            anyhow::ensure!(at.parse::<u64>().is_ok(), "{value}: no time");
+            Ok((producer, seq.parse()?))
+        })
+        .collect()
+}
+
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_producer_resending_what_it_published_appends_nothing_twice
+);
+
+/// A resend after a lost reply holds what was appended and what was not:
+/// only what was not is appended, each key in order, whatever the message
+/// ids (a resend may even carry new ones). No per-message state is kept.
+async fn a_producer_resending_what_it_published_appends_nothing_twice(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("producer");
+    let broker = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let producer: Arc<str> = Arc::from("p-1");
+    let keys = common::keys(4);
+    // Sequences are the producer's over every key, as the outbox's row ids.
+    let batch = |from: u64, to: u64| -> Vec<Publication> {
+        (from..=to)
+            .flat_map(|seq| keys.iter().enumerate().map(move |(k, key)| (seq, k as u64, key)))
+            .map(|(seq, k, key)| produced(&category, key, seq, &producer, seq * 4 + k))
+            .collect()
+    };
+    broker.publish(&batch(1, 5)).await?;
+    broker.publish(&batch(3, 8)).await?;
+    broker.publish(&batch(1, 8)).await?;
+    for (k, key) in keys.iter().enumerate() {
+        assert_eq!(
+            seqs(&client, &category, key).await?,
+            (1..=8).collect::<Vec<_>>(),
+            "{key}"
+        );
+        assert_eq!(
+            producers(&client, &category, key).await?,
+            HashMap::from([("p-1".to_owned(), 8 * 4 + k as u64)]),
+            "{key}"
+        );
+        let ids = common::partition(&category, key).published(Lane::Primary);
+        assert!(!client.exists::<bool, _>(&ids).await?, "no message-id set: {ids}");
+    }
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_restarted_producer_neither_duplicates_nor_drops
+);
+
+/// A process restarts: its new outbox numbers its rows from 1 again under a
+/// new producer id, so they are appended although their sequences are at or
+/// below the old producer's; a late request of the old one appends nothing.
+async fn a_restarted_producer_neither_duplicates_nor_drops(redis: TestRedis) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("restart");
+    let broker: Arc<dyn Broker> = Arc::new(broker(&url, config(15_000, 3_600_000, 0)).await?);
+    let client = pool(&url).await?;
+    let run = |seqs: std::ops::RangeInclusive<u64>| {
+        let (broker, category) = (Arc::clone(&broker), category.clone());
+        async move {
+            let outbox = Arc::new(InMemoryOutbox::new());
+            let rows: Vec<NewOutboxRow> = seqs
+                .flat_map(|seq| {
+                    ["a", "b"].map(|key| {
+                        NewOutboxRow::new(envelope(&category, "Happened", Some(key), seq), Lane::Primary)
+                    })
+                })
+                .collect();
+            outbox.append(rows).await?;
+            let processor = OutboxProcessor::new(outbox.clone(), broker, &config(15_000, 3_600_000, 0));
+            let report = processor.publish_pending().await?;
+            anyhow::ensure!(report.failed == 0 && outbox.pending_count() == 0, "{report:?}");
+            anyhow::Ok(Arc::<str>::from(
+                outbox
+                    .producer_id()
+                    .context("an in-memory outbox has a producer id")?,
+            ))
+        }
+    };
+    let first = run(1..=5).await?;
+    let second = run(6..=8).await?;
+    assert_ne!(first, second, "a new outbox, a new producer id");
+    // The first process's request for its rows 7..=10 (keys a, b of seqs 4
+    // and 5), landing late.
+    let late: Vec<Publication> = (4..=5)
+        .flat_map(|seq| [(seq, "a", 2 * seq - 1), (seq, "b", 2 * seq)])
+        .map(|(seq, key, sequence)| produced(&category, key, seq, &first, sequence))
+        .collect();
+    broker.publish(&late).await?;
+    for key in ["a", "b"] {
+        assert_eq!(
+            seqs(&client, &category, key).await?,
+            (1..=8).collect::<Vec<_>>(),
+            "{key}"
+        );
+        let last = producers(&client, &category, key).await?;
+        assert_eq!(last.len(), 2, "one field per producer: {last:?}");
+    }
+    Ok(())
+}
+
+/// The Redis broker, but the reply of its first `lose` publishes is lost:
+/// each is carried out, and the caller is told nothing was published (as
+/// after a timeout).
+#[derive(Debug)]
+struct LosingReplies {
+    inner: RedisBroker,
+    lose: AtomicU32,
+}
+
+impl Broker for LosingReplies {
+    fn name(&self) -> &str {
+        "redis (losing replies)"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move {
+            self.inner.publish(publications).await?;
+            let lost = self
+                .lose
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if lost {
+                return Err(PublishError {
+                    published: 0,
+                    source: BrokerError::from("the reply was lost (timed out)"),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    fn run(
+        &self,
+        subscriptions: Arc<[Subscription]>,
+        shutdown: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BrokerError>> {
+        self.inner.run(subscriptions, shutdown)
+    }
+}
+
+/// The outbox processor publishes a backlog in several batches, the
+/// replies of two of them lost: it publishes those rows again, and each
+/// lands once, every key in commit order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_processor_whose_replies_were_lost_publishes_each_row_once() -> anyhow::Result<()> {
+    let redis = ordo_testkit::Redis::start()?;
+    let url = redis.url();
+    let category = common::category("lost");
+    let config = config(15_000, 3_600_000, 0);
+    let broker = Arc::new(LosingReplies {
+        inner: common::broker(&url, config.clone()).await?,
+        lose: AtomicU32::new(2),
+    });
+    let client = pool(&url).await?;
+    let outbox = Arc::new(InMemoryOutbox::new());
+    let keys = common::keys(5);
+    let rows: Vec<NewOutboxRow> = (1..=40)
+        .flat_map(|seq| {
+            keys.iter().map(move |key| (seq, key)).map(|(seq, key)| {
+                NewOutboxRow::new(envelope(&category, "Happened", Some(key), seq), Lane::Primary)
+            })
+        })
+        .collect();
+    outbox.append(rows).await?;
+    let processor = OutboxProcessor::new(outbox.clone(), broker.clone(), &config).with_batch_size(64);
+    let mut failed = 0;
+    for _ in 0..10 {
+        let report = processor.publish_pending().await?;
+        failed += report.failed;
+        if outbox.pending_count() == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        (failed, outbox.pending_count()),
+        (2, 0),
+        "two lost replies, then every row published"
+    );
+    for key in &keys {
+        assert_eq!(
+            seqs(&client, &category, key).await?,
+            (1..=40).collect::<Vec<_>>(),
+            "{key}"
+        );
+    }
+    Ok(())
+}
+
+/// An `XADD` that fails stops the call and records nothing of its
+/// publication, but what the call appended before it is recorded: sent
+/// again, those are dropped and the failed one is appended.
+#[tokio::test]
+async fn a_failed_append_records_nothing_of_it_and_everything_before_it() -> anyhow::Result<()> {
+    let redis = ordo_testkit::Redis::start()?;
+    let url = redis.url();
+    let category = common::category("failed");
+    let broker = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let producer: Arc<str> = Arc::from("p-9");
+    // `bad`'s stream is not a stream: its XADD fails (WRONGTYPE).
+    let _: Value = client
+        .set(common::stream(&category, "bad"), "x", None, None, false)
+        .await?;
+    let batch = [
+        produced(&category, "good", 1, &producer, 1),
+        produced(&category, "bad", 1, &producer, 2),
+        produced(&category, "good", 2, &producer, 3),
+    ];
+    let error = broker.publish(&batch).await.expect_err("the XADD of `bad` fails");
+    assert_eq!(error.published, 1, "{error:?}");
+    assert_eq!(seqs(&client, &category, "good").await?, [1]);
+    assert_eq!(
+        producers(&client, &category, "good").await?,
+        HashMap::from([("p-9".to_owned(), 1)])
+    );
+    assert!(
+        producers(&client, &category, "bad").await?.is_empty(),
+        "nothing recorded for `bad`"
+    );
+    let _: Value = client.del(common::stream(&category, "bad")).await?;
+    broker.publish(&batch).await?;
+    assert_eq!(seqs(&client, &category, "good").await?, [1, 2]);
+    assert_eq!(seqs(&client, &category, "bad").await?, [1]);
+    Ok(())
+}
+
+/// What deduplication keeps per stream is one small field per producer,
+/// however many messages, expiring with the window.
+#[tokio::test]
+async fn a_stream_keeps_one_field_per_producer_expiring_with_the_window() -> anyhow::Result<()> {
+    let redis = ordo_testkit::Redis::start()?;
+    let url = redis.url();
+    let category = common::category("small");
+    let window = std::time::Duration::from_secs(30);
+    let broker = RedisBroker::builder(&url)
+        .config(config(15_000, 3_600_000, 0))
+        .publish_dedup_window(window)
+        .build()
+        .await?;
+    let client = pool(&url).await?;
+    let producer: Arc<str> = Arc::from("0123456789abcdef");
+    let batch: Vec<Publication> = (1..=2_000)
+        .map(|seq| produced(&category, "k", seq, &producer, seq))
+        .collect();
+    broker.publish(&batch).await?;
+    let hash = common::partition(&category, "k").producers(Lane::Primary);
+    let bytes: Option<u64> = client
+        .next()
+        .custom(fred::cmd!("MEMORY"), vec!["USAGE".to_owned(), hash.clone()])
+        .await?;
+    let bytes = bytes.context("the producer hash exists")?;
+    assert!(bytes < 200, "{bytes} bytes for 2,000 messages");
+    let ttl: i64 = client.pttl(&hash).await?;
+    assert!(
+        ttl > 0 && ttl <= window.as_millis() as i64,
+        "expires with the window: {ttl} ms"
+    );
+    Ok(())
+}
