@@ -19,7 +19,7 @@
 //! touches every slot of its node it is given; a slot the node no longer
 //! serves fails the call (see [`publish`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ use ordo_core::contract::broker::{
     POSITION_EPOCH_METADATA, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError, Refusal,
     RefusedExtent,
 };
+use ordo_core::contract::key::Lane;
 use tokio::task::JoinSet;
 
 use crate::error::Error;
@@ -126,8 +127,17 @@ pub(crate) async fn publish(
     let mut prepared = Vec::with_capacity(publications.len());
     let mut unencodable = None;
     let clustered = client.next().is_clustered();
+    // Each destination's names are built once per batch.
+    let mut targets: HashMap<(&str, Option<&str>, Lane), Arc<Target>> = HashMap::new();
     for publication in publications {
-        match Prepared::of(publication, backfill_suffix, routing, clustered) {
+        let target = targets
+            .entry((
+                &publication.category,
+                publication.key.as_deref(),
+                publication.lane,
+            ))
+            .or_insert_with(|| Arc::new(Target::of(publication, backfill_suffix, routing, clustered)));
+        match Prepared::of(publication, Arc::clone(target)) {
             Ok(one) => prepared.push(one),
             Err(error) => {
                 // What precedes it is published; it and what follows are not.
@@ -254,7 +264,7 @@ async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Arc<Batch>) ->
         router,
         unwritten
             .into_iter()
-            .map(|i| (batch.prepared[i].stream.as_bytes(), i)),
+            .map(|i| (batch.prepared[i].target.stream.as_bytes(), i)),
     )?;
     let failure = Arc::new(Mutex::new(None));
     if let [(_, positions)] = groups.as_slice() {
@@ -315,6 +325,7 @@ async fn publish_group(
 async fn list_slots(client: &Pool, listed: &ListedSlots, prepared: &[Prepared]) -> Result<(), Error> {
     let mut missing: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
     for one in prepared {
+        let one = &*one.target;
         if !one.indexed {
             continue;
         }
@@ -346,15 +357,26 @@ async fn publish_chunk(
     let Some(&first) = chunk.first() else {
         return Ok(());
     };
-    let publications = chunk
-        .iter()
-        .map(|&position| batch.prepared[position].args.as_slice());
+    // The call's streams, each named once, numbered in order of appearance.
+    let mut numbers: HashMap<&str, usize> = HashMap::new();
+    let mut streams: Vec<&[Value]> = Vec::new();
+    let mut publications = Vec::with_capacity(chunk.len());
+    for &position in chunk {
+        let prepared = &batch.prepared[position];
+        let target = &prepared.target;
+        let number = *numbers.entry(&target.stream).or_insert_with(|| {
+            streams.push(&target.args);
+            streams.len() - 1
+        });
+        publications.push((number, prepared.args.as_slice()));
+    }
     let published = calls::publish::publish(
         client,
-        &batch.prepared[first].stream,
+        &batch.prepared[first].target.stream,
         dedup.window,
         dedup.cap,
-        publications,
+        &streams,
+        publications.into_iter(),
     )
     .await?;
     match published {
@@ -390,19 +412,15 @@ async fn publish_chunk(
     }
 }
 
-/// A publication ready to send: what routes and lists it, and its script
-/// arguments.
+/// A publication ready to send: where it goes, and its script arguments.
 struct Prepared {
-    /// Its stream: the call's routing key, and what it is grouped by.
-    stream: String,
-    category: String,
-    /// The slot of every name it touches.
-    slot: u16,
-    /// Whether it goes to a partition (listed in an index bucket).
-    indexed: bool,
+    /// Its stream, shared with the batch's other publications there.
+    target: Arc<Target>,
     /// The size of its message (envelope JSON).
     bytes: usize,
-    /// Its position scope, for people: `order:c-1`, `order:c-1 (backfill)`, `order`.
+    /// Its position scope, for people (`order:c-1`, `order:c-1 (backfill)`,
+    /// `order`), when it has a position (else empty: only a position
+    /// conflicts).
     scope: String,
     /// Its position, if any, and the identity of the history it belongs to.
     position: Option<u64>,
@@ -412,64 +430,88 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn of(
-        publication: &Publication,
-        backfill_suffix: &str,
-        routing: &Routing,
-        clustered: bool,
-    ) -> Result<Self, Error> {
+    fn of(publication: &Publication, target: Arc<Target>) -> Result<Self, Error> {
         let envelope = &publication.envelope;
         let json = serde_json::to_string(envelope).map_err(|source| Error::Encode {
             message_id: envelope.id.clone(),
             source,
         })?;
-        let names = Names::of(publication, backfill_suffix, routing, clustered);
-        let indexed = names.member.is_some();
-        let stream = names.stream.clone();
         let bytes = json.len();
         let position = position(publication);
         let epoch = position
             .and(envelope.metadata.get(POSITION_EPOCH_METADATA))
             .cloned()
             .unwrap_or_default();
-        let scope = match (&publication.key, publication.lane) {
-            (Some(key), ordo_core::contract::key::Lane::Primary) => format!("{}:{key}", publication.category),
-            (Some(key), ordo_core::contract::key::Lane::Backfill) => {
-                format!("{}:{key} (backfill)", publication.category)
-            }
-            (None, _) => publication.category.clone(),
+        let scope = match (position, &publication.key, publication.lane) {
+            (None, _, _) => String::new(),
+            (Some(_), Some(key), Lane::Primary) => format!("{}:{key}", publication.category),
+            (Some(_), Some(key), Lane::Backfill) => format!("{}:{key} (backfill)", publication.category),
+            (Some(_), None, _) => publication.category.clone(),
         };
         let args = calls::publish::Publication {
-            stream: names.stream,
-            index: names.index,
-            registry: names.registry,
-            published: names.published,
-            joining: names.joining,
-            position: names.position,
-            doorbell: names.doorbell,
-            member: names.member.unwrap_or_default(),
             type_name: &envelope.type_name,
             json,
             id: &envelope.id,
             sequence: position,
-            channel: names.channel,
-            hashed_key: names.hashed_key.unwrap_or_default(),
+            hashed_key: if target.hashed {
+                publication.key.clone().unwrap_or_default()
+            } else {
+                String::new()
+            },
             epoch: &epoch,
-            producers: names.producers,
             producer: publication.producer.as_ref().map(|p| (&*p.producer, p.sequence)),
         }
         .into_args();
         Ok(Self {
-            stream,
-            category: publication.category.clone(),
-            slot: names.slot,
-            indexed,
+            target,
             bytes,
             scope,
             position,
             epoch,
             args,
         })
+    }
+}
+
+/// Where publications go: their stream and everything of it the script
+/// touches, built once per destination and batch.
+struct Target {
+    /// Its stream: the call's routing key, and what it is grouped by.
+    stream: String,
+    category: String,
+    /// The slot of every name it touches.
+    slot: u16,
+    /// Whether it goes to a partition (listed in an index bucket).
+    indexed: bool,
+    /// Whether its partition is hashed (each entry carries its key).
+    hashed: bool,
+    /// Its [`ARGS_PER_STREAM`](calls::publish::ARGS_PER_STREAM) script arguments.
+    args: Vec<Value>,
+}
+
+impl Target {
+    fn of(publication: &Publication, backfill_suffix: &str, routing: &Routing, clustered: bool) -> Self {
+        let names = Names::of(publication, backfill_suffix, routing, clustered);
+        Self {
+            stream: names.stream.clone(),
+            category: publication.category.clone(),
+            slot: names.slot,
+            indexed: names.member.is_some(),
+            hashed: names.hashed_key.is_some(),
+            args: calls::publish::StreamNames {
+                stream: names.stream,
+                index: names.index,
+                registry: names.registry,
+                published: names.published,
+                producers: names.producers,
+                joining: names.joining,
+                position: names.position,
+                doorbell: names.doorbell,
+                member: names.member.unwrap_or_default(),
+                channel: names.channel,
+            }
+            .into_args(),
+        }
     }
 }
 

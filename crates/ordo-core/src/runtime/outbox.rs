@@ -99,11 +99,11 @@ struct Refused {
     rows: HashSet<u64>,
 }
 
-/// A routed row of a batch.
+/// A routed row of a batch (its publication goes beside it, in a list of
+/// its own that the broker takes as it is).
 struct Routed<'a> {
     row: &'a OutboxRow,
     scope: ScopeOf,
-    publication: Publication,
 }
 
 impl OutboxProcessor {
@@ -222,15 +222,17 @@ impl OutboxProcessor {
         let mut pending = Vec::with_capacity(rows.len());
         for row in rows {
             match self.route(row) {
-                Ok(publication) => pending.push(Routed {
-                    row,
-                    scope: (
-                        publication.category.clone(),
-                        publication.key.clone(),
-                        publication.lane,
-                    ),
+                Ok(publication) => pending.push((
+                    Routed {
+                        row,
+                        scope: (
+                            publication.category.clone(),
+                            publication.key.clone(),
+                            publication.lane,
+                        ),
+                    },
                     publication,
-                }),
+                )),
                 Err(invalid) => {
                     tracing::warn!(event = crate::contract::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %crate::contract::text::log_text(&invalid.to_string()),
                         "abandoning outbox row with an invalid partition key");
@@ -244,7 +246,7 @@ impl OutboxProcessor {
             if go.is_empty() {
                 return Ok(());
             }
-            let publications: Vec<Publication> = go.iter().map(|r| r.publication.clone()).collect();
+            let (go, publications): (Vec<Routed<'_>>, Vec<Publication>) = go.into_iter().unzip();
             let error = match self.broker.publish(&publications).await {
                 Ok(()) => {
                     let ids: Vec<u64> = go.iter().map(|r| r.row.id).collect();
@@ -281,6 +283,7 @@ impl OutboxProcessor {
                     let index = refusal.index;
                     pending = go
                         .into_iter()
+                        .zip(publications)
                         .enumerate()
                         .filter(|(i, _)| *i >= published && *i != index)
                         .map(|(_, r)| r)
@@ -305,13 +308,16 @@ impl OutboxProcessor {
     /// too, with the category's reason (once per run).
     async fn not_refused<'a>(
         &self,
-        rows: Vec<Routed<'a>>,
+        rows: Vec<(Routed<'a>, Publication)>,
         report: &mut PublishReport,
         refused: &mut Refused,
-    ) -> Result<Vec<Routed<'a>>, OutboxError> {
+    ) -> Result<Vec<(Routed<'a>, Publication)>, OutboxError> {
+        if refused.scopes.is_empty() && refused.categories.is_empty() {
+            return Ok(rows);
+        }
         let mut go = Vec::with_capacity(rows.len());
         let mut by_category: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        for routed in rows {
+        for (routed, publication) in rows {
             if refused.scopes.contains(&routed.scope) {
                 continue;
             }
@@ -325,7 +331,7 @@ impl OutboxProcessor {
                 }
                 continue;
             }
-            go.push(routed);
+            go.push((routed, publication));
         }
         for (category, ids) in by_category {
             let reason = &refused.categories[&category];

@@ -9,34 +9,63 @@ use super::millis;
 use crate::error::Error;
 use crate::store::scripts::{Reply, SCRIPTS};
 
-/// Script arguments per publication (see `publish.lua`).
-pub(crate) const ARGS_PER_PUBLICATION: usize = 18;
+/// Script arguments per stream of a call (see `publish.lua`).
+pub(crate) const ARGS_PER_STREAM: usize = 10;
 
-/// One publication as `publish.lua` takes it: the names it is written
-/// under (all in one slot) and the message.
+/// Script arguments per publication (see `publish.lua`), besides the
+/// number of its stream in the call.
+pub(crate) const ARGS_PER_PUBLICATION: usize = 8;
+
+/// The names one stream's publications are written under (all in one
+/// slot), sent once per stream and call.
 #[derive(Debug)]
-pub(crate) struct Publication<'a> {
+pub(crate) struct StreamNames {
     pub(crate) stream: String,
     pub(crate) index: String,
     pub(crate) registry: String,
     pub(crate) published: String,
+    pub(crate) producers: String,
     pub(crate) joining: String,
     pub(crate) position: String,
     pub(crate) doorbell: String,
     /// The index member (empty for a base stream, which is not indexed).
     pub(crate) member: String,
+    pub(crate) channel: String,
+}
+
+impl StreamNames {
+    /// Its [`ARGS_PER_STREAM`] arguments, in `publish.lua`'s order.
+    pub(crate) fn into_args(self) -> Vec<Value> {
+        let args = vec![
+            Value::from(self.stream),
+            Value::from(self.index),
+            Value::from(self.registry),
+            Value::from(self.published),
+            Value::from(self.producers),
+            Value::from(self.joining),
+            Value::from(self.position),
+            Value::from(self.doorbell),
+            Value::from(self.member),
+            Value::from(self.channel),
+        ];
+        debug_assert_eq!(args.len(), ARGS_PER_STREAM);
+        args
+    }
+}
+
+/// One publication as `publish.lua` takes it, besides its stream's names:
+/// the message and how it is deduplicated.
+#[derive(Debug)]
+pub(crate) struct Publication<'a> {
     pub(crate) type_name: &'a str,
     /// The envelope, as JSON.
     pub(crate) json: String,
     pub(crate) id: &'a str,
     /// Its position in its scope, if any, and the history it belongs to.
     pub(crate) sequence: Option<u64>,
-    pub(crate) channel: String,
     /// The key, when its partition is hashed (else empty).
     pub(crate) hashed_key: String,
     pub(crate) epoch: &'a str,
-    /// The stream's producer hash (each producer's last sequence).
-    pub(crate) producers: String,
     /// Its producer and sequence, if its source numbers what it publishes.
     pub(crate) producer: Option<(&'a str, u64)>,
 }
@@ -45,22 +74,12 @@ impl Publication<'_> {
     /// Its [`ARGS_PER_PUBLICATION`] arguments, in `publish.lua`'s order.
     pub(crate) fn into_args(self) -> Vec<Value> {
         let args = vec![
-            Value::from(self.stream),
-            Value::from(self.index),
-            Value::from(self.registry),
-            Value::from(self.published),
-            Value::from(self.joining),
-            Value::from(self.position),
-            Value::from(self.doorbell),
-            Value::from(self.member),
             Value::from(self.type_name),
             Value::from(self.json),
             Value::from(self.id),
             Value::from(self.sequence.map(|seq| seq.to_string()).unwrap_or_default()),
-            Value::from(self.channel),
             Value::from(self.hashed_key),
             Value::from(self.epoch),
-            Value::from(self.producers),
             Value::from(self.producer.map_or("", |(producer, _)| producer)),
             Value::from(self.producer.map_or(0, |(_, sequence)| sequence_arg(sequence))),
         ];
@@ -88,30 +107,40 @@ pub(crate) enum Published {
     Conflict { written: usize, recorded: String },
 }
 
-/// `publish.lua`: the publications whose arguments are `publications`, all
-/// served by the node `stream` (the first one's) routes to, in one call;
-/// deduplicated within `window` (zero: off) by producer sequence, or by
-/// message id (at most `cap` ids kept per stream). An error says how many were written before it.
+/// `publish.lua`: the publications whose arguments are `publications`,
+/// each with the number of its stream in `streams` (the names of every
+/// stream of the call, in order), all served by the node `stream` (the
+/// first one's) routes to, in one call; deduplicated within `window`
+/// (zero: off) by producer sequence, or by message id (at most `cap` ids
+/// kept per stream). An error says how many were written before it.
 pub(crate) async fn publish<'a, C>(
     client: &C,
     stream: &str,
     window: Duration,
     cap: usize,
-    publications: impl ExactSizeIterator<Item = &'a [Value]>,
+    streams: &[&[Value]],
+    publications: impl ExactSizeIterator<Item = (usize, &'a [Value])>,
 ) -> Result<Published, (usize, Error)>
 where
     C: FunctionInterface + Send + Sync,
 {
     let keys = vec![stream.to_owned()];
-    let mut args = Vec::with_capacity(2 + publications.len() * ARGS_PER_PUBLICATION);
+    let mut args = Vec::with_capacity(
+        3 + streams.len() * ARGS_PER_STREAM + publications.len() * (1 + ARGS_PER_PUBLICATION),
+    );
     args.push(if window.is_zero() {
         Value::from(0)
     } else {
         millis(window)
     });
     args.push(Value::from(i64::try_from(cap).unwrap_or(i64::MAX)));
-    for one in publications {
-        // Cheap clones: text values share their bytes.
+    args.push(Value::from(i64::try_from(streams.len()).unwrap_or(i64::MAX)));
+    // Cheap clones: text values share their bytes.
+    for names in streams {
+        args.extend(names.iter().cloned());
+    }
+    for (number, one) in publications {
+        args.push(Value::from(i64::try_from(number + 1).unwrap_or(i64::MAX)));
         args.extend(one.iter().cloned());
     }
     let script = &SCRIPTS.publish;

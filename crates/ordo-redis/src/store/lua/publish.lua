@@ -8,20 +8,21 @@
 --       which sits in many slots, and a cluster refuses declared keys of
 --       several slots in one call; the `allow-cross-slot-keys` flag lets the
 --       call touch every slot of its node.
--- ARGV: dedup window ms (0: off), dedup cap per stream, then eighteen per
---       publication: stream, partition index bucket, group registry, the
---       stream's set of recently published message ids, the category's
---       joining marker (set while a new group joins its existing lanes),
---       position key of the publication's position scope, the partition's
---       doorbell; index member ('' when not partitioned), type name,
---       envelope JSON, message id, position ('' when it has none), the
---       doorbell channel of its slot (a channel, not a key), the key when
---       the partition is hashed ('' otherwise), the identity of the
+-- ARGV: dedup window ms (0: off), dedup cap per stream, the number of
+--       streams of the call, then ten per stream (each named once per
+--       call): stream, partition index bucket, group registry, the stream's
+--       set of recently published message ids, its producer hash, the
+--       category's joining marker (set while a new group joins its
+--       existing lanes), position key of its position scope, the
+--       partition's doorbell, index member ('' when not partitioned), the
+--       doorbell channel of its slot (a channel, not a key); then nine per
+--       publication: the number of its stream (from 1), type name,
+--       envelope JSON, message id, position ('' when it has none), the key
+--       when the partition is hashed ('' otherwise), the identity of the
 --       position's history (the outbox's epoch, '' when none), the
---       stream's producer hash, the producer id ('' when none) and the
---       publication's sequence in it. For a partition, the bucket,
---       registry and marker are the copies in the partition's own slot, so
---       a publication's names share one slot.
+--       producer id ('' when none) and the publication's sequence in it.
+--       For a partition, the bucket, registry and marker are the copies in
+--       the partition's own slot, so a stream's names share one slot.
 --
 -- Every stream is read (EXISTS) before anything is written: on a cluster,
 -- a stream of a slot this node no longer serves (after a failover or a
@@ -76,7 +77,8 @@
 -- (its worker waits for exactly this): the doorbell is deleted and its name
 -- published on the slot's channel, once per arming.
 --
--- Returns {'ok', id or 'dup'...}; when an XADD failed,
+-- Returns {'ok', appended, duplicates} (how many of each); when an XADD
+-- failed,
 -- {'error', published, message}; on a position of another history,
 -- {'conflict', published, the scope's recorded `<position>/<epoch>`}.
 local window, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -84,8 +86,10 @@ local now = nil
 if window > 0 then
   now = now_ms()
 end
-local per = 18
-local count = (#ARGV - 2) / per
+local per_stream, per = 10, 9
+local streams = tonumber(ARGV[3])
+local first = 3 + per_stream * streams
+local count = (#ARGV - first) / per
 -- A recorded last position: `<position>/<epoch>`, or `<position>` alone.
 local function parse_position(recorded)
   if not recorded then
@@ -97,32 +101,34 @@ local function parse_position(recorded)
   end
   return tonumber(recorded), nil
 end
--- Whether each stream exists: read once per stream before any write, then
--- kept up to date (only this script creates a stream meanwhile).
+-- Whether each stream exists, by number: read before any write, then kept
+-- up to date (only this script creates a stream meanwhile).
 local exists = {}
-for i = 0, count - 1 do
-  local stream = ARGV[per * i + 3]
-  if exists[stream] == nil then
-    exists[stream] = redis.call('EXISTS', stream) == 1
-  end
+for s = 1, streams do
+  exists[s] = redis.call('EXISTS', ARGV[4 + per_stream * (s - 1)]) == 1
 end
--- Each producer's last sequence in each stream, by `<hash> <producer>`:
+-- Each producer's last sequence in each stream (by number, then producer):
 -- read at its first use in the call, raised by every append.
 local last_seq = {}
--- What this call appended: hash → {producer → sequence}, recorded at the end.
-local appended = {}
-local function last_of(producers, producer)
-  local of = producers .. ' ' .. producer
-  local last = last_seq[of]
+-- What this call appended with a producer: hash → {producer → sequence},
+-- recorded at the end.
+local to_record = {}
+local function last_of(s, producers, producer)
+  local of = last_seq[s]
+  if of == nil then
+    of = {}
+    last_seq[s] = of
+  end
+  local last = of[producer]
   if last == nil then
     local recorded = redis.call('HGET', producers, producer)
     last = recorded and tonumber(string.match(recorded, '^%d+')) or 0
-    last_seq[of] = last
+    of[producer] = last
   end
   return last
 end
 local function record()
-  for producers, last in pairs(appended) do
+  for producers, last in pairs(to_record) do
     local added = 0
     for producer, seq in pairs(last) do
       added = added + redis.call('HSET', producers, producer, string.format('%d:%d', seq, now))
@@ -141,20 +147,22 @@ local function record()
     redis.call('PEXPIRE', producers, window)
   end
 end
-local ids = {'ok'}
+local appended, duplicates = 0, 0
 local trimmed = {}
 local rung = {}
 local indexed = {}
 local joining_now = {}
 local function body()
   for i = 0, count - 1 do
-    local at = per * i + 2
-    local stream, index, registry, recent, joining, position_key, doorbell =
-      ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
-    local member, type_name, envelope, message_id, position, channel, key, epoch =
-      ARGV[at + 8], ARGV[at + 9], ARGV[at + 10], ARGV[at + 11], ARGV[at + 12], ARGV[at + 13], ARGV[at + 14],
-      ARGV[at + 15]
-    local producers, producer, seq = ARGV[at + 16], ARGV[at + 17], tonumber(ARGV[at + 18])
+    local at = first + per * i
+    local s = tonumber(ARGV[at + 1])
+    local named = 3 + per_stream * (s - 1)
+    local stream, index, registry, recent, producers, joining, position_key, doorbell, member, channel =
+      ARGV[named + 1], ARGV[named + 2], ARGV[named + 3], ARGV[named + 4], ARGV[named + 5], ARGV[named + 6],
+      ARGV[named + 7], ARGV[named + 8], ARGV[named + 9], ARGV[named + 10]
+    local type_name, envelope, message_id, position, key, epoch, producer, seq =
+      ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7], ARGV[at + 8],
+      tonumber(ARGV[at + 9])
     local by_producer = window > 0 and position == '' and producer ~= ''
     local by_id = window > 0 and position == '' and producer == ''
     local recorded, last_position, last_epoch = nil, 0, nil
@@ -172,15 +180,15 @@ local function body()
       return {'conflict', i, recorded}
     elseif position ~= '' and last_position >= tonumber(position) then
       -- Already published (by this relay before a crash, or by another one).
-      ids[#ids + 1] = 'dup'
-    elseif by_producer and seq <= last_of(producers, producer) then
-      ids[#ids + 1] = 'dup'
+      duplicates = duplicates + 1
+    elseif by_producer and seq <= last_of(s, producers, producer) then
+      duplicates = duplicates + 1
     -- Recorded first (one command checks and records); taken back if the
     -- XADD fails, so a failed publish is never taken for a done one.
     elseif by_id and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
-      ids[#ids + 1] = 'dup'
+      duplicates = duplicates + 1
     else
-      if not exists[stream] then
+      if not exists[s] then
         for _, group in ipairs(redis.call('SMEMBERS', registry)) do
           create_group(stream, group, true)
         end
@@ -216,19 +224,19 @@ local function body()
         end
         return {'error', i, id.err}
       end
-      exists[stream] = true
+      exists[s] = true
       if by_producer then
-        last_seq[producers .. ' ' .. producer] = seq
-        local of_stream = appended[producers]
+        last_seq[s][producer] = seq
+        local of_stream = to_record[producers]
         if of_stream == nil then
           of_stream = {}
-          appended[producers] = of_stream
+          to_record[producers] = of_stream
         end
         of_stream[producer] = seq
       end
       -- Once per stream and call (its index entry and member never change).
-      if member ~= '' and not indexed[stream] then
-        indexed[stream] = true
+      if member ~= '' and not indexed[s] then
+        indexed[s] = true
         redis.call('SADD', index, member)
       end
       -- Once per doorbell and call: nothing can arm it during the script.
@@ -249,17 +257,17 @@ local function body()
           redis.call('HSET', position_key, key, value)
         end
       end
-      if by_id and not trimmed[recent] then
+      if by_id and not trimmed[s] then
         -- Expired and surplus ids go once per stream and call.
-        trimmed[recent] = true
+        trimmed[s] = true
         redis.call('ZREMRANGEBYSCORE', recent, '-inf', now - window)
         redis.call('ZREMRANGEBYRANK', recent, 0, -cap - 1)
         redis.call('PEXPIRE', recent, window)
       end
-      ids[#ids + 1] = id
+      appended = appended + 1
     end
   end
-  return ids
+  return {'ok', appended, duplicates}
 end
 -- Whatever stops the call (a failed XADD, a conflict, an error of Redis's
 -- such as a slot moved mid-call), what it appended is recorded.
