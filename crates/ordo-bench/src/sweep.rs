@@ -191,7 +191,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 const WIDTH: f64 = 640.0;
 const HEIGHT: f64 = 400.0;
 const LEFT: f64 = 60.0;
-const RIGHT: f64 = 160.0;
+const RIGHT: f64 = 50.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 50.0;
 /// One colour per series, then the targets' grey.
@@ -217,12 +217,18 @@ pub fn plot(series: &[&Series]) -> String {
     };
     let y = |ratio: f64| TOP + (1.0 - ratio / top_ratio) * (HEIGHT - TOP - BOTTOM);
 
+    // The legend goes under the plot, a row per series and one for the targets.
+    let legend_row = |row: usize| HEIGHT + 18.0 * row as f64;
+    let total_height = legend_row(series.len() + 2);
     let mut svg = String::new();
     let _ = writeln!(
         svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{total_height}" viewBox="0 0 {WIDTH} {total_height}" font-family="sans-serif" font-size="12">"#
     );
-    let _ = writeln!(svg, r#"<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<rect width="{WIDTH}" height="{total_height}" fill="white"/>"#
+    );
     let _ = writeln!(
         svg,
         r#"<text x="{LEFT}" y="22" font-size="14">Ordered drain / plain consumer group, by keys (ordo-bench sweep)</text>"#
@@ -295,34 +301,34 @@ pub fn plot(series: &[&Series]) -> String {
             r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
             path.join(" ")
         );
+        // Values above the points of the first series, below the second's, ...
+        let label_dy = if n % 2 == 0 { -7.0 } else { 16.0 };
         for p in &points {
             let (px, py) = (x(p.keys), y(p.ratio));
             let _ = writeln!(
                 svg,
                 r#"<circle cx="{px:.1}" cy="{py:.1}" r="3.5" fill="{colour}"/><text x="{:.1}" y="{:.1}" fill="{colour}">{:.2}</text>"#,
                 px + 5.0,
-                py - 6.0,
+                py + label_dy,
                 p.ratio
             );
         }
-        let legend = TOP + 20.0 * n as f64;
+        let legend = legend_row(n + 1);
         let _ = writeln!(
             svg,
-            r#"<line x1="{:.1}" y1="{legend:.1}" x2="{:.1}" y2="{legend:.1}" stroke="{colour}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            x1 + 15.0,
-            x1 + 35.0,
-            x1 + 40.0,
+            r#"<line x1="{x0:.1}" y1="{legend:.1}" x2="{:.1}" y2="{legend:.1}" stroke="{colour}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            x0 + 20.0,
+            x0 + 26.0,
             legend + 4.0,
             escape(&one.label)
         );
     }
-    let legend = TOP + 20.0 * series.len() as f64;
+    let legend = legend_row(series.len() + 1);
     let _ = writeln!(
         svg,
-        r##"<line x1="{:.1}" y1="{legend:.1}" x2="{:.1}" y2="{legend:.1}" stroke="#888" stroke-width="2" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}">target</text>"##,
-        x1 + 15.0,
-        x1 + 35.0,
-        x1 + 40.0,
+        r##"<line x1="{x0:.1}" y1="{legend:.1}" x2="{:.1}" y2="{legend:.1}" stroke="#888" stroke-width="2" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}">target</text>"##,
+        x0 + 20.0,
+        x0 + 26.0,
         legend + 4.0
     );
     svg.push_str("</svg>\n");
