@@ -334,3 +334,74 @@ async fn a_stream_keeps_one_field_per_producer_expiring_with_the_window() -> any
     );
     Ok(())
 }
+
+/// Past 10,000 producers in a stream's hash, those that appended nothing
+/// within the window go, and a producer that did stays (it may still
+/// resend): the hash stays bounded however many processes come and go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_cap_idle_producers_are_forgotten_and_live_ones_kept() -> anyhow::Result<()> {
+    let redis = ordo_testkit::Redis::start()?;
+    let url = redis.url();
+    let category = common::category("cap");
+    // Long enough that the hash outlives a slow machine's reads below.
+    let window = std::time::Duration::from_secs(3);
+    let broker = RedisBroker::builder(&url)
+        .config(config(15_000, 3_600_000, 0))
+        .publish_dedup_window(window)
+        .build()
+        .await?;
+    let client = pool(&url).await?;
+    let hash = common::partition(&category, "k").producers(Lane::Primary);
+    let (old, live): (Arc<str>, Arc<str>) = (Arc::from("old"), Arc::from("live"));
+    broker.publish(&[produced(&category, "k", 0, &old, 1)]).await?;
+    // The live producer goes on publishing (which keeps the hash) until the
+    // old one has been idle for longer than the window, by Redis's clock.
+    let mut sequence = 0;
+    ordo_testkit::eventually(
+        std::time::Duration::from_secs(30),
+        "the old producer idle past the window",
+        || {
+            sequence += 1;
+            let (broker, client, hash, category, live) = (&broker, &client, &hash, &category, &live);
+            let this = sequence;
+            async move {
+                broker
+                    .publish(&[produced(category, "k", this, live, this)])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let recorded: String = client.hget(hash, "old").await.map_err(|e| e.to_string())?;
+                let at: u64 = recorded
+                    .split_once(':')
+                    .and_then(|(_, at)| at.parse().ok())
+                    .ok_or(format!("{recorded} is not <sequence>:<ms>"))?;
+                let time: Vec<u64> = client
+                    .next()
+                    .custom(fred::cmd!("TIME"), Vec::<String>::new())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let now = time[0] * 1_000 + time[1] / 1_000;
+                Ok(now > at + window.as_millis() as u64 + 50)
+            }
+        },
+    )
+    .await?;
+    // 10,000 new producers, one publication each: the hash reaches the cap
+    // (old, live and 9,998 of them), then goes over it in a call in which
+    // the live producer publishes too.
+    let crowd: Vec<Publication> = (0..10_000)
+        .map(|n| {
+            let producer: Arc<str> = Arc::from(format!("p{n}"));
+            produced(&category, "k", 1_000 + n, &producer, 1)
+        })
+        .collect();
+    broker.publish(&crowd[..9_998]).await?;
+    sequence += 1;
+    let mut last_call = vec![produced(&category, "k", sequence, &live, sequence)];
+    last_call.extend_from_slice(&crowd[9_998..]);
+    broker.publish(&last_call).await?;
+    let last = producers(&client, &category, "k").await?;
+    assert!(!last.contains_key("old"), "the idle producer is forgotten");
+    assert!(last.contains_key("live"), "the live producer is kept");
+    assert!(last.len() <= 10_001, "{} producers kept", last.len());
+    Ok(())
+}
