@@ -511,25 +511,111 @@ pub async fn fill(
 /// `SCAN` sees one node's keys), and keys are unlinked one slot at a time (a
 /// multi-key command must name one slot).
 pub async fn delete_matching(client: &Client, patterns: &[&str]) -> Result<u64> {
+    let deleted = on_every_primary(client, async |node: &Client| {
+        let mut deleted = 0;
+        for pattern in patterns {
+            each_matching_page(node, pattern, async |keys| {
+                let mut by_slot: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+                for key in keys {
+                    by_slot
+                        .entry(ClusterRouting::hash_key(key.as_bytes()))
+                        .or_default()
+                        .push(key);
+                }
+                for keys in by_slot.into_values() {
+                    let unlinked: u64 = node
+                        .custom(
+                            CustomCommand::new_static("UNLINK", ClusterHash::FirstKey, false),
+                            keys,
+                        )
+                        .await
+                        .with_context(|| format!("UNLINK of keys matching {pattern} failed"))?;
+                    deleted += unlinked;
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(deleted)
+    })
+    .await?;
+    Ok(deleted.into_iter().sum())
+}
+
+/// The bytes (`MEMORY USAGE`) of every key matching one of `patterns`,
+/// and how many keys matched; on a Redis Cluster, over every primary.
+pub async fn memory_of_matching(client: &Client, patterns: &[&str]) -> Result<(u64, u64)> {
+    let per_node = on_every_primary(client, async |node: &Client| {
+        let (mut bytes, mut count) = (0, 0);
+        for pattern in patterns {
+            each_matching_page(node, pattern, async |keys| {
+                for key in keys {
+                    let used: Option<u64> = node
+                        .custom(
+                            CustomCommand::new_static("MEMORY", ClusterHash::Random, false),
+                            vec!["USAGE".to_owned(), key.clone()],
+                        )
+                        .await
+                        .with_context(|| format!("MEMORY USAGE {key} failed"))?;
+                    bytes += used.unwrap_or(0);
+                    count += 1;
+                }
+                Ok(())
+            })
+            .await?;
+        }
+        Ok((bytes, count))
+    })
+    .await?;
+    Ok(per_node
+        .into_iter()
+        .fold((0, 0), |(bytes, count), (b, c)| (bytes + b, count + c)))
+}
+
+/// `per_node` run on every primary: on a Redis Cluster each through a
+/// connection of its own (a `SCAN` or `INFO` sees one node), on a single
+/// Redis `client` itself.
+pub(crate) async fn on_every_primary<T>(
+    client: &Client,
+    per_node: impl AsyncFn(&Client) -> Result<T>,
+) -> Result<Vec<T>> {
     if !client.is_clustered() {
-        return delete_on_node(client, patterns).await;
+        return Ok(vec![per_node(client).await?]);
     }
-    let mut deleted = 0;
+    let mut results = Vec::new();
     for node in client
         .split_cluster()
         .context("cannot list the cluster's primaries")?
     {
         node.init().await.context("cannot connect to a cluster primary")?;
-        let result = delete_on_node(&node, patterns).await;
+        let result = per_node(&node).await;
         let _ = node.quit().await;
-        deleted += result?;
+        results.push(result?);
     }
-    Ok(deleted)
+    Ok(results)
+}
+
+/// `page` called with each page of the keys matching `pattern` (`SCAN`) on
+/// the one node `client` talks to.
+pub(crate) async fn each_matching_page(
+    client: &Client,
+    pattern: &str,
+    mut page: impl AsyncFnMut(Vec<String>) -> Result<()>,
+) -> Result<()> {
+    let mut cursor = "0".to_owned();
+    loop {
+        let (next, keys) = scan_page(client, pattern, &cursor).await?;
+        page(keys).await?;
+        if next == "0" {
+            return Ok(());
+        }
+        cursor = next;
+    }
 }
 
 /// One page of `SCAN cursor MATCH pattern` on the one node `client` talks
 /// to: the next cursor (`0` at the end) and the keys.
-pub(crate) async fn scan_page(client: &Client, pattern: &str, cursor: &str) -> Result<(String, Vec<String>)> {
+async fn scan_page(client: &Client, pattern: &str, cursor: &str) -> Result<(String, Vec<String>)> {
     let reply: Value = client
         .custom(
             CustomCommand::new_static("SCAN", ClusterHash::Random, false),
@@ -540,87 +626,6 @@ pub(crate) async fn scan_page(client: &Client, pattern: &str, cursor: &str) -> R
     reply
         .convert()
         .with_context(|| format!("unexpected SCAN reply for {pattern}"))
-}
-
-/// The bytes (`MEMORY USAGE`) of every key matching one of `patterns`,
-/// and how many keys matched; on a Redis Cluster, over every primary.
-pub async fn memory_of_matching(client: &Client, patterns: &[&str]) -> Result<(u64, u64)> {
-    if !client.is_clustered() {
-        return memory_on_node(client, patterns).await;
-    }
-    let (mut bytes, mut keys) = (0, 0);
-    for node in client
-        .split_cluster()
-        .context("cannot list the cluster's primaries")?
-    {
-        node.init().await.context("cannot connect to a cluster primary")?;
-        let result = memory_on_node(&node, patterns).await;
-        let _ = node.quit().await;
-        let (b, k) = result?;
-        bytes += b;
-        keys += k;
-    }
-    Ok((bytes, keys))
-}
-
-/// [`memory_of_matching`] on the one node `client` talks to.
-async fn memory_on_node(client: &Client, patterns: &[&str]) -> Result<(u64, u64)> {
-    let (mut bytes, mut count) = (0, 0);
-    for pattern in patterns {
-        let mut cursor = "0".to_owned();
-        loop {
-            let (next, keys) = scan_page(client, pattern, &cursor).await?;
-            for key in keys {
-                let used: Option<u64> = client
-                    .custom(
-                        CustomCommand::new_static("MEMORY", ClusterHash::Random, false),
-                        vec!["USAGE".to_owned(), key.clone()],
-                    )
-                    .await
-                    .with_context(|| format!("MEMORY USAGE {key} failed"))?;
-                bytes += used.unwrap_or(0);
-                count += 1;
-            }
-            if next == "0" {
-                break;
-            }
-            cursor = next;
-        }
-    }
-    Ok((bytes, count))
-}
-
-/// [`delete_matching`] on the one node `client` talks to.
-async fn delete_on_node(client: &Client, patterns: &[&str]) -> Result<u64> {
-    let mut deleted = 0;
-    for pattern in patterns {
-        let mut cursor = "0".to_owned();
-        loop {
-            let (next, keys) = scan_page(client, pattern, &cursor).await?;
-            let mut by_slot: BTreeMap<u16, Vec<String>> = BTreeMap::new();
-            for key in keys {
-                by_slot
-                    .entry(ClusterRouting::hash_key(key.as_bytes()))
-                    .or_default()
-                    .push(key);
-            }
-            for keys in by_slot.into_values() {
-                let unlinked: u64 = client
-                    .custom(
-                        CustomCommand::new_static("UNLINK", ClusterHash::FirstKey, false),
-                        keys,
-                    )
-                    .await
-                    .with_context(|| format!("UNLINK of keys matching {pattern} failed"))?;
-                deleted += unlinked;
-            }
-            if next == "0" {
-                break;
-            }
-            cursor = next;
-        }
-    }
-    Ok(deleted)
 }
 
 #[cfg(test)]

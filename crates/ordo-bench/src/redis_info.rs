@@ -198,20 +198,7 @@ async fn sum(client: &Client, section: &str, names: &[&str]) -> Result<f64> {
 
 /// `INFO <section>` of every node.
 async fn per_node(client: &Client, section: &str) -> Result<Vec<String>> {
-    if !client.is_clustered() {
-        return Ok(vec![info(client, section).await?]);
-    }
-    let mut infos = Vec::new();
-    for node in client
-        .split_cluster()
-        .context("cannot list the cluster's primaries")?
-    {
-        node.init().await.context("cannot connect to a cluster primary")?;
-        let text = info(&node, section).await;
-        let _ = node.quit().await;
-        infos.push(text?);
-    }
-    Ok(infos)
+    crate::engine::on_every_primary(client, async |node: &Client| info(node, section).await).await
 }
 
 async fn info(client: &Client, section: &str) -> Result<String> {

@@ -391,16 +391,13 @@ fn lease_of(id: PartitionId) -> String {
 
 /// How many keys match `pattern` (`SCAN`, on the one server `admin` talks to).
 async fn count_matching(admin: &Client, pattern: &str) -> Result<u64> {
-    let mut cursor = "0".to_owned();
     let mut count = 0;
-    loop {
-        let (next, keys) = engine::scan_page(admin, pattern, &cursor).await?;
+    engine::each_matching_page(admin, pattern, async |keys| {
         count += keys.len() as u64;
-        if next == "0" {
-            return Ok(count);
-        }
-        cursor = next;
-    }
+        Ok(())
+    })
+    .await?;
+    Ok(count)
 }
 
 /// The idle figures after the drain.

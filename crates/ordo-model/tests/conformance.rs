@@ -9,9 +9,11 @@
 //! every other lease is renewed before each step, as the heartbeat does.
 //! A mismatch fails with the shortest history proptest can shrink to.
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -29,7 +31,7 @@ use ordo_redis::{Error as RedisError, FencedWrite, PartitionKeys, RedisBroker, R
 use ordo_testkit::Redis;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use stateright::Model;
 
 /// What each history may contain: every fault the model knows except a
@@ -52,13 +54,6 @@ const CONFIG: Config = Config {
 const LEASE_TTL: Duration = Duration::from_millis(800);
 
 const GROUP: &str = "G";
-
-/// The Redis of one test, shared by its cases (each case uses its own
-/// category); stopped when the test ends (a server in a static would
-/// outlive the test process).
-fn redis() -> Redis {
-    Redis::start().expect("the conformance test needs redis-server (see ordo-testkit)")
-}
 
 /// Reads, in one call, everything of the partition the model describes.
 const SNAPSHOT: &str = r"
@@ -588,17 +583,6 @@ async fn replay(
     Ok(exercised)
 }
 
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a tokio runtime")
-    })
-}
-
 /// Runs `cases` random histories (with `mutant` seeded in the model) on
 /// `redis`; returns the first failure, shrunk, and what the histories
 /// exercised.
@@ -611,15 +595,10 @@ fn run(
     let exercised = Mutex::new(BTreeMap::new());
     // Every history gets a category of its own, across tests.
     static CASE: AtomicU64 = AtomicU64::new(0);
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases,
-        max_shrink_iters: 300,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    let mut runner = support::runner(cases);
     let outcome = runner.run(&vec(any::<u16>(), 20..300), |choices| {
         let case = CASE.fetch_add(1, Ordering::Relaxed);
-        let steps = runtime()
+        let steps = support::runtime()
             .block_on(replay(&url, case, &choices, mutant))
             .map_err(|error| TestCaseError::fail(format!("{error:#}")))?;
         let mut exercised = exercised.lock().expect("not poisoned");
@@ -642,7 +621,7 @@ fn the_real_scripts_do_what_the_model_says() {
     // Random histories that never reach an operation would prove nothing:
     // rounds of 96 histories run until every operation was reached (a rare
     // one, such as `close`, can be missed by one round), four at most.
-    let redis = redis();
+    let redis = support::redis();
     let mut exercised: BTreeMap<&'static str, usize> = BTreeMap::new();
     for _ in 0..4 {
         let (outcome, round) = run(&redis, 96, None);
@@ -670,7 +649,7 @@ fn the_real_scripts_do_what_the_model_says() {
 /// scripts, and the test finds a history that shows it, shrunk.
 #[test]
 fn a_model_with_a_seeded_defect_departs_from_the_real_scripts() {
-    let (outcome, _) = run(&redis(), 64, Some(Mutant::LeaseWithoutNonce));
+    let (outcome, _) = run(&support::redis(), 64, Some(Mutant::LeaseWithoutNonce));
     let failure = outcome.expect_err("the real acquire script tells two starts of one instance apart");
     assert!(failure.contains("Redis answered Busy"), "{failure}");
 }

@@ -11,9 +11,11 @@
 //! nothing after it tried): the failure itself is `ordo-redis`'s test
 //! `producer::a_failed_append_records_nothing_of_it_and_everything_before_it`.
 
+mod support;
+
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context as _, bail};
 use fred::clients::Pool;
@@ -27,7 +29,7 @@ use ordo_redis::{PartitionKeys, RedisBroker};
 use ordo_testkit::Redis;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use stateright::Model;
 
 /// Longer histories than the exhaustive check's: 6 rows over 2 streams,
@@ -39,21 +41,6 @@ const CONFIG: PublishConfig = PublishConfig {
     faults: 4,
     restarts: 2,
 };
-
-fn redis() -> Redis {
-    Redis::start().expect("the conformance test needs redis-server (see ordo-testkit)")
-}
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a tokio runtime")
-    })
-}
 
 /// One history's Redis side: its own category, one partition per stream of
 /// the model.
@@ -223,15 +210,10 @@ fn run(redis: &Redis, cases: u32, mutant: Option<PublishMutant>) -> (Result<(), 
     let url = redis.url();
     static CASE: AtomicU64 = AtomicU64::new(0);
     let compared = AtomicU64::new(0);
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases,
-        max_shrink_iters: 300,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    let mut runner = support::runner(cases);
     let outcome = runner.run(&vec(any::<u16>(), 10..120), |choices| {
         let case = CASE.fetch_add(1, Ordering::Relaxed);
-        let calls = runtime()
+        let calls = support::runtime()
             .block_on(replay(&url, case, &choices, mutant))
             .map_err(|error| TestCaseError::fail(format!("{error:#}")))?;
         compared.fetch_add(calls as u64, Ordering::Relaxed);
@@ -245,7 +227,7 @@ fn run(redis: &Redis, cases: u32, mutant: Option<PublishMutant>) -> (Result<(), 
 
 #[test]
 fn the_real_publish_script_deduplicates_as_the_model_says() {
-    let (outcome, compared) = run(&redis(), 128, None);
+    let (outcome, compared) = run(&support::redis(), 128, None);
     if let Err(failure) = outcome {
         panic!("{failure}");
     }
@@ -258,7 +240,7 @@ fn the_real_publish_script_deduplicates_as_the_model_says() {
 /// script, and the test finds a history that shows it, shrunk.
 #[test]
 fn a_publish_model_with_a_seeded_defect_departs_from_the_real_script() {
-    let (outcome, _) = run(&redis(), 128, Some(PublishMutant::DedupAcceptsEqual));
+    let (outcome, _) = run(&support::redis(), 128, Some(PublishMutant::DedupAcceptsEqual));
     let failure = outcome.expect_err("the real script drops a resend of the last sequence");
     assert!(failure.contains("Redis holds"), "{failure}");
 }

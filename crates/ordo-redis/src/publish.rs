@@ -490,109 +490,66 @@ struct Target {
 }
 
 impl Target {
-    fn of(publication: &Publication, backfill_suffix: &str, routing: &Routing, clustered: bool) -> Self {
-        let names = Names::of(publication, backfill_suffix, routing, clustered);
-        Self {
-            stream: names.stream.clone(),
-            category: publication.category.clone(),
-            slot: names.slot,
-            indexed: names.member.is_some(),
-            hashed: names.hashed_key.is_some(),
-            args: calls::publish::StreamNames {
-                stream: names.stream,
-                index: names.index,
-                registry: names.registry,
-                published: names.published,
-                producers: names.producers,
-                joining: names.joining,
-                position: names.position,
-                doorbell: names.doorbell,
-                member: names.member.unwrap_or_default(),
-                channel: names.channel,
-            }
-            .into_args(),
-        }
-    }
-}
-
-/// The names a publication is written under, from its (category, key, lane).
-struct Names {
-    stream: String,
-    index: String,
-    /// The copy of the group registry in the stream's slot (on a single
-    /// Redis, the category's registry).
-    registry: String,
-    /// The copy of the joining marker in the stream's slot (on a single
-    /// Redis, the category's marker).
-    joining: String,
-    published: String,
-    producers: String,
-    position: String,
-    doorbell: String,
-    /// The doorbell channel of the stream's slot.
-    channel: String,
-    /// The index member (`None` for the base stream, which is not indexed).
-    member: Option<String>,
-    /// The key, written with the entry, when its partition is hashed (it
-    /// holds many keys; its positions are kept per key).
-    hashed_key: Option<String>,
-    /// The slot of every name above (on a Redis Cluster, where that matters).
-    slot: u16,
-}
-
-impl Names {
-    /// On a single Redis (`clustered` false) the category's own group
-    /// registry and joining marker stand for every slot's copy (see
+    /// The destination of `publication`, from its (category, key, lane). On
+    /// a single Redis (`clustered` false) the category's own group registry
+    /// and joining marker stand for every slot's copy (see
     /// [`crate::store::buckets::register_group`]).
     fn of(publication: &Publication, backfill_suffix: &str, routing: &Routing, clustered: bool) -> Self {
-        match &publication.key {
+        let category = &publication.category;
+        let (names, slot, hashed) = match &publication.key {
             Some(key) => {
-                let id = routing.partition_of(&publication.category, key);
-                let hashed_key = id.is_hashed().then(|| key.clone());
+                let id = routing.partition_of(category, key);
+                let hashed = id.is_hashed();
                 let partition = PartitionKeys::of(id, backfill_suffix);
-                Self {
+                let names = calls::publish::StreamNames {
                     stream: partition.lane(publication.lane).to_owned(),
                     index: partition.index(),
                     registry: if clustered {
                         partition.registry()
                     } else {
-                        group_registry(&publication.category)
-                    },
-                    joining: if clustered {
-                        partition.joining()
-                    } else {
-                        joining(&publication.category)
+                        group_registry(category)
                     },
                     published: partition.published(publication.lane),
                     producers: partition.producers(publication.lane),
+                    joining: if clustered {
+                        partition.joining()
+                    } else {
+                        joining(category)
+                    },
                     position: partition.position(publication.lane),
                     doorbell: partition.doorbell(),
+                    member: partition.key().to_owned(),
                     channel: partition.doorbell_channel(),
-                    member: Some(partition.key().to_owned()),
-                    hashed_key,
-                    slot: partition.slot(),
-                }
+                };
+                (names, partition.slot(), hashed)
             }
             None => {
-                let base = BaseKeys::new(&publication.category);
+                let base = BaseKeys::new(category);
                 // The base stream hashes like `{<category>}`: the category's
                 // own registry and joining marker share its slot.
-                Self {
+                let names = calls::publish::StreamNames {
                     stream: base.stream().to_owned(),
                     // Not written (no member), but an argument all the same.
-                    index: group_registry(&publication.category),
-                    registry: group_registry(&publication.category),
-                    joining: joining(&publication.category),
+                    index: group_registry(category),
+                    registry: group_registry(category),
                     published: base.published(),
                     producers: base.producers(),
+                    joining: joining(category),
                     position: base.position(),
                     doorbell: base.doorbell(),
+                    member: String::new(),
                     channel: base.doorbell_channel(),
-                    member: None,
-                    hashed_key: None,
-                    slot: slot_of(base.stream()),
-                }
+                };
+                (names, slot_of(base.stream()), false)
             }
+        };
+        Self {
+            stream: names.stream.clone(),
+            category: category.clone(),
+            slot,
+            indexed: !names.member.is_empty(),
+            hashed,
+            args: names.into_args(),
         }
     }
 }

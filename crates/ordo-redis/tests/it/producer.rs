@@ -13,14 +13,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::Context as _;
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, StreamsInterface};
+use fred::interfaces::{ClientLike, HashesInterface, KeysInterface};
 use fred::types::Value;
 use ordo_core::contract::broker::{
     Broker, BrokerError, Capabilities, Publication, PublishError, Subscription,
 };
 use ordo_core::contract::handler::BoxFuture;
 use ordo_core::contract::key::Lane;
-use ordo_core::contract::message::Envelope;
 use ordo_core::contract::outbox::{InMemoryOutbox, NewOutboxRow, Outbox};
 use ordo_core::runtime::outbox::OutboxProcessor;
 use ordo_redis::RedisBroker;
@@ -35,22 +34,13 @@ fn produced(category: &str, key: &str, seq: u64, producer: &Arc<str>, sequence: 
     publication(category, key, seq, Lane::Primary).with_producer(Arc::clone(producer), sequence)
 }
 
-/// The payload seqs of `category:key`'s primary stream, in stream order.
-async fn seqs(client: &Pool, category: &str, key: &str) -> anyhow::Result<Vec<u64>> {
-    let entries: Vec<(String, HashMap<String, String>)> = client
-        .xrange(common::stream(category, key), "-", "+", None)
-        .await?;
-    entries
-        .iter()
-        .map(|(id, fields)| {
-            let envelope: Envelope = serde_json::from_str(
-                fields
-                    .get("envelope")
-                    .with_context(|| format!("entry {id} has no envelope"))?,
-            )?;
-            Ok(common::seq_of(&envelope))
-        })
-        .collect()
+/// A broker on `url` whose deduplication window is `window`.
+async fn broker_with_window(url: &str, window: std::time::Duration) -> anyhow::Result<RedisBroker> {
+    Ok(RedisBroker::builder(url)
+        .config(config(15_000, 3_600_000, 0))
+        .publish_dedup_window(window)
+        .build()
+        .await?)
 }
 
 /// `category:key`'s producer hash: producer id → last sequence appended.
@@ -99,7 +89,7 @@ async fn a_producer_resending_what_it_published_appends_nothing_twice(
     broker.publish(&batch(1, 8)).await?;
     for (k, key) in keys.iter().enumerate() {
         assert_eq!(
-            seqs(&client, &category, key).await?,
+            common::stream_seqs(&client, &category, key).await?,
             (1..=8).collect::<Vec<_>>(),
             "{key}"
         );
@@ -161,7 +151,7 @@ async fn a_restarted_producer_neither_duplicates_nor_drops(redis: TestRedis) -> 
     broker.publish(&late).await?;
     for key in ["a", "b"] {
         assert_eq!(
-            seqs(&client, &category, key).await?,
+            common::stream_seqs(&client, &category, key).await?,
             (1..=8).collect::<Vec<_>>(),
             "{key}"
         );
@@ -255,7 +245,7 @@ async fn an_outbox_processor_whose_replies_were_lost_publishes_each_row_once() -
     );
     for key in &keys {
         assert_eq!(
-            seqs(&client, &category, key).await?,
+            common::stream_seqs(&client, &category, key).await?,
             (1..=40).collect::<Vec<_>>(),
             "{key}"
         );
@@ -285,7 +275,7 @@ async fn a_failed_append_records_nothing_of_it_and_everything_before_it() -> any
     ];
     let error = broker.publish(&batch).await.expect_err("the XADD of `bad` fails");
     assert_eq!(error.published, 1, "{error:?}");
-    assert_eq!(seqs(&client, &category, "good").await?, [1]);
+    assert_eq!(common::stream_seqs(&client, &category, "good").await?, [1]);
     assert_eq!(
         producers(&client, &category, "good").await?,
         HashMap::from([("p-9".to_owned(), 1)])
@@ -296,8 +286,8 @@ async fn a_failed_append_records_nothing_of_it_and_everything_before_it() -> any
     );
     let _: Value = client.del(common::stream(&category, "bad")).await?;
     broker.publish(&batch).await?;
-    assert_eq!(seqs(&client, &category, "good").await?, [1, 2]);
-    assert_eq!(seqs(&client, &category, "bad").await?, [1]);
+    assert_eq!(common::stream_seqs(&client, &category, "good").await?, [1, 2]);
+    assert_eq!(common::stream_seqs(&client, &category, "bad").await?, [1]);
     Ok(())
 }
 
@@ -309,11 +299,7 @@ async fn a_stream_keeps_one_field_per_producer_expiring_with_the_window() -> any
     let url = redis.url();
     let category = common::category("small");
     let window = std::time::Duration::from_secs(30);
-    let broker = RedisBroker::builder(&url)
-        .config(config(15_000, 3_600_000, 0))
-        .publish_dedup_window(window)
-        .build()
-        .await?;
+    let broker = broker_with_window(&url, window).await?;
     let client = pool(&url).await?;
     let producer: Arc<str> = Arc::from("0123456789abcdef");
     let batch: Vec<Publication> = (1..=2_000)
@@ -345,11 +331,7 @@ async fn past_the_cap_idle_producers_are_forgotten_and_live_ones_kept() -> anyho
     let category = common::category("cap");
     // Long enough that the hash outlives a slow machine's reads below.
     let window = std::time::Duration::from_secs(3);
-    let broker = RedisBroker::builder(&url)
-        .config(config(15_000, 3_600_000, 0))
-        .publish_dedup_window(window)
-        .build()
-        .await?;
+    let broker = broker_with_window(&url, window).await?;
     let client = pool(&url).await?;
     let hash = common::partition(&category, "k").producers(Lane::Primary);
     let (old, live): (Arc<str>, Arc<str>) = (Arc::from("old"), Arc::from("live"));

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -306,24 +306,6 @@ async fn a_batch_over_many_slots_keeps_each_key_in_order_and_every_category_is_f
     Ok(())
 }
 
-/// The seqs of `category:key`'s primary stream, in stream order.
-async fn stream_seqs(client: &Pool, category: &str, key: &str) -> anyhow::Result<Vec<u64>> {
-    let entries: Vec<(String, HashMap<String, String>)> = client
-        .xrange(common::stream(category, key), "-", "+", None)
-        .await?;
-    entries
-        .iter()
-        .map(|(id, fields)| {
-            let envelope: ordo_core::contract::message::Envelope = serde_json::from_str(
-                fields
-                    .get("envelope")
-                    .with_context(|| format!("entry {id} has no envelope"))?,
-            )?;
-            Ok(common::seq_of(&envelope))
-        })
-        .collect()
-}
-
 /// A node's `FCALL` calls and failed calls, from its `INFO commandstats`.
 async fn fcall_stats(node: &Pool) -> anyhow::Result<(u64, u64)> {
     let info: String = node.next().info(Some(InfoKind::CommandStats)).await?;
@@ -403,7 +385,7 @@ async fn a_batch_over_many_keys_costs_one_call_per_cluster_node_and_chunk() -> a
     }
     for key in &keys {
         assert_eq!(
-            stream_seqs(&client, &category, key).await?,
+            common::stream_seqs(&client, &category, key).await?,
             (0..seqs).collect::<Vec<_>>(),
             "{key} in batch order"
         );
@@ -477,8 +459,16 @@ async fn a_batch_naming_a_moved_slot_is_grouped_again_and_published_once() -> an
         failed_before + 1,
         "the call grouped by the stale view failed on the old primary"
     );
-    assert_eq!(stream_seqs(&client, &category, stays).await?, [0, 1], "{stays}");
-    assert_eq!(stream_seqs(&client, &category, moves).await?, [0, 1], "{moves}");
+    assert_eq!(
+        common::stream_seqs(&client, &category, stays).await?,
+        [0, 1],
+        "{stays}"
+    );
+    assert_eq!(
+        common::stream_seqs(&client, &category, moves).await?,
+        [0, 1],
+        "{moves}"
+    );
     Ok(())
 }
 
@@ -556,7 +546,7 @@ async fn batches_published_across_a_primary_failover_keep_each_key_in_order() ->
     );
     for key in &keys {
         assert_eq!(
-            stream_seqs(&client, &category, key).await?,
+            common::stream_seqs(&client, &category, key).await?,
             (0..seq).collect::<Vec<_>>(),
             "{key} once each and in order ({failures} publishes failed)"
         );
@@ -615,7 +605,7 @@ async fn a_publish_failing_part_way_reports_a_written_prefix_and_the_rest_can_fo
             .iter()
             .filter(|publication| publication.key.as_deref() == Some(key.as_str()))
             .count();
-        let seqs = stream_seqs(&client, &category, key).await?;
+        let seqs = common::stream_seqs(&client, &category, key).await?;
         assert!(
             seqs.len() >= reported && seqs.iter().copied().eq(0..u64::try_from(seqs.len())?),
             "{key}: {reported} reported written, the stream has {seqs:?}"
@@ -626,7 +616,7 @@ async fn a_publish_failing_part_way_reports_a_written_prefix_and_the_rest_can_fo
     publisher.publish(&batch[published..]).await?;
     for key in &keys {
         assert_eq!(
-            stream_seqs(&client, &category, key).await?,
+            common::stream_seqs(&client, &category, key).await?,
             [0, 1, 2],
             "{key} once each, in batch order"
         );

@@ -22,14 +22,19 @@ pub(crate) const ARGS_PER_PUBLICATION: usize = 8;
 pub(crate) struct StreamNames {
     pub(crate) stream: String,
     pub(crate) index: String,
+    /// The copy of the group registry in the stream's slot (on a single
+    /// Redis, the category's registry).
     pub(crate) registry: String,
     pub(crate) published: String,
     pub(crate) producers: String,
+    /// The copy of the joining marker in the stream's slot (on a single
+    /// Redis, the category's marker).
     pub(crate) joining: String,
     pub(crate) position: String,
     pub(crate) doorbell: String,
     /// The index member (empty for a base stream, which is not indexed).
     pub(crate) member: String,
+    /// The doorbell channel of the stream's slot.
     pub(crate) channel: String,
 }
 

@@ -6,12 +6,13 @@
 pub mod proxy;
 pub mod topology;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 use fred::clients::Pool;
+use fred::interfaces::StreamsInterface;
 use fred::prelude::{Builder, ClientLike};
 use ordo_core::DynHandler;
 use ordo_core::contract::broker::{Publication, Subscription};
@@ -123,6 +124,23 @@ pub async fn publish_all(
     }
     broker.publish(&publications).await?;
     Ok(())
+}
+
+/// The seqs of `category:key`'s primary stream, in stream order.
+pub async fn stream_seqs(client: &Pool, category: &str, key: &str) -> anyhow::Result<Vec<u64>> {
+    let entries: Vec<(String, HashMap<String, String>)> =
+        client.xrange(stream(category, key), "-", "+", None).await?;
+    entries
+        .iter()
+        .map(|(id, fields)| {
+            let envelope: Envelope = serde_json::from_str(
+                fields
+                    .get("envelope")
+                    .with_context(|| format!("entry {id} has no envelope"))?,
+            )?;
+            Ok(seq_of(&envelope))
+        })
+        .collect()
 }
 
 /// `n` partition keys: `k0`, `k1`, ...
