@@ -8,24 +8,32 @@
 //!   before a restart is ever resent). Each row it commits has a sequence
 //!   (its outbox row id: 1, 2, … from the start, strictly increasing in
 //!   commit order) and goes to one stream.
-//! - **Publishing.** The processor sends one call at a time (runs never
-//!   overlap): up to `batch` rows not known to be published, in sequence
-//!   order, each as a publication `(P, s)` to its row's stream. The one
-//!   rule on what a call holds binds each stream: a row of a stream is sent
-//!   only when every earlier row of that stream is known published or sent
-//!   before it in the same call (each stream's rows in a call are a prefix
-//!   of its rows not known published). Which streams a call takes, and how
+//! - **Publishing.** The processor has up to `in_flight` calls out at
+//!   once (pipelined: a batch's chunks go one after another without
+//!   waiting for the replies before): each up to `batch` rows not known to
+//!   be published and not in a call in flight, in sequence order, each as
+//!   a publication `(P, s, prev)` to its row's stream. The one rule on what
+//!   a call holds binds each stream: a row of a stream is sent only when
+//!   every earlier row of that stream is known published, in a call in
+//!   flight, or sent before it in the same call (each stream's rows in a
+//!   call are a prefix of its rows neither known published nor in flight).
+//!   `prev` is the sequence of the row before it in its stream when that
+//!   row is in flight or earlier in the same call, else 0. Which streams a call takes, and how
 //!   many rows of each, is free (the model explores every choice); the
 //!   processor that resends everything from its first row not known
 //!   published is one of them. A reply answers each publication done
 //!   (`ok` or `dup`: both mean the row is in its stream) and, on an error,
 //!   which one failed (nothing after it was tried); the rows answered are
-//!   marked published, the others stay pending.
+//!   marked published, the others stay pending. Replies are taken in the
+//!   order the calls were sent; any call in flight may time out.
 //! - **The script**, per publication of a call, in order, atomically:
 //!   `last = HGET(producers(stream), P)` (0 when absent); if `s <= last`
-//!   the answer is `dup` and nothing is appended; else `XADD`, then
-//!   `HSET(producers(stream), P, s)`. When an `XADD` fails the call stops
-//!   there, and nothing of the failed publication is recorded.
+//!   the answer is `dup` and nothing is appended; else if `last < prev`
+//!   the row before it is not in the stream (its call failed, or has not
+//!   landed yet): the call stops there with `gap`, nothing of it or after
+//!   it written; else `XADD`, then `HSET(producers(stream), P, s)`. When an
+//!   `XADD` fails the call stops there, and nothing of the failed
+//!   publication is recorded.
 //! - **Faults**: an `XADD` fails (the call stops there, the error reaches
 //!   the processor); the processor times out waiting for a reply (the
 //!   request never arrived, arrives later than the resend, or was carried
@@ -72,6 +80,8 @@ pub struct PublishConfig {
     pub faults: u8,
     /// Process restarts (a new producer id, an empty outbox).
     pub restarts: u8,
+    /// The most calls the processor has out at once.
+    pub in_flight: u8,
 }
 
 impl PublishConfig {
@@ -83,6 +93,7 @@ impl PublishConfig {
         batch: 2,
         faults: 3,
         restarts: 1,
+        in_flight: 1,
     };
 
     /// Lost replies, late requests and failed appends on one stream: 4
@@ -93,6 +104,7 @@ impl PublishConfig {
         batch: 2,
         faults: 3,
         restarts: 0,
+        in_flight: 1,
     };
 
     /// Restarts around faults on one stream: 3 rows, batches of 2, a
@@ -103,6 +115,7 @@ impl PublishConfig {
         batch: 2,
         faults: 1,
         restarts: 2,
+        in_flight: 1,
     };
 
     /// 4 rows over 2 streams, batches of 3, 3 faults and a restart (too
@@ -113,13 +126,26 @@ impl PublishConfig {
         batch: 3,
         faults: 3,
         restarts: 1,
+        in_flight: 1,
+    };
+
+    /// Pipelined calls: 3 rows over 2 streams, batches of 2, two calls in
+    /// flight, 3 faults and a restart.
+    pub const PIPELINED: Self = Self {
+        rows: 3,
+        streams: 2,
+        batch: 2,
+        faults: 3,
+        restarts: 1,
+        in_flight: 2,
     };
 
     /// The configurations `ordo-model publish --config NAME` knows.
-    pub const NAMED: [(&'static str, Self); 4] = [
+    pub const NAMED: [(&'static str, Self); 5] = [
         ("full", Self::FULL),
         ("faults", Self::FAULTS),
         ("restart", Self::RESTART),
+        ("pipelined", Self::PIPELINED),
         ("wide", Self::WIDE),
     ];
 
@@ -139,6 +165,7 @@ impl PublishConfig {
             batch: 1,
             faults: 1,
             restarts: 0,
+            in_flight: 1,
         };
         match mutant {
             // One row, its reply lost, resent.
@@ -154,6 +181,13 @@ impl PublishConfig {
             },
             // Two rows of one stream, the first one's call fails.
             PublishMutant::SkipAhead => Self { rows: 2, ..one },
+            // Two rows of one stream in two calls out at once, the first
+            // one's XADD fails.
+            PublishMutant::NoGapCheck => Self {
+                rows: 2,
+                in_flight: 2,
+                ..one
+            },
         }
     }
 }
@@ -162,9 +196,9 @@ impl fmt::Display for PublishConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} rows × {} streams, batches of {} × faults (failed XADDs and timeouts {}, restarts {}), \
-             late requests landing in any order",
-            self.rows, self.streams, self.batch, self.faults, self.restarts
+            "{} rows × {} streams, batches of {}, {} calls in flight × faults (failed XADDs and timeouts \
+             {}, restarts {}), late requests landing in any order",
+            self.rows, self.streams, self.batch, self.in_flight, self.faults, self.restarts
         )
     }
 }
@@ -186,6 +220,10 @@ mutants! {
         /// stream too) and sends the rows in doubt afterwards: a later row
         /// recorded first makes an earlier one look like a duplicate.
         SkipAhead = "skip-ahead",
+        /// The script ignores `prev`: with two calls out, the second one's row
+        /// lands while the first one's earlier row of the same stream failed,
+        /// and the resent earlier row is taken for a duplicate.
+        NoGapCheck = "no-gap-check",
     }
 }
 
@@ -224,6 +262,9 @@ pub enum Reply {
     /// The XADD of publication `n` failed: the ones before it are done,
     /// nothing after it was tried.
     Failed(u8),
+    /// Publication `n`'s `prev` is not in its stream: the ones before it
+    /// are done, nothing of it or after it was written.
+    Gap(u8),
 }
 
 /// One call of the publish script.
@@ -233,6 +274,9 @@ pub struct Call {
     pub producer: u8,
     /// Its publications: rows, by index in [`PublishState::rows`], in order.
     pub rows: Vec<u8>,
+    /// Each publication's `prev`: the sequence of the row before it in its
+    /// stream when that row was in flight or earlier in the call, else 0.
+    pub prevs: Vec<u8>,
     /// Carried out, with this reply on its way (`None`: not carried out).
     pub reply: Option<Reply>,
 }
@@ -246,8 +290,8 @@ pub struct PublishState {
     pub incarnation: u8,
     /// The sequence of the running process's next row.
     pub next_seq: u8,
-    /// The running processor's call, waiting for its reply.
-    pub call: Option<Call>,
+    /// The running processor's calls in flight, in the order it sent them.
+    pub calls: Vec<Call>,
     /// Requests whose sender stopped waiting (a timeout or a restart), not
     /// carried out yet: each may land later, or never. Sorted.
     pub late: Vec<Call>,
@@ -267,8 +311,8 @@ pub struct PublishState {
 /// Which call Redis carries out.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Which {
-    /// The running processor's.
-    Current,
+    /// The running processor's, by index in [`PublishState::calls`].
+    Current(usize),
     /// A late one, by index in [`PublishState::late`].
     Late(usize),
 }
@@ -289,11 +333,12 @@ pub enum Action {
         /// The publication whose XADD fails.
         failed_at: Option<u8>,
     },
-    /// The processor receives its call's reply.
+    /// The processor receives the reply of its first call in flight.
     Reply,
-    /// The processor times out: the request may still land, or its reply
+    /// The processor times out on a call in flight (by index in
+    /// [`PublishState::calls`]): the request may still land, or its reply
     /// is lost.
-    Timeout,
+    Timeout(usize),
     /// A late request is never carried out.
     Vanish(usize),
     /// The process restarts: a new producer id, an empty outbox.
@@ -310,7 +355,7 @@ impl fmt::Display for Action {
             }
             Self::Execute { which, failed_at } => {
                 match which {
-                    Which::Current => write!(f, "Redis carries out the processor's call")?,
+                    Which::Current(i) => write!(f, "Redis carries out the processor's call {i}")?,
                     Which::Late(i) => write!(f, "Redis carries out late request {i}")?,
                 }
                 match failed_at {
@@ -319,7 +364,7 @@ impl fmt::Display for Action {
                 }
             }
             Self::Reply => write!(f, "the processor receives the reply"),
-            Self::Timeout => write!(f, "the processor times out"),
+            Self::Timeout(i) => write!(f, "the processor times out on its call {i}"),
             Self::Vanish(i) => write!(f, "late request {i} never lands"),
             Self::Restart => write!(f, "the process restarts"),
         }
@@ -349,14 +394,39 @@ impl Publish {
         }
     }
 
-    /// The rows of the running process not marked published, in sequence
-    /// order.
+    /// The rows of the running process neither marked published nor in a
+    /// call in flight, in sequence order.
     fn unpublished(state: &PublishState) -> impl Iterator<Item = (usize, &Row)> {
-        state
-            .rows
-            .iter()
+        state.rows.iter().enumerate().filter(move |(i, r)| {
+            r.incarnation == state.incarnation
+                && !r.published
+                && !state.calls.iter().any(|call| call.rows.contains(&(*i as u8)))
+        })
+    }
+
+    /// The `prev` of each of `rows` (a call about to be sent): the sequence
+    /// of the row before it in its stream when that row is in a call in
+    /// flight or earlier in `rows`, else 0.
+    fn prevs(state: &PublishState, rows: &[u8]) -> Vec<u8> {
+        rows.iter()
             .enumerate()
-            .filter(move |(_, r)| r.incarnation == state.incarnation && !r.published)
+            .map(|(at, &index)| {
+                let row = state.rows[usize::from(index)];
+                let before = (0..index).rev().find(|&i| {
+                    let other = state.rows[usize::from(i)];
+                    other.incarnation == row.incarnation && other.stream == row.stream
+                });
+                match before {
+                    Some(before)
+                        if rows[..at].contains(&before)
+                            || state.calls.iter().any(|call| call.rows.contains(&before)) =>
+                    {
+                        state.rows[usize::from(before)].seq
+                    }
+                    _ => 0,
+                }
+            })
+            .collect()
     }
 
     /// Every call the processor may send next, each a set of rows: up to
@@ -420,6 +490,11 @@ impl Publish {
             let index = call.rows[n];
             let row = state.rows[usize::from(index)];
             let appends = self.appends(state, call, n);
+            let last = state.last[usize::from(row.stream)][usize::from(call.producer)];
+            if appends && last < call.prevs[n] && !self.has(PublishMutant::NoGapCheck) {
+                // No XADD to fail.
+                return failed_at.is_none().then_some(Reply::Gap(n as u8));
+            }
             let last = &mut state.last[usize::from(row.stream)][usize::from(call.producer)];
             if failed_at == Some(n as u8) {
                 if !appends {
@@ -451,7 +526,7 @@ impl Model for Publish {
             rows: Vec::new(),
             incarnation: 0,
             next_seq: 1,
-            call: None,
+            calls: Vec::new(),
             late: Vec::new(),
             streams: vec![Vec::new(); usize::from(self.config.streams)],
             last: vec![vec![0; ids]; usize::from(self.config.streams)],
@@ -467,34 +542,32 @@ impl Model for Publish {
                 actions.push(Action::Commit(stream));
             }
         }
-        match &state.call {
-            None => {
-                let mut batches = Vec::new();
-                self.batches(state, &mut batches);
-                actions.extend(batches.into_iter().map(Action::Send));
-            }
-            Some(call) => {
-                match call.reply {
-                    None => {
-                        actions.push(Action::Execute {
-                            which: Which::Current,
-                            failed_at: None,
-                        });
-                        if state.faults > 0 {
-                            for n in 0..call.rows.len() {
-                                actions.push(Action::Execute {
-                                    which: Which::Current,
-                                    failed_at: Some(n as u8),
-                                });
-                            }
-                        }
-                    }
-                    Some(_) => actions.push(Action::Reply),
-                }
+        if state.calls.len() < usize::from(self.config.in_flight) {
+            let mut batches = Vec::new();
+            self.batches(state, &mut batches);
+            actions.extend(batches.into_iter().map(Action::Send));
+        }
+        for (i, call) in state.calls.iter().enumerate() {
+            if call.reply.is_none() {
+                actions.push(Action::Execute {
+                    which: Which::Current(i),
+                    failed_at: None,
+                });
                 if state.faults > 0 {
-                    actions.push(Action::Timeout);
+                    for n in 0..call.rows.len() {
+                        actions.push(Action::Execute {
+                            which: Which::Current(i),
+                            failed_at: Some(n as u8),
+                        });
+                    }
                 }
             }
+            if state.faults > 0 {
+                actions.push(Action::Timeout(i));
+            }
+        }
+        if state.calls.first().is_some_and(|call| call.reply.is_some()) {
+            actions.push(Action::Reply);
         }
         for (i, call) in state.late.iter().enumerate() {
             actions.push(Action::Execute {
@@ -541,24 +614,24 @@ impl Model for Publish {
                         row.doubt = false;
                     }
                 }
-                state.call = Some(Call {
+                let prevs = Self::prevs(&state, &rows);
+                let call = Call {
                     producer: self.producer(&state),
                     rows,
+                    prevs,
                     reply: None,
-                });
+                };
+                state.calls.push(call);
             }
             Action::Execute { which, failed_at } => {
                 if failed_at.is_some() {
                     state.faults -= 1;
                 }
                 match which {
-                    Which::Current => {
-                        let call = state.call.take()?;
+                    Which::Current(i) => {
+                        let call = state.calls[i].clone();
                         let reply = self.execute(&mut state, &call, failed_at)?;
-                        state.call = Some(Call {
-                            reply: Some(reply),
-                            ..call
-                        });
+                        state.calls[i].reply = Some(reply);
                     }
                     Which::Late(i) => {
                         // Its reply goes to no one.
@@ -568,10 +641,10 @@ impl Model for Publish {
                 }
             }
             Action::Reply => {
-                let call = state.call.take()?;
+                let call = state.calls.remove(0);
                 let done = match call.reply? {
                     Reply::Done => call.rows.len(),
-                    Reply::Failed(n) => usize::from(n),
+                    Reply::Failed(n) | Reply::Gap(n) => usize::from(n),
                 };
                 for &row in &call.rows[..done] {
                     state.rows[usize::from(row)].published = true;
@@ -582,9 +655,9 @@ impl Model for Publish {
                     state.rows[usize::from(failed)].doubt = true;
                 }
             }
-            Action::Timeout => {
+            Action::Timeout(i) => {
                 state.faults -= 1;
-                let call = state.call.take()?;
+                let call = state.calls.remove(i);
                 if self.has(PublishMutant::SkipAhead) {
                     for &row in &call.rows {
                         state.rows[usize::from(row)].doubt = true;
@@ -603,12 +676,12 @@ impl Model for Publish {
             Action::Restart => {
                 state.restarts -= 1;
                 // A request in flight may still land; a reply is lost.
-                if let Some(call) = state.call.take()
-                    && call.reply.is_none()
-                {
-                    state.late.push(call);
-                    state.late.sort_unstable();
+                for call in std::mem::take(&mut state.calls) {
+                    if call.reply.is_none() {
+                        state.late.push(call);
+                    }
                 }
+                state.late.sort_unstable();
                 state.incarnation += 1;
                 state.next_seq = 1;
             }

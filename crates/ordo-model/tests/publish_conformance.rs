@@ -10,6 +10,9 @@
 //! before `n` (in the model nothing of a failed publication is recorded,
 //! nothing after it tried): the failure itself is `ordo-redis`'s test
 //! `producer::a_failed_append_records_nothing_of_it_and_everything_before_it`.
+//! Each publication names the one before it in its stream when the model's
+//! call does (`Publication::after`: sent while that one's call is out), and
+//! a call the model stops at a gap must fail on the real script too.
 
 mod support;
 
@@ -24,7 +27,7 @@ use fred::prelude::{Builder, Config as FredConfig};
 use ordo_core::contract::broker::{Broker, Publication};
 use ordo_core::contract::key::Lane;
 use ordo_core::contract::message::{Envelope, MessageKind, Metadata};
-use ordo_model::publish::{Action, Call, Publish, PublishConfig, PublishMutant, PublishState, Which};
+use ordo_model::publish::{Action, Call, Publish, PublishConfig, PublishMutant, PublishState, Reply, Which};
 use ordo_redis::{PartitionKeys, RedisBroker};
 use ordo_testkit::Redis;
 use proptest::collection::vec;
@@ -33,13 +36,14 @@ use proptest::test_runner::TestCaseError;
 use stateright::Model;
 
 /// Longer histories than the exhaustive check's: 6 rows over 2 streams,
-/// batches of 3, 4 faults and 2 restarts.
+/// batches of 3, two calls in flight, 4 faults and 2 restarts.
 const CONFIG: PublishConfig = PublishConfig {
     rows: 6,
     streams: 2,
     batch: 3,
     faults: 4,
     restarts: 2,
+    in_flight: 2,
 };
 
 /// One history's Redis side: its own category, one partition per stream of
@@ -61,12 +65,19 @@ impl Real {
     }
 
     /// Carries out `call` (its first `upto` publications) as the publish
-    /// script does, through the broker.
-    async fn execute(&self, state: &PublishState, call: &Call, upto: usize) -> anyhow::Result<()> {
+    /// script does, through the broker; `Err` when the broker answered an
+    /// error.
+    async fn execute(
+        &self,
+        state: &PublishState,
+        call: &Call,
+        upto: usize,
+    ) -> anyhow::Result<Result<(), ordo_core::contract::broker::PublishError>> {
         let producer: Arc<str> = Arc::from(Self::producer(call.producer));
         let publications: Vec<Publication> = call.rows[..upto]
             .iter()
-            .map(|&index| {
+            .zip(&call.prevs)
+            .map(|(&index, &prev)| {
                 let row = state.rows[usize::from(index)];
                 let key = format!("s{}", row.stream);
                 let envelope = Envelope {
@@ -83,12 +94,13 @@ impl Real {
                 };
                 Publication::to_partition(key, Lane::Primary, envelope)
                     .with_producer(Arc::clone(&producer), u64::from(row.seq))
+                    .after(u64::from(prev))
             })
             .collect();
-        if !publications.is_empty() {
-            self.broker.publish(&publications).await?;
+        if publications.is_empty() {
+            return Ok(Ok(()));
         }
-        Ok(())
+        Ok(self.broker.publish(&publications).await)
     }
 
     /// Each stream's entries (rows, by index) and producer hash.
@@ -185,11 +197,28 @@ async fn replay(
         history.push(action.to_string());
         if let Action::Execute { which, failed_at } = action {
             let call = match which {
-                Which::Current => state.call.as_ref().context("a call in flight")?,
+                Which::Current(i) => state.calls.get(i).context("a call in flight")?,
                 Which::Late(i) => &state.late[i],
             };
             let upto = failed_at.map_or(call.rows.len(), usize::from);
-            real.execute(&state, call, upto).await?;
+            // The model's answer to a call of the processor's; a late call's
+            // reply goes to no one, and the model keeps none.
+            let answer = match which {
+                Which::Current(i) => next.calls[i].reply,
+                Which::Late(_) => None,
+            };
+            let published = real.execute(&state, call, upto).await?;
+            let gap = |error: &ordo_core::contract::broker::PublishError| {
+                error.source.to_string().contains("`gap`")
+            };
+            let agrees = match (&published, answer) {
+                (Ok(()), Some(Reply::Done | Reply::Failed(_)) | None) => true,
+                (Err(error), Some(Reply::Gap(_)) | None) => gap(error),
+                _ => false,
+            };
+            if !agrees {
+                bail!("after {history:#?}\nthe model answers {answer:?}, the broker {published:?}");
+            }
             let (want, got) = (expected(&next), real.observe(CONFIG.streams).await?);
             if want != got {
                 bail!(
@@ -243,4 +272,17 @@ fn a_publish_model_with_a_seeded_defect_departs_from_the_real_script() {
     let (outcome, _) = run(&support::redis(), 128, Some(PublishMutant::DedupAcceptsEqual));
     let failure = outcome.expect_err("the real script drops a resend of the last sequence");
     assert!(failure.contains("Redis holds"), "{failure}");
+}
+
+/// The gap check has teeth too: a model whose script ignores `prev` departs
+/// from the real script once a call's earlier row of a stream failed while
+/// a later one was out.
+#[test]
+fn a_publish_model_without_the_gap_check_departs_from_the_real_script() {
+    let (outcome, _) = run(&support::redis(), 256, Some(PublishMutant::NoGapCheck));
+    let failure = outcome.expect_err("the real script refuses a publication whose previous one is not in");
+    assert!(
+        failure.contains("Redis holds") || failure.contains("the broker"),
+        "{failure}"
+    );
 }

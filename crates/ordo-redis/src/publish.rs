@@ -26,6 +26,7 @@ use std::time::Duration;
 use fred::clients::{Client, Pool};
 use fred::interfaces::ClientLike as _;
 use fred::types::Value;
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use ordo_core::contract::broker::{
     POSITION_EPOCH_METADATA, POSITION_METADATA, POSITION_SCOPE_METADATA, Publication, PublishError, Refusal,
     RefusedExtent,
@@ -45,6 +46,15 @@ use crate::store::keys::{
 /// Publications per script call: large enough to amortise the round trip,
 /// small enough to keep each script short.
 const CHUNK: usize = 128;
+
+/// Calls one node's group of a batch has out at once when every
+/// publication of the batch is deduplicated by producer sequence: two, so
+/// Redis runs one while the next one is on its way and the engine prepares
+/// the one after. Otherwise one: only the producer sequence lets the script
+/// refuse a publication whose earlier one of its stream failed in the call
+/// before (`gap`); a position would take the earlier one, sent again, for a
+/// duplicate, and a message id would let it land after the later one.
+const CALLS_IN_FLIGHT: usize = 2;
 
 /// How much one script call carries at most, besides [`CHUNK`].
 #[derive(Debug, Clone, Copy)]
@@ -127,17 +137,34 @@ pub(crate) async fn publish(
     let mut prepared = Vec::with_capacity(publications.len());
     let mut unencodable = None;
     let clustered = client.next().is_clustered();
-    // Each destination's names are built once per batch.
-    let mut targets: HashMap<(&str, Option<&str>, Lane), Arc<Target>> = HashMap::new();
+    // Each destination's names are built once per batch, with the number
+    // of its stream in the batch (the keys of a hashed partition share one).
+    let mut targets: HashMap<Destination<'_>, (Arc<Target>, usize)> = HashMap::new();
+    let mut streams: HashMap<String, usize> = HashMap::new();
+    // Each stream's last publication of each producer so far in the batch:
+    // the next one names it (`previous`), so the batch's calls can go out
+    // without waiting for each other's replies.
+    let mut chained: HashMap<(usize, Arc<str>), u64> = HashMap::new();
     for publication in publications {
-        let target = targets
+        let (target, stream) = targets
             .entry((
-                &publication.category,
+                publication.category.as_str(),
                 publication.key.as_deref(),
                 publication.lane,
             ))
-            .or_insert_with(|| Arc::new(Target::of(publication, backfill_suffix, routing, clustered)));
-        match Prepared::of(publication, Arc::clone(target)) {
+            .or_insert_with(|| {
+                let target = Target::of(publication, backfill_suffix, routing, clustered);
+                let count = streams.len();
+                let stream = *streams.entry(target.stream.clone()).or_insert(count);
+                (Arc::new(target), stream)
+            });
+        // The one before it is the later of the batch's last one there and
+        // the one the caller names (in a call of its own still out).
+        let previous = publication.producer.as_ref().map(|p| {
+            let last = chained.entry((*stream, Arc::clone(&p.producer))).or_insert(0);
+            std::mem::replace(last, p.sequence).max(p.previous)
+        });
+        match Prepared::of(publication, Arc::clone(target), previous.unwrap_or(0)) {
             Ok(one) => prepared.push(one),
             Err(error) => {
                 // What precedes it is published; it and what follows are not.
@@ -146,7 +173,7 @@ pub(crate) async fn publish(
             }
         }
     }
-    let batch = Arc::new(Batch::new(prepared, limits));
+    let batch = Arc::new(Batch::new(prepared, limits, calls_in_flight(dedup, publications)));
     // One client of the pool routes, groups and sends the whole batch, so
     // the cluster view the retry refreshes is the one it groups by (each
     // client has its own). Calls to different nodes go over different
@@ -180,11 +207,28 @@ pub(crate) async fn publish(
     }
 }
 
+/// How many calls a batch of `publications` may have out at once per node:
+/// [`CALLS_IN_FLIGHT`] when every one is deduplicated by producer sequence
+/// (the window on, a producer, no position), else one.
+fn calls_in_flight(dedup: Dedup, publications: &[Publication]) -> usize {
+    let by_producer = !dedup.window.is_zero()
+        && publications
+            .iter()
+            .all(|p| p.producer.is_some() && position(p).is_none());
+    if by_producer { CALLS_IN_FLIGHT } else { 1 }
+}
+
+/// Where a publication goes: its category, key (none: the base stream) and
+/// lane.
+type Destination<'a> = (&'a str, Option<&'a str>, Lane);
+
 /// A batch on its way: its publications ready to send, and which of them
 /// are written.
 struct Batch {
     prepared: Vec<Prepared>,
     limits: Limits,
+    /// Calls out at once per node (see [`CALLS_IN_FLIGHT`]).
+    in_flight: usize,
     written: Mutex<Vec<bool>>,
     /// The publication refused for a position of another history, and the
     /// scope's last position in Redis.
@@ -192,11 +236,12 @@ struct Batch {
 }
 
 impl Batch {
-    fn new(prepared: Vec<Prepared>, limits: Limits) -> Self {
+    fn new(prepared: Vec<Prepared>, limits: Limits, in_flight: usize) -> Self {
         let written = Mutex::new(vec![false; prepared.len()]);
         Self {
             prepared,
             limits,
+            in_flight,
             written,
             refused: Mutex::new(None),
         }
@@ -291,9 +336,14 @@ async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Arc<Batch>) ->
 }
 
 /// Publishes `positions` of `batch`, all on one node, [`CHUNK`] per call in
-/// order; marks what is written. Stops at its own failure (recorded in
-/// `failure` unless another group's came first) or before a call once
-/// another group failed.
+/// order, up to [`CALLS_IN_FLIGHT`] calls out at once (when the batch allows
+/// it: [`Batch::in_flight`]) on the node's one
+/// connection (Redis runs one call while the next one is on its way); marks
+/// what is written. Sends no further call after its own failure (recorded
+/// in `failure` unless another group's came first) or once another group
+/// failed; the calls already out end as they may: a publication whose
+/// earlier publication of its stream failed is refused by the script
+/// (`gap`), so none passes one before it.
 async fn publish_group(
     client: &Client,
     dedup: Dedup,
@@ -301,11 +351,18 @@ async fn publish_group(
     positions: &[usize],
     failure: &Mutex<Option<Error>>,
 ) {
-    for chunk in batch.chunks(positions) {
-        if failure.lock().unwrap_or_else(PoisonError::into_inner).is_some() {
-            return;
+    let failed = || failure.lock().unwrap_or_else(PoisonError::into_inner).is_some();
+    let mut chunks = batch.chunks(positions).into_iter();
+    let mut out = FuturesOrdered::new();
+    loop {
+        while out.len() < batch.in_flight && !failed() {
+            let Some(chunk) = chunks.next() else { break };
+            out.push_back(async move { (chunk, publish_chunk(client, dedup, batch, chunk).await) });
         }
-        match publish_chunk(client, dedup, batch, chunk).await {
+        let Some((chunk, result)) = out.next().await else {
+            return;
+        };
+        match result {
             Ok(()) => batch.mark_written(chunk),
             Err((written, error)) => {
                 batch.mark_written(&chunk[..written.min(chunk.len())]);
@@ -313,7 +370,6 @@ async fn publish_group(
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .get_or_insert(error);
-                return;
             }
         }
     }
@@ -385,6 +441,14 @@ async fn publish_chunk(
             written,
             calls::publish::protocol(format!("XADD failed: {message}")),
         )),
+        // The call before failed (its failure is the one reported), or the
+        // caller named a publication that never came.
+        Published::Gap { written } => Err((
+            written,
+            calls::publish::protocol(
+                "a publication's previous one of its producer is not in the stream (tag `gap`)",
+            ),
+        )),
         Published::Conflict { written, recorded } => {
             let Some(&position) = chunk.get(written) else {
                 return Err((
@@ -430,7 +494,9 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn of(publication: &Publication, target: Arc<Target>) -> Result<Self, Error> {
+    /// `publication` to `target`, after the producer's publication
+    /// `previous` there (0: none in a call not answered yet).
+    fn of(publication: &Publication, target: Arc<Target>, previous: u64) -> Result<Self, Error> {
         let envelope = &publication.envelope;
         let json = serde_json::to_string(envelope).map_err(|source| Error::Encode {
             message_id: envelope.id.clone(),
@@ -459,7 +525,10 @@ impl Prepared {
                 String::new()
             },
             epoch: &epoch,
-            producer: publication.producer.as_ref().map(|p| (&*p.producer, p.sequence)),
+            producer: publication
+                .producer
+                .as_ref()
+                .map(|p| (&*p.producer, p.sequence, previous)),
         }
         .into_args();
         Ok(Self {
@@ -569,4 +638,59 @@ fn position(publication: &Publication) -> Option<u64> {
         .get(POSITION_METADATA)
         .and_then(|p| p.parse::<u64>().ok())
         .filter(|seq| *seq > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use ordo_core::contract::message::{Envelope, MessageKind, Metadata};
+
+    use super::*;
+
+    fn publication() -> Publication {
+        let envelope = Envelope {
+            id: "m-1".to_owned(),
+            kind: MessageKind::Event,
+            type_name: "Happened".to_owned(),
+            category: "order".to_owned(),
+            aggregate_id: None,
+            routing_key: None,
+            partition_key: Some("c-1".to_owned()),
+            metadata: Metadata::new(),
+            payload: "{}".into(),
+        };
+        Publication::to_partition("c-1", Lane::Primary, envelope)
+    }
+
+    fn dedup(window_s: u64) -> Dedup {
+        Dedup {
+            window: Duration::from_secs(window_s),
+            cap: 10,
+        }
+    }
+
+    /// Only a batch every publication of which the script can refuse at a
+    /// gap goes out more than one call at a time: with a message id or a
+    /// position, an earlier publication sent again after its call failed
+    /// would land behind a later one, or be taken for a duplicate.
+    #[test]
+    fn only_a_batch_deduplicated_by_producer_sequence_has_calls_out_at_once() {
+        let producer: Arc<str> = Arc::from("p-1");
+        let produced = || publication().with_producer(Arc::clone(&producer), 1);
+        assert_eq!(
+            calls_in_flight(dedup(60), &[produced(), produced()]),
+            CALLS_IN_FLIGHT
+        );
+        assert_eq!(calls_in_flight(dedup(60), &[produced(), publication()]), 1);
+        assert_eq!(calls_in_flight(dedup(0), &[produced()]), 1, "the window off");
+        let mut positioned = produced();
+        positioned
+            .envelope
+            .metadata
+            .insert(POSITION_SCOPE_METADATA.to_owned(), "order:c-1".to_owned());
+        positioned
+            .envelope
+            .metadata
+            .insert(POSITION_METADATA.to_owned(), "7".to_owned());
+        assert_eq!(calls_in_flight(dedup(60), &[produced(), positioned]), 1);
+    }
 }

@@ -99,15 +99,26 @@ pub struct Publication {
 /// the sequence is the outbox row id): a producer id is never used by two
 /// sources; sequences grow with commit order; and a publication to a stream
 /// is only sent when every earlier publication of the producer to that
-/// stream is known to be in it or is sent before it in the same call, so
-/// that a sequence at or below the last one appended is always one that
-/// was appended. Checked by `ordo-model publish`.
+/// stream is known to be in it, is in a call not answered yet, or is sent
+/// before it in the same call, so that a sequence at or below the last one
+/// appended is always one that was appended. A publication sent while the
+/// one before it to the same stream is in a call not answered yet names it
+/// ([`ProducerSequence::previous`]): the broker appends it only after that
+/// one, and refuses it when that one is not in the stream (its call failed,
+/// or has not landed), so pipelined calls never let a later publication
+/// pass an earlier one. Checked by `ordo-model publish`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProducerSequence {
     /// The producer's id: new with every outbox (every process start).
     pub producer: Arc<str>,
     /// The publication's sequence in the producer's commit order (from 1).
     pub sequence: u64,
+    /// The sequence of the producer's publication before it to the same
+    /// destination when that one was sent in a call not answered yet (0:
+    /// none). Within one [`Broker::publish`] batch the broker chains the
+    /// batch's own publications itself: a publication's previous one is
+    /// the later of this and the batch's last one to the same destination.
+    pub previous: u64,
 }
 
 impl Publication {
@@ -137,7 +148,23 @@ impl Publication {
     /// [`ProducerSequence`]).
     #[must_use]
     pub fn with_producer(mut self, producer: Arc<str>, sequence: u64) -> Self {
-        self.producer = Some(ProducerSequence { producer, sequence });
+        self.producer = Some(ProducerSequence {
+            producer,
+            sequence,
+            previous: 0,
+        });
+        self
+    }
+
+    /// `self` (published with a producer), sent while the producer's
+    /// publication `previous` to the same destination is in a call not
+    /// answered yet: see [`ProducerSequence::previous`]. No effect without
+    /// a producer.
+    #[must_use]
+    pub fn after(mut self, previous: u64) -> Self {
+        if let Some(producer) = &mut self.producer {
+            producer.previous = previous;
+        }
         self
     }
 }

@@ -29,8 +29,10 @@ pub struct PublishReport {
     pub refused: usize,
 }
 
-/// How many pending rows one fetch reads.
-const DEFAULT_BATCH_SIZE: usize = 256;
+/// How many pending rows one fetch reads: enough for a broker to keep
+/// several calls out at once (the Redis broker sends 128 per call, two at a
+/// time), so it runs one while the next is encoded.
+const DEFAULT_BATCH_SIZE: usize = 1024;
 
 /// How many bytes of messages one fetch holds at most, by default (rows are
 /// bounded to the domain's `max_payload_bytes`, 4 MiB by default).
@@ -99,11 +101,13 @@ struct Refused {
     rows: HashSet<u64>,
 }
 
-/// A routed row of a batch (its publication goes beside it, in a list of
-/// its own that the broker takes as it is).
-struct Routed<'a> {
-    row: &'a OutboxRow,
-    scope: ScopeOf,
+/// The scope a publication's key is refused in: its category, key and lane.
+fn scope_of(publication: &Publication) -> ScopeOf {
+    (
+        publication.category.clone(),
+        publication.key.clone(),
+        publication.lane,
+    )
 }
 
 impl OutboxProcessor {
@@ -175,10 +179,11 @@ impl OutboxProcessor {
                 .pending_within(self.batch_size, self.batch_bytes)
                 .await?;
             let before = report;
-            self.publish_batch(&fetched.rows, &mut report, &mut refused)
+            let more = fetched.more;
+            self.publish_batch(fetched.rows, &mut report, &mut refused)
                 .await?;
             let done = |r: &PublishReport| r.published + r.abandoned + r.refused;
-            if report.failed > 0 || !fetched.more || done(&report) == done(&before) {
+            if report.failed > 0 || !more || done(&report) == done(&before) {
                 return Ok(report);
             }
         }
@@ -215,24 +220,15 @@ impl OutboxProcessor {
 
     async fn publish_batch(
         &self,
-        rows: &[OutboxRow],
+        rows: Vec<OutboxRow>,
         report: &mut PublishReport,
         refused: &mut Refused,
     ) -> Result<(), OutboxError> {
+        // Each row's message moves into its publication: no copy of it.
         let mut pending = Vec::with_capacity(rows.len());
         for row in rows {
-            match self.route(row) {
-                Ok(publication) => pending.push((
-                    Routed {
-                        row,
-                        scope: (
-                            publication.category.clone(),
-                            publication.key.clone(),
-                            publication.lane,
-                        ),
-                    },
-                    publication,
-                )),
+            match self.key_of(&row) {
+                Ok(key) => pending.push((row.id, self.route(row, key))),
                 Err(invalid) => {
                     tracing::warn!(event = crate::contract::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %crate::contract::text::log_text(&invalid.to_string()),
                         "abandoning outbox row with an invalid partition key");
@@ -246,42 +242,41 @@ impl OutboxProcessor {
             if go.is_empty() {
                 return Ok(());
             }
-            let (go, publications): (Vec<Routed<'_>>, Vec<Publication>) = go.into_iter().unzip();
+            let (ids, publications): (Vec<u64>, Vec<Publication>) = go.into_iter().unzip();
             let error = match self.broker.publish(&publications).await {
                 Ok(()) => {
-                    let ids: Vec<u64> = go.iter().map(|r| r.row.id).collect();
                     self.outbox.mark_published(&ids).await?;
                     report.published += ids.len();
                     return Ok(());
                 }
                 Err(error) => error,
             };
-            let published = error.published.min(go.len());
-            let ids: Vec<u64> = go[..published].iter().map(|r| r.row.id).collect();
-            self.outbox.mark_published(&ids).await?;
+            let published = error.published.min(ids.len());
+            self.outbox.mark_published(&ids[..published]).await?;
             report.published += published;
             match error.refusal() {
-                Some(refusal) if (published..go.len()).contains(&refusal.index) => {
-                    let one = &go[refusal.index];
+                Some(refusal) if (published..ids.len()).contains(&refusal.index) => {
+                    let (id, one) = (ids[refusal.index], &publications[refusal.index]);
+                    let scope = scope_of(one);
                     let reason = crate::contract::text::cap_error(error_chain(&*refusal.reason));
-                    tracing::error!(event = crate::contract::log_events::OUTBOX_PUBLISH_REFUSED, row = one.row.id, message_id = %one.row.envelope.id,
-                        category = %one.scope.0, key = one.scope.1.as_deref().unwrap_or(""), broker = self.broker.name(),
+                    tracing::error!(event = crate::contract::log_events::OUTBOX_PUBLISH_REFUSED, row = id, message_id = %one.envelope.id,
+                        category = %scope.0, key = scope.1.as_deref().unwrap_or(""), broker = self.broker.name(),
                         broker_position = refusal.broker_position, error = %crate::contract::text::log_text(&reason),
                         "the broker refused an outbox row; it stays pending, the rest of its {} waits behind it",
                         match refusal.extent { RefusedExtent::Category => "category", _ => "key" });
                     self.outbox
-                        .mark_refused(&[one.row.id], &reason, refusal.broker_position)
+                        .mark_refused(&[id], &reason, refusal.broker_position)
                         .await?;
                     report.refused += 1;
-                    refused.rows.insert(one.row.id);
-                    refused.scopes.insert(one.scope.clone());
+                    refused.rows.insert(id);
                     if refusal.extent == RefusedExtent::Category {
-                        refused.categories.insert(one.scope.0.clone(), reason);
+                        refused.categories.insert(scope.0.clone(), reason);
                     }
+                    refused.scopes.insert(scope);
                     // The rest, from the first not known to be published:
                     // what was written beyond it is dropped by the broker.
                     let index = refusal.index;
-                    pending = go
+                    pending = ids
                         .into_iter()
                         .zip(publications)
                         .enumerate()
@@ -290,11 +285,11 @@ impl OutboxProcessor {
                         .collect();
                 }
                 _ => {
-                    if let Some(failed) = go.get(published) {
+                    if let Some(&failed) = ids.get(published) {
                         let message = crate::contract::text::cap_error(error_chain(&*error.source));
-                        tracing::warn!(event = crate::contract::log_events::OUTBOX_PUBLISH_FAILED, row = failed.row.id, broker = self.broker.name(), error = %crate::contract::text::log_text(&message),
+                        tracing::warn!(event = crate::contract::log_events::OUTBOX_PUBLISH_FAILED, row = failed, broker = self.broker.name(), error = %crate::contract::text::log_text(&message),
                             "outbox publish failed; the row stays pending");
-                        self.outbox.mark_failed(failed.row.id, &message).await?;
+                        self.outbox.mark_failed(failed, &message).await?;
                         report.failed += 1;
                     }
                     return Ok(());
@@ -303,35 +298,34 @@ impl OutboxProcessor {
         }
     }
 
-    /// The rows of `rows` whose scope and category nothing refused in this
-    /// run. The first row of each scope of a refused category is refused
-    /// too, with the category's reason (once per run).
-    async fn not_refused<'a>(
+    /// The rows of `rows` (row id, publication) whose scope and category
+    /// nothing refused in this run. The first row of each scope of a
+    /// refused category is refused too, with the category's reason (once
+    /// per run).
+    async fn not_refused(
         &self,
-        rows: Vec<(Routed<'a>, Publication)>,
+        rows: Vec<(u64, Publication)>,
         report: &mut PublishReport,
         refused: &mut Refused,
-    ) -> Result<Vec<(Routed<'a>, Publication)>, OutboxError> {
+    ) -> Result<Vec<(u64, Publication)>, OutboxError> {
         if refused.scopes.is_empty() && refused.categories.is_empty() {
             return Ok(rows);
         }
         let mut go = Vec::with_capacity(rows.len());
         let mut by_category: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        for (routed, publication) in rows {
-            if refused.scopes.contains(&routed.scope) {
+        for (id, publication) in rows {
+            let scope = scope_of(&publication);
+            if refused.scopes.contains(&scope) {
                 continue;
             }
-            if refused.categories.contains_key(&routed.scope.0) {
-                refused.scopes.insert(routed.scope.clone());
-                if refused.rows.insert(routed.row.id) {
-                    by_category
-                        .entry(routed.scope.0.clone())
-                        .or_default()
-                        .push(routed.row.id);
+            if refused.categories.contains_key(&scope.0) {
+                if refused.rows.insert(id) {
+                    by_category.entry(scope.0.clone()).or_default().push(id);
                 }
+                refused.scopes.insert(scope);
                 continue;
             }
-            go.push((routed, publication));
+            go.push((id, publication));
         }
         for (category, ids) in by_category {
             let reason = &refused.categories[&category];
@@ -341,30 +335,36 @@ impl OutboxProcessor {
         Ok(go)
     }
 
-    /// The publication of `row`, or why its key cannot be routed.
-    fn route(&self, row: &OutboxRow) -> Result<Publication, InvalidKey> {
+    /// The validated partition key of `row`, or why it cannot be routed.
+    fn key_of(&self, row: &OutboxRow) -> Result<Option<String>, InvalidKey> {
         let category = row.envelope.category.as_str();
         let field = self
             .partitioned
             .get(category)
             .map_or("partition_key", String::as_str);
-        let key = match &row.partition_key {
+        Ok(match &row.partition_key {
             Some(key) => Some(self.rules.validate(field, Some(key))?),
             // A partitioned category's row must have a key: validating the null fails.
             None if self.partitioned.contains_key(category) => Some(self.rules.validate(field, None)?),
             None => None,
-        };
-        let mut envelope = row.envelope.clone();
+        })
+    }
+
+    /// The publication of `row` under its validated `key`: the row's
+    /// message moves into it, uncopied.
+    fn route(&self, row: OutboxRow, key: Option<String>) -> Publication {
+        let (id, lane, derived_id) = (row.id, row.lane, row.derived_id);
+        let mut envelope = row.envelope;
         envelope.partition_key.clone_from(&key);
         let publication = match key {
             Some(key) if self.broker.capabilities().stream_partitioning => {
-                Publication::to_partition(key, row.lane, envelope)
+                Publication::to_partition(key, lane, envelope)
             }
             _ => Publication::to_base(envelope),
         };
-        Ok(match &self.producer {
-            Some(producer) if !row.derived_id => publication.with_producer(Arc::clone(producer), row.id),
+        match &self.producer {
+            Some(producer) if !derived_id => publication.with_producer(Arc::clone(producer), id),
             _ => publication,
-        })
+        }
     }
 }

@@ -387,3 +387,89 @@ async fn past_the_cap_idle_producers_are_forgotten_and_live_ones_kept() -> anyho
     assert!(last.len() <= 10_001, "{} producers kept", last.len());
     Ok(())
 }
+
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_publication_whose_previous_one_is_not_in_its_stream_waits_for_it
+);
+
+/// Calls sent without waiting for each other (pipelined) name each
+/// publication's previous one of its producer in its stream: while that one
+/// is not in the stream (its call failed, or has not landed), the
+/// publication is refused with nothing of it or after it written, so it
+/// never passes the one before it; once that one is in, it goes.
+async fn a_publication_whose_previous_one_is_not_in_its_stream_waits_for_it(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("gap");
+    let broker = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let producer: Arc<str> = Arc::from("p-1");
+    // Sequence 1 goes to `a` first; 2 (to `b`, no previous one there) and
+    // 3 (to `a`, after 1) travel in a call of their own.
+    broker
+        .publish(&[produced(&category, "a", 1, &producer, 1)])
+        .await?;
+    let error = broker
+        .publish(&[
+            produced(&category, "b", 1, &producer, 2),
+            produced(&category, "a", 3, &producer, 4).after(3),
+            produced(&category, "b", 2, &producer, 5),
+        ])
+        .await
+        .expect_err("sequence 3 never came: 4 must wait for it");
+    assert_eq!(error.published, 1, "{error}");
+    let text = ordo_core::contract::error::error_chain(&error);
+    assert!(text.contains("`gap`"), "{text}");
+    assert_eq!(common::stream_seqs(&client, &category, "a").await?, [1]);
+    // On a cluster `b` may sit on another node, whose call goes on.
+    let b = common::stream_seqs(&client, &category, "b").await?;
+    assert!(b == [1] || b == [1, 2], "{b:?}");
+    // The one before it comes, then it and what followed it are sent again.
+    broker
+        .publish(&[
+            produced(&category, "a", 2, &producer, 3),
+            produced(&category, "a", 3, &producer, 4),
+            produced(&category, "b", 2, &producer, 5),
+        ])
+        .await?;
+    assert_eq!(common::stream_seqs(&client, &category, "a").await?, [1, 2, 3]);
+    assert_eq!(common::stream_seqs(&client, &category, "b").await?, [1, 2]);
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_batch_of_many_calls_out_at_once_publishes_each_once_in_order
+);
+
+/// A batch of many script calls, sent two at a time without waiting for the
+/// replies in between, over a hashed partition's shared streams and keys
+/// of their own: every publication once, each stream in batch order; the
+/// whole batch sent again appends nothing.
+async fn a_batch_of_many_calls_out_at_once_publishes_each_once_in_order(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("pipelined");
+    let broker = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let producer: Arc<str> = Arc::from("p-1");
+    let keys = common::keys(3);
+    // 1,500 publications: a dozen calls of 128.
+    let batch: Vec<Publication> = (1..=500u64)
+        .flat_map(|seq| keys.iter().enumerate().map(move |(k, key)| (seq, k as u64, key)))
+        .map(|(seq, k, key)| produced(&category, key, seq, &producer, seq * 3 + k))
+        .collect();
+    broker.publish(&batch).await?;
+    broker.publish(&batch).await?;
+    for key in &keys {
+        assert_eq!(
+            common::stream_seqs(&client, &category, key).await?,
+            (1..=500).collect::<Vec<_>>(),
+            "{key}"
+        );
+    }
+    Ok(())
+}

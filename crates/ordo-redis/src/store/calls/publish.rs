@@ -14,7 +14,7 @@ pub(crate) const ARGS_PER_STREAM: usize = 10;
 
 /// Script arguments per publication (see `publish.lua`), besides the
 /// number of its stream in the call.
-pub(crate) const ARGS_PER_PUBLICATION: usize = 8;
+pub(crate) const ARGS_PER_PUBLICATION: usize = 9;
 
 /// The names one stream's publications are written under (all in one
 /// slot), sent once per stream and call.
@@ -71,8 +71,10 @@ pub(crate) struct Publication<'a> {
     /// The key, when its partition is hashed (else empty).
     pub(crate) hashed_key: String,
     pub(crate) epoch: &'a str,
-    /// Its producer and sequence, if its source numbers what it publishes.
-    pub(crate) producer: Option<(&'a str, u64)>,
+    /// Its producer, sequence and the sequence of the producer's
+    /// publication before it to the same stream in a call not answered yet
+    /// (0: none), if its source numbers what it publishes.
+    pub(crate) producer: Option<(&'a str, u64, u64)>,
 }
 
 impl Publication<'_> {
@@ -85,8 +87,9 @@ impl Publication<'_> {
             Value::from(self.sequence.map(|seq| seq.to_string()).unwrap_or_default()),
             Value::from(self.hashed_key),
             Value::from(self.epoch),
-            Value::from(self.producer.map_or("", |(producer, _)| producer)),
-            Value::from(self.producer.map_or(0, |(_, sequence)| sequence_arg(sequence))),
+            Value::from(self.producer.map_or("", |(producer, _, _)| producer)),
+            Value::from(self.producer.map_or(0, |(_, sequence, _)| sequence_arg(sequence))),
+            Value::from(self.producer.map_or(0, |(_, _, previous)| sequence_arg(previous))),
         ];
         debug_assert_eq!(args.len(), ARGS_PER_PUBLICATION);
         args
@@ -110,6 +113,9 @@ pub(crate) enum Published {
     /// Publication `written`'s position conflicts with the one recorded
     /// (`position` or `position/epoch`).
     Conflict { written: usize, recorded: String },
+    /// The producer's publication before publication `written` (its
+    /// `previous`) is not in the stream: nothing of it or after it written.
+    Gap { written: usize },
 }
 
 /// `publish.lua`: the publications whose arguments are `publications`,
@@ -159,6 +165,12 @@ where
             Ok(Published::Failed {
                 written: usize::try_from(written).unwrap_or(0),
                 message,
+            })
+        }
+        "gap" => {
+            let written = reply.integer(0).map_err(|e| (0, e))?;
+            Ok(Published::Gap {
+                written: usize::try_from(written).unwrap_or(0),
             })
         }
         "conflict" => {

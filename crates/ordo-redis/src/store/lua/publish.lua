@@ -15,12 +15,15 @@
 --       category's joining marker (set while a new group joins its
 --       existing lanes), position key of its position scope, the
 --       partition's doorbell, index member ('' when not partitioned), the
---       doorbell channel of its slot (a channel, not a key); then nine per
+--       doorbell channel of its slot (a channel, not a key); then ten per
 --       publication: the number of its stream (from 1), type name,
 --       envelope JSON, message id, position ('' when it has none), the key
 --       when the partition is hashed ('' otherwise), the identity of the
 --       position's history (the outbox's epoch, '' when none), the
---       producer id ('' when none) and the publication's sequence in it.
+--       producer id ('' when none), the publication's sequence in it, and
+--       the sequence of the producer's publication before it to the same
+--       stream when that one was sent without waiting for its reply (0:
+--       none).
 --       For a partition, the bucket, registry and marker are the copies in
 --       the partition's own slot, so a stream's names share one slot.
 --
@@ -60,6 +63,12 @@
 --   producer sends each stream's publications in sequence order from its
 --   first one not known to be appended, so a sequence at or below the
 --   last is always one already appended (ordo-model publish checks it).
+--   It may send a call before the previous one is answered (pipelined):
+--   then each publication names the one before it (`prev`), and when the
+--   producer's last appended sequence is below it, that one is not in the
+--   stream (its call failed, or has not landed): the call stops there with
+--   {'gap', published}, nothing of it or after it written, and the producer
+--   sends it again after the one before;
 --   The last sequences are read once per stream and producer and call,
 --   and recorded once, after the call's appends, whatever stops it; the
 --   hash expires `window` ms after the stream's last publish with a
@@ -80,13 +89,14 @@
 -- Returns {'ok', appended, duplicates} (how many of each); when an XADD
 -- failed,
 -- {'error', published, message}; on a position of another history,
--- {'conflict', published, the scope's recorded `<position>/<epoch>`}.
+-- {'conflict', published, the scope's recorded `<position>/<epoch>`}; when
+-- a publication's `prev` is not in its stream, {'gap', published}.
 local window, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = nil
 if window > 0 then
   now = now_ms()
 end
-local per_stream, per = 10, 9
+local per_stream, per = 10, 10
 local streams = tonumber(ARGV[3])
 local first = 3 + per_stream * streams
 local count = (#ARGV - first) / per
@@ -160,9 +170,9 @@ local function body()
     local stream, index, registry, recent, producers, joining, position_key, doorbell, member, channel =
       ARGV[named + 1], ARGV[named + 2], ARGV[named + 3], ARGV[named + 4], ARGV[named + 5], ARGV[named + 6],
       ARGV[named + 7], ARGV[named + 8], ARGV[named + 9], ARGV[named + 10]
-    local type_name, envelope, message_id, position, key, epoch, producer, seq =
+    local type_name, envelope, message_id, position, key, epoch, producer, seq, prev =
       ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7], ARGV[at + 8],
-      tonumber(ARGV[at + 9])
+      tonumber(ARGV[at + 9]), tonumber(ARGV[at + 10])
     local by_producer = window > 0 and position == '' and producer ~= ''
     local by_id = window > 0 and position == '' and producer == ''
     local recorded, last_position, last_epoch = nil, 0, nil
@@ -183,6 +193,9 @@ local function body()
       duplicates = duplicates + 1
     elseif by_producer and seq <= last_of(s, producers, producer) then
       duplicates = duplicates + 1
+    elseif by_producer and last_of(s, producers, producer) < prev then
+      -- The publication before it is not in the stream.
+      return {'gap', i}
     -- Recorded first (one command checks and records); taken back if the
     -- XADD fails, so a failed publish is never taken for a done one.
     elseif by_id and redis.call('ZADD', recent, 'NX', now, message_id) == 0 then
