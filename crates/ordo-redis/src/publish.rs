@@ -336,8 +336,7 @@ async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Arc<Batch>) ->
 }
 
 /// Publishes `positions` of `batch`, all on one node, [`CHUNK`] per call in
-/// order, up to [`CALLS_IN_FLIGHT`] calls out at once (when the batch allows
-/// it: [`Batch::in_flight`]) on the node's one
+/// order, [`Batch::in_flight`] calls out at once on the node's one
 /// connection (Redis runs one call while the next one is on its way); marks
 /// what is written. Sends no further call after its own failure (recorded
 /// in `failure` unless another group's came first) or once another group

@@ -445,9 +445,9 @@ crate::on_both_topologies!(
 );
 
 /// A batch of many script calls, sent two at a time without waiting for the
-/// replies in between, over a hashed partition's shared streams and keys
-/// of their own: every publication once, each stream in batch order; the
-/// whole batch sent again appends nothing.
+/// replies in between, its keys' publications interleaved: every
+/// publication once, each stream in batch order; the whole batch sent
+/// again appends nothing.
 async fn a_batch_of_many_calls_out_at_once_publishes_each_once_in_order(
     redis: TestRedis,
 ) -> anyhow::Result<()> {
