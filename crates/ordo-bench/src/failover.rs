@@ -293,6 +293,7 @@ async fn publish(url: String, tls: TlsFiles, keys: NonZeroUsize, rate: f64) -> R
                 seq: event.seq,
                 poison: false,
                 work_ms: 0,
+                linger_ms: 0,
             })?;
             uow.commit().await?;
             let report = domain.publish_pending().await?;

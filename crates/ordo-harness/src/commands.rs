@@ -191,7 +191,9 @@ impl PokeRun {
         }
         tokio::time::sleep(Duration::from_millis(self.poke.work_ms)).await;
         match self.commit().await {
-            Ok(()) => Ok(Poked {
+            // A run again of a command whose effect is in already applies
+            // nothing, its marker's deletion included: cleared here too.
+            Ok(()) => self.clear().await.map(|()| Poked {
                 key: key.clone(),
                 sender: self.poke.sender.clone(),
                 seq: self.poke.seq,

@@ -39,6 +39,8 @@ pub struct PublishOptions {
     pub first_seq: u64,
     /// Each event's `work_ms`.
     pub work_ms: u64,
+    /// Each event's `linger_ms`.
+    pub linger_ms: u64,
     /// Whether the events are poison.
     pub poison: bool,
     /// How long to wait for the outbox to be published.
@@ -56,6 +58,7 @@ impl std::fmt::Debug for PublishOptions {
             .field("events", &self.events)
             .field("first_seq", &self.first_seq)
             .field("work_ms", &self.work_ms)
+            .field("linger_ms", &self.linger_ms)
             .field("poison", &self.poison)
             .field("deadline", &self.deadline)
             .field("hashed_partitions", &self.hashed_partitions)
@@ -72,6 +75,7 @@ impl PublishOptions {
             events,
             first_seq: 0,
             work_ms: 0,
+            linger_ms: 0,
             poison: false,
             deadline: Duration::from_secs(30),
             hashed_partitions: None,
@@ -135,6 +139,7 @@ fn ticks(options: &PublishOptions) -> Vec<Tick> {
             seq,
             poison: options.poison,
             work_ms: options.work_ms,
+            linger_ms: options.linger_ms,
         })
     })
     .collect()

@@ -43,4 +43,9 @@ pub struct Tick {
     /// How long each run of it works before committing its effect, so a
     /// test can catch a worker mid-run.
     pub work_ms: u64,
+    /// How long each run of it lingers after committing its effect, before
+    /// it returns (and the broker acknowledges it), so a test can catch a
+    /// worker between a commit and its acknowledgement.
+    #[serde(default)]
+    pub linger_ms: u64,
 }

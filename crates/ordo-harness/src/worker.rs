@@ -11,8 +11,10 @@
 //! 3. works for the event's `work_ms` (in blocking code, in blocking mode);
 //! 4. commits its effect under the lease's fence ([`RedisFence`] with one
 //!    [`FencedWrite`]: append `{seq}:{token}` to the key's applied list,
-//!    count the committed run, clear the marker). A refused commit is
-//!    printed as `fenced` and returned as a handler error.
+//!    count the committed run, clear the marker; a run again of a message
+//!    whose effect is in already applies none of it, so the marker is
+//!    cleared again after the commit). A refused commit is printed as
+//!    `fenced` and returned as a handler error.
 //!
 //! With an [`EffectStore`] ([`TickHandler::with_effects`]), step 4 commits
 //! the effect there instead (e.g. in PostgreSQL through its own fence), then
@@ -491,7 +493,13 @@ impl Run {
         }
         match self.commit().await {
             Ok(()) => {
+                // A run again of a message whose effect is in already
+                // applies nothing, its marker's deletion included.
+                self.clear().await?;
                 emit(&self.line(line::DONE));
+                // Between the commit and the acknowledgement, for a test
+                // to catch.
+                tokio::time::sleep(Duration::from_millis(self.tick.linger_ms)).await;
                 Ok(())
             }
             Err(error) if error.is_fenced() => {

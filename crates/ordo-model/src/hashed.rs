@@ -275,6 +275,7 @@ impl HashedConfig {
     pub fn exposing(mutant: HashedMutant) -> Self {
         match mutant {
             HashedMutant::KeyNextBeforeAck
+            | HashedMutant::CommitWithoutAppliedCheck
             | HashedMutant::TakeoverSkipsPending
             | HashedMutant::StartWithoutConfirming => Self::STALL,
             HashedMutant::SharedCommitMarker => Self {
@@ -340,8 +341,9 @@ impl fmt::Display for HashedConfig {
 mutants! {
     /// A seeded defect of the hashed owner: each is a hole the real owner closes.
     pub enum HashedMutant, unknown UnknownHashedMutant ("hashed mutant") {
-        /// The keys of a hashed partition share one commit marker, as a per-key
-        /// partition has one: a key's commit overwrites another's.
+        /// The keys of a hashed partition share one commit marker and applied
+        /// record, as a per-key partition has one: a key's commit overwrites
+        /// another's.
         SharedCommitMarker = "shared-commit-marker",
         /// An owner woken from a pause starts queued messages without first
         /// confirming its lease (the runtime before the model found it).
@@ -366,6 +368,9 @@ mutants! {
         /// branch ends the key's holding while the owner holds the key's next
         /// message in a held stream nobody lists any more.
         UnguardedHeldNext = "unguarded-held-next",
+        /// A commit of a message whose effect is in already is applied again:
+        /// the message a failover runs again has its effect twice.
+        CommitWithoutAppliedCheck = "commit-without-applied-check",
     }
 }
 
@@ -743,6 +748,10 @@ pub struct HashedState {
     pub landed_under: Vec<u8>,
     /// A message's effect landed twice under one lease (a history variable).
     pub double_effect: bool,
+    /// Per key, the message whose effect was committed last, until its
+    /// acknowledgement lands (`commit.lua`'s applied record): a commit of it
+    /// again applies nothing.
+    pub applied: Vec<Option<u8>>,
     /// Operator retries that landed, per key (a history variable: each
     /// runs the key's head again).
     pub retried: Vec<u8>,
@@ -1068,6 +1077,13 @@ impl Hashed {
                 }
             }
             Op::Commit { lease, msg } => {
+                let key = self.marker_of(msg);
+                // The message's effect is in already (committed by an earlier
+                // run, not yet acknowledged): nothing again.
+                if !self.has(HashedMutant::CommitWithoutAppliedCheck) && state.applied[key] == Some(msg) {
+                    return Reply::Ok;
+                }
+                state.applied[key] = Some(msg);
                 if state.parked & Self::bit(self.config.key_of(msg)) != 0 {
                     state.progress_while_parked = true;
                 }
@@ -1086,6 +1102,11 @@ impl Hashed {
                 Reply::Ok
             }
             Op::Ack { msg, .. } => {
+                // Acknowledged, it never runs again: its record goes.
+                let key = self.marker_of(msg);
+                if state.applied[key] == Some(msg) {
+                    state.applied[key] = None;
+                }
                 state.acked |= Self::bit(msg);
                 state.done |= Self::bit(msg);
                 Reply::Ok
@@ -1393,7 +1414,7 @@ impl Hashed {
         *sequence = Some((lease, closed.max(attempt)));
     }
 
-    /// The commit marker `msg`'s key commits under.
+    /// The commit marker and applied record `msg`'s key commits under.
     fn marker_of(&self, msg: u8) -> usize {
         if self.has(HashedMutant::SharedCommitMarker) {
             0
@@ -1454,6 +1475,7 @@ impl Model for Hashed {
             sequences: vec![None; usize::from(self.config.keys)],
             landed_under: vec![0; usize::from(self.config.messages())],
             double_effect: false,
+            applied: vec![None; usize::from(self.config.keys)],
             effects: Vec::new(),
             network: BTreeSet::new(),
             processes,
@@ -1807,6 +1829,13 @@ impl Model for Hashed {
                         .all(|key| model.reruns(state, key) <= failovers + state.retried[usize::from(key)])
                 },
             ),
+            Property::always("each message's effect lands once", |_, state: &HashedState| {
+                state
+                    .effects
+                    .iter()
+                    .enumerate()
+                    .all(|(at, msg)| !state.effects[..at].contains(msg))
+            }),
             Property::always(
                 "under one lease a message's effect lands at most once",
                 |_, state: &HashedState| !state.double_effect,

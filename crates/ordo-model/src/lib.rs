@@ -181,9 +181,12 @@ impl Config {
 /// with them leaves its message without its effect once the acknowledgement
 /// sent after the restart lands (the lease survived); a lease lost with them
 /// is handed out again while its first holder still runs, until that
-/// holder's next renewal fails. Every other property holds.
-pub const AOF_LOSS_BREAKS: [&str; 4] = [
+/// holder's next renewal fails; and the message run again after a later
+/// one has its effect twice (the later one's acknowledgement deleted the
+/// record of what was applied). Every other property holds.
+pub const AOF_LOSS_BREAKS: [&str; 5] = [
     "effects land in publish order",
+    "each message's effect lands once",
     "an acknowledged message has its effect",
     "only the unacknowledged head is run",
     "at most one live run holds the key",
@@ -212,7 +215,9 @@ impl Config {
                 resolutions: 1,
                 ..quiet
             },
-            Mutant::CountTransientFailures => Self { timeouts: 1, ..quiet },
+            Mutant::CountTransientFailures | Mutant::CommitWithoutAppliedCheck => {
+                Self { timeouts: 1, ..quiet }
+            }
             Mutant::CountEveryClose => Self {
                 timeouts: 1,
                 errors: 1,
@@ -280,6 +285,10 @@ mutants! {
         /// closed already (the close resent after a lost reply, or arriving
         /// late): one failure counted twice, and the message halts early.
         CountEveryClose = "count-every-close",
+        /// A commit of a message whose effect is in already is applied again:
+        /// a message run again before its acknowledgement landed (after a
+        /// failover, a lost reply, a failed attempt) has its effect twice.
+        CommitWithoutAppliedCheck = "commit-without-applied-check",
     }
 }
 

@@ -305,6 +305,11 @@ pub struct State {
     pub closed: Option<(LeaseValue, u8)>,
     /// The last commit id applied (idempotent resends).
     pub marker: Option<(Identity, u8)>,
+    /// The message whose effect was committed last, until the
+    /// acknowledgement closing its attempt lands (kept in the commit
+    /// marker): a commit of it again (a run again after a failover, a lost
+    /// reply, a failed attempt) applies nothing and answers as the first did.
+    pub applied: Option<u8>,
     /// The committed effects: message numbers, in the order they landed.
     pub effects: Vec<u8>,
     /// The halted head, while the partition is halted.
@@ -349,6 +354,7 @@ pub struct Durable {
     stream: bool,
     closed: Option<(LeaseValue, u8)>,
     marker: Option<(Identity, u8)>,
+    applied: Option<u8>,
     effects: Vec<u8>,
     halted: Option<u8>,
     skipped: u8,
@@ -366,6 +372,7 @@ impl Durable {
             stream: state.stream,
             closed: state.closed,
             marker: state.marker,
+            applied: state.applied,
             effects: state.effects.clone(),
             halted: state.halted,
             skipped: state.skipped,
@@ -382,6 +389,7 @@ impl Durable {
         state.stream = self.stream;
         state.closed = self.closed;
         state.marker = self.marker;
+        state.applied = self.applied;
         state.effects = self.effects;
         state.halted = self.halted;
         state.skipped = self.skipped;
@@ -571,11 +579,17 @@ impl Protocol {
                 if !self.has(Mutant::CommitFromOlderAttempt) && closed.is_some_and(|c| c >= attempt) {
                     return Reply::Stale;
                 }
+                // The message's effect is in already (committed by an
+                // earlier run of it, not yet acknowledged): nothing again.
+                if !self.has(Mutant::CommitWithoutAppliedCheck) && state.applied == Some(msg) {
+                    return Reply::Ok;
+                }
                 if state.halted.is_some() {
                     state.progress_while_halted = true;
                 }
                 state.effects.push(msg);
                 state.marker = Some((command.from, id));
+                state.applied = Some(msg);
                 Reply::Ok
             }
             Op::Ack { lease, msg, attempt } => {
@@ -587,6 +601,18 @@ impl Protocol {
                     state.progress_while_halted = true;
                 }
                 state.acked |= 1 << msg;
+                // Acknowledged, it never runs again: the acknowledgement that
+                // closes its attempt deletes the commit marker, and with it
+                // the record of what the message applied (a late copy of an
+                // acknowledgement closes nothing and keeps the next one's).
+                let closing = state
+                    .closed
+                    .filter(|(l, _)| *l == lease)
+                    .is_none_or(|(_, closed)| closed < attempt);
+                if closing {
+                    state.marker = None;
+                    state.applied = None;
+                }
                 Self::close(state, lease, attempt);
                 Reply::Ok
             }
@@ -627,6 +653,7 @@ impl Protocol {
                     state.indexed = false;
                     state.lease = None;
                     state.marker = None;
+                    state.applied = None;
                     state.closed = None;
                 }
                 Reply::Ok
@@ -822,6 +849,7 @@ impl Model for Protocol {
             half_published: false,
             closed: None,
             marker: None,
+            applied: None,
             effects: Vec::new(),
             halted: None,
             skipped: 0,
@@ -1119,6 +1147,9 @@ impl Model for Protocol {
         vec![
             Property::always("effects land in publish order", |_, state: &State| {
                 state.effects.windows(2).all(|pair| pair[0] <= pair[1])
+            }),
+            Property::always("each message's effect lands once", |_, state: &State| {
+                state.effects.windows(2).all(|pair| pair[0] != pair[1])
             }),
             Property::always("an acknowledged message has its effect", |_, state: &State| {
                 (0..8u8)

@@ -242,7 +242,9 @@ impl Real {
                 attempt,
                 id,
             } => {
-                let fence = RedisFence::for_attempt(&self.lease(lease)?, u64::from(attempt));
+                // As the partition worker builds it: the run of one message.
+                let fence = RedisFence::for_attempt(&self.lease(lease)?, u64::from(attempt))
+                    .handling(&format!("m-{msg}"));
                 let writes = FencedWrite::new().rpush(&self.effects, msg.to_string());
                 let commit_id = format!("{}.{}.{id}", command.from.instance, command.from.nonce);
                 match fence.commit_as(&self.pool, &writes, &commit_id).await {
@@ -642,6 +644,16 @@ fn the_real_scripts_do_what_the_model_says() {
             "no history exercised `{kind}`: {exercised:?}"
         );
     }
+}
+
+/// A model whose commit applies a message's effect again when the message
+/// runs again (the runtime before fenced commits were applied once per
+/// message) departs from the real scripts.
+#[test]
+fn a_model_that_applies_a_run_again_departs_from_the_real_scripts() {
+    let (outcome, _) = run(&support::redis(), 256, Some(Mutant::CommitWithoutAppliedCheck));
+    let failure = outcome.expect_err("the real commit script applies a message's commit once");
+    assert!(failure.contains("Redis's state left the model's"), "{failure}");
 }
 
 /// The comparison has teeth: a model with a seeded defect (a lease adopted

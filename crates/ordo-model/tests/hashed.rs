@@ -127,6 +127,10 @@ fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
             "a key holding messages aside is listed as holding",
         ),
         (
+            HashedMutant::CommitWithoutAppliedCheck,
+            "each message's effect lands once",
+        ),
+        (
             HashedMutant::UnguardedHeldNext,
             "once faults stop, every published message is handled",
         ),

@@ -60,6 +60,10 @@ fn each_mutant_breaks_the_property_it_is_about() {
             Mutant::CountEveryClose,
             "Redis counts only ordinary failures, each once",
         ),
+        (
+            Mutant::CommitWithoutAppliedCheck,
+            "each message's effect lands once",
+        ),
     ];
     for (mutant, property) in expect {
         let report = check_until_broken(Config::exposing(mutant), Some(mutant), &[property]);

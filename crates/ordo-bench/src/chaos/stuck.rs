@@ -151,6 +151,7 @@ mod tests {
                     seq,
                     poison,
                     work_ms: 0,
+                    linger_ms: 0,
                 };
                 let mut envelope = ordo::contract::message::Envelope::new(&tick)?;
                 envelope.partition_key = Some(key.to_owned());

@@ -207,6 +207,7 @@ fn tick(plan: &mut TrafficPlan, next_seq: &mut [u64], index: usize) -> Tick {
         seq,
         poison: false,
         work_ms,
+        linger_ms: 0,
     }
 }
 

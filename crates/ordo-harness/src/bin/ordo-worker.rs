@@ -127,6 +127,10 @@ struct PublishArgs {
     /// How long each run of these events works.
     #[arg(long, default_value_t = 0)]
     work_ms: u64,
+    /// How long each run of these events lingers after committing its
+    /// effect, before the broker acknowledges it.
+    #[arg(long, default_value_t = 0)]
+    linger_ms: u64,
     /// Make these events poison: every run of them fails.
     #[arg(long)]
     poison: bool,
@@ -192,6 +196,7 @@ async fn publish(args: PublishArgs) -> Result<()> {
         events: args.events,
         first_seq: args.first_seq,
         work_ms: args.work_ms,
+        linger_ms: args.linger_ms,
         poison: args.poison,
         deadline: Duration::from_millis(args.deadline_ms),
         hashed_partitions: args.hashed_partitions,

@@ -25,6 +25,7 @@ fn envelope(key: &str, seq: u64, work_ms: u64) -> anyhow::Result<Envelope> {
         seq,
         poison: false,
         work_ms,
+        linger_ms: 0,
     };
     let mut envelope = Envelope::new(&tick)?;
     envelope.partition_key = Some(key.to_owned());

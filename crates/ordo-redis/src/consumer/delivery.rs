@@ -751,12 +751,10 @@ impl Worker {
             .with_attempt(attempt)
             .with_fencing_token(self.lease.token())
             .with_correlation_id(self.unit.correlation.clone())
-            .with_extension(RedisFence::tracked(
-                &self.lease,
-                slot.own.as_ref(),
-                sequence,
-                slot.fence_used.clone(),
-            ));
+            .with_extension(
+                RedisFence::tracked(&self.lease, slot.own.as_ref(), sequence, slot.fence_used.clone())
+                    .handling(&envelope.id),
+            );
         // The handler's own slot (`[handlers.NAME] max_concurrency`) first:
         // waiting for it holds none of the process-wide permits.
         let own = tokio::select! {

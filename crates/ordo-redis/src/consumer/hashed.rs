@@ -933,9 +933,10 @@ impl<'w> Hashed<'w> {
             state.acked += 1;
             state.acked.is_multiple_of(TRIM_EVERY)
         };
-        let names = self.acks[lane_index(entry.lane())]
-            .clone()
-            .closing_in(slot.sequence(&w.lease));
+        let mut names = self.acks[lane_index(entry.lane())].clone();
+        if let Some(own) = slot.own() {
+            names = names.closing_in(own);
+        }
         w.ack(slot, &names, entry, trim).await.is_some()
     }
 }

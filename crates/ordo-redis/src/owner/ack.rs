@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::net::nodes;
 use crate::owner::lease::Lease;
 use crate::store::calls;
-use crate::store::keys::PartitionKeys;
+use crate::store::keys::{KeyNames, PartitionKeys};
 
 /// One acknowledgement: handled entries of one partition lane, under a
 /// lease (for [`Partitions::acknowledge`](crate::internals::Partitions::acknowledge)).
@@ -45,6 +45,7 @@ struct Names {
     lane: Str,
     primary: Str,
     sequence: Str,
+    marker: Str,
     failures: Str,
     group: Str,
 }
@@ -59,6 +60,7 @@ impl Ack {
                 lane: Str::from(partition.lane(lane)),
                 primary: Str::from(partition.primary()),
                 sequence: Str::from(lease.keys().sequence.as_str()),
+                marker: Str::from(lease.keys().commit.as_str()),
                 failures: Str::from(partition.attempts(group)),
                 group: Str::from(group),
             }),
@@ -84,11 +86,13 @@ impl Ack {
         }
     }
 
-    /// The acknowledgement closing its attempt in `sequence` (one key's
-    /// own, in a hashed partition) rather than in the lease's.
-    pub(crate) fn closing_in(mut self, sequence: &str) -> Self {
+    /// The acknowledgement closing its attempt in `own`'s sequence, and
+    /// deleting its commit marker (one key's own, in a hashed partition),
+    /// rather than the lease's.
+    pub(crate) fn closing_in(mut self, own: &KeyNames) -> Self {
         let mut names = (*self.names).clone();
-        names.sequence = Str::from(sequence);
+        names.sequence = Str::from(own.sequence.as_str());
+        names.marker = Str::from(own.commit.as_str());
         self.names = Arc::new(names);
         self
     }
@@ -116,6 +120,7 @@ impl Ack {
             lane: &names.lane,
             primary: &names.primary,
             sequence: &names.sequence,
+            marker: &names.marker,
             failures: &names.failures,
             group: &names.group,
             attempt: self.attempt,

@@ -5,7 +5,10 @@
 //! [`HandlerContext`]. A handler that writes its effects with
 //! [`RedisFence::commit`] cannot land them after it lost the partition: a
 //! stalled owner that wakes up mid-handler gets [`Error::Fenced`] and its
-//! writes are not applied, so effects land in the new owner's order.
+//! writes are not applied, so effects land in the new owner's order. And
+//! they land once: a run of the message again (after a failover, a failed
+//! attempt, an operator's retry) applies none of the commits an earlier
+//! run of it applied.
 //!
 //! ```no_run
 //! # use ordo_core::contract::handler::HandlerContext;
@@ -19,8 +22,8 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::interfaces::FunctionInterface;
@@ -45,8 +48,41 @@ pub struct RedisFence {
     value: String,
     token: u64,
     attempt: u64,
+    /// The message the run handles, when the fence is a run's: its
+    /// commits are applied once per message, whatever runs it again.
+    message: Option<String>,
+    commits: Commits,
     used: Used,
 }
+
+/// The commit ids a run has used, in order: a commit's number in the run
+/// is its id's place here (the same for a retry under the same id).
+#[derive(Debug, Clone, Default)]
+struct Commits(Arc<Mutex<Vec<String>>>);
+
+impl Commits {
+    /// The number (from 1) of the commit with `id` in the run.
+    fn number(&self, id: &str) -> u64 {
+        let mut ids = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = match ids.iter().position(|used| used == id) {
+            Some(at) => at,
+            None => {
+                ids.push(id.to_owned());
+                ids.len() - 1
+            }
+        };
+        u64::try_from(at).map_or(u64::MAX, |at| at + 1)
+    }
+}
+
+impl PartialEq for Commits {
+    fn eq(&self, _: &Self) -> bool {
+        // Bookkeeping of the run, not part of what a fence is.
+        true
+    }
+}
+
+impl Eq for Commits {}
 
 /// Set when a fenced command was sent: the worker closes an attempt in its
 /// acknowledgement only when the attempt may have commands in flight.
@@ -62,9 +98,11 @@ impl PartialEq for Used {
 
 impl Eq for Used {}
 
-/// How long the last commit's marker is kept: far longer than a client
-/// takes to reconnect and resend, and bounded (one small key per lease,
-/// overwritten by each commit, deleted when the partition is reaped).
+/// How long the last commit's marker is kept when the commit handles no
+/// message: far longer than a client takes to reconnect and resend, and
+/// bounded (one small key per lease, overwritten by each commit, deleted
+/// when the partition is reaped). A run's commits are kept until the
+/// message's acknowledgement deletes them.
 const COMMIT_MARKER_TTL: Duration = Duration::from_secs(300);
 
 impl RedisFence {
@@ -102,8 +140,31 @@ impl RedisFence {
             value: lease.value().to_owned(),
             token: lease.token(),
             attempt,
+            message: None,
+            commits: Commits::default(),
             used: Used(used),
         }
+    }
+
+    /// This fence for a run of message `message_id` (the partition worker
+    /// builds it so): the n-th commit of the run is applied once for the
+    /// message, whatever runs it again. A later run's n-th commit that
+    /// finds the message's n-th commit applied (the effects of an earlier
+    /// run whose acknowledgement did not land: the owner crashed or
+    /// stalled, the handler failed after committing, an operator retried
+    /// it) applies nothing and returns the first one's replies. Kept in
+    /// the commit marker until the acknowledgement that closes the
+    /// message's attempt deletes it.
+    #[must_use]
+    pub fn handling(mut self, message_id: &str) -> Self {
+        self.message = Some(message_id.to_owned()).filter(|id| !id.is_empty());
+        self
+    }
+
+    /// The message this fence's commits are applied once for, when the
+    /// fence is a run's ([`RedisFence::handling`]).
+    pub fn message_id(&self) -> Option<&str> {
+        self.message.as_deref()
     }
 
     /// The attempt this fence belongs to (0: none).
@@ -136,18 +197,20 @@ impl RedisFence {
     /// Applied at most once per call: when the connection drops with the
     /// commit in flight, the client sends it again after reconnecting
     /// without knowing whether it ran; a commit that did run is not applied
-    /// again, and the resent call gets the replies of the first run. (The
-    /// last commit under each lease is remembered for a few minutes; a
-    /// handler running several commits at once could see an early one
-    /// applied twice.)
+    /// again, and the resent call gets the replies of the first run.
+    ///
+    /// Applied once per message, on the fence the partition worker attaches
+    /// ([`RedisFence::handling`]): delivery is at-least-once (a handler
+    /// that fails after committing, or whose owner crashes or stalls before
+    /// acknowledging, runs again, on this owner or the next one), but the
+    /// n-th commit of a run again finds the message's n-th commit applied
+    /// and returns its replies without applying anything. So commit in the
+    /// same order on every run of a message (the usual case: a handler is a
+    /// function of its message), and write the effects of one run with one
+    /// commit where you can. Only what goes through the fence is
+    /// exactly-once: effects elsewhere run again.
     ///
     /// What this does not make idempotent:
-    /// - **Handler runs.** Delivery is at-least-once: a handler that fails
-    ///   after committing, or whose owner crashes before acknowledging, runs
-    ///   again (on this owner or the next one) and commits again. Write
-    ///   effects that tolerate it (set a value, add to a set, key writes by
-    ///   the message id), or record the message id with the effect and
-    ///   check it first.
     /// - **A failing command.** Every command is validated before any runs,
     ///   but a command that fails when it runs (`WRONGTYPE`) stops the
     ///   script with the writes before it applied, as in any Redis script.
@@ -171,7 +234,9 @@ impl RedisFence {
     /// and the writes are applied at most once; the retry gets the replies
     /// of the run that applied them. Use a fresh id (a UUID) per logical
     /// commit; only the last commit under each lease is remembered (for a
-    /// few minutes).
+    /// few minutes, or, on a run's fence, until the message is
+    /// acknowledged). A retry under the same id keeps the commit's number
+    /// in the run ([`RedisFence::handling`]).
     pub async fn commit_as<C>(&self, client: &C, writes: &FencedWrite, commit_id: &str) -> Result<Vec<Value>>
     where
         C: FunctionInterface + Send + Sync,
@@ -211,6 +276,8 @@ impl RedisFence {
             id,
             marker_ttl: COMMIT_MARKER_TTL,
             attempt: self.attempt,
+            message: self.message.as_deref().unwrap_or(""),
+            number: self.commits.number(id),
             writes: &writes,
         };
         self.used.0.store(true, Ordering::SeqCst);

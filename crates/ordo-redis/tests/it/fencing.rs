@@ -337,6 +337,130 @@ async fn a_fenced_commit_lands_only_under_the_lease(redis: TestRedis) -> anyhow:
     Ok(())
 }
 
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_message_run_again_by_the_next_owner_applies_none_of_its_commits_again
+);
+
+/// A run's fence applies each of its commits once per message: the owner
+/// crashed after committing and before acknowledging, the next owner runs
+/// the message again, and its commits that the first run applied apply
+/// nothing and answer what the first ones did (before, they applied again:
+/// the counter went to 10). A commit the first run did not get to applies.
+async fn a_message_run_again_by_the_next_owner_applies_none_of_its_commits_again(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("once");
+    let partition = PartitionKeys::new(&category, "k", "backfill");
+    let a = owner(&url, "a").await?;
+    let b = owner(&url, "b").await?;
+    let client = a.client().clone();
+    let counter = format!("{}:counter", partition.primary());
+    let effects = format!("{}:effects", partition.primary());
+
+    let lease_a = a.acquire("G", &partition).await?.expect("free");
+    let run_a = RedisFence::for_attempt(&lease_a, 1).handling("m-1");
+    let first = run_a
+        .commit(&client, &FencedWrite::new().incr_by(&counter, 5))
+        .await?;
+    run_a
+        .commit(&client, &FencedWrite::new().rpush(&effects, "a"))
+        .await?;
+
+    wait_expired(&a, &lease_a).await?;
+    let lease_b = b.acquire("G", &partition).await?.expect("free");
+    let run_b = RedisFence::for_attempt(&lease_b, 1).handling("m-1");
+    let again = run_b
+        .commit(&client, &FencedWrite::new().incr_by(&counter, 5))
+        .await?;
+    assert_eq!(again, first, "the first run's replies");
+    run_b
+        .commit(&client, &FencedWrite::new().rpush(&effects, "b"))
+        .await?;
+    let third = run_b
+        .commit(&client, &FencedWrite::new().rpush(&effects, "b3"))
+        .await?;
+    assert_eq!(
+        third.first().and_then(fred::types::Value::as_i64),
+        Some(2),
+        "{third:?}"
+    );
+
+    assert_eq!(client.get::<i64, _>(&counter).await?, 5, "applied once");
+    let list: Vec<String> = fred::interfaces::ListInterface::lrange(&client, &effects, 0, -1).await?;
+    assert_eq!(list, ["a", "b3"]);
+
+    // The stale owner is still refused, and another message applies.
+    let stale = run_a
+        .commit(&client, &FencedWrite::new().incr_by(&counter, 1))
+        .await;
+    assert!(matches!(stale, Err(Error::Fenced { .. })), "{stale:?}");
+    RedisFence::for_attempt(&lease_b, 2)
+        .handling("m-2")
+        .commit(&client, &FencedWrite::new().incr_by(&counter, 5))
+        .await?;
+    assert_eq!(client.get::<i64, _>(&counter).await?, 10);
+    Ok(())
+}
+
+crate::on_both_topologies!(
+    #[tokio::test]
+    the_acknowledgement_closing_a_run_forgets_what_its_message_applied
+);
+
+/// What a message's commits applied is kept until the acknowledgement that
+/// closes its attempt (then the message never runs again), and a late copy
+/// of that acknowledgement, which closes nothing, keeps the next message's.
+async fn the_acknowledgement_closing_a_run_forgets_what_its_message_applied(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("once");
+    let partition = PartitionKeys::new(&category, "k", "backfill");
+    publish(&url, &category, "k", 0..2).await?;
+    let a = owner(&url, "a").await?;
+    let client = a.client().clone();
+    let counter = format!("{}:counter", partition.primary());
+    let lease = a.acquire("G", &partition).await?.expect("free");
+    let marker = lease.keys().commit.clone();
+
+    let read = entries(a.read(&lease, "G", &partition, 1).await?).await?;
+    let run = RedisFence::for_attempt(&lease, 1).handling("m-0");
+    run.commit(&client, &FencedWrite::new().incr_by(&counter, 1))
+        .await?;
+    assert!(client.exists::<bool, _>(&marker).await?);
+    assert_eq!(
+        client.ttl::<i64, _>(&marker).await?,
+        -1,
+        "kept until acknowledged, however long a halt lasts"
+    );
+    a.ack_attempt(&lease, "G", &partition, Lane::Primary, &[&read[0].0], 1)
+        .await?;
+    assert!(
+        !client.exists::<bool, _>(&marker).await?,
+        "deleted by the acknowledgement"
+    );
+
+    let next = entries(a.read(&lease, "G", &partition, 1).await?).await?;
+    RedisFence::for_attempt(&lease, 2)
+        .handling("m-1")
+        .commit(&client, &FencedWrite::new().incr_by(&counter, 1))
+        .await?;
+    // A late copy of the first acknowledgement.
+    a.ack_attempt(&lease, "G", &partition, Lane::Primary, &[&read[0].0], 1)
+        .await?;
+    assert!(
+        client.exists::<bool, _>(&marker).await?,
+        "the next message's record is kept"
+    );
+    a.ack_attempt(&lease, "G", &partition, Lane::Primary, &[&next[0].0], 2)
+        .await?;
+    assert!(!client.exists::<bool, _>(&marker).await?);
+    assert_eq!(client.get::<i64, _>(&counter).await?, 2);
+    Ok(())
+}
+
 /// A reap deletes the partition's generation counter; tokens taken after it
 /// must still be larger, or an owner stalled since before the reap could
 /// match a new lease.

@@ -21,6 +21,8 @@ pub(crate) struct Ack<'a> {
     pub(crate) primary: &'a Str,
     /// The attempt sequence the attempt is closed in.
     pub(crate) sequence: &'a Str,
+    /// The commit marker the closing acknowledgement deletes.
+    pub(crate) marker: &'a Str,
     /// The hash of failed attempts per entry.
     pub(crate) failures: &'a Str,
     pub(crate) group: &'a Str,
@@ -41,6 +43,7 @@ impl Ack<'_> {
             Value::from(self.lane.clone()),
             Value::from(self.primary.clone()),
             Value::from(self.sequence.clone()),
+            Value::from(self.marker.clone()),
             Value::from(self.failures.clone()),
             Value::from(self.group.clone()),
             integer(self.attempt),
@@ -71,7 +74,7 @@ where
     let Some(routing) = acks.first().map(|ack| ack.lease.to_string()) else {
         return Ok(Vec::new());
     };
-    let mut args = Vec::with_capacity(1 + acks.len() * 12);
+    let mut args = Vec::with_capacity(1 + acks.len() * 13);
     args.push(millis(sequence_ttl));
     for ack in acks {
         ack.push_args(&mut args);

@@ -19,7 +19,9 @@ pub(crate) struct Write<'a> {
 
 /// The arguments of `commit.lua`: `writes`, applied together under the
 /// fence as commit `id` of attempt `attempt` (closed in `sequence`), at
-/// most once: the commit's `marker` remembers it for `marker_ttl`.
+/// most once: the commit's `marker` remembers it for `marker_ttl`, or,
+/// for commit `number` of a run of `message` (not empty), until the
+/// message's acknowledgement, so that no run of it again applies it twice.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Commit<'a> {
     pub(crate) fence: Fence<'a>,
@@ -28,6 +30,8 @@ pub(crate) struct Commit<'a> {
     pub(crate) id: &'a str,
     pub(crate) marker_ttl: Duration,
     pub(crate) attempt: u64,
+    pub(crate) message: &'a str,
+    pub(crate) number: u64,
     pub(crate) writes: &'a [Write<'a>],
 }
 
@@ -45,6 +49,8 @@ where
         id,
         marker_ttl,
         attempt,
+        message,
+        number,
         writes,
     } = commit;
     let mut keys = vec![fence.lease.to_owned(), marker.to_owned(), sequence.to_owned()];
@@ -54,6 +60,8 @@ where
         Value::from(id),
         millis(marker_ttl),
         integer(attempt),
+        Value::from(message),
+        integer(number),
         Value::from(i64::try_from(writes.len()).unwrap_or(i64::MAX)),
     ];
     for write in writes {

@@ -225,6 +225,7 @@ where
         partition.held(group, key),
         own.sequence.clone(),
         partition.attempts(group),
+        own.commit.clone(),
     ];
     let args = vec![
         Value::from(fence.value),

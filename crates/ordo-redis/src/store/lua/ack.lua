@@ -9,7 +9,7 @@
 --          routes the call by it)
 -- ARGV: attempt sequence ttl ms, then per acknowledgement:
 --       lease key, lease value, acknowledged lane, primary lane, attempt
---       sequence, failed-attempt counts, group, attempt of the handled
+--       sequence, commit marker, failed-attempt counts, group, attempt of the handled
 --       message (closed by the acknowledgement; 0 when it sent no fenced
 --       command), 1 when the ids have failed attempts on record (else 0),
 --       1 to trim the lane (else 0), the number of ids, id...
@@ -27,15 +27,21 @@
 -- owner of a partition checks its primary lane before each backfill entry
 -- without an extra round trip), else 0; or 'fenced' and the current holder
 -- ('' when none).
+--
+-- The acknowledgement that closes the handled message's attempt deletes the
+-- commit marker with it: what the message's commits applied is kept there
+-- until now, so that a run of it again applies nothing twice (commit.lua),
+-- and once acknowledged it never runs again. A late copy of an
+-- acknowledgement closes nothing, so it never deletes the next message's.
 local ttl = ARGV[1]
 local out = {}
 local at = 2
 while at <= #ARGV do
   local lease, value, lane, primary = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  local sequence, failures, group = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
-  local attempt, had_failures, trim = ARGV[at + 7], ARGV[at + 8], ARGV[at + 9]
-  local first = at + 11
-  local last = at + 10 + tonumber(ARGV[at + 10])
+  local sequence, marker, failures, group = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
+  local attempt, had_failures, trim = ARGV[at + 8], ARGV[at + 9], ARGV[at + 10]
+  local first = at + 12
+  local last = at + 11 + tonumber(ARGV[at + 11])
   at = last + 1
   local fenced = fence(lease, value)
   if fenced then
@@ -43,7 +49,9 @@ while at <= #ARGV do
     out[#out + 1] = fenced[2]
   else
     redis.call('XACK', lane, group, unpack(ARGV, first, last))
-    close_attempt(sequence, value, attempt, ttl)
+    if close_attempt(sequence, value, attempt, ttl) then
+      redis.call('DEL', marker)
+    end
     if had_failures == '1' then
       redis.call('HDEL', failures, unpack(ARGV, first, last))
     end

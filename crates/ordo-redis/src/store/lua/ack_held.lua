@@ -1,8 +1,10 @@
 -- The fenced acknowledgement of a handled held message of a resolved key
 -- of a hashed partition: removes it from the key's held stream, closes the
--- attempt (in the key's own sequence) and clears its failure count.
+-- attempt (in the key's own sequence), deleting the key's commit marker
+-- with it as ack.lua does, and clears its failure count.
 --
--- KEYS: lease key, held stream, the key's attempt sequence, failed-attempt counts
+-- KEYS: lease key, held stream, the key's attempt sequence, failed-attempt
+--       counts, the key's commit marker
 -- ARGV: lease value, held id, attempt (0: none to close), sequence ttl ms
 --
 -- Returns {'fenced', holder} or {'ok'}.
@@ -11,6 +13,8 @@ if fenced then
   return fenced
 end
 redis.call('XDEL', KEYS[2], ARGV[2])
-close_attempt(KEYS[3], ARGV[1], ARGV[3], ARGV[4])
+if close_attempt(KEYS[3], ARGV[1], ARGV[3], ARGV[4]) then
+  redis.call('DEL', KEYS[5])
+end
 redis.call('HDEL', KEYS[4], ARGV[2])
 return {'ok'}

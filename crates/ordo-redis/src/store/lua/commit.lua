@@ -10,6 +10,17 @@
 -- before the fence, since the first run was applied under the lease even if
 -- the lease has moved on since.
 --
+-- A commit made by a handler run of a message (the partition worker's
+-- fence) also names the message and its number among the run's commits
+-- (1, 2, ...). The marker then keeps, until the acknowledgement that closes
+-- the message's attempt deletes it, every commit of that message by
+-- number with its replies: a run of the message again (after a failover,
+-- a lost reply, a failed attempt, an operator's retry) whose commit of the
+-- same number finds it there applies nothing and gets the first run's
+-- replies. So a message's effect lands once, whoever runs it again under
+-- whichever lease. Without a message (a fence built outside the consumer)
+-- the marker expires after `marker ttl`, as before.
+--
 -- A commit made by a handler attempt the partition has moved past (the
 -- worker closed it: acknowledged the message, or started another attempt)
 -- is refused: it was delayed on its connection past its client's timeout,
@@ -20,8 +31,12 @@
 --       operations touch (for Redis Cluster routing; the operations name
 --       their keys in their arguments)
 -- ARGV: lease value, commit id, marker ttl ms, attempt (0: unsequenced),
+--       message id ('' when none), the commit's number in the run,
 --       operation count, then per operation: command, argument count,
 --       arguments...
+--
+-- The marker: msgpack {last commit id, its replies, message id ('' when
+-- none), {[number] = replies} of that message's commits}.
 --
 -- Returns {'fenced', holder}, {'stale', last closed attempt} or
 -- {'ok', reply...}.
@@ -29,8 +44,9 @@
 -- (`fence::ALLOWED`) when the script is built, so there is one list.
 local allowed = {--[[ALLOWED]]}
 local marker = redis.call('GET', KEYS[2])
+local last = nil
 if marker then
-  local last = cmsgpack.unpack(marker)
+  last = cmsgpack.unpack(marker)
   if last[1] == ARGV[2] then
     return last[2]
   end
@@ -42,10 +58,19 @@ end
 if attempt_closed(KEYS[3], ARGV[1], ARGV[4]) then
   return {'stale', closed_attempt(KEYS[3], ARGV[1])}
 end
+local message, number = ARGV[5], ARGV[6]
+-- The commits of the message in hand so far (an earlier run's included).
+local commits = {}
+if message ~= '' and last and last[3] == message then
+  commits = last[4]
+  if commits[number] then
+    return commits[number]
+  end
+end
 -- Validate every operation before applying any, so a bad one applies nothing.
 local ops = {}
-local at = 6
-for _ = 1, tonumber(ARGV[5]) do
+local at = 8
+for _ = 1, tonumber(ARGV[7]) do
   local command, argc = string.upper(ARGV[at]), tonumber(ARGV[at + 1])
   if not allowed[command] then
     return redis.error_reply('ORDO command ' .. command .. ' is not allowed in a fenced commit')
@@ -57,5 +82,11 @@ local replies = {'ok'}
 for _, op in ipairs(ops) do
   replies[#replies + 1] = redis.call(op[1], unpack(op[2]))
 end
-redis.call('SET', KEYS[2], cmsgpack.pack({ARGV[2], replies}), 'PX', ARGV[3])
+if message == '' then
+  redis.call('SET', KEYS[2], cmsgpack.pack({ARGV[2], replies, '', {}}), 'PX', ARGV[3])
+else
+  -- Kept until the message's acknowledgement deletes it (or a reap).
+  commits[number] = replies
+  redis.call('SET', KEYS[2], cmsgpack.pack({ARGV[2], replies, message, commits}))
+end
 return replies
