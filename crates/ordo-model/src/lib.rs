@@ -75,6 +75,11 @@ pub struct Config {
     /// Redis restarts that lose the writes since the last fsync
     /// (`appendfsync everysec`).
     pub aof_losses: u8,
+    /// The acknowledgement window (`ack_window`): how many of its
+    /// acknowledgements a worker may have unanswered while it runs the next
+    /// messages of its read batch (0: it waits for each before the next, as
+    /// by default). It reads again only once every one is answered.
+    pub window: u8,
 }
 
 impl Config {
@@ -94,6 +99,7 @@ impl Config {
         errors: 0,
         resolutions: 0,
         aof_losses: 0,
+        window: 0,
     };
 
     /// A smaller configuration for the test suite.
@@ -108,6 +114,7 @@ impl Config {
         errors: 0,
         resolutions: 0,
         aof_losses: 0,
+        window: 0,
     };
 
     /// Halts and their resolution: poison messages, operators racing the
@@ -123,6 +130,7 @@ impl Config {
         errors: 0,
         resolutions: 2,
         aof_losses: 0,
+        window: 0,
     };
 
     /// A Redis restart that loses the last writes (AOF `everysec`): what
@@ -138,6 +146,7 @@ impl Config {
         errors: 0,
         resolutions: 0,
         aof_losses: 1,
+        window: 0,
     };
 
     /// The attempt accounting: an ordinary (counted) handler error and a
@@ -154,15 +163,34 @@ impl Config {
         errors: 1,
         resolutions: 0,
         aof_losses: 0,
+        window: 0,
+    };
+
+    /// The acknowledgement window: a worker runs the rest of its read
+    /// batch with up to two acknowledgements unanswered; stalls past the
+    /// TTL and lost replies (a failover then runs the window again).
+    pub const WINDOW: Self = Self {
+        instances: 2,
+        messages: 3,
+        crashes: 0,
+        stalls: 1,
+        timeouts: 1,
+        kills: 0,
+        poisons: 0,
+        errors: 0,
+        resolutions: 0,
+        aof_losses: 0,
+        window: 2,
     };
 
     /// The configurations `ordo-model check --config NAME` knows.
-    pub const NAMED: [(&'static str, Self); 5] = [
+    pub const NAMED: [(&'static str, Self); 6] = [
         ("full", Self::FULL),
         ("small", Self::SMALL),
         ("halts", Self::HALTS),
         ("attempts", Self::ATTEMPTS),
         ("aof", Self::AOF),
+        ("window", Self::WINDOW),
     ];
 
     /// The configuration called `name` in [`Config::NAMED`].
@@ -181,12 +209,11 @@ impl Config {
 /// with them leaves its message without its effect once the acknowledgement
 /// sent after the restart lands (the lease survived); a lease lost with them
 /// is handed out again while its first holder still runs, until that
-/// holder's next renewal fails; and the message run again after a later
-/// one has its effect twice (the later one's acknowledgement deleted the
-/// record of what was applied). Every other property holds.
-pub const AOF_LOSS_BREAKS: [&str; 5] = [
+/// holder's next renewal fails. Every other property holds, each message's
+/// effect landing once included: what a commit applied and its record go
+/// back together.
+pub const AOF_LOSS_BREAKS: [&str; 4] = [
     "effects land in publish order",
-    "each message's effect lands once",
     "an acknowledged message has its effect",
     "only the unacknowledged head is run",
     "at most one live run holds the key",
@@ -229,6 +256,12 @@ impl Config {
                 resolutions: 2,
                 ..quiet
             },
+            Mutant::OneAppliedRecord => Self {
+                messages: 2,
+                stalls: 1,
+                window: 1,
+                ..quiet
+            },
         }
     }
 }
@@ -239,7 +272,7 @@ impl fmt::Display for Config {
             f,
             "{} instances × {} messages × faults (crashes {}, stalls {}, timeouts/lost replies {}, kills {}, \
              poison messages {}, ordinary errors {}, operator decisions {}, AOF losses {}) with commands \
-             delivered in any order",
+             delivered in any order, acknowledgement window {}",
             self.instances,
             self.messages,
             self.crashes,
@@ -249,7 +282,8 @@ impl fmt::Display for Config {
             self.poisons,
             self.errors,
             self.resolutions,
-            self.aof_losses
+            self.aof_losses,
+            self.window
         )
     }
 }
@@ -289,6 +323,10 @@ mutants! {
         /// a message run again before its acknowledgement landed (after a
         /// failover, a lost reply, a failed attempt) has its effect twice.
         CommitWithoutAppliedCheck = "commit-without-applied-check",
+        /// The commit marker keeps what only the last committed message
+        /// applied: with an acknowledgement window, a message's record is
+        /// gone once the next one commits, and a failover runs it again.
+        OneAppliedRecord = "one-applied-record",
     }
 }
 

@@ -167,6 +167,9 @@ pub enum Reply {
         msg: u8,
         /// Whether the read was made under the current lease.
         authorized: bool,
+        /// The batch read (a bit per message): the unacknowledged messages
+        /// from `msg` on (`msg` alone without an acknowledgement window).
+        batch: u8,
     },
     /// Nothing to handle; `drained` when every published message is acknowledged.
     Idle {
@@ -212,6 +215,10 @@ pub struct Run {
     pub msg: u8,
     /// The lease-scoped attempt number.
     pub attempt: u8,
+    /// The read batch the message came in (a bit per message): with an
+    /// acknowledgement window the worker runs the batch's next message
+    /// without waiting for this one's acknowledgement.
+    pub batch: u8,
 }
 
 /// One process.
@@ -305,11 +312,11 @@ pub struct State {
     pub closed: Option<(LeaseValue, u8)>,
     /// The last commit id applied (idempotent resends).
     pub marker: Option<(Identity, u8)>,
-    /// The message whose effect was committed last, until the
-    /// acknowledgement closing its attempt lands (kept in the commit
-    /// marker): a commit of it again (a run again after a failover, a lost
+    /// The messages whose effect was committed, each until its
+    /// acknowledgement lands (a bit per message, kept in the commit
+    /// marker): a commit of one again (a run again after a failover, a lost
     /// reply, a failed attempt) applies nothing and answers as the first did.
-    pub applied: Option<u8>,
+    pub applied: u8,
     /// The committed effects: message numbers, in the order they landed.
     pub effects: Vec<u8>,
     /// The halted head, while the partition is halted.
@@ -354,7 +361,7 @@ pub struct Durable {
     stream: bool,
     closed: Option<(LeaseValue, u8)>,
     marker: Option<(Identity, u8)>,
-    applied: Option<u8>,
+    applied: u8,
     effects: Vec<u8>,
     halted: Option<u8>,
     skipped: u8,
@@ -557,7 +564,17 @@ impl Protocol {
                     return Reply::Halted;
                 }
                 match Self::head(state) {
-                    Some(msg) => Reply::Entry { msg, authorized },
+                    Some(msg) => Reply::Entry {
+                        msg,
+                        authorized,
+                        batch: if self.config.window > 0 {
+                            (msg..state.published)
+                                .filter(|m| state.acked & (1 << m) == 0)
+                                .fold(0, |batch, m| batch | 1 << m)
+                        } else {
+                            1 << msg
+                        },
+                    },
                     None => Reply::Idle {
                         drained: state.stream,
                     },
@@ -581,7 +598,7 @@ impl Protocol {
                 }
                 // The message's effect is in already (committed by an
                 // earlier run of it, not yet acknowledged): nothing again.
-                if !self.has(Mutant::CommitWithoutAppliedCheck) && state.applied == Some(msg) {
+                if !self.has(Mutant::CommitWithoutAppliedCheck) && state.applied & (1 << msg) != 0 {
                     return Reply::Ok;
                 }
                 if state.halted.is_some() {
@@ -589,7 +606,11 @@ impl Protocol {
                 }
                 state.effects.push(msg);
                 state.marker = Some((command.from, id));
-                state.applied = Some(msg);
+                if self.has(Mutant::OneAppliedRecord) {
+                    state.applied = 1 << msg;
+                } else {
+                    state.applied |= 1 << msg;
+                }
                 Reply::Ok
             }
             Op::Ack { lease, msg, attempt } => {
@@ -601,18 +622,9 @@ impl Protocol {
                     state.progress_while_halted = true;
                 }
                 state.acked |= 1 << msg;
-                // Acknowledged, it never runs again: the acknowledgement that
-                // closes its attempt deletes the commit marker, and with it
-                // the record of what the message applied (a late copy of an
-                // acknowledgement closes nothing and keeps the next one's).
-                let closing = state
-                    .closed
-                    .filter(|(l, _)| *l == lease)
-                    .is_none_or(|(_, closed)| closed < attempt);
-                if closing {
-                    state.marker = None;
-                    state.applied = None;
-                }
+                // Acknowledged, it never runs again: what it applied goes
+                // out of the commit marker.
+                state.applied &= !(1 << msg);
                 Self::close(state, lease, attempt);
                 Reply::Ok
             }
@@ -653,7 +665,7 @@ impl Protocol {
                     state.indexed = false;
                     state.lease = None;
                     state.marker = None;
-                    state.applied = None;
+                    state.applied = 0;
                     state.closed = None;
                 }
                 Reply::Ok
@@ -727,7 +739,14 @@ impl Protocol {
                 Work::Holding(lease)
             }
             (Op::Acquire, _) => Work::Idle,
-            (Op::Read(lease), Reply::Entry { msg, authorized }) => {
+            (
+                Op::Read(lease),
+                Reply::Entry {
+                    msg,
+                    authorized,
+                    batch,
+                },
+            ) => {
                 if !authorized {
                     state.unauthorized_run = true;
                 }
@@ -738,7 +757,12 @@ impl Protocol {
                 }
                 let attempt = process.next_attempt;
                 process.next_attempt += 1;
-                Work::Running(Run { lease, msg, attempt })
+                Work::Running(Run {
+                    lease,
+                    msg,
+                    attempt,
+                    batch,
+                })
             }
             (Op::Read(lease), Reply::Idle { drained: true }) if !process.stopping => {
                 let request = process.next_request;
@@ -764,15 +788,42 @@ impl Protocol {
                 let request = process.next_request;
                 process.next_request += 1;
                 let ack = Op::Ack { lease, msg, attempt };
+                let from = process.identity();
                 state.network.insert(Command {
-                    from: process.identity(),
+                    from,
                     request,
                     op: ack,
                 });
-                Work::Waiting {
-                    request,
-                    op: ack,
-                    run,
+                match run {
+                    // With a window: the acknowledgement is sent, not waited
+                    // for (its reply goes nowhere); the batch's next message
+                    // runs while at most `window` are unanswered, and the
+                    // worker reads again once every one is.
+                    Some(run) if self.config.window > 0 => {
+                        let unanswered = Self::acks_in_flight(&state.network, from);
+                        let next = (run.msg + 1..8).find(|m| run.batch & (1 << m) != 0);
+                        if let Some(next) = next
+                            && unanswered <= usize::from(self.config.window)
+                        {
+                            if acked & (1 << next) != 0 && !process.orphaned {
+                                state.rerun_after_ack = true;
+                            }
+                            let attempt = process.next_attempt;
+                            process.next_attempt += 1;
+                            Work::Running(Run {
+                                msg: next,
+                                attempt,
+                                ..run
+                            })
+                        } else {
+                            Work::Holding(lease)
+                        }
+                    }
+                    _ => Work::Waiting {
+                        request,
+                        op: ack,
+                        run,
+                    },
                 }
             }
             (Op::Ack { lease, .. }, Reply::Ok) => {
@@ -805,6 +856,14 @@ impl Protocol {
                 }
             }
         };
+    }
+
+    /// How many acknowledgements of the process start `from` are in flight.
+    fn acks_in_flight(network: &BTreeSet<Command>, from: Identity) -> usize {
+        network
+            .iter()
+            .filter(|c| c.from == from && matches!(c.op, Op::Ack { .. }))
+            .count()
     }
 
     /// Whether the lease may expire now: its holder is down, paused, or a
@@ -849,7 +908,7 @@ impl Model for Protocol {
             half_published: false,
             closed: None,
             marker: None,
-            applied: None,
+            applied: 0,
             effects: Vec::new(),
             halted: None,
             skipped: 0,
@@ -934,7 +993,14 @@ impl Model for Protocol {
                 }
                 Work::Holding(_) if process.stopping => true,
                 // A halted partition is read again once it is resolved.
-                Work::Holding(_) => state.halted.is_none() && (Self::head(state).is_some() || state.stream),
+                // With a window, it reads again once its acknowledgements
+                // are answered.
+                Work::Holding(_) => {
+                    state.halted.is_none()
+                        && (Self::head(state).is_some() || state.stream)
+                        && (self.config.window == 0
+                            || Self::acks_in_flight(&state.network, process.identity()) == 0)
+                }
                 Work::Running(_) => true,
                 _ => false,
             };
@@ -1149,7 +1215,11 @@ impl Model for Protocol {
                 state.effects.windows(2).all(|pair| pair[0] <= pair[1])
             }),
             Property::always("each message's effect lands once", |_, state: &State| {
-                state.effects.windows(2).all(|pair| pair[0] != pair[1])
+                state
+                    .effects
+                    .iter()
+                    .enumerate()
+                    .all(|(at, msg)| !state.effects[..at].contains(msg))
             }),
             Property::always("an acknowledged message has its effect", |_, state: &State| {
                 (0..8u8)

@@ -26,7 +26,7 @@ use ordo_core::contract::key::Lane;
 use ordo_core::contract::message::{Envelope, MessageKind, Metadata};
 use ordo_model::protocol::{Command, Identity, LeaseValue, Op, Reply};
 use ordo_model::{Action, Config, Mutant, Protocol, State};
-use ordo_redis::internals::{Lease, Partitions, ReadOutcome};
+use ordo_redis::internals::{Ack, Lease, Partitions, ReadOutcome};
 use ordo_redis::{Error as RedisError, FencedWrite, PartitionKeys, RedisBroker, RedisFence};
 use ordo_testkit::Redis;
 use proptest::collection::vec;
@@ -47,6 +47,7 @@ const CONFIG: Config = Config {
     errors: 1,
     resolutions: 2,
     aof_losses: 0,
+    window: 0,
 };
 
 /// Short, so the model's lease expiries cost little real time; long enough
@@ -224,9 +225,11 @@ impl Real {
                 match self.owner(command.from).read(&lease, group, &partition, 1).await {
                     Ok(ReadOutcome::Entries { entries, .. }) => {
                         let head = entries.first().context("a read with no entry")?;
+                        let msg = self.message(head.id())?;
                         Reply::Entry {
-                            msg: self.message(head.id())?,
+                            msg,
                             authorized: true,
+                            batch: 1 << msg,
                         }
                     }
                     Ok(ReadOutcome::Halted { .. }) => Reply::Halted,
@@ -256,20 +259,17 @@ impl Real {
                 let lease = self.lease(lease)?;
                 let entry = self.ids[usize::from(msg)].clone();
                 let partition = self.partition.clone();
-                let acked = self
-                    .owner(command.from)
-                    .ack_attempt(
-                        &lease,
-                        group,
-                        &partition,
-                        Lane::Primary,
-                        &[&entry],
-                        u64::from(attempt),
-                    )
-                    .await;
-                match acked {
-                    Ok(_) => Reply::Ok,
-                    Err(error) => refusal(error)?,
+                // As the partition worker acknowledges a message whose runs
+                // committed: what it applied goes out of the marker.
+                let message = format!("m-{msg}");
+                let ack = Ack::new(&lease, group, &partition, Lane::Primary, &[&entry])
+                    .closing(u64::from(attempt))
+                    .forgetting(Some(&message));
+                let acked = self.owner(command.from).acknowledge(&[ack]).await;
+                match acked.map(|mut outcomes| outcomes.pop()) {
+                    Ok(Some(Ok(_))) => Reply::Ok,
+                    Ok(Some(Err(error))) | Err(error) => refusal(error)?,
+                    Ok(None) => bail!("no outcome for the acknowledgement"),
                 }
             }
             Op::Close {

@@ -37,7 +37,7 @@ use super::waker::{Bell, WatcherId};
 use crate::consumer::metrics;
 use crate::error::Error;
 use crate::owner::ack::Ack;
-use crate::owner::fence::RedisFence;
+use crate::owner::fence::{Applied, RedisFence};
 use crate::owner::lease::Lease;
 use crate::owner::partition::{HaltReason, Held, Idle, ReapOutcome, StreamEntry};
 use crate::store::keys::{self, KeyNames, PartitionKeys};
@@ -101,6 +101,10 @@ pub(crate) struct Slot {
     /// Set by the fences of the slot's attempts when they send a command:
     /// only then does the acknowledgement need to close the attempt.
     fence_used: Arc<AtomicBool>,
+    /// Set by the fences of the slot's runs to the message they sent a
+    /// commit of: its acknowledgement takes what it applied out of the
+    /// commit marker.
+    applied: Applied,
     /// Whether the entry being handled has failed attempts on record.
     had_failures: AtomicBool,
     /// The commit marker and attempt sequence of its attempts: `None` for
@@ -154,6 +158,11 @@ impl Slot {
     /// call (then its acknowledgement closes it).
     pub(crate) fn take_fence_used(&self) -> bool {
         self.fence_used.swap(false, Ordering::SeqCst)
+    }
+
+    /// The message whose runs sent fenced commits since the last call.
+    pub(crate) fn take_applied(&self) -> Option<String> {
+        self.applied.take()
     }
 
     /// Whether the entry just handled had failed attempts on record.
@@ -484,7 +493,11 @@ impl Worker {
             0
         };
         let had_failures = slot.take_had_failures();
-        let ack = acks.of(&ids, close, had_failures).trimming(last_of_batch);
+        let applied = slot.take_applied();
+        let ack = acks
+            .of(&ids, close, had_failures)
+            .trimming(last_of_batch)
+            .forgetting(applied.as_deref());
         let acked = self
             .until_answered("acknowledgement", false, || self.shared.acks.ack(ack.clone()))
             .await;
@@ -752,8 +765,14 @@ impl Worker {
             .with_fencing_token(self.lease.token())
             .with_correlation_id(self.unit.correlation.clone())
             .with_extension(
-                RedisFence::tracked(&self.lease, slot.own.as_ref(), sequence, slot.fence_used.clone())
-                    .handling(&envelope.id),
+                RedisFence::tracked(
+                    &self.lease,
+                    slot.own.as_ref(),
+                    sequence,
+                    slot.fence_used.clone(),
+                    slot.applied.clone(),
+                )
+                .handling(&envelope.id),
             );
         // The handler's own slot (`[handlers.NAME] max_concurrency`) first:
         // waiting for it holds none of the process-wide permits.

@@ -905,9 +905,11 @@ impl<'w> Hashed<'w> {
                 slot.take_fence_used();
                 let close = w.last_attempt();
                 slot.take_had_failures();
+                let applied = slot.take_applied();
                 let acked = w
                     .until_answered("acknowledging a held message", false, || {
-                        w.held(self.partition).ack_held(key, own, entry.id(), close)
+                        w.held(self.partition)
+                            .ack_held(key, own, entry.id(), close, applied.as_deref())
                     })
                     .await;
                 match acked {

@@ -35,6 +35,9 @@ pub struct Ack {
     /// Whether to trim what every group has acknowledged from the lane.
     trim: bool,
     ids: Vec<Str>,
+    /// The message whose fenced commits the commit marker keeps (empty:
+    /// none to take out).
+    message: Str,
 }
 
 /// The names an acknowledgement of one lane touches.
@@ -68,6 +71,7 @@ impl Ack {
             had_failures: true,
             trim: true,
             ids: ids.iter().map(|&id| Str::from(id)).collect(),
+            message: Str::new(),
         }
     }
 
@@ -83,12 +87,31 @@ impl Ack {
             had_failures,
             trim: true,
             ids: ids.iter().map(|&id| Str::from(id)).collect(),
+            message: Str::new(),
         }
     }
 
+    /// The acknowledgement closing every attempt up to `attempt` of the
+    /// lease's holder (see
+    /// [`Partitions::ack_attempt`](crate::internals::Partitions::ack_attempt)).
+    pub fn closing(mut self, attempt: u64) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// The acknowledgement also taking what message `message_id`'s fenced
+    /// commits applied out of the commit marker (see
+    /// [`RedisFence::handling`](crate::RedisFence::handling)): the
+    /// partition worker's acknowledgement of a message whose runs
+    /// committed does.
+    pub fn forgetting(mut self, message_id: Option<&str>) -> Self {
+        self.message = message_id.map_or_else(Str::new, Str::from);
+        self
+    }
+
     /// The acknowledgement closing its attempt in `own`'s sequence, and
-    /// deleting its commit marker (one key's own, in a hashed partition),
-    /// rather than the lease's.
+    /// taking what it applied out of `own`'s commit marker (one key's own,
+    /// in a hashed partition), rather than the lease's.
     pub(crate) fn closing_in(mut self, own: &KeyNames) -> Self {
         let mut names = (*self.names).clone();
         names.sequence = Str::from(own.sequence.as_str());
@@ -121,6 +144,7 @@ impl Ack {
             primary: &names.primary,
             sequence: &names.sequence,
             marker: &names.marker,
+            message: &self.message,
             failures: &names.failures,
             group: &names.group,
             attempt: self.attempt,

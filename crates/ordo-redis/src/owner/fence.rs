@@ -53,7 +53,33 @@ pub struct RedisFence {
     message: Option<String>,
     commits: Commits,
     used: Used,
+    /// Set to the message when a commit of it is sent: its
+    /// acknowledgement then takes what it applied out of the marker.
+    applied: Applied,
 }
+
+/// The message a run's fence sent a commit of, shared with its worker.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Applied(Arc<Mutex<Option<String>>>);
+
+impl Applied {
+    /// The message a commit was sent for since the last call, if any.
+    pub(crate) fn take(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    fn set(&self, message: &str) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(message.to_owned());
+    }
+}
+
+impl PartialEq for Applied {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Applied {}
 
 /// The commit ids a run has used, in order: a commit's number in the run
 /// is its id's place here (the same for a retry under the same id).
@@ -120,10 +146,11 @@ impl RedisFence {
     /// delayed on its connection past its client's timeout, or resent after
     /// a reconnect, can never land after a later attempt's effects.
     pub fn for_attempt(lease: &Lease, attempt: u64) -> Self {
-        Self::tracked(lease, None, attempt, Arc::default())
+        Self::tracked(lease, None, attempt, Arc::default(), Applied::default())
     }
 
-    /// [`RedisFence::for_attempt`] that sets `used` when it sends a command.
+    /// [`RedisFence::for_attempt`] that sets `used` when it sends a command,
+    /// and `applied` to its message when it sends a commit of one.
     /// `own`: the commit marker and attempt sequence of one key of a hashed
     /// partition, whose keys commit side by side under one lease (`None`:
     /// the lease's).
@@ -132,6 +159,7 @@ impl RedisFence {
         own: Option<&KeyNames>,
         attempt: u64,
         used: Arc<AtomicBool>,
+        applied: Applied,
     ) -> Self {
         Self {
             lease_key: lease.key().to_owned(),
@@ -143,6 +171,7 @@ impl RedisFence {
             message: None,
             commits: Commits::default(),
             used: Used(used),
+            applied,
         }
     }
 
@@ -153,8 +182,9 @@ impl RedisFence {
     /// run whose acknowledgement did not land: the owner crashed or
     /// stalled, the handler failed after committing, an operator retried
     /// it) applies nothing and returns the first one's replies. Kept in
-    /// the commit marker until the acknowledgement that closes the
-    /// message's attempt deletes it.
+    /// the commit marker until the message's acknowledgement takes it out
+    /// (the partition worker's; an acknowledgement made by hand leaves it,
+    /// until the partition is reaped).
     #[must_use]
     pub fn handling(mut self, message_id: &str) -> Self {
         self.message = Some(message_id.to_owned()).filter(|id| !id.is_empty());
@@ -281,6 +311,9 @@ impl RedisFence {
             writes: &writes,
         };
         self.used.0.store(true, Ordering::SeqCst);
+        if let Some(message) = &self.message {
+            self.applied.set(message);
+        }
         // A lost connection or a timeout is transient (the chain carries
         // the marker): the worker retries the handler without counting it.
         calls::fence::commit(client, commit).await

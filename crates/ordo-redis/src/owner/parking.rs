@@ -204,10 +204,18 @@ impl Held<'_> {
     }
 
     /// The fenced acknowledgement of held message `id` of resolved `key`,
-    /// closing attempt `attempt` (0: none) in the key's sequence.
-    pub(crate) async fn ack_held(self, key: &str, own: &KeyNames, id: &str, attempt: u64) -> Result<()> {
+    /// closing attempt `attempt` (0: none) in the key's sequence, and
+    /// taking what message `message_id` applied out of its commit marker.
+    pub(crate) async fn ack_held(
+        self,
+        key: &str,
+        own: &KeyNames,
+        id: &str,
+        attempt: u64,
+        message_id: Option<&str>,
+    ) -> Result<()> {
         let of = self.resolved(key, own);
-        parking::ack_held(self.partitions.client(), of, id, attempt).await
+        parking::ack_held(self.partitions.client(), of, id, attempt, message_id).await
     }
 }
 
@@ -309,7 +317,7 @@ mod tests {
         assert_eq!(held.envelope_json(), first.envelope_json());
         partitions
             .held(&lease, GROUP, &partition)
-            .ack_held("k", &own, held.id(), 3)
+            .ack_held("k", &own, held.id(), 3, None)
             .await
             .unwrap();
 

@@ -406,13 +406,16 @@ async fn a_message_run_again_by_the_next_owner_applies_none_of_its_commits_again
 
 crate::on_both_topologies!(
     #[tokio::test]
-    the_acknowledgement_closing_a_run_forgets_what_its_message_applied
+    a_message_acknowledgement_forgets_what_it_applied_and_only_that
 );
 
-/// What a message's commits applied is kept until the acknowledgement that
-/// closes its attempt (then the message never runs again), and a late copy
-/// of that acknowledgement, which closes nothing, keeps the next message's.
-async fn the_acknowledgement_closing_a_run_forgets_what_its_message_applied(
+/// What a message's commits applied is kept until its acknowledgement
+/// takes it out (then the message never runs again), whatever else the
+/// marker holds: a late copy of an acknowledgement keeps the next
+/// message's; two messages' commits in the marker at once (a worker that
+/// ran the next message before the first one's acknowledgement landed)
+/// are each applied once and each forgotten by their own acknowledgement.
+async fn a_message_acknowledgement_forgets_what_it_applied_and_only_that(
     redis: TestRedis,
 ) -> anyhow::Result<()> {
     let url = redis.url();
@@ -424,40 +427,63 @@ async fn the_acknowledgement_closing_a_run_forgets_what_its_message_applied(
     let counter = format!("{}:counter", partition.primary());
     let lease = a.acquire("G", &partition).await?.expect("free");
     let marker = lease.keys().commit.clone();
+    let ack = |id: &str, attempt: u64, message: &str| {
+        Ack::new(&lease, "G", &partition, Lane::Primary, &[id])
+            .closing(attempt)
+            .forgetting(Some(message))
+    };
 
     let read = entries(a.read(&lease, "G", &partition, 1).await?).await?;
     let run = RedisFence::for_attempt(&lease, 1).handling("m-0");
     run.commit(&client, &FencedWrite::new().incr_by(&counter, 1))
         .await?;
-    assert!(client.exists::<bool, _>(&marker).await?);
     assert_eq!(
         client.ttl::<i64, _>(&marker).await?,
         -1,
         "kept until acknowledged, however long a halt lasts"
     );
-    a.ack_attempt(&lease, "G", &partition, Lane::Primary, &[&read[0].0], 1)
-        .await?;
+    a.acknowledge(&[ack(&read[0].0, 1, "m-0")]).await?;
+    // Only what a resend of the last commit needs is left, for a while.
     assert!(
-        !client.exists::<bool, _>(&marker).await?,
-        "deleted by the acknowledgement"
+        client.pttl::<i64, _>(&marker).await? > 0,
+        "expires after its last message"
     );
 
     let next = entries(a.read(&lease, "G", &partition, 1).await?).await?;
+    let run = RedisFence::for_attempt(&lease, 2).handling("m-1");
+    run.commit(&client, &FencedWrite::new().incr_by(&counter, 1))
+        .await?;
+    // A late copy of the first acknowledgement.
+    a.acknowledge(&[ack(&read[0].0, 1, "m-0")]).await?;
+    assert_eq!(
+        client.pttl::<i64, _>(&marker).await?,
+        -1,
+        "the next message's record is kept"
+    );
+    // The message after it commits before m-1's acknowledgement lands.
+    RedisFence::for_attempt(&lease, 3)
+        .handling("m-2")
+        .commit(&client, &FencedWrite::new().incr_by(&counter, 10))
+        .await?;
+    // m-1 runs again: its first commit is in already.
     RedisFence::for_attempt(&lease, 2)
         .handling("m-1")
         .commit(&client, &FencedWrite::new().incr_by(&counter, 1))
         .await?;
-    // A late copy of the first acknowledgement.
-    a.ack_attempt(&lease, "G", &partition, Lane::Primary, &[&read[0].0], 1)
-        .await?;
-    assert!(
-        client.exists::<bool, _>(&marker).await?,
-        "the next message's record is kept"
+    assert_eq!(
+        client.get::<i64, _>(&counter).await?,
+        12,
+        "m-1 applied once, m-2 once"
     );
-    a.ack_attempt(&lease, "G", &partition, Lane::Primary, &[&next[0].0], 2)
+    a.acknowledge(&[ack(&next[0].0, 2, "m-1")]).await?;
+    // m-1 is forgotten, m-2 is not: a run of m-2 again applies nothing.
+    RedisFence::for_attempt(&lease, 4)
+        .handling("m-2")
+        .commit(&client, &FencedWrite::new().incr_by(&counter, 10))
         .await?;
-    assert!(!client.exists::<bool, _>(&marker).await?);
-    assert_eq!(client.get::<i64, _>(&counter).await?, 2);
+    assert_eq!(client.get::<i64, _>(&counter).await?, 12);
+    a.acknowledge(&[ack(&next[0].0, 4, "m-2")]).await?;
+    assert!(client.pttl::<i64, _>(&marker).await? > 0);
     Ok(())
 }
 

@@ -21,8 +21,10 @@ pub(crate) struct Ack<'a> {
     pub(crate) primary: &'a Str,
     /// The attempt sequence the attempt is closed in.
     pub(crate) sequence: &'a Str,
-    /// The commit marker the closing acknowledgement deletes.
+    /// The commit marker, and the message whose applied commits it takes
+    /// out of it (empty: none).
     pub(crate) marker: &'a Str,
+    pub(crate) message: &'a Str,
     /// The hash of failed attempts per entry.
     pub(crate) failures: &'a Str,
     pub(crate) group: &'a Str,
@@ -44,6 +46,7 @@ impl Ack<'_> {
             Value::from(self.primary.clone()),
             Value::from(self.sequence.clone()),
             Value::from(self.marker.clone()),
+            Value::from(self.message.clone()),
             Value::from(self.failures.clone()),
             Value::from(self.group.clone()),
             integer(self.attempt),
@@ -74,7 +77,7 @@ where
     let Some(routing) = acks.first().map(|ack| ack.lease.to_string()) else {
         return Ok(Vec::new());
     };
-    let mut args = Vec::with_capacity(1 + acks.len() * 13);
+    let mut args = Vec::with_capacity(1 + acks.len() * 14);
     args.push(millis(sequence_ttl));
     for ack in acks {
         ack.push_args(&mut args);

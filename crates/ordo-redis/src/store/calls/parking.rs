@@ -206,8 +206,15 @@ where
 
 /// `ack_held.lua`: the fenced acknowledgement of held message `id` of
 /// resolved key `of`, closing attempt `attempt` (0: none) in the key's
-/// sequence.
-pub(crate) async fn ack_held<C>(client: &C, of: Resolved<'_>, id: &str, attempt: u64) -> Result<()>
+/// sequence, and taking what message `message_id` applied out of the key's
+/// commit marker.
+pub(crate) async fn ack_held<C>(
+    client: &C,
+    of: Resolved<'_>,
+    id: &str,
+    attempt: u64,
+    message_id: Option<&str>,
+) -> Result<()>
 where
     C: FunctionInterface + Send + Sync,
 {
@@ -232,6 +239,7 @@ where
         Value::from(id),
         integer(attempt),
         millis(sequence_ttl),
+        Value::from(message_id.unwrap_or("")),
     ];
     Reply::parse(script, script.run(client, keys, args).await?)?.unfenced(fence.lease, fence.value)?;
     Ok(())

@@ -9,7 +9,9 @@
 --          routes the call by it)
 -- ARGV: attempt sequence ttl ms, then per acknowledgement:
 --       lease key, lease value, acknowledged lane, primary lane, attempt
---       sequence, commit marker, failed-attempt counts, group, attempt of the handled
+--       sequence, commit marker, the handled message's id when its runs
+--       made fenced commits ('' otherwise), failed-attempt counts, group,
+--       attempt of the handled
 --       message (closed by the acknowledgement; 0 when it sent no fenced
 --       command), 1 when the ids have failed attempts on record (else 0),
 --       1 to trim the lane (else 0), the number of ids, id...
@@ -28,20 +30,22 @@
 -- without an extra round trip), else 0; or 'fenced' and the current holder
 -- ('' when none).
 --
--- The acknowledgement that closes the handled message's attempt deletes the
--- commit marker with it: what the message's commits applied is kept there
--- until now, so that a run of it again applies nothing twice (commit.lua),
--- and once acknowledged it never runs again. A late copy of an
--- acknowledgement closes nothing, so it never deletes the next message's.
+-- The acknowledgement takes what the message's commits applied out of the
+-- commit marker: it is kept there until now, so that a run of the message
+-- again applies nothing twice (commit.lua), and once acknowledged it never
+-- runs again. It takes out that message's only, so a late copy of it never
+-- touches another's; the marker then keeps the last commit's replies, for
+-- a resend of it, for the attempt sequence's ttl.
 local ttl = ARGV[1]
 local out = {}
 local at = 2
 while at <= #ARGV do
   local lease, value, lane, primary = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  local sequence, marker, failures, group = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
-  local attempt, had_failures, trim = ARGV[at + 8], ARGV[at + 9], ARGV[at + 10]
-  local first = at + 12
-  local last = at + 11 + tonumber(ARGV[at + 11])
+  local sequence, marker, message = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
+  local failures, group = ARGV[at + 7], ARGV[at + 8]
+  local attempt, had_failures, trim = ARGV[at + 9], ARGV[at + 10], ARGV[at + 11]
+  local first = at + 13
+  local last = at + 12 + tonumber(ARGV[at + 12])
   at = last + 1
   local fenced = fence(lease, value)
   if fenced then
@@ -49,9 +53,8 @@ while at <= #ARGV do
     out[#out + 1] = fenced[2]
   else
     redis.call('XACK', lane, group, unpack(ARGV, first, last))
-    if close_attempt(sequence, value, attempt, ttl) then
-      redis.call('DEL', marker)
-    end
+    close_attempt(sequence, value, attempt, ttl)
+    forget_applied(marker, message, ttl)
     if had_failures == '1' then
       redis.call('HDEL', failures, unpack(ARGV, first, last))
     end

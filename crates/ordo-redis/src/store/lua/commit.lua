@@ -12,14 +12,15 @@
 --
 -- A commit made by a handler run of a message (the partition worker's
 -- fence) also names the message and its number among the run's commits
--- (1, 2, ...). The marker then keeps, until the acknowledgement that closes
--- the message's attempt deletes it, every commit of that message by
--- number with its replies: a run of the message again (after a failover,
--- a lost reply, a failed attempt, an operator's retry) whose commit of the
--- same number finds it there applies nothing and gets the first run's
--- replies. So a message's effect lands once, whoever runs it again under
--- whichever lease. Without a message (a fence built outside the consumer)
--- the marker expires after `marker ttl`, as before.
+-- (1, 2, ...). The marker then keeps, per message until the message's
+-- acknowledgement takes it out (ack.lua, ack_held.lua), every commit of it
+-- by number with its replies: a run of the message again (after a
+-- failover, a lost reply, a failed attempt, an operator's retry) whose
+-- commit of the same number finds it there applies nothing and gets the
+-- first run's replies. So a message's effect lands once, whoever runs it
+-- again under whichever lease. The marker has no TTL while it holds a
+-- message's commits; otherwise (a fence built outside the consumer) it
+-- expires after `marker ttl`, as before.
 --
 -- A commit made by a handler attempt the partition has moved past (the
 -- worker closed it: acknowledged the message, or started another attempt)
@@ -35,8 +36,8 @@
 --       operation count, then per operation: command, argument count,
 --       arguments...
 --
--- The marker: msgpack {last commit id, its replies, message id ('' when
--- none), {[number] = replies} of that message's commits}.
+-- The marker: msgpack {last commit id, its replies, {[message id] =
+-- {[number] = replies}} of the messages not acknowledged yet}.
 --
 -- Returns {'fenced', holder}, {'stale', last closed attempt} or
 -- {'ok', reply...}.
@@ -59,13 +60,13 @@ if attempt_closed(KEYS[3], ARGV[1], ARGV[4]) then
   return {'stale', closed_attempt(KEYS[3], ARGV[1])}
 end
 local message, number = ARGV[5], ARGV[6]
--- The commits of the message in hand so far (an earlier run's included).
-local commits = {}
-if message ~= '' and last and last[3] == message then
-  commits = last[4]
-  if commits[number] then
-    return commits[number]
-  end
+-- The messages' commits not acknowledged yet (an earlier run's included).
+local messages = {}
+if last and type(last[3]) == 'table' then
+  messages = last[3]
+end
+if message ~= '' and messages[message] and messages[message][number] then
+  return messages[message][number]
 end
 -- Validate every operation before applying any, so a bad one applies nothing.
 local ops = {}
@@ -82,11 +83,15 @@ local replies = {'ok'}
 for _, op in ipairs(ops) do
   replies[#replies + 1] = redis.call(op[1], unpack(op[2]))
 end
-if message == '' then
-  redis.call('SET', KEYS[2], cmsgpack.pack({ARGV[2], replies, '', {}}), 'PX', ARGV[3])
-else
-  -- Kept until the message's acknowledgement deletes it (or a reap).
+if message ~= '' then
+  local commits = messages[message] or {}
   commits[number] = replies
-  redis.call('SET', KEYS[2], cmsgpack.pack({ARGV[2], replies, message, commits}))
+  messages[message] = commits
+end
+if next(messages) == nil then
+  redis.call('SET', KEYS[2], cmsgpack.pack({ARGV[2], replies, messages}), 'PX', ARGV[3])
+else
+  -- Kept until the messages' acknowledgements take them out (or a reap).
+  redis.call('SET', KEYS[2], cmsgpack.pack({ARGV[2], replies, messages}))
 end
 return replies

@@ -155,6 +155,31 @@ end
 -- The attempt sequence of a lease, one string `{closed attempt}:{lease
 -- value}`: the last handler attempt the holder of that lease value closed.
 
+-- Takes what message `message` applied out of the commit marker
+-- `marker_key` (see commit.lua): it is acknowledged, it never runs again.
+-- With its last message the marker gets back a TTL (`ttl` ms): it still
+-- answers a resend of the last commit delayed on its connection.
+local function forget_applied(marker_key, message, ttl)
+  if message == '' then
+    return
+  end
+  local raw = redis.call('GET', marker_key)
+  if not raw then
+    return
+  end
+  local marker = cmsgpack.unpack(raw)
+  local messages = marker[3]
+  if type(messages) ~= 'table' or messages[message] == nil then
+    return
+  end
+  messages[message] = nil
+  if next(messages) == nil then
+    redis.call('SET', marker_key, cmsgpack.pack(marker), 'PX', ttl)
+  else
+    redis.call('SET', marker_key, cmsgpack.pack(marker))
+  end
+end
+
 -- The last attempt closed by the holder of `lease_value` (0 when none).
 local function closed_attempt(sequence_key, lease_value)
   local held = redis.call('GET', sequence_key)
