@@ -523,6 +523,10 @@ impl Worker {
         entry: &StreamEntry,
         pending: bool,
     ) -> Handled {
+        // The message whose runs committed is this one from here on: one
+        // that ended without an acknowledgement (halted or parked, then
+        // skipped or dead-lettered by an operator) keeps its record.
+        slot.take_applied();
         // The key of the stream it sits in: the partition's own, or the
         // key of a hashed partition the entry was dispatched to.
         let key = slot.key().unwrap_or(partition.key());
