@@ -104,6 +104,7 @@ pub async fn run(args: &SweepArgs, redis: &BenchRedis) -> Result<Report> {
                 per_commit: NonZeroUsize::new(100).context("100 is not zero")?,
                 instances: vec![NonZeroUsize::MIN],
                 deadline_s: 300,
+                ack_window: 0,
             };
             let report = throughput::run(&one, redis)
                 .await

@@ -36,6 +36,9 @@
 //! consumer group with the same batch size (`baseline_msgs_per_s`), and
 //! `ratio_ordered_to_baseline` is the first instance count's rate over it.
 //!
+//! `--ack-window N` sets the handler's `ack_window` (a key's worker runs up
+//! to N messages ahead of their acknowledgements; 0, the default: none).
+//!
 //! A run fails if a drain does not finish by `--deadline-s`, or if the
 //! handled events are not exactly the published ones in per-key order.
 
@@ -78,6 +81,10 @@ pub struct ThroughputArgs {
     /// How long one drain may take before the run fails.
     #[arg(long, default_value = "300")]
     pub deadline_s: u64,
+    /// The handler's `ack_window`: messages a key's worker runs ahead of
+    /// their acknowledgements (0: none, Ordo's default).
+    #[arg(long, default_value = "0")]
+    pub ack_window: u32,
 }
 
 /// One ordered drain's figures.
@@ -128,7 +135,10 @@ async fn ordered(args: &ThroughputArgs, redis: &BenchRedis, count: usize) -> Res
     let options = EngineOptions {
         read_batch: args.batch.get(),
         pool_size: args.pool_size.get(),
-        ..EngineOptions::new(engine::config(None)?)
+        ..EngineOptions::new(ordo_core::contract::config::Config::from_toml_str(&format!(
+            "[handlers.OrdoBench]\nack_window = {}\n",
+            args.ack_window
+        ))?)
     };
     let mut engines = Vec::with_capacity(count);
     for n in 0..count {

@@ -105,6 +105,9 @@ pub struct WorkerOptions {
     /// `server.partitioning.max_concurrency`: handler runs at once in the
     /// process (`None`: the default).
     pub max_concurrency: Option<NonZeroUsize>,
+    /// `[handlers.TickRecorder] ack_window`: messages a key's worker runs
+    /// ahead of their acknowledgements (0: none).
+    pub ack_window: u32,
     /// Blocking mode: each run is the handler's own task and does its work
     /// in blocking code (see the module documentation).
     pub blocking_work: bool,
@@ -130,6 +133,7 @@ impl std::fmt::Debug for WorkerOptions {
             .field("tls", &self.tls)
             .field("hashed_partitions", &self.hashed_partitions)
             .field("max_concurrency", &self.max_concurrency)
+            .field("ack_window", &self.ack_window)
             .field("blocking_work", &self.blocking_work)
             .field("command_keys", &self.command_keys)
             .finish()
@@ -154,6 +158,7 @@ impl WorkerOptions {
             tls: ordo_redis::TlsFiles::new(),
             hashed_partitions: None,
             max_concurrency: None,
+            ack_window: 0,
             blocking_work: false,
             command_keys: 0,
         }
@@ -187,6 +192,12 @@ impl WorkerOptions {
         }
         if let Some(partitions) = self.hashed_partitions {
             text.push_str(&format!("[categories.{CATEGORY}]\npartitions = {partitions}\n"));
+        }
+        if self.ack_window > 0 {
+            text.push_str(&format!(
+                "[handlers.TickRecorder]\nack_window = {}\n",
+                self.ack_window
+            ));
         }
         let config = Config::from_toml_str(&text).map_err(HarnessError::Config)?;
         ordo_redis::RedisSettings::from_config(&config).map_err(HarnessError::Config)?;

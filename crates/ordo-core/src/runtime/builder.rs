@@ -558,7 +558,7 @@ fn resolve_handler_settings(
         .filter(|d| d.kind != HandlerKind::Command)
         .map(|d| d.name)
         .collect();
-    let problems: Vec<UsageProblem> = merged
+    let mut problems: Vec<UsageProblem> = merged
         .keys()
         .filter(|name| !consumers.contains(&name.as_str()))
         .map(|name| {
@@ -576,11 +576,50 @@ fn resolve_handler_settings(
             }
         })
         .collect();
+    problems.extend(merged.iter().filter_map(|(name, settings)| {
+        let window = settings.ack_window().filter(|w| *w > 0)?;
+        let descriptor = descriptors.iter().find(|d| d.name == name)?;
+        let reason = ack_window_problem(config, descriptor, window)?;
+        Some(UsageProblem::AckWindow {
+            handler: name.clone(),
+            window,
+            reason,
+        })
+    }));
     if problems.is_empty() {
         Ok(merged)
     } else {
         Err(IncorrectUsageError::new(problems))
     }
+}
+
+/// Why `ack_window = window` cannot apply to `descriptor`, if it cannot:
+/// the window runs a key's messages ahead of their acknowledgements, which
+/// only a `sequential_by` event handler on per-key partitions does.
+fn ack_window_problem(config: &Config, descriptor: &HandlerDescriptor, window: u32) -> Option<String> {
+    use crate::contract::config::{MAX_ACK_WINDOW, Partitions};
+    if window > MAX_ACK_WINDOW {
+        return Some(format!("the largest window is {MAX_ACK_WINDOW}"));
+    }
+    if descriptor.kind != HandlerKind::Event {
+        return Some(
+            "it applies to event handlers only (a process manager saves its state message by message)"
+                .to_owned(),
+        );
+    }
+    if !descriptor.partitioned {
+        return Some("it applies to `sequential_by` handlers only (a handler without a key has no order to keep ahead of)".to_owned());
+    }
+    let hashed = descriptor.handles.iter().find(|h| {
+        config
+            .categories()
+            .get(h.category)
+            .is_some_and(|p| matches!(p, Partitions::Hashed(_)))
+    })?;
+    Some(format!(
+        "it consumes category `{}`, whose `[categories.{}] partitions` are hashed; the window applies to per-key partitions",
+        hashed.category, hashed.category
+    ))
 }
 
 fn process_manager_handler<P: ProcessManager>(

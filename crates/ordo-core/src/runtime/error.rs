@@ -293,6 +293,18 @@ pub enum UsageProblem {
         /// The command handler.
         handler: &'static str,
     },
+    /// `ack_window` is set where it cannot apply: on a handler that is not
+    /// a `sequential_by` event handler, on one consuming a category of
+    /// hashed partitions, or above the largest window.
+    #[error("handler `{handler}` sets `ack_window = {window}`, but {reason}")]
+    AckWindow {
+        /// The handler.
+        handler: String,
+        /// The window set.
+        window: u32,
+        /// Why it cannot apply.
+        reason: String,
+    },
 }
 
 /// A command that was not handled successfully.

@@ -854,3 +854,66 @@ fn hashed_partitions_are_checked_against_the_category_its_consumers_and_the_brok
         .init()
         .expect("per_key");
 }
+
+/// `ack_window` runs a key's messages ahead of their acknowledgements: only
+/// a `sequential_by` event handler on per-key partitions has that order to
+/// keep; `init()` names the handler and why anywhere else, and the file's
+/// value is bounded.
+#[test]
+fn an_acknowledgement_window_is_accepted_only_where_it_applies() {
+    use std::num::NonZeroU32;
+
+    use ordo_core::contract::config::HandlerConfig;
+    use ordo_core::{Config, Partitions};
+
+    let p = probe();
+    let window = |n| HandlerConfig::new().with_ack_window(n);
+    Domain::builder()
+        .event_handler(Recorder::<ByClient>::new(&p))
+        .handler_settings("ByClient", window(64))
+        .init()
+        .expect("a sequential_by handler on per-key partitions");
+
+    let (found, message) = problems(
+        Domain::builder()
+            .event_handler(Recorder::<Unkeyed>::new(&p))
+            .handler_settings("Unkeyed", window(8)),
+    );
+    assert!(
+        matches!(&found[..], [UsageProblem::AckWindow { handler, window: 8, .. }] if handler == "Unkeyed"),
+        "{found:?}"
+    );
+    assert!(message.contains("`sequential_by` handlers only"), "{message}");
+
+    let hashed = Config::default().with_partitions("order", Partitions::Hashed(NonZeroU32::new(8).unwrap()));
+    let (found, message) = problems(
+        Domain::builder()
+            .config(hashed)
+            .event_handler(Recorder::<ByClient>::new(&p))
+            .handler_settings("ByClient", window(8)),
+    );
+    assert!(
+        matches!(&found[..], [UsageProblem::AckWindow { .. }]),
+        "{found:?}"
+    );
+    assert!(message.contains("per-key partitions"), "{message}");
+
+    let (found, message) = problems(
+        Domain::builder()
+            .event_handler(Recorder::<ByClient>::new(&p))
+            .handler_settings("ByClient", window(5_000)),
+    );
+    assert!(
+        matches!(&found[..], [UsageProblem::AckWindow { .. }]),
+        "{found:?}"
+    );
+    assert!(message.contains("the largest window is 1024"), "{message}");
+
+    let error = Config::from_toml_str("[handlers.ByClient]\nack_window = -1\n").expect_err("negative");
+    assert!(
+        error.to_string().contains("ack_window") && error.to_string().contains("between 0 and 1024"),
+        "{error}"
+    );
+    let config = Config::from_toml_str("[handlers.ByClient]\nack_window = 16\n").expect("valid");
+    assert_eq!(config.handlers()["ByClient"].ack_window(), Some(16));
+}

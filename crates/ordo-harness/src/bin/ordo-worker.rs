@@ -97,6 +97,10 @@ struct RunArgs {
     /// Handler runs at once in the process (default: the configuration's).
     #[arg(long)]
     max_concurrency: Option<NonZeroUsize>,
+    /// Messages a key's worker runs ahead of their acknowledgements
+    /// (`[handlers.TickRecorder] ack_window`; 0: none).
+    #[arg(long, default_value_t = 0)]
+    ack_window: u32,
     /// Each run is the handler's own task and works in blocking code
     /// (`std::thread::sleep`), which aborting it cannot interrupt; its
     /// start is recorded with Redis's time.
@@ -173,6 +177,7 @@ async fn run(args: RunArgs) -> Result<()> {
         tls: ordo_redis::TlsFiles::new(),
         hashed_partitions: args.hashed_partitions,
         max_concurrency: args.max_concurrency,
+        ack_window: args.ack_window,
         blocking_work: args.blocking_work,
         command_keys: args.command_keys,
     };

@@ -180,3 +180,57 @@ fn an_owner_killed_between_a_commit_and_its_acknowledgement_leaves_the_effect_ap
     );
     Ok(())
 }
+
+/// SIGKILL of a key's owner in the middle of a fast run of messages with an
+/// acknowledgement window of 8 (`[handlers.TickRecorder] ack_window`): the
+/// owner runs up to 8 messages ahead of their acknowledgements, so the next
+/// owner runs again what it had handled without an answered
+/// acknowledgement, in order, at most the window and the message in
+/// flight; and every effect, committed through the fence, lands once.
+#[test]
+fn with_an_acknowledgement_window_a_killed_owner_s_window_runs_again_and_applies_once() -> anyhow::Result<()>
+{
+    let env = Env::start()?;
+    let timings = [
+        "--lease-ttl-ms",
+        "2000",
+        "--heartbeat-ms",
+        "300",
+        "--ack-window",
+        "8",
+    ];
+    let mut workers = [env.worker("w1", &timings)?, env.worker("w2", &timings)?];
+    env.publish(&["--key", "x", "--events", "400"])?;
+
+    let refs: Vec<_> = workers.iter().collect();
+    let (owner, _) = wait_for_any(&refs, Duration::from_secs(20), "x/150 done", |l| {
+        l.is(line::DONE, "x", 150)
+    })?;
+    workers[owner].kill()?;
+    let survivor = 1 - owner;
+    workers[survivor].wait_for_line(
+        |l| line::matches(l, line::DONE, "x", 399),
+        Duration::from_millis(TTL_MS) + Duration::from_secs(30),
+    )?;
+
+    let verdict = env.wait_all_applied(Duration::from_secs(30))?;
+    env.assert_sound(&verdict);
+    let x = verdict.key("x");
+    assert_eq!(
+        x.applied_seqs(),
+        (0..400).collect::<Vec<_>>(),
+        "x applied in publish order, once each"
+    );
+    assert!(x.duplicates.is_empty(), "{:?}", x.duplicates);
+    let reran: Vec<u64> = (0..400).filter(|seq| x.starts_of(*seq) > 1).collect();
+    assert!(
+        reran.len() <= 9,
+        "more than the window and the message in flight ran again: {reran:?}"
+    );
+    assert!(
+        reran.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "what ran again is one run of messages: {reran:?}"
+    );
+    eprintln!("ran again after the kill: {reran:?}");
+    Ok(())
+}

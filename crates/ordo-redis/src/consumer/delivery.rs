@@ -485,6 +485,21 @@ impl Worker {
         entry: &StreamEntry,
         last_of_batch: bool,
     ) -> Option<bool> {
+        let ack = self.ack_of(slot, acks, entry, last_of_batch);
+        self.send_ack(ack, entry.id()).await
+    }
+
+    /// The handler's `ack_window` (0: none).
+    pub(super) fn ack_window(&self) -> usize {
+        let window = self.subscription.settings.config().ack_window().unwrap_or(0);
+        usize::try_from(window).unwrap_or(usize::MAX)
+    }
+
+    /// The acknowledgement of `entry`, handled in `slot`: it takes what the
+    /// slot noted about the run (whether to close its attempt, failures to
+    /// clear, what its commits applied), so it is made before the slot's
+    /// next message starts.
+    pub(super) fn ack_of(&self, slot: &Slot, acks: &Ack, entry: &StreamEntry, last_of_batch: bool) -> Ack {
         let ids = [entry.id()];
         // Only an attempt that sent fenced commands can have one arrive late.
         let close = if slot.take_fence_used() {
@@ -494,17 +509,22 @@ impl Worker {
         };
         let had_failures = slot.take_had_failures();
         let applied = slot.take_applied();
-        let ack = acks
-            .of(&ids, close, had_failures)
+        acks.of(&ids, close, had_failures)
             .trimming(last_of_batch)
-            .forgetting(applied.as_deref());
+            .forgetting(applied.as_deref())
+    }
+
+    /// Sends `ack` (of entry `id`) until answered: whether the primary lane
+    /// has entries waiting, or `None` when the lease is lost or the worker
+    /// is stopping.
+    pub(super) async fn send_ack(&self, ack: Ack, id: &str) -> Option<bool> {
         let acked = self
             .until_answered("acknowledgement", false, || self.shared.acks.ack(ack.clone()))
             .await;
         match acked {
             Ok(Ok(waiting)) => Some(waiting),
             Ok(Err(error)) => {
-                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), id = entry.id(), "acknowledgement refused: lease lost");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), id, "acknowledgement refused: lease lost");
                 None
             }
             Err(_) => None,

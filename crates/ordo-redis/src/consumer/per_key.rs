@@ -6,9 +6,18 @@
 //! message. A poison message halts the partition. The hashed partitions'
 //! runner ([`super::hashed`]) stands beside it over the same
 //! [`super::delivery`].
+//!
+//! With the handler's `ack_window = N` (0 by default), it runs the next
+//! message of its read batch while up to N acknowledgements are
+//! unanswered, and reads again (or halts, or stops) only once every one is
+//! answered: a hot key no longer waits a round trip between messages;
+//! after a failover up to N messages run again, in order, and what their
+//! fenced commits applied is kept per message until its acknowledgement,
+//! so those effects land once (`ordo-model check --config window`).
 
 use std::time::Instant;
 
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use ordo_core::contract::handler::HandlerKind;
 use ordo_core::contract::key::Lane;
 use tracing::{debug, info, warn};
@@ -185,31 +194,56 @@ impl<'w> PerKey<'w> {
         let mut primary_waiting = false;
         // The names every acknowledgement of this batch touches, built once.
         let acks = Ack::new(&self.worker.lease, &self.worker.unit.group, partition, lane, &[]);
+        let window = self.worker.ack_window();
+        // Acknowledgements sent and not answered yet (with a window).
+        let mut unanswered = FuturesOrdered::new();
         let last = entries.len().saturating_sub(1);
-        for (index, entry) in entries.into_iter().enumerate() {
-            if self.worker.control.stop.is_cancelled() {
-                return Flow::Stop;
+        let flow = 'batch: {
+            for (index, entry) in entries.into_iter().enumerate() {
+                if self.worker.control.stop.is_cancelled() {
+                    break 'batch Flow::Stop;
+                }
+                // The read checked the primary lane before the first backfill
+                // entry; each acknowledgement checks it before the next one.
+                if lane == Lane::Backfill && primary_waiting {
+                    break 'batch Flow::Continue;
+                }
+                match self
+                    .worker
+                    .handle_entry(&self.slot, partition, &entry, pending)
+                    .await
+                {
+                    Handled::Done => {}
+                    Handled::Halted => break 'batch Flow::Halted,
+                    Handled::Stop => break 'batch Flow::Stop,
+                    Handled::Lost => break 'batch Flow::Lost,
+                }
+                let ack = self.worker.ack_of(&self.slot, &acks, &entry, index == last);
+                if window == 0 {
+                    // Answered before the next message starts.
+                    match self.worker.send_ack(ack, entry.id()).await {
+                        Some(waiting) => primary_waiting = waiting,
+                        None => break 'batch Flow::Lost,
+                    }
+                    continue;
+                }
+                let id = entry.id().to_owned();
+                unanswered.push_back(async move { self.worker.send_ack(ack, &id).await });
+                while unanswered.len() > window {
+                    match unanswered.next().await {
+                        Some(Some(waiting)) => primary_waiting = waiting,
+                        _ => break 'batch Flow::Lost,
+                    }
+                }
             }
-            // The read checked the primary lane before the first backfill
-            // entry; each acknowledgement checks it before the next one.
-            if lane == Lane::Backfill && primary_waiting {
-                return Flow::Continue;
-            }
-            match self
-                .worker
-                .handle_entry(&self.slot, partition, &entry, pending)
-                .await
-            {
-                Handled::Done => {}
-                Handled::Halted => return Flow::Halted,
-                Handled::Stop => return Flow::Stop,
-                Handled::Lost => return Flow::Lost,
-            }
-            match self.worker.ack(&self.slot, &acks, &entry, index == last).await {
-                Some(waiting) => primary_waiting = waiting,
-                None => return Flow::Lost,
-            }
+            Flow::Continue
+        };
+        // Every acknowledgement is answered before the worker reads again,
+        // halts or lets the lease go.
+        let mut lost = false;
+        while let Some(answer) = unanswered.next().await {
+            lost |= answer.is_none();
         }
-        Flow::Continue
+        if lost { Flow::Lost } else { flow }
     }
 }

@@ -128,6 +128,7 @@ pub(super) struct RawHandler {
     pub(super) timeout_is_transient: Option<bool>,
     pub(super) max_transient_ms: Option<i64>,
     pub(super) pause_min_keys: Option<i64>,
+    pub(super) ack_window: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -313,7 +313,7 @@ mod tests {
         assert_eq!(keys(&server[0].1), PARTITIONING_KEYS);
         assert_eq!(keys(&server[1].1), ["enabled", "backfill_suffix", "threshold"]);
         assert!(
-            matches!(&SCHEMA[1].1, Node::Named(keys) if keys.len() == 8),
+            matches!(&SCHEMA[1].1, Node::Named(keys) if keys.len() == 9),
             "{:?}",
             SCHEMA[1]
         );
