@@ -133,6 +133,10 @@ pub struct ChaosArgs {
     /// partitions' leases, and the verdict is still per key.
     #[arg(long, value_name = "N", conflicts_with_all = ["postgres", "database_url"])]
     pub hashed: Option<NonZeroU32>,
+    /// The handler's `ack_window`: each key's worker runs up to N messages
+    /// ahead of their acknowledgements (per-key partitions only; 0: none).
+    #[arg(long, value_name = "N", default_value_t = 0, conflicts_with = "hashed")]
+    pub ack_window: u32,
     /// Commands too: every instance runs the harness's command handler and
     /// sends commands for `--command-keys` keys shared by all of them, one
     /// at a time per key, resending each under its id until it has an
@@ -378,6 +382,7 @@ fn parts(
         relay_only: false,
         hashed: args.hashed,
         command_keys: if args.commands { args.command_keys.get() } else { 0 },
+        ack_window: args.ack_window,
     };
     let relay_spec = WorkerSpec {
         relay_only: true,
@@ -527,6 +532,7 @@ fn report(args: &ChaosArgs, seed: u64, redis: (bool, bool), outcome: &Outcome) -
             crate::Figure::Millis(millis(outcome.failovers.median)),
         )
         .count("lease_ttl_ms", args.lease_ttl_ms.get())
+        .count("ack_window", u64::from(args.ack_window))
         .millis("chaos_ms", outcome.chaos)
         .millis("drain_ms", outcome.drain)
         .count("seed", seed);

@@ -69,6 +69,10 @@ pub struct WorkerArgs {
     /// send commands for the shared keys `c0`..`c{N-1}` (0: none).
     #[arg(long, default_value_t = 0)]
     pub command_keys: usize,
+    /// The handler's `ack_window`: messages a key's worker runs ahead of
+    /// their acknowledgements (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub ack_window: u32,
 }
 
 impl WorkerArgs {
@@ -86,6 +90,7 @@ impl WorkerArgs {
             relay_only: false,
             hashed_partitions: None,
             command_keys: 0,
+            ack_window: 0,
         }
     }
 
@@ -100,6 +105,7 @@ impl WorkerArgs {
         options.reap_idle_ms = self.reap_idle_ms;
         options.hashed_partitions = self.hashed_partitions;
         options.command_keys = self.command_keys;
+        options.ack_window = self.ack_window;
         options
     }
 
@@ -127,6 +133,9 @@ impl WorkerArgs {
         }
         if self.command_keys > 0 {
             command.args(["--command-keys", &self.command_keys.to_string()]);
+        }
+        if self.ack_window > 0 {
+            command.args(["--ack-window", &self.ack_window.to_string()]);
         }
         if let Some(url) = &self.database_url {
             command

@@ -205,6 +205,24 @@ fn assert_guarantee_kept(figures: &serde_json::Value, log: &str, also: &[&str]) 
     Ok(())
 }
 
+/// An acknowledgement window (`--ack-window 16`: each key's worker runs up
+/// to 16 messages ahead of their acknowledgements): every kind of fault,
+/// the guarantee, and each effect applied once, a failover running the
+/// window again.
+#[test]
+fn a_seeded_chaos_run_with_an_acknowledgement_window_applies_every_effect_once() -> Result<()> {
+    let (figures, log) = run_chaos(
+        &["--duration", "30", "--seed", SEED, "--ack-window", "16"],
+        &format!("chaos-window-seed-{SEED}.log"),
+    )?;
+    let count = |name: &str| figure(&figures, name);
+    assert_guarantee_kept(&figures, &log, &["duplicates"])?;
+    assert_eq!(count("ack_window")?, 16, "{figures}");
+    assert!(count("faults_injected")? > 0, "{figures}");
+    assert!(count("failovers")? > 0, "no failover was measured: {figures}");
+    Ok(())
+}
+
 /// Hashed partitions (`--hashed 8`: the 32 keys in 8 partitions, several
 /// keys per partition, read ahead and run side by side): every kind of
 /// fault, and the guarantee per key.

@@ -46,6 +46,8 @@ pub(crate) struct WorkerSpec {
     pub(crate) hashed: Option<std::num::NonZeroU32>,
     /// Shared command keys every instance sends commands for (0: no commands).
     pub(crate) command_keys: usize,
+    /// The handler's `ack_window` (0: none).
+    pub(crate) ack_window: u32,
 }
 
 /// Where an instance is in its life.
@@ -186,6 +188,7 @@ impl Fleet {
             args.relay_only = self.spec.relay_only;
         }
         args.hashed_partitions = self.spec.hashed;
+        args.ack_window = self.spec.ack_window;
         if !self.spec.relay_only {
             args.command_keys = self.spec.command_keys;
         }
