@@ -170,17 +170,9 @@ impl Config {
     /// batch with up to two acknowledgements unanswered; stalls past the
     /// TTL and lost replies (a failover then runs the window again).
     pub const WINDOW: Self = Self {
-        instances: 2,
         messages: 3,
-        crashes: 0,
-        stalls: 1,
-        timeouts: 1,
-        kills: 0,
-        poisons: 0,
-        errors: 0,
-        resolutions: 0,
-        aof_losses: 0,
         window: 2,
+        ..Self::SMALL
     };
 
     /// The configurations `ordo-model check --config NAME` knows.

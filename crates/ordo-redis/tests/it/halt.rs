@@ -270,3 +270,92 @@ async fn an_action_expecting_a_head_that_changed_changes_nothing() -> anyhow::Re
     run.stop().await?;
     Ok(())
 }
+
+/// A handler that commits seq 0's effect through the fence and then fails
+/// on it for good, and runs the later seqs without committing.
+#[derive(Clone)]
+struct CommitsThenFails {
+    pool: fred::clients::Pool,
+    counter: String,
+    /// The id of the message that committed.
+    committed: Arc<std::sync::Mutex<Option<String>>>,
+    done: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ordo_core::DynHandler for CommitsThenFails {
+    fn handle<'a>(
+        &'a self,
+        message: &'a ordo_core::contract::message::Envelope,
+        ctx: &'a ordo_core::contract::handler::HandlerContext,
+    ) -> ordo_core::contract::handler::BoxFuture<'a, ordo_core::contract::handler::HandlerResult> {
+        Box::pin(async move {
+            if common::seq_of(message) > 0 {
+                self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                return Ok(());
+            }
+            let fence = ordo_redis::RedisFence::from_context(ctx).ok_or("no fence")?;
+            fence
+                .commit(
+                    &self.pool,
+                    &ordo_redis::FencedWrite::new().incr_by(&self.counter, 1),
+                )
+                .await?;
+            *self.committed.lock().unwrap() = Some(message.id.clone());
+            Err("fails after its commit".into())
+        })
+    }
+}
+
+/// A message whose runs committed and that then halted keeps the record of
+/// what it applied when an operator skips it and the next message runs
+/// (without committing) and is acknowledged: before, the worker still had
+/// the skipped message noted as the one that committed, and the next
+/// message's acknowledgement took its record out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skipped_message_keeps_the_record_of_what_its_runs_applied() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let partition = ordo_redis::PartitionKeys::new(&category, "k", "backfill");
+    let marker = partition.lease("P").commit;
+    let handler = CommitsThenFails {
+        pool: pool(&url).await?,
+        counter: format!("{}:counter", partition.primary()),
+        committed: Arc::default(),
+        done: Arc::default(),
+    };
+    let a = broker(&url, config(3_000, 3_600_000, MAX_RETRIES)).await?;
+    publish_seqs(&a, &category, "k", 0..2).await?;
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &handler)]);
+    let admin = a.admin();
+    wait_halted(&admin, "k").await?;
+    admin.skip("P", &category, "k").await?;
+    eventually(Duration::from_secs(10), "seq 1 to be handled", || async {
+        Ok(handler.done.load(std::sync::atomic::Ordering::SeqCst) == 1)
+    })
+    .await?;
+    run.stop().await?;
+
+    let message = handler
+        .committed
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("seq 0 committed");
+    let client = pool(&url).await?;
+    let recorded: i64 = fred::interfaces::LuaInterface::eval(
+        &client,
+        "local raw = redis.call('GET', KEYS[1]) \
+         if not raw then return 0 end \
+         local marker = cmsgpack.unpack(raw) \
+         if type(marker[3]) == 'table' and marker[3][ARGV[1]] then return 1 end \
+         return 0",
+        vec![marker],
+        vec![message],
+    )
+    .await?;
+    assert_eq!(recorded, 1, "the skipped message's record was taken out");
+    let applied: i64 = fred::interfaces::KeysInterface::get(&client, &handler.counter).await?;
+    assert_eq!(applied, 1, "its runs applied the effect once");
+    Ok(())
+}
