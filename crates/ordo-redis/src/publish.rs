@@ -9,8 +9,11 @@
 //! [`Limits::call_bytes`] bytes of messages (a bigger message alone): on a
 //! single Redis the batch in order, one chunk per call; on a Redis Cluster
 //! the batch grouped by the primary serving each publication's slot, in
-//! batch order within each group, the groups' calls at once. A stream
-//! lives on one node, so each stream's publications keep their batch order.
+//! batch order within each group, the groups' calls at once. A batch
+//! deduplicated by producer sequence goes with each stream's publications
+//! together instead, the streams in order of their first publication
+//! (fewer streams per call). A stream lives on one node, so each stream's
+//! publications keep their batch order.
 //!
 //! The script takes every name in `ARGV`, with the first stream of the call
 //! in `KEYS[1]` (a cluster routes the call by it), and carries the
@@ -20,7 +23,7 @@
 //! serves fails the call (see [`publish`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use fred::clients::{Client, Pool};
@@ -32,7 +35,6 @@ use ordo_core::contract::broker::{
     RefusedExtent,
 };
 use ordo_core::contract::key::Lane;
-use tokio::task::JoinSet;
 
 use crate::error::Error;
 use crate::net::nodes;
@@ -102,7 +104,9 @@ impl ListedSlots {
 /// On a cluster the nodes' calls run at once, so when one fails, later
 /// publications of the batch may be written on other nodes already (the
 /// first failure stops the other nodes before their next call: at most one
-/// chunk each goes on). [`PublishError::published`] counts the publications
+/// chunk each goes on); and a batch deduplicated by producer sequence sends
+/// each stream's publications together, so later publications of other
+/// streams may be written before an earlier one that failed. [`PublishError::published`] counts the publications
 /// up to the first one not known to be written, never more: a conservative
 /// prefix, as after a call whose reply was lost. A caller that publishes
 /// again from there (the outbox processor, the PostgreSQL relay) re-sends
@@ -135,7 +139,6 @@ pub(crate) async fn publish(
     publications: &[Publication],
 ) -> Result<(), PublishError> {
     let mut prepared = Vec::with_capacity(publications.len());
-    let mut unencodable = None;
     let clustered = client.next().is_clustered();
     // Each destination's names are built once per batch, with the number
     // of its stream in the batch (the keys of a hashed partition share one).
@@ -164,16 +167,14 @@ pub(crate) async fn publish(
             let last = chained.entry((*stream, Arc::clone(&p.producer))).or_insert(0);
             std::mem::replace(last, p.sequence).max(p.previous)
         });
-        match Prepared::of(publication, Arc::clone(target), previous.unwrap_or(0)) {
-            Ok(one) => prepared.push(one),
-            Err(error) => {
-                // What precedes it is published; it and what follows are not.
-                unencodable = Some(error);
-                break;
-            }
-        }
+        prepared.push(Prepared {
+            target: Arc::clone(target),
+            stream: *stream,
+            previous: previous.unwrap_or(0),
+            encoded: OnceLock::new(),
+        });
     }
-    let batch = Arc::new(Batch::new(prepared, limits, calls_in_flight(dedup, publications)));
+    let batch = Batch::new(publications, prepared, limits, by_producer(dedup, publications));
     // One client of the pool routes, groups and sends the whole batch, so
     // the cluster view the retry refreshes is the one it groups by (each
     // client has its own). Calls to different nodes go over different
@@ -185,11 +186,7 @@ pub(crate) async fn publish(
         }
         Err(error) => Err(error),
     };
-    let error = match result {
-        Ok(()) => unencodable,
-        Err(error) => Some(error),
-    };
-    match error {
+    match result.err() {
         None => Ok(()),
         Some(error @ Error::HistoryConflict { .. }) => {
             let (index, recorded) = batch.refused().unwrap_or_default();
@@ -207,26 +204,31 @@ pub(crate) async fn publish(
     }
 }
 
-/// How many calls a batch of `publications` may have out at once per node:
-/// [`CALLS_IN_FLIGHT`] when every one is deduplicated by producer sequence
-/// (the window on, a producer, no position), else one.
-fn calls_in_flight(dedup: Dedup, publications: &[Publication]) -> usize {
-    let by_producer = !dedup.window.is_zero()
+/// Whether every one of `publications` is deduplicated by producer
+/// sequence (the window on, a producer, no position): then the batch has
+/// [`CALLS_IN_FLIGHT`] calls out at once per node, and its calls take
+/// each stream's publications together.
+fn by_producer(dedup: Dedup, publications: &[Publication]) -> bool {
+    !dedup.window.is_zero()
         && publications
             .iter()
-            .all(|p| p.producer.is_some() && position(p).is_none());
-    if by_producer { CALLS_IN_FLIGHT } else { 1 }
+            .all(|p| p.producer.is_some() && position(p).is_none())
 }
 
 /// Where a publication goes: its category, key (none: the base stream) and
 /// lane.
 type Destination<'a> = (&'a str, Option<&'a str>, Lane);
 
-/// A batch on its way: its publications ready to send, and which of them
-/// are written.
-struct Batch {
+/// A batch on its way: its publications, where each goes, and which of
+/// them are written.
+struct Batch<'a> {
+    publications: &'a [Publication],
+    /// By position: where each publication goes, and its encoding once made.
     prepared: Vec<Prepared>,
     limits: Limits,
+    /// Every publication is deduplicated by producer sequence (see
+    /// [`by_producer`]).
+    by_producer: bool,
     /// Calls out at once per node (see [`CALLS_IN_FLIGHT`]).
     in_flight: usize,
     written: Mutex<Vec<bool>>,
@@ -235,13 +237,20 @@ struct Batch {
     refused: Mutex<Option<(usize, u64)>>,
 }
 
-impl Batch {
-    fn new(prepared: Vec<Prepared>, limits: Limits, in_flight: usize) -> Self {
+impl<'a> Batch<'a> {
+    fn new(
+        publications: &'a [Publication],
+        prepared: Vec<Prepared>,
+        limits: Limits,
+        by_producer: bool,
+    ) -> Self {
         let written = Mutex::new(vec![false; prepared.len()]);
         Self {
+            publications,
             prepared,
             limits,
-            in_flight,
+            by_producer,
+            in_flight: if by_producer { CALLS_IN_FLIGHT } else { 1 },
             written,
             refused: Mutex::new(None),
         }
@@ -255,30 +264,66 @@ impl Batch {
         *self.refused.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// `positions` (of this batch, in order) cut into the chunks of one
-    /// script call each: at most [`CHUNK`] publications and
-    /// [`Limits::call_bytes`] of messages, or one bigger message alone.
-    fn chunks<'a>(&self, positions: &'a [usize]) -> Vec<&'a [usize]> {
-        let mut chunks = Vec::new();
-        let (mut start, mut bytes) = (0, 0);
-        for (i, &position) in positions.iter().enumerate() {
-            let size = self.prepared[position].bytes;
-            if i > start && (i - start == CHUNK || bytes + size > self.limits.call_bytes) {
-                chunks.push(&positions[start..i]);
-                (start, bytes) = (i, 0);
+    /// Publication `position` encoded for its call (once: a call sent
+    /// again reuses it).
+    fn encoded(&self, position: usize) -> Result<&Encoded, Error> {
+        let prepared = &self.prepared[position];
+        if let Some(encoded) = prepared.encoded.get() {
+            return Ok(encoded);
+        }
+        let encoded = Encoded::of(&self.publications[position], &prepared.target, prepared.previous)?;
+        Ok(prepared.encoded.get_or_init(|| encoded))
+    }
+
+    /// The next chunk of `positions` from `*next` on, for one script call:
+    /// at most [`CHUNK`] publications and [`Limits::call_bytes`] of
+    /// messages, or one bigger message alone; empty when none is left. Each
+    /// publication is encoded here, as its call is formed, so the first
+    /// calls go out while the rest of the batch is still to encode. A
+    /// publication that cannot be encoded ends the chunk before it, with
+    /// the error.
+    fn next_chunk<'p>(
+        &self,
+        positions: &'p [usize],
+        next: &mut usize,
+    ) -> Result<&'p [usize], (&'p [usize], Error)> {
+        let (start, mut bytes) = (*next, 0);
+        while let Some(&position) = positions.get(*next) {
+            let size = match self.encoded(position) {
+                Ok(encoded) => encoded.bytes,
+                Err(error) => return Err((&positions[start..*next], error)),
+            };
+            let taken = *next - start;
+            if taken > 0 && (taken == CHUNK || bytes + size > self.limits.call_bytes) {
+                break;
             }
             bytes += size;
+            *next += 1;
         }
-        if start < positions.len() {
-            chunks.push(&positions[start..]);
-        }
-        chunks
+        Ok(&positions[start..*next])
     }
 
     /// The positions not written yet, in batch order.
     fn unwritten(&self) -> Vec<usize> {
         let written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         (0..written.len()).filter(|&i| !written[i]).collect()
+    }
+
+    /// The order `positions` (of one node, in batch order) are sent in:
+    /// batch order, or, when every publication is deduplicated by producer
+    /// sequence, each stream's publications together (in batch order, the
+    /// streams in order of their first publication), so a call names
+    /// fewer streams and the script's steps per stream and call (existence,
+    /// producer record, index entry, doorbell) run fewer times. What a
+    /// failure leaves written is then not a prefix of the batch: the
+    /// prefix reported is the conservative one, and what was written
+    /// beyond it, sent again, is dropped by its sequence (see [`publish`]).
+    fn send_order(&self, mut positions: Vec<usize>) -> Vec<usize> {
+        if self.by_producer {
+            // Stable: each stream's publications keep their batch order.
+            positions.sort_by_key(|&i| self.prepared[i].stream);
+        }
+        positions
     }
 
     fn mark_written(&self, positions: &[usize]) {
@@ -299,7 +344,7 @@ impl Batch {
 /// on a single Redis), each group's chunks in order, the groups at once.
 /// Returns the first failure; the first failure stops every group before its
 /// next call.
-async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Arc<Batch>) -> Result<(), Error> {
+async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Batch<'_>) -> Result<(), Error> {
     let unwritten = batch.unwritten();
     if unwritten.is_empty() {
         return Ok(());
@@ -311,26 +356,19 @@ async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Arc<Batch>) ->
             .into_iter()
             .map(|i| (batch.prepared[i].target.stream.as_bytes(), i)),
     )?;
-    let failure = Arc::new(Mutex::new(None));
-    if let [(_, positions)] = groups.as_slice() {
-        // One node: no task to spawn.
-        publish_group(router, dedup, batch, positions, &failure).await;
-    } else {
-        let mut calls = JoinSet::new();
-        for (_, positions) in groups {
-            let (client, batch, failure) = (router.clone(), Arc::clone(batch), Arc::clone(&failure));
-            calls.spawn(async move { publish_group(&client, dedup, &batch, &positions, &failure).await });
-        }
-        while let Some(joined) = calls.join_next().await {
-            if let Err(error) = joined {
-                let error = calls::publish::protocol(error.to_string());
-                failure
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get_or_insert(error);
-            }
-        }
-    }
+    let failure = Mutex::new(None);
+    // The nodes' calls at once, from this task: each group's calls are
+    // I/O, and its encoding is done as they go.
+    let groups: Vec<Vec<usize>> = groups
+        .into_iter()
+        .map(|(_, positions)| batch.send_order(positions))
+        .collect();
+    futures_util::future::join_all(
+        groups
+            .iter()
+            .map(|positions| publish_group(router, dedup, batch, positions, &failure)),
+    )
+    .await;
     let first = failure.lock().unwrap_or_else(PoisonError::into_inner).take();
     first.map_or(Ok(()), Err)
 }
@@ -346,17 +384,34 @@ async fn publish_unwritten(router: &Client, dedup: Dedup, batch: &Arc<Batch>) ->
 async fn publish_group(
     client: &Client,
     dedup: Dedup,
-    batch: &Batch,
+    batch: &Batch<'_>,
     positions: &[usize],
     failure: &Mutex<Option<Error>>,
 ) {
+    let fail = |error| {
+        failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert(error);
+    };
     let failed = || failure.lock().unwrap_or_else(PoisonError::into_inner).is_some();
-    let mut chunks = batch.chunks(positions).into_iter();
+    let mut next = 0;
     let mut out = FuturesOrdered::new();
     loop {
         while out.len() < batch.in_flight && !failed() {
-            let Some(chunk) = chunks.next() else { break };
-            out.push_back(async move { (chunk, publish_chunk(client, dedup, batch, chunk).await) });
+            let (chunk, unencodable) = match batch.next_chunk(positions, &mut next) {
+                Ok(chunk) => (chunk, None),
+                // What precedes it goes; it and what follows do not.
+                Err((before, error)) => (before, Some(error)),
+            };
+            if !chunk.is_empty() {
+                out.push_back(async move { (chunk, publish_chunk(client, dedup, batch, chunk).await) });
+            }
+            match unencodable {
+                Some(error) => fail(error),
+                None if chunk.is_empty() => break,
+                None => {}
+            }
         }
         let Some((chunk, result)) = out.next().await else {
             return;
@@ -365,10 +420,7 @@ async fn publish_group(
             Ok(()) => batch.mark_written(chunk),
             Err((written, error)) => {
                 batch.mark_written(&chunk[..written.min(chunk.len())]);
-                failure
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get_or_insert(error);
+                fail(error);
             }
         }
     }
@@ -406,7 +458,7 @@ async fn list_slots(client: &Pool, listed: &ListedSlots, prepared: &[Prepared]) 
 async fn publish_chunk(
     client: &Client,
     dedup: Dedup,
-    batch: &Batch,
+    batch: &Batch<'_>,
     chunk: &[usize],
 ) -> Result<(), (usize, Error)> {
     let Some(&first) = chunk.first() else {
@@ -417,13 +469,14 @@ async fn publish_chunk(
     let mut streams: Vec<&[Value]> = Vec::new();
     let mut publications = Vec::with_capacity(chunk.len());
     for &position in chunk {
-        let prepared = &batch.prepared[position];
-        let target = &prepared.target;
+        let target = &batch.prepared[position].target;
+        // Encoded when the chunk was formed: this reads it.
+        let encoded = batch.encoded(position).map_err(|error| (0, error))?;
         let number = *numbers.entry(&target.stream).or_insert_with(|| {
             streams.push(&target.args);
             streams.len() - 1
         });
-        publications.push((number, prepared.args.as_slice()));
+        publications.push((number, encoded.args.as_slice()));
     }
     let published = calls::publish::publish(
         client,
@@ -455,7 +508,7 @@ async fn publish_chunk(
                     calls::publish::protocol("conflict past the end of the call (tag `conflict`)"),
                 ));
             };
-            let prepared = &batch.prepared[position];
+            let encoded = batch.encoded(position).map_err(|error| (written, error))?;
             let (recorded_position, recorded_epoch) = match recorded.split_once('/') {
                 Some((seq, epoch)) => (seq.parse().unwrap_or(0), epoch.to_owned()),
                 None => (recorded.parse().unwrap_or(0), String::new()),
@@ -464,9 +517,9 @@ async fn publish_chunk(
             Err((
                 written,
                 Error::HistoryConflict {
-                    scope: prepared.scope.clone(),
-                    position: prepared.position.unwrap_or(0),
-                    epoch: prepared.epoch.clone(),
+                    scope: encoded.scope.clone(),
+                    position: encoded.position.unwrap_or(0),
+                    epoch: encoded.epoch.clone(),
                     recorded_position,
                     recorded_epoch,
                 },
@@ -475,10 +528,21 @@ async fn publish_chunk(
     }
 }
 
-/// A publication ready to send: where it goes, and its script arguments.
+/// A publication of a batch: where it goes, after which of its producer's
+/// publications, and its encoding once its call is formed.
 struct Prepared {
     /// Its stream, shared with the batch's other publications there.
     target: Arc<Target>,
+    /// The number of its stream in the batch (in order of first use).
+    stream: usize,
+    /// The producer's publication before it in its stream, in a call not
+    /// answered yet (0: none).
+    previous: u64,
+    encoded: OnceLock<Encoded>,
+}
+
+/// A publication encoded for its script call.
+struct Encoded {
     /// The size of its message (envelope JSON).
     bytes: usize,
     /// Its position scope, for people (`order:c-1`, `order:c-1 (backfill)`,
@@ -492,10 +556,10 @@ struct Prepared {
     args: Vec<Value>,
 }
 
-impl Prepared {
+impl Encoded {
     /// `publication` to `target`, after the producer's publication
     /// `previous` there (0: none in a call not answered yet).
-    fn of(publication: &Publication, target: Arc<Target>, previous: u64) -> Result<Self, Error> {
+    fn of(publication: &Publication, target: &Target, previous: u64) -> Result<Self, Error> {
         let envelope = &publication.envelope;
         let json = serde_json::to_string(envelope).map_err(|source| Error::Encode {
             message_id: envelope.id.clone(),
@@ -531,7 +595,6 @@ impl Prepared {
         }
         .into_args();
         Ok(Self {
-            target,
             bytes,
             scope,
             position,
@@ -675,6 +738,15 @@ mod tests {
     fn only_a_batch_deduplicated_by_producer_sequence_has_calls_out_at_once() {
         let producer: Arc<str> = Arc::from("p-1");
         let produced = || publication().with_producer(Arc::clone(&producer), 1);
+        let calls_in_flight = |dedup, publications: &[Publication]| {
+            Batch::new(
+                &[],
+                Vec::new(),
+                Limits { call_bytes: 1 },
+                by_producer(dedup, publications),
+            )
+            .in_flight
+        };
         assert_eq!(
             calls_in_flight(dedup(60), &[produced(), produced()]),
             CALLS_IN_FLIGHT

@@ -153,6 +153,27 @@ pub trait Outbox: Send + Sync + fmt::Debug + 'static {
         })
     }
 
+    /// Up to `limit` pending rows with an id above `after`, in commit
+    /// order, bounded like [`Outbox::pending_within`]: the rows behind
+    /// those a processor has in flight, so it fetches the next batch while
+    /// the broker publishes the current one (only an outbox with a
+    /// [`Outbox::producer_id`] is read ahead this way). The default reads
+    /// [`Outbox::pending_within`] and keeps the rows above `after`, so it
+    /// may return fewer rows (none) with `more` set; an outbox read ahead
+    /// implements it directly.
+    fn pending_after(
+        &self,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<PendingRows, OutboxError>> {
+        Box::pin(async move {
+            let mut fetched = self.pending_within(limit, max_bytes).await?;
+            fetched.rows.retain(|row| row.id > after);
+            Ok(fetched)
+        })
+    }
+
     /// The broker refused rows `ids` (each the first of its position scope
     /// in the run) for a reason of that scope's or category's own
     /// ([`Refusal`](crate::contract::broker::Refusal)): a category the broker
@@ -208,6 +229,15 @@ impl<O: Outbox + ?Sized> Outbox for Arc<O> {
         max_bytes: usize,
     ) -> BoxFuture<'_, Result<PendingRows, OutboxError>> {
         (**self).pending_within(limit, max_bytes)
+    }
+
+    fn pending_after(
+        &self,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<PendingRows, OutboxError>> {
+        (**self).pending_after(after, limit, max_bytes)
     }
 
     fn mark_refused<'a>(
@@ -305,6 +335,16 @@ impl Store {
         self.rows.get_mut(&id).ok_or(OutboxError::UnknownRow { id })
     }
 
+    /// Up to `limit` pending rows from id `first` on, in commit order.
+    fn pending_from(&self, first: u64, limit: usize) -> Vec<OutboxRow> {
+        self.pending
+            .range(first..)
+            .filter_map(|id| self.rows.get(id))
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
     fn publish(&mut self, id: u64) -> Result<(), OutboxError> {
         let row = self.row_mut(id)?;
         if row.status != OutboxStatus::Pending {
@@ -355,15 +395,22 @@ impl Outbox for InMemoryOutbox {
     }
 
     fn pending(&self, limit: usize) -> BoxFuture<'_, Result<Vec<OutboxRow>, OutboxError>> {
-        let store = self.store();
-        let rows = store
-            .pending
-            .iter()
-            .filter_map(|id| store.rows.get(id))
-            .take(limit)
-            .cloned()
-            .collect();
+        let rows = self.store().pending_from(0, limit);
         Box::pin(async move { Ok(rows) })
+    }
+
+    fn pending_after(
+        &self,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<PendingRows, OutboxError>> {
+        // Bounded by rows only, like `pending_within` here: the rows are in
+        // memory already.
+        let _ = max_bytes;
+        let rows = self.store().pending_from(after.saturating_add(1), limit);
+        let more = rows.len() >= limit;
+        Box::pin(async move { Ok(PendingRows { rows, more }) })
     }
 
     fn mark_published<'a>(&'a self, ids: &'a [u64]) -> BoxFuture<'a, Result<(), OutboxError>> {

@@ -88,6 +88,19 @@ pub struct OutboxProcessor {
     running: tokio::sync::Mutex<()>,
 }
 
+/// A batch of pending rows, fetched and routed.
+#[derive(Debug)]
+struct Fetched {
+    /// Row id and publication of each row routed, in commit order.
+    publications: Vec<(u64, Publication)>,
+    /// Rows abandoned for an invalid key.
+    abandoned: usize,
+    /// Whether the fetch stopped at a bound: more rows may be pending.
+    more: bool,
+    /// The last row fetched (routed or abandoned).
+    last: Option<u64>,
+}
+
 /// Where a row goes: its position scope (category, key, lane).
 type ScopeOf = (String, Option<String>, Lane);
 
@@ -168,24 +181,54 @@ impl OutboxProcessor {
 
     /// Publishes every row pending when called, in commit order, stopping at
     /// the first broker failure.
+    ///
+    /// With an outbox that has a producer id, the next batch is fetched
+    /// and routed while the broker publishes the current one (the outbox
+    /// hands out the rows behind those in flight,
+    /// [`Outbox::pending_after`]); it is handed to the broker only once the
+    /// current one is answered, so each call still holds, per stream, a
+    /// prefix of the rows not known to be published.
     #[tracing::instrument(skip_all, fields(broker = self.broker.name()))]
     pub async fn publish_pending(&self) -> Result<PublishReport, OutboxError> {
         let _running = self.running.lock().await;
         let mut report = PublishReport::default();
         let mut refused = Refused::default();
+        let mut batch = self.fetch(None).await?;
         loop {
-            let fetched = self
-                .outbox
-                .pending_within(self.batch_size, self.batch_bytes)
-                .await?;
             let before = report;
-            let more = fetched.more;
-            self.publish_batch(fetched.rows, &mut report, &mut refused)
-                .await?;
-            let done = |r: &PublishReport| r.published + r.abandoned + r.refused;
-            if report.failed > 0 || !more || done(&report) == done(&before) {
+            report.abandoned += batch.abandoned;
+            let ahead = match batch.last {
+                Some(last) if batch.more && self.producer.is_some() => Some(last),
+                _ => None,
+            };
+            // Biased: the batch's first call goes out before the next
+            // batch is read, so the two overlap.
+            let (published, next) = tokio::join!(
+                biased;
+                self.publish_batch(batch.publications, &mut report, &mut refused),
+                async {
+                    match ahead {
+                        Some(last) => Some(self.fetch(Some(last)).await),
+                        None => None,
+                    }
+                }
+            );
+            published?;
+            let next = next.transpose()?;
+            if report.failed > 0 || !batch.more {
+                // What was read ahead stays pending for the next run.
+                report.abandoned += next.map_or(0, |next| next.abandoned);
                 return Ok(report);
             }
+            let done = |r: &PublishReport| r.published + r.abandoned + r.refused;
+            batch = match next {
+                // What follows this batch (nothing, when nothing does).
+                Some(next) if next.last.is_some() || !next.more => next,
+                // A fetch from the start that got nowhere: every row it
+                // read waits behind a refusal.
+                _ if done(&report) == done(&before) => return Ok(report),
+                _ => self.fetch(None).await?,
+            };
         }
     }
 
@@ -218,25 +261,49 @@ impl OutboxProcessor {
         }
     }
 
-    async fn publish_batch(
-        &self,
-        rows: Vec<OutboxRow>,
-        report: &mut PublishReport,
-        refused: &mut Refused,
-    ) -> Result<(), OutboxError> {
+    /// The next batch of pending rows (`after` a row id, or from the
+    /// first), routed: a row with an invalid key is abandoned at once.
+    async fn fetch(&self, after: Option<u64>) -> Result<Fetched, OutboxError> {
+        let fetched = match after {
+            Some(after) => {
+                self.outbox
+                    .pending_after(after, self.batch_size, self.batch_bytes)
+                    .await?
+            }
+            None => {
+                self.outbox
+                    .pending_within(self.batch_size, self.batch_bytes)
+                    .await?
+            }
+        };
+        let last = fetched.rows.last().map(|row| row.id);
+        let mut batch = Fetched {
+            publications: Vec::with_capacity(fetched.rows.len()),
+            abandoned: 0,
+            more: fetched.more,
+            last,
+        };
         // Each row's message moves into its publication: no copy of it.
-        let mut pending = Vec::with_capacity(rows.len());
-        for row in rows {
+        for row in fetched.rows {
             match self.key_of(&row) {
-                Ok(key) => pending.push((row.id, self.route(row, key))),
+                Ok(key) => batch.publications.push((row.id, self.route(row, key))),
                 Err(invalid) => {
                     tracing::warn!(event = crate::contract::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %crate::contract::text::log_text(&invalid.to_string()),
                         "abandoning outbox row with an invalid partition key");
                     self.outbox.mark_abandoned(row.id, &invalid.to_string()).await?;
-                    report.abandoned += 1;
+                    batch.abandoned += 1;
                 }
             }
         }
+        Ok(batch)
+    }
+
+    async fn publish_batch(
+        &self,
+        mut pending: Vec<(u64, Publication)>,
+        report: &mut PublishReport,
+        refused: &mut Refused,
+    ) -> Result<(), OutboxError> {
         loop {
             let go = self.not_refused(pending, report, refused).await?;
             if go.is_empty() {

@@ -6,7 +6,10 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ordo_core::contract::broker::Capabilities;
+use ordo_core::contract::broker::{
+    Broker, BrokerError, Capabilities, Publication, PublishError, Subscription,
+};
+use ordo_core::contract::handler::BoxFuture;
 use ordo_core::contract::key::Lane;
 use ordo_core::{
     Config, Envelope, InMemoryOutbox, NewOutboxRow, Outbox, OutboxError, OutboxProcessor, OutboxStatus,
@@ -388,4 +391,160 @@ async fn rows_carry_their_outbox_producer_id_and_row_id_but_derived_ids_do_not()
     );
     let shared: Arc<dyn Outbox> = Arc::new(Arc::new(outbox.clone()));
     assert_eq!(shared.producer_id(), Some(producer), "an Arc forwards it");
+}
+
+/// An in-memory outbox that records where each fetch of pending rows
+/// started: `None` from the first pending row, `Some(id)` after row `id`.
+#[derive(Debug, Default)]
+struct ObservedOutbox {
+    inner: InMemoryOutbox,
+    reads: std::sync::Mutex<Vec<Option<u64>>>,
+}
+
+impl ObservedOutbox {
+    fn reads(&self) -> Vec<Option<u64>> {
+        self.reads.lock().unwrap().clone()
+    }
+}
+
+impl Outbox for ObservedOutbox {
+    fn append(&self, rows: Vec<NewOutboxRow>) -> BoxFuture<'_, Result<Vec<u64>, OutboxError>> {
+        self.inner.append(rows)
+    }
+    fn pending(&self, limit: usize) -> BoxFuture<'_, Result<Vec<ordo_core::OutboxRow>, OutboxError>> {
+        self.reads.lock().unwrap().push(None);
+        self.inner.pending(limit)
+    }
+    fn pending_after(
+        &self,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<ordo_core::contract::outbox::PendingRows, OutboxError>> {
+        self.reads.lock().unwrap().push(Some(after));
+        self.inner.pending_after(after, limit, max_bytes)
+    }
+    fn mark_published<'a>(&'a self, ids: &'a [u64]) -> BoxFuture<'a, Result<(), OutboxError>> {
+        self.inner.mark_published(ids)
+    }
+    fn mark_failed<'a>(&'a self, id: u64, error: &'a str) -> BoxFuture<'a, Result<(), OutboxError>> {
+        self.inner.mark_failed(id, error)
+    }
+    fn mark_abandoned<'a>(&'a self, id: u64, reason: &'a str) -> BoxFuture<'a, Result<(), OutboxError>> {
+        self.inner.mark_abandoned(id, reason)
+    }
+    fn get(&self, id: u64) -> BoxFuture<'_, Result<Option<ordo_core::OutboxRow>, OutboxError>> {
+        self.inner.get(id)
+    }
+    fn producer_id(&self) -> Option<&str> {
+        self.inner.producer_id()
+    }
+}
+
+/// A broker that answers the publish of a full batch (`batch` rows) only
+/// once the outbox has been read past it (or after a deadline, failing
+/// it), then records it like [`RecordingBroker`].
+#[derive(Debug, Clone)]
+struct ReadAheadBroker {
+    outbox: Arc<ObservedOutbox>,
+    batch: usize,
+    recording: RecordingBroker,
+}
+
+impl Broker for ReadAheadBroker {
+    fn name(&self) -> &str {
+        "read-ahead"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.recording.capabilities()
+    }
+    fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move {
+            let last = publications
+                .iter()
+                .filter_map(|p| p.producer.as_ref().map(|p| p.sequence))
+                .max()
+                .unwrap_or(0);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+            while publications.len() >= self.batch && !self.outbox.reads().contains(&Some(last)) {
+                if tokio::time::Instant::now() > deadline {
+                    return Err(PublishError {
+                        published: 0,
+                        source: format!("the outbox was not read past row {last} while it was published")
+                            .into(),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            self.recording.publish(publications).await
+        })
+    }
+    fn run(
+        &self,
+        subscriptions: Arc<[Subscription]>,
+        shutdown: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BrokerError>> {
+        self.recording.run(subscriptions, shutdown)
+    }
+}
+
+#[tokio::test]
+async fn the_next_batch_is_read_while_the_broker_publishes_the_one_before_and_a_failure_drops_it() {
+    let outbox = Arc::new(ObservedOutbox::default());
+    let broker = ReadAheadBroker {
+        outbox: Arc::clone(&outbox),
+        batch: 3,
+        recording: RecordingBroker::partitioning(),
+    };
+    outbox
+        .append((1..=7).map(|n| keyed(["a", "b"][n as usize % 2], n)).collect())
+        .await
+        .unwrap();
+    let processor = OutboxProcessor::new(
+        Arc::clone(&outbox) as Arc<dyn Outbox>,
+        Arc::new(broker.clone()),
+        &Config::default(),
+    )
+    .with_partitioned_categories([("order", "client_id")])
+    .with_batch_size(3);
+
+    // Rows 1-3, then 4-6, read while 1-3 are out, then 7 while 4-6 are.
+    // The last batch is not full: nothing is read behind it.
+    let report = processor.publish_pending().await.unwrap();
+    assert_eq!(report.published, 7, "{report:?}");
+    assert_eq!(outbox.reads(), vec![None, Some(3), Some(6)]);
+    assert_eq!(amounts(&broker.recording), (1..=7).collect::<Vec<_>>());
+
+    // A failure in a batch drops the batch read behind it: those rows stay
+    // pending, untried, and the next run publishes them after the failed
+    // one, each once.
+    outbox
+        .append((8..=14).map(|n| keyed(["a", "b"][n as usize % 2], n)).collect())
+        .await
+        .unwrap();
+    broker.recording.fail_next_after(1);
+    let report = processor.publish_pending().await.unwrap();
+    assert_eq!((report.published, report.failed), (1, 1), "{report:?}");
+    let attempts: Vec<(u64, OutboxStatus, u32)> = outbox
+        .inner
+        .rows()
+        .iter()
+        .filter(|r| r.id >= 8)
+        .map(|r| (r.id, r.status, r.attempts))
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![
+            (8, OutboxStatus::Published, 0),
+            (9, OutboxStatus::Pending, 1),
+            (10, OutboxStatus::Pending, 0),
+            (11, OutboxStatus::Pending, 0),
+            (12, OutboxStatus::Pending, 0),
+            (13, OutboxStatus::Pending, 0),
+            (14, OutboxStatus::Pending, 0),
+        ]
+    );
+    let report = processor.publish_pending().await.unwrap();
+    assert_eq!((report.published, report.failed), (6, 0), "{report:?}");
+    assert_eq!(amounts(&broker.recording), (1..=14).collect::<Vec<_>>());
 }

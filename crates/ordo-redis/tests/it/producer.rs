@@ -255,7 +255,10 @@ async fn an_outbox_processor_whose_replies_were_lost_publishes_each_row_once() -
 
 /// An `XADD` that fails stops the call and records nothing of its
 /// publication, but what the call appended before it is recorded: sent
-/// again, those are dropped and the failed one is appended.
+/// again, those are dropped and the failed one is appended. A call takes
+/// each stream's publications together, so `good`'s second one went
+/// before `bad`'s: the batch's prefix reported published stops at `bad`
+/// all the same, and the resend drops what was written beyond it.
 #[tokio::test]
 async fn a_failed_append_records_nothing_of_it_and_everything_before_it() -> anyhow::Result<()> {
     let redis = ordo_testkit::Redis::start()?;
@@ -275,10 +278,10 @@ async fn a_failed_append_records_nothing_of_it_and_everything_before_it() -> any
     ];
     let error = broker.publish(&batch).await.expect_err("the XADD of `bad` fails");
     assert_eq!(error.published, 1, "{error:?}");
-    assert_eq!(common::stream_seqs(&client, &category, "good").await?, [1]);
+    assert_eq!(common::stream_seqs(&client, &category, "good").await?, [1, 2]);
     assert_eq!(
         producers(&client, &category, "good").await?,
-        HashMap::from([("p-9".to_owned(), 1)])
+        HashMap::from([("p-9".to_owned(), 3)])
     );
     assert!(
         producers(&client, &category, "bad").await?.is_empty(),
@@ -468,6 +471,77 @@ async fn a_batch_of_many_calls_out_at_once_publishes_each_once_in_order(
         assert_eq!(
             common::stream_seqs(&client, &category, key).await?,
             (1..=500).collect::<Vec<_>>(),
+            "{key}"
+        );
+    }
+    Ok(())
+}
+
+/// A batch's keys interleaved, four keys in two calls: each call takes two
+/// streams' publications together, so the script reads each stream's
+/// producer record once (four reads, not one per stream and call: eight);
+/// when one stream's append fails, the other streams' publications land
+/// all the same, and the batch sent again lands the failed stream's, every
+/// publication once and in order.
+#[tokio::test]
+async fn a_batch_s_calls_take_each_stream_s_publications_together() -> anyhow::Result<()> {
+    let redis = ordo_testkit::Redis::start()?;
+    let url = redis.url();
+    let category = common::category("together");
+    let broker = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let producer: Arc<str> = Arc::from("p-1");
+    let keys = common::keys(4);
+    // 256 publications, the keys taking turns: two calls of 128.
+    let batch: Vec<Publication> = (1..=64u64)
+        .flat_map(|seq| keys.iter().enumerate().map(move |(k, key)| (seq, k as u64, key)))
+        .map(|(seq, k, key)| produced(&category, key, seq, &producer, seq * 4 + k))
+        .collect();
+    let hgets = async || -> anyhow::Result<u64> {
+        let stats: String = client
+            .next()
+            .info(Some(fred::types::InfoKind::CommandStats))
+            .await?;
+        Ok(stats
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_hget:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(Ok(0), str::parse)?)
+    };
+    let before = hgets().await?;
+    broker.publish(&batch).await?;
+    assert_eq!(hgets().await? - before, 4, "one producer record read per stream");
+
+    // The second key's stream is not a stream: its XADD fails.
+    let more: Vec<Publication> = (65..=128u64)
+        .flat_map(|seq| keys.iter().enumerate().map(move |(k, key)| (seq, k as u64, key)))
+        .map(|(seq, k, key)| produced(&category, key, seq, &producer, seq * 4 + k))
+        .collect();
+    let bad = common::stream(&category, &keys[1]);
+    let _: Value = client.rename(&bad, "parked").await?;
+    let _: Value = client.set(&bad, "x", None, None, false).await?;
+    let error = broker
+        .publish(&more)
+        .await
+        .expect_err("the second key's XADD fails");
+    assert_eq!(
+        error.published, 1,
+        "the prefix stops at the second key's first: {error:?}"
+    );
+    for key in [&keys[0], &keys[2], &keys[3]] {
+        assert_eq!(
+            common::stream_seqs(&client, &category, key).await?,
+            (1..=128).collect::<Vec<_>>(),
+            "{key}: its publications landed beside the failed ones"
+        );
+    }
+    let _: Value = client.del(&bad).await?;
+    let _: Value = client.rename("parked", &bad).await?;
+    broker.publish(&more[error.published..]).await?;
+    for key in &keys {
+        assert_eq!(
+            common::stream_seqs(&client, &category, key).await?,
+            (1..=128).collect::<Vec<_>>(),
             "{key}"
         );
     }
