@@ -18,7 +18,9 @@
 //!   flight, or sent before it in the same call (each stream's rows in a
 //!   call are a prefix of its rows neither known published nor in flight).
 //!   `prev` is the sequence of the row before it in its stream when that
-//!   row is in flight or earlier in the same call, else 0. Which streams a call takes, and how
+//!   row is in flight or earlier in the same call, else 0. A call carries
+//!   each stream's rows together (in commit order, the streams in order of
+//!   their first row), as the broker sends them. Which streams a call takes, and how
 //!   many rows of each, is free (the model explores every choice); the
 //!   processor that resends everything from its first row not known
 //!   published is one of them. A reply answers each publication done
@@ -351,7 +353,7 @@ impl fmt::Display for Action {
             Self::Commit(stream) => write!(f, "the producer commits a row for stream {stream}"),
             Self::Send(rows) => {
                 let rows: Vec<u32> = (0..16).filter(|i| rows & (1 << i) != 0).collect();
-                write!(f, "the processor sends rows {rows:?} (by commit order)")
+                write!(f, "the processor sends rows {rows:?} (each stream's together)")
             }
             Self::Execute { which, failed_at } => {
                 match which {
@@ -604,9 +606,24 @@ impl Model for Publish {
                 state.next_seq += 1;
             }
             Action::Send(mask) => {
-                let rows: Vec<u8> = (0..state.rows.len() as u8)
+                let mut rows: Vec<u8> = (0..state.rows.len() as u8)
                     .filter(|i| mask & 1 << i != 0)
                     .collect();
+                // Each stream's rows together, in commit order, the streams
+                // in order of their first row (as the broker sends a
+                // producer's batch).
+                let first_of = |stream: u8| {
+                    rows.iter()
+                        .position(|&i| state.rows[usize::from(i)].stream == stream)
+                        .unwrap_or(usize::MAX)
+                };
+                let ranks: Vec<usize> = rows
+                    .iter()
+                    .map(|&i| first_of(state.rows[usize::from(i)].stream))
+                    .collect();
+                let mut ranked: Vec<(usize, u8)> = ranks.into_iter().zip(rows).collect();
+                ranked.sort_by_key(|&(rank, _)| rank);
+                rows = ranked.into_iter().map(|(_, i)| i).collect();
                 // Skip-ahead: the rows in doubt, sent at last, are in doubt no
                 // more.
                 if rows.iter().any(|&i| state.rows[usize::from(i)].doubt) {
