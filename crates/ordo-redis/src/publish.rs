@@ -215,6 +215,18 @@ fn by_producer(dedup: Dedup, publications: &[Publication]) -> bool {
             .all(|p| p.producer.is_some() && position(p).is_none())
 }
 
+/// The one producer of every one of `publications`, when they are
+/// deduplicated [`by_producer`] and share it (an outbox's batch): its calls
+/// name it once and send five arguments per publication instead of nine.
+fn one_producer(by_producer: bool, publications: &[Publication]) -> Option<Arc<str>> {
+    let first = publications.first()?.producer.as_ref()?;
+    let shared = by_producer
+        && publications
+            .iter()
+            .all(|p| p.producer.as_ref().is_some_and(|p| p.producer == first.producer));
+    shared.then(|| Arc::clone(&first.producer))
+}
+
 /// Where a publication goes: its category, key (none: the base stream) and
 /// lane.
 type Destination<'a> = (&'a str, Option<&'a str>, Lane);
@@ -229,6 +241,9 @@ struct Batch<'a> {
     /// Every publication is deduplicated by producer sequence (see
     /// [`by_producer`]).
     by_producer: bool,
+    /// The one producer of every publication, named once per call (see
+    /// [`one_producer`]).
+    producer: Option<Arc<str>>,
     /// Calls out at once per node (see [`CALLS_IN_FLIGHT`]).
     in_flight: usize,
     written: Mutex<Vec<bool>>,
@@ -250,6 +265,7 @@ impl<'a> Batch<'a> {
             prepared,
             limits,
             by_producer,
+            producer: one_producer(by_producer, publications),
             in_flight: if by_producer { CALLS_IN_FLIGHT } else { 1 },
             written,
             refused: Mutex::new(None),
@@ -271,7 +287,12 @@ impl<'a> Batch<'a> {
         if let Some(encoded) = prepared.encoded.get() {
             return Ok(encoded);
         }
-        let encoded = Encoded::of(&self.publications[position], &prepared.target, prepared.previous)?;
+        let encoded = Encoded::of(
+            &self.publications[position],
+            &prepared.target,
+            prepared.previous,
+            self.producer.is_some(),
+        )?;
         Ok(prepared.encoded.get_or_init(|| encoded))
     }
 
@@ -483,6 +504,7 @@ async fn publish_chunk(
         &batch.prepared[first].target.stream,
         dedup.window,
         dedup.cap,
+        batch.producer.as_deref(),
         &streams,
         publications.into_iter(),
     )
@@ -552,14 +574,18 @@ struct Encoded {
     /// Its position, if any, and the identity of the history it belongs to.
     position: Option<u64>,
     epoch: String,
-    /// Its [`ARGS_PER_PUBLICATION`](calls::publish::ARGS_PER_PUBLICATION) script arguments.
+    /// Its [`ARGS_PER_PUBLICATION`](calls::publish::ARGS_PER_PUBLICATION)
+    /// script arguments, or its
+    /// [`ARGS_PER_PRODUCED`](calls::publish::ARGS_PER_PRODUCED) in a call
+    /// naming its producer once.
     args: Vec<Value>,
 }
 
 impl Encoded {
     /// `publication` to `target`, after the producer's publication
-    /// `previous` there (0: none in a call not answered yet).
-    fn of(publication: &Publication, target: &Target, previous: u64) -> Result<Self, Error> {
+    /// `previous` there (0: none in a call not answered yet); laid out
+    /// for a call naming its producer once when `produced`.
+    fn of(publication: &Publication, target: &Target, previous: u64, produced: bool) -> Result<Self, Error> {
         let envelope = &publication.envelope;
         let json = serde_json::to_string(envelope).map_err(|source| Error::Encode {
             message_id: envelope.id.clone(),
@@ -577,7 +603,7 @@ impl Encoded {
             (Some(_), Some(key), Lane::Backfill) => format!("{}:{key} (backfill)", publication.category),
             (Some(_), None, _) => publication.category.clone(),
         };
-        let args = calls::publish::Publication {
+        let arguments = calls::publish::Publication {
             type_name: &envelope.type_name,
             json,
             id: &envelope.id,
@@ -592,8 +618,12 @@ impl Encoded {
                 .producer
                 .as_ref()
                 .map(|p| (&*p.producer, p.sequence, previous)),
-        }
-        .into_args();
+        };
+        let args = if produced {
+            arguments.into_produced_args()
+        } else {
+            arguments.into_args()
+        };
         Ok(Self {
             bytes,
             scope,
@@ -728,6 +758,22 @@ mod tests {
             window: Duration::from_secs(window_s),
             cap: 10,
         }
+    }
+
+    /// A batch's calls name its producer once only when every publication
+    /// is deduplicated by that one producer's sequence.
+    #[test]
+    fn only_a_batch_of_one_producer_names_it_once_per_call() {
+        let (one, other): (Arc<str>, Arc<str>) = (Arc::from("p-1"), Arc::from("p-2"));
+        let of = |producer: &Arc<str>| publication().with_producer(Arc::clone(producer), 1);
+        let named = |dedup, publications: &[Publication]| {
+            one_producer(by_producer(dedup, publications), publications).map(|p| p.to_string())
+        };
+        assert_eq!(named(dedup(60), &[of(&one), of(&one)]), Some("p-1".to_owned()));
+        assert_eq!(named(dedup(60), &[of(&one), of(&other)]), None, "two producers");
+        assert_eq!(named(dedup(60), &[of(&one), publication()]), None, "one without");
+        assert_eq!(named(dedup(0), &[of(&one)]), None, "the window off");
+        assert_eq!(named(dedup(60), &[]), None);
     }
 
     /// Only a batch every publication of which the script can refuse at a

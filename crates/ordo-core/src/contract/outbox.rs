@@ -335,14 +335,22 @@ impl Store {
         self.rows.get_mut(&id).ok_or(OutboxError::UnknownRow { id })
     }
 
-    /// Up to `limit` pending rows from id `first` on, in commit order.
-    fn pending_from(&self, first: u64, limit: usize) -> Vec<OutboxRow> {
-        self.pending
-            .range(first..)
-            .filter_map(|id| self.rows.get(id))
-            .take(limit)
-            .cloned()
-            .collect()
+    /// Up to `limit` pending rows from id `first` on, in commit order,
+    /// their payloads `max_bytes` at most between them (at least one row).
+    /// A row's payload is shared with its clone, not copied.
+    fn pending_from(&self, first: u64, limit: usize, max_bytes: usize) -> PendingRows {
+        let mut fetched = PendingRows::default();
+        let mut bytes = 0usize;
+        for row in self.pending.range(first..).filter_map(|id| self.rows.get(id)) {
+            let size = row.envelope.payload.len();
+            if fetched.rows.len() == limit || (!fetched.rows.is_empty() && bytes + size > max_bytes) {
+                fetched.more = true;
+                break;
+            }
+            bytes += size;
+            fetched.rows.push(row.clone());
+        }
+        fetched
     }
 
     fn publish(&mut self, id: u64) -> Result<(), OutboxError> {
@@ -395,8 +403,17 @@ impl Outbox for InMemoryOutbox {
     }
 
     fn pending(&self, limit: usize) -> BoxFuture<'_, Result<Vec<OutboxRow>, OutboxError>> {
-        let rows = self.store().pending_from(0, limit);
+        let rows = self.store().pending_from(0, limit, usize::MAX).rows;
         Box::pin(async move { Ok(rows) })
+    }
+
+    fn pending_within(
+        &self,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<PendingRows, OutboxError>> {
+        let fetched = self.store().pending_from(0, limit, max_bytes);
+        Box::pin(async move { Ok(fetched) })
     }
 
     fn pending_after(
@@ -405,12 +422,10 @@ impl Outbox for InMemoryOutbox {
         limit: usize,
         max_bytes: usize,
     ) -> BoxFuture<'_, Result<PendingRows, OutboxError>> {
-        // Bounded by rows only, like `pending_within` here: the rows are in
-        // memory already.
-        let _ = max_bytes;
-        let rows = self.store().pending_from(after.saturating_add(1), limit);
-        let more = rows.len() >= limit;
-        Box::pin(async move { Ok(PendingRows { rows, more }) })
+        let fetched = self
+            .store()
+            .pending_from(after.saturating_add(1), limit, max_bytes);
+        Box::pin(async move { Ok(fetched) })
     }
 
     fn mark_published<'a>(&'a self, ids: &'a [u64]) -> BoxFuture<'a, Result<(), OutboxError>> {

@@ -29,10 +29,12 @@ pub struct PublishReport {
     pub refused: usize,
 }
 
-/// How many pending rows one fetch reads: enough for a broker to keep
-/// several calls out at once (the Redis broker sends 128 per call, two at a
-/// time), so it runs one while the next is encoded.
-const DEFAULT_BATCH_SIZE: usize = 1024;
+/// How many pending rows one fetch reads (within [`DEFAULT_BATCH_BYTES`]):
+/// enough for a broker to keep several calls out at once (the Redis broker
+/// sends 128 per call, two at a time) and for each stream to have many rows
+/// in one batch (the Redis broker sends each stream's together), so a batch
+/// is many calls and the pause between two batches a small share of it.
+const DEFAULT_BATCH_SIZE: usize = 16_384;
 
 /// How many bytes of messages one fetch holds at most, by default (rows are
 /// bounded to the domain's `max_payload_bytes`, 4 MiB by default).

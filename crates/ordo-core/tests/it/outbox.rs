@@ -441,13 +441,12 @@ impl Outbox for ObservedOutbox {
     }
 }
 
-/// A broker that answers the publish of a full batch (`batch` rows) only
-/// once the outbox has been read past it (or after a deadline, failing
-/// it), then records it like [`RecordingBroker`].
+/// A broker that answers the publish of a batch with rows pending behind
+/// it only once the outbox has been read past it (or after a deadline,
+/// failing it), then records it like [`RecordingBroker`].
 #[derive(Debug, Clone)]
 struct ReadAheadBroker {
     outbox: Arc<ObservedOutbox>,
-    batch: usize,
     recording: RecordingBroker,
 }
 
@@ -466,7 +465,13 @@ impl Broker for ReadAheadBroker {
                 .max()
                 .unwrap_or(0);
             let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-            while publications.len() >= self.batch && !self.outbox.reads().contains(&Some(last)) {
+            let behind = self
+                .outbox
+                .inner
+                .rows()
+                .iter()
+                .any(|row| row.id > last && row.status == OutboxStatus::Pending);
+            while behind && !self.outbox.reads().contains(&Some(last)) {
                 if tokio::time::Instant::now() > deadline {
                     return Err(PublishError {
                         published: 0,
@@ -493,7 +498,6 @@ async fn the_next_batch_is_read_while_the_broker_publishes_the_one_before_and_a_
     let outbox = Arc::new(ObservedOutbox::default());
     let broker = ReadAheadBroker {
         outbox: Arc::clone(&outbox),
-        batch: 3,
         recording: RecordingBroker::partitioning(),
     };
     outbox
@@ -547,4 +551,39 @@ async fn the_next_batch_is_read_while_the_broker_publishes_the_one_before_and_a_
     let report = processor.publish_pending().await.unwrap();
     assert_eq!((report.published, report.failed), (6, 0), "{report:?}");
     assert_eq!(amounts(&broker.recording), (1..=14).collect::<Vec<_>>());
+}
+
+/// The in-memory outbox bounds a fetch by its payloads' bytes too (at
+/// least one row), and says when more rows are pending.
+#[tokio::test]
+async fn an_in_memory_fetch_is_bounded_by_bytes_and_says_when_more_are_pending() {
+    let outbox = InMemoryOutbox::new();
+    outbox
+        .append(vec![keyed("a", 1), keyed("b", 2), keyed("a", 3)])
+        .await
+        .unwrap();
+    let size = outbox.get(1).await.unwrap().unwrap().envelope.payload.len();
+    let ids = |fetched: &ordo_core::contract::outbox::PendingRows| {
+        (
+            fetched.rows.iter().map(|r| r.id).collect::<Vec<_>>(),
+            fetched.more,
+        )
+    };
+    assert_eq!(ids(&outbox.pending_within(10, 1).await.unwrap()), (vec![1], true));
+    assert_eq!(
+        ids(&outbox.pending_within(10, 2 * size).await.unwrap()),
+        (vec![1, 2], true)
+    );
+    assert_eq!(
+        ids(&outbox.pending_within(3, usize::MAX).await.unwrap()),
+        (vec![1, 2, 3], false)
+    );
+    assert_eq!(
+        ids(&outbox.pending_after(1, 10, usize::MAX).await.unwrap()),
+        (vec![2, 3], false)
+    );
+    assert_eq!(
+        ids(&outbox.pending_after(1, 1, usize::MAX).await.unwrap()),
+        (vec![2], true)
+    );
 }

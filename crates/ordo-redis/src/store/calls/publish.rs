@@ -16,6 +16,10 @@ pub(crate) const ARGS_PER_STREAM: usize = 10;
 /// number of its stream in the call.
 pub(crate) const ARGS_PER_PUBLICATION: usize = 9;
 
+/// Script arguments per publication of a call with one producer (see
+/// `publish.lua`), besides the number of its stream in the call.
+pub(crate) const ARGS_PER_PRODUCED: usize = 5;
+
 /// The names one stream's publications are written under (all in one
 /// slot), sent once per stream and call.
 #[derive(Debug)]
@@ -94,6 +98,22 @@ impl Publication<'_> {
         debug_assert_eq!(args.len(), ARGS_PER_PUBLICATION);
         args
     }
+
+    /// Its [`ARGS_PER_PRODUCED`] arguments, for a call whose one producer
+    /// is its own (named once in the call): it has no message id, position
+    /// or epoch to send.
+    pub(crate) fn into_produced_args(self) -> Vec<Value> {
+        let (_, sequence, previous) = self.producer.unwrap_or_default();
+        let args = vec![
+            Value::from(self.type_name),
+            Value::from(self.json),
+            Value::from(self.hashed_key),
+            Value::from(sequence_arg(sequence)),
+            Value::from(sequence_arg(previous)),
+        ];
+        debug_assert_eq!(args.len(), ARGS_PER_PRODUCED);
+        args
+    }
 }
 
 /// A sequence as a script argument: Lua numbers are doubles, exact up to
@@ -123,12 +143,17 @@ pub(crate) enum Published {
 /// stream of the call, in order), all served by the node `stream` (the
 /// first one's) routes to, in one call; deduplicated within `window`
 /// (zero: off) by producer sequence, or by message id (at most `cap` ids
-/// kept per stream). An error says how many were written before it.
+/// kept per stream). With `producer`, every publication is that
+/// producer's, laid out by [`Publication::into_produced_args`]; else by
+/// [`Publication::into_args`]. An error says how many were written before
+/// it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn publish<'a, C>(
     client: &C,
     stream: &str,
     window: Duration,
     cap: usize,
+    producer: Option<&str>,
     streams: &[&[Value]],
     publications: impl ExactSizeIterator<Item = (usize, &'a [Value])>,
 ) -> Result<Published, (usize, Error)>
@@ -136,9 +161,13 @@ where
     C: FunctionInterface + Send + Sync,
 {
     let keys = vec![stream.to_owned()];
-    let mut args = Vec::with_capacity(
-        3 + streams.len() * ARGS_PER_STREAM + publications.len() * (1 + ARGS_PER_PUBLICATION),
-    );
+    let per_publication = if producer.is_some() {
+        ARGS_PER_PRODUCED
+    } else {
+        ARGS_PER_PUBLICATION
+    };
+    let mut args =
+        Vec::with_capacity(4 + streams.len() * ARGS_PER_STREAM + publications.len() * (1 + per_publication));
     args.push(if window.is_zero() {
         Value::from(0)
     } else {
@@ -146,6 +175,7 @@ where
     });
     args.push(Value::from(i64::try_from(cap).unwrap_or(i64::MAX)));
     args.push(Value::from(i64::try_from(streams.len()).unwrap_or(i64::MAX)));
+    args.push(Value::from(producer.unwrap_or_default()));
     // Cheap clones: text values share their bytes.
     for names in streams {
         args.extend(names.iter().cloned());

@@ -9,7 +9,8 @@
 --       several slots in one call; the `allow-cross-slot-keys` flag lets the
 --       call touch every slot of its node.
 -- ARGV: dedup window ms (0: off), dedup cap per stream, the number of
---       streams of the call, then ten per stream (each named once per
+--       streams of the call, the call's one producer ('' when its
+--       publications are laid out in full), then ten per stream (each named once per
 --       call): stream, partition index bucket, group registry, the stream's
 --       set of recently published message ids, its producer hash, the
 --       category's joining marker (set while a new group joins its
@@ -23,7 +24,11 @@
 --       producer id ('' when none), the publication's sequence in it, and
 --       the sequence of the producer's publication before it to the same
 --       stream when that one was sent without waiting for its reply (0:
---       none).
+--       none). With the call's one producer given, six per publication
+--       instead (every one is deduplicated by that producer's sequence, and
+--       has no message id, position or epoch to send): the number of its
+--       stream, type name, envelope JSON, the key when the partition is
+--       hashed ('' otherwise), its sequence, and the sequence before it.
 --       For a partition, the bucket, registry and marker are the copies in
 --       the partition's own slot, so a stream's names share one slot.
 --
@@ -96,9 +101,15 @@ local now = nil
 if window > 0 then
   now = now_ms()
 end
+local call_producer = ARGV[4]
+local compact = call_producer ~= ''
 local per_stream, per = 10, 10
+if compact then
+  per = 6
+end
 local streams = tonumber(ARGV[3])
-local first = 3 + per_stream * streams
+local header = 4
+local first = header + per_stream * streams
 local count = (#ARGV - first) / per
 -- A recorded last position: `<position>/<epoch>`, or `<position>` alone.
 local function parse_position(recorded)
@@ -115,7 +126,7 @@ end
 -- up to date (only this script creates a stream meanwhile).
 local exists = {}
 for s = 1, streams do
-  exists[s] = redis.call('EXISTS', ARGV[4 + per_stream * (s - 1)]) == 1
+  exists[s] = redis.call('EXISTS', ARGV[header + 1 + per_stream * (s - 1)]) == 1
 end
 -- Each producer's last sequence in each stream (by number, then producer):
 -- read at its first use in the call, raised by every append.
@@ -166,13 +177,20 @@ local function body()
   for i = 0, count - 1 do
     local at = first + per * i
     local s = tonumber(ARGV[at + 1])
-    local named = 3 + per_stream * (s - 1)
+    local named = header + per_stream * (s - 1)
     local stream, index, registry, recent, producers, joining, position_key, doorbell, member, channel =
       ARGV[named + 1], ARGV[named + 2], ARGV[named + 3], ARGV[named + 4], ARGV[named + 5], ARGV[named + 6],
       ARGV[named + 7], ARGV[named + 8], ARGV[named + 9], ARGV[named + 10]
-    local type_name, envelope, message_id, position, key, epoch, producer, seq, prev =
-      ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7], ARGV[at + 8],
-      tonumber(ARGV[at + 9]), tonumber(ARGV[at + 10])
+    local type_name, envelope, message_id, position, key, epoch, producer, seq, prev
+    if compact then
+      type_name, envelope, message_id, position, key, epoch, producer, seq, prev =
+        ARGV[at + 2], ARGV[at + 3], '', '', ARGV[at + 4], '', call_producer,
+        tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6])
+    else
+      type_name, envelope, message_id, position, key, epoch, producer, seq, prev =
+        ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7], ARGV[at + 8],
+        tonumber(ARGV[at + 9]), tonumber(ARGV[at + 10])
+    end
     local by_producer = window > 0 and position == '' and producer ~= ''
     local by_id = window > 0 and position == '' and producer == ''
     local recorded, last_position, last_epoch = nil, 0, nil
