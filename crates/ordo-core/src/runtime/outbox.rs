@@ -31,10 +31,16 @@ pub struct PublishReport {
 
 /// How many pending rows one fetch reads (within [`DEFAULT_BATCH_BYTES`]):
 /// enough for a broker to keep several calls out at once (the Redis broker
-/// sends 128 per call, two at a time) and for each stream to have many rows
-/// in one batch (the Redis broker sends each stream's together), so a batch
-/// is many calls and the pause between two batches a small share of it.
-const DEFAULT_BATCH_SIZE: usize = 16_384;
+/// sends 128 per call, two at a time), so it runs one while the next is
+/// encoded.
+const DEFAULT_BATCH_SIZE: usize = 1024;
+
+/// How many pending rows one fetch reads from an outbox read ahead (one
+/// with a producer id, see [`OutboxProcessor::publish_pending`]): enough
+/// for each stream to have many rows in one batch (the Redis broker sends
+/// each stream's together), so a batch is many calls and the pause between
+/// two batches a small share of it.
+const READ_AHEAD_BATCH_SIZE: usize = 16_384;
 
 /// How many bytes of messages one fetch holds at most, by default (rows are
 /// bounded to the domain's `max_payload_bytes`, 4 MiB by default).
@@ -129,13 +135,18 @@ impl OutboxProcessor {
     /// A processor publishing `outbox` to `broker` with `config`'s key rules,
     /// poll interval and retry backoff.
     pub fn new(outbox: Arc<dyn Outbox>, broker: Arc<dyn Broker>, config: &Config) -> Self {
+        let producer: Option<Arc<str>> = outbox.producer_id().map(Arc::from);
         Self {
-            producer: outbox.producer_id().map(Arc::from),
+            batch_size: if producer.is_some() {
+                READ_AHEAD_BATCH_SIZE
+            } else {
+                DEFAULT_BATCH_SIZE
+            },
+            producer,
             outbox,
             broker,
             rules: config.key_rules(),
             partitioned: HashMap::new(),
-            batch_size: DEFAULT_BATCH_SIZE,
             batch_bytes: DEFAULT_BATCH_BYTES,
             poll_interval: config.partitioning().poll_interval(),
             backoff: config.partitioning().backoff(),
@@ -160,7 +171,8 @@ impl OutboxProcessor {
         self
     }
 
-    /// Sets how many rows one fetch reads (at least 1).
+    /// Sets how many rows one fetch reads (at least 1; by default 16,384
+    /// from an outbox with a producer id, else 1,024).
     #[must_use]
     pub fn with_batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size.max(1);
