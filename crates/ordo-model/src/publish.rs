@@ -20,8 +20,9 @@
 //!   `prev` is the sequence of the row before it in its stream when that
 //!   row is in flight or earlier in the same call, else 0. A call carries
 //!   each stream's rows together (in commit order, the streams in order of
-//!   their first row), as the broker sends them. Which streams a call takes, and how
-//!   many rows of each, is free (the model explores every choice); the
+//!   their first row), as the broker sends them. Which streams a call
+//!   takes, and how many rows of each, is free (the model explores every
+//!   choice); the
 //!   processor that resends everything from its first row not known
 //!   published is one of them. A reply answers each publication done
 //!   (`ok` or `dup`: both mean the row is in its stream) and, on an error,
@@ -612,18 +613,13 @@ impl Model for Publish {
                 // Each stream's rows together, in commit order, the streams
                 // in order of their first row (as the broker sends a
                 // producer's batch).
-                let first_of = |stream: u8| {
-                    rows.iter()
-                        .position(|&i| state.rows[usize::from(i)].stream == stream)
-                        .unwrap_or(usize::MAX)
-                };
-                let ranks: Vec<usize> = rows
-                    .iter()
-                    .map(|&i| first_of(state.rows[usize::from(i)].stream))
-                    .collect();
-                let mut ranked: Vec<(usize, u8)> = ranks.into_iter().zip(rows).collect();
-                ranked.sort_by_key(|&(rank, _)| rank);
-                rows = ranked.into_iter().map(|(_, i)| i).collect();
+                let stream_of = |i: u8| usize::from(state.rows[usize::from(i)].stream);
+                let mut first = vec![usize::MAX; usize::from(self.config.streams)];
+                for (n, &i) in rows.iter().enumerate() {
+                    first[stream_of(i)] = first[stream_of(i)].min(n);
+                }
+                // Stable: each stream's rows keep their commit order.
+                rows.sort_by_key(|&i| first[stream_of(i)]);
                 // Skip-ahead: the rows in doubt, sent at last, are in doubt no
                 // more.
                 if rows.iter().any(|&i| state.rows[usize::from(i)].doubt) {

@@ -106,7 +106,8 @@ impl ListedSlots {
 /// first failure stops the other nodes before their next call: at most one
 /// chunk each goes on); and a batch deduplicated by producer sequence sends
 /// each stream's publications together, so later publications of other
-/// streams may be written before an earlier one that failed. [`PublishError::published`] counts the publications
+/// streams may be written before an earlier one that failed.
+/// [`PublishError::published`] counts the publications
 /// up to the first one not known to be written, never more: a conservative
 /// prefix, as after a call whose reply was lost. A caller that publishes
 /// again from there (the outbox processor, the PostgreSQL relay) re-sends

@@ -10,11 +10,11 @@
 --       call touch every slot of its node.
 -- ARGV: dedup window ms (0: off), dedup cap per stream, the number of
 --       streams of the call, the call's one producer ('' when its
---       publications are laid out in full), then ten per stream (each named once per
---       call): stream, partition index bucket, group registry, the stream's
---       set of recently published message ids, its producer hash, the
---       category's joining marker (set while a new group joins its
---       existing lanes), position key of its position scope, the
+--       publications are laid out in full), then ten per stream (each
+--       named once per call): stream, partition index bucket, group
+--       registry, the stream's set of recently published message ids, its
+--       producer hash, the category's joining marker (set while a new
+--       group joins its existing lanes), position key of its position scope, the
 --       partition's doorbell, index member ('' when not partitioned), the
 --       doorbell channel of its slot (a channel, not a key); then ten per
 --       publication: the number of its stream (from 1), type name,
@@ -103,10 +103,8 @@ if window > 0 then
 end
 local call_producer = ARGV[4]
 local compact = call_producer ~= ''
-local per_stream, per = 10, 10
-if compact then
-  per = 6
-end
+local per_stream = 10
+local per = compact and 6 or 10
 local streams = tonumber(ARGV[3])
 local header = 4
 local first = header + per_stream * streams
