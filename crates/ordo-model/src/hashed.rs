@@ -28,12 +28,13 @@
 //! - **Lost commit replies** (when [`HashedConfig::timeouts`] is set): the
 //!   client resends the same commit; the key's own commit marker answers it
 //!   without applying it again.
-//! - **Skipping a saturated key** (when [`HashedConfig::queue`] is set): an
-//!   entry of a key whose queue is full is not kept; the key remembers the
-//!   span of the stream its skipped entries lie in, every later entry of the
-//!   key extends the span, and once the key's queue is empty it reads them
-//!   back in order (`refill.lua`: the entries of the key in the span, at
-//!   most a queue's worth, and where to go on from).
+//! - **Moving past a saturated key** (when [`HashedConfig::queue`] is
+//!   set): an entry of a key whose queue is full, or that has entries moved
+//!   past already, is kept behind the queue, in memory (the reader reads
+//!   on for the other keys); once the key's queue is empty, the next queue's
+//!   worth moves up, in stream order, with no read of Redis. (Before, such
+//!   an entry was left in the stream and read back with `refill.lua`: every
+//!   entry of a hot key read twice.)
 //! - **Parking** (when [`HashedConfig::poisons`] is set): a handler run
 //!   may fail for good; the worker parks the key under the fence
 //!   (`park.lua`: the message moves to the key's held stream and is
@@ -95,8 +96,9 @@ pub struct HashedConfig {
     /// keys: message `m` is of key `m % keys`, so 3 messages of 2 keys
     /// read A0 B0 A1.
     pub messages: u8,
-    /// The most entries a key's queue holds before the reader skips past
-    /// the key (`KEY_QUEUE`); 0 for no limit.
+    /// The most entries a key's queue holds before the reader moves past
+    /// the key, keeping its later entries behind the queue (`KEY_QUEUE`);
+    /// 0 for no limit.
     pub queue: u8,
     /// SIGKILLs the environment may inject.
     pub crashes: u8,
@@ -177,8 +179,9 @@ impl HashedConfig {
         delays: 0,
     };
 
-    /// A queue of one entry per key: the reader skips past a saturated key
-    /// and the key reads its skipped entries back, with a stalled owner.
+    /// A queue of one entry per key: the reader moves past a saturated key
+    /// and the key's queue fills again from the entries moved past, with a
+    /// stalled owner.
     pub const SKIP: Self = Self {
         instances: 2,
         keys: 2,
@@ -210,7 +213,7 @@ impl HashedConfig {
     };
 
     /// [`HashedConfig::PARK`] with a queue of one entry per key: a parked
-    /// key's skipped entries are read back and held behind the others.
+    /// key's entries moved past are held behind the others, in order.
     pub const SKIP_PARK: Self = Self {
         queue: 1,
         ..Self::PARK
@@ -292,9 +295,9 @@ impl HashedConfig {
                 stalls: 0,
                 ..Self::STALL
             },
-            // One key of three messages: the reader skips its last while
-            // the key reads back the one before.
-            HashedMutant::RefillForgetsLateSkips => Self {
+            // One key of three messages: the reader moves past the second
+            // and reads the third once the first ran.
+            HashedMutant::QueueAheadOfMovedPast => Self {
                 keys: 1,
                 stalls: 0,
                 ..Self::SKIP
@@ -354,9 +357,10 @@ mutants! {
         /// A new owner reads only new entries (`>`), not the pending list the
         /// previous owner left.
         TakeoverSkipsPending = "takeover-skips-pending",
-        /// A read-back of a key's skipped entries forgets the span even when
-        /// the reader skipped more of the key while it was reading.
-        RefillForgetsLateSkips = "refill-forgets-late-skips",
+        /// An entry read while its key has entries moved past joins the key's
+        /// queue when the queue has room, ahead of the entries moved past
+        /// before it.
+        QueueAheadOfMovedPast = "queue-ahead-of-moved-past",
         /// A lease is adopted by instance id alone, without the process's nonce
         /// (two processes share an instance id in a rolling deploy).
         LeaseWithoutNonce = "lease-without-nonce",
@@ -422,18 +426,6 @@ pub enum Op {
     Check {
         /// The lease.
         lease: LeaseValue,
-    },
-    /// The fenced read-back of `key`'s skipped entries at positions
-    /// `from..=to` (`refill.lua`).
-    Refill {
-        /// The lease.
-        lease: LeaseValue,
-        /// The key.
-        key: u8,
-        /// The first position to look at.
-        from: u8,
-        /// The last position to look at.
-        to: u8,
     },
     /// What a new owner reads first: the parked keys, and those holding
     /// messages aside (`parking`, a plain read).
@@ -510,7 +502,6 @@ impl Op {
             | Self::Check { lease }
             | Self::Commit { lease, .. }
             | Self::Ack { lease, .. }
-            | Self::Refill { lease, .. }
             | Self::Park { lease, .. }
             | Self::Hold { lease, .. }
             | Self::HeldNext { lease, .. }
@@ -548,14 +539,6 @@ pub enum Reply {
     },
     /// Nothing new to read.
     Idle,
-    /// A read-back: the key's entries found (a bit per message, in stream
-    /// order) and the position to go on from (`None`: the span is read).
-    Refilled {
-        /// The entries found.
-        found: u8,
-        /// The next position to look at, when a queue's worth was found.
-        next: Option<u8>,
-    },
     /// The parked keys and the keys holding messages (a bit per key).
     Parking {
         /// Parked keys.
@@ -593,8 +576,9 @@ pub enum Call {
 pub struct Key {
     /// Entries read ahead and not started, in stream order.
     pub queue: Vec<u8>,
-    /// The span `(from, to)` of positions where the key's skipped entries lie.
-    pub skipped: Option<(u8, u8)>,
+    /// Entries read after the queue was full, in memory behind it, in
+    /// stream order.
+    pub moved_past: Vec<u8>,
     /// The message whose run is in progress (commit, then acknowledgement).
     pub running: Option<u8>,
     /// The key's command.
@@ -623,7 +607,7 @@ impl Key {
     fn new() -> Self {
         Self {
             queue: Vec::new(),
-            skipped: None,
+            moved_past: Vec::new(),
             running: None,
             call: Call::None,
             mode: Mode::Flowing,
@@ -922,7 +906,7 @@ impl Hashed {
                             && !head
                             && !owner.lost
                             && (!key.queue.is_empty()
-                                || key.skipped.is_some()
+                                || !key.moved_past.is_empty()
                                 || key.mode == Mode::Holding
                                 // Abstraction of the poll: the owner asks
                                 // whether a parked key is still parked once
@@ -982,13 +966,12 @@ impl Hashed {
                     // Parked, or resolved and holding: behind what it holds.
                     let msgs = key.queue.drain(..).fold(0, |msgs, msg| msgs | Self::bit(msg));
                     Op::Hold { lease, key: k, msgs }
-                } else if let Some((from, to)) = key.skipped {
-                    Op::Refill {
-                        lease,
-                        key: k,
-                        from,
-                        to,
-                    }
+                } else if !key.moved_past.is_empty() {
+                    // The queue is empty: the next queue's worth of the
+                    // entries moved past moves up, in memory.
+                    let up = key.moved_past.len().min(self.queue_bound());
+                    key.queue.extend(key.moved_past.drain(..up));
+                    return;
                 } else if key.mode == Mode::Holding {
                     // A new attempt of the key (numbered only when a
                     // command may be delayed: a smaller state space).
@@ -1185,40 +1168,27 @@ impl Hashed {
                 state.parked &= !Self::bit(key);
                 Reply::Ok
             }
-            Op::Refill { key, from, to, .. } => {
-                // XRANGE over the span: every entry of the key there, whether
-                // acknowledged or not (nothing is trimmed in the model).
-                let mut found = 0u8;
-                let mut count = 0u8;
-                for msg in from..=to.min(state.published.saturating_sub(1)) {
-                    if self.config.key_of(msg) == key {
-                        found |= Self::bit(msg);
-                        count += 1;
-                        if count == self.config.queue {
-                            // `refill.lua` answers the id of the last entry
-                            // found: the next read-back starts after it.
-                            return Reply::Refilled {
-                                found,
-                                next: Some(msg + 1),
-                            };
-                        }
-                    }
-                }
-                Reply::Refilled { found, next: None }
-            }
         }
     }
 
-    /// An entry read: queued to its key, or skipped when the key's queue is
-    /// full (or the key has skipped entries already).
+    /// An entry read: queued to its key, or moved past (kept behind the
+    /// queue) when the key's queue is full or the key has entries moved
+    /// past already.
     fn dispatch(&self, owner: &mut Owner, msg: u8) {
         let key = &mut owner.keys[usize::from(self.config.key_of(msg))];
-        if let Some((_, to)) = &mut key.skipped {
-            *to = msg;
-        } else if self.config.queue > 0 && key.queue.len() >= usize::from(self.config.queue) {
-            key.skipped = Some((msg, msg));
+        let behind = !key.moved_past.is_empty() && !self.has(HashedMutant::QueueAheadOfMovedPast);
+        if behind || key.queue.len() >= self.queue_bound() {
+            key.moved_past.push(msg);
         } else {
             key.queue.push(msg);
+        }
+    }
+
+    /// The most entries a key's queue holds.
+    fn queue_bound(&self) -> usize {
+        match self.config.queue {
+            0 => usize::MAX,
+            queue => usize::from(queue),
         }
     }
 
@@ -1349,21 +1319,6 @@ impl Hashed {
                         } else {
                             Mode::Holding
                         };
-                    }
-                    (Op::Refill { to, .. }, Reply::Refilled { found, next }) => {
-                        key.queue.extend((0..8).filter(|m| found & Self::bit(*m) != 0));
-                        if let Some((from, now_to)) = &mut key.skipped {
-                            match next {
-                                Some(next) => *from = next,
-                                // Read up to where the span ended when the
-                                // read-back began; the reader may have skipped
-                                // more of the key since.
-                                None if *now_to == to || self.has(HashedMutant::RefillForgetsLateSkips) => {
-                                    key.skipped = None;
-                                }
-                                None => *from = to + 1,
-                            }
-                        }
                     }
                     _ => {
                         key.running = None;

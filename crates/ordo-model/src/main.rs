@@ -61,7 +61,7 @@ enum Command {
         mutant: Option<HashedMutant>,
         /// The configuration to explore: full (the default: 2 keys × 2
         /// messages, a stall), stall (the same with 3 messages), crash, skip
-        /// (a queue of one entry per key: the reader skips past a saturated
+        /// (a queue of one entry per key: the reader moves past a saturated
         /// key), park (a poison message parks its key; one instance),
         /// skip-park (both), park-crash or park-stall (park with two
         /// instances), resend (lost commit replies, resent; one instance)

@@ -40,7 +40,7 @@ fn a_crashed_hashed_owner_keeps_every_per_key_property() {
 }
 
 #[test]
-fn skipping_past_a_saturated_key_and_reading_it_back_keeps_every_per_key_property() {
+fn moving_past_a_saturated_key_and_filling_its_queue_again_keeps_every_per_key_property() {
     let report = check_hashed(HashedConfig::SKIP, None);
     assert_clean(&report);
     assert!(report.states > 100_000, "only {} states explored", report.states);
@@ -54,7 +54,7 @@ fn a_parked_key_holds_until_resolved_while_the_other_key_flows() {
 }
 
 #[test]
-fn a_parked_key_with_skipped_entries_holds_them_in_order() {
+fn a_parked_key_with_entries_moved_past_holds_them_in_order() {
     let report = check_hashed(HashedConfig::SKIP_PARK, None);
     assert_clean(&report);
     assert!(report.states > 100_000, "only {} states explored", report.states);
@@ -99,8 +99,8 @@ fn every_hashed_mutant_breaks_the_per_key_property_it_is_about() {
             "no key's effect lands before its earlier messages' effects",
         ),
         (
-            HashedMutant::RefillForgetsLateSkips,
-            "once faults stop, every published message is handled",
+            HashedMutant::QueueAheadOfMovedPast,
+            "each key's effects land in publish order",
         ),
         (
             HashedMutant::ResolvedKeySkipsHeld,

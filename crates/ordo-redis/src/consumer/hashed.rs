@@ -13,12 +13,13 @@
 //!   started is read back by the next owner as pending entries and runs
 //!   once; no count is kept per delivery, only failed attempts count.
 //! - **Fairness and memory.** A key's queue holds at most [`KEY_QUEUE`]
-//!   entries; the reader moves on past a saturated key and only remembers
-//!   where the key's skipped entries lie in the lane (delivered and
-//!   pending), reading them back in order once the key's queue empties. A
-//!   hot key cannot starve the others, and the partition keeps at most
-//!   [`READ_AHEAD`] entries in memory, moves past at most [`SKIP_AHEAD`],
-//!   and runs at most `max_concurrency` keys at once.
+//!   entries; the reader moves on past a saturated key, keeping the key's
+//!   later entries behind its queue, and the queue fills from them, in
+//!   order, once it empties. Each entry is read from Redis once. A hot key
+//!   cannot starve the others, and the partition keeps at most
+//!   [`READ_AHEAD`] entries queued, at most [`MOVE_PAST`] entries and
+//!   [`MOVE_PAST_BYTES`] moved past, and runs at most `max_concurrency`
+//!   keys at once.
 //! - **Parking.** A poison message parks its key, not the partition: it and
 //!   the key's later messages move to the key's held stream (see
 //!   [`crate::owner::parking`]), every other key keeps flowing, and the lanes can
@@ -59,13 +60,15 @@ pub(crate) const KEY_QUEUE: usize = 16;
 /// handled); the reader waits while there are more.
 pub(crate) const READ_AHEAD: usize = 512;
 
-/// The most entries of one partition the reader moves past (skipped, left
-/// in the lane, read back later): beyond it the reader waits, so a
-/// partition with one busy key is not read ahead without end.
-pub(crate) const SKIP_AHEAD: usize = 2048;
+/// The most entries of one partition the reader moves past (kept behind
+/// their keys' full queues): beyond it the reader waits, so a partition
+/// with one busy key is not read ahead without end.
+pub(crate) const MOVE_PAST: usize = 2048;
 
-/// How many lane entries one read-back of a key's skipped entries looks at.
-const REFILL_SCAN: usize = 2048;
+/// The most bytes of entries ([`StreamEntry::size`]) one partition keeps
+/// moved past (a bigger entry alone): [`MOVE_PAST`] of a few hundred bytes
+/// each, fewer of bigger ones.
+pub(crate) const MOVE_PAST_BYTES: usize = 1 << 20;
 
 /// Acknowledgements between two trims of a lane.
 const TRIM_EVERY: usize = 64;
@@ -87,12 +90,14 @@ pub(super) struct Hashed<'w> {
 struct State {
     /// The keys with something queued, skipped, running or held aside.
     keys: HashMap<Arc<str>, Key>,
-    /// Entries in memory: queued, or being handled.
+    /// Entries queued, or being handled.
     in_memory: usize,
     /// Acknowledgements so far (every [`TRIM_EVERY`]th trims).
     acked: usize,
-    /// Entries the reader moved past, not read back yet.
-    skipped: usize,
+    /// Entries the reader moved past, not queued yet.
+    moved_past: usize,
+    /// Their bytes ([`StreamEntry::size`]).
+    moved_past_bytes: usize,
     /// Key runs going on.
     runs: usize,
     /// Keys with something to do, waiting for a run (at most
@@ -104,14 +109,18 @@ struct State {
 }
 
 impl State {
-    /// Whether the reader must wait: too much in memory, or moved past.
+    /// Whether the reader must wait: too much queued, or moved past.
     fn over(&self) -> bool {
-        self.in_memory >= READ_AHEAD || self.skipped >= SKIP_AHEAD
+        self.in_memory >= READ_AHEAD
+            || self.moved_past >= MOVE_PAST
+            || self.moved_past_bytes >= MOVE_PAST_BYTES
     }
 
     /// Whether a waiting reader may read again (half of each bound free).
     fn room(&self) -> bool {
-        self.in_memory <= READ_AHEAD / 2 && self.skipped <= SKIP_AHEAD / 2
+        self.in_memory <= READ_AHEAD / 2
+            && self.moved_past <= MOVE_PAST / 2
+            && self.moved_past_bytes <= MOVE_PAST_BYTES / 2
     }
 }
 
@@ -120,9 +129,9 @@ struct Key {
     queue: VecDeque<Queued>,
     /// Whether a run of the key is going on (at most one at a time).
     running: bool,
-    /// Per lane (primary, backfill): entries of the key the reader passed
-    /// over, in the lane and pending.
-    skipped: [Option<Skipped>; 2],
+    /// Entries read once the queue was full (or behind such entries), in
+    /// the order read: the queue fills from them once it is empty.
+    moved_past: VecDeque<Queued>,
     mode: Mode,
     slot: Arc<Slot>,
 }
@@ -132,16 +141,6 @@ struct Queued {
     entry: StreamEntry,
     /// Delivered before this owner read it (may have failed attempts).
     pending: bool,
-}
-
-/// Where a key's skipped entries lie in one lane: ids in `(after, up_to]`.
-#[derive(Debug, Clone)]
-struct Skipped {
-    after: String,
-    up_to: String,
-    pending: bool,
-    /// How many of them are not read back yet.
-    count: usize,
 }
 
 /// How a key's messages are handled.
@@ -159,7 +158,6 @@ enum Mode {
 enum Step {
     Run(Queued),
     Hold(Lane, Vec<Queued>),
-    Refill(Lane, Skipped),
     Held,
     Rest,
 }
@@ -199,22 +197,6 @@ fn lane_index(lane: Lane) -> usize {
     }
 }
 
-fn lane_of(index: usize) -> Lane {
-    if index == 0 { Lane::Primary } else { Lane::Backfill }
-}
-
-/// The id just before `id` in a stream (ids are `ms-seq`), so that a
-/// read-back can start after it.
-fn id_before(id: &str) -> String {
-    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
-    let (ms, seq) = (ms.parse::<u64>().unwrap_or(0), seq.parse::<u64>().unwrap_or(0));
-    match (ms, seq) {
-        (0, 0) => "0-0".to_owned(),
-        (ms, 0) => format!("{}-{}", ms - 1, u64::MAX),
-        (ms, seq) => format!("{ms}-{}", seq - 1),
-    }
-}
-
 impl<'w> Hashed<'w> {
     pub(super) fn new(worker: &'w Worker) -> Self {
         let partition = &worker.unit.partitions[0];
@@ -238,7 +220,7 @@ impl<'w> Hashed<'w> {
         Key {
             queue: VecDeque::new(),
             running: false,
-            skipped: [None, None],
+            moved_past: VecDeque::new(),
             mode,
             slot: Arc::new(Slot::of_key(Arc::from(key), own)),
         }
@@ -328,7 +310,7 @@ impl<'w> Hashed<'w> {
                             w.control.kill.cancel();
                             continue;
                         }
-                        let (start, full) = self.dispatch(lane, entries, pending);
+                        let (start, full) = self.dispatch(entries, pending);
                         runs.extend(self.admit(start).into_iter().map(|key| self.run_key(key)));
                         if full {
                             reader = Reader::Full;
@@ -564,23 +546,18 @@ impl<'w> Hashed<'w> {
         true
     }
 
-    /// Queues `entries` to their keys (or skips them, for a key whose
+    /// Queues `entries` to their keys (or moves past them, for a key whose
     /// queue is full); returns the keys to start a run for, and whether
     /// memory is full (the reader then waits for [`Hashed::room`]).
-    fn dispatch(
-        &self,
-        lane: Lane,
-        entries: Vec<(Arc<str>, StreamEntry)>,
-        pending: bool,
-    ) -> (Vec<Arc<str>>, bool) {
+    fn dispatch(&self, entries: Vec<(Arc<str>, StreamEntry)>, pending: bool) -> (Vec<Arc<str>>, bool) {
         let mut guard = self.state();
         let State {
             keys,
             in_memory,
-            skipped: moved_past,
+            moved_past,
+            moved_past_bytes,
             ..
         } = &mut *guard;
-        let at = lane_index(lane);
         let mut start = Vec::new();
         for (key, entry) in entries {
             let state = match keys.get_mut(&key) {
@@ -589,21 +566,11 @@ impl<'w> Hashed<'w> {
                     .entry(key.clone())
                     .or_insert(self.new_key(&key, Mode::Flowing)),
             };
-            if let Some(skipped) = &mut state.skipped[at] {
-                skipped.up_to = entry.id().to_owned();
-                skipped.pending |= pending;
-                skipped.count += 1;
+            if state.queue.len() >= KEY_QUEUE || !state.moved_past.is_empty() {
+                // Full, or behind entries moved past before.
                 *moved_past += 1;
-            } else if state.queue.len() >= KEY_QUEUE || state.skipped.iter().any(Option::is_some) {
-                // Full, or behind skipped entries of the other lane (read
-                // back primary lane first, as a per-key partition reads).
-                state.skipped[at] = Some(Skipped {
-                    after: id_before(entry.id()),
-                    up_to: entry.id().to_owned(),
-                    pending,
-                    count: 1,
-                });
-                *moved_past += 1;
+                *moved_past_bytes += entry.size();
+                state.moved_past.push_back(Queued { entry, pending });
             } else {
                 state.queue.push_back(Queued { entry, pending });
                 *in_memory += 1;
@@ -699,7 +666,22 @@ impl<'w> Hashed<'w> {
     /// What `key`'s run does next; a run that rests lets go of the key
     /// (and forgets a key with nothing left).
     fn next_step(&self, key: &Arc<str>) -> Step {
-        let mut state = self.state();
+        let mut guard = self.state();
+        let state = &mut *guard;
+        let Some(entry) = state.keys.get_mut(key) else {
+            return Step::Rest;
+        };
+        if entry.queue.is_empty() && !entry.moved_past.is_empty() {
+            // The next queue's worth of the entries moved past, in order.
+            let up = entry.moved_past.len().min(KEY_QUEUE);
+            for queued in entry.moved_past.drain(..up) {
+                state.moved_past -= 1;
+                state.moved_past_bytes -= queued.entry.size();
+                state.in_memory += 1;
+                entry.queue.push_back(queued);
+            }
+            self.notify_room(state);
+        }
         let Some(entry) = state.keys.get_mut(key) else {
             return Step::Rest;
         };
@@ -714,10 +696,6 @@ impl<'w> Hashed<'w> {
                 batch.extend(entry.queue.pop_front());
             }
             return Step::Hold(lane, batch);
-        }
-        if let Some(at) = entry.skipped.iter().position(Option::is_some) {
-            let skipped = entry.skipped[at].clone().expect("a skipped span");
-            return Step::Refill(lane_of(at), skipped);
         }
         match entry.mode {
             Mode::Holding => Step::Held,
@@ -798,11 +776,6 @@ impl<'w> Hashed<'w> {
                             Err(_) => return KeyEnd::Stop,
                         }
                     }
-                    Step::Refill(lane, skipped) => {
-                        if let Some(end) = self.refill(&key, lane, skipped).await {
-                            return end;
-                        }
-                    }
                     Step::Held => {
                         if let Some(end) = self.run_held(&key, &slot).await {
                             return end;
@@ -811,59 +784,6 @@ impl<'w> Hashed<'w> {
                 }
             }
         })
-    }
-
-    /// Reads back the next entries of `key` that the reader skipped.
-    async fn refill(&self, key: &Arc<str>, lane: Lane, skipped: Skipped) -> Option<KeyEnd> {
-        let w = self.worker;
-        let read = w
-            .until_answered("reading back a key's skipped entries", true, || {
-                w.held(self.partition).refill(
-                    lane,
-                    key,
-                    (&skipped.after, &skipped.up_to),
-                    KEY_QUEUE,
-                    REFILL_SCAN,
-                )
-            })
-            .await;
-        let (found, last) = match read {
-            Ok(Ok(read)) => read,
-            Ok(Err(_)) | Err(Handled::Lost) => return Some(KeyEnd::Lost),
-            Err(_) => return Some(KeyEnd::Stop),
-        };
-        let mut guard = self.state();
-        let State {
-            keys,
-            in_memory,
-            skipped: moved_past,
-            ..
-        } = &mut *guard;
-        let entry = keys.get_mut(key)?;
-        *in_memory += found.len();
-        let read_back = found.len();
-        entry.queue.extend(found.into_iter().map(|entry| Queued {
-            entry,
-            pending: skipped.pending,
-        }));
-        let at = lane_index(lane);
-        if let Some(now) = &mut entry.skipped[at] {
-            now.count = now.count.saturating_sub(read_back);
-            *moved_past = moved_past.saturating_sub(read_back);
-            match last {
-                Some(last) => now.after = last,
-                // Read back up to where the span ended when the read began;
-                // the reader may have skipped more of the key since. What
-                // is left uncounted was deleted from the lane meanwhile.
-                None if now.up_to == skipped.up_to => {
-                    *moved_past = moved_past.saturating_sub(now.count);
-                    entry.skipped[at] = None;
-                }
-                None => now.after = skipped.up_to,
-            }
-        }
-        self.notify_room(&mut guard);
-        None
     }
 
     /// Runs the next held message of resolved `key` (or finds it holds no
@@ -940,17 +860,5 @@ impl<'w> Hashed<'w> {
             names = names.closing_in(own);
         }
         w.ack(slot, &names, entry, trim).await.is_some()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::id_before;
-
-    #[test]
-    fn the_id_before_an_entry_id() {
-        assert_eq!(id_before("5-3"), "5-2");
-        assert_eq!(id_before("5-0"), format!("4-{}", u64::MAX));
-        assert_eq!(id_before("0-0"), "0-0");
     }
 }

@@ -19,7 +19,7 @@ use crate::owner::ack::{self, Ack};
 use crate::owner::lease::{self, Lease, Owner};
 use crate::store::calls;
 pub(crate) use crate::store::calls::lane_name;
-use crate::store::calls::partition::{Halt, Read, Reap, Refill};
+use crate::store::calls::partition::{Halt, Read, Reap};
 use crate::store::keys::{LeaseKeys, PartitionKeys};
 use crate::store::scripts::RawEntry;
 
@@ -46,6 +46,18 @@ pub struct StreamEntry {
 const FIELDS: [&str; 3] = ["type", "key", "envelope"];
 
 impl StreamEntry {
+    /// About how many bytes the entry holds in memory: its fields and
+    /// their text, to bound what an owner keeps read ahead.
+    pub(crate) fn size(&self) -> usize {
+        let text = |value: &Option<String>| value.as_ref().map_or(0, String::len);
+        std::mem::size_of::<Self>()
+            + self.id.len()
+            + text(&self.type_name)
+            + text(&self.key)
+            + text(&self.envelope)
+            + self.binary.iter().map(|(_, value)| value.len()).sum::<usize>()
+    }
+
     pub(crate) fn from_raw(raw: RawEntry, lane: Lane) -> Self {
         let binary = FIELDS
             .iter()
@@ -683,43 +695,6 @@ impl Held<'_> {
             calls::partition::read_hashed(&partitions.client, lease.fence(), partition, group, count, after)
                 .await?;
         Ok(read_outcome(read))
-    }
-
-    /// The fenced read-back of `key`'s entries of `partition`'s `lane` with
-    /// ids in `(after, up_to]` (delivered, pending, and not kept in memory
-    /// by the owner of the hashed partition): at most `count` of them,
-    /// looking at no more than `scan` entries of the lane. Returns them and
-    /// the id looked at last, or `None` when the read reached `up_to`.
-    pub(crate) async fn refill(
-        self,
-        lane: Lane,
-        key: &str,
-        (after, up_to): (&str, &str),
-        count: usize,
-        scan: usize,
-    ) -> Result<(Vec<StreamEntry>, Option<String>)> {
-        let Held {
-            partitions,
-            lease,
-            partition,
-            ..
-        } = self;
-        let refill = Refill {
-            fence: lease.fence(),
-            partition,
-            lane,
-            key,
-            after,
-            up_to,
-            count,
-            scan,
-        };
-        let (entries, last) = calls::partition::refill(&partitions.client, refill).await?;
-        let entries = entries
-            .into_iter()
-            .map(|raw| StreamEntry::from_raw(raw, lane))
-            .collect();
-        Ok((entries, last))
     }
 
     /// [`Partitions::ack_attempt`]; `had_failures`: whether the ids may have

@@ -81,7 +81,6 @@ scripts! {
     release: include_str!("lua/release.lua"),
     read: include_str!("lua/read.lua"),
     read_hashed: include_str!("lua/read_hashed.lua"),
-    refill: include_str!("lua/refill.lua"),
     park: include_str!("lua/park.lua"),
     hold: include_str!("lua/hold.lua"),
     held: include_str!("lua/held.lua"),

@@ -497,17 +497,7 @@ async fn a_batch_s_calls_take_each_stream_s_publications_together() -> anyhow::R
         .flat_map(|seq| keys.iter().enumerate().map(move |(k, key)| (seq, k as u64, key)))
         .map(|(seq, k, key)| produced(&category, key, seq, &producer, seq * 4 + k))
         .collect();
-    let hgets = async || -> anyhow::Result<u64> {
-        let stats: String = client
-            .next()
-            .info(Some(fred::types::InfoKind::CommandStats))
-            .await?;
-        Ok(stats
-            .lines()
-            .find_map(|line| line.strip_prefix("cmdstat_hget:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(Ok(0), str::parse)?)
-    };
+    let hgets = async || common::command_stat(&client, "hget", "calls").await;
     let before = hgets().await?;
     broker.publish(&batch).await?;
     assert_eq!(hgets().await? - before, 4, "one producer record read per stream");

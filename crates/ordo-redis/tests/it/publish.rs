@@ -10,10 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use fred::clients::Pool;
-use fred::interfaces::{
-    ClientLike, FunctionInterface, KeysInterface, LuaInterface, SetsInterface, StreamsInterface,
-};
-use fred::types::{InfoKind, Value};
+use fred::interfaces::{FunctionInterface, KeysInterface, LuaInterface, SetsInterface, StreamsInterface};
+use fred::types::Value;
 use ordo_core::contract::broker::{Broker, Publication};
 use ordo_core::contract::key::Lane;
 use ordo_redis::internals::{Partitions, ReadOutcome, ReapOutcome};
@@ -308,21 +306,10 @@ async fn a_batch_over_many_slots_keeps_each_key_in_order_and_every_category_is_f
 
 /// A node's `FCALL` calls and failed calls, from its `INFO commandstats`.
 async fn fcall_stats(node: &Pool) -> anyhow::Result<(u64, u64)> {
-    let info: String = node.next().info(Some(InfoKind::CommandStats)).await?;
-    let Some(line) = info
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("cmdstat_fcall:"))
-    else {
-        return Ok((0, 0));
-    };
-    let field = |name: &str| -> anyhow::Result<u64> {
-        line.split(',')
-            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
-            .with_context(|| format!("no {name} in `{line}`"))?
-            .parse()
-            .with_context(|| format!("{name} in `{line}`"))
-    };
-    Ok((field("calls")?, field("failed_calls")?))
+    Ok((
+        common::command_stat(node, "fcall", "calls").await?,
+        common::command_stat(node, "fcall", "failed_calls").await?,
+    ))
 }
 
 /// A client on each primary of `cluster` alone, by node index.

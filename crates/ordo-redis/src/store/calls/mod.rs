@@ -5,7 +5,7 @@
 //! result; the wings above call these and never a script.
 //!
 //! One file per group of scripts, beside their Lua: [`lease`] (`acquire`,
-//! `renew`, `release`), [`partition`] (`read`, `read_hashed`, `refill`,
+//! `renew`, `release`), [`partition`] (`read`, `read_hashed`,
 //! `close`, `halt`, `reap`), [`parking`] (`park`, `hold`, `held`,
 //! `ack_held`), [`ack`] (`ack`: many acknowledgements in one call),
 //! [`fence`] (`commit`: a handler's fenced writes), [`consumer`]

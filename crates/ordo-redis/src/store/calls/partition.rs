@@ -1,5 +1,5 @@
 //! The scripts of a partition's owner: `read.lua`, `read_hashed.lua`,
-//! `refill.lua`, `close.lua`, `halt.lua`, `reap.lua`.
+//! `close.lua`, `halt.lua`, `reap.lua`.
 
 use std::time::Duration;
 
@@ -126,54 +126,6 @@ fn read_reply(script: &'static str, reply: &mut Reply) -> Result<Read> {
         "gone" => Ok(Read::Gone),
         _ => Err(reply.unexpected("unknown outcome")),
     }
-}
-
-/// The arguments of `refill.lua`: `key`'s entries of `partition`'s `lane`
-/// with ids in `(after, up_to]`, at most `count` of them, looking at no
-/// more than `scan` entries.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Refill<'a> {
-    pub(crate) fence: Fence<'a>,
-    pub(crate) partition: &'a PartitionKeys,
-    pub(crate) lane: Lane,
-    pub(crate) key: &'a str,
-    pub(crate) after: &'a str,
-    pub(crate) up_to: &'a str,
-    pub(crate) count: usize,
-    pub(crate) scan: usize,
-}
-
-/// `refill.lua`, under the fence. Returns the entries and the id looked at
-/// last, or `None` when the read reached `up_to`.
-pub(crate) async fn refill<C>(client: &C, refill: Refill<'_>) -> Result<(Vec<RawEntry>, Option<String>)>
-where
-    C: FunctionInterface + Send + Sync,
-{
-    let Refill {
-        fence,
-        partition,
-        lane,
-        key,
-        after,
-        up_to,
-        count,
-        scan,
-    } = refill;
-    let script = &SCRIPTS.refill;
-    let keys = vec![fence.lease.to_owned(), partition.lane(lane).to_owned()];
-    let args = vec![
-        Value::from(fence.value),
-        Value::from(key),
-        Value::from(after),
-        Value::from(up_to),
-        Value::from(i64::try_from(count).unwrap_or(i64::MAX)),
-        Value::from(i64::try_from(scan).unwrap_or(i64::MAX)),
-    ];
-    let mut reply =
-        Reply::parse(script, script.run(client, keys, args).await?)?.unfenced(fence.lease, fence.value)?;
-    let entries = parse_entries(script.name(), reply.take(0)?)?;
-    let last = reply.string(1)?;
-    Ok((entries, (!last.is_empty()).then_some(last)))
 }
 
 /// `close.lua`: closes attempt `attempt` in the attempt sequence

@@ -42,6 +42,28 @@ pub async fn pool(url: &str) -> anyhow::Result<Pool> {
     Ok(pool)
 }
 
+/// Field `field` (`calls`, `failed_calls`, ...) of `command`'s line in the
+/// `INFO commandstats` of the node `client` talks to (0 before its first
+/// call). Commands a script runs count too.
+pub async fn command_stat(client: &Pool, command: &str, field: &str) -> anyhow::Result<u64> {
+    let info: String = client
+        .next()
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await?;
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(prefix.as_str()))
+    else {
+        return Ok(0);
+    };
+    line.split(',')
+        .find_map(|stat| stat.strip_prefix(field)?.strip_prefix('='))
+        .with_context(|| format!("no {field} in `{line}`"))?
+        .parse()
+        .with_context(|| format!("{field} in `{line}`"))
+}
+
 /// A domain config with fast timings for tests.
 pub fn config(lease_ttl_ms: u64, reap_idle_ms: u64, max_retries: u32) -> ordo_core::contract::config::Config {
     let text = format!(
