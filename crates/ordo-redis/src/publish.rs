@@ -23,7 +23,7 @@
 //! serves fails the call (see [`publish`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::{Client, Pool};
@@ -172,7 +172,6 @@ pub(crate) async fn publish(
             target: Arc::clone(target),
             stream: *stream,
             previous: previous.unwrap_or(0),
-            encoded: OnceLock::new(),
         });
     }
     let batch = Batch::new(publications, prepared, limits, by_producer(dedup, publications));
@@ -236,7 +235,7 @@ type Destination<'a> = (&'a str, Option<&'a str>, Lane);
 /// them are written.
 struct Batch<'a> {
     publications: &'a [Publication],
-    /// By position: where each publication goes, and its encoding once made.
+    /// By position: where each publication goes.
     prepared: Vec<Prepared>,
     limits: Limits,
     /// Every publication is deduplicated by producer sequence (see
@@ -281,48 +280,69 @@ impl<'a> Batch<'a> {
         *self.refused.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Publication `position` encoded for its call (once: a call sent
-    /// again reuses it).
-    fn encoded(&self, position: usize) -> Result<&Encoded, Error> {
-        let prepared = &self.prepared[position];
-        if let Some(encoded) = prepared.encoded.get() {
-            return Ok(encoded);
-        }
-        let encoded = Encoded::of(
-            &self.publications[position],
-            &prepared.target,
-            prepared.previous,
-            self.producer.is_some(),
-        )?;
-        Ok(prepared.encoded.get_or_init(|| encoded))
-    }
-
-    /// The next chunk of `positions` from `*next` on, for one script call:
-    /// at most [`CHUNK`] publications and [`Limits::call_bytes`] of
-    /// messages, or one bigger message alone; empty when none is left. Each
-    /// publication is encoded here, as its call is formed, so the first
-    /// calls go out while the rest of the batch is still to encode. A
-    /// publication that cannot be encoded ends the chunk before it, with
-    /// the error.
-    fn next_chunk<'p>(
-        &self,
-        positions: &'p [usize],
-        next: &mut usize,
-    ) -> Result<&'p [usize], (&'p [usize], Error)> {
-        let (start, mut bytes) = (*next, 0);
-        while let Some(&position) = positions.get(*next) {
-            let size = match self.encoded(position) {
-                Ok(encoded) => encoded.bytes,
-                Err(error) => return Err((&positions[start..*next], error)),
+    /// The next chunk of `positions` from `cursor` on, for one script
+    /// call: at most [`CHUNK`] publications and [`Limits::call_bytes`] of
+    /// messages, or one bigger message alone; empty when none is left.
+    /// Each message is encoded here, as its call is formed, so the first
+    /// calls go out while the rest of the batch is still to encode, and
+    /// moves into its call (a call sent again encodes it again). A
+    /// publication that cannot be encoded ends the chunk before it, and
+    /// comes back as the error beside it.
+    fn next_chunk<'p>(&self, positions: &'p [usize], cursor: &mut Cursor) -> (Chunk<'p>, Option<Error>) {
+        let start = cursor.next;
+        let (mut bytes, mut messages, mut unencodable) = (0, Vec::new(), None);
+        while let Some(&position) = positions.get(cursor.next) {
+            let json = match cursor
+                .carried
+                .take()
+                .map_or_else(|| json_of(&self.publications[position]), Ok)
+            {
+                Ok(json) => json,
+                Err(error) => {
+                    unencodable = Some(error);
+                    break;
+                }
             };
-            let taken = *next - start;
-            if taken > 0 && (taken == CHUNK || bytes + size > self.limits.call_bytes) {
+            let taken = cursor.next - start;
+            if taken > 0 && (taken == CHUNK || bytes + json.len() > self.limits.call_bytes) {
+                // The first of the next chunk.
+                cursor.carried = Some(json);
                 break;
             }
-            bytes += size;
-            *next += 1;
+            bytes += json.len();
+            messages.push(json);
+            cursor.next += 1;
         }
-        Ok(&positions[start..*next])
+        let chunk = Chunk {
+            positions: &positions[start..cursor.next],
+            messages,
+        };
+        (chunk, unencodable)
+    }
+
+    /// Publication `position` with its message `json`, as its call takes it.
+    fn arguments(&self, position: usize, json: Vec<u8>) -> calls::publish::Publication<'_> {
+        let publication = &self.publications[position];
+        let prepared = &self.prepared[position];
+        let envelope = &publication.envelope;
+        let sequence = self::position(publication);
+        calls::publish::Publication {
+            type_name: &envelope.type_name,
+            json,
+            id: &envelope.id,
+            sequence,
+            hashed_key: match &publication.key {
+                Some(key) if prepared.target.hashed => key,
+                _ => "",
+            },
+            epoch: sequence
+                .and(envelope.metadata.get(POSITION_EPOCH_METADATA))
+                .map_or("", String::as_str),
+            producer: publication
+                .producer
+                .as_ref()
+                .map(|p| (&*p.producer, p.sequence, prepared.previous)),
+        }
     }
 
     /// The positions not written yet, in batch order.
@@ -417,21 +437,22 @@ async fn publish_group(
             .get_or_insert(error);
     };
     let failed = || failure.lock().unwrap_or_else(PoisonError::into_inner).is_some();
-    let mut next = 0;
+    let mut cursor = Cursor::default();
     let mut out = FuturesOrdered::new();
     loop {
         while out.len() < batch.in_flight && !failed() {
-            let (chunk, unencodable) = match batch.next_chunk(positions, &mut next) {
-                Ok(chunk) => (chunk, None),
-                // What precedes it goes; it and what follows do not.
-                Err((before, error)) => (before, Some(error)),
-            };
-            if !chunk.is_empty() {
-                out.push_back(async move { (chunk, publish_chunk(client, dedup, batch, chunk).await) });
+            // With an error, what precedes it goes; it and what follows do not.
+            let (chunk, unencodable) = batch.next_chunk(positions, &mut cursor);
+            let empty = chunk.positions.is_empty();
+            if !empty {
+                out.push_back(async move {
+                    let positions = chunk.positions;
+                    (positions, publish_chunk(client, dedup, batch, chunk).await)
+                });
             }
             match unencodable {
                 Some(error) => fail(error),
-                None if chunk.is_empty() => break,
+                None if empty => break,
                 None => {}
             }
         }
@@ -475,30 +496,29 @@ async fn list_slots(client: &Pool, listed: &ListedSlots, prepared: &[Prepared]) 
 }
 
 /// Publishes `chunk` (positions of `batch`, all served by the node `client`
-/// sends the call to) in one script call; on failure says how many of it
-/// were written.
+/// sends the call to, and their messages) in one script call; on failure
+/// says how many of it were written.
 async fn publish_chunk(
     client: &Client,
     dedup: Dedup,
     batch: &Batch<'_>,
-    chunk: &[usize],
+    chunk: Chunk<'_>,
 ) -> Result<(), (usize, Error)> {
-    let Some(&first) = chunk.first() else {
+    let Chunk { positions, messages } = chunk;
+    let Some(&first) = positions.first() else {
         return Ok(());
     };
     // The call's streams, each named once, numbered in order of appearance.
     let mut numbers: HashMap<&str, usize> = HashMap::new();
     let mut streams: Vec<&[Value]> = Vec::new();
-    let mut publications = Vec::with_capacity(chunk.len());
-    for &position in chunk {
+    let mut publications = Vec::with_capacity(positions.len());
+    for (&position, json) in positions.iter().zip(messages) {
         let target = &batch.prepared[position].target;
-        // Encoded when the chunk was formed: this reads it.
-        let encoded = batch.encoded(position).map_err(|error| (0, error))?;
         let number = *numbers.entry(&target.stream).or_insert_with(|| {
             streams.push(&target.args);
             streams.len() - 1
         });
-        publications.push((number, encoded.args.as_slice()));
+        publications.push((number, batch.arguments(position, json)));
     }
     let published = calls::publish::publish(
         client,
@@ -525,13 +545,13 @@ async fn publish_chunk(
             ),
         )),
         Published::Conflict { written, recorded } => {
-            let Some(&position) = chunk.get(written) else {
+            let Some(&position) = positions.get(written) else {
                 return Err((
                     written,
                     calls::publish::protocol("conflict past the end of the call (tag `conflict`)"),
                 ));
             };
-            let encoded = batch.encoded(position).map_err(|error| (written, error))?;
+            let publication = &batch.publications[position];
             let (recorded_position, recorded_epoch) = match recorded.split_once('/') {
                 Some((seq, epoch)) => (seq.parse().unwrap_or(0), epoch.to_owned()),
                 None => (recorded.parse().unwrap_or(0), String::new()),
@@ -540,9 +560,14 @@ async fn publish_chunk(
             Err((
                 written,
                 Error::HistoryConflict {
-                    scope: encoded.scope.clone(),
-                    position: encoded.position.unwrap_or(0),
-                    epoch: encoded.epoch.clone(),
+                    scope: scope_of(publication),
+                    position: self::position(publication).unwrap_or(0),
+                    epoch: publication
+                        .envelope
+                        .metadata
+                        .get(POSITION_EPOCH_METADATA)
+                        .cloned()
+                        .unwrap_or_default(),
                     recorded_position,
                     recorded_epoch,
                 },
@@ -551,8 +576,8 @@ async fn publish_chunk(
     }
 }
 
-/// A publication of a batch: where it goes, after which of its producer's
-/// publications, and its encoding once its call is formed.
+/// A publication of a batch: where it goes, and after which of its
+/// producer's publications.
 struct Prepared {
     /// Its stream, shared with the batch's other publications there.
     target: Arc<Target>,
@@ -561,77 +586,45 @@ struct Prepared {
     /// The producer's publication before it in its stream, in a call not
     /// answered yet (0: none).
     previous: u64,
-    encoded: OnceLock<Encoded>,
 }
 
-/// A publication encoded for its script call.
-struct Encoded {
-    /// The size of its message (envelope JSON).
-    bytes: usize,
-    /// Its position scope, for people (`order:c-1`, `order:c-1 (backfill)`,
-    /// `order`), when it has a position (else empty: only a position
-    /// conflicts).
-    scope: String,
-    /// Its position, if any, and the identity of the history it belongs to.
-    position: Option<u64>,
-    epoch: String,
-    /// Its [`ARGS_PER_PUBLICATION`](calls::publish::ARGS_PER_PUBLICATION)
-    /// script arguments, or its
-    /// [`ARGS_PER_PRODUCED`](calls::publish::ARGS_PER_PRODUCED) in a call
-    /// naming its producer once.
-    args: Vec<Value>,
+/// Where a group's next call starts: the position in the group, and the
+/// message of that publication when encoded already (it did not fit in
+/// the call before).
+#[derive(Default)]
+struct Cursor {
+    next: usize,
+    carried: Option<Vec<u8>>,
 }
 
-impl Encoded {
-    /// `publication` to `target`, after the producer's publication
-    /// `previous` there (0: none in a call not answered yet); laid out
-    /// for a call naming its producer once when `produced`.
-    fn of(publication: &Publication, target: &Target, previous: u64, produced: bool) -> Result<Self, Error> {
-        let envelope = &publication.envelope;
-        let json = serde_json::to_string(envelope).map_err(|source| Error::Encode {
-            message_id: envelope.id.clone(),
-            source,
-        })?;
-        let bytes = json.len();
-        let position = position(publication);
-        let epoch = position
-            .and(envelope.metadata.get(POSITION_EPOCH_METADATA))
-            .cloned()
-            .unwrap_or_default();
-        let scope = match (position, &publication.key, publication.lane) {
-            (None, _, _) => String::new(),
-            (Some(_), Some(key), Lane::Primary) => format!("{}:{key}", publication.category),
-            (Some(_), Some(key), Lane::Backfill) => format!("{}:{key} (backfill)", publication.category),
-            (Some(_), None, _) => publication.category.clone(),
-        };
-        let arguments = calls::publish::Publication {
-            type_name: &envelope.type_name,
-            json,
-            id: &envelope.id,
-            sequence: position,
-            hashed_key: if target.hashed {
-                publication.key.clone().unwrap_or_default()
-            } else {
-                String::new()
-            },
-            epoch: &epoch,
-            producer: publication
-                .producer
-                .as_ref()
-                .map(|p| (&*p.producer, p.sequence, previous)),
-        };
-        let args = if produced {
-            arguments.into_produced_args()
-        } else {
-            arguments.into_args()
-        };
-        Ok(Self {
-            bytes,
-            scope,
-            position,
-            epoch,
-            args,
-        })
+/// The publications of one script call (positions of the batch) and their
+/// messages, encoded.
+struct Chunk<'p> {
+    positions: &'p [usize],
+    messages: Vec<Vec<u8>>,
+}
+
+/// `publication`'s envelope as JSON, its message in the stream: written
+/// into one allocation sized for it (the payload, with room for escaping
+/// its quotes, and the envelope's other fields), not grown from a small one.
+fn json_of(publication: &Publication) -> Result<Vec<u8>, Error> {
+    let envelope = &publication.envelope;
+    let estimate = envelope.payload.len() + envelope.payload.len() / 4 + 256;
+    let mut json = Vec::with_capacity(estimate);
+    serde_json::to_writer(&mut json, envelope).map_err(|source| Error::Encode {
+        message_id: envelope.id.clone(),
+        source,
+    })?;
+    Ok(json)
+}
+
+/// `publication`'s position scope, for people (`order:c-1`,
+/// `order:c-1 (backfill)`, `order`).
+fn scope_of(publication: &Publication) -> String {
+    match (&publication.key, publication.lane) {
+        (Some(key), Lane::Primary) => format!("{}:{key}", publication.category),
+        (Some(key), Lane::Backfill) => format!("{}:{key} (backfill)", publication.category),
+        (None, _) => publication.category.clone(),
     }
 }
 

@@ -42,6 +42,9 @@ const DEFAULT_BATCH_SIZE: usize = 1024;
 /// two batches a small share of it.
 const READ_AHEAD_BATCH_SIZE: usize = 16_384;
 
+/// Rows one read of an outbox read ahead takes (see [`OutboxProcessor::fetch`]).
+const FETCH_SLICE: usize = 256;
+
 /// How many bytes of messages one fetch holds at most, by default (rows are
 /// bounded to the domain's `max_payload_bytes`, 4 MiB by default).
 pub const DEFAULT_BATCH_BYTES: usize = 16 << 20;
@@ -208,6 +211,8 @@ impl OutboxProcessor {
         let mut report = PublishReport::default();
         let mut refused = Refused::default();
         let mut batch = self.fetch(None).await?;
+        // The rows of the batch before, published and not marked yet.
+        let mut unmarked = Vec::new();
         loop {
             let before = report;
             report.abandoned += batch.abandoned;
@@ -215,21 +220,26 @@ impl OutboxProcessor {
                 Some(last) if batch.more && self.producer.is_some() => Some(last),
                 _ => None,
             };
-            // Biased: the batch's first call goes out before the next
-            // batch is read, so the two overlap.
-            let (published, next) = tokio::join!(
+            // Biased: the batch's first call goes out before the batch
+            // before is marked published and the next one read, so they
+            // overlap.
+            let (published, (marked, next)) = tokio::join!(
                 biased;
                 self.publish_batch(batch.publications, &mut report, &mut refused),
                 async {
-                    match ahead {
-                        Some(last) => Some(self.fetch(Some(last)).await),
-                        None => None,
-                    }
+                    let marked = self.mark_published(&std::mem::take(&mut unmarked)).await;
+                    let next = match ahead {
+                        Some(last) if marked.is_ok() => Some(self.fetch(Some(last)).await),
+                        _ => None,
+                    };
+                    (marked, next)
                 }
             );
-            published?;
+            marked?;
+            let published = published?;
             let next = next.transpose()?;
             if report.failed > 0 || !batch.more {
+                self.mark_published(&published).await?;
                 // What was read ahead stays pending for the next run.
                 report.abandoned += next.map_or(0, |next| next.abandoned);
                 return Ok(report);
@@ -237,13 +247,36 @@ impl OutboxProcessor {
             let done = |r: &PublishReport| r.published + r.abandoned + r.refused;
             batch = match next {
                 // What follows this batch (nothing, when nothing does).
-                Some(next) if next.last.is_some() || !next.more => next,
+                Some(next) if next.last.is_some() || !next.more => {
+                    unmarked = published;
+                    next
+                }
                 // A fetch from the start that got nowhere: every row it
                 // read waits behind a refusal.
-                _ if done(&report) == done(&before) => return Ok(report),
-                _ => self.fetch(None).await?,
+                _ if done(&report) == done(&before) => {
+                    self.mark_published(&published).await?;
+                    return Ok(report);
+                }
+                _ => {
+                    // A fetch from the start reads what is not marked.
+                    self.mark_published(&published).await?;
+                    self.fetch(None).await?
+                }
             };
         }
+    }
+
+    /// Marks rows `ids` published, [`FETCH_SLICE`] at a time with a yield
+    /// between, so that a batch published meanwhile on this task sends its
+    /// next calls.
+    async fn mark_published(&self, ids: &[u64]) -> Result<(), OutboxError> {
+        for slice in ids.chunks(FETCH_SLICE) {
+            self.outbox.mark_published(slice).await?;
+            if ids.len() > FETCH_SLICE {
+                tokio::task::yield_now().await;
+            }
+        }
+        Ok(())
     }
 
     /// Publishes pending rows until `shutdown` is cancelled: right after each
@@ -277,58 +310,82 @@ impl OutboxProcessor {
 
     /// The next batch of pending rows (`after` a row id, or from the
     /// first), routed: a row with an invalid key is abandoned at once.
+    ///
+    /// An outbox read ahead ([`Outbox::producer_id`]) is read in slices of
+    /// [`FETCH_SLICE`] rows, yielding between them: the batch published
+    /// meanwhile on this task (see [`OutboxProcessor::publish_pending`])
+    /// sends its next calls as its replies come, instead of waiting for the
+    /// whole read while Redis idles. The slices together hold at most the
+    /// batch's bytes of messages, and at least one row.
     async fn fetch(&self, after: Option<u64>) -> Result<Fetched, OutboxError> {
-        let fetched = match after {
-            Some(after) => {
-                self.outbox
-                    .pending_after(after, self.batch_size, self.batch_bytes)
-                    .await?
-            }
-            None => {
-                self.outbox
-                    .pending_within(self.batch_size, self.batch_bytes)
-                    .await?
-            }
+        let slice = if self.producer.is_some() {
+            FETCH_SLICE
+        } else {
+            self.batch_size
         };
-        let last = fetched.rows.last().map(|row| row.id);
         let mut batch = Fetched {
-            publications: Vec::with_capacity(fetched.rows.len()),
+            publications: Vec::new(),
             abandoned: 0,
-            more: fetched.more,
-            last,
+            more: true,
+            last: None,
         };
-        // Each row's message moves into its publication: no copy of it.
-        for row in fetched.rows {
-            match self.key_of(&row) {
-                Ok(key) => batch.publications.push((row.id, self.route(row, key))),
-                Err(invalid) => {
-                    tracing::warn!(event = crate::contract::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %crate::contract::text::log_text(&invalid.to_string()),
-                        "abandoning outbox row with an invalid partition key");
-                    self.outbox.mark_abandoned(row.id, &invalid.to_string()).await?;
-                    batch.abandoned += 1;
+        let (mut read, mut bytes) = (0, 0);
+        let mut after = after;
+        while batch.more && read < self.batch_size && bytes < self.batch_bytes {
+            let limit = slice.min(self.batch_size - read);
+            let left = self.batch_bytes - bytes;
+            let fetched = match after {
+                Some(after) => self.outbox.pending_after(after, limit, left).await?,
+                None => self.outbox.pending_within(limit, left).await?,
+            };
+            batch.more = fetched.more;
+            let Some(last) = fetched.rows.last().map(|row| row.id) else {
+                break;
+            };
+            (after, batch.last) = (Some(last), Some(last));
+            read += fetched.rows.len();
+            batch.publications.reserve(fetched.rows.len());
+            // Each row's message moves into its publication: no copy of it.
+            for row in fetched.rows {
+                bytes += row.envelope.payload.len();
+                match self.key_of(&row) {
+                    Ok(key) => batch.publications.push((row.id, self.route(row, key))),
+                    Err(invalid) => {
+                        tracing::warn!(event = crate::contract::log_events::OUTBOX_ROW_ABANDONED, row = row.id, message_id = %row.envelope.id, error = %crate::contract::text::log_text(&invalid.to_string()),
+                            "abandoning outbox row with an invalid partition key");
+                        self.outbox.mark_abandoned(row.id, &invalid.to_string()).await?;
+                        batch.abandoned += 1;
+                    }
                 }
             }
+            if self.producer.is_none() {
+                // One read: only an outbox read ahead reads after a row.
+                break;
+            }
+            tokio::task::yield_now().await;
         }
         Ok(batch)
     }
 
+    /// Publishes `pending` (row id, publication); returns the ids of the
+    /// rows published and not marked yet (the caller marks them while the
+    /// next batch goes out).
     async fn publish_batch(
         &self,
         mut pending: Vec<(u64, Publication)>,
         report: &mut PublishReport,
         refused: &mut Refused,
-    ) -> Result<(), OutboxError> {
+    ) -> Result<Vec<u64>, OutboxError> {
         loop {
             let go = self.not_refused(pending, report, refused).await?;
             if go.is_empty() {
-                return Ok(());
+                return Ok(Vec::new());
             }
             let (ids, publications): (Vec<u64>, Vec<Publication>) = go.into_iter().unzip();
             let error = match self.broker.publish(&publications).await {
                 Ok(()) => {
-                    self.outbox.mark_published(&ids).await?;
                     report.published += ids.len();
-                    return Ok(());
+                    return Ok(ids);
                 }
                 Err(error) => error,
             };
@@ -373,7 +430,7 @@ impl OutboxProcessor {
                         self.outbox.mark_failed(failed, &message).await?;
                         report.failed += 1;
                     }
-                    return Ok(());
+                    return Ok(Vec::new());
                 }
             }
         }

@@ -500,17 +500,8 @@ async fn the_next_batch_is_read_while_the_broker_publishes_the_one_before_and_a_
         outbox: Arc::clone(&outbox),
         recording: RecordingBroker::partitioning(),
     };
-    outbox
-        .append((1..=7).map(|n| keyed(["a", "b"][n as usize % 2], n)).collect())
-        .await
-        .unwrap();
-    let processor = OutboxProcessor::new(
-        Arc::clone(&outbox) as Arc<dyn Outbox>,
-        Arc::new(broker.clone()),
-        &Config::default(),
-    )
-    .with_partitioned_categories([("order", "client_id")])
-    .with_batch_size(3);
+    append_keyed(&outbox, 1..=7).await;
+    let processor = read_ahead_processor(&outbox, Arc::new(broker.clone()), 3);
 
     // Rows 1-3, then 4-6, read while 1-3 are out, then 7 while 4-6 are.
     // The last batch is not full: nothing is read behind it.
@@ -522,10 +513,7 @@ async fn the_next_batch_is_read_while_the_broker_publishes_the_one_before_and_a_
     // A failure in a batch drops the batch read behind it: those rows stay
     // pending, untried, and the next run publishes them after the failed
     // one, each once.
-    outbox
-        .append((8..=14).map(|n| keyed(["a", "b"][n as usize % 2], n)).collect())
-        .await
-        .unwrap();
+    append_keyed(&outbox, 8..=14).await;
     broker.recording.fail_next_after(1);
     let report = processor.publish_pending().await.unwrap();
     assert_eq!((report.published, report.failed), (1, 1), "{report:?}");
@@ -551,6 +539,104 @@ async fn the_next_batch_is_read_while_the_broker_publishes_the_one_before_and_a_
     let report = processor.publish_pending().await.unwrap();
     assert_eq!((report.published, report.failed), (6, 0), "{report:?}");
     assert_eq!(amounts(&broker.recording), (1..=14).collect::<Vec<_>>());
+}
+
+/// A broker whose publish of a batch takes many steps (each a yield, as a
+/// wait for Redis's replies is), recording at each step how many reads of
+/// pending rows the outbox has had and how many rows are pending.
+#[derive(Debug, Clone)]
+struct SteppingBroker {
+    outbox: Arc<ObservedOutbox>,
+    recording: RecordingBroker,
+    /// Per publish call: (reads so far, rows pending) at each step.
+    steps: Arc<std::sync::Mutex<Vec<Steps>>>,
+}
+
+/// (reads so far, rows pending) at each step of one publish call.
+type Steps = Vec<(usize, usize)>;
+
+/// Rows `amounts` of keys `a` and `b` in turn, appended to `outbox`.
+async fn append_keyed(outbox: &ObservedOutbox, amounts: std::ops::RangeInclusive<u64>) {
+    outbox
+        .append(amounts.map(|n| keyed(["a", "b"][n as usize % 2], n)).collect())
+        .await
+        .unwrap();
+}
+
+/// A processor of `outbox` (read ahead: it has a producer id) publishing
+/// to `broker` in batches of `batch_size`.
+fn read_ahead_processor(
+    outbox: &Arc<ObservedOutbox>,
+    broker: Arc<dyn Broker>,
+    batch_size: usize,
+) -> OutboxProcessor {
+    OutboxProcessor::new(Arc::clone(outbox) as Arc<dyn Outbox>, broker, &Config::default())
+        .with_partitioned_categories([("order", "client_id")])
+        .with_batch_size(batch_size)
+}
+
+impl Broker for SteppingBroker {
+    fn name(&self) -> &str {
+        "stepping"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.recording.capabilities()
+    }
+    fn publish<'a>(&'a self, publications: &'a [Publication]) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move {
+            let mut seen = Vec::new();
+            for _ in 0..64 {
+                seen.push((self.outbox.reads().len(), self.outbox.inner.pending_count()));
+                tokio::task::yield_now().await;
+            }
+            self.steps.lock().unwrap().push(seen);
+            self.recording.publish(publications).await
+        })
+    }
+    fn run(
+        &self,
+        subscriptions: Arc<[Subscription]>,
+        shutdown: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BrokerError>> {
+        self.recording.run(subscriptions, shutdown)
+    }
+}
+
+/// While the broker publishes a batch, the processor marks the batch
+/// before published and reads the next one a slice at a time, between the
+/// broker's steps: neither holds up the batch's calls (on Redis, a call
+/// whose reply came in sends the next one) for the whole of its work.
+#[tokio::test]
+async fn marking_the_batch_before_and_reading_the_next_leave_the_batch_out_room_between_slices() {
+    let outbox = Arc::new(ObservedOutbox::default());
+    let broker = SteppingBroker {
+        outbox: Arc::clone(&outbox),
+        recording: RecordingBroker::partitioning(),
+        steps: Arc::default(),
+    };
+    append_keyed(&outbox, 1..=3072).await;
+    let processor = read_ahead_processor(&outbox, Arc::new(broker.clone()), 1024);
+    let report = processor.publish_pending().await.unwrap();
+    assert_eq!(report.published, 3072, "{report:?}");
+    assert_eq!(amounts(&broker.recording), (1..=3072).collect::<Vec<_>>());
+    assert_eq!(outbox.inner.pending_count(), 0);
+    let steps = broker.steps.lock().unwrap().clone();
+    assert_eq!(steps.len(), 3, "one publish call per batch");
+    // The second batch: the first is marked, the third read, a slice at a
+    // time between its steps.
+    let distinct = |values: Vec<usize>| {
+        let mut values = values;
+        values.dedup();
+        values.len()
+    };
+    let reads = distinct(steps[1].iter().map(|(reads, _)| *reads).collect());
+    let pending = distinct(steps[1].iter().map(|(_, pending)| *pending).collect());
+    assert!(reads > 2, "the next batch read in {reads} go(es): {:?}", steps[1]);
+    assert!(
+        pending > 2,
+        "the batch before marked in {pending} go(es): {:?}",
+        steps[1]
+    );
 }
 
 /// The in-memory outbox bounds a fetch by its payloads' bytes too (at

@@ -67,13 +67,13 @@ impl StreamNames {
 #[derive(Debug)]
 pub(crate) struct Publication<'a> {
     pub(crate) type_name: &'a str,
-    /// The envelope, as JSON.
-    pub(crate) json: String,
+    /// The envelope, as JSON (UTF-8).
+    pub(crate) json: Vec<u8>,
     pub(crate) id: &'a str,
     /// Its position in its scope, if any, and the history it belongs to.
     pub(crate) sequence: Option<u64>,
     /// The key, when its partition is hashed (else empty).
-    pub(crate) hashed_key: String,
+    pub(crate) hashed_key: &'a str,
     pub(crate) epoch: &'a str,
     /// Its producer, sequence and the sequence of the producer's
     /// publication before it to the same stream in a call not answered yet
@@ -82,11 +82,13 @@ pub(crate) struct Publication<'a> {
 }
 
 impl Publication<'_> {
-    /// Its [`ARGS_PER_PUBLICATION`] arguments, in `publish.lua`'s order.
-    pub(crate) fn into_args(self) -> Vec<Value> {
-        let args = vec![
+    /// Appends its [`ARGS_PER_PUBLICATION`] arguments to `args`, in
+    /// `publish.lua`'s order (the message moves in: no copy of it).
+    pub(crate) fn push_args(self, args: &mut Vec<Value>) {
+        let before = args.len();
+        args.extend([
             Value::from(self.type_name),
-            Value::from(self.json),
+            Value::Bytes(self.json.into()),
             Value::from(self.id),
             Value::from(self.sequence.map(|seq| seq.to_string()).unwrap_or_default()),
             Value::from(self.hashed_key),
@@ -94,25 +96,24 @@ impl Publication<'_> {
             Value::from(self.producer.map_or("", |(producer, _, _)| producer)),
             Value::from(self.producer.map_or(0, |(_, sequence, _)| sequence_arg(sequence))),
             Value::from(self.producer.map_or(0, |(_, _, previous)| sequence_arg(previous))),
-        ];
-        debug_assert_eq!(args.len(), ARGS_PER_PUBLICATION);
-        args
+        ]);
+        debug_assert_eq!(args.len() - before, ARGS_PER_PUBLICATION);
     }
 
-    /// Its [`ARGS_PER_PRODUCED`] arguments, for a call whose one producer
-    /// is its own (named once in the call): it has no message id, position
-    /// or epoch to send.
-    pub(crate) fn into_produced_args(self) -> Vec<Value> {
+    /// Appends its [`ARGS_PER_PRODUCED`] arguments to `args`, for a call
+    /// whose one producer is its own (named once in the call): it has no
+    /// message id, position or epoch to send.
+    pub(crate) fn push_produced_args(self, args: &mut Vec<Value>) {
+        let before = args.len();
         let (_, sequence, previous) = self.producer.unwrap_or_default();
-        let args = vec![
+        args.extend([
             Value::from(self.type_name),
-            Value::from(self.json),
+            Value::Bytes(self.json.into()),
             Value::from(self.hashed_key),
             Value::from(sequence_arg(sequence)),
             Value::from(sequence_arg(previous)),
-        ];
-        debug_assert_eq!(args.len(), ARGS_PER_PRODUCED);
-        args
+        ]);
+        debug_assert_eq!(args.len() - before, ARGS_PER_PRODUCED);
     }
 }
 
@@ -144,8 +145,8 @@ pub(crate) enum Published {
 /// first one's) routes to, in one call; deduplicated within `window`
 /// (zero: off) by producer sequence, or by message id (at most `cap` ids
 /// kept per stream). With `producer`, every publication is that
-/// producer's, laid out by [`Publication::into_produced_args`]; else by
-/// [`Publication::into_args`]. An error says how many were written before
+/// producer's, laid out by [`Publication::push_produced_args`]; else by
+/// [`Publication::push_args`]. An error says how many were written before
 /// it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn publish<'a, C>(
@@ -155,7 +156,7 @@ pub(crate) async fn publish<'a, C>(
     cap: usize,
     producer: Option<&str>,
     streams: &[&[Value]],
-    publications: impl ExactSizeIterator<Item = (usize, &'a [Value])>,
+    publications: impl ExactSizeIterator<Item = (usize, Publication<'a>)>,
 ) -> Result<Published, (usize, Error)>
 where
     C: FunctionInterface + Send + Sync,
@@ -182,7 +183,11 @@ where
     }
     for (number, one) in publications {
         args.push(Value::from(i64::try_from(number + 1).unwrap_or(i64::MAX)));
-        args.extend(one.iter().cloned());
+        if producer.is_some() {
+            one.push_produced_args(&mut args);
+        } else {
+            one.push_args(&mut args);
+        }
     }
     let script = &SCRIPTS.publish;
     let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;
