@@ -315,8 +315,9 @@ impl OutboxProcessor {
     /// [`FETCH_SLICE`] rows, yielding between them: the batch published
     /// meanwhile on this task (see [`OutboxProcessor::publish_pending`])
     /// sends its next calls as its replies come, instead of waiting for the
-    /// whole read while Redis idles. The slices together hold at most the
-    /// batch's bytes of messages, and at least one row.
+    /// whole read while Redis idles. The slices together hold at least one
+    /// row, and the batch's bytes of messages at most but for one row (each
+    /// slice takes at least one, as one read does).
     async fn fetch(&self, after: Option<u64>) -> Result<Fetched, OutboxError> {
         let slice = if self.producer.is_some() {
             FETCH_SLICE
