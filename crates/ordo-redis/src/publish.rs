@@ -335,9 +335,7 @@ impl<'a> Batch<'a> {
                 Some(key) if prepared.target.hashed => key,
                 _ => "",
             },
-            epoch: sequence
-                .and(envelope.metadata.get(POSITION_EPOCH_METADATA))
-                .map_or("", String::as_str),
+            epoch: epoch_of(publication),
             producer: publication
                 .producer
                 .as_ref()
@@ -562,12 +560,7 @@ async fn publish_chunk(
                 Error::HistoryConflict {
                     scope: scope_of(publication),
                     position: self::position(publication).unwrap_or(0),
-                    epoch: publication
-                        .envelope
-                        .metadata
-                        .get(POSITION_EPOCH_METADATA)
-                        .cloned()
-                        .unwrap_or_default(),
+                    epoch: epoch_of(publication).to_owned(),
                     recorded_position,
                     recorded_epoch,
                 },
@@ -616,6 +609,14 @@ fn json_of(publication: &Publication) -> Result<Vec<u8>, Error> {
         source,
     })?;
     Ok(json)
+}
+
+/// The identity of the history `publication`'s position belongs to (empty
+/// without a position, or when its source names none).
+fn epoch_of(publication: &Publication) -> &str {
+    position(publication)
+        .and(publication.envelope.metadata.get(POSITION_EPOCH_METADATA))
+        .map_or("", String::as_str)
 }
 
 /// `publication`'s position scope, for people (`order:c-1`,

@@ -331,11 +331,10 @@ impl OutboxProcessor {
             last: None,
         };
         let (mut read, mut bytes) = (0, 0);
-        let mut after = after;
         while batch.more && read < self.batch_size && bytes < self.batch_bytes {
             let limit = slice.min(self.batch_size - read);
             let left = self.batch_bytes - bytes;
-            let fetched = match after {
+            let fetched = match batch.last.or(after) {
                 Some(after) => self.outbox.pending_after(after, limit, left).await?,
                 None => self.outbox.pending_within(limit, left).await?,
             };
@@ -343,7 +342,7 @@ impl OutboxProcessor {
             let Some(last) = fetched.rows.last().map(|row| row.id) else {
                 break;
             };
-            (after, batch.last) = (Some(last), Some(last));
+            batch.last = Some(last);
             read += fetched.rows.len();
             batch.publications.reserve(fetched.rows.len());
             // Each row's message moves into its publication: no copy of it.

@@ -668,7 +668,7 @@ impl<'w> Hashed<'w> {
     fn next_step(&self, key: &Arc<str>) -> Step {
         let mut guard = self.state();
         let state = &mut *guard;
-        let Some(entry) = state.keys.get_mut(key) else {
+        let Some(mut entry) = state.keys.get_mut(key) else {
             return Step::Rest;
         };
         if entry.queue.is_empty() && !entry.moved_past.is_empty() {
@@ -681,10 +681,8 @@ impl<'w> Hashed<'w> {
                 entry.queue.push_back(queued);
             }
             self.notify_room(state);
+            entry = state.keys.get_mut(key).expect("the key whose queue just filled");
         }
-        let Some(entry) = state.keys.get_mut(key) else {
-            return Step::Rest;
-        };
         if let Some(front) = entry.queue.front() {
             if entry.mode == Mode::Flowing {
                 return Step::Run(entry.queue.pop_front().expect("a front"));
