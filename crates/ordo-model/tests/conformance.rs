@@ -178,6 +178,9 @@ impl Real {
             routing_key: None,
             partition_key: Some("k".to_owned()),
             metadata: Metadata::new(),
+            occurred_at: None,
+            correlation_id: None,
+            causation_id: None,
             payload: format!("{{\"seq\":{seq}}}").into(),
         };
         let publication = Publication::to_partition("k", Lane::Primary, envelope);

@@ -90,6 +90,9 @@ impl Real {
                     routing_key: None,
                     partition_key: Some(key.clone()),
                     metadata: Metadata::new(),
+                    occurred_at: None,
+                    correlation_id: None,
+                    causation_id: None,
                     payload: index.to_string().into(),
                 };
                 Publication::to_partition(key, Lane::Primary, envelope)

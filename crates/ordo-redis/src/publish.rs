@@ -743,6 +743,9 @@ mod tests {
             routing_key: None,
             partition_key: Some("c-1".to_owned()),
             metadata: Metadata::new(),
+            occurred_at: None,
+            correlation_id: None,
+            causation_id: None,
             payload: "{}".into(),
         };
         Publication::to_partition("c-1", Lane::Primary, envelope)

@@ -99,6 +99,9 @@ pub use ordo_redis as redis;
 #[cfg(feature = "postgres")]
 pub use ordo_postgres as postgres;
 
+#[cfg(feature = "otel")]
+pub mod otel;
+
 /// Everything a module declaring messages and handlers needs:
 /// `use ordo::prelude::*;`.
 pub mod prelude {

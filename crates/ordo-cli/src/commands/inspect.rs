@@ -144,6 +144,9 @@ fn render(inspected: &Inspected, now_ms: u64) -> anyhow::Result<String> {
     if let Some(type_name) = inspected.head.as_ref().and_then(|h| h.type_name.clone()) {
         fields.push(("type", type_name));
     }
+    if let Some(envelope) = inspected.head.as_ref().and_then(|h| h.envelope.as_ref()) {
+        fields.extend(lineage(envelope));
+    }
     if let Some(unreadable) = inspected.head.as_ref().and_then(|h| h.unreadable.clone()) {
         fields.push(("unreadable", unreadable));
     }
@@ -176,4 +179,28 @@ fn render(inspected: &Inspected, now_ms: u64) -> anyhow::Result<String> {
         out.push_str(&format!("  ordo retry {target}   # run it again\n"));
     }
     Ok(out)
+}
+
+/// When the head message happened and where it came from, as `inspect`
+/// shows them: its `occurred_at`, its conversation (`correlation_id`, its
+/// own id when it starts one) and the message whose handler raised it
+/// (`causation_id`). Nothing for a field the envelope does not carry.
+fn lineage(envelope: &serde_json::Value) -> Vec<(&'static str, String)> {
+    let text = |field: &str| envelope.get(field).and_then(serde_json::Value::as_str);
+    let mut fields = Vec::new();
+    if let Some(at) = text("occurred_at") {
+        fields.push(("occurred", at.to_owned()));
+    }
+    match (text("correlation_id"), text("id")) {
+        (Some(correlation), _) => fields.push(("correlation", correlation.to_owned())),
+        (None, Some(id)) => fields.push((
+            "correlation",
+            format!("{id} (its own id: it starts the conversation)"),
+        )),
+        (None, None) => {}
+    }
+    if let Some(causation) = text("causation_id") {
+        fields.push(("causation", causation.to_owned()));
+    }
+    fields
 }

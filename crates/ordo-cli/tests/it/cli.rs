@@ -165,6 +165,19 @@ async fn inspect_shows_the_head_its_attempts_and_the_halt_record() -> anyhow::Re
     assert!(text.contains("HALTED"), "{text}");
     assert!(text.contains("poison order b-1 cannot be projected"), "{text}");
     assert!(text.contains("\"order_id\": \"b-1\""), "pretty payload: {text}");
+    // When it happened and where it came from (raised outside a handler: its own conversation).
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("occurred ") && line.contains('T') && line.ends_with('Z')),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "{} (its own id: it starts the conversation)",
+            json["head"]["envelope"]["id"].as_str().unwrap_or("no id")
+        )),
+        "{text}"
+    );
     assert!(
         text.contains(&format!(
             "ordo skip  order bob --group {PROJECTOR} --expect-head {}",

@@ -276,11 +276,12 @@ impl Attempt {
             name,
             timeout,
         } = self;
-        let run = async move {
+        let handled = Arc::clone(&envelope);
+        let run = context::handling(handled, async move {
             let result = handler.handle(&envelope, &ctx).await;
             drop(permit);
             result
-        };
+        });
         let run: BoxFuture<'static, HandlerResult> = match name {
             Some(name) => Box::pin(context::scope(Running::handler(name), run)),
             None => Box::pin(run),
@@ -376,6 +377,9 @@ mod tests {
             routing_key: None,
             partition_key: None,
             metadata: Metadata::new(),
+            occurred_at: None,
+            correlation_id: None,
+            causation_id: None,
             payload: "{}".into(),
         })
     }

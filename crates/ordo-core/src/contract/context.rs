@@ -6,14 +6,34 @@
 //! from a handler, a nested dispatch of a command of a held sequence) are
 //! refused instead of hanging, and so that a nested dispatch knows it may run
 //! on its caller's concurrency slot.
+//!
+//! Every handler run also runs inside [`handling`] its message, so that
+//! the events and commands made on its task descend from it (their
+//! correlation and causation ids, see
+//! [`Envelope::new`](crate::contract::message::Envelope::new)).
 
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::contract::message::Envelope;
 use crate::contract::policy::SequenceId;
 
 tokio::task_local! {
     static RUNNING: Running;
+    /// The message the task's handler run is handling.
+    static HANDLED: Arc<Envelope>;
+}
+
+/// Runs `future`, a handler run, as the handling of `message`: the
+/// envelopes made meanwhile on this task descend from it (see
+/// [`Envelope::new`]).
+pub(crate) async fn handling<F: Future>(message: Arc<Envelope>, future: F) -> F::Output {
+    HANDLED.scope(message, future).await
+}
+
+/// The message the current task's handler run is handling, if any.
+pub(crate) fn handled() -> Option<Arc<Envelope>> {
+    HANDLED.try_with(Arc::clone).ok()
 }
 
 /// The handler a task is running.

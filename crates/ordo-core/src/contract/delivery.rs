@@ -58,6 +58,7 @@ use std::future::Future;
 
 use crate::contract::attempt::Failure;
 use crate::contract::retry::{Failed, GiveUp, Next, Retries};
+use crate::contract::trace;
 
 /// What a broker does at each step of [`deliver`].
 pub trait DeliveryHooks: Send {
@@ -121,9 +122,11 @@ pub async fn deliver<H: DeliveryHooks>(mut retries: Retries<'_>, hooks: &mut H) 
             stopped = hooks.cancelled() => return stopped,
         };
         if let Err(give_up) = admitted {
+            trace::failed(give_up.reason());
             return hooks.exhausted(give_up).await;
         }
         let attempt = retries.attempt();
+        trace::attempt(attempt);
         let failure = match hooks.attempt(attempt).await {
             Ok(Ok(())) => {
                 retries.succeeded();
@@ -147,7 +150,10 @@ pub async fn deliver<H: DeliveryHooks>(mut retries: Retries<'_>, hooks: &mut H) 
                     return stopped;
                 }
             }
-            Next::GiveUp(give_up) => return hooks.exhausted(give_up).await,
+            Next::GiveUp(give_up) => {
+                trace::failed(give_up.reason());
+                return hooks.exhausted(give_up).await;
+            }
         }
     }
 }

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use crate::contract::command::{CommandOutcome, ReplySlot};
 use crate::contract::error::CommitError;
 use crate::contract::key::{KeyExtractor, Lane};
-use crate::contract::message::{Envelope, Event, MessageKind, Metadata};
+use crate::contract::message::{Envelope, Event, MessageKind, Metadata, Timestamp};
 use crate::contract::policy::SequencingPolicy;
 
 /// A boxed, sendable future (what object-safe async traits return).
@@ -393,7 +393,10 @@ pub struct HandlerContext {
     type_name: String,
     category: String,
     partition_key: Option<String>,
-    correlation_id: Option<String>,
+    occurred_at: Option<Timestamp>,
+    correlation_id: String,
+    causation_id: Option<String>,
+    process_correlation: Option<String>,
     attempt: u32,
     fencing_token: u64,
     metadata: Metadata,
@@ -411,7 +414,10 @@ impl HandlerContext {
             type_name: message.type_name.clone(),
             category: message.category.clone(),
             partition_key: message.partition_key.clone(),
-            correlation_id: None,
+            occurred_at: message.occurred_at,
+            correlation_id: message.correlation().to_owned(),
+            causation_id: message.causation_id.clone(),
+            process_correlation: None,
             attempt: 1,
             fencing_token: 0,
             metadata: message.metadata.clone(),
@@ -437,8 +443,8 @@ impl HandlerContext {
 
     /// Sets the process-manager correlation value.
     #[must_use]
-    pub fn with_correlation_id(mut self, correlation_id: Option<String>) -> Self {
-        self.correlation_id = correlation_id;
+    pub fn with_process_correlation(mut self, value: Option<String>) -> Self {
+        self.process_correlation = value;
         self
     }
 
@@ -469,9 +475,31 @@ impl HandlerContext {
         self.partition_key.as_deref()
     }
 
-    /// The process-manager correlation value, for process managers.
-    pub fn correlation_id(&self) -> Option<&str> {
-        self.correlation_id.as_deref()
+    /// When the message was raised or sent (`None` for a message written
+    /// before Ordo carried it).
+    pub fn occurred_at(&self) -> Option<Timestamp> {
+        self.occurred_at
+    }
+
+    /// The conversation the message belongs to: the id of the message that
+    /// started it, inherited from handler to handler (the message's own id
+    /// when it started one). The messages this handler raises or sends carry
+    /// it on.
+    pub fn correlation_id(&self) -> &str {
+        &self.correlation_id
+    }
+
+    /// The id of the message whose handler raised or sent this one (`None`
+    /// when it came from outside a handler). The messages this handler
+    /// raises or sends carry [`HandlerContext::message_id`] here.
+    pub fn causation_id(&self) -> Option<&str> {
+        self.causation_id.as_deref()
+    }
+
+    /// The process-manager correlation value, for process managers: the
+    /// value of the field that finds the manager's instance.
+    pub fn process_correlation(&self) -> Option<&str> {
+        self.process_correlation.as_deref()
     }
 
     /// The attempt of this run by the current owner, starting at 1 and

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -129,7 +131,10 @@ pub fn is_reserved_metadata(key: &str) -> bool {
 }
 
 /// The entries of `metadata` an application may copy onto new messages:
-/// every entry except Ordo's own ([`is_reserved_metadata`]).
+/// every entry except Ordo's own ([`is_reserved_metadata`]) and the trace
+/// context of the message's own publication
+/// ([`crate::contract::trace::is_trace_context`]: a new message carries its
+/// own).
 ///
 /// ```
 /// use ordo_core::contract::message::{Metadata, user_metadata};
@@ -142,7 +147,83 @@ pub fn is_reserved_metadata(key: &str) -> bool {
 /// assert_eq!(copied, [(&"tenant".to_owned(), &"acme".to_owned())]);
 /// ```
 pub fn user_metadata(metadata: &Metadata) -> impl Iterator<Item = (&String, &String)> {
-    metadata.iter().filter(|(key, _)| !is_reserved_metadata(key))
+    metadata
+        .iter()
+        .filter(|(key, _)| !is_reserved_metadata(key) && !crate::contract::trace::is_trace_context(key))
+}
+
+/// When a message happened, as envelopes carry it: UTC, to the
+/// millisecond, written in RFC 3339 (`2026-12-03T20:30:00.123Z`).
+///
+/// ```
+/// use ordo_core::contract::message::Timestamp;
+///
+/// let at: Timestamp = "2026-12-03T20:30:00.123Z".parse().unwrap();
+/// assert_eq!(at.to_string(), "2026-12-03T20:30:00.123Z");
+/// assert!("yesterday".parse::<Timestamp>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(SystemTime);
+
+impl Timestamp {
+    /// Now, to the millisecond.
+    pub fn now() -> Self {
+        Self::from(SystemTime::now())
+    }
+
+    /// The point in time.
+    pub fn system_time(self) -> SystemTime {
+        self.0
+    }
+}
+
+impl From<SystemTime> for Timestamp {
+    /// `at`, to the millisecond (what the text keeps; a time before 1970 is 1970).
+    fn from(at: SystemTime) -> Self {
+        let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let millis = Duration::from_millis(u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+        Self(UNIX_EPOCH + millis)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&humantime::format_rfc3339_millis(self.0), f)
+    }
+}
+
+/// Text that is not an RFC 3339 time in UTC (`2026-12-03T20:30:00.123Z`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not a time in RFC 3339 form in UTC (like `2026-12-03T20:30:00.123Z`): {reason}")]
+pub struct BadTimestamp {
+    text: String,
+    reason: String,
+}
+
+impl FromStr for Timestamp {
+    type Err = BadTimestamp;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        humantime::parse_rfc3339(text)
+            .map(Self::from)
+            .map_err(|error| BadTimestamp {
+                text: crate::contract::text::capped(&crate::contract::text::escaped(text), 64).into_owned(),
+                reason: error.to_string(),
+            })
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// A message in transit: its identity, routing facts and JSON payload.
@@ -170,13 +251,36 @@ pub struct Envelope {
     /// Metadata entries (read by the metadata sequencing policy).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: Metadata,
+    /// When the message was raised or sent: set once, when its envelope is
+    /// made (`None` in an envelope written before Ordo carried it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurred_at: Option<Timestamp>,
+    /// The conversation the message belongs to: the correlation id of the
+    /// message whose handler raised or sent it. `None` when it starts one:
+    /// its own id is then its correlation id ([`Envelope::correlation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// The id of the message whose handler raised or sent this one; `None`
+    /// when it was raised or sent outside a handler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causation_id: Option<String>,
     /// The payload, as JSON text.
     pub payload: Arc<str>,
 }
 
 impl Envelope {
-    /// Serialises `message` into a new envelope with a fresh id.
+    /// Serialises `message` into a new envelope with a fresh id, occurring
+    /// now.
+    ///
+    /// Made while a handler runs (on the handler's own task), the envelope
+    /// descends from the message being handled: it takes that message's
+    /// correlation id, and that message's id as its causation id. Made
+    /// elsewhere, it starts a conversation of its own.
     pub fn new<M: Message>(message: &M) -> Result<Self, serde_json::Error> {
+        let (correlation_id, causation_id) = match crate::contract::context::handled() {
+            Some(handled) => (Some(handled.correlation().to_owned()), Some(handled.id.clone())),
+            None => (None, None),
+        };
         Ok(Self {
             id: uuid::Uuid::new_v4().to_string(),
             kind: M::KIND,
@@ -186,8 +290,17 @@ impl Envelope {
             routing_key: None,
             partition_key: None,
             metadata: Metadata::new(),
+            occurred_at: Some(Timestamp::now()),
+            correlation_id,
+            causation_id,
             payload: serde_json::to_string(message)?.into(),
         })
+    }
+
+    /// The conversation the message belongs to: its correlation id, or its
+    /// own id when it starts the conversation.
+    pub fn correlation(&self) -> &str {
+        self.correlation_id.as_deref().unwrap_or(&self.id)
     }
 
     /// Serialises a command into a new envelope carrying its routing key.

@@ -39,3 +39,4 @@ pub mod policy;
 pub mod process;
 pub mod retry;
 pub mod text;
+pub mod trace;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::{DeserializeOwned, IgnoredAny};
+use tracing::Instrument;
 
 use crate::contract::attempt::panic_message;
 use crate::contract::command::{
@@ -26,6 +27,7 @@ use crate::contract::handler::{
 };
 use crate::contract::message::{Command, DecodeError, Envelope};
 use crate::contract::policy::SequenceId;
+use crate::contract::trace;
 use crate::runtime::domain::{Domain, DomainRef};
 use crate::runtime::error::{DispatchError, RemoteHandlerError};
 use crate::runtime::uow::ContextUnitOfWork;
@@ -129,6 +131,7 @@ impl Domain {
                 let mut envelope = routed.envelope;
                 envelope.category = command_category(&envelope.category);
                 envelope.partition_key = Some(key.clone());
+                trace::publish(&mut envelope);
                 let command_id = envelope.id.clone();
                 let commands = self.config().commands();
                 let timeout = options.timeout.unwrap_or(commands.timeout());
@@ -166,7 +169,9 @@ impl Domain {
                 let Some(local) = routed.handler else {
                     return Err(DispatchError::NoHandler { type_name });
                 };
-                self.run_here(local, handler, type_name, routed.envelope, sequence)
+                let mut envelope = routed.envelope;
+                trace::publish(&mut envelope);
+                self.run_here(local, handler, type_name, envelope, sequence)
                     .await?
             }
         };
@@ -189,7 +194,9 @@ impl Domain {
         let uow = ContextUnitOfWork::new(self.unit_of_work());
         let reply = ReplySlot::new();
         let slot = reply.clone();
-        let task = async move {
+        let envelope = Arc::new(envelope);
+        let span = trace::process(&envelope, "ordo", handler, 0);
+        let task = context::handling(Arc::clone(&envelope), async move {
             let ctx = HandlerContext::new(&envelope)
                 .with_unit_of_work(Arc::new(uow.clone()))
                 .with_reply(slot);
@@ -200,7 +207,8 @@ impl Domain {
                 (Ok(()), None) => Ok(()),
                 (Err(error), _) => Err(Failed::Handler(error)),
             }
-        };
+        })
+        .instrument(span);
         match self.bus().run(handler, sequence, task).await {
             Some(Ok(())) => Ok(match reply.take() {
                 Some(CommandOutcome::Succeeded { value }) => value,
@@ -327,6 +335,8 @@ impl CommandRun {
             return Ok(());
         };
         let name = descriptor.name;
+        // The delivery's span names the command partitions' group: the handler is this one.
+        tracing::Span::current().record("messaging.consumer.group.name", name);
         let Some(domain) = self.domain.get() else {
             return Err(format!("the domain of `{name}` is gone (shutting down)").into());
         };
@@ -339,13 +349,18 @@ impl CommandRun {
             .with_reply(slot.clone());
         let sequence = envelope.partition_key.clone().map(SequenceId::new);
         let handler = Arc::clone(handler);
-        let message = envelope.clone();
+        let message = Arc::new(envelope.clone());
         // Its own task, so that a panic is this command's outcome; aborted
         // with this run (a broker that loses the lease aborts it).
-        let mut task = AbortOnDrop(tokio::spawn(context::scope(
-            Running::routed_command(name, sequence),
-            async move { handler.handle(&message, &ctx).await },
-        )));
+        let mut task = AbortOnDrop(tokio::spawn(
+            context::scope(
+                Running::routed_command(name, sequence),
+                context::handling(Arc::clone(&message), async move {
+                    handler.handle(&message, &ctx).await
+                }),
+            )
+            .in_current_span(),
+        ));
         let handled = match (&mut task.0).await {
             Ok(handled) => handled,
             Err(error) if error.is_panic() => {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::contract::attempt::{Attempt, Failure, Outcome};
 use crate::contract::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
@@ -17,6 +18,7 @@ use crate::contract::health::{HealthState, SubscriptionHealth};
 use crate::contract::message::Envelope;
 use crate::contract::policy::{ProcessingContext, SequenceId};
 use crate::contract::retry::{Failed, GiveUp, RetryPolicy};
+use crate::contract::trace;
 use crate::runtime::executor::{KeyedExecutor, Permits};
 
 /// How many recent failures [`InlineBroker::failures`] keeps.
@@ -525,7 +527,8 @@ impl Inner {
             permits,
             policy: &policy,
         };
-        deliver(policy.start(key, 0), &mut hooks).await
+        let span = trace::process(envelope, "inline", subscription.name(), 0);
+        deliver(policy.start(key, 0), &mut hooks).instrument(span).await
     }
 
     fn record(&self, failure: HandlerFailure) {

@@ -67,7 +67,7 @@ impl<P: ProcessManager> ProcessManagerHandler<P> {
                 return Ok(());
             }
         };
-        let mut ctx = ctx.clone().with_correlation_id(Some(correlation.clone()));
+        let mut ctx = ctx.clone().with_process_correlation(Some(correlation.clone()));
         let uow = self
             .domain
             .get()

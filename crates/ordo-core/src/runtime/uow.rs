@@ -205,6 +205,7 @@ impl UnitOfWork {
         if let Some(seed) = &self.id_seed {
             envelope.id = format!("{seed}/{}", self.raised.len() + 1);
         }
+        crate::contract::trace::publish(&mut envelope);
         self.raised.push(Raised {
             envelope,
             typed: event.into_value(),

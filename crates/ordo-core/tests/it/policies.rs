@@ -71,6 +71,9 @@ fn envelope(payload: &str) -> Envelope {
         routing_key: None,
         partition_key: None,
         metadata: Metadata::new(),
+        occurred_at: None,
+        correlation_id: None,
+        causation_id: None,
         payload: payload.into(),
     }
 }

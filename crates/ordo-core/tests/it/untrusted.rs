@@ -31,6 +31,9 @@ fn with_payload(payload: &str) -> String {
         routing_key: None,
         partition_key: Some("c-1".into()),
         metadata: Metadata::new(),
+        occurred_at: None,
+        correlation_id: None,
+        causation_id: None,
         payload: payload.into(),
     })
     .expect("serialisable")

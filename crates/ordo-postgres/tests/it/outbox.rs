@@ -104,6 +104,16 @@ async fn events_exist_if_and_only_if_the_callers_transaction_commits() -> anyhow
             .map(String::as_str),
         Some("account:a")
     );
+    // When each happened, set at raise, crosses the outbox and the relay
+    // (raised outside a handler: each starts its own conversation).
+    for envelope in &published {
+        let at = envelope.occurred_at.expect("the raise's time");
+        assert!(at.system_time() <= std::time::SystemTime::now());
+        assert_eq!(
+            (envelope.correlation(), envelope.causation_id.as_deref()),
+            (envelope.id.as_str(), None)
+        );
+    }
     Ok(())
 }
 

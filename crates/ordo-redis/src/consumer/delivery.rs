@@ -26,9 +26,10 @@ use ordo_core::contract::handler::{HandlerContext, HandlerKind};
 use ordo_core::contract::message::Envelope;
 use ordo_core::contract::retry::{Failed, GiveUp, Retries, RetryPolicy};
 use ordo_core::contract::text::log_text;
+use ordo_core::contract::trace;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 
 use super::local::{LocalCommand, LocalDone, OpenDoor};
 use super::shared::SharedRef;
@@ -623,6 +624,9 @@ impl Worker {
             let error = format!("{failed} attempts failed before this owner (see the earlier logs)");
             return self.halt(slot, partition, entry, error, failed, halt).await;
         }
+        // A command partition's subscription routes to the command's handler, which names itself.
+        let group = if command { "" } else { self.subscription.name() };
+        let span = trace::process(&envelope, "redis", group, self.lease.token());
         let mut hooks = EntryDelivery {
             worker: self,
             slot,
@@ -633,7 +637,7 @@ impl Worker {
             sequence: 0,
             reply: command.then(ReplySlot::new),
         };
-        deliver(retries, &mut hooks).await
+        deliver(retries, &mut hooks).instrument(span).await
     }
 
     /// Records a command's outcome under its id (unless one is recorded:
@@ -787,7 +791,7 @@ impl Worker {
         let ctx = ctx
             .with_attempt(attempt)
             .with_fencing_token(self.lease.token())
-            .with_correlation_id(self.unit.correlation.clone())
+            .with_process_correlation(self.unit.correlation.clone())
             .with_extension(
                 RedisFence::tracked(
                     &self.lease,

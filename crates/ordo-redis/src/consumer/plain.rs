@@ -21,6 +21,7 @@ use ordo_core::contract::delivery::{DeliveryHooks, deliver};
 use ordo_core::contract::handler::HandlerContext;
 use ordo_core::contract::message::Envelope;
 use ordo_core::contract::retry::{Failed, GiveUp, Retries};
+use ordo_core::contract::trace;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info_span, warn};
 
@@ -207,6 +208,7 @@ impl Plain {
     ) -> Option<Option<(String, u32)>> {
         let policy = self.subscription.retry_policy(&self.shared.settings.retry);
         let retries = policy.start(&envelope.id, 0);
+        let span = trace::process(&envelope, "redis", self.subscription.name(), 0);
         let mut hooks = PlainDelivery {
             labels: [
                 ("group", self.group.to_string()),
@@ -218,7 +220,7 @@ impl Plain {
             stop,
             timeout: policy.timeout(),
         };
-        deliver(retries, &mut hooks).await
+        deliver(retries, &mut hooks).instrument(span).await
     }
 
     /// Adds `entry` to the category's dead-letter stream `{category}:dlq`,

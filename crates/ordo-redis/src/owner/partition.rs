@@ -850,6 +850,9 @@ mod hostile_input {
             routing_key: None,
             partition_key: key.map(str::to_owned),
             metadata: Metadata::new(),
+            occurred_at: None,
+            correlation_id: None,
+            causation_id: None,
             payload: "{}".into(),
         })
         .expect("serialisable")

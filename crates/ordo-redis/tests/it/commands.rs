@@ -712,3 +712,112 @@ async fn a_command_run_again_raises_its_events_once(redis: TestRedis) -> anyhow:
     running.shutdown().await?;
     Ok(())
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Cart)]
+struct CartOpened {
+    cart_id: String,
+}
+
+/// What a handler saw of one message: what, its id, its correlation id,
+/// its causation id, and whether it says when it occurred.
+type Seen = (&'static str, String, String, Option<String>, bool);
+
+/// Fills each opened cart with a command sent from its handler, and records
+/// the lineage of the opening and of the event the command's handler raises.
+#[derive(Clone, Default)]
+struct Lineage {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    domain: Arc<std::sync::OnceLock<Domain>>,
+}
+
+impl Lineage {
+    fn record(&self, what: &'static str, ctx: &HandlerContext) {
+        self.seen.lock().unwrap().push((
+            what,
+            ctx.message_id().to_owned(),
+            ctx.correlation_id().to_owned(),
+            ctx.causation_id().map(str::to_owned),
+            ctx.occurred_at().is_some(),
+        ));
+    }
+}
+
+#[event_handler(part_of = Cart)]
+impl Lineage {
+    #[handle]
+    async fn on_opened(&self, event: &CartOpened, ctx: &HandlerContext) -> anyhow::Result<()> {
+        self.record("opened", ctx);
+        let domain = self.domain.get().expect("set before anything is raised");
+        let options = SendOptions::new().id(format!("fill-{}", event.cart_id));
+        let _: u32 = domain
+            .send_with(add(&event.cart_id, "lineage", 1, "ok"), options)
+            .await?;
+        Ok(())
+    }
+
+    #[handle]
+    async fn on_added(&self, _event: &ItemAdded, ctx: &HandlerContext) -> anyhow::Result<()> {
+        self.record("added", ctx);
+        Ok(())
+    }
+}
+
+crate::on_both_topologies!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_conversation_crosses_redis_from_an_event_to_a_command_and_its_event
+);
+
+/// An event read from its Redis stream, a command its handler sends across
+/// the broker, and the event that command's handler raises: each carries
+/// the conversation of the first (its correlation id) and names its cause.
+async fn a_conversation_crosses_redis_from_an_event_to_a_command_and_its_event(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let lineage = Lineage::default();
+    let domain = Domain::builder()
+        .aggregate::<Cart>()
+        .command_handler(RaisingCarts {
+            runs: Arc::new(AtomicU32::new(0)),
+        })
+        .event_handler(lineage.clone())
+        .broker(instance(&url, "lineage").await?)
+        .config(config(3_000, 3_600_000, 0))
+        .init()?;
+    assert!(lineage.domain.set(domain.clone()).is_ok());
+    let running = domain.start();
+    let mut uow = domain.unit_of_work();
+    uow.raise(CartOpened {
+        cart_id: "c-9".into(),
+    })?;
+    uow.commit().await?;
+    ordo_testkit::eventually(Duration::from_secs(20), "the command's event handled", || {
+        let done = lineage.seen.lock().unwrap().iter().any(|seen| seen.0 == "added");
+        async move { Ok(done) }
+    })
+    .await?;
+    running.shutdown().await?;
+    let seen = lineage.seen.lock().unwrap().clone();
+    let [opened, added] = &seen[..] else {
+        anyhow::bail!("expected the opening and one added event: {seen:?}");
+    };
+    assert_eq!(opened.0, "opened");
+    assert_eq!(
+        (&opened.2, &opened.3),
+        (&opened.1, &None),
+        "the opening starts its conversation"
+    );
+    assert_eq!(added.1, "fill-c-9/1", "the command's first event");
+    assert_eq!(&added.2, &opened.1, "the conversation crossed the command");
+    assert_eq!(
+        added.3.as_deref(),
+        Some("fill-c-9"),
+        "the command caused the event"
+    );
+    assert!(
+        opened.4 && added.4,
+        "every message says when it occurred: {seen:?}"
+    );
+    Ok(())
+}

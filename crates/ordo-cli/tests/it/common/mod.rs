@@ -289,6 +289,9 @@ pub fn noted(category: &str, key: &str, seq: u64) -> Publication {
         routing_key: None,
         partition_key: Some(key.to_owned()),
         metadata: Metadata::new(),
+        occurred_at: None,
+        correlation_id: None,
+        causation_id: None,
         payload: format!("{{\"seq\":{seq}}}").into(),
     };
     Publication::to_partition(key, Lane::Primary, envelope)

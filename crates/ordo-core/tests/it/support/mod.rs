@@ -544,7 +544,10 @@ impl<S: Spec> ProcessManager for Fulfillment<S> {
         ctx: &'a HandlerContext,
     ) -> BoxFuture<'a, HandlerResult> {
         Box::pin(async move {
-            let correlation = ctx.correlation_id().ok_or("no correlation id")?.to_owned();
+            let correlation = ctx
+                .process_correlation()
+                .ok_or("no correlation value")?
+                .to_owned();
             {
                 let mut active = PM_ACTIVE.lock().unwrap();
                 if active.contains(&correlation) {

@@ -100,6 +100,9 @@ pub fn envelope(category: &str, type_name: &str, key: Option<&str>, seq: u64) ->
         routing_key: None,
         partition_key: key.map(str::to_owned),
         metadata: Metadata::new(),
+        occurred_at: None,
+        correlation_id: None,
+        causation_id: None,
         payload: serde_json::json!({ "key": key, "seq": seq }).to_string().into(),
     }
 }

@@ -1,0 +1,429 @@
+//! Traces through the broker (the `otel` feature): a request's trace goes
+//! on through the events it raises, the handlers that run them, a command
+//! one of them sends and the event that command's handler raises, on the
+//! inline broker and across Redis; each handler run is a `process` span
+//! (kind consumer) child of its message's `publish` span (kind producer),
+//! with the messaging conventions' attributes; a run that fails for good
+//! has an error status. Spans are exported by the SDK's in-memory exporter.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use opentelemetry::trace::{SpanKind, Status, TraceId};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
+use ordo::otel::Otel;
+use ordo::prelude::*;
+use ordo_redis::RedisBroker;
+use tracing::Instrument;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+/// The exporter every test of this binary exports to (the tracer provider
+/// and the subscriber are process-wide).
+fn exporter() -> &'static InMemorySpanExporter {
+    static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
+    EXPORTER.get_or_init(|| {
+        let exporter = InMemorySpanExporter::default();
+        let otel = Otel::with_exporter(exporter.clone());
+        tracing_subscriber::registry()
+            .with(otel.layer())
+            // What goes wrong shows in a failed test's output.
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_test_writer()
+                    .with_filter(tracing_subscriber::filter::LevelFilter::WARN),
+            )
+            .init();
+        // Spans are exported as they end (a simple exporter); the provider lives as long as the process.
+        std::mem::forget(otel);
+        exporter
+    })
+}
+
+/// The exported spans of trace `trace`.
+fn spans_of(trace: TraceId) -> Vec<SpanData> {
+    exporter()
+        .get_finished_spans()
+        .expect("the in-memory exporter answers")
+        .into_iter()
+        .filter(|span| span.span_context.trace_id() == trace)
+        .collect()
+}
+
+fn attribute(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.to_string())
+}
+
+/// The spans named `name` whose `messaging.message.id` is `id`.
+fn named<'a>(spans: &'a [SpanData], name: &str, id: &str) -> Vec<&'a SpanData> {
+    spans
+        .iter()
+        .filter(|span| span.name == name && attribute(span, "messaging.message.id").as_deref() == Some(id))
+        .collect()
+}
+
+#[derive(Aggregate)]
+struct Order;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Order)]
+struct OrderPlaced {
+    #[aggregate_id]
+    order_id: String,
+    client_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Command)]
+#[command(part_of = Order)]
+struct ShipOrder {
+    #[routing_key]
+    order_id: String,
+    client_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Order)]
+struct OrderShipped {
+    #[aggregate_id]
+    order_id: String,
+    client_id: String,
+}
+
+/// The ids of what the handlers ran, by what.
+type Ran = Arc<Mutex<HashMap<&'static str, Vec<String>>>>;
+
+/// Ships each placed order with a command sent from its handler.
+#[derive(Clone)]
+struct Shipping {
+    ran: Ran,
+    domain: Arc<OnceLock<Domain>>,
+}
+
+#[event_handler(part_of = Order, sequential_by = "client_id")]
+impl Shipping {
+    #[handle]
+    async fn on_placed(&self, event: &OrderPlaced, ctx: &HandlerContext) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            event.order_id != "poison",
+            "order {} cannot be shipped",
+            event.order_id
+        );
+        self.ran
+            .lock()
+            .unwrap()
+            .entry("placed")
+            .or_default()
+            .push(ctx.message_id().to_owned());
+        let domain = self.domain.get().expect("set before anything is raised");
+        let ship = ShipOrder {
+            order_id: event.order_id.clone(),
+            client_id: event.client_id.clone(),
+        };
+        let _: () = domain
+            .send_with(ship, SendOptions::new().id(format!("ship-{}", event.order_id)))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Records the shipments (a handler of its own: `Shipping` holds the
+/// client's key while its command runs).
+#[derive(Clone)]
+struct Tracking {
+    ran: Ran,
+}
+
+#[event_handler(part_of = Order, sequential_by = "client_id")]
+impl Tracking {
+    #[handle]
+    async fn on_shipped(&self, _event: &OrderShipped, ctx: &HandlerContext) -> anyhow::Result<()> {
+        self.ran
+            .lock()
+            .unwrap()
+            .entry("shipped")
+            .or_default()
+            .push(ctx.message_id().to_owned());
+        Ok(())
+    }
+}
+
+struct Warehouse;
+
+#[command_handler(part_of = Order)]
+impl Warehouse {
+    #[handle]
+    async fn ship(&self, command: &ShipOrder, ctx: &HandlerContext) -> anyhow::Result<()> {
+        ctx.raise(OrderShipped {
+            order_id: command.order_id.clone(),
+            client_id: command.client_id.clone(),
+        })?;
+        Ok(())
+    }
+}
+
+/// The Redis broker's settings, quick to start; `Shipping` gives up at its first failure.
+fn config() -> anyhow::Result<Config> {
+    Ok(Config::from_toml_str(
+        "[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 0.6\n\
+         poll_interval_seconds = 0.1\ndiscovery_interval_seconds = 0.1\n\
+         [handlers.Shipping]\nmax_retries = 0\n",
+    )?)
+}
+
+/// The domain of these tests: `Shipping`, `Tracking` and `Warehouse`, on
+/// `broker` (the inline broker without one).
+async fn domain(ran: &Ran, redis: Option<&ordo_testkit::Redis>) -> anyhow::Result<Domain> {
+    let cell = Arc::new(OnceLock::new());
+    let mut builder = Domain::builder()
+        .aggregate::<Order>()
+        .event_handler(Shipping {
+            ran: ran.clone(),
+            domain: cell.clone(),
+        })
+        .event_handler(Tracking { ran: ran.clone() })
+        .command_handler(Warehouse);
+    if let Some(redis) = redis {
+        let config = config()?;
+        builder = builder
+            .broker(
+                RedisBroker::builder(redis.url())
+                    .config(config.clone())
+                    .build()
+                    .await?,
+            )
+            .config(config);
+    }
+    let domain = builder.init()?;
+    assert!(cell.set(domain.clone()).is_ok());
+    Ok(domain)
+}
+
+/// The trace of `span`.
+fn trace_of(span: &tracing::Span) -> TraceId {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    span.context().span().span_context().trace_id()
+}
+
+/// Raises `order` of client `client` in a request's span; the request's trace.
+async fn raise_in_request(domain: &Domain, order: &str, client: &str) -> anyhow::Result<TraceId> {
+    let span = tracing::info_span!("request", order);
+    let trace = trace_of(&span);
+    async {
+        let mut uow = domain.unit_of_work();
+        uow.raise(OrderPlaced {
+            order_id: order.into(),
+            client_id: client.into(),
+        })?;
+        uow.commit().await.map(drop)
+    }
+    .instrument(span)
+    .await?;
+    Ok(trace)
+}
+
+/// Raises one order in a request's span, waits until `done` says the
+/// chain ran, and returns the request's trace.
+async fn request(domain: &Domain, order_id: &str, ran: &Ran, done: &'static str) -> anyhow::Result<TraceId> {
+    let trace = raise_in_request(domain, order_id, "c-1").await?;
+    let handled = ordo_testkit::eventually(Duration::from_secs(30), "the chain handled", || {
+        let finished = ran.lock().unwrap().get(done).is_some_and(|ids| !ids.is_empty());
+        async move { Ok(finished) }
+    })
+    .await;
+    if let Err(error) = handled {
+        anyhow::bail!("{error}; ran: {:?}", ran.lock().unwrap());
+    }
+    // A run's span ends once its delivery has (acknowledged, after the handler returned).
+    let exported =
+        ordo_testkit::eventually(Duration::from_secs(30), "the three runs' spans exported", || {
+            let runs = spans_of(trace)
+                .iter()
+                .filter(|span| span.name.starts_with("process "))
+                .count();
+            async move { Ok(runs >= 3) }
+        })
+        .await;
+    if let Err(error) = exported {
+        let names: Vec<(String, Option<String>)> = spans_of(trace)
+            .iter()
+            .map(|span| (span.name.to_string(), attribute(span, "messaging.message.id")))
+            .collect();
+        anyhow::bail!("{error}; exported: {names:?}");
+    }
+    Ok(trace)
+}
+
+/// Checks the chain of spans of one request: request → publish order
+/// (the event) → process order (its handler) → publish order (the
+/// command) → process order (the command's handler) → publish order (its
+/// event) → process order (that event's handler), one trace throughout.
+fn check_chain(spans: &[SpanData], ran: &Ran, system: &str) {
+    let ran = ran.lock().unwrap();
+    let (placed, shipped) = (&ran["placed"][0], &ran["shipped"][0]);
+    let parent_of = |child: &SpanData| -> &SpanData {
+        spans
+            .iter()
+            .find(|span| span.span_context.span_id() == child.parent_span_id)
+            .unwrap_or_else(|| {
+                panic!(
+                    "the parent of {} ({:?}) was not exported: {spans:#?}",
+                    child.name, child.attributes
+                )
+            })
+    };
+    for (id, group) in [(placed.as_str(), "Shipping"), (shipped.as_str(), "Tracking")] {
+        let process = named(spans, "process order", id);
+        assert_eq!(process.len(), 1, "one process span for {id}: {spans:#?}");
+        let process = process[0];
+        assert_eq!(process.span_kind, SpanKind::Consumer);
+        assert_eq!(attribute(process, "messaging.system").as_deref(), Some(system));
+        assert_eq!(
+            attribute(process, "messaging.operation.type").as_deref(),
+            Some("process")
+        );
+        assert_eq!(
+            attribute(process, "messaging.destination.name").as_deref(),
+            Some("order")
+        );
+        assert_eq!(
+            attribute(process, "messaging.consumer.group.name").as_deref(),
+            Some(group)
+        );
+        assert_eq!(attribute(process, "ordo.partition_key").as_deref(), Some("c-1"));
+        assert_eq!(attribute(process, "ordo.attempt").as_deref(), Some("1"));
+        let publish = parent_of(process);
+        assert_eq!(
+            publish.name, "publish order",
+            "a handler's run is the child of its message's publication"
+        );
+        assert_eq!(publish.span_kind, SpanKind::Producer);
+        assert_eq!(attribute(publish, "messaging.message.id").as_deref(), Some(id));
+    }
+    // The command: published from the first handler's run, handled, and its event published from there.
+    let shipped_publish = parent_of(named(spans, "process order", shipped)[0]);
+    let command_run = parent_of(shipped_publish);
+    // On Redis the command travels in its category's command partitions.
+    let command_destination = if system == "redis" {
+        "order.commands"
+    } else {
+        "order"
+    };
+    assert_eq!(
+        command_run.name,
+        format!("process {command_destination}"),
+        "the shipped event was raised in the command's run"
+    );
+    assert_eq!(command_run.span_kind, SpanKind::Consumer);
+    assert_eq!(
+        attribute(command_run, "messaging.consumer.group.name").as_deref(),
+        Some("Warehouse")
+    );
+    let command_id = attribute(command_run, "messaging.message.id").expect("the command's id");
+    assert!(command_id.starts_with("ship-"), "{command_id}");
+    let command_publish = parent_of(command_run);
+    assert_eq!(command_publish.name, format!("publish {command_destination}"));
+    assert_eq!(
+        attribute(command_publish, "messaging.message.id"),
+        Some(command_id)
+    );
+    let placed_run = parent_of(command_publish);
+    assert_eq!(
+        attribute(placed_run, "messaging.message.id").as_deref(),
+        Some(placed.as_str()),
+        "the command was sent from the placed event's run"
+    );
+    let request = parent_of(parent_of(placed_run));
+    assert_eq!(request.name, "request", "the chain starts at the request");
+    for span in spans {
+        for secret in ["c-1\"", "payload"] {
+            assert!(
+                !span
+                    .attributes
+                    .iter()
+                    .any(|kv| kv.value.to_string().contains(secret)),
+                "{} records a payload: {:?}",
+                span.name,
+                span.attributes
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_runs_from_a_request_through_events_and_a_command_on_the_inline_broker()
+-> anyhow::Result<()> {
+    exporter();
+    let ran = Ran::default();
+    let domain = domain(&ran, None).await?;
+    let running = domain.start();
+    let trace = request(&domain, "o-1", &ran, "shipped").await?;
+    running.shutdown().await?;
+    check_chain(&spans_of(trace), &ran, "inline");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_runs_from_a_request_through_events_and_a_command_across_redis() -> anyhow::Result<()> {
+    exporter();
+    let redis = ordo_testkit::Redis::start()?;
+    let ran = Ran::default();
+    let domain = domain(&ran, Some(&redis)).await?;
+    let running = domain.start();
+    let trace = request(&domain, "o-2", &ran, "shipped").await?;
+    running.shutdown().await?;
+    let spans = spans_of(trace);
+    check_chain(&spans, &ran, "redis");
+    let process = named(&spans, "process order", &ran.lock().unwrap()["placed"][0])[0].clone();
+    let token: u64 = attribute(&process, "ordo.fencing_token")
+        .expect("a fencing token")
+        .parse()?;
+    assert!(token > 0, "the run is under its lease's token");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_fails_for_good_has_an_error_status_and_its_halt_is_an_event() -> anyhow::Result<()> {
+    exporter();
+    let redis = ordo_testkit::Redis::start()?;
+    let ran = Ran::default();
+    let domain = domain(&ran, Some(&redis)).await?;
+    let running = domain.start();
+    let trace = raise_in_request(&domain, "poison", "c-9").await?;
+    ordo_testkit::eventually(Duration::from_secs(30), "the failed run's span exported", || {
+        let done = spans_of(trace).iter().any(|span| span.name == "process order");
+        async move { Ok(done) }
+    })
+    .await?;
+    running.shutdown().await?;
+    let spans = spans_of(trace);
+    let process = spans
+        .iter()
+        .find(|span| span.name == "process order")
+        .expect("exported");
+    match &process.status {
+        Status::Error { description } => {
+            assert!(
+                description.contains("order poison cannot be shipped"),
+                "{description}"
+            )
+        }
+        other => panic!("the failed run's status is {other:?}"),
+    }
+    let events: Vec<String> = process
+        .events
+        .events
+        .iter()
+        .map(|e| format!("{} {:?}", e.name, e.attributes))
+        .collect();
+    assert!(
+        events.iter().any(|event| event.contains("partition.halted")),
+        "the halt is an event of the run's span: {events:#?}"
+    );
+    Ok(())
+}
