@@ -194,13 +194,30 @@ fn an_envelope_written_before_ordo_carried_its_lineage_still_decodes() -> anyhow
 }
 
 #[test]
-fn an_envelope_with_a_malformed_occurred_at_is_refused_naming_it() {
-    let bad = r#"{"id":"m-1","kind":"event","type_name":"OrderPlaced","category":"order","occurred_at":"yesterday\u001b[2J","payload":"{}"}"#;
-    let error = serde_json::from_str::<Envelope>(bad)
-        .expect_err("not a time")
-        .to_string();
-    assert!(
-        error.contains("`yesterday\\u{1b}[2J` is not a time in RFC 3339 form"),
-        "{error}"
+fn an_envelope_with_a_malformed_occurred_at_is_refused_naming_it() -> anyhow::Result<()> {
+    let envelope = |at: &str| {
+        format!(
+            r#"{{"id":"m-1","kind":"event","type_name":"OrderPlaced","category":"order","occurred_at":{at},"payload":"{{}}"}}"#
+        )
+    };
+    for (at, named) in [
+        (r#""yesterday\u001b[2J""#, r#"string "yesterday\u{1b}[2J""#),
+        ("-5", "integer `-5`"),
+        ("99999999999999999", "integer `99999999999999999`"),
+    ] {
+        let error = serde_json::from_str::<Envelope>(&envelope(at))
+            .expect_err("not a time")
+            .to_string();
+        assert!(error.contains(named), "{error}");
+        assert!(
+            error.contains("expected milliseconds since the Unix epoch"),
+            "{error}"
+        );
+    }
+    let good: Envelope = serde_json::from_str(&envelope("1796329800123"))?;
+    assert_eq!(
+        good.occurred_at.map(|at| at.to_string()).as_deref(),
+        Some("2026-12-03T20:30:00.123Z")
     );
+    Ok(())
 }

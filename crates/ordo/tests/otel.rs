@@ -14,6 +14,7 @@ use opentelemetry::trace::{SpanKind, Status, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 use ordo::otel::Otel;
 use ordo::prelude::*;
+use ordo_postgres::UnitOfWorkExt as _;
 use ordo_redis::RedisBroker;
 use tracing::Instrument;
 use tracing_subscriber::Layer as _;
@@ -424,6 +425,76 @@ async fn a_run_that_fails_for_good_has_an_error_status_and_its_halt_is_an_event(
     assert!(
         events.iter().any(|event| event.contains("partition.halted")),
         "the halt is an event of the run's span: {events:#?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_crosses_the_postgresql_outbox_and_its_relay() -> anyhow::Result<()> {
+    exporter();
+    let pg = ordo_testkit::Postgres::start()?;
+    let redis = ordo_testkit::Redis::start()?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(pg.url())
+        .await?;
+    let outbox = ordo_postgres::PgOutbox::builder(pool.clone())
+        .schema("otel")
+        .build()?;
+    outbox.migrate().await?;
+    let ran = Ran::default();
+    let domain = domain(&ran, Some(&redis)).await?;
+    let running = domain.start();
+
+    // Committed in the caller's transaction, inside its request.
+    let span = tracing::info_span!("request", order = "o-pg");
+    let trace = trace_of(&span);
+    async {
+        let mut tx = pool.begin().await?;
+        let mut uow = domain.unit_of_work();
+        uow.raise(OrderPlaced {
+            order_id: "o-pg".into(),
+            client_id: "c-pg".into(),
+        })?;
+        uow.commit_in_outbox(&outbox, &mut tx).await?;
+        tx.commit().await?;
+        anyhow::Ok(())
+    }
+    .instrument(span)
+    .await?;
+    // The relay publishes it later, outside any span.
+    let broker = RedisBroker::builder(redis.url()).build().await?;
+    let relay = ordo_postgres::PgRelay::new(outbox.clone(), Arc::new(broker), &Config::default());
+    assert_eq!(relay.publish_pending().await?.published, 1);
+    ordo_testkit::eventually(
+        Duration::from_secs(30),
+        "the relayed event's run exported",
+        || {
+            let done = spans_of(trace).iter().any(|span| span.name == "process order");
+            async move { Ok(done) }
+        },
+    )
+    .await?;
+    running.shutdown().await?;
+
+    let spans = spans_of(trace);
+    let placed = &ran.lock().unwrap()["placed"][0];
+    let process = named(&spans, "process order", placed);
+    let [process] = &process[..] else {
+        anyhow::bail!("one run of {placed}: {spans:#?}");
+    };
+    let publish = spans
+        .iter()
+        .find(|span| span.span_context.span_id() == process.parent_span_id)
+        .expect("the publication's span");
+    assert_eq!(publish.name, "publish order");
+    let request = spans
+        .iter()
+        .find(|span| span.span_context.span_id() == publish.parent_span_id)
+        .expect("the request's span");
+    assert_eq!(
+        request.name, "request",
+        "the trace went through the outbox row and the relay"
     );
     Ok(())
 }

@@ -188,8 +188,9 @@ fn render(inspected: &Inspected, now_ms: u64) -> anyhow::Result<String> {
 fn lineage(envelope: &serde_json::Value) -> Vec<(&'static str, String)> {
     let text = |field: &str| envelope.get(field).and_then(serde_json::Value::as_str);
     let mut fields = Vec::new();
-    if let Some(at) = text("occurred_at") {
-        fields.push(("occurred", at.to_owned()));
+    if let Some(millis) = envelope.get("occurred_at").and_then(serde_json::Value::as_u64) {
+        let at = ordo_core::contract::message::Timestamp::from_unix_millis(millis);
+        fields.push(("occurred", at.to_string()));
     }
     match (text("correlation_id"), text("id")) {
         (Some(correlation), _) => fields.push(("correlation", correlation.to_owned())),

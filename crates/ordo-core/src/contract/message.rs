@@ -152,14 +152,19 @@ pub fn user_metadata(metadata: &Metadata) -> impl Iterator<Item = (&String, &Str
         .filter(|(key, _)| !is_reserved_metadata(key) && !crate::contract::trace::is_trace_context(key))
 }
 
-/// When a message happened, as envelopes carry it: UTC, to the
-/// millisecond, written in RFC 3339 (`2026-12-03T20:30:00.123Z`).
+/// When a message happened, to the millisecond: in an envelope's JSON the
+/// milliseconds since the Unix epoch (a number, cheap to write and read on
+/// every message, as Kafka's record timestamps); for people RFC 3339 in
+/// UTC (`2026-12-03T20:30:00.123Z`, its `Display` and `FromStr`).
 ///
 /// ```
 /// use ordo_core::contract::message::Timestamp;
 ///
 /// let at: Timestamp = "2026-12-03T20:30:00.123Z".parse().unwrap();
 /// assert_eq!(at.to_string(), "2026-12-03T20:30:00.123Z");
+/// assert_eq!(at.unix_millis(), 1_796_329_800_123);
+/// assert_eq!(Timestamp::from_unix_millis(1_796_329_800_123), at);
+/// assert_eq!(serde_json::to_string(&at).unwrap(), "1796329800123");
 /// assert!("yesterday".parse::<Timestamp>().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -175,14 +180,23 @@ impl Timestamp {
     pub fn system_time(self) -> SystemTime {
         self.0
     }
+
+    /// `millis` milliseconds after the Unix epoch.
+    pub fn from_unix_millis(millis: u64) -> Self {
+        Self(UNIX_EPOCH + Duration::from_millis(millis))
+    }
+
+    /// The milliseconds since the Unix epoch.
+    pub fn unix_millis(self) -> u64 {
+        let since = self.0.duration_since(UNIX_EPOCH).unwrap_or_default();
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 impl From<SystemTime> for Timestamp {
     /// `at`, to the millisecond (what the text keeps; a time before 1970 is 1970).
     fn from(at: SystemTime) -> Self {
-        let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let millis = Duration::from_millis(u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
-        Self(UNIX_EPOCH + millis)
+        Self::from_unix_millis(Self(at).unix_millis())
     }
 }
 
@@ -215,14 +229,34 @@ impl FromStr for Timestamp {
 
 impl Serialize for Timestamp {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        serializer.serialize_u64(self.unix_millis())
     }
 }
 
+/// The most milliseconds a timestamp may have: the year 9999 (what RFC 3339
+/// can write), so that any accepted value can be shown.
+const MAX_UNIX_MILLIS: u64 = 253_402_300_799_999;
+
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
+        struct Millis;
+
+        impl serde::de::Visitor<'_> for Millis {
+            type Value = Timestamp;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "milliseconds since the Unix epoch (0 to {MAX_UNIX_MILLIS})")
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, millis: u64) -> Result<Timestamp, E> {
+                if millis > MAX_UNIX_MILLIS {
+                    return Err(E::invalid_value(serde::de::Unexpected::Unsigned(millis), &self));
+                }
+                Ok(Timestamp::from_unix_millis(millis))
+            }
+        }
+
+        deserializer.deserialize_u64(Millis)
     }
 }
 
@@ -252,7 +286,8 @@ pub struct Envelope {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: Metadata,
     /// When the message was raised or sent: set once, when its envelope is
-    /// made (`None` in an envelope written before Ordo carried it).
+    /// made (`None` in an envelope written before Ordo carried it). In the
+    /// JSON: milliseconds since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub occurred_at: Option<Timestamp>,
     /// The conversation the message belongs to: the correlation id of the
