@@ -341,6 +341,45 @@ pub enum TestkitError {
         action: &'static str,
     },
 
+    /// No `prometheus` executable could be found.
+    #[error("no prometheus found ({looked_for}); {hint}")]
+    PrometheusNotFound {
+        /// Where the testkit looked.
+        looked_for: String,
+        /// How to get Prometheus.
+        hint: &'static str,
+    },
+
+    /// The `prometheus` executable exists but could not be run.
+    #[error("could not run {}; {hint}", program.display())]
+    SpawnPrometheus {
+        /// The executable that was run.
+        program: PathBuf,
+        /// How to get Prometheus.
+        hint: &'static str,
+        /// Why it could not be run.
+        #[source]
+        source: io::Error,
+    },
+
+    /// `prometheus` exited before it was ready.
+    #[error("prometheus exited ({status}) before it was ready; its log ends with:\n{log_tail}")]
+    PrometheusExited {
+        /// How it exited.
+        status: ExitStatus,
+        /// The last lines of its log.
+        log_tail: String,
+    },
+
+    /// `prometheus` was not ready in time (it is killed).
+    #[error("prometheus was not ready after {waited:?}; its log ends with:\n{log_tail}")]
+    PrometheusNotReady {
+        /// How long the testkit waited.
+        waited: Duration,
+        /// The last lines of its log.
+        log_tail: String,
+    },
+
     /// A file or process operation failed.
     #[error("could not {what}")]
     Io {

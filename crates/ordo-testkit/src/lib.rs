@@ -14,6 +14,8 @@
 //!   lines and sends it SIGKILL, SIGSTOP, SIGCONT or SIGTERM.
 //! - [`Postgres`] starts a private PostgreSQL (`initdb` + `postgres` on a
 //!   free port in a temporary directory), or uses `DATABASE_URL`.
+//! - [`Prometheus`] starts a private `prometheus` on a free port that
+//!   scrapes the targets it is given, and answers PromQL queries.
 //! - [`wait_until`] polls a condition with a deadline, which is what a test
 //!   does instead of sleeping; [`eventually`] awaits an async one.
 //!
@@ -27,6 +29,8 @@
 //!   nodes cannot be killed, paused, restarted or failed over).
 //! - `ORDO_REDIS_CLI=/path/to/redis-cli`: the binary that creates clusters,
 //!   instead of the `redis-cli` beside `redis-server` or on `PATH`.
+//! - `ORDO_PROMETHEUS=/path/to/prometheus`: the binary [`Prometheus::start`]
+//!   runs instead of `prometheus` on `PATH`.
 //!
 //! Feature `testcontainers`: `Redis::start_container` runs `redis:7.2` in Docker.
 //!
@@ -40,6 +44,7 @@ mod container;
 mod error;
 mod local;
 mod postgres;
+mod prometheus;
 mod redis;
 mod resp;
 mod secret;
@@ -52,6 +57,7 @@ pub use child::Process;
 pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{ConditionError, Result, TestkitError};
 pub use postgres::{Postgres, PostgresBuilder, PostgresTls};
+pub use prometheus::Prometheus;
 pub use redis::{AclDenial, Redis, RedisBuilder, RedisTls};
 pub use sentinel::{RedisSentinel, SENTINEL_SERVICE};
 pub use wait::{eventually, wait_until};

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use opentelemetry::trace::{SpanKind, Status, TraceId};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 use ordo::otel::Otel;
@@ -21,11 +22,12 @@ use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-/// The exporter every test of this binary exports to (the tracer provider
-/// and the subscriber are process-wide).
+/// The exporter every test of this binary exports to (the tracer provider,
+/// the subscriber and the metrics recorder are process-wide).
 fn exporter() -> &'static InMemorySpanExporter {
     static EXPORTER: OnceLock<InMemorySpanExporter> = OnceLock::new();
     EXPORTER.get_or_init(|| {
+        let _ = metrics_handle();
         let exporter = InMemorySpanExporter::default();
         let otel = Otel::with_exporter(exporter.clone());
         tracing_subscriber::registry()
@@ -41,6 +43,37 @@ fn exporter() -> &'static InMemorySpanExporter {
         std::mem::forget(otel);
         exporter
     })
+}
+
+/// The Prometheus rendering of the metrics recorded in this process.
+fn metrics_handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only metrics recorder of this process")
+    })
+}
+
+/// The sum of the samples of metric `name` (as Prometheus names it) whose
+/// labels include every one of `labels`. (The tests of this binary share
+/// one recorder when they share a process, as under `cargo test`: they
+/// check for at least what they did.)
+fn metric(name: &str, labels: &[(&str, &str)]) -> f64 {
+    metrics_handle()
+        .render()
+        .lines()
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name
+                && labels
+                    .iter()
+                    .all(|(key, value)| rest.contains(&format!("{key}=\"{value}\""))))
+            .then(|| value.parse::<f64>().ok())
+            .flatten()
+        })
+        .sum()
 }
 
 /// The exported spans of trace `trace`.
@@ -167,18 +200,20 @@ impl Warehouse {
     }
 }
 
-/// The Redis broker's settings, quick to start; `Shipping` gives up at its first failure.
+/// The Redis broker's settings, quick to start.
+const PARTITIONING: &str = "[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 0.6\n\
+                            poll_interval_seconds = 0.1\ndiscovery_interval_seconds = 0.1\n";
+
+/// [`PARTITIONING`]; `Shipping` gives up at its first failure.
 fn config() -> anyhow::Result<Config> {
-    Ok(Config::from_toml_str(
-        "[server.partitioning]\nlease_ttl_ms = 3000\nheartbeat_interval_seconds = 0.6\n\
-         poll_interval_seconds = 0.1\ndiscovery_interval_seconds = 0.1\n\
-         [handlers.Shipping]\nmax_retries = 0\n",
-    )?)
+    Ok(Config::from_toml_str(&format!(
+        "{PARTITIONING}[handlers.Shipping]\nmax_retries = 0\n"
+    ))?)
 }
 
 /// The domain of these tests: `Shipping`, `Tracking` and `Warehouse`, on
-/// `broker` (the inline broker without one).
-async fn domain(ran: &Ran, redis: Option<&ordo_testkit::Redis>) -> anyhow::Result<Domain> {
+/// the Redis at `redis` (the inline broker without one).
+async fn domain(ran: &Ran, redis: Option<&str>) -> anyhow::Result<Domain> {
     let cell = Arc::new(OnceLock::new());
     let mut builder = Domain::builder()
         .aggregate::<Order>()
@@ -191,12 +226,7 @@ async fn domain(ran: &Ran, redis: Option<&ordo_testkit::Redis>) -> anyhow::Resul
     if let Some(redis) = redis {
         let config = config()?;
         builder = builder
-            .broker(
-                RedisBroker::builder(redis.url())
-                    .config(config.clone())
-                    .build()
-                    .await?,
-            )
+            .broker(RedisBroker::builder(redis).config(config.clone()).build().await?)
             .config(config);
     }
     let domain = builder.init()?;
@@ -366,6 +396,30 @@ async fn one_trace_runs_from_a_request_through_events_and_a_command_on_the_inlin
     let trace = request(&domain, "o-1", &ran, "shipped").await?;
     running.shutdown().await?;
     check_chain(&spans_of(trace), &ran, "inline");
+    // The conventions' metrics: one delivery and one successful attempt per handler.
+    for (system, group) in [
+        ("inline", "Shipping"),
+        ("inline", "Tracking"),
+        ("ordo", "Warehouse"),
+    ] {
+        let labels = [
+            ("messaging_system", system),
+            ("messaging_destination_name", "order"),
+            ("messaging_consumer_group_name", group),
+            ("messaging_operation_name", "process"),
+        ];
+        assert!(
+            metric("messaging_client_consumed_messages", &labels) >= 1.0,
+            "{group}'s deliveries:\n{}",
+            metrics_handle().render()
+        );
+        if system == "inline" {
+            assert!(
+                metric("messaging_process_duration_count", &labels) >= 1.0,
+                "{group}'s attempts"
+            );
+        }
+    }
     Ok(())
 }
 
@@ -374,7 +428,7 @@ async fn one_trace_runs_from_a_request_through_events_and_a_command_across_redis
     exporter();
     let redis = ordo_testkit::Redis::start()?;
     let ran = Ran::default();
-    let domain = domain(&ran, Some(&redis)).await?;
+    let domain = domain(&ran, Some(&redis.url())).await?;
     let running = domain.start();
     let trace = request(&domain, "o-2", &ran, "shipped").await?;
     running.shutdown().await?;
@@ -385,6 +439,27 @@ async fn one_trace_runs_from_a_request_through_events_and_a_command_across_redis
         .expect("a fencing token")
         .parse()?;
     assert!(token > 0, "the run is under its lease's token");
+    // The conventions' metrics name the command's handler, routed by its partition's delivery.
+    for (destination, group) in [
+        ("order", "Shipping"),
+        ("order", "Tracking"),
+        ("order.commands", "Warehouse"),
+    ] {
+        let labels = [
+            ("messaging_system", "redis"),
+            ("messaging_destination_name", destination),
+            ("messaging_consumer_group_name", group),
+        ];
+        assert!(
+            metric("messaging_client_consumed_messages", &labels) >= 1.0,
+            "{group}'s deliveries:\n{}",
+            metrics_handle().render()
+        );
+        assert!(
+            metric("messaging_process_duration_count", &labels) >= 1.0,
+            "{group}'s attempts"
+        );
+    }
     Ok(())
 }
 
@@ -393,7 +468,7 @@ async fn a_run_that_fails_for_good_has_an_error_status_and_its_halt_is_an_event(
     exporter();
     let redis = ordo_testkit::Redis::start()?;
     let ran = Ran::default();
-    let domain = domain(&ran, Some(&redis)).await?;
+    let domain = domain(&ran, Some(&redis.url())).await?;
     let running = domain.start();
     let trace = raise_in_request(&domain, "poison", "c-9").await?;
     ordo_testkit::eventually(Duration::from_secs(30), "the failed run's span exported", || {
@@ -426,6 +501,16 @@ async fn a_run_that_fails_for_good_has_an_error_status_and_its_halt_is_an_event(
         events.iter().any(|event| event.contains("partition.halted")),
         "the halt is an event of the run's span: {events:#?}"
     );
+    let failed = [
+        ("messaging_system", "redis"),
+        ("messaging_consumer_group_name", "Shipping"),
+        ("error_type", "handler_error"),
+    ];
+    assert!(
+        metric("messaging_process_duration_count", &failed) >= 1.0,
+        "the failed attempt, with its error type:\n{}",
+        metrics_handle().render()
+    );
     Ok(())
 }
 
@@ -443,7 +528,7 @@ async fn the_trace_crosses_the_postgresql_outbox_and_its_relay() -> anyhow::Resu
         .build()?;
     outbox.migrate().await?;
     let ran = Ran::default();
-    let domain = domain(&ran, Some(&redis)).await?;
+    let domain = domain(&ran, Some(&redis.url())).await?;
     let running = domain.start();
 
     // Committed in the caller's transaction, inside its request.
@@ -495,6 +580,169 @@ async fn the_trace_crosses_the_postgresql_outbox_and_its_relay() -> anyhow::Resu
     assert_eq!(
         request.name, "request",
         "the trace went through the outbox row and the relay"
+    );
+    Ok(())
+}
+
+/// The environment variable that makes
+/// [`one_trace_crosses_two_processes_through_redis`] the worker it runs: the
+/// Redis URL to work on.
+const WORKER_REDIS: &str = "ORDO_OTEL_TEST_WORKER_REDIS";
+
+/// One line per span a worker process exported: name, trace id, parent
+/// span id, message id.
+fn span_line(span: &SpanData) -> String {
+    format!(
+        "SPAN {}|{}|{}|{}",
+        span.name,
+        span.span_context.trace_id(),
+        span.parent_span_id,
+        attribute(span, "messaging.message.id").unwrap_or_default()
+    )
+}
+
+/// The worker of [`one_trace_crosses_two_processes_through_redis`], run by
+/// it as a process of its own: handles the chain on the Redis at `url`,
+/// then prints the spans it exported.
+async fn worker(url: &str) -> anyhow::Result<()> {
+    let ran = Ran::default();
+    let domain = domain(&ran, Some(url)).await?;
+    let running = domain.start();
+    println!("READY");
+    ordo_testkit::eventually(
+        Duration::from_secs(60),
+        "the worker's three runs exported",
+        || {
+            let runs = exporter()
+                .get_finished_spans()
+                .map(|spans| {
+                    spans
+                        .iter()
+                        .filter(|span| span.name.starts_with("process "))
+                        .count()
+                })
+                .unwrap_or(0);
+            async move { Ok(runs >= 3) }
+        },
+    )
+    .await?;
+    running.shutdown().await?;
+    for span in exporter().get_finished_spans()? {
+        println!("{}", span_line(&span));
+    }
+    Ok(())
+}
+
+/// The request runs in this process, which only publishes; its handlers
+/// run in a worker process (this test again, told so by [`WORKER_REDIS`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_crosses_two_processes_through_redis() -> anyhow::Result<()> {
+    use std::io::BufRead as _;
+
+    exporter();
+    if let Ok(url) = std::env::var(WORKER_REDIS) {
+        return worker(&url).await;
+    }
+    let redis = ordo_testkit::Redis::start()?;
+    let worker = std::process::Command::new(std::env::current_exe()?)
+        .args([
+            "--exact",
+            "one_trace_crosses_two_processes_through_redis",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(WORKER_REDIS, redis.url())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    // Killed if this test fails before the worker is done.
+    struct Worker(std::process::Child);
+    impl Drop for Worker {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut worker = Worker(worker);
+    let stdout = worker.0.stdout.take().expect("piped");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let next = |what: &str| -> anyhow::Result<Option<String>> {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match received.recv_timeout(left) {
+            Ok(line) => Ok(Some(line)),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Ok(None),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                anyhow::bail!("the worker did not {what} in time")
+            }
+        }
+    };
+    // (libtest prints the test's name on the line its output starts.)
+    while !next("start")?
+        .ok_or_else(|| anyhow::anyhow!("the worker exited before it started"))?
+        .ends_with("READY")
+    {}
+
+    // This process only publishes: the handlers' types (which partition the
+    // category), none of their instances.
+    let config = Config::from_toml_str(PARTITIONING)?;
+    let producer = Domain::builder()
+        .aggregate::<Order>()
+        .event_handler_type::<Shipping>()
+        .event_handler_type::<Tracking>()
+        .broker(
+            RedisBroker::builder(redis.url())
+                .config(config.clone())
+                .build()
+                .await?,
+        )
+        .config(config)
+        .init()?;
+    let running = producer.start();
+    let trace = raise_in_request(&producer, "o-9", "c-1").await?;
+    let mut worker_spans = Vec::new();
+    while let Some(line) = next("finish")? {
+        if let Some((_, span)) = line.split_once("SPAN ") {
+            worker_spans.push(span.split('|').map(str::to_owned).collect::<Vec<_>>());
+        }
+    }
+    let status = worker.0.wait()?;
+    running.shutdown().await?;
+    assert!(status.success(), "the worker failed: {status}");
+
+    let publish = spans_of(trace)
+        .into_iter()
+        .find(|span| span.name == "publish order")
+        .expect("this process published the event in the request's trace");
+    let id = attribute(&publish, "messaging.message.id").expect("the event's id");
+    let handled = worker_spans
+        .iter()
+        .find(|span| span[0] == "process order" && span[3] == id)
+        .unwrap_or_else(|| panic!("the worker ran {id}: {worker_spans:?}"));
+    assert_eq!(
+        handled[1],
+        trace.to_string(),
+        "the worker's run is in the request's trace"
+    );
+    assert_eq!(
+        handled[2],
+        publish.span_context.span_id().to_string(),
+        "the worker's run is the child of this process's publication"
+    );
+    // The rest of the chain, in the worker, stays in the trace.
+    let in_trace = worker_spans
+        .iter()
+        .filter(|span| span[1] == trace.to_string())
+        .count();
+    assert!(
+        in_trace >= 5,
+        "the command and the shipped event stay in the trace: {worker_spans:?}"
     );
     Ok(())
 }

@@ -65,6 +65,7 @@ use crate::contract::error::error_chain;
 use crate::contract::handler::DynHandler;
 use crate::contract::handler::{BoxFuture, HandlerContext, HandlerError, HandlerResult};
 use crate::contract::message::Envelope;
+use crate::contract::trace;
 
 /// One run of a handler on a message.
 pub struct Attempt {
@@ -286,7 +287,7 @@ impl Attempt {
             Some(name) => Box::pin(context::scope(Running::handler(name), run)),
             None => Box::pin(run),
         };
-        let mut task = tokio::spawn(run.instrument(tracing::Span::current()));
+        let mut task = tokio::spawn(trace::carried(run).instrument(tracing::Span::current()));
         let expired = async {
             match timeout {
                 Some(timeout) => tokio::time::sleep(timeout).await,

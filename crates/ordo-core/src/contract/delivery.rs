@@ -126,13 +126,17 @@ pub async fn deliver<H: DeliveryHooks>(mut retries: Retries<'_>, hooks: &mut H) 
             return hooks.exhausted(give_up).await;
         }
         let attempt = retries.attempt();
-        trace::attempt(attempt);
+        let attempted = trace::attempt(attempt);
         let failure = match hooks.attempt(attempt).await {
             Ok(Ok(())) => {
+                attempted.ended(None);
                 retries.succeeded();
                 return hooks.succeeded().await;
             }
-            Ok(Err(failure)) => failure,
+            Ok(Err(failure)) => {
+                attempted.ended(Some(&failure));
+                failure
+            }
             Err(stopped) => return stopped,
         };
         let failed = retries.failed(&failure);

@@ -27,11 +27,29 @@
 //! payload and no metadata value other than the trace context is ever
 //! recorded.
 //!
+//! Metrics beside the spans, through the `metrics` facade (the application
+//! installs the exporter, as for Ordo's own `ordo_*` metrics), on the
+//! conventions' names: `messaging.process.duration` (a histogram of each
+//! handler attempt, in seconds, with `error.type` when it failed) and
+//! `messaging.client.consumed.messages` (a counter of the deliveries),
+//! labelled `messaging.system`, `messaging.destination.name`,
+//! `messaging.consumer.group.name` and `messaging.operation.name`.
+//!
 //! The spans are `tracing` spans at level INFO: an application keeps its
 //! subscriber and adds `tracing-opentelemetry`'s layer to it (the facade's
 //! `ordo::otel` sets both up from the standard `OTEL_*` variables).
 
+use std::future::Future;
+
+use crate::contract::attempt::Failure;
+use crate::contract::handler::{BoxFuture, HandlerResult};
 use crate::contract::message::{Envelope, Metadata};
+
+/// The metric of each handler attempt's duration, in seconds.
+pub const PROCESS_DURATION: &str = "messaging.process.duration";
+
+/// The metric counting the deliveries of messages to handlers.
+pub const CONSUMED_MESSAGES: &str = "messaging.client.consumed.messages";
 
 /// The metadata key of the W3C trace context (`traceparent`).
 pub const TRACEPARENT: &str = "traceparent";
@@ -57,29 +75,98 @@ pub(crate) fn publish(envelope: &mut Envelope) {
     let _ = envelope;
 }
 
-/// The span a broker runs the delivery of `envelope` in: `process
-/// <category>` (kind consumer), child of the context its publication left
-/// in the envelope, for handler `group` on broker `system` under
-/// `fencing_token` (0 without a lease). An empty `group` is recorded later
-/// (a command partition's delivery names its handler once it has routed
-/// the command). [`tracing::Span::none`] without the
-/// `otel` feature.
-pub fn process(envelope: &Envelope, system: &'static str, group: &str, fencing_token: u64) -> tracing::Span {
+/// The delivery of `envelope` by broker `system` to handler `group` under
+/// `fencing_token` (0 without a lease), as traces and metrics see it: run
+/// the delivery (see [`deliver`](crate::contract::delivery::deliver)) with
+/// [`Process::run`]. An empty `group` is named later, once known (a
+/// command partition's delivery names its handler once it has routed the
+/// command). Nothing without the `otel` feature.
+pub fn process(envelope: &Envelope, system: &'static str, group: &str, fencing_token: u64) -> Process {
     #[cfg(feature = "otel")]
-    return otel::process(envelope, system, group, fencing_token);
+    return Process(otel::Process::new(envelope, system, group, fencing_token));
     #[cfg(not(feature = "otel"))]
     {
         let _ = (envelope, system, group, fencing_token);
-        tracing::Span::none()
+        Process(())
     }
 }
 
-/// Records attempt `attempt` on the current delivery span.
-pub(crate) fn attempt(attempt: u32) {
+/// A delivery as traces and metrics see it (see [`process`]).
+#[must_use = "a delivery is traced by running it with `Process::run`"]
+pub struct Process(
+    #[cfg(feature = "otel")] otel::Process,
+    #[cfg(not(feature = "otel"))] (),
+);
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process").finish_non_exhaustive()
+    }
+}
+
+impl Process {
+    /// Runs `delivery` in its span, `process <category>` (kind consumer),
+    /// the child of the context the message's publication left in its
+    /// envelope, and counts it (`messaging.client.consumed.messages`) when
+    /// it ends. `delivery` itself without the `otel` feature.
+    pub fn run<F: Future>(self, delivery: F) -> impl Future<Output = F::Output> {
+        #[cfg(feature = "otel")]
+        return self.0.run(delivery);
+        #[cfg(not(feature = "otel"))]
+        delivery
+    }
+}
+
+/// Names the handler of the current delivery, `group` (a command routed to
+/// its handler by a command partition's delivery).
+pub(crate) fn handler(group: &'static str) {
     #[cfg(feature = "otel")]
-    tracing::Span::current().record("ordo.attempt", attempt);
+    otel::handler(group);
     #[cfg(not(feature = "otel"))]
-    let _ = attempt;
+    let _ = group;
+}
+
+/// `run`, a handler's run spawned by a delivery, in that delivery's span
+/// and metrics (see [`handler`]).
+pub(crate) fn carried(run: BoxFuture<'static, HandlerResult>) -> BoxFuture<'static, HandlerResult> {
+    #[cfg(feature = "otel")]
+    return otel::carried(run);
+    #[cfg(not(feature = "otel"))]
+    run
+}
+
+/// Records attempt `attempt` on the current delivery span; what the
+/// attempt came to goes to [`Attempted::ended`].
+pub(crate) fn attempt(attempt: u32) -> Attempted {
+    #[cfg(feature = "otel")]
+    {
+        tracing::Span::current().record("ordo.attempt", attempt);
+        Attempted {
+            started: std::time::Instant::now(),
+        }
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = attempt;
+        Attempted {}
+    }
+}
+
+/// A handler attempt under way, timed for `messaging.process.duration`.
+#[must_use = "an attempt is recorded when it ends"]
+pub(crate) struct Attempted {
+    #[cfg(feature = "otel")]
+    started: std::time::Instant,
+}
+
+impl Attempted {
+    /// The attempt ended, successfully or with `failure`.
+    pub(crate) fn ended(self, failure: Option<&Failure>) {
+        #[cfg(feature = "otel")]
+        otel::attempted(self.started.elapsed(), failure);
+        #[cfg(not(feature = "otel"))]
+        let _ = failure;
+    }
 }
 
 /// Marks the current delivery span failed: its handler failed for good
@@ -108,8 +195,16 @@ pub fn context_of(metadata: &Metadata) -> (Option<&str>, Option<&str>) {
 
 #[cfg(feature = "otel")]
 mod otel {
+    use std::future::Future;
+    use std::sync::{Arc, OnceLock};
+    use std::time::Duration;
+
     use opentelemetry::propagation::{Extractor, Injector};
+    use tracing::Instrument as _;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    use crate::contract::attempt::Failure;
+    use crate::contract::handler::{BoxFuture, HandlerResult};
 
     use super::{TRACEPARENT, TRACESTATE};
     use crate::contract::message::{Envelope, Metadata};
@@ -168,12 +263,107 @@ mod otel {
         });
     }
 
-    pub(super) fn process(
-        envelope: &Envelope,
+    tokio::task_local! {
+        /// The labels of the delivery the current task runs.
+        static DELIVERY: Arc<Labels>;
+    }
+
+    /// A delivery's metric labels.
+    struct Labels {
         system: &'static str,
-        group: &str,
-        fencing_token: u64,
-    ) -> tracing::Span {
+        destination: String,
+        /// The handler: known at the start, or once a command is routed.
+        group: OnceLock<String>,
+    }
+
+    impl Labels {
+        fn of(&self, error: Option<&'static str>) -> Vec<metrics::Label> {
+            let mut labels = vec![
+                metrics::Label::from_static_parts("messaging.operation.name", "process"),
+                metrics::Label::from_static_parts("messaging.system", self.system),
+                metrics::Label::new("messaging.destination.name", self.destination.clone()),
+            ];
+            if let Some(group) = self.group.get() {
+                labels.push(metrics::Label::new(
+                    "messaging.consumer.group.name",
+                    group.clone(),
+                ));
+            }
+            if let Some(error) = error {
+                labels.push(metrics::Label::from_static_parts("error.type", error));
+            }
+            labels
+        }
+    }
+
+    /// A delivery's span and metric labels.
+    pub(super) struct Process {
+        span: tracing::Span,
+        labels: Arc<Labels>,
+    }
+
+    impl Process {
+        pub(super) fn new(
+            envelope: &Envelope,
+            system: &'static str,
+            group: &str,
+            fencing_token: u64,
+        ) -> Self {
+            let labels = Arc::new(Labels {
+                system,
+                destination: envelope.category.clone(),
+                group: OnceLock::new(),
+            });
+            if !group.is_empty() {
+                let _ = labels.group.set(group.to_owned());
+            }
+            Self {
+                span: span(envelope, system, group, fencing_token),
+                labels,
+            }
+        }
+
+        pub(super) fn run<F: Future>(self, delivery: F) -> impl Future<Output = F::Output> {
+            let Self { span, labels } = self;
+            let counted = Arc::clone(&labels);
+            DELIVERY
+                .scope(labels, async move {
+                    let output = delivery.await;
+                    metrics::counter!(super::CONSUMED_MESSAGES, counted.of(None)).increment(1);
+                    output
+                })
+                .instrument(span)
+        }
+    }
+
+    pub(super) fn handler(group: &'static str) {
+        tracing::Span::current().record("messaging.consumer.group.name", group);
+        let _ = DELIVERY.try_with(|labels| labels.group.set(group.to_owned()));
+    }
+
+    pub(super) fn carried(run: BoxFuture<'static, HandlerResult>) -> BoxFuture<'static, HandlerResult> {
+        match DELIVERY.try_with(Arc::clone) {
+            Ok(labels) => Box::pin(DELIVERY.scope(labels, run)),
+            Err(_) => run,
+        }
+    }
+
+    pub(super) fn attempted(duration: Duration, failure: Option<&Failure>) {
+        let error = failure.map(|failure| {
+            if failure.timed_out() {
+                "timeout"
+            } else if failure.panicked() {
+                "panic"
+            } else {
+                "handler_error"
+            }
+        });
+        let _ = DELIVERY.try_with(|labels| {
+            metrics::histogram!(super::PROCESS_DURATION, labels.of(error)).record(duration.as_secs_f64());
+        });
+    }
+
+    fn span(envelope: &Envelope, system: &'static str, group: &str, fencing_token: u64) -> tracing::Span {
         let span = tracing::info_span!(
             "process",
             otel.name = format!("process {}", envelope.category).as_str(),

@@ -195,8 +195,8 @@ impl Domain {
         let reply = ReplySlot::new();
         let slot = reply.clone();
         let envelope = Arc::new(envelope);
-        let span = trace::process(&envelope, "ordo", handler, 0);
-        let task = context::handling(Arc::clone(&envelope), async move {
+        let traced = trace::process(&envelope, "ordo", handler, 0);
+        let run = context::handling(Arc::clone(&envelope), async move {
             let ctx = HandlerContext::new(&envelope)
                 .with_unit_of_work(Arc::new(uow.clone()))
                 .with_reply(slot);
@@ -207,8 +207,8 @@ impl Domain {
                 (Ok(()), None) => Ok(()),
                 (Err(error), _) => Err(Failed::Handler(error)),
             }
-        })
-        .instrument(span);
+        });
+        let task = traced.run(run);
         match self.bus().run(handler, sequence, task).await {
             Some(Ok(())) => Ok(match reply.take() {
                 Some(CommandOutcome::Succeeded { value }) => value,
@@ -336,7 +336,7 @@ impl CommandRun {
         };
         let name = descriptor.name;
         // The delivery's span names the command partitions' group: the handler is this one.
-        tracing::Span::current().record("messaging.consumer.group.name", name);
+        trace::handler(name);
         let Some(domain) = self.domain.get() else {
             return Err(format!("the domain of `{name}` is gone (shutting down)").into());
         };

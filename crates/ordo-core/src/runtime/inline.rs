@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::contract::attempt::{Attempt, Failure, Outcome};
 use crate::contract::broker::{Broker, BrokerError, Capabilities, Publication, PublishError, Subscription};
@@ -527,8 +526,9 @@ impl Inner {
             permits,
             policy: &policy,
         };
-        let span = trace::process(envelope, "inline", subscription.name(), 0);
-        deliver(policy.start(key, 0), &mut hooks).instrument(span).await
+        trace::process(envelope, "inline", subscription.name(), 0)
+            .run(deliver(policy.start(key, 0), &mut hooks))
+            .await
     }
 
     fn record(&self, failure: HandlerFailure) {

@@ -29,7 +29,7 @@ use ordo_core::contract::text::log_text;
 use ordo_core::contract::trace;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::local::{LocalCommand, LocalDone, OpenDoor};
 use super::shared::SharedRef;
@@ -626,7 +626,7 @@ impl Worker {
         }
         // A command partition's subscription routes to the command's handler, which names itself.
         let group = if command { "" } else { self.subscription.name() };
-        let span = trace::process(&envelope, "redis", group, self.lease.token());
+        let traced = trace::process(&envelope, "redis", group, self.lease.token());
         let mut hooks = EntryDelivery {
             worker: self,
             slot,
@@ -637,7 +637,7 @@ impl Worker {
             sequence: 0,
             reply: command.then(ReplySlot::new),
         };
-        deliver(retries, &mut hooks).instrument(span).await
+        traced.run(deliver(retries, &mut hooks)).await
     }
 
     /// Records a command's outcome under its id (unless one is recorded:

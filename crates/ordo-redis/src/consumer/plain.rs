@@ -208,7 +208,7 @@ impl Plain {
     ) -> Option<Option<(String, u32)>> {
         let policy = self.subscription.retry_policy(&self.shared.settings.retry);
         let retries = policy.start(&envelope.id, 0);
-        let span = trace::process(&envelope, "redis", self.subscription.name(), 0);
+        let traced = trace::process(&envelope, "redis", self.subscription.name(), 0);
         let mut hooks = PlainDelivery {
             labels: [
                 ("group", self.group.to_string()),
@@ -220,7 +220,7 @@ impl Plain {
             stop,
             timeout: policy.timeout(),
         };
-        deliver(retries, &mut hooks).instrument(span).await
+        traced.run(deliver(retries, &mut hooks)).await
     }
 
     /// Adds `entry` to the category's dead-letter stream `{category}:dlq`,
