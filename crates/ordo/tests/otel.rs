@@ -1,10 +1,12 @@
 //! Traces through the broker (the `otel` feature): a request's trace goes
 //! on through the events it raises, the handlers that run them, a command
 //! one of them sends and the event that command's handler raises, on the
-//! inline broker and across Redis; each handler run is a `process` span
+//! inline broker, across Redis (per-key and hashed partitions), through
+//! the PostgreSQL outbox, and from one process to another; each handler run is a `process` span
 //! (kind consumer) child of its message's `publish` span (kind producer),
 //! with the messaging conventions' attributes; a run that fails for good
-//! has an error status. Spans are exported by the SDK's in-memory exporter.
+//! has an error status. Spans are exported by the SDK's in-memory exporter;
+//! the conventions' metrics are read as Prometheus renders them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -214,6 +216,11 @@ fn config() -> anyhow::Result<Config> {
 /// The domain of these tests: `Shipping`, `Tracking` and `Warehouse`, on
 /// the Redis at `redis` (the inline broker without one).
 async fn domain(ran: &Ran, redis: Option<&str>) -> anyhow::Result<Domain> {
+    domain_with(ran, redis, config()?).await
+}
+
+/// [`domain`] with `config` on Redis.
+async fn domain_with(ran: &Ran, redis: Option<&str>, config: Config) -> anyhow::Result<Domain> {
     let cell = Arc::new(OnceLock::new());
     let mut builder = Domain::builder()
         .aggregate::<Order>()
@@ -224,7 +231,6 @@ async fn domain(ran: &Ran, redis: Option<&str>) -> anyhow::Result<Domain> {
         .event_handler(Tracking { ran: ran.clone() })
         .command_handler(Warehouse);
     if let Some(redis) = redis {
-        let config = config()?;
         builder = builder
             .broker(RedisBroker::builder(redis).config(config.clone()).build().await?)
             .config(config);
@@ -460,6 +466,22 @@ async fn one_trace_runs_from_a_request_through_events_and_a_command_across_redis
             "{group}'s attempts"
         );
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_runs_through_hashed_partitions() -> anyhow::Result<()> {
+    exporter();
+    let redis = ordo_testkit::Redis::start()?;
+    let ran = Ran::default();
+    let config = Config::from_toml_str(&format!(
+        "{PARTITIONING}[handlers.Shipping]\nmax_retries = 0\n[categories.order]\npartitions = 4\n"
+    ))?;
+    let domain = domain_with(&ran, Some(&redis.url()), config).await?;
+    let running = domain.start();
+    let trace = request(&domain, "o-4", &ran, "shipped").await?;
+    running.shutdown().await?;
+    check_chain(&spans_of(trace), &ran, "redis");
     Ok(())
 }
 
