@@ -104,6 +104,25 @@ pub(crate) enum Command {
     /// primary, list (or delete) other releases' libraries, move halts out
     /// of the old shared halted set. Idempotent.
     Setup(SetupArgs),
+    /// An operator console in the browser: lag, owners, halted and parked
+    /// keys, dead letters; with `--allow-actions`, retry, skip, dead-letter
+    /// and replay from the page (token in ORDO_CONSOLE_TOKEN).
+    Console(ConsoleArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ConsoleArgs {
+    /// Where to listen (localhost only by default).
+    #[arg(long, default_value = "127.0.0.1:9797", value_name = "ADDR")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// Let the page act on halted keys and dead letters (retry, skip,
+    /// dead-letter, replay). Each action needs the token in the
+    /// environment variable ORDO_CONSOLE_TOKEN (at least 16 characters).
+    #[arg(long)]
+    pub(crate) allow_actions: bool,
+    /// Warn when a category has more live partitions than this.
+    #[arg(long, value_name = "N")]
+    pub(crate) warn_partitions: Option<u64>,
 }
 
 #[derive(Debug, Args)]

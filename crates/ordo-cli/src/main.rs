@@ -10,6 +10,7 @@
 
 mod cli;
 mod commands;
+mod console;
 mod context;
 mod exit;
 mod format;
@@ -43,6 +44,11 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<Verdict, Failure> {
     let settings = settings::CliSettings::load(&cli.global)?;
+    // The console's token is checked before anything connects or listens.
+    let console_token = match &cli.command {
+        Command::Console(args) => console::token(args)?,
+        _ => None,
+    };
     let ctx = Context::connect(settings).await?;
     let result = match cli.command {
         Command::Status(args) => commands::status::run(&ctx, &args).await,
@@ -65,6 +71,7 @@ async fn run(cli: Cli) -> Result<Verdict, Failure> {
         Command::Watch(args) => commands::watch::run(&ctx, &args).await,
         Command::Repartition(args) => commands::repartition::run(&ctx, &args).await,
         Command::Setup(args) => commands::setup::run(&ctx, &args).await,
+        Command::Console(args) => return console::run(ctx, &args, console_token).await,
     };
     ctx.close().await;
     result

@@ -67,6 +67,9 @@ pub(crate) struct GroupView {
     pub(crate) halted: u64,
     /// Partitions with an owner for this group.
     pub(crate) owned: u64,
+    /// Entries read and acknowledged over the live partitions (Redis's
+    /// `entries-read` minus pending): its rate is the group's throughput.
+    pub(crate) handled: u64,
     /// Live instances, and instances that still hold a lease without a
     /// live announcement.
     pub(crate) instances: Vec<InstanceView>,

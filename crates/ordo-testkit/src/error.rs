@@ -380,6 +380,36 @@ pub enum TestkitError {
         log_tail: String,
     },
 
+    /// No `chromium` or `chromedriver` executable could be found.
+    #[error("no {looked_for}; {hint}")]
+    ChromeNotFound {
+        /// What the testkit looked for, and where.
+        looked_for: String,
+        /// How to get them.
+        hint: &'static str,
+    },
+
+    /// The `chromedriver` executable exists but could not be run.
+    #[error("could not run {}; {hint}", program.display())]
+    SpawnChromeDriver {
+        /// The executable that was run.
+        program: PathBuf,
+        /// How to get it.
+        hint: &'static str,
+        /// Why it could not be run.
+        #[source]
+        source: io::Error,
+    },
+
+    /// `chromedriver` did not become ready.
+    #[error("chromedriver was not ready after {waited:?}: {detail}")]
+    ChromeDriverNotReady {
+        /// How long the testkit waited.
+        waited: Duration,
+        /// What it said, or how it exited.
+        detail: String,
+    },
+
     /// A file or process operation failed.
     #[error("could not {what}")]
     Io {

@@ -16,6 +16,8 @@
 //!   free port in a temporary directory), or uses `DATABASE_URL`.
 //! - [`Prometheus`] starts a private `prometheus` on a free port that
 //!   scrapes the targets it is given, and answers PromQL queries.
+//! - [`ChromeDriver`] starts a private `chromedriver` that drives Debian's
+//!   Chromium headless, for tests of a page in a real browser.
 //! - [`wait_until`] polls a condition with a deadline, which is what a test
 //!   does instead of sleeping; [`eventually`] awaits an async one.
 //!
@@ -31,6 +33,8 @@
 //!   instead of the `redis-cli` beside `redis-server` or on `PATH`.
 //! - `ORDO_PROMETHEUS=/path/to/prometheus`: the binary [`Prometheus::start`]
 //!   runs instead of `prometheus` on `PATH`.
+//! - `ORDO_CHROMIUM`, `ORDO_CHROMEDRIVER`: the browser and driver
+//!   [`ChromeDriver`] uses instead of `chromium` and `chromedriver` on `PATH`.
 //!
 //! Feature `testcontainers`: `Redis::start_container` runs `redis:7.2` in Docker.
 //!
@@ -38,10 +42,12 @@
 
 mod certs;
 mod child;
+mod chrome;
 mod cluster;
 #[cfg(feature = "testcontainers")]
 mod container;
 mod error;
+pub mod http;
 mod local;
 mod postgres;
 mod prometheus;
@@ -54,6 +60,7 @@ mod wait;
 
 pub use certs::TestCa;
 pub use child::Process;
+pub use chrome::ChromeDriver;
 pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{ConditionError, Result, TestkitError};
 pub use postgres::{Postgres, PostgresBuilder, PostgresTls};

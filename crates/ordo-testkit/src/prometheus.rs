@@ -6,8 +6,7 @@
 //! `PATH`), else `prometheus` on `PATH`.
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,8 +20,6 @@ use crate::wait::POLL_INTERVAL;
 
 /// How long a fresh server may take to answer `/-/ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long one HTTP request to it may take.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const LOG_FILE: &str = "prometheus.log";
 
 const INSTALL_HINT: &str = "install it with `apt-get install prometheus` (Debian's package; the tests start \
@@ -107,24 +104,7 @@ impl Prometheus {
 
     /// `GET path`: the status code and the body.
     fn get(&self, path: &str) -> Result<(u16, String)> {
-        let what = || format!("ask prometheus at {} for {path}", self.address);
-        let io = |source| TestkitError::Io { what: what(), source };
-        let mut stream = TcpStream::connect_timeout(&self.address, REQUEST_TIMEOUT).map_err(io)?;
-        stream.set_read_timeout(Some(REQUEST_TIMEOUT)).map_err(io)?;
-        // HTTP/1.0: the server closes the connection after a body of known length.
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.address).map_err(io)?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).map_err(io)?;
-        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .ok_or_else(|| TestkitError::Io {
-                what: what(),
-                source: std::io::Error::other(format!("not an HTTP response: {head:?}")),
-            })?;
-        Ok((status, body.to_owned()))
+        crate::http::get(self.address, path)
     }
 
     fn wait_ready(&mut self) -> Result<()> {

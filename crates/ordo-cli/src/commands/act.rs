@@ -25,7 +25,7 @@ use crate::view::pretty;
 
 /// What an action did.
 #[derive(Debug, Serialize)]
-struct Acted {
+pub(crate) struct Acted {
     action: &'static str,
     category: String,
     key: String,
@@ -84,22 +84,7 @@ async fn one(
 
     // The question may have been open for a while: the action applies only
     // if the partition is still halted on the head it showed.
-    let head = ctx.admin.head(&group, category, key).expecting(&expected);
-    let resolved = match action {
-        Action::Skip => head.skip().await,
-        Action::DeadLetter => head.dead_letter().await,
-        Action::Retry => head.retry().await,
-    }
-    .map_err(|error| refusal(error, action, &group, category, key))?;
-    let acted = Acted {
-        action: action.name(),
-        category: category.to_owned(),
-        key: key.to_owned(),
-        group,
-        head: resolved,
-        error: seen.halt.error,
-        dead_letter_stream: (action == Action::DeadLetter).then(|| ctx.partition(category, key).dlq()),
-    };
+    let acted = decide(ctx, action, category, key, Some(&group), &expected).await?;
     if args.options.json {
         print!("{}", pretty(&acted)?);
     } else {
@@ -108,6 +93,40 @@ async fn one(
         }
     }
     Ok(Verdict::Ok)
+}
+
+/// `action` on the halted head of `category:key` for `group` (the
+/// category's only group when `None`), applied only while that head is
+/// `expected` (the console's actions: the operator saw `expected`).
+pub(crate) async fn decide(
+    ctx: &Context,
+    action: Action,
+    category: &str,
+    key: &str,
+    group: Option<&str>,
+    expected: &str,
+) -> Result<Acted, Failure> {
+    let group = ctx.resolve_group(category, key, group).await?;
+    let seen = halted(ctx, action, &group, category, key).await?;
+    if seen.halt.head != expected {
+        return Err(head_changed(category, key, &group, expected, &seen.halt.head));
+    }
+    let head = ctx.admin.head(&group, category, key).expecting(expected);
+    let resolved = match action {
+        Action::Skip => head.skip().await,
+        Action::DeadLetter => head.dead_letter().await,
+        Action::Retry => head.retry().await,
+    }
+    .map_err(|error| refusal(error, action, &group, category, key))?;
+    Ok(Acted {
+        action: action.name(),
+        category: category.to_owned(),
+        key: key.to_owned(),
+        dead_letter_stream: (action == Action::DeadLetter).then(|| ctx.partition(category, key).dlq()),
+        group,
+        head: resolved,
+        error: seen.halt.error,
+    })
 }
 
 /// The halt record and head, or a refusal when the partition is not halted.

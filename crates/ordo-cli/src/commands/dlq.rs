@@ -123,7 +123,7 @@ impl<'a> Scope<'a> {
 
 /// A dead letter, as listed.
 #[derive(Debug, Serialize)]
-struct DeadLetterView {
+pub(crate) struct DeadLetterView {
     /// The partition key; `null` for a plain consumer group's dead letter.
     key: Option<String>,
     /// The entry id in the dead-letter stream.
@@ -149,7 +149,7 @@ struct Replayed {
 
 /// What a replay did.
 #[derive(Debug, Serialize)]
-struct ReplayReport {
+pub(crate) struct ReplayReport {
     category: String,
     /// `null` for the plain consumer groups' dead letters.
     key: Option<String>,
@@ -396,33 +396,7 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
     );
     confirm(&question, args.yes, "replaying")?;
 
-    let mut replayed = Vec::with_capacity(letters.len());
-    for (letter, publication) in letters.iter().zip(publications) {
-        let message_id = publication.envelope.id.clone();
-        ctx.broker
-            .replay(&letter.group, std::slice::from_ref(&publication))
-            .await
-            .map_err(|e| anyhow!(e))
-            .with_context(|| format!("cannot re-publish dead letter {} of `{dlq}`", letter.id))?;
-        let _: i64 = ctx
-            .broker
-            .client()
-            .xdel(dlq.as_str(), letter.id.as_str())
-            .await
-            .with_context(|| {
-                format!(
-                    "dead letter {} was re-published but could not be removed from `{dlq}`; remove it \
-                     by hand (XDEL) before replaying again",
-                    letter.id,
-                )
-            })?;
-        replayed.push(Replayed {
-            dead_letter_id: letter.id.clone(),
-            source_id: letter.message.id().to_owned(),
-            message_id,
-            lane: lane_name(letter.message.lane()),
-        });
-    }
+    let replayed = republish(ctx, &dlq, &letters, publications).await?;
     let report = ReplayReport {
         category: category.to_owned(),
         key: scope.key().map(str::to_owned),
@@ -439,6 +413,97 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
         );
     }
     Ok(Verdict::Ok)
+}
+
+/// Re-publishes `letters` of dead-letter stream `dlq` (their
+/// `publications`), oldest first, each removed from `dlq` once published.
+async fn republish(
+    ctx: &Context,
+    dlq: &str,
+    letters: &[DeadLetter],
+    publications: Vec<Publication>,
+) -> Result<Vec<Replayed>, Failure> {
+    let mut replayed = Vec::with_capacity(letters.len());
+    for (letter, publication) in letters.iter().zip(publications) {
+        let message_id = publication.envelope.id.clone();
+        ctx.broker
+            .replay(&letter.group, std::slice::from_ref(&publication))
+            .await
+            .map_err(|e| anyhow!(e))
+            .with_context(|| format!("cannot re-publish dead letter {} of `{dlq}`", letter.id))?;
+        let _: i64 = ctx
+            .broker
+            .client()
+            .xdel(dlq, letter.id.as_str())
+            .await
+            .with_context(|| {
+                format!(
+                    "dead letter {} was re-published but could not be removed from `{dlq}`; remove it \
+                     by hand (XDEL) before replaying again",
+                    letter.id,
+                )
+            })?;
+        replayed.push(Replayed {
+            dead_letter_id: letter.id.clone(),
+            source_id: letter.message.id().to_owned(),
+            message_id,
+            lane: lane_name(letter.message.lane()),
+        });
+    }
+    Ok(replayed)
+}
+
+/// The console's replay: every dead letter of partition `category:key`
+/// (of `group` only, when given) put back, as `ordo dlq replay` does.
+pub(crate) async fn replay_partition(
+    ctx: &Context,
+    category: &str,
+    key: &str,
+    group: Option<&str>,
+) -> Result<ReplayReport, Failure> {
+    let scope = Scope::Partition { category, key };
+    let dlq = scope.dlq(ctx);
+    let letters: Vec<DeadLetter> = scope
+        .letters(ctx)
+        .await?
+        .into_iter()
+        .filter(|letter| group.is_none_or(|group| group == letter.group))
+        .collect();
+    let publications = letters
+        .iter()
+        .map(|letter| publication(scope, letter))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ReplayReport {
+        category: category.to_owned(),
+        key: Some(key.to_owned()),
+        replayed: republish(ctx, &dlq, &letters, publications).await?,
+        groups: ctx.status.groups(category).await?,
+    })
+}
+
+/// The console's list: at most `limit` dead letters of `category`, over
+/// its partitions' dead-letter streams and its plain groups' one.
+pub(crate) async fn listed(
+    ctx: &Context,
+    category: &str,
+    limit: usize,
+) -> Result<Vec<DeadLetterView>, Failure> {
+    let keys = ctx.status.dead_letter_keys(category).await?;
+    let mut scopes: Vec<Scope<'_>> = keys
+        .iter()
+        .map(|key| Scope::Partition { category, key })
+        .collect();
+    scopes.push(Scope::Plain { category });
+    let mut letters = Vec::new();
+    for scope in scopes {
+        let left = limit.saturating_sub(letters.len());
+        if left == 0 {
+            break;
+        }
+        let page = scope.page(ctx, None, left).await?;
+        letters.extend(page.letters.into_iter().map(|letter| view(scope, letter)));
+    }
+    Ok(letters)
 }
 
 /// The publication that puts `letter` back where it came from: its lane of

@@ -9,9 +9,9 @@ use crate::exit::{Failure, Verdict};
 use crate::format;
 use crate::view::{EntryView, HaltView, lane_name, pretty};
 
-/// What `inspect` found.
+/// What `inspect` found (also the console's `/api/inspect`).
 #[derive(Debug, Serialize)]
-struct Inspected {
+pub(crate) struct Inspected {
     category: String,
     key: String,
     group: String,
@@ -32,9 +32,25 @@ struct Inspected {
 
 pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Verdict, Failure> {
     let (category, key) = (args.target.category.as_str(), args.target.key.as_str());
-    let group = ctx
-        .resolve_group(category, key, args.target.group.as_deref())
-        .await?;
+    let inspected = inspected(ctx, category, key, args.target.group.as_deref()).await?;
+    if args.json {
+        print!("{}", pretty(&inspected)?);
+    } else {
+        let now = ctx.status.server_time_ms().await?;
+        print!("{}", render(&inspected, now)?);
+    }
+    Ok(Verdict::Ok)
+}
+
+/// Partition `category:key` for `group` (the category's only group when
+/// `None`): its halt and head, or the entry it handles next.
+pub(crate) async fn inspected(
+    ctx: &Context,
+    category: &str,
+    key: &str,
+    group: Option<&str>,
+) -> Result<Inspected, Failure> {
+    let group = ctx.resolve_group(category, key, group).await?;
     let (halt, head, deliveries) = match ctx.admin.inspect(&group, category, key).await {
         Ok(inspection) => (
             Some(HaltView::from(&inspection.halt)),
@@ -82,13 +98,7 @@ pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Verdict, Fa
         pending: position.map_or(0, |p| p.pending),
         lanes: partition.lanes.iter().map(|l| lane_name(l.lane)).collect(),
     };
-    if args.json {
-        print!("{}", pretty(&inspected)?);
-    } else {
-        let now = ctx.status.server_time_ms().await?;
-        print!("{}", render(&inspected, now)?);
-    }
-    Ok(Verdict::Ok)
+    Ok(inspected)
 }
 
 fn render(inspected: &Inspected, now_ms: u64) -> anyhow::Result<String> {

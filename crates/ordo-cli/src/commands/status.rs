@@ -197,6 +197,7 @@ async fn category_view(ctx: &Context, category: &str) -> Result<CategoryView, Fa
             pending: 0,
             halted: 0,
             owned: 0,
+            handled: 0,
             instances: Vec::new(),
         })
         .collect();
@@ -209,6 +210,7 @@ async fn category_view(ctx: &Context, category: &str) -> Result<CategoryView, Fa
         {
             view.lag = position.lag;
             view.pending = position.pending;
+            view.handled = position.handled;
         }
     } else {
         for partition in ctx.status.partitions_of(category, &keys, &groups).await? {
@@ -216,6 +218,7 @@ async fn category_view(ctx: &Context, category: &str) -> Result<CategoryView, Fa
                 let view = &mut views[i];
                 view.lag += position.lag;
                 view.pending += position.pending;
+                view.handled += position.handled;
                 view.halted += u64::from(position.halt.is_some());
                 if let Some(owner) = &position.owner {
                     view.owned += 1;

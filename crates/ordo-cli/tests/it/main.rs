@@ -10,6 +10,7 @@ pub mod bulk;
 pub mod cli;
 pub mod cluster;
 pub mod commands;
+pub mod console;
 pub mod dashboard;
 pub mod health;
 pub mod hostile;

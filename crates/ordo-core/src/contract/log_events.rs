@@ -95,6 +95,15 @@ pub const REDIS_LIBRARY_LOADED: &str = "redis.library_loaded";
 pub const RELAY_STARTED: &str = "relay.started";
 /// A PostgreSQL outbox relay stopped and released its slots (info).
 pub const RELAY_STOPPED: &str = "relay.stopped";
+/// The operator console (`ordo console`) serves, with its address and
+/// whether it allows actions (info).
+pub const CONSOLE_STARTED: &str = "console.started";
+/// An operator acted from the console: retry, skip, dead-letter or replay,
+/// on which key and head, applied (info) or refused (warn).
+pub const CONSOLE_ACTION: &str = "console.action";
+/// A console action was refused before it was tried: read-only console,
+/// no or wrong token, a cross-site request (warn).
+pub const CONSOLE_ACTION_DENIED: &str = "console.action_denied";
 
 /// Every name above, in the order `docs/OPERATIONS.md` lists them.
 pub const ALL: &[&str] = &[
@@ -128,4 +137,7 @@ pub const ALL: &[&str] = &[
     OUTBOX_UNPUBLISHED_AT_SHUTDOWN,
     CONSUMER_FAILED,
     REDIS_LIBRARY_LOADED,
+    CONSOLE_STARTED,
+    CONSOLE_ACTION,
+    CONSOLE_ACTION_DENIED,
 ];

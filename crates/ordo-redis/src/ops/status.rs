@@ -109,6 +109,12 @@ pub struct GroupPosition {
     pub pending: u64,
     /// The halt record, when the partition is halted for this group.
     pub halt: Option<HaltedPartition>,
+    /// Entries the group read and acknowledged, over every lane, as far
+    /// as Redis counts them (`entries-read` minus pending): what it
+    /// handled (or an operator resolved) of the streams as they are now.
+    /// A reaped partition takes its count with it, so it only grows while
+    /// the partition lives: a rate is what it is for.
+    pub handled: u64,
 }
 
 /// One partition of a category, for every group that consumes it.
@@ -279,6 +285,7 @@ impl ClusterStatus {
                 lag,
                 pending: lane.pending,
                 halt: None,
+                handled: lane.handled(),
             });
         }
         Ok(positions)
@@ -586,6 +593,7 @@ impl ClusterStatus {
                 owner,
                 lag: 0,
                 pending: 0,
+                handled: 0,
                 halt: halted
                     .get(&(raw.partition.key().to_owned(), group.clone()))
                     .cloned(),
@@ -610,6 +618,7 @@ impl ClusterStatus {
                 };
                 position.lag += self.resolve_lag(name, &lane_position).await?;
                 position.pending += lane_position.pending;
+                position.handled += lane_position.handled();
             }
             lanes.push(LaneStatus {
                 lane,
@@ -672,6 +681,8 @@ struct LanePosition {
     pending: u64,
     /// `None` when nothing was delivered yet.
     last_delivered: Option<String>,
+    /// Entries the group read (`entries-read`; `None` when Redis cannot tell).
+    entries_read: Option<u64>,
 }
 
 impl LanePosition {
@@ -681,7 +692,13 @@ impl LanePosition {
             lag: Some(length),
             pending: 0,
             last_delivered: None,
+            entries_read: Some(0),
         }
+    }
+
+    /// Entries read and acknowledged.
+    fn handled(&self) -> u64 {
+        self.entries_read.unwrap_or(0).saturating_sub(self.pending)
     }
 }
 
@@ -699,10 +716,12 @@ fn lane_position(info: &Value, group: &str, length: u64) -> Result<LanePosition>
             .and_then(|v| text(v.clone()))
             .filter(|id| id != "0-0");
         let lag = fields.get("lag").and_then(Value::as_u64);
+        let entries_read = fields.get("entries-read").and_then(Value::as_u64);
         return Ok(LanePosition {
             lag,
             pending,
             last_delivered,
+            entries_read,
         });
     }
     Ok(LanePosition::unread(length))
