@@ -115,14 +115,19 @@ pub(crate) async fn snapshot(ctx: &Context, only: &[String], threshold: u64) -> 
     } else {
         only.to_vec()
     };
+    // Every partition is read once, for the tables and the health alike.
+    let mut read = Vec::with_capacity(categories.len());
+    for category in &categories {
+        read.push(Read::of(ctx, category).await?);
+    }
     let mut views = Vec::with_capacity(categories.len());
     let mut warnings = Vec::new();
-    for category in &categories {
-        let view = category_view(ctx, category).await?;
+    for read in &read {
+        let view = category_view(ctx, read).await?;
         warnings.extend(warnings_of(&view, threshold));
         views.push(view);
     }
-    let health = health(ctx, &categories).await?;
+    let health = health(ctx, &read).await?;
     for group in &health {
         // A pause (its own warning, below) sorts above a lag.
         let paused = ctx.status.paused(&group.handler).await?;
@@ -167,28 +172,55 @@ pub(crate) async fn snapshot(ctx: &Context, only: &[String], threshold: u64) -> 
     })
 }
 
-/// The health of every consumer group of `categories`, over the categories
-/// it consumes, judged by the function the Redis broker's
+/// One category as read from Redis: its groups, and its partitions with
+/// every group's position (`None` when it has none: its base stream).
+struct Read {
+    category: String,
+    groups: Vec<String>,
+    partitions: Option<Vec<ordo_redis::PartitionStatus>>,
+}
+
+impl Read {
+    async fn of(ctx: &Context, category: &str) -> Result<Self, Failure> {
+        let groups = ctx.status.groups(category).await?;
+        let keys = ctx.status.partition_keys(category).await?;
+        let partitions = if keys.is_empty() {
+            None
+        } else {
+            Some(ctx.status.partitions_of(category, &keys, &groups).await?)
+        };
+        Ok(Self {
+            category: category.to_owned(),
+            groups,
+            partitions,
+        })
+    }
+}
+
+/// The health of every consumer group of the categories `read`, over the
+/// categories it consumes, judged by the function the Redis broker's
 /// `RunningDomain::health()` uses, with the `[health]` thresholds.
-async fn health(ctx: &Context, categories: &[String]) -> Result<Vec<SubscriptionHealth>, Failure> {
-    let mut consumed: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for category in categories {
-        for group in ctx.status.groups(category).await? {
-            consumed.entry(group).or_default().push(category.clone());
+async fn health(ctx: &Context, read: &[Read]) -> Result<Vec<SubscriptionHealth>, Failure> {
+    let mut consumed: BTreeMap<&str, Vec<(&str, Option<&[ordo_redis::PartitionStatus]>)>> = BTreeMap::new();
+    for category in read {
+        for group in &category.groups {
+            consumed
+                .entry(group.as_str())
+                .or_default()
+                .push((category.category.as_str(), category.partitions.as_deref()));
         }
     }
     let thresholds = ctx.settings.config.health();
     let mut health = Vec::with_capacity(consumed.len());
     for (group, categories) in &consumed {
-        health.push(ordo_redis::health::group_health(&ctx.status, group, categories, thresholds).await?);
+        health.push(ordo_redis::health::group_health_of(&ctx.status, group, categories, thresholds).await?);
     }
     Ok(health)
 }
 
 /// One category: its partitions summed per group, and who owns them.
-async fn category_view(ctx: &Context, category: &str) -> Result<CategoryView, Failure> {
-    let groups = ctx.status.groups(category).await?;
-    let keys = ctx.status.partition_keys(category).await?;
+async fn category_view(ctx: &Context, read: &Read) -> Result<CategoryView, Failure> {
+    let (category, groups) = (read.category.as_str(), &read.groups);
     let mut views: Vec<GroupView> = groups
         .iter()
         .map(|group| GroupView {
@@ -202,31 +234,36 @@ async fn category_view(ctx: &Context, category: &str) -> Result<CategoryView, Fa
         })
         .collect();
     let mut owners: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); groups.len()];
-    if keys.is_empty() {
+    let partitions = match &read.partitions {
         // Not partitioned (or every partition reaped): the base stream.
-        for (view, position) in views
-            .iter_mut()
-            .zip(ctx.status.base_stream(category, &groups).await?)
-        {
-            view.lag = position.lag;
-            view.pending = position.pending;
-            view.handled = position.handled;
+        None => {
+            for (view, position) in views
+                .iter_mut()
+                .zip(ctx.status.base_stream(category, groups).await?)
+            {
+                view.lag = position.lag;
+                view.pending = position.pending;
+                view.handled = position.handled;
+            }
+            0
         }
-    } else {
-        for partition in ctx.status.partitions_of(category, &keys, &groups).await? {
-            for (i, position) in partition.groups.iter().enumerate() {
-                let view = &mut views[i];
-                view.lag += position.lag;
-                view.pending += position.pending;
-                view.handled += position.handled;
-                view.halted += u64::from(position.halt.is_some());
-                if let Some(owner) = &position.owner {
-                    view.owned += 1;
-                    *owners[i].entry(owner.instance.clone()).or_default() += 1;
+        Some(partitions) => {
+            for partition in partitions {
+                for (i, position) in partition.groups.iter().enumerate() {
+                    let view = &mut views[i];
+                    view.lag += position.lag;
+                    view.pending += position.pending;
+                    view.handled += position.handled;
+                    view.halted += u64::from(position.halt.is_some());
+                    if let Some(owner) = &position.owner {
+                        view.owned += 1;
+                        *owners[i].entry(owner.instance.clone()).or_default() += 1;
+                    }
                 }
             }
+            partitions.len()
         }
-    }
+    };
     for (view, mut owned) in views.iter_mut().zip(owners) {
         for instance in ctx.status.instances(&view.group).await? {
             let owns = owned.remove(&instance.id).unwrap_or(0);
@@ -246,7 +283,7 @@ async fn category_view(ctx: &Context, category: &str) -> Result<CategoryView, Fa
     }
     Ok(CategoryView {
         category: category.to_owned(),
-        partitions: keys.len() as u64,
+        partitions: partitions as u64,
         lag: views.iter().map(|v| v.lag).sum(),
         pending: views.iter().map(|v| v.pending).sum(),
         halted: views.iter().map(|v| v.halted).sum(),

@@ -198,3 +198,65 @@ async fn actions_are_not_allowed_with_a_short_token() -> anyhow::Result<()> {
     output.expect_stderr("ORDO_CONSOLE_TOKEN is too short")?;
     Ok(())
 }
+
+/// Hashed partitions: a parked key is listed, inspected, moved to the
+/// dead letters and replayed from the console, as from the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_key_of_a_hashed_partition_is_dead_lettered_and_replayed_from_the_console()
+-> anyhow::Result<()> {
+    let fixture = Fixture::start_hashed(4).await?;
+    let (mut process, address) = console(&fixture, true)?;
+    let (_, parked) = get(address, "/api/halted?q=bob")?;
+    assert_eq!(parked["total"], 1, "{parked}");
+    assert_eq!(parked["items"][0]["parked"], true);
+    let head = parked["items"][0]["head"].as_str().expect("a head").to_owned();
+    let (_, inspected) = get(address, &format!("/api/inspect?category={CATEGORY}&key=bob"))?;
+    assert_eq!(
+        inspected["head"]["envelope"]["payload"]["order_id"], "b-1",
+        "{inspected}"
+    );
+
+    let body = serde_json::json!({"category": CATEGORY, "key": "bob", "head": head}).to_string();
+    let (status, moved) = post(address, "dead-letter", &[JSON, BEARER], &body)?;
+    assert_eq!(status, 200, "{moved}");
+    let (_, letters) = get(address, &format!("/api/dlq?category={CATEGORY}"))?;
+    let letters = letters.as_array().expect("a list").clone();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(
+        letters[0]["key"], "bob",
+        "the letter says its own key in the hashed partition"
+    );
+
+    handled(&fixture, "bob", 2).await?;
+    assert_eq!(
+        fixture.handled_of("bob"),
+        ["b-2", "b-3"],
+        "the key resumed behind its head"
+    );
+
+    fixture.cure();
+    let body = serde_json::json!({"category": CATEGORY, "key": "bob"}).to_string();
+    let (status, replayed) = post(address, "replay", &[JSON, BEARER], &body)?;
+    assert_eq!(status, 200, "{replayed}");
+    assert_eq!(
+        replayed["replayed"].as_array().map(Vec::len),
+        Some(1),
+        "{replayed}"
+    );
+    handled(&fixture, "bob", 3).await?;
+    assert_eq!(fixture.handled_of("bob"), ["b-2", "b-3", "b-1"]);
+    let (_, letters) = get(address, &format!("/api/dlq?category={CATEGORY}"))?;
+    assert_eq!(letters.as_array().map(Vec::len), Some(0), "{letters}");
+    process.terminate()?;
+    fixture.stop().await
+}
+
+/// Waits until `client`'s orders handled number `count`.
+async fn handled(fixture: &Fixture, client: &str, count: usize) -> anyhow::Result<()> {
+    ordo_testkit::eventually(Duration::from_secs(20), "the key's orders handled", || {
+        let handled = fixture.handled_of(client).len();
+        async move { Ok(handled == count) }
+    })
+    .await?;
+    Ok(())
+}

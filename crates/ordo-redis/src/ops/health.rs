@@ -21,7 +21,7 @@ use ordo_core::contract::config::HealthConfig;
 use ordo_core::contract::health::{HealthState, SubscriptionHealth};
 
 use crate::error::{Error, Result};
-use crate::ops::status::ClusterStatus;
+use crate::ops::status::{ClusterStatus, PartitionStatus};
 use crate::store::keys::PartitionKeys;
 use crate::store::scripts::array;
 
@@ -37,13 +37,45 @@ pub async fn group_health(
     categories: &[String],
     thresholds: &HealthConfig,
 ) -> Result<SubscriptionHealth> {
+    let groups = [group.to_owned()];
+    let mut read = Vec::with_capacity(categories.len());
+    for category in categories {
+        let keys = status.partition_keys(category).await?;
+        let partitions = if keys.is_empty() {
+            None
+        } else {
+            Some(status.partitions_of(category, &keys, &groups).await?)
+        };
+        read.push((category.as_str(), partitions));
+    }
+    let read: Vec<(&str, Option<&[PartitionStatus]>)> = read
+        .iter()
+        .map(|(category, partitions)| (*category, partitions.as_deref()))
+        .collect();
+    group_health_of(status, group, &read, thresholds).await
+}
+
+/// [`group_health`] from partitions already read: for each category
+/// `group` consumes, its partitions (with `group`'s position among
+/// others'), or `None` for a category that is not partitioned (its base
+/// stream is read here). `ordo status` reads every partition once for
+/// all its tables and judges each group from them.
+///
+/// # Errors
+///
+/// A Redis error when the rest of the state cannot be read.
+pub async fn group_health_of(
+    status: &ClusterStatus,
+    group: &str,
+    categories: &[(&str, Option<&[PartitionStatus]>)],
+    thresholds: &HealthConfig,
+) -> Result<SubscriptionHealth> {
     let mut health = SubscriptionHealth::ok(group);
     let groups = [group.to_owned()];
     let mut lag = 0u64;
     let mut oldest: Option<(Duration, String)> = None;
-    for category in categories {
-        let keys = status.partition_keys(category).await?;
-        if keys.is_empty() {
+    for &(category, partitions) in categories {
+        let Some(partitions) = partitions else {
             for position in status.base_stream(category, &groups).await? {
                 lag = lag.saturating_add(position.lag);
                 if position.pending > 0 {
@@ -55,9 +87,9 @@ pub async fn group_health(
                 }
             }
             continue;
-        }
-        for partition in status.partitions_of(category, &keys, &groups).await? {
-            for position in &partition.groups {
+        };
+        for partition in partitions {
+            for position in partition.groups.iter().filter(|position| position.group == group) {
                 lag = lag.saturating_add(position.lag);
                 if let Some(halt) = &position.halt {
                     health.degrade(
