@@ -197,11 +197,15 @@ impl Read {
     }
 }
 
+/// A category a group consumes, and its partitions as read (`None`: not
+/// partitioned).
+type Consumed<'a> = (&'a str, Option<&'a [ordo_redis::PartitionStatus]>);
+
 /// The health of every consumer group of the categories `read`, over the
 /// categories it consumes, judged by the function the Redis broker's
 /// `RunningDomain::health()` uses, with the `[health]` thresholds.
 async fn health(ctx: &Context, read: &[Read]) -> Result<Vec<SubscriptionHealth>, Failure> {
-    let mut consumed: BTreeMap<&str, Vec<(&str, Option<&[ordo_redis::PartitionStatus]>)>> = BTreeMap::new();
+    let mut consumed: BTreeMap<&str, Vec<Consumed<'_>>> = BTreeMap::new();
     for category in read {
         for group in &category.groups {
             consumed
