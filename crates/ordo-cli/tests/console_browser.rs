@@ -240,6 +240,15 @@ async fn an_operator_sees_a_halted_key_and_retries_it_from_the_page() -> anyhow:
         click(&client, Locator::Css("a[data-view=overview]")).await?;
         text_of(&client, "#halted-count", |text| text == "0").await?;
         text_of(&client, "#tile-lag", |text| text == "0").await?;
+        // The other lists draw too: the partitions of the category, no dead letters.
+        click(&client, Locator::Css("a[data-view=partitions]")).await?;
+        text_of(&client, "#partitions-total", |text| text == "2 found").await?;
+        text_of(&client, "#partitions tbody", |text| {
+            text.contains("alice") && text.contains("drained")
+        })
+        .await?;
+        click(&client, Locator::Css("a[data-view=dlq]")).await?;
+        text_of(&client, "#dlq-total", |text| text == "0 found").await?;
         anyhow::Ok(())
     }
     .await;

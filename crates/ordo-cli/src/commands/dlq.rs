@@ -125,14 +125,14 @@ impl<'a> Scope<'a> {
 #[derive(Debug, Serialize)]
 pub(crate) struct DeadLetterView {
     /// The partition key; `null` for a plain consumer group's dead letter.
-    key: Option<String>,
+    pub(crate) key: Option<String>,
     /// The entry id in the dead-letter stream.
-    id: String,
-    group: String,
-    error: String,
-    attempts: u32,
+    pub(crate) id: String,
+    pub(crate) group: String,
+    pub(crate) error: String,
+    pub(crate) attempts: u32,
     /// The message, with its original entry id and lane.
-    message: EntryView,
+    pub(crate) message: EntryView,
 }
 
 /// A dead letter put back on its partition.

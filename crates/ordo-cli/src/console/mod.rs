@@ -46,8 +46,8 @@ const MIN_TOKEN_LEN: usize = 16;
 const SNAPSHOT_TTL: Duration = Duration::from_secs(1);
 /// The most rows a list answers with at once.
 const MAX_PER_PAGE: usize = 500;
-/// Dead letters listed per category at most.
-const DEAD_LETTERS_LISTED: usize = 200;
+/// Dead letters read per category at most, for a search and its pages.
+const DEAD_LETTERS_READ: usize = 5_000;
 
 /// The console's state, shared by its handlers.
 struct Console {
@@ -412,20 +412,32 @@ async fn inspect_key(
     ))
 }
 
-#[derive(Debug, Deserialize)]
-struct CategoryQuery {
-    category: String,
-}
-
-/// `GET /api/dlq?category=`: the category's dead letters (the first 200).
+/// `GET /api/dlq?category=&q=&page=&per_page=`: the category's dead
+/// letters (of its first 5,000), searchable by key, handler, type and error.
 async fn dead_letters(
     State(console): State<Shared>,
-    Query(query): Query<CategoryQuery>,
-) -> ApiResult<Vec<dlq::DeadLetterView>> {
-    console.ctx.ensure_category(&query.category).await?;
-    Ok(Json(
-        dlq::listed(&console.ctx, &query.category, DEAD_LETTERS_LISTED).await?,
-    ))
+    Query(paging): Query<Paging>,
+) -> ApiResult<Page<dlq::DeadLetterView>> {
+    let Some(category) = paging.category.as_deref() else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "give ?category=".to_owned(),
+        ));
+    };
+    console.ctx.ensure_category(category).await?;
+    let letters = dlq::listed(&console.ctx, category, DEAD_LETTERS_READ)
+        .await?
+        .into_iter()
+        .filter(|letter| {
+            paging.matches(&[
+                letter.key.as_deref().unwrap_or_default(),
+                &letter.group,
+                &letter.error,
+                letter.message.type_name.as_deref().unwrap_or_default(),
+            ])
+        })
+        .collect();
+    Ok(Json(paging.cut(letters)))
 }
 
 /// The body of an action.

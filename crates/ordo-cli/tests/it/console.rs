@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
+use ordo::prelude::*;
+use ordo_redis::RedisBroker;
 use ordo_testkit::Process;
 use serde_json::Value;
 
@@ -18,15 +20,24 @@ const TOKEN: &str = "the-token-of-this-test-0123456789";
 
 /// A console process on the fixture's Redis, its log lines on stdout.
 fn console(fixture: &Fixture, allow_actions: bool) -> anyhow::Result<(Process, SocketAddr)> {
+    console_on(&fixture.redis.url(), fixture.dir.path(), allow_actions)
+}
+
+/// A console process on the Redis at `url`, run in `dir`.
+fn console_on(
+    url: &str,
+    dir: &std::path::Path,
+    allow_actions: bool,
+) -> anyhow::Result<(Process, SocketAddr)> {
     let address = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let mut command = Command::new("sh");
     command
         .arg("-c")
         .arg("exec \"$0\" \"$@\" 2>&1")
         .arg(env!("CARGO_BIN_EXE_ordo"))
-        .args(["--redis-url", &fixture.redis.url(), "console", "--listen"])
+        .args(["--redis-url", url, "console", "--listen"])
         .arg(address.to_string())
-        .current_dir(fixture.dir.path())
+        .current_dir(dir)
         .env("ORDO_CONSOLE_TOKEN", TOKEN);
     if allow_actions {
         command.arg("--allow-actions");
@@ -219,13 +230,14 @@ async fn a_parked_key_of_a_hashed_partition_is_dead_lettered_and_replayed_from_t
     let body = serde_json::json!({"category": CATEGORY, "key": "bob", "head": head}).to_string();
     let (status, moved) = post(address, "dead-letter", &[JSON, BEARER], &body)?;
     assert_eq!(status, 200, "{moved}");
-    let (_, letters) = get(address, &format!("/api/dlq?category={CATEGORY}"))?;
-    let letters = letters.as_array().expect("a list").clone();
-    assert_eq!(letters.len(), 1, "{letters:?}");
+    let (_, letters) = get(address, &format!("/api/dlq?category={CATEGORY}&q=BOB"))?;
+    assert_eq!(letters["total"], 1, "{letters}");
     assert_eq!(
-        letters[0]["key"], "bob",
+        letters["items"][0]["key"], "bob",
         "the letter says its own key in the hashed partition"
     );
+    let (_, none) = get(address, &format!("/api/dlq?category={CATEGORY}&q=alice"))?;
+    assert_eq!(none["total"], 0, "{none}");
 
     handled(&fixture, "bob", 2).await?;
     assert_eq!(
@@ -246,7 +258,7 @@ async fn a_parked_key_of_a_hashed_partition_is_dead_lettered_and_replayed_from_t
     handled(&fixture, "bob", 3).await?;
     assert_eq!(fixture.handled_of("bob"), ["b-2", "b-3", "b-1"]);
     let (_, letters) = get(address, &format!("/api/dlq?category={CATEGORY}"))?;
-    assert_eq!(letters.as_array().map(Vec::len), Some(0), "{letters}");
+    assert_eq!(letters["total"], 0, "{letters}");
     process.terminate()?;
     fixture.stop().await
 }
@@ -258,5 +270,104 @@ async fn handled(fixture: &Fixture, client: &str, count: usize) -> anyhow::Resul
         async move { Ok(handled == count) }
     })
     .await?;
+    Ok(())
+}
+
+#[derive(Aggregate)]
+struct Shipment;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Event)]
+#[event(part_of = Shipment)]
+struct Shipped {
+    #[aggregate_id]
+    shipment_id: String,
+    client_id: String,
+    poison: bool,
+}
+
+/// Fails on poison for good; records the rest.
+#[derive(Clone, Default)]
+struct Tracker {
+    handled: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[event_handler(part_of = Shipment, sequential_by = "client_id")]
+impl Tracker {
+    #[handle]
+    async fn on_shipped(&self, event: &Shipped, _ctx: &HandlerContext) -> anyhow::Result<()> {
+        anyhow::ensure!(!event.poison, "shipment {} is poison", event.shipment_id);
+        self.handled.lock().unwrap().push(event.shipment_id.clone());
+        Ok(())
+    }
+}
+
+/// On a Redis Cluster: the console lists, inspects and skips a halted key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_works_on_a_redis_cluster() -> anyhow::Result<()> {
+    let cluster = ordo_testkit::RedisCluster::start()?;
+    let config = Config::from_toml_str(super::common::CONFIG)?;
+    let tracker = Tracker::default();
+    let domain = Domain::builder()
+        .aggregate::<Shipment>()
+        .event_handler(tracker.clone())
+        .broker(
+            RedisBroker::builder(cluster.url())
+                .config(config.clone())
+                .build()
+                .await?,
+        )
+        .config(config)
+        .init()?;
+    let running = domain.start();
+    let mut uow = domain.unit_of_work();
+    for (id, client, poison) in [("s-1", "c-1", true), ("s-2", "c-2", false), ("s-3", "c-1", false)] {
+        uow.raise(Shipped {
+            shipment_id: id.to_owned(),
+            client_id: client.to_owned(),
+            poison,
+        })?;
+    }
+    uow.commit().await?;
+    let dir = tempfile::tempdir()?;
+    let (mut process, address) = console_on(&cluster.url(), dir.path(), true)?;
+
+    let mut halted = Value::Null;
+    ordo_testkit::eventually(Duration::from_secs(30), "c-1 halted, in the console", || {
+        let answer = get(address, "/api/halted");
+        let found = answer.map(|(_, page)| {
+            let found = page["total"] == 1;
+            halted = page;
+            found
+        });
+        async move { Ok(found?) }
+    })
+    .await?;
+    let halt = halted["items"][0].clone();
+    assert_eq!(halt["key"], "c-1", "{halted}");
+    let category = halt["category"].as_str().expect("a category").to_owned();
+    let (_, status) = get(address, "/api/status")?;
+    assert_eq!(status["status"]["categories"][0]["partitions"], 2, "{status}");
+    let (_, page) = get(address, &format!("/api/partitions?category={category}&q=c-2"))?;
+    assert_eq!(page["total"], 1, "{page}");
+    let (_, inspected) = get(address, &format!("/api/inspect?category={category}&key=c-1"))?;
+    assert_eq!(
+        inspected["head"]["envelope"]["payload"]["shipment_id"], "s-1",
+        "{inspected}"
+    );
+
+    let body = serde_json::json!({"category": category, "key": "c-1", "head": halt["head"]}).to_string();
+    let (code, skipped) = post(address, "skip", &[JSON, BEARER], &body)?;
+    assert_eq!(code, 200, "{skipped}");
+    ordo_testkit::eventually(
+        Duration::from_secs(30),
+        "c-1 resumed behind its skipped head",
+        || {
+            let done = tracker.handled.lock().unwrap().contains(&"s-3".to_owned());
+            async move { Ok(done) }
+        },
+    )
+    .await?;
+    process.terminate()?;
+    running.shutdown().await?;
     Ok(())
 }

@@ -16,6 +16,7 @@ const state = {
   halted: { page: 0, q: "" },
   partitions: { page: 0, q: "", category: "" },
   dlqCategory: "",
+  dlq: { page: 0, q: "" },
   key: null, // { category, key, group }
   inspected: null,
 };
@@ -313,10 +314,11 @@ async function renderPartitions() {
 async function renderDeadLetters() {
   const category = $("dlq-category").value;
   if (!category) return;
-  const letters = await api(`/api/dlq?${new URLSearchParams({ category })}`);
+  const query = new URLSearchParams({ category, q: state.dlq.q, page: state.dlq.page, per_page: 50 });
+  const page = await api(`/api/dlq?${query}`);
   const body = $("dlq").tBodies[0];
   body.replaceChildren();
-  for (const letter of letters) {
+  for (const letter of page.items) {
     const row = body.insertRow();
     cell(row, letter.key ?? "(plain)", "mono");
     cell(row, letter.group);
@@ -334,8 +336,8 @@ async function renderDeadLetters() {
       actions.appendChild(button);
     }
   }
-  $("dlq-total").textContent = `${count(letters.length)} shown`;
-  $("dlq-empty").hidden = letters.length > 0;
+  $("dlq-empty").hidden = page.total > 0;
+  pager("dlq", page);
 }
 
 async function renderKey() {
@@ -442,8 +444,15 @@ function wire() {
     state.partitions.page = 0;
     refreshView();
   });
-  $("dlq-category").addEventListener("change", refreshView);
-  for (const name of ["halted", "partitions"]) {
+  $("dlq-search").addEventListener("input", debounce((event) => {
+    state.dlq = { page: 0, q: event.target.value };
+    refreshView();
+  }, 250));
+  $("dlq-category").addEventListener("change", () => {
+    state.dlq.page = 0;
+    refreshView();
+  });
+  for (const name of ["halted", "partitions", "dlq"]) {
     $(`${name}-prev`).addEventListener("click", () => { state[name].page -= 1; refreshView(); });
     $(`${name}-next`).addEventListener("click", () => { state[name].page += 1; refreshView(); });
   }
