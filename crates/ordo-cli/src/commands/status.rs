@@ -187,7 +187,7 @@ impl Read {
         let partitions = if keys.is_empty() {
             None
         } else {
-            Some(ctx.status.partitions_of(category, &keys, &groups).await?)
+            Some(ctx.status.positions_of(category, &keys, &groups).await?)
         };
         Ok(Self {
             category: category.to_owned(),

@@ -44,7 +44,7 @@ pub async fn group_health(
         let partitions = if keys.is_empty() {
             None
         } else {
-            Some(status.partitions_of(category, &keys, &groups).await?)
+            Some(status.positions_of(category, &keys, &groups).await?)
         };
         read.push((category.as_str(), partitions));
     }

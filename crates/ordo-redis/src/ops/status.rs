@@ -252,6 +252,31 @@ impl ClusterStatus {
         keys: &[String],
         groups: &[String],
     ) -> Result<Vec<PartitionStatus>> {
+        self.read_partitions(category, keys, groups, Detail::Lanes).await
+    }
+
+    /// [`partitions_of`](Self::partitions_of) for the groups' positions
+    /// only, at a fraction of the cost (each lane's `XLEN` instead of its
+    /// `XINFO STREAM`, which carries its first and last entries): each
+    /// lane's `last_id` is empty and `idle_for` is `None`. What `ordo
+    /// status` and the health reports sum over every partition.
+    pub async fn positions_of(
+        &self,
+        category: &str,
+        keys: &[String],
+        groups: &[String],
+    ) -> Result<Vec<PartitionStatus>> {
+        self.read_partitions(category, keys, groups, Detail::Positions)
+            .await
+    }
+
+    async fn read_partitions(
+        &self,
+        category: &str,
+        keys: &[String],
+        groups: &[String],
+        detail: Detail,
+    ) -> Result<Vec<PartitionStatus>> {
         let now = self.server_time_ms().await?;
         let halted = self.halted_by_partition(category).await?;
         let mut statuses = Vec::with_capacity(keys.len());
@@ -260,7 +285,7 @@ impl ClusterStatus {
                 .iter()
                 .map(|key| PartitionKeys::new(category, key, &self.backfill_suffix))
                 .collect();
-            for raw in self.query_chunk(&partitions, groups).await? {
+            for raw in self.query_chunk(&partitions, groups, detail).await? {
                 statuses.push(self.assemble(raw, groups, now, &halted).await?);
             }
         }
@@ -530,17 +555,25 @@ impl ClusterStatus {
     }
 
     /// One pipelined round trip for `partitions`: per lane `XINFO STREAM`
-    /// and `XINFO GROUPS`, per group the partition lease and the process
-    /// manager lease over the key.
+    /// (`XLEN` for [`Detail::Positions`]) and `XINFO GROUPS`, per group the
+    /// partition lease and the process manager lease over the key.
     async fn query_chunk(
         &self,
         partitions: &[PartitionKeys],
         groups: &[String],
+        detail: Detail,
     ) -> Result<Vec<RawPartition>> {
         let pipeline = self.client.next().pipeline();
         for partition in partitions {
             for lane in [Lane::Primary, Lane::Backfill] {
-                let _: () = pipeline.xinfo_stream(partition.lane(lane), false, None).await?;
+                match detail {
+                    Detail::Lanes => {
+                        let _: () = pipeline.xinfo_stream(partition.lane(lane), false, None).await?;
+                    }
+                    Detail::Positions => {
+                        let _: () = pipeline.xlen(partition.lane(lane)).await?;
+                    }
+                }
                 let _: () = pipeline.xinfo_groups(partition.lane(lane)).await?;
             }
             for group in groups {
@@ -601,14 +634,26 @@ impl ClusterStatus {
             .collect();
         for (lane, info, group_info) in raw.lanes {
             let Some(info) = info else { continue };
-            let info = flat_map(info);
-            let length = info.get("length").and_then(Value::as_u64).unwrap_or(0);
-            let last_id = info
-                .get("last-generated-id")
-                .and_then(|v| text(v.clone()))
-                .unwrap_or_default();
-            let last_ms = id_ms(&last_id);
-            newest_ms = newest_ms.max(Some(last_ms));
+            let (length, last_id) = match info {
+                // `XLEN` (positions only): 0 for a stream that does not
+                // exist, which has no groups either.
+                Value::Integer(length) => {
+                    if length == 0 && group_info.is_none() {
+                        continue;
+                    }
+                    (u64::try_from(length).unwrap_or(0), String::new())
+                }
+                info => {
+                    let info = flat_map(info);
+                    let length = info.get("length").and_then(Value::as_u64).unwrap_or(0);
+                    let last_id = info
+                        .get("last-generated-id")
+                        .and_then(|v| text(v.clone()))
+                        .unwrap_or_default();
+                    newest_ms = newest_ms.max(Some(id_ms(&last_id)));
+                    (length, last_id)
+                }
+            };
             let name = raw.partition.lane(lane);
             for position in &mut positions {
                 let lane_position = match &group_info {
@@ -663,11 +708,21 @@ impl ClusterStatus {
     }
 }
 
+/// How much of each partition [`ClusterStatus`] reads.
+#[derive(Debug, Clone, Copy)]
+enum Detail {
+    /// Each lane's length, last id and age, and the groups' positions.
+    Lanes,
+    /// The groups' positions (and each lane's length) only.
+    Positions,
+}
+
 /// The raw replies of one partition's queries.
 #[derive(Debug)]
 struct RawPartition {
     partition: PartitionKeys,
-    /// Per lane: `XINFO STREAM` and `XINFO GROUPS` (`None`: no such stream).
+    /// Per lane: `XINFO STREAM` (or `XLEN`) and `XINFO GROUPS` (`None`: no
+    /// such stream).
     lanes: Vec<(Lane, Option<Value>, Option<Value>)>,
     /// Per group: the lease holder.
     leases: Vec<Option<LeaseHolder>>,

@@ -408,6 +408,7 @@ const READER_READS: &[&str] = &[
     "+zrangebyscore",
     "+xinfo|groups",
     "+xinfo|stream",
+    "+xlen",
     "+xpending",
     "+xrange",
 ];
