@@ -1,7 +1,7 @@
 //! Traces through the broker (the `otel` feature): a request's trace goes
 //! on through the events it raises, the handlers that run them, a command
 //! one of them sends and the event that command's handler raises, on the
-//! inline broker, across Redis (per-key and hashed partitions), through
+//! inline broker, across Redis (per-key and hashed partitions, a Cluster), through
 //! the PostgreSQL outbox, and from one process to another; each handler run is a `process` span
 //! (kind consumer) child of its message's `publish` span (kind producer),
 //! with the messaging conventions' attributes; a run that fails for good
@@ -480,6 +480,19 @@ async fn one_trace_runs_through_hashed_partitions() -> anyhow::Result<()> {
     let domain = domain_with(&ran, Some(&redis.url()), config).await?;
     let running = domain.start();
     let trace = request(&domain, "o-4", &ran, "shipped").await?;
+    running.shutdown().await?;
+    check_chain(&spans_of(trace), &ran, "redis");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_runs_across_a_redis_cluster() -> anyhow::Result<()> {
+    exporter();
+    let cluster = ordo_testkit::RedisCluster::start()?;
+    let ran = Ran::default();
+    let domain = domain(&ran, Some(&cluster.url())).await?;
+    let running = domain.start();
+    let trace = request(&domain, "o-5", &ran, "shipped").await?;
     running.shutdown().await?;
     check_chain(&spans_of(trace), &ran, "redis");
     Ok(())
