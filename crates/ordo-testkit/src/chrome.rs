@@ -6,7 +6,7 @@
 //! `PATH`.
 
 use std::ffi::OsString;
-use std::fs::{self, File};
+use std::fs::File;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -114,9 +114,7 @@ impl ChromeDriver {
     }
 
     fn log_tail(&self) -> String {
-        let log = fs::read_to_string(self.dir.path().join("chromedriver.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        crate::local::tail_of(&self.dir.path().join("chromedriver.log"))
     }
 }
 

@@ -47,6 +47,7 @@ mod cluster;
 #[cfg(feature = "testcontainers")]
 mod container;
 mod error;
+mod example;
 pub mod http;
 mod local;
 mod postgres;
@@ -63,6 +64,7 @@ pub use child::Process;
 pub use chrome::ChromeDriver;
 pub use cluster::{ClusterNode, NodeRole, RedisCluster, RedisClusterBuilder};
 pub use error::{ConditionError, Result, TestkitError};
+pub use example::example_binary;
 pub use postgres::{Postgres, PostgresBuilder, PostgresTls};
 pub use prometheus::Prometheus;
 pub use redis::{AclDenial, Redis, RedisBuilder, RedisTls};

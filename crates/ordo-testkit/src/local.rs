@@ -24,7 +24,7 @@ const PING_TIMEOUT: Duration = Duration::from_millis(500);
 /// How many free ports to try when another process grabs ours first.
 const PORT_ATTEMPTS: usize = 5;
 /// Lines of log shown in errors.
-const LOG_TAIL_LINES: usize = 20;
+pub(crate) const LOG_TAIL_LINES: usize = 20;
 /// What every Redis since 2.x logs once it serves clients (7.2 appends " tcp").
 const READY_LINE: &str = "Ready to accept connections";
 
@@ -440,9 +440,14 @@ fn install_hint(redis_url_set: bool) -> &'static str {
     }
 }
 
-fn last_lines(text: &str, count: usize) -> String {
+pub(crate) fn last_lines(text: &str, count: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(count)..].join("\n")
+}
+
+/// The last lines of the log file at `path` (nothing when it cannot be read).
+pub(crate) fn tail_of(path: &std::path::Path) -> String {
+    last_lines(&std::fs::read_to_string(path).unwrap_or_default(), LOG_TAIL_LINES)
 }
 
 #[cfg(test)]

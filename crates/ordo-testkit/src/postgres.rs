@@ -548,8 +548,7 @@ fn read_lossy(path: &Path) -> String {
 }
 
 fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
+    crate::local::last_lines(log, crate::local::LOG_TAIL_LINES)
 }
 
 #[cfg(test)]

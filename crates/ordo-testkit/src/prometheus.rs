@@ -135,9 +135,7 @@ impl Prometheus {
 
     /// The last lines of its log.
     fn log_tail(&self) -> String {
-        let log = fs::read_to_string(&self.log_path).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        crate::local::tail_of(&self.log_path)
     }
 }
 

@@ -13,18 +13,7 @@ use std::time::{Duration, Instant};
 
 /// The example binary, built beside this test's.
 fn example() -> PathBuf {
-    let deps = std::env::current_exe().expect("the test's own path");
-    let profile = deps
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let path = profile.join("examples").join("health_probes");
-    assert!(
-        path.is_file(),
-        "{} is missing: `cargo test -p ordo` builds it (or `cargo build -p ordo --example health_probes`)",
-        path.display()
-    );
-    path
+    ordo_testkit::example_binary("health_probes")
 }
 
 /// A local address nothing listens on (yet).

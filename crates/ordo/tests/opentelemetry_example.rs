@@ -12,18 +12,7 @@ use std::sync::{Arc, Mutex};
 
 /// The example binary, built beside this test's.
 fn example() -> PathBuf {
-    let deps = std::env::current_exe().expect("the test's own path");
-    let profile = deps
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let path = profile.join("examples").join("opentelemetry");
-    assert!(
-        path.is_file(),
-        "{} is missing: `cargo test -p ordo --features otel` builds it",
-        path.display()
-    );
-    path
+    ordo_testkit::example_binary("opentelemetry")
 }
 
 /// One HTTP request as the collector received it: its request line and body.

@@ -16,18 +16,7 @@ use serde_json::Value;
 
 /// The example binary, built beside this test's.
 fn example() -> PathBuf {
-    let deps = std::env::current_exe().expect("the test's own path");
-    let profile = deps
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let path = profile.join("examples").join("prometheus");
-    assert!(
-        path.is_file(),
-        "{} is missing: `cargo test -p ordo-cli` builds it",
-        path.display()
-    );
-    path
+    ordo_testkit::example_binary("prometheus")
 }
 
 /// The dashboard as Grafana reads it.

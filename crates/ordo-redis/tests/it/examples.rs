@@ -9,18 +9,7 @@ use std::time::Duration;
 
 /// Example `name`'s binary, built beside this test's.
 fn example(name: &str) -> PathBuf {
-    let deps = std::env::current_exe().expect("the test's own path");
-    let profile = deps
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let path = profile.join("examples").join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: `cargo test -p ordo-redis` builds it (or `cargo build -p ordo-redis --example {name}`)",
-        path.display()
-    );
-    path
+    ordo_testkit::example_binary(name)
 }
 
 /// Runs example `name` against `redis_url`; its stdout, once it exited 0
