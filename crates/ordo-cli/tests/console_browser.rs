@@ -191,8 +191,10 @@ async fn an_operator_sees_a_halted_key_and_retries_it_from_the_page() -> anyhow:
         text_of(&client, "#groups tbody", |text| text.contains("OrderProjector")).await?;
         anyhow::ensure!(projector.handled_of("bob") == 2, "bob's orders are handled");
         if let Ok(path) = std::env::var("ORDO_CONSOLE_SCREENSHOT") {
-            // A few polls, so the chart has a line.
-            tokio::time::sleep(Duration::from_secs(5)).await;
+            // Two rates read, so the chart has a line.
+            let first = text_of(&client, "#updated", |text| !text.is_empty()).await?;
+            text_of(&client, "#tile-rate", |text| text.parse::<f64>().is_ok()).await?;
+            text_of(&client, "#updated", |text| text != first).await?;
             std::fs::write(path, client.screenshot().await?)?;
         }
 

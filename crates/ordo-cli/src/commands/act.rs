@@ -84,7 +84,7 @@ async fn one(
 
     // The question may have been open for a while: the action applies only
     // if the partition is still halted on the head it showed.
-    let acted = decide(ctx, action, category, key, Some(&group), &expected).await?;
+    let acted = apply(ctx, action, category, key, group, &expected, seen.halt.error).await?;
     if args.options.json {
         print!("{}", pretty(&acted)?);
     } else {
@@ -108,9 +108,21 @@ pub(crate) async fn decide(
 ) -> Result<Acted, Failure> {
     let group = ctx.resolve_group(category, key, group).await?;
     let seen = halted(ctx, action, &group, category, key).await?;
-    if seen.halt.head != expected {
-        return Err(head_changed(category, key, &group, expected, &seen.halt.head));
-    }
+    apply(ctx, action, category, key, group, expected, seen.halt.error).await
+}
+
+/// `action` on the halted head of `category:key` for `group`, which halted
+/// with `error`: Redis compares the head with `expected` and applies the
+/// decision in the same step, or changes nothing (a refusal).
+async fn apply(
+    ctx: &Context,
+    action: Action,
+    category: &str,
+    key: &str,
+    group: String,
+    expected: &str,
+    error: String,
+) -> Result<Acted, Failure> {
     let head = ctx.admin.head(&group, category, key).expecting(expected);
     let resolved = match action {
         Action::Skip => head.skip().await,
@@ -125,7 +137,7 @@ pub(crate) async fn decide(
         dead_letter_stream: (action == Action::DeadLetter).then(|| ctx.partition(category, key).dlq()),
         group,
         head: resolved,
-        error: seen.halt.error,
+        error,
     })
 }
 

@@ -374,20 +374,11 @@ pub(crate) async fn replay(ctx: &Context, args: &DlqReplayArgs) -> Result<Verdic
     let scope = Scope::of(&args.stream);
     let category = scope.category();
     let dlq = scope.dlq(ctx);
-    let letters: Vec<DeadLetter> = scope
-        .letters(ctx)
-        .await?
-        .into_iter()
-        .filter(|letter| args.group.as_ref().is_none_or(|group| *group == letter.group))
-        .collect();
+    let (letters, publications) = replayable(ctx, scope, args.group.as_deref()).await?;
     if letters.is_empty() {
         println!("no dead letters to replay in `{dlq}`");
         return Ok(Verdict::Ok);
     }
-    let publications = letters
-        .iter()
-        .map(|letter| publication(scope, letter))
-        .collect::<Result<Vec<_>, _>>()?;
     let groups = ctx.status.groups(category).await?;
     let question = format!(
         "Re-publish {} to {}, oldest first, and remove them from `{dlq}`?",
@@ -463,6 +454,23 @@ pub(crate) async fn replay_partition(
 ) -> Result<ReplayReport, Failure> {
     let scope = Scope::Partition { category, key };
     let dlq = scope.dlq(ctx);
+    let (letters, publications) = replayable(ctx, scope, group).await?;
+    Ok(ReplayReport {
+        category: category.to_owned(),
+        key: Some(key.to_owned()),
+        replayed: republish(ctx, &dlq, &letters, publications).await?,
+        groups: ctx.status.groups(category).await?,
+    })
+}
+
+/// The dead letters of `scope` (of `group` only, when given), oldest
+/// first, and the publications that put them back; an error when one
+/// cannot be put back.
+async fn replayable(
+    ctx: &Context,
+    scope: Scope<'_>,
+    group: Option<&str>,
+) -> Result<(Vec<DeadLetter>, Vec<Publication>), Failure> {
     let letters: Vec<DeadLetter> = scope
         .letters(ctx)
         .await?
@@ -473,12 +481,7 @@ pub(crate) async fn replay_partition(
         .iter()
         .map(|letter| publication(scope, letter))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ReplayReport {
-        category: category.to_owned(),
-        key: Some(key.to_owned()),
-        replayed: republish(ctx, &dlq, &letters, publications).await?,
-        groups: ctx.status.groups(category).await?,
-    })
+    Ok((letters, publications))
 }
 
 /// The console's list: at most `limit` dead letters of `category`, over

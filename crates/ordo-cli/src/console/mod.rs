@@ -458,16 +458,19 @@ async fn act_on(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    if let Err(denied) = console.admit(&action, &headers) {
-        tracing::warn!(
-            event = log_events::CONSOLE_ACTION_DENIED,
-            action = %action,
-            status = denied.status.as_u16(),
-            reason = %denied.message,
-            "a console action was refused"
-        );
-        return Err(denied);
-    }
+    let decision = match console.admit(&action, &headers) {
+        Ok(decision) => decision,
+        Err(denied) => {
+            tracing::warn!(
+                event = log_events::CONSOLE_ACTION_DENIED,
+                action = %action,
+                status = denied.status.as_u16(),
+                reason = %denied.message,
+                "a console action was refused"
+            );
+            return Err(denied);
+        }
+    };
     let request: ActionRequest = serde_json::from_slice(&body).map_err(|error| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -476,17 +479,11 @@ async fn act_on(
     })?;
     let group = request.group.as_deref().filter(|group| !group.is_empty());
     let ctx = &console.ctx;
-    let done = match action.as_str() {
-        "replay" => dlq::replay_partition(ctx, &request.category, &request.key, group)
+    let done = match decision {
+        None => dlq::replay_partition(ctx, &request.category, &request.key, group)
             .await
             .and_then(|report| serde_json::to_value(report).map_err(|e| Failure::Error(e.into()))),
-        name => {
-            let action = match name {
-                "retry" => Action::Retry,
-                "skip" => Action::Skip,
-                "dead-letter" => Action::DeadLetter,
-                _ => unreachable!("admit() lets known actions through only"),
-            };
+        Some(action) => {
             let Some(head) = request.head.as_deref() else {
                 return Err(ApiError::new(
                     StatusCode::BAD_REQUEST,
@@ -535,14 +532,21 @@ async fn act_on(
 
 impl Console {
     /// Whether `action` may run for a request with `headers`: a known
-    /// action, actions allowed, same origin, a JSON body, the token.
-    fn admit(&self, action: &str, headers: &HeaderMap) -> Result<(), ApiError> {
-        if !matches!(action, "retry" | "skip" | "dead-letter" | "replay") {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("no action `{action}`: retry, skip, dead-letter or replay"),
-            ));
-        }
+    /// action, actions allowed, same origin, a JSON body, the token. The
+    /// decision on a halted head it names, or `None` for a replay.
+    fn admit(&self, action: &str, headers: &HeaderMap) -> Result<Option<Action>, ApiError> {
+        let decision = match action {
+            "retry" => Some(Action::Retry),
+            "skip" => Some(Action::Skip),
+            "dead-letter" => Some(Action::DeadLetter),
+            "replay" => None,
+            _ => {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("no action `{action}`: retry, skip, dead-letter or replay"),
+                ));
+            }
+        };
         let Some(token) = &self.token else {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -591,7 +595,7 @@ impl Console {
                 "the console token is wrong".to_owned(),
             ));
         }
-        Ok(())
+        Ok(decision)
     }
 }
 
