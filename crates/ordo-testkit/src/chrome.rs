@@ -10,13 +10,13 @@ use std::fs::File;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
 use crate::error::{Result, TestkitError};
+use crate::http::NotReady;
 use crate::local::free_port;
-use crate::wait::POLL_INTERVAL;
 
 /// How long ChromeDriver may take to answer `/status` as ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -86,30 +86,17 @@ impl ChromeDriver {
     }
 
     fn wait_ready(&mut self) -> Result<()> {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self
-                .child
-                .try_wait()
-                .map_err(TestkitError::io("check on chromedriver"))?
-            {
-                return Err(TestkitError::ChromeDriverNotReady {
-                    waited: started.elapsed(),
-                    detail: format!("it exited ({status}); its log ends with:\n{}", self.log_tail()),
-                });
-            }
-            if let Ok((200, body)) = crate::http::get(self.address, "/status")
-                && body.replace(' ', "").contains("\"ready\":true")
-            {
-                return Ok(());
-            }
-            if started.elapsed() > READY_TIMEOUT {
-                return Err(TestkitError::ChromeDriverNotReady {
-                    waited: started.elapsed(),
-                    detail: format!("its log ends with:\n{}", self.log_tail()),
-                });
-            }
-            std::thread::sleep(POLL_INTERVAL);
+        let ready = |body: &str| body.replace(' ', "").contains("\"ready\":true");
+        match crate::http::wait_ready(&mut self.child, self.address, "/status", ready, READY_TIMEOUT)? {
+            Ok(()) => Ok(()),
+            Err(NotReady::Exited(status, waited)) => Err(TestkitError::ChromeDriverNotReady {
+                waited,
+                detail: format!("it exited ({status}); its log ends with:\n{}", self.log_tail()),
+            }),
+            Err(NotReady::TimedOut(waited)) => Err(TestkitError::ChromeDriverNotReady {
+                waited,
+                detail: format!("its log ends with:\n{}", self.log_tail()),
+            }),
         }
     }
 

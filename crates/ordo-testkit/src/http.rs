@@ -4,12 +4,52 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
 
 use crate::error::{Result, TestkitError};
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a server did not become ready (see [`wait_ready`]).
+#[derive(Debug)]
+pub(crate) enum NotReady {
+    /// It exited first, after this long.
+    Exited(ExitStatus, Duration),
+    /// It was still not ready after this long.
+    TimedOut(Duration),
+}
+
+/// Waits up to `timeout` until `GET path` of the server `child` runs at
+/// `address` answers 200 with a body `ready` accepts; an I/O error checking
+/// on `child` is the testkit's error, anything else a [`NotReady`].
+pub(crate) fn wait_ready(
+    child: &mut Child,
+    address: SocketAddr,
+    path: &str,
+    ready: impl Fn(&str) -> bool,
+    timeout: Duration,
+) -> Result<Result<(), NotReady>> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(TestkitError::io("check on a server the testkit started"))?
+        {
+            return Ok(Err(NotReady::Exited(status, started.elapsed())));
+        }
+        if let Ok((200, body)) = get(address, path)
+            && ready(&body)
+        {
+            return Ok(Ok(()));
+        }
+        if started.elapsed() > timeout {
+            return Ok(Err(NotReady::TimedOut(started.elapsed())));
+        }
+        std::thread::sleep(crate::wait::POLL_INTERVAL);
+    }
+}
 
 /// `GET path` of the server at `address`: the status code and the body.
 pub fn get(address: SocketAddr, path: &str) -> Result<(u16, String)> {

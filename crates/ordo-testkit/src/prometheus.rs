@@ -9,14 +9,14 @@ use std::fs::{self, File};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use tempfile::TempDir;
 
 use crate::error::{Result, TestkitError};
+use crate::http::NotReady;
 use crate::local::free_port;
-use crate::wait::POLL_INTERVAL;
 
 /// How long a fresh server may take to answer `/-/ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -108,28 +108,16 @@ impl Prometheus {
     }
 
     fn wait_ready(&mut self) -> Result<()> {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self
-                .child
-                .try_wait()
-                .map_err(TestkitError::io("check on prometheus"))?
-            {
-                return Err(TestkitError::PrometheusExited {
-                    status,
-                    log_tail: self.log_tail(),
-                });
-            }
-            if matches!(self.get("/-/ready"), Ok((200, _))) {
-                return Ok(());
-            }
-            if started.elapsed() > READY_TIMEOUT {
-                return Err(TestkitError::PrometheusNotReady {
-                    waited: started.elapsed(),
-                    log_tail: self.log_tail(),
-                });
-            }
-            std::thread::sleep(POLL_INTERVAL);
+        match crate::http::wait_ready(&mut self.child, self.address, "/-/ready", |_| true, READY_TIMEOUT)? {
+            Ok(()) => Ok(()),
+            Err(NotReady::Exited(status, _)) => Err(TestkitError::PrometheusExited {
+                status,
+                log_tail: self.log_tail(),
+            }),
+            Err(NotReady::TimedOut(waited)) => Err(TestkitError::PrometheusNotReady {
+                waited,
+                log_tail: self.log_tail(),
+            }),
         }
     }
 
