@@ -314,10 +314,10 @@ impl Worker {
                 Woken::Exit(exit) => return exit,
                 Woken::Reap => {
                     self.shared.waker.unwatch(self.watcher);
-                    return self.reap(idle, reap_after).await;
+                    return Box::pin(self.reap(idle, reap_after)).await;
                 }
                 Woken::Local(Some(command)) => {
-                    if let Some(exit) = self.run_local(&self.unit.partitions[0], command).await {
+                    if let Some(exit) = Box::pin(self.run_local(&self.unit.partitions[0], command)).await {
                         return Some(exit);
                     }
                 }

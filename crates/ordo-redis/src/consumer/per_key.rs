@@ -90,11 +90,11 @@ impl<'w> PerKey<'w> {
             }
             // Offered while the partition was idle: before anything read later.
             if let Some(door) = door.as_mut()
-                && let Some(exit) = self.worker.run_queued(door).await
+                && let Some(exit) = Box::pin(self.worker.run_queued(door)).await
             {
                 return exit;
             }
-            let passed = self.pass(&mut first).await;
+            let passed = Box::pin(self.pass(&mut first)).await;
             // Offers are taken while the partition flows (they run before
             // the next read), not while it is halted.
             if let Some(door) = door.as_ref() {

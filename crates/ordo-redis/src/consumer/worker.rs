@@ -32,7 +32,7 @@ impl Worker {
         );
         async move {
             let exit = if self.unit.partitions.iter().any(|p| p.id().is_hashed()) {
-                Hashed::new(&self).run().await
+                Box::pin(Hashed::new(&self).run()).await
             } else {
                 PerKey::new(&self).run().await
             };
@@ -57,7 +57,7 @@ impl Worker {
                 false
             } else {
                 self.shared.leases.remove(self.lease.key(), self.lease.value());
-                match self.shared.partitions.release(&self.lease).await {
+                match Box::pin(self.shared.partitions.release(&self.lease)).await {
                     Ok(released) => released,
                     Err(error) => {
                         warn!(error = %ordo_core::contract::error::error_chain(&error), "releasing the lease failed; it will expire");
