@@ -115,25 +115,47 @@ local function fence(lease_key, expected)
   return nil
 end
 
+-- The id right after `id` (same millisecond, next sequence), or nil when
+-- its sequence is too large for Lua's numbers to count on.
+local function next_id(id)
+  local dash = string.find(id, '-', 1, true)
+  local seq = tonumber(string.sub(id, dash + 1))
+  if seq == nil or seq >= 9007199254740991 then
+    return nil
+  end
+  return string.sub(id, 1, dash - 1) .. '-' .. string.format('%.0f', seq + 1)
+end
+
 -- Removes the entries of `stream` that every consumer group has
--- acknowledged: everything below the smallest id a group still needs (its
--- first pending entry, else its last delivered entry, which is kept so the
--- trimmed stream still shows the last id).
+-- acknowledged: everything below the first entry a group has pending, or,
+-- when the group furthest behind has nothing pending, everything up to its
+-- last delivered entry, that one included. A drained stream is left empty
+-- (it keeps its last id: `XINFO STREAM` shows it), so an idle partition
+-- holds no entry, and no stream node, in Redis.
 local function trim_acked(stream)
   local min_needed = nil
+  local keep = false
   for _, raw in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
     local group = to_map(raw)
     local needed = group['last-delivered-id']
-    if tonumber(group['pending']) > 0 then
+    local pending = tonumber(group['pending']) > 0
+    if pending then
       needed = redis.call('XPENDING', stream, group['name'])[2]
     end
     if min_needed == nil or id_less(needed, min_needed) then
       min_needed = needed
+      keep = pending
+    elseif needed == min_needed and pending then
+      keep = true
     end
   end
-  if min_needed ~= nil and min_needed ~= '0-0' then
-    redis.call('XTRIM', stream, 'MINID', min_needed)
+  if min_needed == nil or min_needed == '0-0' then
+    return
   end
+  if not keep then
+    min_needed = next_id(min_needed) or min_needed
+  end
+  redis.call('XTRIM', stream, 'MINID', min_needed)
 end
 
 -- Whether `group` has entries of `stream` it has not read yet (or unacked ones).
