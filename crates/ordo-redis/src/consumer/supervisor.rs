@@ -335,23 +335,19 @@ impl Supervisor {
             return Ok(());
         }
         let indexed = self.discover(&partitioned).await?;
-        let units: Vec<BTreeMap<String, Unit>> = partitioned
-            .iter()
-            .map(|&plan| self.plans[plan].units(&indexed, &self.shared.settings.backfill_suffix))
-            .collect();
         let fair: Vec<usize> = partitioned
             .iter()
-            .zip(&units)
             .zip(&live)
-            .map(|((&plan, units), live)| {
-                balance::target(units.len(), live, self.shared.instance(), &self.plans[plan].group)
+            .map(|(&plan, live)| {
+                let units = self.plans[plan].unit_count(&indexed);
+                balance::target(units, live, self.shared.instance(), &self.plans[plan].group)
             })
             .collect();
         let limit = self.shared.settings.max_owned.map(std::num::NonZeroUsize::get);
         let targets = balance::within_limit(&fair, limit);
         self.note_limit(limit, &fair, &targets);
         for (position, plan) in partitioned.into_iter().enumerate() {
-            self.balance(plan, &units[position], live[position].len(), targets[position])
+            self.balance(plan, &indexed, live[position].len(), targets[position])
                 .await?;
         }
         Ok(())
@@ -415,7 +411,7 @@ impl Supervisor {
     async fn balance(
         &mut self,
         plan: usize,
-        units: &BTreeMap<String, Unit>,
+        indexed: &BTreeMap<String, BTreeSet<String>>,
         live: usize,
         target: usize,
     ) -> Result<()> {
@@ -426,7 +422,7 @@ impl Supervisor {
             .filter(|(_, w)| w.plan == plan && !w.stopping)
             .map(|(key, _)| key)
             .collect();
-        debug!(%group, units = units.len(), live, target, owned = owned.len(), "balance");
+        debug!(%group, units = self.plans[plan].unit_count(indexed), live, target, owned = owned.len(), "balance");
         if owned.len() > target {
             let rounds = self.surplus_rounds.entry(plan).or_default();
             *rounds += 1;
@@ -438,7 +434,13 @@ impl Supervisor {
         }
         self.surplus_rounds.remove(&plan);
         if owned.len() < target {
-            self.acquire(plan, units, target - owned.len()).await?;
+            let units = self.plans[plan].units(indexed, &self.shared.settings.backfill_suffix);
+            debug_assert_eq!(
+                units.len(),
+                self.plans[plan].unit_count(indexed),
+                "the fair share counted other units than there are"
+            );
+            self.acquire(plan, &units, target - owned.len()).await?;
         }
         Ok(())
     }
@@ -538,10 +540,12 @@ impl Supervisor {
             control,
             self.next_watcher,
         );
-        self.tracker.spawn(async move {
-            let exit = worker.run().await;
+        // A combinator, not an `async move` block: the block would keep
+        // the worker's future twice (captured, then awaited).
+        let task = futures_util::FutureExt::map(worker.run(), move |exit| {
             let _ = exits.send(Exited { exit, ..exited });
         });
+        self.tracker.spawn(task);
     }
 
     fn on_exit(&mut self, exited: Exited) {

@@ -72,6 +72,20 @@ impl GroupPlan {
             .collect()
     }
 
+    /// How many units [`GroupPlan::units`] would make of `indexed`, without
+    /// making them: a discovery round needs only the count for the fair
+    /// share, and makes the units only when it acquires (an instance at its
+    /// share then allocates nothing per partition, round after round).
+    pub(crate) fn unit_count(&self, indexed: &BTreeMap<String, BTreeSet<String>>) -> usize {
+        let members = self.partitioned.iter().filter_map(|c| indexed.get(c));
+        if self.by_correlation {
+            members.flatten().collect::<BTreeSet<&String>>().len()
+        } else {
+            // A unit per member of each category: the categories' partitions are distinct.
+            members.map(BTreeSet::len).sum()
+        }
+    }
+
     /// The units of this group, given the index members per category.
     ///
     /// A process manager's unit is a correlation value: the partition of
