@@ -312,6 +312,7 @@ impl Worker {
             };
             match woken {
                 Woken::Exit(exit) => return exit,
+                // Both boxed: the wait is what an idle worker's task keeps.
                 Woken::Reap => {
                     self.shared.waker.unwatch(self.watcher);
                     return Box::pin(self.reap(idle, reap_after)).await;

@@ -94,6 +94,10 @@ impl<'w> PerKey<'w> {
             {
                 return exit;
             }
+            // Boxed while it runs (once per read batch): an idle worker's
+            // task then keeps only the small state of its wait, not the
+            // pass's (the read, the handler's attempt, the acknowledgements):
+            // about 2 KB instead of 12 KB per idle owned partition.
             let passed = Box::pin(self.pass(&mut first)).await;
             // Offers are taken while the partition flows (they run before
             // the next read), not while it is halted.

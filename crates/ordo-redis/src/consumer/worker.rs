@@ -38,56 +38,56 @@ impl Worker {
     }
 
     async fn run_in_span(self) -> Exit {
-        {
-            let exit = if self.unit.partitions.iter().any(|p| p.id().is_hashed()) {
-                Box::pin(Hashed::new(&self).run()).await
+        let exit = if self.unit.partitions.iter().any(|p| p.id().is_hashed()) {
+            // Boxed, as the per-key runner's pass and the release below: a
+            // path taken rarely, or for a short while, does not size the
+            // task every idle partition keeps.
+            Box::pin(Hashed::new(&self).run()).await
+        } else {
+            PerKey::new(&self).run().await
+        };
+        self.shared.waker.unwatch(self.watcher);
+        // Release even after a kill when the killed handler run has
+        // ended: nothing runs under the lease any more, and releasing it
+        // (if it is still ours) lets another instance take over without
+        // waiting for the TTL. The release is fenced, so it is harmless
+        // otherwise. A run that did not end (blocking code ignores the
+        // abort; a shutdown gives up on it) keeps the lease for as long
+        // as it goes on: the heartbeat renews it, and releases it once
+        // the run has ended. Released now, another instance would run
+        // the same key alongside it.
+        let unfinished = std::mem::take(&mut *self.unfinished.lock().unwrap_or_else(PoisonError::into_inner));
+        let released = if !unfinished.is_empty() {
+            let runs = unfinished.len();
+            if self.shared.leases.linger(&self.lease, unfinished) {
+                warn!(
+                    event = ordo_core::contract::log_events::LEASE_KEPT_FOR_RUN,
+                    runs,
+                    "aborted handler runs have not ended (blocking code); the lease stays renewed until they have, then is released"
+                );
             } else {
-                PerKey::new(&self).run().await
-            };
-            self.shared.waker.unwatch(self.watcher);
-            // Release even after a kill when the killed handler run has
-            // ended: nothing runs under the lease any more, and releasing it
-            // (if it is still ours) lets another instance take over without
-            // waiting for the TTL. The release is fenced, so it is harmless
-            // otherwise. A run that did not end (blocking code ignores the
-            // abort; a shutdown gives up on it) keeps the lease for as long
-            // as it goes on: the heartbeat renews it, and releases it once
-            // the run has ended. Released now, another instance would run
-            // the same key alongside it.
-            let unfinished =
-                std::mem::take(&mut *self.unfinished.lock().unwrap_or_else(PoisonError::into_inner));
-            let released = if !unfinished.is_empty() {
-                let runs = unfinished.len();
-                if self.shared.leases.linger(&self.lease, unfinished) {
-                    warn!(
-                        event = ordo_core::contract::log_events::LEASE_KEPT_FOR_RUN,
-                        runs,
-                        "aborted handler runs have not ended (blocking code); the lease stays renewed until they have, then is released"
-                    );
-                } else {
-                    warn!(
-                        runs,
-                        "aborted handler runs have not ended and the lease is no longer held here; leaving it to expire"
-                    );
-                }
-                false
-            } else {
-                self.shared.leases.remove(self.lease.key(), self.lease.value());
-                match Box::pin(self.shared.partitions.release(&self.lease)).await {
-                    Ok(released) => released,
-                    Err(error) => {
-                        warn!(error = %ordo_core::contract::error::error_chain(&error), "releasing the lease failed; it will expire");
-                        false
-                    }
-                }
-            };
-            match (exit, released) {
-                (Exit::Gone, _) => {}
-                (_, true) => metrics::lease_released(&self.unit),
-                (_, false) => metrics::lease_lost(&self.unit),
+                warn!(
+                    runs,
+                    "aborted handler runs have not ended and the lease is no longer held here; leaving it to expire"
+                );
             }
-            debug!(?exit, released, "partition worker stopped");
-            exit
+            false
+        } else {
+            self.shared.leases.remove(self.lease.key(), self.lease.value());
+            match Box::pin(self.shared.partitions.release(&self.lease)).await {
+                Ok(released) => released,
+                Err(error) => {
+                    warn!(error = %ordo_core::contract::error::error_chain(&error), "releasing the lease failed; it will expire");
+                    false
+                }
+            }
+        };
+        match (exit, released) {
+            (Exit::Gone, _) => {}
+            (_, true) => metrics::lease_released(&self.unit),
+            (_, false) => metrics::lease_lost(&self.unit),
         }
+        debug!(?exit, released, "partition worker stopped");
+        exit
     }
 }
