@@ -160,7 +160,7 @@ fn stopped() -> Error {
 mod tests {
     use std::time::Duration;
 
-    use fred::interfaces::{ClientLike, StreamsInterface};
+    use fred::interfaces::{ClientLike, FunctionInterface, StreamsInterface};
     use fred::prelude::Builder;
     use ordo_core::contract::key::Lane;
     use ordo_testkit::Redis;
@@ -243,5 +243,41 @@ mod tests {
                 Some(0)
             );
         }
+    }
+
+    /// The acknowledgement makes its arguments again when the server lost
+    /// the function library (a restart without persistence): it loads the
+    /// library and is done, not refused or lost.
+    #[tokio::test]
+    async fn an_acknowledgement_after_the_library_was_lost_loads_it_and_is_done() {
+        let redis = Redis::start().unwrap();
+        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
+            .build_pool(1)
+            .unwrap();
+        pool.init().await.unwrap();
+        let partitions = Partitions::new(pool, "a", Duration::from_secs(60));
+        let owned = owned(&partitions, 1).await;
+        let (commit, _task) = GroupCommit::spawn(partitions.clone(), CancellationToken::new());
+        let before = fcall_calls(&partitions).await;
+        partitions
+            .client()
+            .next()
+            .function_flush::<()>(false)
+            .await
+            .unwrap();
+
+        assert!(!commit.ack(ack(&owned[0])).await.unwrap());
+        let pending: fred::types::Value = partitions
+            .client()
+            .xpending(owned[0].0.primary(), "G", ())
+            .await
+            .unwrap();
+        assert_eq!(
+            pending.into_array().first().and_then(fred::types::Value::as_i64),
+            Some(0),
+            "the entry is acknowledged"
+        );
+        // The refused call, then the call again once loaded.
+        assert_eq!(fcall_calls(&partitions).await - before, 2);
     }
 }

@@ -58,15 +58,15 @@ impl StreamEntry {
             + self.binary.iter().map(|(_, value)| value.len()).sum::<usize>()
     }
 
-    pub(crate) fn from_raw(raw: RawEntry, lane: Lane) -> Self {
+    pub(crate) fn from_raw(mut raw: RawEntry, lane: Lane) -> Self {
         let binary = FIELDS
             .iter()
-            .filter_map(|&name| raw.binary(name).map(|value| (name, value.to_vec())))
+            .filter_map(|&name| raw.take_binary(name).map(|value| (name, value)))
             .collect();
         Self {
-            type_name: raw.field("type").map(str::to_owned),
-            key: raw.field("key").map(str::to_owned),
-            envelope: raw.field("envelope").map(str::to_owned),
+            type_name: raw.take_field("type"),
+            key: raw.take_field("key"),
+            envelope: raw.take_field("envelope"),
             binary,
             id: raw.id,
             lane,

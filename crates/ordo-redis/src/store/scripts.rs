@@ -291,12 +291,25 @@ impl Script {
     where
         C: FunctionInterface + Send + Sync,
     {
+        self.run_with(client, || (keys.clone(), args.clone())).await
+    }
+
+    /// [`Script::run`] for a call on the hot path: `call` makes its keys
+    /// and arguments, a second time only when the library had to be loaded
+    /// (instead of a copy of them kept for that case on every call).
+    pub(crate) async fn run_with<C, F>(&self, client: &C, call: F) -> Result<Value>
+    where
+        C: FunctionInterface + Send + Sync,
+        F: Fn() -> (Vec<String>, Vec<Value>),
+    {
+        let (keys, args) = call();
         match client
-            .fcall::<Value, _, _, _>(self.function.as_str(), keys.clone(), args.clone())
+            .fcall::<Value, _, _, _>(self.function.as_str(), keys, args)
             .await
         {
             Err(error) if is_missing_function(&error) => {
                 load(client).await?;
+                let (keys, args) = call();
                 Ok(client.fcall(self.function.as_str(), keys, args).await?)
             }
             result => Ok(result?),
@@ -549,12 +562,17 @@ impl RawEntry {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The value of `field` when it is not text.
-    pub(crate) fn binary(&self, field: &str) -> Option<&[u8]> {
-        self.binary
-            .iter()
-            .find(|(f, _)| f == field)
-            .map(|(_, v)| v.as_slice())
+    /// Moves the value of `field` out, when it is text (the first of that
+    /// name, as [`RawEntry::field`] reads it), instead of copying it.
+    pub(crate) fn take_field(&mut self, field: &str) -> Option<String> {
+        let (_, value) = self.fields.iter_mut().find(|(f, _)| f == field)?;
+        Some(std::mem::take(value))
+    }
+
+    /// Moves the value of `field` out, when it is not text.
+    pub(crate) fn take_binary(&mut self, field: &str) -> Option<Vec<u8>> {
+        let (_, value) = self.binary.iter_mut().find(|(f, _)| f == field)?;
+        Some(std::mem::take(value))
     }
 }
 

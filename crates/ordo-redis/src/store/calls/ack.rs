@@ -77,13 +77,16 @@ where
     let Some(routing) = acks.first().map(|ack| ack.lease.to_string()) else {
         return Ok(Vec::new());
     };
-    let mut args = Vec::with_capacity(1 + acks.len() * 14);
-    args.push(millis(sequence_ttl));
-    for ack in acks {
-        ack.push_args(&mut args);
-    }
+    let call = || {
+        let mut args = Vec::with_capacity(1 + acks.len() * 14);
+        args.push(millis(sequence_ttl));
+        for ack in acks {
+            ack.push_args(&mut args);
+        }
+        (vec![routing.clone()], args)
+    };
     let script = &SCRIPTS.ack;
-    let reply = array(script.run(client, vec![routing], args).await?);
+    let reply = array(script.run_with(client, call).await?);
     if reply.len() != 2 * acks.len() {
         return Err(Error::protocol(
             script.name(),
