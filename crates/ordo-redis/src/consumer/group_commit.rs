@@ -183,6 +183,25 @@ mod tests {
             .map_or(0, |calls| calls.parse().unwrap())
     }
 
+    /// The partitions of `redis` through a pool of `connections`.
+    async fn partitions_of(redis: &Redis, connections: usize) -> Partitions {
+        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
+            .build_pool(connections)
+            .unwrap();
+        pool.init().await.unwrap();
+        Partitions::new(pool, "a", Duration::from_secs(60))
+    }
+
+    /// The number of entries of `partition`'s primary lane pending for `G`.
+    async fn pending(partitions: &Partitions, partition: &PartitionKeys) -> Option<i64> {
+        let pending: fred::types::Value = partitions
+            .client()
+            .xpending(partition.primary(), "G", ())
+            .await
+            .unwrap();
+        pending.into_array().first().and_then(fred::types::Value::as_i64)
+    }
+
     /// Owns `count` partitions with one entry each, read: ready to acknowledge.
     async fn owned(partitions: &Partitions, count: usize) -> Vec<(PartitionKeys, Lease, String)> {
         let mut owned = Vec::new();
@@ -207,11 +226,7 @@ mod tests {
     #[tokio::test]
     async fn acknowledgements_in_flight_together_travel_in_one_call() {
         let redis = Redis::start().unwrap();
-        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
-            .build_pool(2)
-            .unwrap();
-        pool.init().await.unwrap();
-        let partitions = Partitions::new(pool, "a", Duration::from_secs(60));
+        let partitions = partitions_of(&redis, 2).await;
         let mut owned = owned(&partitions, 65).await;
         let (commit, _task) = GroupCommit::spawn(partitions.clone(), CancellationToken::new());
 
@@ -233,15 +248,7 @@ mod tests {
         }
         assert_eq!(fcall_calls(&partitions).await - before, 2);
         for (partition, _, _) in &owned {
-            let pending: fred::types::Value = partitions
-                .client()
-                .xpending(partition.primary(), "G", ())
-                .await
-                .unwrap();
-            assert_eq!(
-                pending.into_array().first().and_then(fred::types::Value::as_i64),
-                Some(0)
-            );
+            assert_eq!(pending(&partitions, partition).await, Some(0));
         }
     }
 
@@ -251,11 +258,7 @@ mod tests {
     #[tokio::test]
     async fn an_acknowledgement_after_the_library_was_lost_loads_it_and_is_done() {
         let redis = Redis::start().unwrap();
-        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
-            .build_pool(1)
-            .unwrap();
-        pool.init().await.unwrap();
-        let partitions = Partitions::new(pool, "a", Duration::from_secs(60));
+        let partitions = partitions_of(&redis, 1).await;
         let owned = owned(&partitions, 1).await;
         let (commit, _task) = GroupCommit::spawn(partitions.clone(), CancellationToken::new());
         let before = fcall_calls(&partitions).await;
@@ -267,13 +270,8 @@ mod tests {
             .unwrap();
 
         assert!(!commit.ack(ack(&owned[0])).await.unwrap());
-        let pending: fred::types::Value = partitions
-            .client()
-            .xpending(owned[0].0.primary(), "G", ())
-            .await
-            .unwrap();
         assert_eq!(
-            pending.into_array().first().and_then(fred::types::Value::as_i64),
+            pending(&partitions, &owned[0].0).await,
             Some(0),
             "the entry is acknowledged"
         );
