@@ -75,7 +75,7 @@ struct Inner {
     dedup: publish::Dedup,
     limits: publish::Limits,
     /// The index buckets this process listed in their directories.
-    listed: publish::ListedSlots,
+    listed: publish::IndexNotes,
     /// Whether a consumer runs: two consumers with one instance id would
     /// both take a lease this instance holds for their own.
     running: AtomicBool,
@@ -453,7 +453,7 @@ impl RedisBrokerBuilder {
                 limits: publish::Limits {
                     call_bytes: self.publish_call_bytes,
                 },
-                listed: publish::ListedSlots::default(),
+                listed: publish::IndexNotes::default(),
                 running: AtomicBool::new(false),
                 renewals: RenewalSignal::default(),
                 checked: partitioning::Checked::default(),

@@ -22,7 +22,7 @@
 //! touches every slot of its node it is given; a slot the node no longer
 //! serves fails the call (see [`publish`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -75,25 +75,57 @@ pub(crate) struct Dedup {
     pub(crate) cap: usize,
 }
 
-/// The (category, slot) index buckets this process has listed in their
-/// category's directory, so steady-state publishing does not list them
-/// again. Directories are never shrunk, so what was listed stays listed.
+/// What this process keeps of the category indexes it publishes to: the
+/// (category, slot) buckets it listed in their category's directory, so
+/// steady-state publishing does not list them again (directories are never
+/// shrunk, so what was listed stays listed); and the categories whose
+/// index a publish grew while the increment of their index version (which
+/// makes discovery read the index again) failed: tried again at the next
+/// publish.
 #[derive(Debug, Default)]
-pub(crate) struct ListedSlots(Mutex<HashSet<(String, u16)>>);
+pub(crate) struct IndexNotes {
+    listed: Mutex<HashSet<(String, u16)>>,
+    unannounced: Mutex<BTreeSet<String>>,
+}
 
-impl ListedSlots {
+impl IndexNotes {
     fn contains(&self, category: &str, slot: u16) -> bool {
-        self.0
+        self.listed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(&(category.to_owned(), slot))
     }
 
     fn insert(&self, category: &str, slot: u16) {
-        self.0
+        self.listed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert((category.to_owned(), slot));
+    }
+
+    /// Increments the index version of `grown` and of the categories whose
+    /// increment failed before; keeps those that fail now for the next
+    /// publish. The publications are written whatever this does: a failure
+    /// only delays their partitions' discovery, at most until its next full
+    /// read of the index.
+    async fn announce(&self, client: &Pool, grown: BTreeSet<String>) {
+        let mut due = std::mem::take(&mut *self.unannounced.lock().unwrap_or_else(PoisonError::into_inner));
+        if due.is_empty() && grown.is_empty() {
+            return;
+        }
+        due.extend(grown);
+        let mut failed = BTreeSet::new();
+        for category in due {
+            if let Err(error) = buckets::index_changed(client, &category).await {
+                tracing::warn!(error = %ordo_core::contract::error::error_chain(&error), %category,
+                    "saying that the index grew failed; trying again at the next publish");
+                failed.insert(category);
+            }
+        }
+        self.unannounced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(failed);
     }
 }
 
@@ -136,7 +168,7 @@ pub(crate) async fn publish(
     limits: Limits,
     backfill_suffix: &str,
     routing: &Routing,
-    listed: &ListedSlots,
+    listed: &IndexNotes,
     publications: &[Publication],
 ) -> Result<(), PublishError> {
     let mut prepared = Vec::with_capacity(publications.len());
@@ -186,6 +218,8 @@ pub(crate) async fn publish(
         }
         Err(error) => Err(error),
     };
+    let grown = std::mem::take(&mut *batch.grown.lock().unwrap_or_else(PoisonError::into_inner));
+    listed.announce(client, grown).await;
     match result.err() {
         None => Ok(()),
         Some(error @ Error::HistoryConflict { .. }) => {
@@ -247,6 +281,9 @@ struct Batch<'a> {
     /// Calls out at once per node (see [`CALLS_IN_FLIGHT`]).
     in_flight: usize,
     written: Mutex<Vec<bool>>,
+    /// The categories whose index a call may have grown (see
+    /// [`IndexNotes::announce`]).
+    grown: Mutex<BTreeSet<String>>,
     /// The publication refused for a position of another history, and the
     /// scope's last position in Redis.
     refused: Mutex<Option<(usize, u64)>>,
@@ -268,6 +305,7 @@ impl<'a> Batch<'a> {
             producer: one_producer(by_producer, publications),
             in_flight: if by_producer { CALLS_IN_FLIGHT } else { 1 },
             written,
+            grown: Mutex::new(BTreeSet::new()),
             refused: Mutex::new(None),
         }
     }
@@ -364,6 +402,18 @@ impl<'a> Batch<'a> {
             positions.sort_by_key(|&i| self.prepared[i].stream);
         }
         positions
+    }
+
+    /// Notes that the call of `positions` may have added partitions to
+    /// their categories' indexes.
+    fn mark_grown(&self, positions: &[usize]) {
+        let mut grown = self.grown.lock().unwrap_or_else(PoisonError::into_inner);
+        for &position in positions {
+            let target = &self.prepared[position].target;
+            if target.indexed && !grown.contains(&target.category) {
+                grown.insert(target.category.clone());
+            }
+        }
     }
 
     fn mark_written(&self, positions: &[usize]) {
@@ -470,7 +520,7 @@ async fn publish_group(
 /// Lists the index buckets of `prepared`'s partitions in their categories'
 /// directories, unless this process did before. Before the script: a
 /// partition is never indexed in a bucket discovery does not read.
-async fn list_slots(client: &Pool, listed: &ListedSlots, prepared: &[Prepared]) -> Result<(), Error> {
+async fn list_slots(client: &Pool, listed: &IndexNotes, prepared: &[Prepared]) -> Result<(), Error> {
     let mut missing: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
     for one in prepared {
         let one = &*one.target;
@@ -527,9 +577,20 @@ async fn publish_chunk(
         &streams,
         publications.into_iter(),
     )
-    .await?;
-    match published {
-        Published::Ok => Ok(()),
+    .await;
+    // Discovery learns of new partitions from the index version: whatever
+    // may have indexed one (a call that failed part-way, or whose reply
+    // was lost, may have) is said.
+    if !matches!(
+        published,
+        Ok(Published::Ok {
+            new_partitions: false
+        })
+    ) {
+        batch.mark_grown(positions);
+    }
+    match published? {
+        Published::Ok { .. } => Ok(()),
         Published::Failed { written, message } => Err((
             written,
             calls::publish::protocol(format!("XADD failed: {message}")),

@@ -46,6 +46,12 @@ const JOINING_TTL_MS: i64 = 600_000;
 /// Partitions per pipeline when a new group joins existing partitions.
 const JOIN_CHUNK: usize = 256;
 
+/// Discovery reads a category's index when its version changed, and at
+/// least every this many rounds anyway: an increment can be lost (a
+/// publisher that stopped between its script and the increment, a
+/// partition indexed by hand or by an older release).
+const FULL_READ_ROUNDS: u32 = 10;
+
 /// Over-share must persist this many discovery rounds before surplus is
 /// released, so a momentary difference of views does not cause churn.
 const SURPLUS_ROUNDS: u32 = 2;
@@ -86,6 +92,11 @@ pub(crate) struct Supervisor {
     limited: bool,
     /// The groups whose pause on this instance is recorded in Redis.
     paused: HashSet<String>,
+    /// Every partitioned category's index as discovery last read it.
+    indexed: BTreeMap<String, BTreeSet<String>>,
+    /// The version each index had when it was read, and how many rounds
+    /// ago (see [`FULL_READ_ROUNDS`]).
+    index_read: HashMap<String, (Option<i64>, u32)>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -109,6 +120,8 @@ impl Supervisor {
             announced: false,
             limited: false,
             paused: HashSet::new(),
+            indexed: BTreeMap::new(),
+            index_read: HashMap::new(),
         }
     }
 
@@ -334,20 +347,35 @@ impl Supervisor {
         if partitioned.is_empty() {
             return Ok(());
         }
-        let indexed = self.discover(&partitioned).await?;
+        self.discover(&partitioned).await?;
+        // Out of `self` while the rounds below borrow it mutably.
+        let indexed = std::mem::take(&mut self.indexed);
+        let balanced = self.balance_all(&partitioned, &live, &indexed).await;
+        self.indexed = indexed;
+        balanced
+    }
+
+    /// Moves this instance's ownership of every plan in `partitioned`
+    /// towards its fair share among `live` (each plan's live instances).
+    async fn balance_all(
+        &mut self,
+        partitioned: &[usize],
+        live: &[Vec<String>],
+        indexed: &BTreeMap<String, BTreeSet<String>>,
+    ) -> Result<()> {
         let fair: Vec<usize> = partitioned
             .iter()
-            .zip(&live)
+            .zip(live)
             .map(|(&plan, live)| {
-                let units = self.plans[plan].unit_count(&indexed);
+                let units = self.plans[plan].unit_count(indexed);
                 balance::target(units, live, self.shared.instance(), &self.plans[plan].group)
             })
             .collect();
         let limit = self.shared.settings.max_owned.map(std::num::NonZeroUsize::get);
         let targets = balance::within_limit(&fair, limit);
         self.note_limit(limit, &fair, &targets);
-        for (position, plan) in partitioned.into_iter().enumerate() {
-            self.balance(plan, &indexed, live[position].len(), targets[position])
+        for (position, &plan) in partitioned.iter().enumerate() {
+            self.balance(plan, indexed, live[position].len(), targets[position])
                 .await?;
         }
         Ok(())
@@ -395,15 +423,35 @@ impl Supervisor {
         .await
     }
 
-    /// The keys in the index of every partitioned category.
-    async fn discover(&self, plans: &[usize]) -> Result<BTreeMap<String, BTreeSet<String>>> {
-        let categories: BTreeSet<&String> = plans.iter().flat_map(|p| &self.plans[*p].partitioned).collect();
-        let mut indexed = BTreeMap::new();
+    /// Brings [`Supervisor::indexed`] up to date for every partitioned
+    /// category of `plans`: one `GET` of its index version, and the index
+    /// itself only when the version changed since it was read or it was
+    /// read [`FULL_READ_ROUNDS`] rounds ago. An idle system's discovery then
+    /// costs the same whatever its number of partitions.
+    async fn discover(&mut self, plans: &[usize]) -> Result<()> {
+        let categories: BTreeSet<String> = plans
+            .iter()
+            .flat_map(|p| self.plans[*p].partitioned.iter().cloned())
+            .collect();
+        let client = self.shared.partitions.client();
         for category in categories {
-            let members = indexed_members(self.shared.partitions.client(), category).await?;
-            indexed.insert(category.clone(), members);
+            // Read before the index: an increment made after the index
+            // changed is then either seen here, or seen next round.
+            let version = buckets::index_version(client, &category).await?;
+            let current = match self.index_read.get_mut(&category) {
+                Some((read, rounds)) if *read == version && *rounds + 1 < FULL_READ_ROUNDS => {
+                    *rounds += 1;
+                    true
+                }
+                _ => false,
+            };
+            if !current {
+                let members = indexed_members(client, &category).await?;
+                self.index_read.insert(category.clone(), (version, 0));
+                self.indexed.insert(category, members);
+            }
         }
-        Ok(indexed)
+        Ok(())
     }
 
     /// Moves this instance's ownership of `plan`'s units towards `target`

@@ -626,7 +626,16 @@ impl Partitions {
         for _ in 0..2 {
             let groups = self.known_groups(partition.category());
             match calls::partition::reap(&self.client, lease.fence(), partition, idle, &groups).await? {
-                Reap::Reaped => return Ok(ReapOutcome::Reaped),
+                Reap::Reaped => {
+                    // Discovery reads the index again (a lost increment is
+                    // caught up by its periodic full read).
+                    if let Err(error) =
+                        crate::store::buckets::index_changed(&self.client, partition.category()).await
+                    {
+                        tracing::warn!(error = %ordo_core::contract::error::error_chain(&error), partition = %partition.key(), "saying that the index changed after a reap failed");
+                    }
+                    return Ok(ReapOutcome::Reaped);
+                }
                 Reap::Busy(retry_in) => return Ok(ReapOutcome::Busy { retry_in }),
                 Reap::Groups(found) => self.learn_groups(partition.category(), found.into_iter()),
             }

@@ -129,6 +129,8 @@ mod pattern {
     pub(super) const HELD: &[&str] = &["{<category>:*}:held:*"];
     /// The category index's buckets and their directory.
     pub(super) const INDEX: &[&str] = &["{*}:<category>:__partitions__", "{<category>}:__buckets__"];
+    /// The counter of the category index's changes.
+    pub(super) const INDEX_VERSION: &[&str] = &["{<category>}:__index_version__"];
     /// The category's halted set's buckets and their directory.
     pub(super) const HALTED: &[&str] = &["{*}:<category>:__halted__", "{<category>}:__halted_buckets__"];
     /// The group registry and its per-slot copies.
@@ -181,7 +183,8 @@ struct Writes {
 /// slot's index bucket in the directory): the stream and its consumer
 /// groups (a new stream gets the registered groups; an existing one the
 /// groups it lacks while a group joins), the index, an armed doorbell
-/// (deleted, and rung on its channel).
+/// (deleted, and rung on its channel), and the index version (incremented
+/// after a publish that indexed a partition, and by a worker's reap).
 const PUBLISH: &[Writes] = &[
     Writes {
         commands: &["+xadd", "+xgroup|create"],
@@ -190,6 +193,10 @@ const PUBLISH: &[Writes] = &[
     Writes {
         commands: &["+sadd"],
         keys: &[INDEX],
+    },
+    Writes {
+        commands: &["+incr"],
+        keys: &[INDEX_VERSION],
     },
     Writes {
         commands: &["+del"],

@@ -16,7 +16,7 @@ use fred::types::Expiration;
 use fred::types::Value;
 
 use crate::error::{Error, Result};
-use crate::store::keys::{SLOTS, group_registry, group_registry_copy, joining, joining_copy};
+use crate::store::keys::{self, SLOTS, group_registry, group_registry_copy, joining, joining_copy};
 use crate::store::scripts::{SCRIPTS, array};
 
 /// Buckets read per pipelined round trip.
@@ -120,6 +120,19 @@ async fn union_per_node(client: &Client, buckets: &[String]) -> Result<BTreeSet<
         members.extend(array(reply).into_iter().filter_map(|member| member.as_string()));
     }
     Ok(members)
+}
+
+/// The version of `category`'s index (see
+/// [`crate::store::keys::index_version`]): none before its first change.
+pub(crate) async fn index_version(client: &Pool, category: &str) -> Result<Option<i64>> {
+    Ok(client.get(keys::index_version(category)).await?)
+}
+
+/// Says that `category`'s index changed (a partition added or removed), so
+/// discovery reads it again: to be called after the change.
+pub(crate) async fn index_changed(client: &Pool, category: &str) -> Result<()> {
+    let _: i64 = client.incr(keys::index_version(category)).await?;
+    Ok(())
 }
 
 /// Adds `member` to every slot's copy of a per-slot set (`name` naming the

@@ -76,6 +76,14 @@ pub fn index_directory(category: &str) -> String {
     format!("{{{category}}}:__buckets__")
 }
 
+/// A counter of `category`'s index changes: `{order}:__index_version__`.
+/// Incremented after a publish adds a partition to the index and after a
+/// reap removes one, so discovery reads the index again only when it
+/// changed (and, should an increment be lost, every few rounds anyway).
+pub fn index_version(category: &str) -> String {
+    format!("{{{category}}}:__index_version__")
+}
+
 /// A glob matching every category's index directory (for `SCAN`).
 pub(crate) const INDEX_DIRECTORY_PATTERN: &str = "{*}:__buckets__";
 
@@ -705,6 +713,7 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<category>}:doorbell", base.doorbell()),
         ("{<slot_tag>}:<category>:__partitions__", index("order", slot)),
         ("{<category>}:__buckets__", index_directory("order")),
+        ("{<category>}:__index_version__", index_version("order")),
         ("{<category>}:__groups__", group_registry("order")),
         (
             "{<slot_tag>}:<category>:__groups__",

@@ -603,10 +603,81 @@ async fn a_cold_partition_is_retired_and_a_later_publish_brings_it_back(
         anyhow::bail!("{error}; left behind: {left:?}");
     }
     assert_eq!(recorder.seqs("k"), [0, 1]);
+    // Discovery is told: the publish that indexed the partition, then the
+    // reap that removed it, incremented the index version.
+    let version_key = ordo_redis::internals::names::index_version(&category);
+    eventually(Duration::from_secs(10), "the reap said so", || {
+        let (client, key) = (client.clone(), version_key.clone());
+        async move { Ok(client.get::<Option<i64>, _>(key).await? == Some(2)) }
+    })
+    .await?;
 
     a.publish(&[publication(&category, "k", 2, Lane::Primary)])
         .await?;
+    assert_eq!(client.get::<Option<i64>, _>(&version_key).await?, Some(3));
     recorder.wait_seqs("k", &[0, 1, 2]).await?;
+    run.stop().await?;
+    Ok(())
+}
+
+/// Discovery reads a category's index again only when its version says it
+/// changed, and every tenth round anyway: an idle system's rounds cost the
+/// same whatever its number of partitions. A partition whose publisher
+/// never said so (the increment lost) is found by that periodic read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_reads_the_index_again_only_when_it_changed() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let url = redis.url();
+    let category = common::category("order");
+    let config = ordo_core::contract::config::Config::from_toml_str(
+        "[server.partitioning]\n\
+         lease_ttl_ms = 3000\n\
+         heartbeat_interval_seconds = 0.6\n\
+         discovery_interval_seconds = 0.1\n",
+    )?;
+    let a = broker(&url, config).await?;
+    let keys = keys(3);
+    publish_all(&a, &category, &keys, 0..1).await?;
+    let recorder = Recorder::new();
+    let run = Running::start(&a, vec![subscribe::partitioned("P", &category, &recorder)]);
+    recorder
+        .until(Duration::from_secs(30), "every partition drained", |r| {
+            r.handled().len() >= 3
+        })
+        .await?;
+    let client = pool(&url).await?;
+    // Every round checks the group's registration (one `SISMEMBER`); a
+    // read of the index on a single Redis is one `SUNION` here.
+    let count = |command: &'static str| {
+        let client = client.clone();
+        async move { common::command_stat(&client, command, "calls").await }
+    };
+    let (rounds_before, reads_before) = (count("sismember").await?, count("sunion").await?);
+    eventually(Duration::from_secs(30), "30 discovery rounds", || async move {
+        Ok(count("sismember").await? >= rounds_before + 30)
+    })
+    .await?;
+    let rounds = count("sismember").await? - rounds_before;
+    let reads = count("sunion").await? - reads_before;
+    assert!(
+        (2..=rounds / 5).contains(&reads),
+        "{reads} reads of the unchanged index in {rounds} rounds: \
+         expected one every tenth round"
+    );
+
+    // A partition published while its increment is lost.
+    let version_key = ordo_redis::internals::names::index_version(&category);
+    let version: Option<i64> = client.get(&version_key).await?;
+    publish_all(&a, &category, &["late".to_owned()], 0..1).await?;
+    match version {
+        Some(version) => {
+            client
+                .set::<(), _, _>(&version_key, version, None, None, false)
+                .await?
+        }
+        None => client.del::<(), _>(&version_key).await?,
+    }
+    recorder.wait_seqs("late", &[0]).await?;
     run.stop().await?;
     Ok(())
 }

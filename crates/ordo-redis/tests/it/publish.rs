@@ -77,6 +77,54 @@ async fn a_publish_writes_the_stream_the_index_and_the_registered_groups(
     Ok(())
 }
 
+crate::on_both_topologies!(
+    #[tokio::test]
+    a_publish_that_indexes_a_partition_increments_the_index_version
+);
+
+/// Discovery reads a category's index again only when its version changed:
+/// a publish that adds a partition to the index increments it once; one to
+/// partitions already indexed, or to the base stream, leaves it alone.
+async fn a_publish_that_indexes_a_partition_increments_the_index_version(
+    redis: TestRedis,
+) -> anyhow::Result<()> {
+    let url = redis.url();
+    let category = common::category("order");
+    let a = broker(&url, config(15_000, 3_600_000, 0)).await?;
+    let client = pool(&url).await?;
+    let version_key = ordo_redis::internals::names::index_version(&category);
+    let version = || {
+        let (client, key) = (client.clone(), version_key.clone());
+        async move { anyhow::Ok(client.get::<Option<i64>, _>(key).await?) }
+    };
+    assert_eq!(version().await?, None, "no index yet");
+
+    a.publish(&[
+        publication(&category, "k1", 0, Lane::Primary),
+        publication(&category, "k1", 1, Lane::Backfill),
+    ])
+    .await?;
+    assert_eq!(version().await?, Some(1), "k1 indexed");
+
+    a.publish(&[
+        publication(&category, "k1", 2, Lane::Primary),
+        Publication::to_base(envelope(&category, "Happened", None, 0)),
+    ])
+    .await?;
+    assert_eq!(version().await?, Some(1), "nothing indexed");
+
+    a.publish(&[
+        publication(&category, "k2", 0, Lane::Primary),
+        publication(&category, "k3", 0, Lane::Primary),
+        publication(&category, "k1", 3, Lane::Primary),
+    ])
+    .await?;
+    // Once per batch (a cluster's nodes' calls each may say so).
+    let after = version().await?.context("the version after k2 and k3")?;
+    assert!((2..=4).contains(&after), "k2 and k3 indexed: version {after}");
+    Ok(())
+}
+
 /// LESSONS.md item 5: with SADD and XADD as two steps, a reap between them
 /// left a message on an unindexed stream. Here publishes race reaps of the
 /// same partition; afterwards every message is either consumed or on an

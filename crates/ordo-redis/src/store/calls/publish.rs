@@ -127,8 +127,9 @@ fn sequence_arg(sequence: u64) -> i64 {
 /// publications, when it stopped).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Published {
-    /// Every publication is written.
-    Ok,
+    /// Every publication is written; `new_partitions`: some went to a
+    /// partition that was not in its category's index (now it is).
+    Ok { new_partitions: bool },
     /// `XADD` failed on publication `written`, with this message.
     Failed { written: usize, message: String },
     /// Publication `written`'s position conflicts with the one recorded
@@ -193,7 +194,11 @@ where
     let value = script.run(client, keys, args).await.map_err(|e| (0, e))?;
     let reply = Reply::parse(script, value).map_err(|e| (0, e))?;
     match reply.tag() {
-        "ok" => Ok(Published::Ok),
+        // A library older than the count (loaded by an older `ordo
+        // setup`) answers without it: the partitions may be new.
+        "ok" => Ok(Published::Ok {
+            new_partitions: reply.integer(2).map_or(true, |added| added > 0),
+        }),
         "error" => {
             let written = reply.integer(0).map_err(|e| (0, e))?;
             let message = reply.string(1).unwrap_or_default();

@@ -91,7 +91,9 @@
 -- (its worker waits for exactly this): the doorbell is deleted and its name
 -- published on the slot's channel, once per arming.
 --
--- Returns {'ok', appended, duplicates} (how many of each); when an XADD
+-- Returns {'ok', appended, duplicates, new_partitions} (how many of each; the last:
+-- partitions the call added to the index, for the caller to say so to
+-- discovery, see `{<category>}:__index_version__`); when an XADD
 -- failed,
 -- {'error', published, message}; on a position of another history,
 -- {'conflict', published, the scope's recorded `<position>/<epoch>`}; when
@@ -166,7 +168,7 @@ local function record()
     redis.call('PEXPIRE', producers, window)
   end
 end
-local appended, duplicates = 0, 0
+local appended, duplicates, new_partitions = 0, 0, 0
 local trimmed = {}
 local rung = {}
 local indexed = {}
@@ -266,7 +268,7 @@ local function body()
       -- Once per stream and call (its index entry and member never change).
       if member ~= '' and not indexed[s] then
         indexed[s] = true
-        redis.call('SADD', index, member)
+        new_partitions = new_partitions + redis.call('SADD', index, member)
       end
       -- Once per doorbell and call: nothing can arm it during the script.
       if not rung[doorbell] then
@@ -296,7 +298,7 @@ local function body()
       appended = appended + 1
     end
   end
-  return {'ok', appended, duplicates}
+  return {'ok', appended, duplicates, new_partitions}
 end
 -- Whatever stops the call (a failed XADD, a conflict, an error of Redis's
 -- such as a slot moved mid-call), what it appended is recorded.
