@@ -375,11 +375,12 @@ const PUBLISHER_READS: &[&str] = &[
     "+xinfo|groups",
 ];
 
-/// What a worker reads: a publisher's reads, and the lease checks, halt and
-/// park records, held messages, pending entries, stream and group state
-/// (reads, trimming, reaping, the health check), discovery, the
-/// registration checks, the instance sets, pause records (`HGETALL`,
-/// `HLEN`), process managers' state.
+/// What a worker reads: a publisher's reads, and the lease checks (the
+/// heartbeat's renewal reads many leases with one `MGET`), halt and park
+/// records, held messages, pending entries, stream and group state (reads,
+/// trimming, reaping, the health check, the waker's re-check: one `XREAD`
+/// over many lanes), discovery, the registration checks, the instance
+/// sets, pause records (`HGETALL`, `HLEN`), process managers' state.
 const WORKER_READS: &[&str] = &[
     "+exists",
     "+get",
@@ -388,6 +389,7 @@ const WORKER_READS: &[&str] = &[
     "+hlen",
     "+hkeys",
     "+hmget",
+    "+mget",
     "+hexists",
     "+smembers",
     "+sismember",
@@ -399,6 +401,7 @@ const WORKER_READS: &[&str] = &[
     "+xpending",
     "+xrange",
     "+xrevrange",
+    "+xread",
     "+xlen",
     "+zrange",
     "+zscore",

@@ -8,7 +8,7 @@ use fred::clients::Pool;
 use fred::interfaces::{ClientLike, FunctionInterface};
 use fred::types::Value;
 
-use super::millis;
+use super::{millis, whole};
 use crate::error::{Error, Result};
 use crate::store::keys::{instances, paused};
 use crate::store::scripts::{SCRIPTS, array};
@@ -85,7 +85,8 @@ where
         return Ok(Vec::new());
     }
     let keys = vec![routing.to_owned()];
-    let mut args = Vec::with_capacity(bells.len() * 5);
+    let mut args = Vec::with_capacity(1 + bells.len() * 5);
+    args.push(whole(client));
     for lanes in bells {
         args.push(Value::from(i64::try_from(lanes.len()).unwrap_or(i64::MAX)));
         for (lane, id) in lanes.iter() {
@@ -128,4 +129,78 @@ where
         )
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use fred::clients::Pool;
+    use fred::interfaces::{ClientLike as _, StreamsInterface};
+    use fred::prelude::Builder;
+    use ordo_testkit::{Redis, RedisCluster};
+
+    use super::*;
+
+    async fn pool(url: &str) -> Pool {
+        let pool = Builder::from_config(crate::net::connection::client_config(url).unwrap())
+            .build_pool(1)
+            .unwrap();
+        pool.init().await.unwrap();
+        pool
+    }
+
+    /// 1,500 partitions of two lanes (the second never written), so a
+    /// single Redis reads them in three chunks of 1,000 lanes; news on
+    /// either side of each chunk's end; and two more workers of two of
+    /// those partitions (two groups') naming the same lane up to other ids,
+    /// behind and up to date in both orders. The re-check answers exactly
+    /// the partitions with an entry after their id. Every lane sits in one
+    /// slot, so one call reads them on a Redis Cluster too (a lane per
+    /// `XREAD` there).
+    async fn the_recheck_answers_exactly_the_partitions_with_news(client: &Pool) {
+        let lane = |i: usize| format!("{{recheck-chunks}}:lane:{i}");
+        let mut last = Vec::new();
+        for i in 0..1500 {
+            let id: String = client
+                .xadd(lane(i), false, None::<()>, "*", ("f", "v"))
+                .await
+                .unwrap();
+            last.push(id);
+        }
+        let news = [0usize, 499, 500, 501, 999, 1000, 1499];
+        let mut bells: Vec<Vec<(String, String)>> = (0..1500)
+            .map(|i| {
+                let read_up_to = if news.contains(&i) {
+                    "0-1".to_owned()
+                } else {
+                    last[i].clone()
+                };
+                vec![
+                    (lane(i), read_up_to),
+                    (format!("{}:backfill", lane(i)), "0-0".to_owned()),
+                ]
+            })
+            .collect();
+        bells.push(vec![(lane(10), last[10].clone())]);
+        bells.push(vec![(lane(10), "0-1".to_owned())]);
+        bells.push(vec![(lane(11), "0-1".to_owned())]);
+        bells.push(vec![(lane(11), last[11].clone())]);
+        let bells: Vec<&[(String, String)]> = bells.iter().map(Vec::as_slice).collect();
+        let found = recheck(client.next(), &lane(0), &bells).await.unwrap();
+        let positions: Vec<usize> = (0..found.len()).filter(|&i| found[i]).collect();
+        let mut expected = news.to_vec();
+        expected.extend([1501, 1502]);
+        assert_eq!(positions, expected);
+    }
+
+    #[tokio::test]
+    async fn the_recheck_answers_exactly_the_partitions_with_news_on_a_single_redis() {
+        let redis = Redis::start().unwrap();
+        the_recheck_answers_exactly_the_partitions_with_news(&pool(&redis.url()).await).await;
+    }
+
+    #[tokio::test]
+    async fn the_recheck_answers_exactly_the_partitions_with_news_on_a_cluster() {
+        let cluster = RedisCluster::start_local().unwrap();
+        the_recheck_answers_exactly_the_partitions_with_news(&pool(&cluster.url()).await).await;
+    }
 }

@@ -87,8 +87,9 @@ where
         return Ok(Vec::new());
     };
     let keys = vec![routing.clone()];
-    let mut args = Vec::with_capacity(1 + 2 * leases.len());
+    let mut args = Vec::with_capacity(2 + 2 * leases.len());
     args.push(millis(ttl));
+    args.push(super::whole(client));
     for (key, value) in leases {
         args.push(Value::from(key.as_str()));
         args.push(Value::from(value.as_str()));
@@ -118,4 +119,70 @@ where
         .run(client, vec![key.to_owned()], vec![Value::from(value)])
         .await?;
     Ok(released.as_i64() == Some(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use fred::clients::Pool;
+    use fred::interfaces::{ClientLike as _, KeysInterface};
+    use fred::prelude::Builder;
+    use ordo_testkit::{Redis, RedisCluster};
+
+    use super::*;
+
+    async fn pool(url: &str) -> Pool {
+        let pool = Builder::from_config(crate::net::connection::client_config(url).unwrap())
+            .build_pool(1)
+            .unwrap();
+        pool.init().await.unwrap();
+        pool
+    }
+
+    /// 2,500 leases, so a single Redis reads them in three chunks of 1,000:
+    /// lost ones (gone, or held by another) on either side of each chunk's
+    /// end are reported, exactly, and every other one is renewed. Every
+    /// lease sits in one slot, so one call renews them on a Redis Cluster
+    /// too (a lease per `MGET` there).
+    async fn renewal_reports_exactly_the_lost_leases_among_thousands(client: &Pool) {
+        let key = |i: usize| format!("{{renew-chunks}}:lease:{i}");
+        let leases: Vec<(String, String)> = (0..2500).map(|i| (key(i), format!("me:{i}"))).collect();
+        for (key, value) in &leases {
+            let _: () = client
+                .set(key, value, Some(fred::types::Expiration::PX(20_000)), None, false)
+                .await
+                .unwrap();
+        }
+        let gone = [0usize, 999, 1000, 2499];
+        let taken = [1001usize, 1999];
+        for &i in &gone {
+            let _: () = client.del(key(i)).await.unwrap();
+        }
+        for &i in &taken {
+            let _: () = client.set(key(i), "other:1", None, None, false).await.unwrap();
+        }
+        let lost = renew(client.next(), Duration::from_secs(60), &leases)
+            .await
+            .unwrap();
+        let mut expected: Vec<usize> = gone.iter().chain(&taken).copied().collect();
+        expected.sort_unstable();
+        assert_eq!(lost, expected);
+        for i in [1usize, 998, 1002, 2000, 2498] {
+            let ttl: i64 = client.pttl(key(i)).await.unwrap();
+            assert!(ttl > 30_000, "lease {i} renewed: {ttl} ms left");
+        }
+        let ttl: i64 = client.pttl(key(1001)).await.unwrap();
+        assert_eq!(ttl, -1, "another's lease is left alone");
+    }
+
+    #[tokio::test]
+    async fn renewal_reports_exactly_the_lost_leases_among_thousands_on_a_single_redis() {
+        let redis = Redis::start().unwrap();
+        renewal_reports_exactly_the_lost_leases_among_thousands(&pool(&redis.url()).await).await;
+    }
+
+    #[tokio::test]
+    async fn renewal_reports_exactly_the_lost_leases_among_thousands_on_a_cluster() {
+        let cluster = RedisCluster::start_local().unwrap();
+        renewal_reports_exactly_the_lost_leases_among_thousands(&pool(&cluster.url()).await).await;
+    }
 }

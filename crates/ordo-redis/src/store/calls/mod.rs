@@ -30,6 +30,14 @@ use std::time::Duration;
 use fred::types::Value;
 use ordo_core::contract::key::Lane;
 
+/// Whether one command of a script `client` calls may name keys of many
+/// slots, as a script argument: `1` on a single Redis (or one Sentinel
+/// manages), `0` on a Redis Cluster, where a script that touches many slots
+/// (`allow-cross-slot-keys`) must still keep each command to one.
+pub(crate) fn whole(client: &impl fred::interfaces::ClientLike) -> Value {
+    Value::from(if client.is_clustered() { "0" } else { "1" })
+}
+
 /// A duration in whole milliseconds (at least 1), as a script argument.
 pub(crate) fn millis(duration: Duration) -> Value {
     Value::from(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX).max(1))
