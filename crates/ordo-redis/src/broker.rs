@@ -74,8 +74,9 @@ struct Inner {
     partitions: Partitions,
     dedup: publish::Dedup,
     limits: publish::Limits,
-    /// The index buckets this process listed in their directories.
-    listed: publish::IndexNotes,
+    /// The index buckets this process listed in their directories, and the
+    /// index versions it still has to increment.
+    index_notes: publish::IndexNotes,
     /// Whether a consumer runs: two consumers with one instance id would
     /// both take a lease this instance holds for their own.
     running: AtomicBool,
@@ -223,7 +224,7 @@ impl RedisBroker {
             self.inner.limits,
             &self.inner.settings.backfill_suffix,
             &self.inner.settings.routing,
-            &self.inner.listed,
+            &self.inner.index_notes,
             publications,
         )
         .await
@@ -453,7 +454,7 @@ impl RedisBrokerBuilder {
                 limits: publish::Limits {
                     call_bytes: self.publish_call_bytes,
                 },
-                listed: publish::IndexNotes::default(),
+                index_notes: publish::IndexNotes::default(),
                 running: AtomicBool::new(false),
                 renewals: RenewalSignal::default(),
                 checked: partitioning::Checked::default(),

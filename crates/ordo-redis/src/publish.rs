@@ -168,7 +168,7 @@ pub(crate) async fn publish(
     limits: Limits,
     backfill_suffix: &str,
     routing: &Routing,
-    listed: &IndexNotes,
+    notes: &IndexNotes,
     publications: &[Publication],
 ) -> Result<(), PublishError> {
     let mut prepared = Vec::with_capacity(publications.len());
@@ -212,14 +212,14 @@ pub(crate) async fn publish(
     // client has its own). Calls to different nodes go over different
     // connections: one client is enough for one call per node at a time.
     let router = client.next();
-    let result = match list_slots(client, listed, &batch.prepared).await {
+    let result = match list_slots(client, notes, &batch.prepared).await {
         Ok(()) => {
             nodes::once_more_if_moved(router, "publish", || publish_unwritten(router, dedup, &batch)).await
         }
         Err(error) => Err(error),
     };
     let grown = std::mem::take(&mut *batch.grown.lock().unwrap_or_else(PoisonError::into_inner));
-    listed.announce(client, grown).await;
+    notes.announce(client, grown).await;
     match result.err() {
         None => Ok(()),
         Some(error @ Error::HistoryConflict { .. }) => {
@@ -520,14 +520,14 @@ async fn publish_group(
 /// Lists the index buckets of `prepared`'s partitions in their categories'
 /// directories, unless this process did before. Before the script: a
 /// partition is never indexed in a bucket discovery does not read.
-async fn list_slots(client: &Pool, listed: &IndexNotes, prepared: &[Prepared]) -> Result<(), Error> {
+async fn list_slots(client: &Pool, notes: &IndexNotes, prepared: &[Prepared]) -> Result<(), Error> {
     let mut missing: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
     for one in prepared {
         let one = &*one.target;
         if !one.indexed {
             continue;
         }
-        if !listed.contains(&one.category, one.slot) {
+        if !notes.contains(&one.category, one.slot) {
             let slots = missing.entry(&one.category).or_default();
             if !slots.contains(&one.slot) {
                 slots.push(one.slot);
@@ -537,7 +537,7 @@ async fn list_slots(client: &Pool, listed: &IndexNotes, prepared: &[Prepared]) -
     for (category, slots) in missing {
         buckets::list(client, &index_directory(category), &slots).await?;
         for slot in slots {
-            listed.insert(category, slot);
+            notes.insert(category, slot);
         }
     }
     Ok(())

@@ -234,6 +234,7 @@ impl Worker {
     pub(super) fn bells(&self, idle: &[(usize, Idle)]) -> Vec<Bell> {
         let bell = |partition: &PartitionKeys, read: Option<&Idle>| Bell {
             doorbell: partition.doorbell(),
+            group: Arc::clone(&self.unit.group),
             channel: partition.doorbell_channel(),
             lanes: vec![
                 (

@@ -138,7 +138,9 @@ impl<'w> PerKey<'w> {
     /// One read of every partition of the unit, handling what it returns.
     async fn pass(&self, first: &mut bool) -> Result<Pass, Error> {
         let mut worked = false;
-        let mut idle: Vec<(usize, Idle)> = Vec::new();
+        // Kept while the worker waits for a ring: sized to the partitions,
+        // not grown (to four) as it is filled.
+        let mut idle: Vec<(usize, Idle)> = Vec::with_capacity(self.worker.unit.partitions.len());
         let mut gone = 0;
         for (index, partition) in self.worker.unit.partitions.iter().enumerate() {
             let outcome = self

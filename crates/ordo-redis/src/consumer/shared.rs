@@ -98,8 +98,9 @@ struct Held {
     /// The lease is valid at least until then (its acquisition, or the
     /// last renewal that included it, started a TTL before).
     valid_until: Instant,
-    /// Set once its worker stopped with runs still going on.
-    lingering: Option<Lingering>,
+    /// Set once its worker stopped with runs still going on (boxed: rare,
+    /// and every owned partition's entry would carry its size).
+    lingering: Option<Box<Lingering>>,
 }
 
 /// A lease kept for handler runs that outlived their worker.
@@ -132,10 +133,10 @@ impl LeaseTable {
         let mut table = self.lock();
         match table.get_mut(lease.key()) {
             Some(held) if held.value == lease.value() => {
-                held.lingering = Some(Lingering {
+                held.lingering = Some(Box::new(Lingering {
                     lease: lease.clone(),
                     runs,
-                });
+                }));
                 true
             }
             _ => false,

@@ -29,10 +29,11 @@
 //! 1. on a Redis Cluster, it reads the slot map (`CLUSTER SLOTS`, one
 //!    command) and subscribes again to every channel whose slot is served by
 //!    another node than the one its subscription went to;
-//! 2. then, with one script call per node (`recheck.lua`), it looks at the
-//!    lanes of every partition whose doorbell it armed: a lane with an entry
-//!    after the worker's id (published while nobody listened to the ring, or
-//!    added without the publish script) wakes that worker.
+//! 2. then, with one script call per node and 500 partitions
+//!    (`recheck.lua`), it looks at the lanes of every partition whose
+//!    doorbell it armed: a lane with an entry after the worker's id
+//!    (published while nobody listened to the ring, or added without the
+//!    publish script) wakes that worker.
 //!
 //! Subscribing again before looking means a publish after the look rings
 //! a listened channel, and one before it is found by the look: a missed or
@@ -76,6 +77,9 @@ pub(crate) type WatcherId = u64;
 pub(crate) struct Bell {
     /// The partition's doorbell key.
     pub(crate) doorbell: String,
+    /// The waiting worker's group (arming drops its consumer of a drained
+    /// lane).
+    pub(crate) group: Arc<str>,
     /// The doorbell channel of the partition's slot.
     pub(crate) channel: String,
     /// Each lane of the partition, with the last id the worker read.
@@ -504,7 +508,7 @@ impl Waker {
 /// unarmed).
 async fn arm(client: &Pool, bells: &[Bell]) -> Result<bool> {
     for bell in bells {
-        if calls::consumer::arm(client, &bell.doorbell, bell.read, &bell.lanes).await? {
+        if calls::consumer::arm(client, &bell.doorbell, &bell.group, bell.read, &bell.lanes).await? {
             return Ok(true);
         }
     }
@@ -530,8 +534,9 @@ impl Armable {
 }
 
 /// One re-check: the subscriptions against the cluster's slot map first,
-/// then the lanes of every armed partition, one script call per node. Failures are
-/// logged; the next interval tries again.
+/// then the lanes of every armed partition, one script call per node and
+/// [`RECHECK_CHUNK`] partitions. Failures are logged; the next interval
+/// tries again.
 async fn recheck(
     client: &Pool,
     subscriber: &SubscriberClient,
@@ -643,17 +648,27 @@ async fn news(client: &Client, bells: &[Armable]) -> Result<Vec<(WatcherId, u64)
     Ok(news)
 }
 
-/// One `recheck.lua` call for `bells`, all served by the node `client`
-/// routes the first one's lane to; whether each needs its worker.
+/// Partitions per re-check call: a node's go in calls of at most this
+/// many, one after the other, so no call grows with the partitions (a
+/// connection keeps a buffer the size of the largest call it ever sent).
+const RECHECK_CHUNK: usize = 500;
+
+/// The `recheck.lua` calls for `bells` ([`RECHECK_CHUNK`] each), all served
+/// by the node `client` routes the first one's lane to; whether each needs
+/// its worker.
 async fn recheck_on(client: Client, bells: Vec<Armable>) -> Result<Vec<bool>> {
-    let Some(first) = bells.first() else {
-        return Ok(Vec::new());
-    };
-    let lanes: Vec<&[(String, String)]> = bells
-        .iter()
-        .map(|armable| armable.bell.lanes.as_slice())
-        .collect();
-    calls::consumer::recheck(&client, first.routing(), &lanes).await
+    let mut found = Vec::with_capacity(bells.len());
+    for chunk in bells.chunks(RECHECK_CHUNK) {
+        let Some(first) = chunk.first() else {
+            continue;
+        };
+        let lanes: Vec<&[(String, String)]> = chunk
+            .iter()
+            .map(|armable| armable.bell.lanes.as_slice())
+            .collect();
+        found.extend(calls::consumer::recheck(&client, first.routing(), &lanes).await?);
+    }
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -701,6 +716,7 @@ mod tests {
     fn bell(partition: &PartitionKeys, lanes: [&str; 2], read: bool) -> Bell {
         Bell {
             doorbell: partition.doorbell(),
+            group: Arc::from("G"),
             channel: partition.doorbell_channel(),
             lanes: vec![
                 (partition.primary().to_owned(), lanes[0].to_owned()),

@@ -237,12 +237,25 @@ pub(crate) async fn renew(client: &Client, ttl: Duration, leases: &[(String, Str
         .collect())
 }
 
-/// One renewal call for `leases`, all served by the node `client` reaches.
+/// Leases per renewal call: a node's leases go in calls of at most this
+/// many, one after the other, so no call grows with the partitions (a
+/// connection keeps a buffer the size of the largest call it ever sent,
+/// and the heartbeat's calls take turns on every connection of the pool).
+const RENEW_CHUNK: usize = 1000;
+
+/// Renews `leases`, all served by the node `client` reaches, in calls of
+/// [`RENEW_CHUNK`]; returns the positions of those no longer held.
 async fn renew_on<C>(client: C, ttl: Duration, leases: Vec<(String, String)>) -> Result<Vec<usize>>
 where
     C: FunctionInterface + Send + Sync,
 {
-    calls::lease::renew(&client, ttl, &leases).await
+    let mut lost = Vec::new();
+    for (n, chunk) in leases.chunks(RENEW_CHUNK).enumerate() {
+        let first = n * RENEW_CHUNK;
+        let positions = calls::lease::renew(&client, ttl, chunk).await?;
+        lost.extend(positions.into_iter().map(|position| first + position));
+    }
+    Ok(lost)
 }
 
 /// Releases `lease` if it is still held; returns whether it was.

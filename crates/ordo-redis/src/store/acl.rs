@@ -248,7 +248,8 @@ const RECORD_PARTITIONING: &[Writes] = &[Writes {
 /// group's bookkeeping of the partition), registering the worker's groups
 /// (the registry, the joining marker, every slot's copies), announcing its
 /// instance, plain consumer groups (reads, dead letters, claiming a dead
-/// consumer's entries and forgetting it), process managers' state.
+/// consumer's entries and forgetting it), dropping the consumer of a
+/// drained lane when arming its doorbell, process managers' state.
 const WORKER: &[Writes] = &[
     Writes {
         commands: &["+set"],
@@ -275,8 +276,12 @@ const WORKER: &[Writes] = &[
         keys: &[HELD],
     },
     Writes {
-        commands: &["+xclaim", "+xgroup|delconsumer"],
+        commands: &["+xclaim"],
         keys: &[BASE],
+    },
+    Writes {
+        commands: &["+xgroup|delconsumer"],
+        keys: &[LANES, BASE],
     },
     Writes {
         commands: &["+hset"],

@@ -10,7 +10,7 @@ use fred::types::Value;
 
 use super::{millis, whole};
 use crate::error::{Error, Result};
-use crate::store::keys::{instances, paused};
+use crate::store::keys::{CONSUMER, instances, paused};
 use crate::store::scripts::{SCRIPTS, array};
 
 /// `announce.lua`: announces `instance` to every group of `groups`, for
@@ -55,21 +55,31 @@ fn live_instances(members: Value) -> Vec<String> {
 }
 
 /// `arm.lua`: arms the doorbell `doorbell` of a partition whose lanes are
-/// `lanes` (name, the last id its worker read); `read`: the worker read
-/// the partition. True when a lane has an entry after the worker's read or
-/// the partition was retired since (the doorbell is then left unarmed).
-pub(crate) async fn arm<C>(client: &C, doorbell: &str, read: bool, lanes: &[(String, String)]) -> Result<bool>
+/// `lanes` (name, the last id its worker read) for a worker of `group`;
+/// `read`: the worker read the partition. True when a lane has an entry
+/// after the worker's read or the partition was retired since (the doorbell
+/// is then left unarmed). Once armed, a lane with nothing pending in
+/// `group` drops the group's consumer (the next read creates it again).
+pub(crate) async fn arm<C>(
+    client: &C,
+    doorbell: &str,
+    group: &str,
+    read: bool,
+    lanes: &[(String, String)],
+) -> Result<bool>
 where
     C: FunctionInterface + Send + Sync,
 {
     let mut keys = Vec::with_capacity(1 + lanes.len());
     keys.push(doorbell.to_owned());
-    let mut args = Vec::with_capacity(1 + lanes.len());
+    let mut args = Vec::with_capacity(3 + lanes.len());
     args.push(Value::from(if read { "1" } else { "0" }));
     for (lane, id) in lanes {
         keys.push(lane.clone());
         args.push(Value::from(id.as_str()));
     }
+    args.push(Value::from(group));
+    args.push(Value::from(CONSUMER));
     let reply = SCRIPTS.arm.run(client, keys, args).await?;
     Ok(reply.as_i64() == Some(1))
 }

@@ -138,11 +138,11 @@ mod tests {
         pool
     }
 
-    /// 2,500 leases, so a single Redis reads them in three chunks of 1,000:
-    /// lost ones (gone, or held by another) on either side of each chunk's
-    /// end are reported, exactly, and every other one is renewed. Every
-    /// lease sits in one slot, so one call renews them on a Redis Cluster
-    /// too (a lease per `MGET` there).
+    /// 2,500 leases, renewed in three calls of at most 1,000 (one `MGET`
+    /// each on a single Redis): lost ones (gone, or held by another) on
+    /// either side of each call's end are reported, exactly, and every
+    /// other one is renewed. Every lease sits in one slot, so the calls go
+    /// to one node on a Redis Cluster too (a lease per `MGET` there).
     async fn renewal_reports_exactly_the_lost_leases_among_thousands(client: &Pool) {
         let key = |i: usize| format!("{{renew-chunks}}:lease:{i}");
         let leases: Vec<(String, String)> = (0..2500).map(|i| (key(i), format!("me:{i}"))).collect();
@@ -160,7 +160,7 @@ mod tests {
         for &i in &taken {
             let _: () = client.set(key(i), "other:1", None, None, false).await.unwrap();
         }
-        let lost = renew(client.next(), Duration::from_secs(60), &leases)
+        let lost = crate::owner::lease::renew(client.next(), Duration::from_secs(60), &leases)
             .await
             .unwrap();
         let mut expected: Vec<usize> = gone.iter().chain(&taken).copied().collect();

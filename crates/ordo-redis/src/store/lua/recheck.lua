@@ -1,7 +1,8 @@
 #!lua flags=allow-cross-slot-keys,no-writes
 -- Re-checks every idle partition a waker has armed a doorbell for on one
--- Redis node, in one call per node and interval, whatever the number of
--- idle partitions: the bounded fallback for a wake-up that never came.
+-- Redis node, in one call per node, interval and 500 idle partitions (the
+-- caller's chunks: no call's frame grows with the partitions): the bounded
+-- fallback for a wake-up that never came.
 --
 -- A partition needs its worker again when one of its lanes has an entry
 -- after the id the worker read it up to: published while nobody listened

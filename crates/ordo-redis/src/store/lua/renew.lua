@@ -1,6 +1,7 @@
 #!lua flags=allow-cross-slot-keys
--- Renews every lease an instance holds on one Redis node, in one call per
--- heartbeat, whatever the number of leases.
+-- Renews the leases an instance holds on one Redis node, in one call per
+-- heartbeat and 1,000 leases (the caller's chunks: no call's frame grows
+-- with the partitions).
 --
 -- KEYS[1]: one of the lease keys (a Redis Cluster routes the call by it)
 -- ARGV: ttl ms, `1` when one command may name keys of many slots (a single
