@@ -67,6 +67,17 @@ pub fn client_config_with_tls(url: &str, tls: &TlsFiles) -> Result<FredConfig> {
     Ok(config)
 }
 
+/// A connected pool of `size` clients to `url`, for the crate's tests.
+#[cfg(test)]
+pub(crate) async fn test_pool(url: &str, size: usize) -> fred::clients::Pool {
+    use fred::interfaces::ClientLike as _;
+    let pool = fred::prelude::Builder::from_config(client_config(url).unwrap())
+        .build_pool(size)
+        .unwrap();
+    pool.init().await.unwrap();
+    pool
+}
+
 /// A cluster URL with a comma-separated node list, rewritten to fred's form
 /// (the first node as the host, the others as `node=` query parameters);
 /// `None` for any other URL, which fred reads as it is.

@@ -165,19 +165,10 @@ async fn move_legacy_halts(client: &Pool) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use fred::interfaces::ClientLike;
-    use fred::prelude::Builder;
     use ordo_testkit::RedisCluster;
 
     use super::*;
-
-    async fn connect_pool(url: &str) -> Pool {
-        let pool = Builder::from_config(crate::net::connection::client_config(url).unwrap())
-            .build_pool(2)
-            .unwrap();
-        pool.init().await.unwrap();
-        pool
-    }
+    use crate::net::connection::test_pool;
 
     /// On a cluster the library goes to every primary; a primary that
     /// lacks it (added to the cluster later, or restarted without
@@ -186,7 +177,7 @@ mod tests {
     #[tokio::test]
     async fn the_library_is_loaded_on_every_primary() {
         let cluster = RedisCluster::start_local().unwrap();
-        let pool = connect_pool(&cluster.url()).await;
+        let pool = test_pool(&cluster.url(), 2).await;
         let report = run(&pool, false).await.unwrap();
         assert_eq!(report.primaries, 3);
         let primaries = cluster.primaries().unwrap();

@@ -144,19 +144,11 @@ where
 #[cfg(test)]
 mod tests {
     use fred::clients::Pool;
-    use fred::interfaces::{ClientLike as _, StreamsInterface};
-    use fred::prelude::Builder;
+    use fred::interfaces::StreamsInterface;
     use ordo_testkit::{Redis, RedisCluster};
 
     use super::*;
-
-    async fn pool(url: &str) -> Pool {
-        let pool = Builder::from_config(crate::net::connection::client_config(url).unwrap())
-            .build_pool(1)
-            .unwrap();
-        pool.init().await.unwrap();
-        pool
-    }
+    use crate::net::connection::test_pool;
 
     /// 1,500 partitions of two lanes (the second never written), so a
     /// single Redis reads them in three chunks of 1,000 lanes; news on
@@ -205,12 +197,12 @@ mod tests {
     #[tokio::test]
     async fn the_recheck_answers_exactly_the_partitions_with_news_on_a_single_redis() {
         let redis = Redis::start().unwrap();
-        the_recheck_answers_exactly_the_partitions_with_news(&pool(&redis.url()).await).await;
+        the_recheck_answers_exactly_the_partitions_with_news(&test_pool(&redis.url(), 1).await).await;
     }
 
     #[tokio::test]
     async fn the_recheck_answers_exactly_the_partitions_with_news_on_a_cluster() {
         let cluster = RedisCluster::start_local().unwrap();
-        the_recheck_answers_exactly_the_partitions_with_news(&pool(&cluster.url()).await).await;
+        the_recheck_answers_exactly_the_partitions_with_news(&test_pool(&cluster.url(), 1).await).await;
     }
 }

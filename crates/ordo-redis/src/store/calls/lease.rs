@@ -124,19 +124,11 @@ where
 #[cfg(test)]
 mod tests {
     use fred::clients::Pool;
-    use fred::interfaces::{ClientLike as _, KeysInterface};
-    use fred::prelude::Builder;
+    use fred::interfaces::KeysInterface;
     use ordo_testkit::{Redis, RedisCluster};
 
     use super::*;
-
-    async fn pool(url: &str) -> Pool {
-        let pool = Builder::from_config(crate::net::connection::client_config(url).unwrap())
-            .build_pool(1)
-            .unwrap();
-        pool.init().await.unwrap();
-        pool
-    }
+    use crate::net::connection::test_pool;
 
     /// 2,500 leases, renewed in three calls of at most 1,000 (one `MGET`
     /// each on a single Redis): lost ones (gone, or held by another) on
@@ -177,12 +169,12 @@ mod tests {
     #[tokio::test]
     async fn renewal_reports_exactly_the_lost_leases_among_thousands_on_a_single_redis() {
         let redis = Redis::start().unwrap();
-        renewal_reports_exactly_the_lost_leases_among_thousands(&pool(&redis.url()).await).await;
+        renewal_reports_exactly_the_lost_leases_among_thousands(&test_pool(&redis.url(), 1).await).await;
     }
 
     #[tokio::test]
     async fn renewal_reports_exactly_the_lost_leases_among_thousands_on_a_cluster() {
         let cluster = RedisCluster::start_local().unwrap();
-        renewal_reports_exactly_the_lost_leases_among_thousands(&pool(&cluster.url()).await).await;
+        renewal_reports_exactly_the_lost_leases_among_thousands(&test_pool(&cluster.url(), 1).await).await;
     }
 }
