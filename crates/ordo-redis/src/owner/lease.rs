@@ -265,3 +265,62 @@ where
 {
     calls::lease::release(client, lease.key(), lease.value()).await
 }
+
+#[cfg(test)]
+mod tests {
+    use fred::clients::Pool;
+    use fred::interfaces::KeysInterface;
+    use fred::types::Expiration;
+    use ordo_testkit::{Redis, RedisCluster};
+
+    use super::*;
+    use crate::net::connection::test_pool;
+
+    /// 2,500 leases, renewed in three calls of at most 1,000 (one `MGET`
+    /// each on a single Redis): lost ones (gone, or held by another) on
+    /// either side of each call's end are reported, exactly, and every
+    /// other one is renewed. Every lease sits in one slot, so the calls go
+    /// to one node on a Redis Cluster too (a lease per `MGET` there).
+    async fn renewal_reports_exactly_the_lost_leases_among_thousands(client: &Pool) {
+        let key = |i: usize| format!("{{renew-chunks}}:lease:{i}");
+        let leases: Vec<(String, String)> = (0..2500).map(|i| (key(i), format!("me:{i}"))).collect();
+        for (key, value) in &leases {
+            let _: () = client
+                .set(key, value, Some(Expiration::PX(20_000)), None, false)
+                .await
+                .unwrap();
+        }
+        let gone = [0usize, 999, 1000, 2499];
+        let taken = [1001usize, 1999];
+        for &i in &gone {
+            let _: () = client.del(key(i)).await.unwrap();
+        }
+        for &i in &taken {
+            let _: () = client.set(key(i), "other:1", None, None, false).await.unwrap();
+        }
+        let lost = renew(client.next(), Duration::from_secs(60), &leases)
+            .await
+            .unwrap();
+        let mut expected: Vec<usize> = gone.iter().chain(&taken).copied().collect();
+        expected.sort_unstable();
+        assert_eq!(lost, expected);
+        for i in [1usize, 998, 1002, 2000, 2498] {
+            let ttl: i64 = client.pttl(key(i)).await.unwrap();
+            assert!(ttl > 30_000, "lease {i} renewed: {ttl} ms left");
+        }
+        let ttl: i64 = client.pttl(key(1001)).await.unwrap();
+        assert_eq!(ttl, -1, "another's lease is left alone");
+    }
+
+    #[tokio::test]
+    async fn renewal_reports_exactly_the_lost_leases_among_thousands_on_a_single_redis() {
+        let redis = Redis::start().unwrap();
+        renewal_reports_exactly_the_lost_leases_among_thousands(&test_pool(&redis.url(), 1).await).await;
+    }
+
+    #[tokio::test]
+    async fn renewal_reports_exactly_the_lost_leases_among_thousands_on_a_cluster() {
+        let cluster = RedisCluster::start_local().unwrap();
+        renewal_reports_exactly_the_lost_leases_among_thousands(&test_pool(&cluster.url(), 1).await).await;
+    }
+}

@@ -148,8 +148,8 @@ crate::on_both_topologies!(
 );
 
 /// A worker that waits on a drained partition's doorbell drops its group's
-/// consumer from the lane (about 270 bytes of Redis per partition and
-/// group); its next read, woken by a publish, makes it again.
+/// consumer from the lane (Redis memory per idle partition and group); its
+/// next read, woken by a publish, makes it again.
 async fn an_idle_partition_keeps_no_consumer_in_its_group(redis: TestRedis) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("idle");

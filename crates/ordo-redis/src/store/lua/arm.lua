@@ -11,8 +11,10 @@
 --
 -- Once armed, a lane with nothing pending in the worker's group drops the
 -- group's consumer (it holds nothing then; the next read creates it again):
--- an idle partition keeps about 270 bytes less per group. Only with nothing
--- pending: deleting a consumer deletes its pending entries.
+-- an emptied lane's `MEMORY USAGE` is 664 bytes instead of 936 with its
+-- group's consumer (`used_memory` falls by about 110 bytes per idle
+-- partition and group). Only with nothing pending: deleting a consumer
+-- deletes its pending entries.
 --
 -- KEYS: the partition's doorbell, then its lanes
 -- ARGV: '1' when the worker read the partition (it existed then), else '0'
