@@ -92,6 +92,8 @@ pub(crate) struct Worker {
     /// is then kept, renewed, until they have, so nobody else runs the key
     /// meanwhile (see [`super::shared::LeaseTable`]).
     pub(super) unfinished: Mutex<Vec<StillRunning>>,
+    /// What every message records, registered once.
+    pub(super) metrics: metrics::MessageMetrics,
 }
 
 /// What one sequence of messages handled one at a time keeps from one
@@ -193,6 +195,7 @@ impl Worker {
         Self {
             shared,
             subscription,
+            metrics: metrics::MessageMetrics::of(&unit),
             unit,
             lease,
             control,
@@ -379,7 +382,7 @@ impl Worker {
                     let _ = done.send(LocalDone::NotRun(Box::new(Arc::unwrap_or_clone(envelope))));
                     return Some(Exit::Lost);
                 }
-                metrics::handled(&self.unit, partition.category());
+                self.metrics.handled(&self.unit, partition.category());
                 let outcome = outcome.unwrap_or(CommandOutcome::Succeeded {
                     value: serde_json::Value::Null,
                 });
@@ -489,7 +492,7 @@ impl Worker {
         last_of_batch: bool,
     ) -> Option<bool> {
         let ack = self.ack_of(slot, acks, entry, last_of_batch);
-        self.send_ack(ack, entry.id()).await
+        self.send_ack(ack).await
     }
 
     /// The handler's `ack_window` (0: none).
@@ -517,17 +520,16 @@ impl Worker {
             .forgetting(applied.as_deref())
     }
 
-    /// Sends `ack` (of entry `id`) until answered: whether the primary lane
-    /// has entries waiting, or `None` when the lease is lost or the worker
-    /// is stopping.
-    pub(super) async fn send_ack(&self, ack: Ack, id: &str) -> Option<bool> {
+    /// Sends `ack` until answered: whether the primary lane has entries
+    /// waiting, or `None` when the lease is lost or the worker is stopping.
+    pub(super) async fn send_ack(&self, ack: Ack) -> Option<bool> {
         let acked = self
             .until_answered("acknowledgement", false, || self.shared.acks.ack(ack.clone()))
             .await;
         match acked {
             Ok(Ok(waiting)) => Some(waiting),
             Ok(Err(error)) => {
-                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), id, "acknowledgement refused: lease lost");
+                info!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), id = ack.first_id(), entries = ack.len(), "acknowledgement refused: lease lost");
                 None
             }
             Err(_) => None,
@@ -832,7 +834,8 @@ impl Worker {
                 self.shared.settings.heartbeat_interval,
             )
             .await;
-        metrics::handler_duration(&self.unit, partition.category(), started.elapsed());
+        self.metrics
+            .handler_duration(&self.unit, partition.category(), started.elapsed());
         match outcome {
             Outcome::Succeeded => Ok(Ok(())),
             Outcome::Failed(failure) => Ok(Err(failure)),
@@ -1038,7 +1041,9 @@ impl DeliveryHooks for EntryDelivery<'_> {
     }
 
     async fn succeeded(&mut self) -> Handled {
-        metrics::handled(&self.worker.unit, self.partition.category());
+        self.worker
+            .metrics
+            .handled(&self.worker.unit, self.partition.category());
         match &self.reply {
             Some(reply) => {
                 let (outcome, error) = reply.take_with_error();

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use metrics::{Counter, Histogram};
+
 use crate::consumer::unit::Unit;
 
 fn labels(unit: &Unit, category: &str) -> [(&'static str, String); 2] {
@@ -15,6 +17,53 @@ fn labels(unit: &Unit, category: &str) -> [(&'static str, String); 2] {
 /// A message handled successfully.
 pub(crate) fn handled(unit: &Unit, category: &str) {
     metrics::counter!("ordo_messages_handled_total", &labels(unit, category)).increment(1);
+}
+
+/// The handles of the two metrics every message records, for each category
+/// of one worker's unit, registered when the worker starts: a message then
+/// records them without building labels or looking them up in the
+/// exporter's registry (about a microsecond per message).
+pub(crate) struct MessageMetrics {
+    categories: Vec<(String, Counter, Histogram)>,
+}
+
+impl MessageMetrics {
+    /// The handles of `unit`'s categories, from the recorder installed now.
+    pub(crate) fn of(unit: &Unit) -> Self {
+        let mut categories: Vec<(String, Counter, Histogram)> = Vec::with_capacity(1);
+        for partition in &unit.partitions {
+            let category = partition.category();
+            if categories.iter().all(|(known, ..)| known != category) {
+                let labels = labels(unit, category);
+                categories.push((
+                    category.to_owned(),
+                    metrics::counter!("ordo_messages_handled_total", &labels),
+                    metrics::histogram!("ordo_handler_duration_seconds", &labels),
+                ));
+            }
+        }
+        Self { categories }
+    }
+
+    fn of_category(&self, category: &str) -> Option<&(String, Counter, Histogram)> {
+        self.categories.iter().find(|(known, ..)| known == category)
+    }
+
+    /// A message of `category` handled successfully.
+    pub(crate) fn handled(&self, unit: &Unit, category: &str) {
+        match self.of_category(category) {
+            Some((_, handled, _)) => handled.increment(1),
+            None => handled(unit, category),
+        }
+    }
+
+    /// How long one handler run on a message of `category` took.
+    pub(crate) fn handler_duration(&self, unit: &Unit, category: &str, duration: Duration) {
+        match self.of_category(category) {
+            Some((_, _, durations)) => durations.record(duration.as_secs_f64()),
+            None => handler_duration(unit, category, duration),
+        }
+    }
 }
 
 /// A handler attempt failed: counted (`ordo_messages_failed_total`), or

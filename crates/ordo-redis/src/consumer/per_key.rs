@@ -10,13 +10,16 @@
 //! With the handler's `ack_window = N` (0 by default), it runs the next
 //! message of its read batch while up to N acknowledgements are
 //! unanswered, and reads again (or halts, or stops) only once every one is
-//! answered: a hot key no longer waits a round trip between messages;
+//! answered: a hot key no longer waits a round trip between messages. The
+//! acknowledgements go out half a window at a time, merged into one (one
+//! fence check and one `XACK` of their ids), while it runs the next half;
 //! after a failover up to N messages run again, in order, and what their
 //! fenced commits applied is kept per message until its acknowledgement,
 //! so those effects land once (`ordo-model check --config window`).
 
 use std::time::Instant;
 
+use futures_util::FutureExt as _;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use ordo_core::contract::handler::HandlerKind;
 use ordo_core::contract::key::Lane;
@@ -201,8 +204,17 @@ impl<'w> PerKey<'w> {
         // The names every acknowledgement of this batch touches, built once.
         let acks = Ack::new(&self.worker.lease, &self.worker.unit.group, partition, lane, &[]);
         let window = self.worker.ack_window();
-        // Acknowledgements sent and not answered yet (with a window).
+        // With a window: the acknowledgements of handled messages not sent
+        // yet, merged into one (one `XACK` of their ids, one fence check);
+        // the ones sent and not answered yet, each with how many messages
+        // it acknowledges; and how many messages are in either.
+        let mut open: Option<Ack> = None;
         let mut unanswered = FuturesOrdered::new();
+        let mut unconfirmed = 0;
+        let send = |ack: Ack| {
+            let messages = ack.len();
+            async move { (self.worker.send_ack(ack).await, messages) }
+        };
         let last = entries.len().saturating_sub(1);
         let flow = 'batch: {
             for (index, entry) in entries.into_iter().enumerate() {
@@ -227,27 +239,65 @@ impl<'w> PerKey<'w> {
                 let ack = self.worker.ack_of(&self.slot, &acks, &entry, index == last);
                 if window == 0 {
                     // Answered before the next message starts.
-                    match self.worker.send_ack(ack, entry.id()).await {
+                    match self.worker.send_ack(ack).await {
                         Some(waiting) => primary_waiting = waiting,
                         None => break 'batch Flow::Lost,
                     }
                     continue;
                 }
-                let id = entry.id().to_owned();
-                unanswered.push_back(async move { self.worker.send_ack(ack, &id).await });
-                while unanswered.len() > window {
+                unconfirmed += 1;
+                let merged = match open.take() {
+                    None => ack,
+                    Some(mut merged) => match merged.merge(ack) {
+                        Ok(()) => merged,
+                        Err(ack) => {
+                            unanswered.push_back(send(merged));
+                            ack
+                        }
+                    },
+                };
+                // Half a window goes out while the worker runs the other
+                // half (sent by polling it once: a call goes out at its
+                // first poll); answers already in are taken meanwhile.
+                if merged.len() >= window.div_ceil(2) {
+                    unanswered.push_back(send(merged));
+                    while let Some(Some((answer, messages))) = unanswered.next().now_or_never() {
+                        match answer {
+                            Some(waiting) => primary_waiting = waiting,
+                            None => break 'batch Flow::Lost,
+                        }
+                        unconfirmed -= messages;
+                    }
+                } else {
+                    open = Some(merged);
+                }
+                // Waiting for the oldest half sent: the messages not sent yet
+                // stay together (they go out alone only when nothing is out,
+                // which a half window sent as soon as it was full rules out).
+                while unconfirmed > window {
+                    if unanswered.is_empty()
+                        && let Some(merged) = open.take()
+                    {
+                        unanswered.push_back(send(merged));
+                    }
                     match unanswered.next().await {
-                        Some(Some(waiting)) => primary_waiting = waiting,
+                        Some((Some(waiting), messages)) => {
+                            primary_waiting = waiting;
+                            unconfirmed -= messages;
+                        }
                         _ => break 'batch Flow::Lost,
                     }
                 }
             }
             Flow::Continue
         };
-        // Every acknowledgement is answered before the worker reads again,
-        // halts or lets the lease go.
+        // Every acknowledgement is sent and answered before the worker reads
+        // again, halts or lets the lease go.
+        if let Some(merged) = open.take() {
+            unanswered.push_back(send(merged));
+        }
         let mut lost = false;
-        while let Some(answer) = unanswered.next().await {
+        while let Some((answer, _)) = unanswered.next().await {
             lost |= answer.is_none();
         }
         if lost { Flow::Lost } else { flow }

@@ -129,6 +129,34 @@ impl Ack {
         self
     }
 
+    /// Takes `next`, the acknowledgement of later entries of the same lane
+    /// under the same lease (derived from the same [`Ack::of`] names), into
+    /// this one: one `XACK` of every id and one fence check, closing the
+    /// later attempt, clearing failures and trimming if either does. An
+    /// acknowledgement takes at most one message's fenced commits out of
+    /// the commit marker, so when either has one to take out, `next` is
+    /// given back, unmerged.
+    pub(crate) fn merge(&mut self, next: Ack) -> std::result::Result<(), Ack> {
+        if !Arc::ptr_eq(&self.names, &next.names) || !self.message.is_empty() || !next.message.is_empty() {
+            return Err(next);
+        }
+        self.attempt = self.attempt.max(next.attempt);
+        self.had_failures |= next.had_failures;
+        self.trim |= next.trim;
+        self.ids.extend(next.ids);
+        Ok(())
+    }
+
+    /// How many entries it acknowledges.
+    pub(crate) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The first entry it acknowledges (for the logs; empty when none).
+    pub(crate) fn first_id(&self) -> &str {
+        self.ids.first().map_or("", |id| id)
+    }
+
     /// The lease key (which routes the acknowledgement on a cluster).
     pub fn lease_key(&self) -> &str {
         &self.names.lease_key
@@ -184,4 +212,44 @@ where
 {
     let calls: Vec<calls::ack::Ack<'_>> = acks.iter().map(Ack::call).collect();
     calls::ack::ack(&client, sequence_ttl, &calls).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> (Lease, PartitionKeys) {
+        let partition = PartitionKeys::new("c", "k", "backfill");
+        (Lease::new(partition.lease("G"), "i", 7), partition)
+    }
+
+    #[test]
+    fn acknowledgements_of_one_lane_merge_into_one_and_keep_what_each_asked() {
+        let (lease, partition) = names();
+        let acks = Ack::new(&lease, "G", &partition, Lane::Primary, &[]);
+        let mut merged = acks.of(&["1-0"], 3, false).trimming(false);
+        merged.merge(acks.of(&["2-0"], 0, true).trimming(false)).unwrap();
+        merged.merge(acks.of(&["3-0"], 0, false).trimming(true)).unwrap();
+        assert_eq!(merged.ids, ["1-0", "2-0", "3-0"]);
+        assert_eq!(
+            (merged.attempt, merged.had_failures, merged.trim),
+            (3, true, true)
+        );
+        assert_eq!((merged.len(), merged.first_id()), (3, "1-0"));
+    }
+
+    #[test]
+    fn an_acknowledgement_keeps_its_own_commits_and_its_own_lane() {
+        let (lease, partition) = names();
+        let acks = Ack::new(&lease, "G", &partition, Lane::Primary, &[]);
+        let mut plain = acks.of(&["1-0"], 0, false);
+        let committed = acks.of(&["2-0"], 2, false).forgetting(Some("m2"));
+        let committed = plain.merge(committed).unwrap_err();
+        assert_eq!(committed.message, "m2");
+        let mut committed = committed;
+        assert!(committed.merge(acks.of(&["3-0"], 0, false)).is_err());
+        let other_lane = Ack::new(&lease, "G", &partition, Lane::Backfill, &[]);
+        assert!(plain.merge(other_lane.of(&["3-0"], 0, false)).is_err());
+        assert_eq!(plain.ids, ["1-0"]);
+    }
 }

@@ -910,3 +910,49 @@ async fn one_broker_runs_one_consumer_at_a_time() -> anyhow::Result<()> {
     first.stop().await?;
     Ok(())
 }
+
+/// With `ack_window = N`, a key's worker sends the acknowledgements of the
+/// messages it ran ahead in one call per half window, one `XACK` of their
+/// ids (not one call and one `XACK` per message), and still handles every
+/// message once, in order; with a window smaller than the read batch the
+/// halves keep going out while it runs the next messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_acknowledgement_window_a_key_s_acknowledgements_travel_together() -> anyhow::Result<()> {
+    use ordo_core::contract::broker::HandlerSettings;
+    use ordo_core::contract::config::HandlerConfig;
+
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let client = pool(&url).await?;
+    for (window, most_xacks) in [(64u32, 2u64), (8, 16)] {
+        let category = common::category("window");
+        let recorder = Recorder::new();
+        let broker = broker(&url, config(3_000, 3_600_000, 0)).await?;
+        // One read batch (64, the default) of one key.
+        publish_seqs(&broker, &category, "k", 0..64).await?;
+        let mut subscription = subscribe::partitioned("Projector", &category, &recorder);
+        subscription.settings = HandlerSettings::new(HandlerConfig::new().with_ack_window(window));
+        let before = common::command_stat(&client, "xack", "calls").await?;
+        let run = Running::start(&broker, vec![subscription]);
+        recorder.wait_seqs("k", &(0..64).collect::<Vec<_>>()).await?;
+        let lane = PartitionKeys::new(&category, "k", "backfill")
+            .primary()
+            .to_owned();
+        eventually(Duration::from_secs(10), "every message acknowledged", || {
+            let (client, lane) = (client.clone(), lane.clone());
+            async move {
+                let pending: (u64, fred::types::Value, fred::types::Value, fred::types::Value) =
+                    client.xpending(&lane, "Projector", ()).await?;
+                Ok(pending.0 == 0)
+            }
+        })
+        .await?;
+        let xacks = common::command_stat(&client, "xack", "calls").await? - before;
+        assert!(
+            (1..=most_xacks).contains(&xacks),
+            "window {window}: 64 messages acknowledged with {xacks} XACK calls, expected at most {most_xacks}"
+        );
+        run.stop().await?;
+    }
+    Ok(())
+}
