@@ -2,13 +2,14 @@
 //! instances), `arm.lua` and `recheck.lua` (doorbells), `pause.lua` (a
 //! paused handler's record).
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::{ClientLike, FunctionInterface};
+use fred::interfaces::{ClientLike, FunctionInterface, StreamsInterface};
 use fred::types::Value;
 
-use super::{millis, whole};
+use super::millis;
 use crate::error::{Error, Result};
 use crate::store::keys::{CONSUMER, instances, paused};
 use crate::store::scripts::{SCRIPTS, array};
@@ -84,19 +85,26 @@ where
     Ok(reply.as_i64() == Some(1))
 }
 
-/// `recheck.lua`: for each partition of `bells` (its lanes: name, the last
-/// id its worker read; all served by the node `routing`, a name in the
-/// first one's slot, routes to), whether a lane has an entry after it.
+/// For each partition of `bells` (its lanes: name, the last id its worker
+/// read; all served by the node `routing`, a name in the first one's slot,
+/// routes to), whether a lane has an entry after it. On a single Redis a
+/// non-blocking `XREAD` per [`RECHECK_LANES`] lanes answers for all of them
+/// (a lane with an entry after the given id is in its reply, the others
+/// are not), sent as it is, no script around it; on a Redis Cluster node,
+/// where a command keeps to one slot, `recheck.lua` reads one lane per
+/// `XREAD`, in one call.
 pub(crate) async fn recheck<C>(client: &C, routing: &str, bells: &[&[(String, String)]]) -> Result<Vec<bool>>
 where
-    C: FunctionInterface + Send + Sync,
+    C: FunctionInterface + StreamsInterface + Send + Sync,
 {
     if bells.is_empty() {
         return Ok(Vec::new());
     }
+    if !client.is_clustered() {
+        return recheck_by_xread(client, bells).await;
+    }
     let keys = vec![routing.to_owned()];
-    let mut args = Vec::with_capacity(1 + bells.len() * 5);
-    args.push(whole(client));
+    let mut args = Vec::with_capacity(bells.len() * 5);
     for lanes in bells {
         args.push(Value::from(i64::try_from(lanes.len()).unwrap_or(i64::MAX)));
         for (lane, id) in lanes.iter() {
@@ -116,6 +124,83 @@ where
         found[position] = true;
     }
     Ok(found)
+}
+
+/// The most lanes one re-check `XREAD` names.
+pub(crate) const RECHECK_LANES: usize = 1_000;
+
+/// [`recheck`] on a single Redis: one `XREAD COUNT 1 STREAMS <lanes> <ids>`
+/// per chunk of lanes. A chunk names a lane once (`XREAD` answers a stream
+/// once): two groups' workers of one partition read it up to different
+/// ids, so the second starts another chunk.
+async fn recheck_by_xread<C>(client: &C, bells: &[&[(String, String)]]) -> Result<Vec<bool>>
+where
+    C: StreamsInterface + Send + Sync,
+{
+    let mut found = vec![false; bells.len()];
+    let capacity = RECHECK_LANES.min(2 * bells.len());
+    let mut chunk: Vec<(&str, &str, usize)> = Vec::with_capacity(capacity);
+    let mut named: HashSet<&str> = HashSet::with_capacity(capacity);
+    for (position, lanes) in bells.iter().enumerate() {
+        for (lane, id) in lanes.iter() {
+            if chunk.len() == RECHECK_LANES || named.contains(lane.as_str()) {
+                read_chunk(client, &chunk, &mut found).await?;
+                chunk.clear();
+                named.clear();
+            }
+            chunk.push((lane.as_str(), id.as_str(), position));
+            named.insert(lane.as_str());
+        }
+    }
+    read_chunk(client, &chunk, &mut found).await?;
+    Ok(found)
+}
+
+/// One `XREAD` of `chunk` (lane, id, the partition's position): marks in
+/// `found` the partitions of the lanes with an entry after their id.
+async fn read_chunk<C>(client: &C, chunk: &[(&str, &str, usize)], found: &mut [bool]) -> Result<()>
+where
+    C: StreamsInterface + Send + Sync,
+{
+    if chunk.is_empty() {
+        return Ok(());
+    }
+    let lanes: Vec<&str> = chunk.iter().map(|(lane, ..)| *lane).collect();
+    let ids: Vec<&str> = chunk.iter().map(|(_, id, _)| *id).collect();
+    let reply: Value = client.xread(Some(1), None, lanes, ids).await?;
+    // RESP2: [[lane, entries]...]; RESP3: {lane: entries}; nil: no news.
+    let named: Vec<Option<String>> = match reply {
+        Value::Null => Vec::new(),
+        Value::Map(map) => map.inner().into_keys().map(|lane| lane.into_string()).collect(),
+        Value::Array(streams) => streams
+            .into_iter()
+            .map(|stream| match stream {
+                Value::Array(pair) => pair.into_iter().next().and_then(Value::into_string),
+                _ => None,
+            })
+            .collect(),
+        other => {
+            return Err(Error::protocol(
+                "XREAD",
+                format!("an unexpected reply: {other:?}"),
+            ));
+        }
+    };
+    if named.is_empty() {
+        return Ok(());
+    }
+    let positions: HashMap<&str, usize> = chunk
+        .iter()
+        .map(|(lane, _, position)| (*lane, *position))
+        .collect();
+    for lane in named {
+        let lane = lane.ok_or_else(|| Error::protocol("XREAD", "a stream without a text name"))?;
+        let position = positions
+            .get(lane.as_str())
+            .ok_or_else(|| Error::protocol("XREAD", format!("a stream it was not asked for: {lane}")))?;
+        found[*position] = true;
+    }
+    Ok(())
 }
 
 /// `pause.lua`: writes `record` (empty: clears it) as `instance`'s pause
