@@ -19,7 +19,6 @@
 
 use std::time::Instant;
 
-use futures_util::FutureExt as _;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use ordo_core::contract::handler::HandlerKind;
 use ordo_core::contract::key::Lane;
@@ -226,11 +225,35 @@ impl<'w> PerKey<'w> {
                 if lane == Lane::Backfill && primary_waiting {
                     break 'batch Flow::Continue;
                 }
-                match self
-                    .worker
-                    .handle_entry(&self.slot, partition, &entry, pending)
-                    .await
-                {
+                let handling = self.worker.handle_entry(&self.slot, partition, &entry, pending);
+                let handled = if unanswered.is_empty() {
+                    handling.await
+                } else {
+                    // Answers are taken as they come, while the handler
+                    // runs: a call's slot (group commit) is free for other
+                    // partitions' acknowledgements once it is answered, not
+                    // once this worker looks again.
+                    tokio::pin!(handling);
+                    let mut lost = false;
+                    let handled = loop {
+                        tokio::select! {
+                            biased;
+                            handled = &mut handling => break handled,
+                            Some((answer, messages)) = unanswered.next() => {
+                                unconfirmed -= messages;
+                                match answer {
+                                    Some(waiting) => primary_waiting = waiting,
+                                    None => lost = true,
+                                }
+                            }
+                        }
+                    };
+                    if lost {
+                        break 'batch Flow::Lost;
+                    }
+                    handled
+                };
+                match handled {
                     Handled::Done => {}
                     Handled::Halted => break 'batch Flow::Halted,
                     Handled::Stop => break 'batch Flow::Stop,
@@ -257,17 +280,10 @@ impl<'w> PerKey<'w> {
                     },
                 };
                 // Half a window goes out while the worker runs the other
-                // half (sent by polling it once: a call goes out at its
-                // first poll); answers already in are taken meanwhile.
+                // half (the call goes out when the next handler run starts,
+                // beside which the answers are awaited).
                 if merged.len() >= window.div_ceil(2) {
                     unanswered.push_back(send(merged));
-                    while let Some(Some((answer, messages))) = unanswered.next().now_or_never() {
-                        match answer {
-                            Some(waiting) => primary_waiting = waiting,
-                            None => break 'batch Flow::Lost,
-                        }
-                        unconfirmed -= messages;
-                    }
                 } else {
                     open = Some(merged);
                 }
