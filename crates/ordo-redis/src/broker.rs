@@ -336,7 +336,10 @@ impl RedisBrokerBuilder {
     }
 
     /// Entries read per fenced read (default 64). Messages are still handled
-    /// and acknowledged one at a time.
+    /// one at a time, each acknowledged before the next (with a handler's
+    /// `ack_window`, up to that many ahead, acknowledged half a window at a
+    /// time; a read batch of twice the window then shares the read's round
+    /// trip among more messages).
     #[must_use]
     pub fn read_batch(mut self, count: usize) -> Self {
         self.read_batch = count;
