@@ -161,7 +161,6 @@ mod tests {
     use std::time::Duration;
 
     use fred::interfaces::{ClientLike, FunctionInterface, StreamsInterface};
-    use fred::prelude::Builder;
     use ordo_core::contract::key::Lane;
     use ordo_testkit::Redis;
     use tokio::task::JoinSet;
@@ -185,10 +184,7 @@ mod tests {
 
     /// The partitions of `redis` through a pool of `connections`.
     async fn partitions_of(redis: &Redis, connections: usize) -> Partitions {
-        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
-            .build_pool(connections)
-            .unwrap();
-        pool.init().await.unwrap();
+        let pool = crate::net::connection::test_pool(&redis.url(), connections).await;
         Partitions::new(pool, "a", Duration::from_secs(60))
     }
 

@@ -29,11 +29,11 @@
 //! 1. on a Redis Cluster, it reads the slot map (`CLUSTER SLOTS`, one
 //!    command) and subscribes again to every channel whose slot is served by
 //!    another node than the one its subscription went to;
-//! 2. then, with one script call per node and 500 partitions
-//!    (`recheck.lua`), it looks at the lanes of every partition whose
-//!    doorbell it armed: a lane with an entry after the worker's id
-//!    (published while nobody listened to the ring, or added without the
-//!    publish script) wakes that worker.
+//! 2. then it looks at the lanes of every partition whose doorbell it
+//!    armed, per node and 500 partitions (on a single Redis one `XREAD` of
+//!    their lanes, on a cluster node one `recheck.lua` call): a lane with
+//!    an entry after the worker's id (published while nobody listened to
+//!    the ring, or added without the publish script) wakes that worker.
 //!
 //! Subscribing again before looking means a publish after the look rings
 //! a listened channel, and one before it is found by the look: a missed or
@@ -534,7 +534,7 @@ impl Armable {
 }
 
 /// One re-check: the subscriptions against the cluster's slot map first,
-/// then the lanes of every armed partition, one script call per node and
+/// then the lanes of every armed partition, per node and
 /// [`RECHECK_CHUNK`] partitions. Failures are logged; the next interval
 /// tries again.
 async fn recheck(
@@ -653,8 +653,8 @@ async fn news(client: &Client, bells: &[Armable]) -> Result<Vec<(WatcherId, u64)
 /// connection keeps a buffer the size of the largest call it ever sent).
 const RECHECK_CHUNK: usize = 500;
 
-/// The `recheck.lua` calls for `bells` ([`RECHECK_CHUNK`] each), all served
-/// by the node `client` routes the first one's lane to; whether each needs
+/// The re-checks of `bells` ([`RECHECK_CHUNK`] per call), all served by
+/// the node `client` routes the first one's lane to; whether each needs
 /// its worker.
 async fn recheck_on(client: Client, bells: Vec<Armable>) -> Result<Vec<bool>> {
     let mut found = Vec::with_capacity(bells.len());
@@ -676,7 +676,6 @@ mod tests {
     use std::time::Duration;
 
     use fred::interfaces::{ClientLike, KeysInterface, StreamsInterface};
-    use fred::prelude::Builder;
     use ordo_core::contract::key::Lane;
     use ordo_testkit::Redis;
 
@@ -689,10 +688,7 @@ mod tests {
     const DEADLINE: Duration = Duration::from_secs(10);
 
     async fn started(redis: &Redis) -> (Partitions, WakerHandle, CancellationToken) {
-        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
-            .build_pool(2)
-            .unwrap();
-        pool.init().await.unwrap();
+        let pool = crate::net::connection::test_pool(&redis.url(), 2).await;
         let subscriber = crate::net::connection::subscriber_builder(&redis.url(), &TlsFiles::new())
             .unwrap()
             .build_subscriber_client()

@@ -224,8 +224,7 @@ mod tests {
     use std::num::NonZeroU32;
     use std::time::Duration;
 
-    use fred::interfaces::{ClientLike, SetsInterface, StreamsInterface};
-    use fred::prelude::Builder;
+    use fred::interfaces::{SetsInterface, StreamsInterface};
     use ordo_core::contract::config::{Config, Partitions as Partitioning};
     use ordo_testkit::Redis;
 
@@ -247,10 +246,7 @@ mod tests {
     #[tokio::test]
     async fn a_late_held_next_call_does_not_end_the_holding_of_a_key() {
         let redis = Redis::start().unwrap();
-        let pool = Builder::from_config(crate::net::connection::client_config(&redis.url()).unwrap())
-            .build_pool(2)
-            .unwrap();
-        pool.init().await.unwrap();
+        let pool = crate::net::connection::test_pool(&redis.url(), 2).await;
         let partitions = Partitions::new(pool.clone(), "a", Duration::from_secs(60));
         let partition = PartitionKeys::of(PartitionId::hashed(CATEGORY, 0), "backfill");
         let own = partition.key_names(GROUP, "k");

@@ -217,7 +217,6 @@ pub async fn mark_joining(client: &Pool, category: &str, group: &str, ttl_ms: i6
 
 #[cfg(test)]
 mod tests {
-    use fred::prelude::Builder;
     use fred::types::cluster::ClusterRouting;
     use ordo_testkit::RedisCluster;
 
@@ -231,10 +230,7 @@ mod tests {
     #[tokio::test]
     async fn discovery_after_a_slot_moved_groups_by_the_refreshed_view() {
         let cluster = RedisCluster::start_local().unwrap();
-        let client = Builder::from_config(crate::net::connection::client_config(&cluster.url()).unwrap())
-            .build_pool(4)
-            .unwrap();
-        client.init().await.unwrap();
+        let client = crate::net::connection::test_pool(&cluster.url(), 4).await;
         let category = "moved_discovery";
         let directory = index_directory(category);
         // Two listed buckets: one holding a partition, one empty (its slot can

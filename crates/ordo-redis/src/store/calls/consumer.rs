@@ -127,7 +127,7 @@ where
 }
 
 /// The most lanes one re-check `XREAD` names.
-pub(crate) const RECHECK_LANES: usize = 1_000;
+const RECHECK_LANES: usize = 1_000;
 
 /// [`recheck`] on a single Redis: one `XREAD COUNT 1 STREAMS <lanes> <ids>`
 /// per chunk of lanes. A chunk names a lane once (`XREAD` answers a stream
