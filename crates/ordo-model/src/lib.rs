@@ -16,6 +16,10 @@
 //! appends, lost replies, late requests and restarts against the script's
 //! per-stream producer hash), checked by [`check_publish`], with its own
 //! mutants.
+//! [`member`] describes partition ownership by member lease (one liveness
+//! key per process start, partition leases naming their holder's member
+//! without a TTL of their own, takeover by compare and set once the holder's
+//! member is gone), checked by [`check_member`], with its own mutants.
 //! [`check`] explores every interleaving of a [`Config`] and reports the
 //! properties of CONTRACT.md §1 that some history breaks. Seeded
 //! [`Mutant`]s, each a hole the real protocol closes, prove the properties
@@ -30,6 +34,7 @@ use crate::mutant::mutants;
 
 pub mod commands;
 pub mod hashed;
+pub mod member;
 mod mutant;
 pub mod protocol;
 pub mod publish;
@@ -41,6 +46,10 @@ pub use commands::{
 pub use hashed::{
     HASHED_BY_DESIGN, Hashed, HashedConfig, HashedMutant, HashedReport, HashedViolation, check_hashed,
     check_hashed_until_broken,
+};
+pub use member::{
+    Member, MemberConfig, MemberMutant, MemberReport, MemberViolation, check_member,
+    check_member_until_broken,
 };
 pub use protocol::{Action, Protocol, State};
 pub use publish::{

@@ -13,8 +13,11 @@
 //! ordo-model publish [--mutant NAME] [--config NAME]
 //!                                              # the publish dedup model
 //! ordo-model publish-mutants                   # its seeded defects
+//! ordo-model member [--mutant NAME] [--config NAME]
+//!                                              # the member lease model
+//! ordo-model member-mutants                    # its seeded defects
 //! ```
-//! `check`, `hashed`, `commands` and `publish` exit with status 1 when a
+//! `check`, `hashed`, `commands`, `publish` and `member` exit with status 1 when a
 //! property is violated.
 
 use std::process::ExitCode;
@@ -22,7 +25,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use ordo_model::{
     AOF_LOSS_BREAKS, CommandsConfig, CommandsMutant, Config, HASHED_BY_DESIGN, HashedConfig, HashedMutant,
-    Mutant, PublishConfig, PublishMutant, check, check_commands, check_hashed, check_publish,
+    MemberConfig, MemberMutant, Mutant, PublishConfig, PublishMutant, check, check_commands, check_hashed,
+    check_member, check_publish,
 };
 
 #[derive(Parser)]
@@ -105,6 +109,67 @@ enum Command {
     },
     /// Lists the publish model's seeded defects, one a line.
     PublishMutants,
+    /// Explores every history of partition ownership by member lease (one
+    /// liveness key per process start, leases naming their holder's
+    /// member, takeover by compare and set once that member is dead), and
+    /// reports violations.
+    Member {
+        /// Seeds a known defect (see `member-mutants`); a counterexample is expected.
+        #[arg(long)]
+        mutant: Option<MemberMutant>,
+        /// The configuration to explore: full (the default: 2 instances, a
+        /// partition of 2 messages, a crash, a stall), partitions (2
+        /// partitions of a message each) or stalls (2 stalls, no crash).
+        #[arg(long, value_parser = parse_member_config)]
+        config: Option<(String, MemberConfig)>,
+    },
+    /// Lists the member lease model's seeded defects, one a line.
+    MemberMutants,
+}
+
+fn parse_member_config(name: &str) -> Result<(String, MemberConfig), String> {
+    MemberConfig::named(name)
+        .map(|config| (name.to_owned(), config))
+        .ok_or_else(|| {
+            let known: Vec<&str> = MemberConfig::NAMED.iter().map(|(n, _)| *n).collect();
+            format!(
+                "unknown configuration `{name}`; expected one of: {}",
+                known.join(", ")
+            )
+        })
+}
+
+fn member(mutant: Option<MemberMutant>, config: Option<(String, MemberConfig)>) -> ExitCode {
+    let (name, config) = match (config, mutant) {
+        (Some(named), _) => named,
+        // A mutant alone: the smallest configuration that exposes it.
+        (None, Some(mutant)) => (format!("exposing {mutant}"), MemberConfig::exposing(mutant)),
+        (None, None) => ("full".to_owned(), MemberConfig::FULL),
+    };
+    println!("configuration: {name}: {config}");
+    if let Some(mutant) = mutant {
+        println!("mutant: {mutant}");
+    }
+    let report = check_member(config, mutant);
+    for violation in &report.violations {
+        println!("\nviolated: {}", violation.property);
+        for (step, action) in violation.trace.iter().enumerate() {
+            println!("  {:>2}. {action}", step + 1);
+        }
+        let state = &violation.state;
+        println!("  leases: {:?}", state.leases);
+        println!("  member keys: {:?}", state.members);
+        println!("  effects: {:?}", state.effects);
+    }
+    println!("states: {}", report.states);
+    println!("max_depth: {}", report.max_depth);
+    println!("violations: {}", report.violations.len());
+    println!("time_ms: {}", report.elapsed.as_millis());
+    if report.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn parse_publish_config(name: &str) -> Result<(String, PublishConfig), String> {
@@ -293,6 +358,13 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Publish { mutant, config } => publish(mutant, config),
+        Command::MemberMutants => {
+            for mutant in MemberMutant::ALL {
+                println!("{mutant}");
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Member { mutant, config } => member(mutant, config),
         Command::CommandsMutants => {
             for mutant in CommandsMutant::ALL {
                 println!("{mutant}");
