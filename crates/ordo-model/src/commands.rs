@@ -55,10 +55,10 @@
 //! concern), and Redis losing writes.
 
 use std::fmt;
-use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
+use stateright::{HasDiscoveries, Model, Property};
 
+use crate::explore::{Counterexample, Outcome, explore};
 use crate::mutant::mutants;
 
 /// What is explored: owners × resends × faults.
@@ -731,32 +731,10 @@ impl Model for Commands {
 }
 
 /// A property some history breaks, with that history.
-#[derive(Debug, Clone)]
-pub struct CommandsViolation {
-    /// The property.
-    pub property: &'static str,
-    /// The actions from the initial state to the violating one.
-    pub trace: Vec<Action>,
-    /// The violating state.
-    pub state: CommandsState,
-}
+pub type CommandsViolation = Counterexample<Action, CommandsState>;
 
 /// The outcome of one exhaustive check of the command reply model.
-#[derive(Debug, Clone)]
-pub struct CommandsReport {
-    /// Distinct states explored.
-    pub states: usize,
-    /// The deepest history explored.
-    pub max_depth: usize,
-    /// What was explored.
-    pub config: CommandsConfig,
-    /// The seeded defect, if any.
-    pub mutant: Option<CommandsMutant>,
-    /// Properties broken, each with a shortest counterexample.
-    pub violations: Vec<CommandsViolation>,
-    /// How long the check took.
-    pub elapsed: Duration,
-}
+pub type CommandsReport = Outcome<CommandsConfig, CommandsMutant, Action, CommandsState>;
 
 /// Explores every history of `config` (with `mutant` seeded) breadth-first,
 /// so each counterexample is a shortest one.
@@ -780,39 +758,5 @@ fn check_commands_with(
     mutant: Option<CommandsMutant>,
     finish: HasDiscoveries,
 ) -> CommandsReport {
-    let started = Instant::now();
-    let model = Commands { config, mutant };
-    let properties = model.properties();
-    let checker = model.clone().checker().finish_when(finish).spawn_bfs().join();
-    let mut discoveries = checker.discoveries();
-    let violations = properties
-        .into_iter()
-        .filter_map(|property| {
-            let mut steps = discoveries.remove(property.name)?.into_vec();
-            // The checker keeps the last history it visited that breaks an
-            // invariant, which may go on past the break: cut it at the
-            // first state that breaks it.
-            if property.expectation == Expectation::Always
-                && let Some(at) = steps
-                    .iter()
-                    .position(|(state, _)| !(property.condition)(&model, state))
-            {
-                steps.truncate(at + 1);
-            }
-            let (state, _) = steps.pop()?;
-            Some(CommandsViolation {
-                property: property.name,
-                trace: steps.into_iter().filter_map(|(_, action)| action).collect(),
-                state,
-            })
-        })
-        .collect();
-    CommandsReport {
-        states: checker.unique_state_count(),
-        max_depth: checker.max_depth(),
-        config,
-        mutant,
-        violations,
-        elapsed: started.elapsed(),
-    }
+    explore(Commands { config, mutant }, config, mutant, finish)
 }

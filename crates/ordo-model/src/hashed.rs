@@ -78,10 +78,10 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::time::{Duration, Instant};
 
-use stateright::{Checker, HasDiscoveries, Model, Property};
+use stateright::{HasDiscoveries, Model, Property};
 
+use crate::explore::{Counterexample, Outcome, explore};
 use crate::mutant::mutants;
 use crate::protocol::{Identity, LeaseValue, acquire};
 
@@ -1824,33 +1824,10 @@ impl Model for Hashed {
 }
 
 /// A property some history breaks, with that history.
-#[derive(Debug, Clone)]
-pub struct HashedViolation {
-    /// The property.
-    pub property: &'static str,
-    /// The actions from the initial state to the violating one.
-    pub trace: Vec<Action>,
-    /// The violating state.
-    pub state: HashedState,
-}
+pub type HashedViolation = Counterexample<Action, HashedState>;
 
-/// The outcome of one exhaustive check of the hashed model.
-#[derive(Debug, Clone)]
-pub struct HashedReport {
-    /// Distinct states explored.
-    pub states: usize,
-    /// The deepest history explored.
-    pub max_depth: usize,
-    /// What was explored.
-    pub config: HashedConfig,
-    /// The seeded defect, if any.
-    pub mutant: Option<HashedMutant>,
-    /// Properties broken, each with a shortest counterexample (those of
-    /// [`HASHED_BY_DESIGN`] included).
-    pub violations: Vec<HashedViolation>,
-    /// How long the check took.
-    pub elapsed: Duration,
-}
+/// The outcome of one exhaustive check of the hashed model (the violations of [`HASHED_BY_DESIGN`] included).
+pub type HashedReport = Outcome<HashedConfig, HashedMutant, Action, HashedState>;
 
 impl HashedReport {
     /// The violations other than those the design accepts
@@ -1884,29 +1861,5 @@ fn check_hashed_with(
     mutant: Option<HashedMutant>,
     finish: HasDiscoveries,
 ) -> HashedReport {
-    let started = Instant::now();
-    let model = Hashed { config, mutant };
-    let properties: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
-    let checker = model.checker().finish_when(finish).spawn_bfs().join();
-    let mut discoveries = checker.discoveries();
-    let violations = properties
-        .into_iter()
-        .filter_map(|property| {
-            let path = discoveries.remove(property)?;
-            let state = path.last_state().clone();
-            Some(HashedViolation {
-                property,
-                trace: path.into_actions(),
-                state,
-            })
-        })
-        .collect();
-    HashedReport {
-        states: checker.unique_state_count(),
-        max_depth: checker.max_depth(),
-        config,
-        mutant,
-        violations,
-        elapsed: started.elapsed(),
-    }
+    explore(Hashed { config, mutant }, config, mutant, finish)
 }

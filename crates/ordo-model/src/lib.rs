@@ -25,14 +25,15 @@
 //! [`Mutant`]s, each a hole the real protocol closes, prove the properties
 //! have teeth: each must yield a counterexample.
 
+use stateright::HasDiscoveries;
 use std::fmt;
-use std::time::{Duration, Instant};
 
-use stateright::{Checker, HasDiscoveries, Model};
-
+use crate::explore::explore;
+pub use crate::explore::{Counterexample, Outcome};
 use crate::mutant::mutants;
 
 pub mod commands;
+mod explore;
 pub mod hashed;
 pub mod member;
 mod mutant;
@@ -332,32 +333,10 @@ mutants! {
 }
 
 /// A property some history breaks, with that history.
-#[derive(Debug, Clone)]
-pub struct Violation {
-    /// The property.
-    pub property: &'static str,
-    /// The actions from the initial state to the violating one.
-    pub trace: Vec<Action>,
-    /// The violating state.
-    pub state: State,
-}
+pub type Violation = Counterexample<Action, State>;
 
-/// The outcome of one exhaustive check.
-#[derive(Debug, Clone)]
-pub struct Report {
-    /// Distinct states explored.
-    pub states: usize,
-    /// The deepest history explored.
-    pub max_depth: usize,
-    /// What was explored.
-    pub config: Config,
-    /// The seeded defect, if any.
-    pub mutant: Option<Mutant>,
-    /// Properties broken, each with a shortest counterexample.
-    pub violations: Vec<Violation>,
-    /// How long the check took.
-    pub elapsed: Duration,
-}
+/// The outcome of one exhaustive check of the lease/fence protocol.
+pub type Report = Outcome<Config, Mutant, Action, State>;
 
 /// Explores every history of `config` (with `mutant` seeded) breadth-first,
 /// so each counterexample is a shortest one.
@@ -384,29 +363,5 @@ pub(crate) fn until_broken(wanted: &[&'static str]) -> HasDiscoveries {
 }
 
 fn check_with(config: Config, mutant: Option<Mutant>, finish: HasDiscoveries) -> Report {
-    let started = Instant::now();
-    let model = Protocol { config, mutant };
-    let properties: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
-    let checker = model.checker().finish_when(finish).spawn_bfs().join();
-    let mut discoveries = checker.discoveries();
-    let violations = properties
-        .into_iter()
-        .filter_map(|property| {
-            let path = discoveries.remove(property)?;
-            let state = path.last_state().clone();
-            Some(Violation {
-                property,
-                trace: path.into_actions(),
-                state,
-            })
-        })
-        .collect();
-    Report {
-        states: checker.unique_state_count(),
-        max_depth: checker.max_depth(),
-        config,
-        mutant,
-        violations,
-        elapsed: started.elapsed(),
-    }
+    explore(Protocol { config, mutant }, config, mutant, finish)
 }

@@ -20,13 +20,14 @@
 //! `check`, `hashed`, `commands`, `publish` and `member` exit with status 1 when a
 //! property is violated.
 
+use std::fmt::Display;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use ordo_model::{
     AOF_LOSS_BREAKS, CommandsConfig, CommandsMutant, Config, HASHED_BY_DESIGN, HashedConfig, HashedMutant,
-    MemberConfig, MemberMutant, Mutant, PublishConfig, PublishMutant, check, check_commands, check_hashed,
-    check_member, check_publish,
+    MemberConfig, MemberMutant, Mutant, Outcome, PublishConfig, PublishMutant, check, check_commands,
+    check_hashed, check_member, check_publish,
 };
 
 #[derive(Parser)]
@@ -52,7 +53,7 @@ enum Command {
         /// The configuration to explore: full (the default), small, halts
         /// (poison messages and operators) or aof (a Redis restart losing
         /// its last writes; the properties it breaks by design are expected).
-        #[arg(long, value_parser = parse_config)]
+        #[arg(long, value_parser = |name: &str| named(name, &Config::NAMED))]
         config: Option<(String, Config)>,
     },
     /// Lists the seeded defects, one a line.
@@ -71,7 +72,7 @@ enum Command {
         /// instances), resend (lost commit replies, resent; one instance)
         /// resend-stall (two instances), or late-held (park with one key and
         /// a held-next command that lands after the client asked again).
-        #[arg(long, value_parser = parse_hashed_config)]
+        #[arg(long, value_parser = |name: &str| named(name, &HashedConfig::NAMED))]
         config: Option<(String, HashedConfig)>,
     },
     /// Lists the hashed model's seeded defects, one a line.
@@ -86,7 +87,7 @@ enum Command {
         /// The configuration to explore: full (the default: 2 owners, a
         /// resend, a crash, a stall, a lost push), stall, crash, or resend
         /// (2 resends, a stall and a lost push).
-        #[arg(long, value_parser = parse_commands_config)]
+        #[arg(long, value_parser = |name: &str| named(name, &CommandsConfig::NAMED))]
         config: Option<(String, CommandsConfig)>,
     },
     /// Lists the command reply model's seeded defects, one a line.
@@ -104,7 +105,7 @@ enum Command {
         /// one stream, 3 faults), restart (3 rows on one stream, a fault, 2
         /// restarts) or wide (4 rows over 2 streams, batches of 3, 3
         /// faults, a restart).
-        #[arg(long, value_parser = parse_publish_config)]
+        #[arg(long, value_parser = |name: &str| named(name, &PublishConfig::NAMED))]
         config: Option<(String, PublishConfig)>,
     },
     /// Lists the publish model's seeded defects, one a line.
@@ -120,194 +121,59 @@ enum Command {
         /// The configuration to explore: full (the default: 2 instances, a
         /// partition of 2 messages, a crash, a stall), partitions (2
         /// partitions of a message each) or stalls (2 stalls, no crash).
-        #[arg(long, value_parser = parse_member_config)]
+        #[arg(long, value_parser = |name: &str| named(name, &MemberConfig::NAMED))]
         config: Option<(String, MemberConfig)>,
     },
     /// Lists the member lease model's seeded defects, one a line.
     MemberMutants,
 }
 
-fn parse_member_config(name: &str) -> Result<(String, MemberConfig), String> {
-    MemberConfig::named(name)
-        .map(|config| (name.to_owned(), config))
+/// The configuration called `name` among a model's `known` ones.
+fn named<C: Copy>(name: &str, known: &[(&'static str, C)]) -> Result<(String, C), String> {
+    known
+        .iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, config)| (name.to_owned(), *config))
         .ok_or_else(|| {
-            let known: Vec<&str> = MemberConfig::NAMED.iter().map(|(n, _)| *n).collect();
+            let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
             format!(
                 "unknown configuration `{name}`; expected one of: {}",
-                known.join(", ")
+                names.join(", ")
             )
         })
 }
 
-fn member(mutant: Option<MemberMutant>, config: Option<(String, MemberConfig)>) -> ExitCode {
-    let (name, config) = match (config, mutant) {
+/// The configuration to explore, printed with the mutant: the one named,
+/// else the smallest that exposes the mutant, else the model's default.
+fn chosen<C: Display, M: Display + Copy>(
+    named: Option<(String, C)>,
+    mutant: Option<M>,
+    exposing: impl Fn(M) -> C,
+    full: C,
+) -> C {
+    let (name, config) = match (named, mutant) {
         (Some(named), _) => named,
-        // A mutant alone: the smallest configuration that exposes it.
-        (None, Some(mutant)) => (format!("exposing {mutant}"), MemberConfig::exposing(mutant)),
-        (None, None) => ("full".to_owned(), MemberConfig::FULL),
+        (None, Some(mutant)) => (format!("exposing {mutant}"), exposing(mutant)),
+        (None, None) => ("full".to_owned(), full),
     };
     println!("configuration: {name}: {config}");
     if let Some(mutant) = mutant {
         println!("mutant: {mutant}");
     }
-    let report = check_member(config, mutant);
-    for violation in &report.violations {
-        println!("\nviolated: {}", violation.property);
-        for (step, action) in violation.trace.iter().enumerate() {
-            println!("  {:>2}. {action}", step + 1);
-        }
-        let state = &violation.state;
-        println!("  leases: {:?}", state.leases);
-        println!("  member keys: {:?}", state.members);
-        println!("  effects: {:?}", state.effects);
-    }
-    println!("states: {}", report.states);
-    println!("max_depth: {}", report.max_depth);
-    println!("violations: {}", report.violations.len());
-    println!("time_ms: {}", report.elapsed.as_millis());
-    if report.violations.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    config
 }
 
-fn parse_publish_config(name: &str) -> Result<(String, PublishConfig), String> {
-    PublishConfig::named(name)
-        .map(|config| (name.to_owned(), config))
-        .ok_or_else(|| {
-            let known: Vec<&str> = PublishConfig::NAMED.iter().map(|(n, _)| *n).collect();
-            format!(
-                "unknown configuration `{name}`; expected one of: {}",
-                known.join(", ")
-            )
-        })
-}
-
-fn publish(mutant: Option<PublishMutant>, config: Option<(String, PublishConfig)>) -> ExitCode {
-    let (name, config) = match (config, mutant) {
-        (Some(named), _) => named,
-        // A mutant alone: the smallest configuration that exposes it.
-        (None, Some(mutant)) => (format!("exposing {mutant}"), PublishConfig::exposing(mutant)),
-        (None, None) => ("full".to_owned(), PublishConfig::FULL),
-    };
-    println!("configuration: {name}: {config}");
-    if let Some(mutant) = mutant {
-        println!("mutant: {mutant}");
-    }
-    let report = check_publish(config, mutant);
-    for violation in &report.violations {
-        println!("\nviolated: {}", violation.property);
-        for (step, action) in violation.trace.iter().enumerate() {
-            println!("  {:>2}. {action}", step + 1);
-        }
-        let state = &violation.state;
-        let rows: Vec<String> = state
-            .rows
-            .iter()
-            .map(|r| {
-                format!(
-                    "start {} seq {} → stream {}{}",
-                    r.incarnation,
-                    r.seq,
-                    r.stream,
-                    if r.published { " (published)" } else { "" }
-                )
-            })
-            .collect();
-        println!("  rows: {rows:?}");
-        println!(
-            "  streams (row indices): {:?}, last sequences: {:?}",
-            state.streams, state.last
-        );
-    }
-    println!("states: {}", report.states);
-    println!("max_depth: {}", report.max_depth);
-    println!("violations: {}", report.violations.len());
-    println!("time_ms: {}", report.elapsed.as_millis());
-    if report.violations.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
-fn parse_commands_config(name: &str) -> Result<(String, CommandsConfig), String> {
-    CommandsConfig::named(name)
-        .map(|config| (name.to_owned(), config))
-        .ok_or_else(|| {
-            let known: Vec<&str> = CommandsConfig::NAMED.iter().map(|(n, _)| *n).collect();
-            format!(
-                "unknown configuration `{name}`; expected one of: {}",
-                known.join(", ")
-            )
-        })
-}
-
-fn commands(mutant: Option<CommandsMutant>, config: Option<(String, CommandsConfig)>) -> ExitCode {
-    let (name, config) = match (config, mutant) {
-        (Some(named), _) => named,
-        // A mutant alone: the smallest configuration that exposes it.
-        (None, Some(mutant)) => (format!("exposing {mutant}"), CommandsConfig::exposing(mutant)),
-        (None, None) => ("full".to_owned(), CommandsConfig::FULL),
-    };
-    println!("configuration: {name}: {config}");
-    if let Some(mutant) = mutant {
-        println!("mutant: {mutant}");
-    }
-    let report = check_commands(config, mutant);
-    for violation in &report.violations {
-        println!("\nviolated: {}", violation.property);
-        for (step, action) in violation.trace.iter().enumerate() {
-            println!("  {:>2}. {action}", step + 1);
-        }
-        let state = &violation.state;
-        println!(
-            "  outcome record: {:?} (first recorded: {:?}), runs: {}, senders: {:?}, entries: {}",
-            state.outcome,
-            state.first_recorded,
-            state.runs,
-            state.senders.iter().map(|s| s.call).collect::<Vec<_>>(),
-            state.stream.len()
-        );
-    }
-    println!("states: {}", report.states);
-    println!("max_depth: {}", report.max_depth);
-    println!("violations: {}", report.violations.len());
-    println!("time_ms: {}", report.elapsed.as_millis());
-    if report.violations.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
-fn parse_hashed_config(name: &str) -> Result<(String, HashedConfig), String> {
-    HashedConfig::named(name)
-        .map(|config| (name.to_owned(), config))
-        .ok_or_else(|| {
-            let known: Vec<&str> = HashedConfig::NAMED.iter().map(|(n, _)| *n).collect();
-            format!(
-                "unknown configuration `{name}`; expected one of: {}",
-                known.join(", ")
-            )
-        })
-}
-
-fn hashed(mutant: Option<HashedMutant>, config: Option<(String, HashedConfig)>) -> ExitCode {
-    let (name, config) = match (config, mutant) {
-        (Some(named), _) => named,
-        // A mutant alone: the smallest configuration that exposes it.
-        (None, Some(mutant)) => (format!("exposing {mutant}"), HashedConfig::exposing(mutant)),
-        (None, None) => ("full".to_owned(), HashedConfig::FULL),
-    };
-    println!("configuration: {name}: {config}");
-    if let Some(mutant) = mutant {
-        println!("mutant: {mutant}");
-    }
-    let report = check_hashed(config, mutant);
-    for violation in &report.violations {
-        let by_design = HASHED_BY_DESIGN.contains(&violation.property);
+/// Prints each counterexample (its steps, then `summary` of its last
+/// state), the figures of the check, and fails unless every violation is
+/// one of `expected` (what the design accepts, `why` says where).
+fn report<C, M, A: Display, S>(
+    outcome: &Outcome<C, M, A, S>,
+    expected: (&[&str], &str),
+    summary: impl Fn(&S) -> String,
+) -> ExitCode {
+    let (expected, why) = expected;
+    for violation in &outcome.violations {
+        let by_design = expected.contains(&violation.property);
         println!(
             "\nviolated{}: {}",
             if by_design { " (by design)" } else { "" },
@@ -316,20 +182,23 @@ fn hashed(mutant: Option<HashedMutant>, config: Option<(String, HashedConfig)>) 
         for (step, action) in violation.trace.iter().enumerate() {
             println!("  {:>2}. {action}", step + 1);
         }
+        println!("  {}", summary(&violation.state));
+    }
+    let unexpected = outcome
+        .violations
+        .iter()
+        .filter(|v| !expected.contains(&v.property))
+        .count();
+    println!("states: {}", outcome.states);
+    println!("max_depth: {}", outcome.max_depth);
+    if !expected.is_empty() {
         println!(
-            "  effects: {:?}, acked: {:#b}, runs per message: {:?}",
-            violation.state.effects, violation.state.acked, violation.state.runs
+            "expected_violations: {} ({why}; docs/RELIABILITY.md)",
+            outcome.violations.len() - unexpected
         );
     }
-    let unexpected = report.unexpected().count();
-    println!("states: {}", report.states);
-    println!("max_depth: {}", report.max_depth);
-    println!(
-        "expected_violations: {} (what the design accepts; docs/RELIABILITY.md)",
-        report.violations.len() - unexpected
-    );
     println!("violations: {unexpected}");
-    println!("time_ms: {}", report.elapsed.as_millis());
+    println!("time_ms: {}", outcome.elapsed.as_millis());
     if unexpected == 0 {
         ExitCode::SUCCESS
     } else {
@@ -337,83 +206,86 @@ fn hashed(mutant: Option<HashedMutant>, config: Option<(String, HashedConfig)>) 
     }
 }
 
-fn parse_config(name: &str) -> Result<(String, Config), String> {
-    Config::named(name)
-        .map(|config| (name.to_owned(), config))
-        .ok_or_else(|| {
-            let known: Vec<&str> = Config::NAMED.iter().map(|(n, _)| *n).collect();
-            format!(
-                "unknown configuration `{name}`; expected one of: {}",
-                known.join(", ")
-            )
-        })
+/// Prints each mutant's name, one a line.
+fn list<M: Display>(mutants: &[M]) -> ExitCode {
+    for mutant in mutants {
+        println!("{mutant}");
+    }
+    ExitCode::SUCCESS
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::PublishMutants => {
-            for mutant in PublishMutant::ALL {
-                println!("{mutant}");
-            }
-            ExitCode::SUCCESS
+        Command::PublishMutants => list(&PublishMutant::ALL),
+        Command::Publish { mutant, config } => {
+            let config = chosen(config, mutant, PublishConfig::exposing, PublishConfig::FULL);
+            report(&check_publish(config, mutant), (&[], ""), |state| {
+                let rows: Vec<String> = state
+                    .rows
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "start {} seq {} → stream {}{}",
+                            r.incarnation,
+                            r.seq,
+                            r.stream,
+                            if r.published { " (published)" } else { "" }
+                        )
+                    })
+                    .collect();
+                format!(
+                    "rows: {rows:?}\n  streams (row indices): {:?}, last sequences: {:?}",
+                    state.streams, state.last
+                )
+            })
         }
-        Command::Publish { mutant, config } => publish(mutant, config),
-        Command::MemberMutants => {
-            for mutant in MemberMutant::ALL {
-                println!("{mutant}");
-            }
-            ExitCode::SUCCESS
+        Command::MemberMutants => list(&MemberMutant::ALL),
+        Command::Member { mutant, config } => {
+            let config = chosen(config, mutant, MemberConfig::exposing, MemberConfig::FULL);
+            report(&check_member(config, mutant), (&[], ""), |state| {
+                format!(
+                    "leases: {:?}\n  member keys: {:?}\n  effects: {:?}",
+                    state.leases, state.members, state.effects
+                )
+            })
         }
-        Command::Member { mutant, config } => member(mutant, config),
-        Command::CommandsMutants => {
-            for mutant in CommandsMutant::ALL {
-                println!("{mutant}");
-            }
-            ExitCode::SUCCESS
+        Command::CommandsMutants => list(&CommandsMutant::ALL),
+        Command::Commands { mutant, config } => {
+            let config = chosen(config, mutant, CommandsConfig::exposing, CommandsConfig::FULL);
+            report(&check_commands(config, mutant), (&[], ""), |state| {
+                format!(
+                    "outcome record: {:?} (first recorded: {:?}), runs: {}, senders: {:?}, entries: {}",
+                    state.outcome,
+                    state.first_recorded,
+                    state.runs,
+                    state.senders.iter().map(|s| s.call).collect::<Vec<_>>(),
+                    state.stream.len()
+                )
+            })
         }
-        Command::Commands { mutant, config } => commands(mutant, config),
-        Command::HashedMutants => {
-            for mutant in HashedMutant::ALL {
-                println!("{mutant}");
-            }
-            ExitCode::SUCCESS
+        Command::HashedMutants => list(&HashedMutant::ALL),
+        Command::Hashed { mutant, config } => {
+            let config = chosen(config, mutant, HashedConfig::exposing, HashedConfig::FULL);
+            let expected = (&HASHED_BY_DESIGN[..], "what the design accepts");
+            report(&check_hashed(config, mutant), expected, |state| {
+                format!(
+                    "effects: {:?}, acked: {:#b}, runs per message: {:?}",
+                    state.effects, state.acked, state.runs
+                )
+            })
         }
-        Command::Hashed { mutant, config } => hashed(mutant, config),
-        Command::Mutants => {
-            for mutant in Mutant::ALL {
-                println!("{mutant}");
-            }
-            ExitCode::SUCCESS
-        }
+        Command::Mutants => list(&Mutant::ALL),
         Command::Check {
             mutant,
             small,
             config,
         } => {
-            let (name, config) = match (small, config) {
-                (true, _) => ("small".to_owned(), Config::SMALL),
-                (false, Some(named)) => named,
-                // A mutant alone: the smallest configuration that exposes it.
-                (false, None) => match mutant {
-                    Some(mutant) => (format!("exposing {mutant}"), Config::exposing(mutant)),
-                    None => ("full".to_owned(), Config::FULL),
-                },
+            let named = if small {
+                Some(("small".to_owned(), Config::SMALL))
+            } else {
+                config
             };
-            println!("configuration: {name}: {config}");
-            if let Some(mutant) = mutant {
-                println!("mutant: {mutant}");
-            }
-            let report = check(config, mutant);
-            for violation in &report.violations {
-                println!("\nviolated: {}", violation.property);
-                for (step, action) in violation.trace.iter().enumerate() {
-                    println!("  {:>2}. {action}", step + 1);
-                }
-                println!(
-                    "  effects: {:?}, acked: {:#b}",
-                    violation.state.effects, violation.state.acked
-                );
-            }
+            let config = chosen(named, mutant, Config::exposing, Config::FULL);
             // A restart losing the last writes breaks some properties by
             // design of Redis's persistence; those are reported, not failed.
             let expected: &[&str] = if config.aof_losses > 0 && mutant.is_none() {
@@ -421,26 +293,11 @@ fn main() -> ExitCode {
             } else {
                 &[]
             };
-            let unexpected = report
-                .violations
-                .iter()
-                .filter(|v| !expected.contains(&v.property))
-                .count();
-            println!("states: {}", report.states);
-            println!("max_depth: {}", report.max_depth);
-            if !expected.is_empty() {
-                println!(
-                    "expected_violations: {} (what AOF everysec can lose; docs/RELIABILITY.md)",
-                    report.violations.len() - unexpected
-                );
-            }
-            println!("violations: {unexpected}");
-            println!("time_ms: {}", report.elapsed.as_millis());
-            if unexpected == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
+            report(
+                &check(config, mutant),
+                (expected, "what AOF everysec can lose"),
+                |state| format!("effects: {:?}, acked: {:#b}", state.effects, state.acked),
+            )
         }
     }
 }

@@ -55,10 +55,10 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
+use stateright::{HasDiscoveries, Model, Property};
 
+use crate::explore::{Counterexample, Outcome, explore};
 use crate::mutant::mutants;
 use crate::protocol::{Identity, LeaseValue};
 
@@ -788,32 +788,10 @@ impl Model for Member {
 }
 
 /// A property some history breaks, with that history.
-#[derive(Debug, Clone)]
-pub struct MemberViolation {
-    /// The property.
-    pub property: &'static str,
-    /// The actions from the initial state to the violating one.
-    pub trace: Vec<Action>,
-    /// The violating state.
-    pub state: MemberState,
-}
+pub type MemberViolation = Counterexample<Action, MemberState>;
 
 /// The outcome of one exhaustive check of the member lease model.
-#[derive(Debug, Clone)]
-pub struct MemberReport {
-    /// Distinct states explored.
-    pub states: usize,
-    /// The deepest history explored.
-    pub max_depth: usize,
-    /// What was explored.
-    pub config: MemberConfig,
-    /// The seeded defect, if any.
-    pub mutant: Option<MemberMutant>,
-    /// Properties broken, each with a shortest counterexample.
-    pub violations: Vec<MemberViolation>,
-    /// How long the check took.
-    pub elapsed: Duration,
-}
+pub type MemberReport = Outcome<MemberConfig, MemberMutant, Action, MemberState>;
 
 /// Explores every history of `config` (with `mutant` seeded) breadth-first,
 /// so each counterexample is a shortest one.
@@ -837,39 +815,5 @@ fn check_member_with(
     mutant: Option<MemberMutant>,
     finish: HasDiscoveries,
 ) -> MemberReport {
-    let started = Instant::now();
-    let model = Member { config, mutant };
-    let properties = model.properties();
-    let checker = model.clone().checker().finish_when(finish).spawn_bfs().join();
-    let mut discoveries = checker.discoveries();
-    let violations = properties
-        .into_iter()
-        .filter_map(|property| {
-            let mut steps = discoveries.remove(property.name)?.into_vec();
-            // The checker keeps the last history it visited that breaks an
-            // invariant, which may go on past the break: cut it at the
-            // first state that breaks it.
-            if property.expectation == Expectation::Always
-                && let Some(at) = steps
-                    .iter()
-                    .position(|(state, _)| !(property.condition)(&model, state))
-            {
-                steps.truncate(at + 1);
-            }
-            let (state, _) = steps.pop()?;
-            Some(MemberViolation {
-                property: property.name,
-                trace: steps.into_iter().filter_map(|(_, action)| action).collect(),
-                state,
-            })
-        })
-        .collect();
-    MemberReport {
-        states: checker.unique_state_count(),
-        max_depth: checker.max_depth(),
-        config,
-        mutant,
-        violations,
-        elapsed: started.elapsed(),
-    }
+    explore(Member { config, mutant }, config, mutant, finish)
 }

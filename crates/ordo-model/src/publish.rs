@@ -63,10 +63,10 @@
 //! [`crate::commands`] models.
 
 use std::fmt;
-use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
+use stateright::{HasDiscoveries, Model, Property};
 
+use crate::explore::{Counterexample, Outcome, explore};
 use crate::mutant::mutants;
 
 /// What is explored: rows × streams × faults.
@@ -746,32 +746,10 @@ impl Model for Publish {
 }
 
 /// A property some history breaks, with that history.
-#[derive(Debug, Clone)]
-pub struct PublishViolation {
-    /// The property.
-    pub property: &'static str,
-    /// The actions from the initial state to the violating one.
-    pub trace: Vec<Action>,
-    /// The violating state.
-    pub state: PublishState,
-}
+pub type PublishViolation = Counterexample<Action, PublishState>;
 
 /// The outcome of one exhaustive check of the publish deduplication model.
-#[derive(Debug, Clone)]
-pub struct PublishReport {
-    /// Distinct states explored.
-    pub states: usize,
-    /// The deepest history explored.
-    pub max_depth: usize,
-    /// What was explored.
-    pub config: PublishConfig,
-    /// The seeded defect, if any.
-    pub mutant: Option<PublishMutant>,
-    /// Properties broken, each with a shortest counterexample.
-    pub violations: Vec<PublishViolation>,
-    /// How long the check took.
-    pub elapsed: Duration,
-}
+pub type PublishReport = Outcome<PublishConfig, PublishMutant, Action, PublishState>;
 
 /// Explores every history of `config` (with `mutant` seeded) breadth-first,
 /// so each counterexample is a shortest one.
@@ -795,39 +773,5 @@ fn check_publish_with(
     mutant: Option<PublishMutant>,
     finish: HasDiscoveries,
 ) -> PublishReport {
-    let started = Instant::now();
-    let model = Publish { config, mutant };
-    let properties = model.properties();
-    let checker = model.clone().checker().finish_when(finish).spawn_bfs().join();
-    let mut discoveries = checker.discoveries();
-    let violations = properties
-        .into_iter()
-        .filter_map(|property| {
-            let mut steps = discoveries.remove(property.name)?.into_vec();
-            // The checker keeps the last history it visited that breaks an
-            // invariant, which may go on past the break: cut it at the
-            // first state that breaks it.
-            if property.expectation == Expectation::Always
-                && let Some(at) = steps
-                    .iter()
-                    .position(|(state, _)| !(property.condition)(&model, state))
-            {
-                steps.truncate(at + 1);
-            }
-            let (state, _) = steps.pop()?;
-            Some(PublishViolation {
-                property: property.name,
-                trace: steps.into_iter().filter_map(|(_, action)| action).collect(),
-                state,
-            })
-        })
-        .collect();
-    PublishReport {
-        states: checker.unique_state_count(),
-        max_depth: checker.max_depth(),
-        config,
-        mutant,
-        violations,
-        elapsed: started.elapsed(),
-    }
+    explore(Publish { config, mutant }, config, mutant, finish)
 }
