@@ -28,6 +28,10 @@
 //! - **Runs.** A worker holding a lease reads the partition's head under
 //!   the fence and starts the handler only while its member is valid; the
 //!   handler's commit (with the acknowledgement) goes through the fence.
+//! - **A clean stop**: the process takes no new partition or message,
+//!   finishes the runs it has going (however long a handler in blocking
+//!   code takes: its member key is renewed meanwhile), releases each lease
+//!   with a compare and delete, and only then deletes its member key.
 //! - **Faults**: a process crashes (its key stays until it expires) and
 //!   starts again as a new member, or stalls (SIGSTOP) long enough for its
 //!   key to expire and then resumes; commands travel through an unordered
@@ -42,9 +46,7 @@
 //! removing a race. Not modelled here: what [`crate::protocol`] checks of
 //! the fenced calls themselves (attempts, halts, reaps, acknowledgement
 //! windows): the fence is the same compare of the lease value, so those
-//! properties carry over; a clean shutdown's release (a compare and delete
-//! of each lease, then of the member key: a lease freed that way is taken
-//! like a free one).
+//! properties carry over.
 //!
 //! The properties: at most one live run per partition among the runs that
 //! started while their member was valid (a run that was going when its
@@ -75,6 +77,9 @@ pub struct MemberConfig {
     pub crashes: u8,
     /// SIGSTOPs past the member key's TTL.
     pub stalls: u8,
+    /// Clean stops: the process finishes its runs, releases its leases,
+    /// deletes its member key and exits (it may start again).
+    pub stops: u8,
 }
 
 impl MemberConfig {
@@ -86,6 +91,7 @@ impl MemberConfig {
         messages: 2,
         crashes: 1,
         stalls: 1,
+        stops: 0,
     };
 
     /// Two partitions of one message each: a member that stops renewing
@@ -96,6 +102,7 @@ impl MemberConfig {
         messages: 1,
         crashes: 0,
         stalls: 1,
+        stops: 0,
     };
 
     /// Two stalls and no crash: a member that expired, resumed and started
@@ -106,13 +113,27 @@ impl MemberConfig {
         messages: 2,
         crashes: 0,
         stalls: 2,
+        stops: 0,
+    };
+
+    /// A clean stop with a stall: the stopping process finishes its run,
+    /// releases its lease and deletes its member key, while the other
+    /// instance takes over.
+    pub const STOP: Self = Self {
+        instances: 2,
+        partitions: 1,
+        messages: 2,
+        crashes: 0,
+        stalls: 1,
+        stops: 1,
     };
 
     /// The configurations `ordo-model member --config NAME` knows.
-    pub const NAMED: [(&'static str, Self); 3] = [
+    pub const NAMED: [(&'static str, Self); 4] = [
         ("full", Self::FULL),
         ("partitions", Self::PARTITIONS),
         ("stalls", Self::STALLS),
+        ("stop", Self::STOP),
     ];
 
     /// The configuration called `name` in [`MemberConfig::NAMED`].
@@ -131,6 +152,7 @@ impl MemberConfig {
             messages: 1,
             crashes: 0,
             stalls: 1,
+            stops: 0,
         };
         match mutant {
             MemberMutant::RenewRecreatesMember | MemberMutant::RunWithoutMemberCheck => stall,
@@ -141,6 +163,12 @@ impl MemberConfig {
                 stalls: 0,
                 ..stall
             },
+            // A clean stop while the handler runs.
+            MemberMutant::LeaveWhileRunning => Self {
+                stalls: 0,
+                stops: 1,
+                ..stall
+            },
         }
     }
 }
@@ -149,9 +177,9 @@ impl fmt::Display for MemberConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} instances × {} partitions × {} messages × faults (crashes {}, stalls past the TTL {}) \
-             with calls landing in any order",
-            self.instances, self.partitions, self.messages, self.crashes, self.stalls
+            "{} instances × {} partitions × {} messages × faults (crashes {}, stalls past the TTL {}, clean \
+             stops {}) with calls landing in any order",
+            self.instances, self.partitions, self.messages, self.crashes, self.stalls, self.stops
         )
     }
 }
@@ -172,6 +200,10 @@ mutants! {
         /// The takeover writes the lease without comparing it with the value
         /// read: two instances that both saw a dead holder both take it.
         TakeoverWithoutCompare = "takeover-without-compare",
+        /// A stopping process deletes its member key at once, while a handler
+        /// of its still runs (in blocking code past the shutdown's grace):
+        /// another instance takes the partition over and runs beside it.
+        LeaveWhileRunning = "leave-while-running",
     }
 }
 
@@ -203,6 +235,10 @@ pub enum Op {
     /// `PEXPIRE` of the sender's member key; whether the sender held itself
     /// valid when it sent it.
     Renew(bool),
+    /// Compare and delete of partition `k`'s lease (a clean stop).
+    Release(u8, LeaseValue),
+    /// `DEL` of the sender's member key (a clean stop, last).
+    Leave,
 }
 
 /// A call in flight: who sent it, what it asks.
@@ -233,6 +269,8 @@ pub enum Reply {
     Fenced,
     /// Whether the member key was there to renew.
     Renewed(bool),
+    /// Released (or no longer held), or the member key deleted.
+    Done,
 }
 
 /// A handler run.
@@ -299,6 +337,8 @@ pub struct Process {
     pub up: bool,
     /// SIGSTOPped.
     pub stalled: bool,
+    /// Stopping cleanly: it takes no new partition or message.
+    pub stopping: bool,
     /// Its validity has not passed (by its own clock).
     pub valid: bool,
     /// What it does on each partition.
@@ -340,6 +380,8 @@ pub struct MemberState {
     pub crashes: u8,
     /// Stalls left.
     pub stalls: u8,
+    /// Clean stops left.
+    pub stops: u8,
     /// A run started while its member's key did not exist.
     pub dead_run: bool,
 }
@@ -368,6 +410,11 @@ pub enum Action {
     Stall(usize),
     /// SIGCONT of process `p`.
     Resume(usize),
+    /// Process `p` is asked to stop cleanly.
+    Stop(usize),
+    /// Process `p`, stopping with nothing left on any partition, deletes
+    /// its member key and exits.
+    Leave(usize),
 }
 
 impl fmt::Display for Action {
@@ -384,6 +431,8 @@ impl fmt::Display for Action {
             Self::Restart(p) => write!(f, "process {p} starts again"),
             Self::Stall(p) => write!(f, "process {p} stalls"),
             Self::Resume(p) => write!(f, "process {p} resumes"),
+            Self::Stop(p) => write!(f, "process {p} is asked to stop"),
+            Self::Leave(p) => write!(f, "process {p} deletes its member key and exits"),
         }
     }
 }
@@ -417,6 +466,7 @@ impl Member {
         state.members.insert(identity);
         let process = &mut state.processes[p];
         process.identity = identity;
+        process.stopping = false;
         process.valid = true;
         process.slots = vec![Slot::IDLE; usize::from(self.config.partitions)];
         process.renewing = None;
@@ -437,12 +487,15 @@ impl Member {
         }
         match slot.work {
             Work::Idle => {
-                process.valid
+                !process.stopping
+                    && process.valid
                     && state.leases[usize::from(k)].is_none_or(|held| {
                         held.holder == process.identity
                             || (!state.members.contains(&held.holder) && slot.told_alive != Some(held.holder))
                     })
             }
+            // A stopping worker releases its lease.
+            Work::Holding(_) if process.stopping => true,
             Work::Holding(_) => (process.valid || ignores_validity) && self.head(state, k).is_some(),
             Work::Running(_) => true,
             Work::Waiting(..) => false,
@@ -485,6 +538,17 @@ impl Member {
                 }
                 state.effects[usize::from(k)].push(msg);
                 Reply::Committed
+            }
+            Op::Release(k, lease) => {
+                let held = &mut state.leases[usize::from(k)];
+                if *held == Some(lease) {
+                    *held = None;
+                }
+                Reply::Done
+            }
+            Op::Leave => {
+                state.members.remove(&call.from);
+                Reply::Done
             }
             Op::Renew(_) => {
                 if self.has(MemberMutant::RenewRecreatesMember) {
@@ -575,6 +639,7 @@ impl Model for Member {
                 },
                 up: true,
                 stalled: false,
+                stopping: false,
                 valid: false,
                 slots: Vec::new(),
                 renewing: None,
@@ -592,6 +657,7 @@ impl Model for Member {
             next_nonce: 0,
             crashes: self.config.crashes,
             stalls: self.config.stalls,
+            stops: self.config.stops,
             dead_run: false,
         };
         for p in 0..usize::from(self.config.instances) {
@@ -637,6 +703,16 @@ impl Model for Member {
             if state.crashes > 0 {
                 actions.push(Action::Crash(p));
             }
+            if state.stops > 0 && !process.stopping {
+                actions.push(Action::Stop(p));
+            }
+            let done = process
+                .slots
+                .iter()
+                .all(|slot| slot.work == Work::Idle && slot.inbox.is_none());
+            if process.stopping && done {
+                actions.push(Action::Leave(p));
+            }
             if state.stalls > 0 {
                 actions.push(Action::Stall(p));
             }
@@ -648,6 +724,9 @@ impl Model for Member {
         match action {
             Action::Step(p, k) => match state.processes[p].slots[usize::from(k)].work {
                 Work::Idle => Self::send(&mut state, p, k, Op::Read(k), None),
+                Work::Holding(lease) if state.processes[p].stopping => {
+                    Self::send(&mut state, p, k, Op::Release(k, lease), None)
+                }
                 Work::Holding(lease) => Self::send(&mut state, p, k, Op::Fetch(k, lease), None),
                 Work::Running(run) => {
                     Self::send(&mut state, p, k, Op::Commit(k, run.lease, run.msg), Some(run))
@@ -683,7 +762,11 @@ impl Model for Member {
                     (Op::Renew(_), Reply::Renewed(alive)) if live => self.renewed(&mut state, p, alive),
                     (Op::Renew(_), Reply::Renewed(alive)) => state.processes[p].renewed = Some(alive),
                     (Op::Renew(_), _) => unreachable!("a renewal answers renewed"),
-                    (Op::Read(k) | Op::Alive(k, _) | Op::Take(k, _) | Op::Fetch(k, _), _)
+                    (Op::Leave, _) => {}
+                    (
+                        Op::Read(k) | Op::Alive(k, _) | Op::Take(k, _) | Op::Fetch(k, _) | Op::Release(k, _),
+                        _,
+                    )
                     | (Op::Commit(k, ..), _) => {
                         if let (Op::Alive(_, held), Reply::Alive(true)) = (call.op, reply) {
                             // As Redis answers: an expiry after it clears it.
@@ -730,6 +813,7 @@ impl Model for Member {
                 let process = &mut state.processes[p];
                 process.up = false;
                 process.stalled = false;
+                process.stopping = false;
                 process.slots.clear();
                 process.renewing = None;
                 process.renewed = None;
@@ -741,6 +825,24 @@ impl Model for Member {
             Action::Stall(p) => {
                 state.stalls -= 1;
                 state.processes[p].stalled = true;
+            }
+            Action::Stop(p) => {
+                state.stops -= 1;
+                state.processes[p].stopping = true;
+                if self.has(MemberMutant::LeaveWhileRunning) {
+                    let from = state.processes[p].identity;
+                    state.network.insert(Call { from, op: Op::Leave });
+                }
+            }
+            Action::Leave(p) => {
+                let process = &mut state.processes[p];
+                let from = process.identity;
+                process.up = false;
+                process.stopping = false;
+                process.slots.clear();
+                process.renewing = None;
+                process.renewed = None;
+                state.network.insert(Call { from, op: Op::Leave });
             }
             Action::Resume(p) => {
                 let process = &mut state.processes[p];

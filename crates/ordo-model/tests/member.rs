@@ -11,7 +11,8 @@ fn broken(report: &MemberReport) -> Vec<&'static str> {
 }
 
 /// Every named configuration: a crash and a stall around one partition,
-/// two partitions lost at once, two stalls; every property holds.
+/// two partitions lost at once, two stalls, a clean stop; every property
+/// holds.
 #[test]
 fn every_named_member_configuration_is_clean() {
     for (name, config) in MemberConfig::NAMED {
@@ -30,18 +31,28 @@ fn every_named_member_configuration_is_clean() {
     }
 }
 
-/// Each mutant, in the configuration made for it and in `full`, breaks the
+/// Each mutant, in the configuration made for it and in `full` (`stop` for
+/// the one about stopping), breaks the
 /// property it is about (and, being a hole of ownership, not the fence's
 /// properties: effects still land once, in order).
 #[test]
 fn every_member_mutant_is_caught() {
     let expected = |mutant: MemberMutant| match mutant {
-        MemberMutant::RenewRecreatesMember | MemberMutant::TakeoverWithoutCompare => ONE_RUN,
+        MemberMutant::RenewRecreatesMember
+        | MemberMutant::TakeoverWithoutCompare
+        | MemberMutant::LeaveWhileRunning => ONE_RUN,
         MemberMutant::RunWithoutMemberCheck => LIVE_MEMBER,
     };
     for mutant in MemberMutant::ALL {
         let property = expected(mutant);
-        for config in [MemberConfig::exposing(mutant), MemberConfig::FULL] {
+        let exposing = MemberConfig::exposing(mutant);
+        // The broader configuration with the same kinds of faults.
+        let broad = if exposing.stops > 0 {
+            MemberConfig::STOP
+        } else {
+            MemberConfig::FULL
+        };
+        for config in [exposing, broad] {
             let report = check_member_until_broken(config, Some(mutant), &[property]);
             let broken = broken(&report);
             assert!(
