@@ -120,8 +120,9 @@ enum Command {
         mutant: Option<MemberMutant>,
         /// The configuration to explore: full (the default: 2 instances, a
         /// partition of 2 messages, a crash, a stall), partitions (2
-        /// partitions of a message each), stalls (2 stalls, no crash) or
-        /// stop (a clean stop and a stall).
+        /// partitions of a message each), stalls (2 stalls, no crash), stop
+        /// (a clean stop and a stall) or legacy (a rolling upgrade: one
+        /// instance on the release before member leases).
         #[arg(long, value_parser = |name: &str| named(name, &MemberConfig::NAMED))]
         config: Option<(String, MemberConfig)>,
     },

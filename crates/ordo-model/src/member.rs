@@ -32,6 +32,12 @@
 //!   finishes the runs it has going (however long a handler in blocking
 //!   code takes: its member key is renewed meanwhile), releases each lease
 //!   with a compare and delete, and only then deletes its member key.
+//! - **A rolling upgrade**: an instance of the release before member leases
+//!   has no member key and takes only free leases, each with a TTL of its
+//!   own, which it renews. A lease that has a TTL is that instance's: this
+//!   release takes it only once it has expired (its holder has no member
+//!   key, so it would look dead while it runs); the old release never takes
+//!   a lease without a TTL (it waits: safe, it only starves).
 //! - **Faults**: a process crashes (its key stays until it expires) and
 //!   starts again as a new member, or stalls (SIGSTOP) long enough for its
 //!   key to expire and then resumes; commands travel through an unordered
@@ -80,6 +86,11 @@ pub struct MemberConfig {
     /// Clean stops: the process finishes its runs, releases its leases,
     /// deletes its member key and exits (it may start again).
     pub stops: u8,
+    /// Process 0 runs the release before member leases (a rolling
+    /// upgrade): it has no member key, takes only free leases, each with a
+    /// TTL of its own that it renews, and runs while its lease has not
+    /// expired.
+    pub legacy: bool,
 }
 
 impl MemberConfig {
@@ -92,6 +103,7 @@ impl MemberConfig {
         crashes: 1,
         stalls: 1,
         stops: 0,
+        legacy: false,
     };
 
     /// Two partitions of one message each: a member that stops renewing
@@ -103,6 +115,7 @@ impl MemberConfig {
         crashes: 0,
         stalls: 1,
         stops: 0,
+        legacy: false,
     };
 
     /// Two stalls and no crash: a member that expired, resumed and started
@@ -114,6 +127,7 @@ impl MemberConfig {
         crashes: 0,
         stalls: 2,
         stops: 0,
+        legacy: false,
     };
 
     /// A clean stop with a stall: the stopping process finishes its run,
@@ -126,14 +140,29 @@ impl MemberConfig {
         crashes: 0,
         stalls: 1,
         stops: 1,
+        legacy: false,
+    };
+
+    /// A rolling upgrade: process 0 runs the release before member leases
+    /// (a lease with a TTL, no member key), process 1 this one; a crash and
+    /// a stall.
+    pub const LEGACY: Self = Self {
+        instances: 2,
+        partitions: 1,
+        messages: 2,
+        crashes: 1,
+        stalls: 1,
+        stops: 0,
+        legacy: true,
     };
 
     /// The configurations `ordo-model member --config NAME` knows.
-    pub const NAMED: [(&'static str, Self); 4] = [
+    pub const NAMED: [(&'static str, Self); 5] = [
         ("full", Self::FULL),
         ("partitions", Self::PARTITIONS),
         ("stalls", Self::STALLS),
         ("stop", Self::STOP),
+        ("legacy", Self::LEGACY),
     ];
 
     /// The configuration called `name` in [`MemberConfig::NAMED`].
@@ -153,6 +182,7 @@ impl MemberConfig {
             crashes: 0,
             stalls: 1,
             stops: 0,
+            legacy: false,
         };
         match mutant {
             MemberMutant::RenewRecreatesMember | MemberMutant::RunWithoutMemberCheck => stall,
@@ -169,6 +199,12 @@ impl MemberConfig {
                 stops: 1,
                 ..stall
             },
+            // No fault at all: the old release's holder runs.
+            MemberMutant::LegacyLeaseTakenAsDead => Self {
+                stalls: 0,
+                legacy: true,
+                ..stall
+            },
         }
     }
 }
@@ -178,8 +214,18 @@ impl fmt::Display for MemberConfig {
         write!(
             f,
             "{} instances × {} partitions × {} messages × faults (crashes {}, stalls past the TTL {}, clean \
-             stops {}) with calls landing in any order",
-            self.instances, self.partitions, self.messages, self.crashes, self.stalls, self.stops
+             stops {}){} with calls landing in any order",
+            self.instances,
+            self.partitions,
+            self.messages,
+            self.crashes,
+            self.stalls,
+            self.stops,
+            if self.legacy {
+                ", process 0 on the release before member leases"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -204,6 +250,10 @@ mutants! {
         /// of its still runs (in blocking code past the shutdown's grace):
         /// another instance takes the partition over and runs beside it.
         LeaveWhileRunning = "leave-while-running",
+        /// A lease with a TTL of its own (an instance of the release before
+        /// member leases holds it) is taken like a dead member's: its holder
+        /// has no member key, so it looks dead while it runs.
+        LegacyLeaseTakenAsDead = "legacy-lease-taken-as-dead",
     }
 }
 
@@ -253,8 +303,8 @@ pub struct Call {
 /// What Redis answers.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Reply {
-    /// The lease read.
-    Lease(Option<LeaseValue>),
+    /// The lease read, and whether it has a TTL (an old release's).
+    Lease(Option<LeaseValue>, bool),
     /// Whether the holder's member key exists.
     Alive(bool),
     /// The lease, taken.
@@ -365,6 +415,8 @@ pub struct MemberState {
     pub members: BTreeSet<Identity>,
     /// Each partition's lease.
     pub leases: Vec<Option<LeaseValue>>,
+    /// Whether each partition's lease has a TTL (an old release's).
+    pub ttl: Vec<bool>,
     /// The token of the last acquisition (every partition's: tokens only
     /// need to grow).
     pub generation: u8,
@@ -402,6 +454,9 @@ pub enum Action {
     Renewed(usize),
     /// The member key of a stalled or stopped member expires.
     Expire(Identity),
+    /// The lease of partition `k`, with a TTL of its own, expires (its
+    /// holder, on the old release, is stalled or down).
+    ExpireLease(u8),
     /// SIGKILL of process `p`.
     Crash(usize),
     /// Process `p` starts again as a new member.
@@ -427,6 +482,7 @@ impl fmt::Display for Action {
             Self::Receive(p, k) => write!(f, "process {p} reads its reply for partition {k}"),
             Self::Renewed(p) => write!(f, "process {p} reads its renewal's reply"),
             Self::Expire(id) => write!(f, "the key of {} expires", member(id)),
+            Self::ExpireLease(k) => write!(f, "the lease of partition {k} expires"),
             Self::Crash(p) => write!(f, "process {p} is killed"),
             Self::Restart(p) => write!(f, "process {p} starts again"),
             Self::Stall(p) => write!(f, "process {p} stalls"),
@@ -451,6 +507,11 @@ impl Member {
         self.mutant == Some(mutant)
     }
 
+    /// Whether `identity` is a process of the release before member leases.
+    fn legacy(&self, identity: Identity) -> bool {
+        self.config.legacy && identity.instance == 0
+    }
+
     fn head(&self, state: &MemberState, k: u8) -> Option<u8> {
         let handled = state.effects[usize::from(k)].len() as u8;
         (handled < self.config.messages).then_some(handled)
@@ -463,7 +524,9 @@ impl Member {
             nonce: state.next_nonce,
         };
         state.next_nonce += 1;
-        state.members.insert(identity);
+        if !self.legacy(identity) {
+            state.members.insert(identity);
+        }
         let process = &mut state.processes[p];
         process.identity = identity;
         process.stopping = false;
@@ -487,11 +550,17 @@ impl Member {
         }
         match slot.work {
             Work::Idle => {
+                // A lease with a TTL is taken only once it expires (by the
+                // old release, any held lease).
+                let waits = (state.ttl[usize::from(k)] && !self.has(MemberMutant::LegacyLeaseTakenAsDead))
+                    || self.legacy(process.identity);
                 !process.stopping
                     && process.valid
                     && state.leases[usize::from(k)].is_none_or(|held| {
                         held.holder == process.identity
-                            || (!state.members.contains(&held.holder) && slot.told_alive != Some(held.holder))
+                            || (!waits
+                                && !state.members.contains(&held.holder)
+                                && slot.told_alive != Some(held.holder))
                     })
             }
             // A stopping worker releases its lease.
@@ -511,13 +580,20 @@ impl Member {
     /// Redis carries out `call`.
     fn apply(&self, state: &mut MemberState, call: Call) -> Reply {
         match call.op {
-            Op::Read(k) => Reply::Lease(state.leases[usize::from(k)]),
+            Op::Read(k) => Reply::Lease(state.leases[usize::from(k)], state.ttl[usize::from(k)]),
             Op::Alive(_, held) => Reply::Alive(state.members.contains(&held.holder)),
             Op::Take(k, expected) => {
                 let lease = &mut state.leases[usize::from(k)];
                 if *lease != expected && !self.has(MemberMutant::TakeoverWithoutCompare) {
                     return Reply::Busy;
                 }
+                // A held lease with a TTL is an old release's, never a
+                // dead member's.
+                let ttl = &mut state.ttl[usize::from(k)];
+                if lease.is_some() && *ttl && !self.has(MemberMutant::LegacyLeaseTakenAsDead) {
+                    return Reply::Busy;
+                }
+                *ttl = self.config.legacy && call.from.instance == 0;
                 state.generation += 1;
                 let taken = LeaseValue {
                     holder: call.from,
@@ -543,6 +619,7 @@ impl Member {
                 let held = &mut state.leases[usize::from(k)];
                 if *held == Some(lease) {
                     *held = None;
+                    state.ttl[usize::from(k)] = false;
                 }
                 Reply::Done
             }
@@ -568,11 +645,19 @@ impl Member {
         };
         let slot = |state: &mut MemberState, work| state.processes[p].slots[usize::from(k)].work = work;
         match (op, reply) {
-            (Op::Read(_), Reply::Lease(None)) => Self::send(state, p, k, Op::Take(k, None), None),
-            (Op::Read(_), Reply::Lease(Some(held))) if held.holder == state.processes[p].identity => {
+            (Op::Read(_), Reply::Lease(None, _)) => Self::send(state, p, k, Op::Take(k, None), None),
+            (Op::Read(_), Reply::Lease(Some(held), _)) if held.holder == state.processes[p].identity => {
                 slot(state, Work::Holding(held))
             }
-            (Op::Read(_), Reply::Lease(Some(held))) => Self::send(state, p, k, Op::Alive(k, held), None),
+            // The old release waits for a held lease to expire; this one
+            // waits for a lease with a TTL to expire.
+            (Op::Read(_), Reply::Lease(Some(_), ttl))
+                if self.legacy(state.processes[p].identity)
+                    || (ttl && !self.has(MemberMutant::LegacyLeaseTakenAsDead)) =>
+            {
+                slot(state, Work::Idle)
+            }
+            (Op::Read(_), Reply::Lease(Some(held), _)) => Self::send(state, p, k, Op::Alive(k, held), None),
             (Op::Alive(_, held), Reply::Alive(false)) => {
                 Self::send(state, p, k, Op::Take(k, Some(held)), None)
             }
@@ -580,7 +665,7 @@ impl Member {
             (Op::Fetch(_, lease), Reply::Head(Some(msg))) => {
                 let process = &state.processes[p];
                 if process.valid || self.has(MemberMutant::RunWithoutMemberCheck) {
-                    if !state.members.contains(&process.identity) {
+                    if !self.legacy(process.identity) && !state.members.contains(&process.identity) {
                         state.dead_run = true;
                     }
                     let run = Run {
@@ -650,6 +735,7 @@ impl Model for Member {
         let mut state = MemberState {
             members: BTreeSet::new(),
             leases: vec![None; usize::from(self.config.partitions)],
+            ttl: vec![false; usize::from(self.config.partitions)],
             generation: 0,
             effects: vec![Vec::new(); usize::from(self.config.partitions)],
             network: BTreeSet::new(),
@@ -679,6 +765,18 @@ impl Model for Member {
                 actions.push(Action::Expire(*member));
             }
         }
+        for k in 0..self.config.partitions {
+            let Some(held) = state.leases[usize::from(k)] else {
+                continue;
+            };
+            let live = state
+                .processes
+                .iter()
+                .any(|process| process.identity == held.holder && process.live());
+            if state.ttl[usize::from(k)] && !live {
+                actions.push(Action::ExpireLease(k));
+            }
+        }
         for (p, process) in state.processes.iter().enumerate() {
             if !process.up {
                 actions.push(Action::Restart(p));
@@ -697,7 +795,7 @@ impl Model for Member {
             }
             if process.renewed.is_some() {
                 actions.push(Action::Renewed(p));
-            } else if process.renewing.is_none() && !process.fresh {
+            } else if process.renewing.is_none() && !process.fresh && !self.legacy(process.identity) {
                 actions.push(Action::Renew(p));
             }
             if state.crashes > 0 {
@@ -787,6 +885,22 @@ impl Model for Member {
             Action::Renewed(p) => {
                 let alive = state.processes[p].renewed.take()?;
                 self.renewed(&mut state, p, alive);
+            }
+            Action::ExpireLease(k) => {
+                let expired = state.leases[usize::from(k)].take()?;
+                state.ttl[usize::from(k)] = false;
+                for process in &mut state.processes {
+                    if process.identity != expired.holder {
+                        continue;
+                    }
+                    process.valid = false;
+                    if let Some(slot) = process.slots.get_mut(usize::from(k)) {
+                        match &mut slot.work {
+                            Work::Running(run) | Work::Waiting(_, Some(run)) => run.orphaned = true,
+                            _ => {}
+                        }
+                    }
+                }
             }
             Action::Expire(member) => {
                 state.members.remove(&member);

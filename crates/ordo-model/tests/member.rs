@@ -11,8 +11,8 @@ fn broken(report: &MemberReport) -> Vec<&'static str> {
 }
 
 /// Every named configuration: a crash and a stall around one partition,
-/// two partitions lost at once, two stalls, a clean stop; every property
-/// holds.
+/// two partitions lost at once, two stalls, a clean stop, a rolling upgrade;
+/// every property holds.
 #[test]
 fn every_named_member_configuration_is_clean() {
     for (name, config) in MemberConfig::NAMED {
@@ -32,7 +32,8 @@ fn every_named_member_configuration_is_clean() {
 }
 
 /// Each mutant, in the configuration made for it and in `full` (`stop` for
-/// the one about stopping), breaks the
+/// the one about stopping, `legacy` for the one about a rolling upgrade),
+/// breaks the
 /// property it is about (and, being a hole of ownership, not the fence's
 /// properties: effects still land once, in order).
 #[test]
@@ -40,7 +41,8 @@ fn every_member_mutant_is_caught() {
     let expected = |mutant: MemberMutant| match mutant {
         MemberMutant::RenewRecreatesMember
         | MemberMutant::TakeoverWithoutCompare
-        | MemberMutant::LeaveWhileRunning => ONE_RUN,
+        | MemberMutant::LeaveWhileRunning
+        | MemberMutant::LegacyLeaseTakenAsDead => ONE_RUN,
         MemberMutant::RunWithoutMemberCheck => LIVE_MEMBER,
     };
     for mutant in MemberMutant::ALL {
@@ -49,6 +51,8 @@ fn every_member_mutant_is_caught() {
         // The broader configuration with the same kinds of faults.
         let broad = if exposing.stops > 0 {
             MemberConfig::STOP
+        } else if exposing.legacy {
+            MemberConfig::LEGACY
         } else {
             MemberConfig::FULL
         };
