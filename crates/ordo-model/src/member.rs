@@ -276,7 +276,7 @@ pub enum Op {
     /// travels with the call for the takeover that follows).
     Alive(u8, LeaseValue),
     /// Compare and set of partition `k`'s lease: taken when it holds the
-    /// value read (`None`: free).
+    /// value read (`None`: free) and, if held, has no TTL of its own.
     Take(u8, Option<LeaseValue>),
     /// The fenced read of partition `k`'s head.
     Fetch(u8, LeaseValue),
@@ -689,9 +689,7 @@ impl Member {
             _ => slot(state, Work::Idle),
         }
     }
-}
 
-impl Member {
     /// Process `p` reads its renewal's reply.
     fn renewed(&self, state: &mut MemberState, p: usize, alive: bool) {
         let sent_valid = state.processes[p]
