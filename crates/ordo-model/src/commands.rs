@@ -138,10 +138,7 @@ impl CommandsConfig {
 
     /// The configuration called `name` in [`CommandsConfig::NAMED`].
     pub fn named(name: &str) -> Option<Self> {
-        Self::NAMED
-            .into_iter()
-            .find(|(known, _)| *known == name)
-            .map(|(_, config)| config)
+        crate::by_name(&Self::NAMED, name)
     }
 
     /// The smallest configuration whose faults can expose `mutant`.

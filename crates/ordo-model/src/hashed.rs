@@ -268,10 +268,7 @@ impl HashedConfig {
 
     /// The configuration called `name` in [`HashedConfig::NAMED`].
     pub fn named(name: &str) -> Option<Self> {
-        Self::NAMED
-            .into_iter()
-            .find(|(known, _)| *known == name)
-            .map(|(_, config)| config)
+        crate::by_name(&Self::NAMED, name)
     }
 
     /// The smallest configuration whose faults can expose `mutant`.

@@ -197,11 +197,17 @@ impl Config {
 
     /// The configuration called `name` in [`Config::NAMED`].
     pub fn named(name: &str) -> Option<Self> {
-        Self::NAMED
-            .into_iter()
-            .find(|(known, _)| *known == name)
-            .map(|(_, config)| config)
+        crate::by_name(&Self::NAMED, name)
     }
+}
+
+/// The configuration called `name` among `known` (a model's named
+/// configurations).
+fn by_name<C: Copy>(known: &[(&'static str, C)], name: &str) -> Option<C> {
+    known
+        .iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, config)| *config)
 }
 
 /// The properties a Redis restart that loses its last writes breaks, by

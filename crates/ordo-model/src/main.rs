@@ -53,7 +53,7 @@ enum Command {
         /// The configuration to explore: full (the default), small, halts
         /// (poison messages and operators) or aof (a Redis restart losing
         /// its last writes; the properties it breaks by design are expected).
-        #[arg(long, value_parser = |name: &str| named(name, &Config::NAMED))]
+        #[arg(long, value_parser = |name: &str| named(name, Config::named, &Config::NAMED))]
         config: Option<(String, Config)>,
     },
     /// Lists the seeded defects, one a line.
@@ -72,7 +72,7 @@ enum Command {
         /// instances), resend (lost commit replies, resent; one instance)
         /// resend-stall (two instances), or late-held (park with one key and
         /// a held-next command that lands after the client asked again).
-        #[arg(long, value_parser = |name: &str| named(name, &HashedConfig::NAMED))]
+        #[arg(long, value_parser = |name: &str| named(name, HashedConfig::named, &HashedConfig::NAMED))]
         config: Option<(String, HashedConfig)>,
     },
     /// Lists the hashed model's seeded defects, one a line.
@@ -87,7 +87,7 @@ enum Command {
         /// The configuration to explore: full (the default: 2 owners, a
         /// resend, a crash, a stall, a lost push), stall, crash, or resend
         /// (2 resends, a stall and a lost push).
-        #[arg(long, value_parser = |name: &str| named(name, &CommandsConfig::NAMED))]
+        #[arg(long, value_parser = |name: &str| named(name, CommandsConfig::named, &CommandsConfig::NAMED))]
         config: Option<(String, CommandsConfig)>,
     },
     /// Lists the command reply model's seeded defects, one a line.
@@ -105,7 +105,7 @@ enum Command {
         /// one stream, 3 faults), restart (3 rows on one stream, a fault, 2
         /// restarts) or wide (4 rows over 2 streams, batches of 3, 3
         /// faults, a restart).
-        #[arg(long, value_parser = |name: &str| named(name, &PublishConfig::NAMED))]
+        #[arg(long, value_parser = |name: &str| named(name, PublishConfig::named, &PublishConfig::NAMED))]
         config: Option<(String, PublishConfig)>,
     },
     /// Lists the publish model's seeded defects, one a line.
@@ -123,26 +123,27 @@ enum Command {
         /// partitions of a message each), stalls (2 stalls, no crash), stop
         /// (a clean stop and a stall) or legacy (a rolling upgrade: one
         /// instance on the release before member leases).
-        #[arg(long, value_parser = |name: &str| named(name, &MemberConfig::NAMED))]
+        #[arg(long, value_parser = |name: &str| named(name, MemberConfig::named, &MemberConfig::NAMED))]
         config: Option<(String, MemberConfig)>,
     },
     /// Lists the member lease model's seeded defects, one a line.
     MemberMutants,
 }
 
-/// The configuration called `name` among a model's `known` ones.
-fn named<C: Copy>(name: &str, known: &[(&'static str, C)]) -> Result<(String, C), String> {
-    known
-        .iter()
-        .find(|(known, _)| *known == name)
-        .map(|(_, config)| (name.to_owned(), *config))
-        .ok_or_else(|| {
-            let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
-            format!(
-                "unknown configuration `{name}`; expected one of: {}",
-                names.join(", ")
-            )
-        })
+/// The configuration `find` calls `name`, or an error listing the names
+/// of `known` (the model's named configurations).
+fn named<C: Copy>(
+    name: &str,
+    find: fn(&str) -> Option<C>,
+    known: &[(&'static str, C)],
+) -> Result<(String, C), String> {
+    find(name).map(|config| (name.to_owned(), config)).ok_or_else(|| {
+        let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+        format!(
+            "unknown configuration `{name}`; expected one of: {}",
+            names.join(", ")
+        )
+    })
 }
 
 /// The configuration to explore, printed with the mutant: the one named,

@@ -167,10 +167,7 @@ impl MemberConfig {
 
     /// The configuration called `name` in [`MemberConfig::NAMED`].
     pub fn named(name: &str) -> Option<Self> {
-        Self::NAMED
-            .into_iter()
-            .find(|(known, _)| *known == name)
-            .map(|(_, config)| config)
+        crate::by_name(&Self::NAMED, name)
     }
 
     /// The smallest configuration whose faults can expose `mutant`.
@@ -376,6 +373,13 @@ impl Slot {
         inbox: None,
         told_alive: None,
     };
+
+    /// Its run, if any, is a stalled owner's from now on.
+    fn orphan(&mut self) {
+        if let Work::Running(run) | Work::Waiting(_, Some(run)) = &mut self.work {
+            run.orphaned = true;
+        }
+    }
 }
 
 /// One process.
@@ -405,6 +409,16 @@ pub struct Process {
 impl Process {
     fn live(&self) -> bool {
         self.up && !self.stalled
+    }
+
+    /// The process is gone (killed, or exited after a clean stop).
+    fn exit(&mut self) {
+        self.up = false;
+        self.stalled = false;
+        self.stopping = false;
+        self.slots.clear();
+        self.renewing = None;
+        self.renewed = None;
     }
 }
 
@@ -436,6 +450,16 @@ pub struct MemberState {
     pub stops: u8,
     /// A run started while its member's key did not exist.
     pub dead_run: bool,
+}
+
+impl MemberState {
+    /// Whether a live process is `identity` (its key, or its lease with a
+    /// TTL, is renewed).
+    fn runs_as(&self, identity: Identity) -> bool {
+        self.processes
+            .iter()
+            .any(|process| process.identity == identity && process.live())
+    }
 }
 
 /// What can happen next.
@@ -755,11 +779,7 @@ impl Model for Member {
             actions.push(Action::Apply(*call));
         }
         for member in &state.members {
-            let live = state
-                .processes
-                .iter()
-                .any(|process| process.identity == *member && process.live());
-            if !live {
+            if !state.runs_as(*member) {
                 actions.push(Action::Expire(*member));
             }
         }
@@ -767,11 +787,7 @@ impl Model for Member {
             let Some(held) = state.leases[usize::from(k)] else {
                 continue;
             };
-            let live = state
-                .processes
-                .iter()
-                .any(|process| process.identity == held.holder && process.live());
-            if state.ttl[usize::from(k)] && !live {
+            if state.ttl[usize::from(k)] && !state.runs_as(held.holder) {
                 actions.push(Action::ExpireLease(k));
             }
         }
@@ -893,10 +909,7 @@ impl Model for Member {
                     }
                     process.valid = false;
                     if let Some(slot) = process.slots.get_mut(usize::from(k)) {
-                        match &mut slot.work {
-                            Work::Running(run) | Work::Waiting(_, Some(run)) => run.orphaned = true,
-                            _ => {}
-                        }
+                        slot.orphan();
                     }
                 }
             }
@@ -912,23 +925,12 @@ impl Model for Member {
                         continue;
                     }
                     process.valid = false;
-                    for slot in &mut process.slots {
-                        match &mut slot.work {
-                            Work::Running(run) | Work::Waiting(_, Some(run)) => run.orphaned = true,
-                            _ => {}
-                        }
-                    }
+                    process.slots.iter_mut().for_each(Slot::orphan);
                 }
             }
             Action::Crash(p) => {
                 state.crashes -= 1;
-                let process = &mut state.processes[p];
-                process.up = false;
-                process.stalled = false;
-                process.stopping = false;
-                process.slots.clear();
-                process.renewing = None;
-                process.renewed = None;
+                state.processes[p].exit();
             }
             Action::Restart(p) => {
                 state.processes[p].up = true;
@@ -949,11 +951,7 @@ impl Model for Member {
             Action::Leave(p) => {
                 let process = &mut state.processes[p];
                 let from = process.identity;
-                process.up = false;
-                process.stopping = false;
-                process.slots.clear();
-                process.renewing = None;
-                process.renewed = None;
+                process.exit();
                 state.network.insert(Call { from, op: Op::Leave });
             }
             Action::Resume(p) => {

@@ -154,10 +154,7 @@ impl PublishConfig {
 
     /// The configuration called `name` in [`PublishConfig::NAMED`].
     pub fn named(name: &str) -> Option<Self> {
-        Self::NAMED
-            .into_iter()
-            .find(|(known, _)| *known == name)
-            .map(|(_, config)| config)
+        crate::by_name(&Self::NAMED, name)
     }
 
     /// The smallest configuration whose faults can expose `mutant`.
