@@ -204,7 +204,13 @@ async fn kill_and_take_over(
     let dead = tokio::task::spawn_blocking(move || dead.kill().map(|()| dead))
         .await
         .context("the task killing the owner panicked")??;
-    let pttl: i64 = admin.pttl(&lease_key).await?;
+    // A lease lives as long as its holder's member key.
+    let holder: Option<String> = admin.get(&lease_key).await?;
+    let member = holder
+        .as_deref()
+        .and_then(ordo_redis::internals::names::lease_member)
+        .unwrap_or_default();
+    let pttl: i64 = admin.pttl(&member).await?;
     drop(dead);
     let lease_remaining = Duration::from_millis(pttl.max(0).unsigned_abs());
 

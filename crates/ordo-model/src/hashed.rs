@@ -3,10 +3,11 @@
 //! owner reads ahead into a queue per key.
 //!
 //! What [`crate::protocol`] models for a per-key partition carries over (one
-//! lease with a fencing token, acquired when free, renewed by a live holder,
-//! expiring when its holder is stalled or down; commands delivered in any
-//! order; crashes and restarts with a new nonce), and the owner's loop is
-//! that of `crates/ordo-redis/src/consumer/hashed.rs`:
+//! lease with a fencing token held by a member: taken when free or when its
+//! holder's member is dead, the member key renewed by a live process and
+//! expiring, the lease value staying, when its process is stalled or down;
+//! commands delivered in any order; crashes and restarts with a new nonce),
+//! and the owner's loop is that of `crates/ordo-redis/src/consumer/hashed.rs`:
 //!
 //! - **Read-ahead.** A fenced read (`read_hashed.lua`) delivers the next
 //!   entry in stream order into the consumer group's pending list; the owner
@@ -21,10 +22,12 @@
 //!   run; the worker starts it without asking Redis (only its commit and
 //!   acknowledgement are fenced), so a stale owner that wakes up may start
 //!   one.
-//! - **A lost lease.** A fenced reply, or a failed renewal of the heartbeat,
-//!   stops the owner: no queued entry starts any more, the runs in progress
-//!   end (their commands are refused), and only then does the process try to
-//!   acquire again (with an empty memory).
+//! - **A lost lease.** A fenced reply, or a failed renewal of the heartbeat
+//!   (the lease moved on, or the member is dead), stops the owner: no queued
+//!   entry starts any more, the runs in progress end (their commands pass
+//!   the fence until another process takes the lease over), and only then
+//!   does the process try to acquire again (with an empty memory; a dead
+//!   member's process as a new member, under a new nonce).
 //! - **Lost commit replies** (when [`HashedConfig::timeouts`] is set): the
 //!   client resends the same commit; the key's own commit marker answers it
 //!   without applying it again.
@@ -70,11 +73,13 @@
 //! message is handled, except those of a key waiting for an operator.
 //!
 //! A stale owner starts no run: an owner woken from a pause (its
-//! heartbeat's last renewal may be a TTL old) confirms its lease with a
-//! fenced check before it starts another run, as the worker does
-//! (`Worker::confirm_lease`). The first version of this model, without it,
-//! found an owner starting a read-ahead message after its lease had expired
-//! (mutant `start-without-confirming`).
+//! heartbeat's last renewal may be a TTL old) confirms its lease before it
+//! starts another run, as the worker does (`Worker::confirm_lease`): a
+//! check that fails when the lease moved on or its member is dead (a dead
+//! member's lease value stays until a takeover, so the lease alone would
+//! pass). The first version of this model, without it, found an owner
+//! starting a read-ahead message after its lease had expired (mutant
+//! `start-without-confirming`).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -419,7 +424,8 @@ pub enum Op {
         /// The message.
         msg: u8,
     },
-    /// The fenced check that the lease is still held (`Partitions::check`).
+    /// The check that the lease is still held and its member alive (the
+    /// worker's lease confirmation).
     Check {
         /// The lease.
         lease: LeaseValue,
@@ -664,7 +670,8 @@ pub struct Process {
     pub up: bool,
     /// Whether the process is paused (SIGSTOP).
     pub stalled: bool,
-    /// Its lease expired while it was paused: what it does under it is fenced.
+    /// Its member expired while it was paused: it starts no run, and it
+    /// acquires again only as a new member (a new nonce).
     pub orphaned: bool,
     /// The worker.
     pub work: Work,
@@ -686,10 +693,13 @@ impl Process {
 /// The whole system.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct HashedState {
-    /// The partition's lease.
+    /// The partition's lease (no TTL: it stays when its holder's member
+    /// expires).
     pub lease: Option<LeaseValue>,
     /// The generation counter behind fencing tokens (acquisitions so far).
     pub generation: u8,
+    /// The process starts whose member key expired: dead for good.
+    pub dead: BTreeSet<Identity>,
     /// Messages appended to the stream.
     pub published: u8,
     /// Entries delivered to the group (a prefix of the stream).
@@ -775,7 +785,8 @@ pub enum Action {
     /// Process `p`'s key `k` times out on its held-next command, still in
     /// flight, and asks again: the first copy lands later.
     Delay(usize, u8),
-    /// The lease expires (its holder is down, stalled or gone).
+    /// The lease holder's member key expires (its process is down, stalled
+    /// or gone); the lease value stays.
     Expire,
     /// SIGKILL of process `p`.
     Crash(usize),
@@ -858,10 +869,12 @@ impl Hashed {
         let process = &state.processes[p];
         match (&process.work, part) {
             // Abstraction of discovery: a worker tries to acquire only a
-            // lease that may be free (or its own), when there is work.
+            // lease that may be free (free, its own, or its holder's member
+            // dead), when there is work.
             (Work::Idle, Part::Worker) => {
                 state.lease.is_none_or(|l| {
                     l.holder == process.id
+                        || state.dead.contains(&l.holder)
                         || self.has(HashedMutant::LeaseWithoutNonce)
                             && l.holder.instance == process.id.instance
                 }) && (0..state.published).any(|m| state.done & Self::bit(m) == 0)
@@ -870,9 +883,11 @@ impl Hashed {
             (Work::Owner(owner), Part::Confirm) => {
                 owner.unconfirmed && !owner.lost && owner.confirm == Call::None
             }
-            // The heartbeat: a renewal of a lease that moved on fails, and
-            // the owner stops.
-            (Work::Owner(owner), Part::Heartbeat) => !owner.lost && state.lease != Some(owner.lease),
+            // The heartbeat: a renewal of a lease that moved on, or of a
+            // dead member, fails, and the owner stops.
+            (Work::Owner(owner), Part::Heartbeat) => {
+                !owner.lost && (state.lease != Some(owner.lease) || process.orphaned)
+            }
             // Abstraction of the waker: the reader reads when it has pending
             // entries to go through, or something new was appended.
             (Work::Owner(owner), Part::Reader) => {
@@ -915,12 +930,22 @@ impl Hashed {
     }
 
     fn step(&self, state: &mut HashedState, p: usize, part: Part) {
+        let nonce = Self::next_nonce(state);
         let process = &mut state.processes[p];
         let id = process.id;
         let orphaned = process.orphaned;
         let mut started = None;
         match (&mut process.work, part) {
             (Work::Idle, Part::Worker) => {
+                // The acquire renews the member first: a dead one goes on as
+                // a new member.
+                let id = if process.orphaned {
+                    process.orphaned = false;
+                    process.id.nonce = nonce;
+                    process.id
+                } else {
+                    id
+                };
                 process.work = Work::Acquiring(Self::send(&mut state.network, id, Part::Worker, Op::Acquire));
             }
             (Work::Owner(owner), Part::Worker) => {
@@ -1032,10 +1057,14 @@ impl Hashed {
                 &mut state.lease,
                 &mut state.generation,
                 command.from,
+                &state.dead,
                 self.has(HashedMutant::LeaseWithoutNonce),
             )
             .map_or(Reply::Busy, Reply::Acquired),
-            // The fence above refused it unless the lease is held.
+            // The fence above refused it unless the lease is held; a dead
+            // member's lease value stays until a takeover, so the
+            // confirmation asks about the member too.
+            Op::Check { .. } if state.dead.contains(&command.from) => Reply::Fenced,
             Op::Check { .. } => Reply::Ok,
             Op::Read { cursor, .. } => {
                 if let Some(from) = cursor {
@@ -1194,9 +1223,9 @@ impl Hashed {
         let id = process.id;
         match (&mut process.work, part) {
             (Work::Acquiring(Call::Answered(_, reply)), Part::Worker) => {
+                let orphaned = process.orphaned;
                 process.work = match *reply {
                     Reply::Acquired(lease) => {
-                        process.orphaned = false;
                         Work::Owner(Owner {
                             lease,
                             lost: false,
@@ -1211,7 +1240,9 @@ impl Hashed {
                             // the read of the parked keys is left out.
                             ready: self.config.poisons == 0,
                             setup: Call::None,
-                            unconfirmed: false,
+                            // Taken before its member expired, read once it
+                            // resumed: confirmed first, as after any pause.
+                            unconfirmed: orphaned && !self.has(HashedMutant::StartWithoutConfirming),
                             confirm: Call::None,
                             attempts: 0,
                         })
@@ -1330,20 +1361,27 @@ impl Hashed {
 
     /// A lost lease: once every run has ended, the worker exits (its read in
     /// flight is dropped) and the process may try to acquire again, with an
-    /// empty memory.
+    /// empty memory (as a new member if its member is dead).
     fn settle(process: &mut Process) {
         if let Work::Owner(owner) = &process.work
             && owner.lost
             && owner.keys.iter().all(|k| !k.busy())
         {
             process.work = Work::Idle;
-            process.orphaned = false;
         }
     }
 
+    /// Whether the lease holder's member may expire: it is alive, and its
+    /// process is down, paused or gone (a live one renews it).
     fn may_expire(state: &HashedState) -> bool {
         let Some(lease) = state.lease else { return false };
-        !state.processes.iter().any(|p| p.id == lease.holder && p.live())
+        !state.dead.contains(&lease.holder)
+            && !state.processes.iter().any(|p| p.id == lease.holder && p.live())
+    }
+
+    /// A nonce no process start has had yet.
+    fn next_nonce(state: &HashedState) -> u8 {
+        state.processes.iter().map(|p| p.id.nonce).max().unwrap_or(0) + 1
     }
 
     /// The last attempt of `key` closed under `lease` (0: none).
@@ -1409,6 +1447,7 @@ impl Model for Hashed {
         vec![HashedState {
             lease: None,
             generation: 0,
+            dead: BTreeSet::new(),
             published: 0,
             delivered: 0,
             acked: 0,
@@ -1622,9 +1661,10 @@ impl Model for Hashed {
                 key.call = Self::send(&mut state.network, id, Part::Key(k), again);
             }
             Action::Expire => {
-                let expired = state.lease.take()?;
+                let holder = state.lease?.holder;
+                state.dead.insert(holder);
                 for process in &mut state.processes {
-                    if process.owner().is_some_and(|o| o.lease == expired) {
+                    if process.up && process.id == holder {
                         process.orphaned = true;
                     }
                 }
@@ -1638,7 +1678,7 @@ impl Model for Hashed {
                 process.work = Work::Idle;
             }
             Action::Restart(p) => {
-                let nonce = state.processes.iter().map(|p| p.id.nonce).max().unwrap_or(0) + 1;
+                let nonce = Self::next_nonce(&state);
                 let process = &mut state.processes[p];
                 process.up = true;
                 process.id.nonce = nonce;

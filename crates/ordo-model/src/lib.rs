@@ -2,8 +2,10 @@
 //! with [stateright](https://docs.rs/stateright).
 //!
 //! [`protocol`] describes one partition: Redis as a state machine whose
-//! operations are the scripts' effects, instances running the partition
-//! worker's loop, the outbox publisher, and the faults of the environment.
+//! operations are the scripts' effects, ownership by member lease (a lease
+//! without a TTL, taken over once its holder's member key has expired),
+//! instances running the partition worker's loop, the outbox publisher, and
+//! the faults of the environment.
 //! [`hashed`] describes one hashed partition (several keys, one lease, the
 //! owner reading ahead into per-key queues, parking per key), checked by
 //! [`check_hashed`] against per-key properties, with its own mutants.
@@ -67,7 +69,7 @@ pub struct Config {
     pub messages: u8,
     /// SIGKILLs the environment may inject.
     pub crashes: u8,
-    /// SIGSTOPs past the TTL.
+    /// SIGSTOPs past the member key's TTL.
     pub stalls: u8,
     /// Client timeouts or lost replies (each followed by a resend or a retry).
     pub timeouts: u8,
@@ -239,7 +241,14 @@ impl Config {
             ..Self::FULL
         };
         match mutant {
-            Mutant::AckWithoutToken | Mutant::ReclaimWithoutLease => Self { stalls: 1, ..quiet },
+            Mutant::AckWithoutToken => Self { stalls: 1, ..quiet },
+            // A live member's lease moves on only when Redis loses the last
+            // writes: a stalled holder whose member expired reads nothing
+            // more, so without a restart the read's fence is never tested.
+            Mutant::ReclaimWithoutLease => Self {
+                aof_losses: 1,
+                ..quiet
+            },
             Mutant::CommitFromOlderAttempt => Self { timeouts: 1, ..quiet },
             Mutant::ReleaseWhileRunning => Self { kills: 1, ..quiet },
             Mutant::ReapNotAtomicWithPublish | Mutant::LeaseWithoutNonce => quiet,

@@ -1,16 +1,28 @@
 //! The lease/fence protocol of one partition as a state machine.
 //!
 //! Redis is one atomic state machine whose operations are the scripts'
-//! effects (acquire, renew by expiry, read, commit, acknowledge, release,
-//! reap, publish). Instances are processes running the partition worker's
-//! loop. Commands travel through an unordered network: Redis may apply any
-//! command in flight next, so a command delayed on its connection can land
-//! after later commands of the same process. The environment crashes and
-//! restarts instances, stalls them (a lease expires only when its holder is
-//! stalled, down, or gone: a live process keeps renewing it whatever its
-//! handler does), loses replies (the client then resends the same command),
-//! times commands out (the worker retries the handler as a new attempt), and
-//! kills a worker mid-handler (shutdown past its grace period).
+//! effects (acquire, read, commit, acknowledge, release, reap, publish).
+//! Instances are processes running the partition worker's loop. Commands
+//! travel through an unordered network: Redis may apply any command in
+//! flight next, so a command delayed on its connection can land after later
+//! commands of the same process. The environment crashes and restarts
+//! instances, stalls them, loses replies (the client then resends the same
+//! command), times commands out (the worker retries the handler as a new
+//! attempt), and kills a worker mid-handler (shutdown past its grace
+//! period).
+//!
+//! Ownership is by member lease, the protocol [`crate::member`] checks on
+//! its own: each process start (an [`Identity`]) keeps a member key alive,
+//! and the partition's lease holds its holder's identity and token with no
+//! TTL of its own. A member key expires only while its process is stalled,
+//! down or gone (a live process keeps renewing it, whatever its handler
+//! does); a renewal never brings it back, so that member is dead for good.
+//! The lease value stays: the fence compares it as before, so what the dead
+//! member sends under it passes until another process takes the lease over
+//! (an acquire takes a lease whose holder's member is dead) and is refused
+//! from then on. Its process, once it runs again, starts nothing new (its
+//! own clock says its membership lapsed), may finish the run it had going,
+//! and goes on only as a new member, under a new nonce.
 //!
 //! A handler may also fail for good on a message (a poison message): the
 //! worker halts the partition under the fence, and an operator resolves the
@@ -48,19 +60,34 @@ pub struct LeaseValue {
     pub token: u8,
 }
 
-/// What the acquire script does with a partition's `lease` for `from`: a
-/// free lease is taken at the next token (`generation` grows), the holder's
-/// own process start gets its lease back; `None` while another holds it.
-/// `by_instance` is the hole of issue 8 point 4 (the `lease-without-nonce`
-/// mutants): adopting a lease by instance id alone.
+/// What acquiring does with a partition's `lease` for `from` (the
+/// runtime's three calls, read, ask whether the holder's member is alive,
+/// compare and set, which a history that runs them one after the other
+/// sees as one step): a free lease is taken at the next token
+/// (`generation` grows), the holder's own process start gets its lease
+/// back, a lease whose holder's member is `dead` is taken over at the next
+/// token; `None` while another live member holds it. A dead member takes
+/// nothing: the runtime's acquire renews its member first and, finding it
+/// expired, goes on as a new member (a new nonce), which a model plays as
+/// that process starting again, then acquiring. `by_instance` is the hole
+/// of issue 8 point 4 (the `lease-without-nonce` mutants): adopting a lease
+/// by instance id alone.
 pub(crate) fn acquire(
     lease: &mut Option<LeaseValue>,
     generation: &mut u8,
     from: Identity,
+    dead: &BTreeSet<Identity>,
     by_instance: bool,
 ) -> Option<LeaseValue> {
+    if dead.contains(&from) {
+        return None;
+    }
     match *lease {
-        None => {
+        Some(held) if held.holder == from => Some(held),
+        Some(held) if by_instance && held.holder.instance == from.instance => Some(held),
+        Some(held) if !dead.contains(&held.holder) => None,
+        // Free, or its holder's member is dead for good.
+        _ => {
             *generation += 1;
             let taken = LeaseValue {
                 holder: from,
@@ -69,16 +96,14 @@ pub(crate) fn acquire(
             *lease = Some(taken);
             Some(taken)
         }
-        Some(held) if held.holder == from => Some(held),
-        Some(held) if by_instance && held.holder.instance == from.instance => Some(held),
-        Some(_) => None,
     }
 }
 
 /// A command, as sent by a process.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Op {
-    /// Take the lease if it is free (or this process's own).
+    /// Take the lease if it is free, this process's own, or its holder's
+    /// member is dead.
     Acquire,
     /// The fenced read of the partition's head.
     Read(LeaseValue),
@@ -245,8 +270,10 @@ pub struct Process {
     pub next_commit: u8,
     /// The reply waiting to be read, for a request.
     pub inbox: Option<(u8, Reply)>,
-    /// The lease this process works under expired while it was paused or
-    /// gone: whatever it does under it from now on is fenced.
+    /// Its member expired while it was paused (or its worker had stopped):
+    /// it starts nothing new (no acquire, read or run), may finish the run
+    /// it had going, whose fenced calls pass until another process takes
+    /// the lease over, and goes on only as a new member (a new nonce).
     pub orphaned: bool,
     /// The reply to the request it waits for was lost: its client times
     /// out and resends (or the worker retries), whatever the fault budget.
@@ -258,20 +285,6 @@ impl Process {
         Identity {
             instance: self.instance,
             nonce: self.nonce,
-        }
-    }
-
-    /// The lease the worker works under, if any.
-    fn lease(&self) -> Option<LeaseValue> {
-        match self.work {
-            Work::Holding(lease) => Some(lease),
-            Work::Running(run) => Some(run.lease),
-            Work::Waiting { run: Some(run), .. } => Some(run.lease),
-            Work::Waiting {
-                op: Op::Read(lease) | Op::Reap(lease) | Op::Release(lease),
-                ..
-            } => Some(lease),
-            _ => None,
         }
     }
 
@@ -293,10 +306,20 @@ impl Process {
 /// The whole system.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct State {
-    /// The partition's lease.
+    /// The partition's lease (no TTL: it stays when its holder's member
+    /// expires).
     pub lease: Option<LeaseValue>,
-    /// The generation counter behind fencing tokens.
+    /// The last fencing token handed out. Real tokens are the greater of
+    /// the previous one plus one and Redis's clock in µs, so they grow at
+    /// every take; the model numbers them 1, 2, 3...
     pub generation: u8,
+    /// The generation key: the token of the last release (`release.lua`
+    /// writes it as it deletes the lease; the reap deletes it).
+    pub generation_key: Option<u8>,
+    /// The process starts whose member key expired: dead for good (a
+    /// renewal never brings a member key back). Not Redis data an AOF
+    /// restart brings back: expiry is time, which does not go back.
+    pub dead: BTreeSet<Identity>,
     /// How many messages were appended to the stream (in publish order).
     pub published: u8,
     /// Which messages were acknowledged (bit per message).
@@ -355,6 +378,7 @@ pub struct State {
 pub struct Durable {
     lease: Option<LeaseValue>,
     generation: u8,
+    generation_key: Option<u8>,
     published: u8,
     acked: u8,
     indexed: bool,
@@ -373,6 +397,7 @@ impl Durable {
         Self {
             lease: state.lease,
             generation: state.generation,
+            generation_key: state.generation_key,
             published: state.published,
             acked: state.acked,
             indexed: state.indexed,
@@ -390,6 +415,7 @@ impl Durable {
     fn restore(self, state: &mut State) {
         state.lease = self.lease;
         state.generation = self.generation;
+        state.generation_key = self.generation_key;
         state.published = self.published;
         state.acked = self.acked;
         state.indexed = self.indexed;
@@ -409,7 +435,7 @@ impl Durable {
 pub struct Faults {
     /// Crashes (SIGKILL) left.
     pub crashes: u8,
-    /// Stalls (SIGSTOP past the TTL) left.
+    /// Stalls (SIGSTOP, long enough for the member key to expire) left.
     pub stalls: u8,
     /// Client timeouts or lost replies left.
     pub timeouts: u8,
@@ -445,8 +471,13 @@ pub enum Action {
     /// Process `p` gives up on its commit (client timeout), records the
     /// failed attempt (closing it) and runs the handler again as a new attempt.
     Retry(usize),
-    /// The lease expires (its holder is down, stalled or gone).
+    /// The lease holder's member key expires (its process is down, stalled
+    /// or gone); the lease value stays.
     Expire,
+    /// Process `p`, whose member expired, learns it (its renewal finds no
+    /// key): it drops what it was doing and goes on as a new member, under
+    /// a new nonce.
+    Rejoin(usize),
     /// SIGKILL of process `p`.
     Crash(usize),
     /// Process `p` starts again with a new nonce.
@@ -552,6 +583,7 @@ impl Protocol {
                 &mut state.lease,
                 &mut state.generation,
                 command.from,
+                &state.dead,
                 self.has(Mutant::LeaseWithoutNonce),
             )
             .map_or(Reply::Busy, Reply::Acquired),
@@ -649,6 +681,7 @@ impl Protocol {
             Op::Release(lease) => {
                 if holds(state, lease) {
                     state.lease = None;
+                    state.generation_key = Some(lease.token);
                 }
                 Reply::Ok
             }
@@ -658,12 +691,14 @@ impl Protocol {
                 }
                 // The stream is empty: retire it. (A publish half done, in
                 // the split-publish mutant, is invisible here.)
-                // With the lanes go the partition's bookkeeping: the lease,
-                // the last commit's marker and the attempt sequence.
+                // With the lanes go the partition's bookkeeping: the lease
+                // and the generation key, the last commit's marker and the
+                // attempt sequence.
                 if Self::head(state).is_none() && state.halted.is_none() {
                     state.stream = false;
                     state.indexed = false;
                     state.lease = None;
+                    state.generation_key = None;
                     state.marker = None;
                     state.applied = 0;
                     state.closed = None;
@@ -734,11 +769,11 @@ impl Protocol {
             return;
         };
         process.work = match (op, reply) {
-            (Op::Acquire, Reply::Acquired(lease)) => {
-                process.orphaned = false;
-                Work::Holding(lease)
-            }
+            (Op::Acquire, Reply::Acquired(lease)) => Work::Holding(lease),
             (Op::Acquire, _) => Work::Idle,
+            // A dead member starts no run: its process's own clock says its
+            // membership lapsed while it was paused.
+            (Op::Read(lease), Reply::Entry { .. }) if process.orphaned => Work::Holding(lease),
             (
                 Op::Read(lease),
                 Reply::Entry {
@@ -750,9 +785,9 @@ impl Protocol {
                 if !authorized {
                     state.unauthorized_run = true;
                 }
-                // A stale owner may run the in-flight message again: its
-                // effects are fenced. A current owner must never rerun.
-                if acked & (1 << msg) != 0 && !process.orphaned {
+                // Only a live member starts a run (above), and it must
+                // never run an acknowledged message again.
+                if acked & (1 << msg) != 0 {
                     state.rerun_after_ack = true;
                 }
                 let attempt = process.next_attempt;
@@ -804,8 +839,9 @@ impl Protocol {
                         let next = (run.msg + 1..8).find(|m| run.batch & (1 << m) != 0);
                         if let Some(next) = next
                             && unanswered <= usize::from(self.config.window)
+                            && !process.orphaned
                         {
-                            if acked & (1 << next) != 0 && !process.orphaned {
+                            if acked & (1 << next) != 0 {
                                 state.rerun_after_ack = true;
                             }
                             let attempt = process.next_attempt;
@@ -826,13 +862,11 @@ impl Protocol {
                     },
                 }
             }
-            (Op::Ack { lease, .. }, Reply::Ok) => {
-                process.orphaned = false;
-                Work::Holding(lease)
-            }
+            (Op::Ack { lease, .. }, Reply::Ok) => Work::Holding(lease),
             (Op::Read(lease), Reply::Halted) => Work::Holding(lease),
             // The failed attempt is closed: the handler runs again as the next.
             (Op::Close { .. }, Reply::Ok) => match run {
+                Some(run) if process.orphaned => Work::Holding(run.lease),
                 Some(run) => {
                     let attempt = process.next_attempt;
                     process.next_attempt += 1;
@@ -840,15 +874,11 @@ impl Protocol {
                 }
                 None => Work::Idle,
             },
-            (Op::Halt { lease, .. }, Reply::Ok) => {
-                process.orphaned = false;
-                Work::Holding(lease)
-            }
+            (Op::Halt { lease, .. }, Reply::Ok) => Work::Holding(lease),
             (Op::Reap(_), Reply::Ok) => Work::Idle,
             (Op::Release(_), _) => Work::Stopped,
             // Fenced, stale or busy: the lease (or the attempt) moved on.
             _ => {
-                process.orphaned = false;
                 if process.stopping {
                     Work::Stopped
                 } else {
@@ -866,14 +896,21 @@ impl Protocol {
             .count()
     }
 
-    /// Whether the lease may expire now: its holder is down, paused, or a
-    /// process start that no longer exists. A live holder renews it.
+    /// Whether the lease holder's member may expire now: it is alive and
+    /// its process is down, paused, stopped for good, or a process start
+    /// that no longer exists. A live process renews its member key.
     fn may_expire(state: &State) -> bool {
         let Some(lease) = state.lease else { return false };
-        !state
-            .processes
-            .iter()
-            .any(|p| p.identity() == lease.holder && p.live() && !matches!(p.work, Work::Stopped))
+        !state.dead.contains(&lease.holder)
+            && !state
+                .processes
+                .iter()
+                .any(|p| p.identity() == lease.holder && p.live() && !matches!(p.work, Work::Stopped))
+    }
+
+    /// A nonce no process start has had yet.
+    fn next_nonce(state: &State) -> u8 {
+        state.processes.iter().map(|p| p.nonce).max().unwrap_or(0) + 1
     }
 }
 
@@ -901,6 +938,8 @@ impl Model for Protocol {
         let mut state = State {
             lease: None,
             generation: 0,
+            generation_key: None,
+            dead: BTreeSet::new(),
             published: 0,
             acked: 0,
             indexed: false,
@@ -989,9 +1028,14 @@ impl Model for Protocol {
                 Work::Idle => {
                     state.indexed
                         && !process.stopping
-                        && state.lease.is_none_or(|l| l.holder == process.identity())
+                        && !process.orphaned
+                        && state
+                            .lease
+                            .is_none_or(|l| l.holder == process.identity() || state.dead.contains(&l.holder))
                 }
                 Work::Holding(_) if process.stopping => true,
+                // A dead member reads nothing more.
+                Work::Holding(_) if process.orphaned => false,
                 // A halted partition is read again once it is resolved.
                 // With a window, it reads again once its acknowledgements
                 // are answered.
@@ -1009,6 +1053,9 @@ impl Model for Protocol {
             }
             if process.inbox.is_some() {
                 actions.push(Action::Receive(p));
+            }
+            if process.orphaned && !matches!(process.work, Work::Stopped) {
+                actions.push(Action::Rejoin(p));
             }
             if waiting && process.inbox.is_none() && (state.faults.timeouts > 0 || process.lost) {
                 actions.push(Action::Resend(p));
@@ -1116,12 +1163,31 @@ impl Model for Protocol {
                 Self::send(process, &mut state.network, close, Some(run));
             }
             Action::Expire => {
-                let expired = state.lease.take()?;
+                let holder = state.lease?.holder;
+                state.dead.insert(holder);
                 for process in &mut state.processes {
-                    if process.lease() == Some(expired) {
+                    if process.up && process.identity() == holder {
                         process.orphaned = true;
                     }
                 }
+            }
+            Action::Rejoin(p) => {
+                let nonce = Self::next_nonce(&state);
+                let process = &mut state.processes[p];
+                process.nonce = nonce;
+                process.orphaned = false;
+                process.inbox = None;
+                process.lost = false;
+                process.next_request = 0;
+                process.next_attempt = 1;
+                process.next_commit = 0;
+                // A process shutting down stops; any other takes
+                // partitions again, as the new member.
+                process.work = if process.stopping {
+                    Work::Stopped
+                } else {
+                    Work::Idle
+                };
             }
             Action::Crash(p) => {
                 state.faults.crashes -= 1;
@@ -1135,7 +1201,7 @@ impl Model for Protocol {
                 process.lost = false;
             }
             Action::Restart(p) => {
-                let nonce = state.processes.iter().map(|p| p.nonce).max().unwrap_or(0) + 1;
+                let nonce = Self::next_nonce(&state);
                 let process = &mut state.processes[p];
                 process.up = true;
                 process.nonce = nonce;

@@ -4,10 +4,12 @@
 //! `Partitions`, `RedisFence`, `PartitionAdmin`, the broker's publish), and
 //! after every step Redis's state and every reply must be the model's.
 //!
-//! Time is real: a lease expires when the model says it may (its holder is
-//! stalled, down or gone) by not being renewed and running out its TTL;
-//! every other lease is renewed before each step, as the heartbeat does.
-//! A mismatch fails with the shortest history proptest can shrink to.
+//! Time is real: a member key expires when the model says the lease
+//! holder's member may (its process is stalled, down or gone) by not being
+//! renewed and running out its TTL, while the lease value stays; every
+//! other member the model holds alive is renewed before each step (and
+//! while that one runs out), as each process's heartbeat does. A mismatch
+//! fails with the shortest history proptest can shrink to.
 
 mod support;
 
@@ -50,15 +52,16 @@ const CONFIG: Config = Config {
     window: 0,
 };
 
-/// Short, so the model's lease expiries cost little real time; long enough
-/// that a lease renewed before every step never lapses between two steps.
+/// Short, so the model's member expiries cost little real time; long enough
+/// that a member renewed before every step never lapses between two steps.
 const LEASE_TTL: Duration = Duration::from_millis(800);
 
 const GROUP: &str = "G";
 
-/// Reads, in one call, everything of the partition the model describes.
+/// Reads, in one call, everything of the partition the model describes
+/// (the member keys, in another slot, are read on their own).
 const SNAPSHOT: &str = r"
-local lease, primary, index, effects, halt = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, primary, index, effects, halt, gen = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local member, group = ARGV[1], ARGV[2]
 local exists = redis.call('EXISTS', primary)
 local pending, delivered, first = {}, '', ''
@@ -85,6 +88,7 @@ return {
   pending,
   delivered,
   first,
+  redis.call('GET', gen) or '',
 }
 ";
 
@@ -92,6 +96,11 @@ return {
 #[derive(Debug, PartialEq, Eq)]
 struct Observed {
     lease: Option<String>,
+    /// The generation key: the token of the last release.
+    generation: Option<String>,
+    /// Whether the member key of each process start that registered one
+    /// exists.
+    members: BTreeMap<Identity, bool>,
     stream: bool,
     indexed: bool,
     effects: Vec<String>,
@@ -116,6 +125,9 @@ struct Real {
     effects: String,
     /// One owner per process start (instance id and nonce) of the model.
     owners: HashMap<Identity, Partitions>,
+    /// The member key of each process start that registered one (its
+    /// first acquire does).
+    members: BTreeMap<Identity, String>,
     /// The real lease behind each lease value the model handed out.
     leases: HashMap<LeaseValue, Lease>,
     /// The stream id of each published message, by the model's number.
@@ -139,6 +151,7 @@ impl Real {
             partition,
             effects,
             owners: HashMap::new(),
+            members: BTreeMap::new(),
             leases: HashMap::new(),
             ids: Vec::new(),
             counted: 0,
@@ -198,18 +211,47 @@ impl Real {
     }
 
     /// Runs `command` through the runtime's wrapper of its script and
-    /// answers as the model's Redis would.
-    async fn apply(&mut self, command: Command) -> anyhow::Result<Reply> {
+    /// answers as the model's Redis would; `state` is the model's before it.
+    async fn apply(&mut self, command: Command, state: &State) -> anyhow::Result<Reply> {
         let group = GROUP;
         Ok(match command.op {
+            // A dead member acquires nothing. The runtime's acquire would
+            // renew the member, find it expired and go on under a new nonce,
+            // which the model plays as the process rejoining, then
+            // acquiring: here its key must be gone.
+            Op::Acquire if state.dead.contains(&command.from) => {
+                if let Some(member) = self.members.get(&command.from)
+                    && self.exists(member).await?
+                {
+                    bail!(
+                        "the model's member {:?} is dead, Redis still has its key {member}",
+                        command.from
+                    );
+                }
+                Reply::Busy
+            }
             Op::Acquire => {
                 let partition = self.partition.clone();
-                let acquired = match self.owner(command.from).acquire(group, &partition).await {
-                    // Another start of the same instance id holds it: not
-                    // adopted (the runtime also reports the misconfiguration).
-                    Err(RedisError::DuplicateInstance { .. }) => None,
-                    other => other?,
+                let (acquired, moved, member) = {
+                    let owner = self.owner(command.from);
+                    let before = owner.identity().to_owned();
+                    let acquired = match owner.acquire(group, &partition).await {
+                        // Another start of the same instance id holds it: not
+                        // adopted (the runtime also reports the misconfiguration).
+                        Err(RedisError::DuplicateInstance { .. }) => None,
+                        other => other?,
+                    };
+                    let moved = (owner.identity() != before).then(|| owner.identity().to_owned());
+                    (acquired, moved, owner.member_key())
                 };
+                if let Some(now) = moved {
+                    bail!(
+                        "the member of {:?} lapsed unseen: the runtime went on as {now}",
+                        command.from
+                    );
+                }
+                // The first acquire registers the member.
+                self.members.entry(command.from).or_insert(member);
                 match acquired {
                     Some(lease) => {
                         let value = LeaseValue {
@@ -389,45 +431,75 @@ impl Real {
         u8::try_from(newer + 1).unwrap_or(u8::MAX)
     }
 
-    /// Renews the lease the model says is held, as its holder's heartbeat does.
-    async fn heartbeat(&mut self, state: &State) -> anyhow::Result<()> {
-        if let Some(value) = state.lease {
-            let lease = self.lease(value)?;
-            let lost = self
-                .owner(value.holder)
-                .renew(std::slice::from_ref(&lease))
-                .await?;
+    /// Renews every registered member the model holds alive but `except`,
+    /// each with the lease when it is the holder, as each process's
+    /// heartbeat does. A stalled, crashed or stopped process's member too:
+    /// in the model a member expires only when the model says so, and one
+    /// that lapsed on its own would leave the model.
+    async fn heartbeat(&self, state: &State, except: Option<Identity>) -> anyhow::Result<()> {
+        for who in self.members.keys() {
+            if state.dead.contains(who) || Some(*who) == except {
+                continue;
+            }
+            let held = match state.lease {
+                Some(value) if value.holder == *who => vec![self.lease(value)?],
+                _ => Vec::new(),
+            };
+            let owner = self.owners.get(who).context("a member without its owner")?;
+            let lost = owner.renew(&held).await?;
             if !lost.is_empty() {
-                bail!("the lease {value:?} lapsed between two steps (lease TTL too short for this machine?)");
+                bail!(
+                    "{who:?} lost {:?} between two steps (member TTL too short for this machine?)",
+                    state.lease
+                );
             }
         }
         Ok(())
     }
 
-    /// Waits until `value`'s lease has run out its TTL (nothing is deleted).
-    async fn expire(&self, value: LeaseValue) -> anyhow::Result<()> {
-        let lease = self.lease(value)?;
+    /// Waits until the member key of `value`'s holder has run out its TTL
+    /// (nothing is deleted: the lease value stays), renewing the others
+    /// meanwhile.
+    async fn expire(&self, state: &State, value: LeaseValue) -> anyhow::Result<()> {
+        let member = self
+            .members
+            .get(&value.holder)
+            .with_context(|| format!("the holder of {value:?} never registered a member"))?;
         let deadline = Instant::now() + LEASE_TTL * 4;
+        let mut renewed: Option<Instant> = None;
         loop {
-            let holder: Option<String> =
-                fred::interfaces::KeysInterface::get(&self.pool, lease.key()).await?;
-            if holder.as_deref() != Some(lease.value()) {
+            if renewed.is_none_or(|at| at.elapsed() >= LEASE_TTL / 4) {
+                self.heartbeat(state, Some(value.holder)).await?;
+                renewed = Some(Instant::now());
+            }
+            if !self.exists(member).await? {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("the lease {value:?} did not expire within {:?}", LEASE_TTL * 4);
+                bail!(
+                    "the member of {value:?} did not expire within {:?}",
+                    LEASE_TTL * 4
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
+    /// Whether `key` exists.
+    async fn exists(&self, key: &str) -> anyhow::Result<bool> {
+        let count: i64 = fred::interfaces::KeysInterface::exists(&self.pool, key).await?;
+        Ok(count > 0)
+    }
+
     async fn observe(&self) -> anyhow::Result<Observed> {
+        let lease = self.partition.lease(GROUP);
         let keys = vec![
-            self.partition.lease(GROUP).lease,
+            lease.lease,
             self.partition.primary().to_owned(),
             self.partition.index(),
             self.effects.clone(),
             self.partition.halt(GROUP),
+            lease.generation,
         ];
         let reply: Vec<Value> = self
             .pool
@@ -458,8 +530,14 @@ impl Real {
                 }
             })
             .collect();
+        let mut members = BTreeMap::new();
+        for (who, member) in &self.members {
+            members.insert(*who, self.exists(member).await?);
+        }
         Ok(Observed {
             lease: some(&reply[0]),
+            generation: some(&reply[8]),
+            members,
             stream,
             indexed: reply[2].as_i64() == Some(1),
             effects: list(&reply[3]),
@@ -477,6 +555,23 @@ impl Real {
                 .map(|value| self.lease(value))
                 .transpose()?
                 .map(|l| l.value().to_owned()),
+            generation: state
+                .generation_key
+                .map(|token| {
+                    self.leases
+                        .iter()
+                        .find(|(value, _)| value.token == token)
+                        .map(|(_, lease)| lease.token().to_string())
+                        .with_context(|| {
+                            format!("the model released token {token}, which Redis never handed out")
+                        })
+                })
+                .transpose()?,
+            members: self
+                .members
+                .keys()
+                .map(|who| (*who, !state.dead.contains(who)))
+                .collect(),
             stream: state.stream,
             indexed: state.indexed,
             effects: state.effects.iter().map(u8::to_string).collect(),
@@ -496,10 +591,16 @@ fn refusal(error: RedisError) -> anyhow::Result<Reply> {
     }
 }
 
-/// What a step exercised, for the coverage check.
-fn kind(action: Action) -> &'static str {
+/// What a step from `state` exercised, for the coverage check.
+fn kind(action: Action, state: &State) -> &'static str {
     match action {
         Action::Apply(command, _) => match command.op {
+            Op::Acquire
+                if !state.dead.contains(&command.from)
+                    && state.lease.is_some_and(|held| state.dead.contains(&held.holder)) =>
+            {
+                "takeover"
+            }
             Op::Acquire => "acquire",
             Op::Read(_) => "read",
             Op::Commit { .. } => "commit",
@@ -512,6 +613,7 @@ fn kind(action: Action) -> &'static str {
         },
         Action::Publish => "publish",
         Action::Expire => "expire",
+        Action::Rejoin(_) => "rejoin",
         _ => "client-side",
     }
 }
@@ -549,9 +651,9 @@ async fn replay(
             continue;
         };
         history.push(action.to_string());
-        exercised.push(kind(action));
+        exercised.push(kind(action, &state));
         if !matches!(action, Action::Expire) {
-            real.heartbeat(&state).await?;
+            real.heartbeat(&state, None).await?;
         }
         match action {
             Action::Publish => real.publish(state.published).await?,
@@ -559,7 +661,7 @@ async fn replay(
                 let mut modelled = state.clone();
                 let expected = model.apply(&mut modelled, command);
                 let answered = real
-                    .apply(command)
+                    .apply(command, &state)
                     .await
                     .with_context(|| format!("after:\n  {}", history.join("\n  ")))?;
                 if answered != expected {
@@ -571,13 +673,18 @@ async fn replay(
             }
             Action::Expire => {
                 let value = state.lease.context("expiry without a lease")?;
-                real.expire(value).await?;
+                real.expire(&state, value).await?;
             }
             _ => {}
         }
         state = next;
         let observed = real.observe().await?;
-        let expected = real.expected(&state)?;
+        let mut expected = real.expected(&state)?;
+        // The generation key lives a while after the release (ten lease
+        // TTLs), then expires: gone, it may only have run out.
+        if observed.generation.is_none() {
+            expected.generation = None;
+        }
         if observed != expected {
             bail!(
                 "Redis's state left the model's:\n  Redis: {observed:?}\n  model: {expected:?}\nhistory:\n  {}",
@@ -617,8 +724,9 @@ fn run(
 }
 
 /// Every operation the histories must reach.
-const KINDS: [&str; 11] = [
+const KINDS: [&str; 12] = [
     "publish", "acquire", "read", "commit", "ack", "close", "release", "reap", "halt", "resolve", "expire",
+    "takeover",
 ];
 
 #[test]

@@ -50,21 +50,24 @@ fn moving_past_a_saturated_key_and_filling_its_queue_again_keeps_every_per_key_p
 fn a_parked_key_holds_until_resolved_while_the_other_key_flows() {
     let report = check_hashed(HashedConfig::PARK, None);
     assert_clean(&report);
-    assert!(report.states > 100_000, "only {} states explored", report.states);
+    // One instance: its stall past the TTL fences nothing it had in flight
+    // (nobody takes over before it does itself, as a new member, once its
+    // runs ended), so fewer states than with a lease TTL.
+    assert!(report.states > 50_000, "only {} states explored", report.states);
 }
 
 #[test]
 fn a_parked_key_with_entries_moved_past_holds_them_in_order() {
     let report = check_hashed(HashedConfig::SKIP_PARK, None);
     assert_clean(&report);
-    assert!(report.states > 100_000, "only {} states explored", report.states);
+    assert!(report.states > 50_000, "only {} states explored", report.states);
 }
 
 #[test]
 fn a_resent_commit_lands_once_while_the_other_key_commits() {
     let report = check_hashed(HashedConfig::RESEND, None);
     assert_clean(&report);
-    assert!(report.states > 50_000, "only {} states explored", report.states);
+    assert!(report.states > 20_000, "only {} states explored", report.states);
 }
 
 /// A held-next command delayed on its connection past the client's
@@ -76,7 +79,7 @@ fn a_late_held_next_command_changes_nothing() {
     let report = check_hashed(HashedConfig::LATE_HELD, None);
     assert_clean(&report);
     assert!(broken(&report).is_empty(), "{:?} broken", broken(&report));
-    assert!(report.states > 20_000, "only {} states explored", report.states);
+    assert!(report.states > 10_000, "only {} states explored", report.states);
 }
 
 #[test]

@@ -23,11 +23,24 @@ fn the_protocol_keeps_every_property_in_the_small_configuration() {
 #[test]
 fn every_mutant_yields_a_counterexample() {
     for mutant in Mutant::ALL {
-        // Stops at the first broken property: a shortest counterexample.
-        let report = check_until_broken(Config::exposing(mutant), Some(mutant), &[]);
+        let config = Config::exposing(mutant);
+        // A configuration with a Redis restart losing writes breaks some
+        // properties without any mutant: the mutant must break another.
+        let by_design: &[&str] = if config.aof_losses > 0 {
+            &AOF_LOSS_BREAKS
+        } else {
+            &[]
+        };
+        let report = if by_design.is_empty() {
+            // Stops at the first broken property: a shortest counterexample.
+            check_until_broken(config, Some(mutant), &[])
+        } else {
+            check(config, Some(mutant))
+        };
         let violation = report
             .violations
-            .first()
+            .iter()
+            .find(|v| !by_design.contains(&v.property))
             .unwrap_or_else(|| panic!("mutant {mutant} was not caught ({} states)", report.states));
         assert!(!violation.trace.is_empty(), "{mutant}: an empty trace");
     }

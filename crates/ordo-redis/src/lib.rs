@@ -110,7 +110,8 @@ pub mod internals {
     pub mod names {
         pub use crate::store::keys::{
             doorbell_channel, group_registry, group_registry_copy, halted, halted_directory, index,
-            index_directory, index_version, instances, joining, joining_copy, partitioning, paused,
+            index_directory, index_version, instances, joining, joining_copy, lease_member, member,
+            partitioning, paused,
         };
     }
 }

@@ -21,7 +21,12 @@ pub(crate) async fn describe(client: &Pool, records: &Records, keys: &[String]) 
     for key in keys {
         let lease_key = records.lease(key);
         let lease: Option<String> = client.get(&lease_key).await?;
-        let ttl: i64 = client.pttl(&lease_key).await?;
+        // A lease lives as long as its holder's member key.
+        let member = lease
+            .as_deref()
+            .and_then(ordo_redis::internals::names::lease_member)
+            .unwrap_or_default();
+        let ttl: i64 = client.pttl(&member).await?;
         let partition = records.partition(key);
         let stream = partition.primary();
         let length: u64 = client.xlen(stream).await?;
@@ -31,7 +36,7 @@ pub(crate) async fn describe(client: &Pool, records: &Records, keys: &[String]) 
             .find(|g| g.get("name").and_then(Value::as_string).as_deref() == Some(GROUP))
             .map_or_else(|| "no consumer group".to_owned(), describe_group);
         lines.push(format!(
-            "{key}: lease {} (pttl {ttl} ms); stream {stream} length {length}; group {GROUP}: {group}",
+            "{key}: lease {} (its member's pttl {ttl} ms); stream {stream} length {length}; group {GROUP}: {group}",
             lease.as_deref().unwrap_or("none"),
         ));
     }

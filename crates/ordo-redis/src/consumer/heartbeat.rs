@@ -1,16 +1,19 @@
-//! The heartbeat: renews every lease this instance holds, with one script
-//! call per Redis node and interval, whatever the handlers do.
+//! The heartbeat: renews this process's member key (one `PEXPIRE` per
+//! interval, whatever the number of leases: a lease has no TTL of its own
+//! and is held while its holder's member key lives), whatever the handlers
+//! do.
 //!
 //! It runs on its own OS thread with its own single-threaded runtime and
 //! its own Redis connection: a handler that blocks every runtime worker
 //! thread, or a blocking read holding a connection, cannot delay a renewal.
-//! It kills the worker of a lease it finds lost, and of every lease when
-//! renewals keep failing, before the leases can expire (see [`must_give_up`]).
+//! It kills every worker when it finds the member key expired (another
+//! instance may take any lease over from then on), and when renewals keep
+//! failing, before the key can expire (see [`must_give_up`]).
 //!
 //! A lease left lingering by a worker whose aborted handler runs go on
-//! (see [`LeaseTable`]) is renewed like the others until the runs have
-//! ended, then released; the heartbeat outlives its stop signal for as
-//! long as such a lease is left.
+//! (see [`LeaseTable`]) stays held (the member key renewed) until the runs
+//! have ended, then is released; the heartbeat outlives its stop signal for
+//! as long as such a lease is left, and deletes the member key last.
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -25,12 +28,14 @@ use super::shared::{LeaseTable, Settings};
 use crate::error::Result;
 use crate::net::connection;
 use crate::owner::lease;
+use crate::owner::member::{Membership, Renewal};
 
 /// Starts the heartbeat thread; it stops when `stop` is cancelled.
 pub(crate) fn spawn(
     url: &str,
     settings: &Settings,
     leases: LeaseTable,
+    membership: Arc<Membership>,
     renewals: RenewalSignal,
     stop: CancellationToken,
 ) -> Result<JoinHandle<()>> {
@@ -60,7 +65,13 @@ pub(crate) fn spawn(
                     }
                 };
                 connection::connect_in_background(&client);
-                beat(&client, timing, &leases, &renewals, &stop).await;
+                beat(&client, timing, &membership, &leases, &renewals, &stop).await;
+                // Every lease was released or given up: the member goes
+                // last (before, another instance could take over a lease
+                // whose run goes on here).
+                if let Err(error) = membership.leave(&client).await {
+                    warn!(error = %ordo_core::contract::error::error_chain(&error), "deleting this member's key failed; it expires within a lease TTL");
+                }
                 renewals.renewed();
                 connection::quit(&client, timing.interval).await;
             });
@@ -109,13 +120,14 @@ struct Timing {
 async fn beat(
     client: &Client,
     timing: Timing,
+    membership: &Membership,
     leases: &LeaseTable,
     renewals: &RenewalSignal,
     stop: &CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(timing.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    // Leases renewed by a call that started at `renewed` are valid until
+    // The member renewed by a call that started at `renewed` lives until
     // at least `renewed + ttl`.
     let mut renewed = Instant::now();
     loop {
@@ -128,31 +140,44 @@ async fn beat(
             _ = ticker.tick() => {}
             () = stop.cancelled(), if !stop.is_cancelled() => continue,
         }
-        release_ended(client, leases).await;
-        let held = leases.snapshot();
+        release_ended(client, timing.ttl, leases).await;
         let started = Instant::now();
-        if held.is_empty() {
-            renewed = started;
-            continue;
-        }
-        let ttl = timing.ttl;
-        match lease::renew(client, ttl, &held).await {
-            Ok(positions) => {
+        match membership.renew(client).await {
+            Ok(Renewal::Renewed(owner, until)) => {
                 renewed = started;
                 renewals.renewed();
-                debug!(leases = held.len(), lost = positions.len(), "leases renewed");
-                for position in positions {
-                    if let Some((key, value)) = held.get(position)
-                        && leases.give_up(key, value)
-                    {
-                        warn!(event = ordo_core::contract::log_events::LEASE_LOST, lease = %key, "lease lost; stopping its worker");
+                // Leases of another identity are an expired member's of
+                // this process (an acquisition found it expired before this
+                // beat did): they may be taken over already.
+                let mine = format!("{}:", owner.identity());
+                let (held, expired): (Vec<_>, Vec<_>) = leases
+                    .snapshot()
+                    .into_iter()
+                    .partition(|(_, value)| value.starts_with(&mine));
+                for (key, value) in &expired {
+                    if leases.give_up(key, value) {
+                        warn!(event = ordo_core::contract::log_events::LEASE_LOST, lease = %key, "the lease was held by an expired membership of this process; stopping its worker");
                     }
                 }
-                // The lost ones are out of the table: this touches the others.
-                leases.renewed(&held, started + ttl);
+                debug!(leases = held.len(), "member renewed");
+                leases.renewed(&held, until);
+            }
+            Ok(Renewal::Unregistered) => {
+                renewed = started;
+                renewals.renewed();
+            }
+            Ok(Renewal::Expired(identity)) => {
+                renewed = started;
+                renewals.renewed();
+                let held = leases.snapshot();
+                warn!(event = ordo_core::contract::log_events::LEASE_LOST, member = %identity, leases = held.len(), "this process's member key expired (it was stalled, or cut off from Redis, for a lease TTL): every lease it held may be taken over; stopping their workers, the next round acquires as a new member");
+                for (key, value) in &held {
+                    leases.give_up(key, value);
+                }
             }
             Err(error) if must_give_up(started.duration_since(renewed), timing) => {
                 renewals.failed(&error);
+                let held = leases.snapshot();
                 warn!(event = ordo_core::contract::log_events::LEASE_LOST, error = %ordo_core::contract::error::error_chain(&error), leases = held.len(), "renewals failed for most of a lease TTL; giving up every lease");
                 for (key, value) in &held {
                     leases.give_up(key, value);
@@ -160,22 +185,23 @@ async fn beat(
             }
             Err(error) => {
                 renewals.failed(&error);
-                warn!(event = ordo_core::contract::log_events::LEASE_RENEWAL_FAILED, error = %ordo_core::contract::error::error_chain(&error), leases = held.len(), "lease renewal failed; retrying next beat");
+                warn!(event = ordo_core::contract::log_events::LEASE_RENEWAL_FAILED, error = %ordo_core::contract::error::error_chain(&error), "renewing the member key failed; retrying next beat");
             }
         }
     }
 }
 
 /// Releases the lingering leases whose handler runs have all ended (a
-/// lease that cannot be released now expires on its own).
-async fn release_ended(client: &Client, leases: &LeaseTable) {
+/// lease that cannot be released now is taken over once the member key is
+/// gone).
+async fn release_ended(client: &Client, ttl: Duration, leases: &LeaseTable) {
     for lease in leases.ended() {
-        match lease::release(client, &lease).await {
+        match lease::release(client, &lease, ttl).await {
             Ok(released) => {
                 info!(lease = %lease.key(), released, "the handler runs kept after their worker stopped have ended; lease released");
             }
             Err(error) => {
-                warn!(%error, lease = %lease.key(), "the handler runs kept after their worker stopped have ended; releasing the lease failed, it will expire");
+                warn!(%error, lease = %lease.key(), "the handler runs kept after their worker stopped have ended; releasing the lease failed, it is taken over once this member's key is gone");
             }
         }
     }
@@ -184,11 +210,11 @@ async fn release_ended(client: &Client, leases: &LeaseTable) {
 /// Whether a renewal that failed `since_renewed` after the start of the last
 /// successful one must give every lease up now.
 ///
-/// The leases are valid until at least `ttl` after that start. The next
-/// chance to renew starts one interval after this one, and its failure is
-/// known only when its call times out; the workers must be stopped before
-/// the leases can expire, with a margin (another call timeout) for their
-/// handlers to be aborted. So give up now unless the next renewal's outcome
+/// The member (and so every lease) lives until at least `ttl` after that
+/// start. The next chance to renew starts one interval after this one, and
+/// its failure is known only when its call times out; the workers must be
+/// stopped before the member key can expire, with a margin (another call
+/// timeout) for their handlers to be aborted. So give up now unless the next renewal's outcome
 /// is known with that margin to spare.
 fn must_give_up(since_renewed: Duration, timing: Timing) -> bool {
     since_renewed + timing.interval + 2 * timing.call_timeout >= timing.ttl

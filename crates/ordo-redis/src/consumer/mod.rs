@@ -15,10 +15,11 @@
 //!   subscriptions and every armed doorbell with one script per node, so a
 //!   ring Redis dropped (a failover, a slot move) or an entry added without
 //!   the publish script is noticed within that time;
-//! - the **heartbeat** ([`heartbeat`]) renews every held lease with one
-//!   script call per Redis node and interval, on its own thread, runtime and connection, so no
-//!   handler can starve it, and kills the worker of a lease it lost or
-//!   cannot renew in time;
+//! - the **heartbeat** ([`heartbeat`]) renews this process's member key
+//!   (every held lease lives as long as it does) with one `PEXPIRE` per
+//!   interval, on its own thread, runtime and connection, so no handler can
+//!   starve it, and kills every worker when the key expired or cannot be
+//!   renewed in time;
 //! - **plain consumers** ([`plain`]) read non-partitioned categories' base
 //!   streams through an ordinary consumer group.
 //!
@@ -95,6 +96,7 @@ pub(crate) async fn run(
         url.expose(),
         &settings,
         leases.clone(),
+        partitions.membership().clone(),
         renewals,
         background.clone(),
     )?;

@@ -526,9 +526,9 @@ impl Supervisor {
         balance::preference_order(&mut candidates, self.shared.instance(), |u| u.id.as_str());
         candidates.truncate(MAX_CANDIDATES);
         let keys: Vec<_> = candidates.iter().map(|u| u.lease.clone()).collect();
-        // The leases are valid at least a TTL after the call started.
-        let valid_until = std::time::Instant::now() + self.shared.settings.lease_ttl;
-        let leases = self.shared.partitions.acquire_many(&keys, limit).await?;
+        // The leases are held at least as long as the member, renewed (or
+        // registered) before they were taken.
+        let (leases, valid_until) = self.shared.partitions.acquire_until(&keys, limit).await?;
         let acquired: Vec<_> = candidates
             .into_iter()
             .zip(leases)

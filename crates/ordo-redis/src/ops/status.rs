@@ -9,7 +9,7 @@
 //! uses `SCAN`, which walks the keyspace incrementally without blocking the
 //! server; pass a category where a command allows it to avoid that walk.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use fred::clients::Pool;
@@ -100,7 +100,9 @@ pub struct GroupPosition {
     /// The consumer group (handler name).
     pub group: String,
     /// The lease holder, when the partition is owned for this group (a
-    /// `sequential_by` process manager's lease over the key counts too).
+    /// `sequential_by` process manager's lease over the key counts too): a
+    /// lease whose holder's member key is gone is not owned (the next
+    /// instance to look takes it over).
     pub owner: Option<LeaseHolder>,
     /// Entries not delivered to the group yet, over every lane.
     pub lag: u64,
@@ -577,10 +579,13 @@ impl ClusterStatus {
                 let _: () = pipeline.xinfo_groups(partition.lane(lane)).await?;
             }
             for group in groups {
-                let _: () = pipeline.get(partition.lease(group).lease).await?;
-                let _: () = pipeline
-                    .get(LeaseKeys::process(group, partition.key()).lease)
-                    .await?;
+                for lease in [
+                    partition.lease(group).lease,
+                    LeaseKeys::process(group, partition.key()).lease,
+                ] {
+                    let _: () = pipeline.get(&lease).await?;
+                    let _: () = pipeline.pttl(&lease).await?;
+                }
             }
         }
         let mut replies = pipeline.try_all::<Value>().await.into_iter();
@@ -595,8 +600,8 @@ impl ClusterStatus {
             }
             let mut leases = Vec::with_capacity(groups.len());
             for _ in groups {
-                let partition_lease = next()?;
-                let process_lease = next()?;
+                let partition_lease = (next()?, next()?);
+                let process_lease = (next()?, next()?);
                 leases.push(holder(partition_lease).or_else(|| holder(process_lease)));
             }
             raws.push(RawPartition {
@@ -605,7 +610,43 @@ impl ClusterStatus {
                 leases,
             });
         }
+        self.alive_only(&mut raws).await?;
         Ok(raws)
+    }
+
+    /// Keeps the holders of `raws` whose leases are held: those whose
+    /// member key exists (one `MGET`: every member key sits in one slot),
+    /// and those of an earlier release's instance (a lease with a TTL).
+    async fn alive_only(&self, raws: &mut [RawPartition]) -> Result<()> {
+        let mut members: Vec<String> = raws
+            .iter()
+            .flat_map(|raw| raw.leases.iter().flatten())
+            .filter_map(|held| held.member.clone())
+            .collect();
+        members.sort_unstable();
+        members.dedup();
+        if members.is_empty() {
+            return Ok(());
+        }
+        let found: Vec<Option<String>> = self.client.mget(members.clone()).await?;
+        let gone: HashSet<&str> = members
+            .iter()
+            .zip(&found)
+            .filter(|(_, value)| value.is_none())
+            .map(|(member, _)| member.as_str())
+            .collect();
+        for raw in raws {
+            for lease in &mut raw.leases {
+                if lease
+                    .as_ref()
+                    .and_then(|held| held.member.as_deref())
+                    .is_some_and(|member| gone.contains(member))
+                {
+                    *lease = None;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Turns one partition's raw replies into its status.
@@ -623,7 +664,7 @@ impl ClusterStatus {
             .zip(raw.leases)
             .map(|(group, owner)| GroupPosition {
                 group: group.clone(),
-                owner,
+                owner: owner.map(|held| held.holder),
                 lag: 0,
                 pending: 0,
                 handled: 0,
@@ -725,7 +766,15 @@ struct RawPartition {
     /// such stream).
     lanes: Vec<(Lane, Option<Value>, Option<Value>)>,
     /// Per group: the lease holder.
-    leases: Vec<Option<LeaseHolder>>,
+    leases: Vec<Option<Held>>,
+}
+
+/// A lease holder as read, and the member key it is held by (`None`: an
+/// earlier release's lease, with a TTL of its own).
+#[derive(Debug)]
+struct Held {
+    holder: LeaseHolder,
+    member: Option<String>,
 }
 
 /// One group's position on one stream, as `XINFO GROUPS` reports it.
@@ -782,14 +831,17 @@ fn lane_position(info: &Value, group: &str, length: u64) -> Result<LanePosition>
     Ok(LanePosition::unread(length))
 }
 
-/// The holder in a lease value `{instance}:{nonce}:{token}`.
-fn holder(value: Value) -> Option<LeaseHolder> {
+/// The holder in a lease value `{instance}:{nonce}:{token}` and its `PTTL`.
+fn holder((value, ttl): (Value, Value)) -> Option<Held> {
     let value = text(value)?;
     let (owner, token) = value.rsplit_once(':')?;
     let (instance, _nonce) = owner.rsplit_once(':')?;
-    Some(LeaseHolder {
-        instance: instance.to_owned(),
-        token: token.parse().ok()?,
+    Some(Held {
+        holder: LeaseHolder {
+            instance: instance.to_owned(),
+            token: token.parse().ok()?,
+        },
+        member: (ttl.as_i64() == Some(-1)).then(|| crate::store::keys::member(owner)),
     })
 }
 
@@ -870,17 +922,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lease_values_name_instance_and_token() {
-        let parsed = holder(Value::from("3f1c:ab:9e2d41c07a5b6f18:1764438000000123"));
+    fn lease_values_name_instance_token_and_member() {
+        let value = || Value::from("3f1c:ab:9e2d41c07a5b6f18:1764438000000123");
+        let parsed = holder((value(), Value::from(-1))).expect("a holder");
         assert_eq!(
-            parsed,
-            Some(LeaseHolder {
+            parsed.holder,
+            LeaseHolder {
                 instance: "3f1c:ab".to_owned(),
                 token: 1_764_438_000_000_123,
-            })
+            }
         );
-        assert_eq!(holder(Value::Null), None);
-        assert_eq!(holder(Value::from("no-token")), None);
+        assert_eq!(
+            parsed.member.as_deref(),
+            Some("{ordo}:member:3f1c:ab:9e2d41c07a5b6f18")
+        );
+        let earlier = holder((value(), Value::from(5_000))).expect("a holder");
+        assert_eq!(
+            earlier.member, None,
+            "an earlier release's lease has a TTL and no member"
+        );
+        assert!(holder((Value::Null, Value::from(-2))).is_none());
+        assert!(holder((Value::from("no-token"), Value::from(-1))).is_none());
     }
 
     #[test]

@@ -16,7 +16,8 @@ use ordo_core::contract::message::Envelope;
 
 use crate::error::{Error, Result};
 use crate::owner::ack::{self, Ack};
-use crate::owner::lease::{self, Lease, Owner};
+use crate::owner::lease::{self, Lease};
+use crate::owner::member::{Membership, Renewal};
 use crate::store::calls;
 pub(crate) use crate::store::calls::lane_name;
 use crate::store::calls::partition::{Halt, Read, Reap};
@@ -326,7 +327,10 @@ pub struct HaltReason {
 #[derive(Debug, Clone)]
 pub struct Partitions {
     client: Pool,
-    owner: Owner,
+    instance: String,
+    /// This process start's member, shared by every clone: whose name the
+    /// leases carry, and whether it lives.
+    membership: Arc<Membership>,
     lease_ttl: Duration,
     /// The consumer groups seen on each category's lanes, so the reap
     /// script can be given their keys up front (it names them all in KEYS);
@@ -346,16 +350,20 @@ pub(crate) struct Held<'a> {
 }
 
 impl Partitions {
-    /// Operations on `client` for the instance `instance`, whose leases live
-    /// `lease_ttl` without renewal. Each call draws a fresh nonce: its
-    /// leases (and those of its clones) are `{instance}:{nonce}:{token}`, so
-    /// two `Partitions` built with one instance id are two owners (two
-    /// processes), and each reports the other's leases as
-    /// [`Error::DuplicateInstance`].
+    /// Operations on `client` for the instance `instance`, whose member key
+    /// (on which every lease it holds depends) lives `lease_ttl` without
+    /// renewal. Each call draws a fresh nonce: its leases (and those of its
+    /// clones) are `{instance}:{nonce}:{token}`, so two `Partitions` built
+    /// with one instance id are two owners (two processes), and each
+    /// reports the other's leases as [`Error::DuplicateInstance`] while the
+    /// other's member lives. The member key is registered by the first
+    /// acquisition.
     pub fn new(client: Pool, instance: impl Into<String>, lease_ttl: Duration) -> Self {
+        let instance = instance.into();
         Self {
             client,
-            owner: Owner::new(&instance.into()),
+            membership: Arc::new(Membership::new(&instance, lease_ttl)),
+            instance,
             lease_ttl,
             groups: Arc::default(),
         }
@@ -363,13 +371,24 @@ impl Partitions {
 
     /// The instance id (the first part of every lease value it holds).
     pub fn instance(&self) -> &str {
-        self.owner.instance()
+        &self.instance
     }
 
-    /// `{instance}:{nonce}`: every lease value this owner holds, without
-    /// its token.
-    pub fn identity(&self) -> &str {
-        self.owner.identity()
+    /// `{instance}:{nonce}`: every lease value this owner holds now,
+    /// without its token (the nonce changes when the member key expired).
+    pub fn identity(&self) -> String {
+        self.membership.owner().identity().to_owned()
+    }
+
+    /// The member key of [`Partitions::identity`]:
+    /// `{ordo}:member:{instance}:{nonce}`.
+    pub fn member_key(&self) -> String {
+        self.membership.key()
+    }
+
+    /// The membership every clone shares.
+    pub(crate) fn membership(&self) -> &Arc<Membership> {
+        &self.membership
     }
 
     /// The client.
@@ -387,59 +406,92 @@ impl Partitions {
         self.lease_ttl * crate::owner::lease::SEQUENCE_TTL_FACTOR
     }
 
-    /// Acquires `group`'s lease on `partition` if it is free (or renews it
-    /// when this owner holds it already).
+    /// Acquires `group`'s lease on `partition` if it is free or its
+    /// holder's member is gone (or returns it when this owner holds it
+    /// already).
     pub async fn acquire(&self, group: &str, partition: &PartitionKeys) -> Result<Option<Lease>> {
         self.acquire_keys(&partition.lease(group)).await
     }
 
-    /// Acquires the lease `keys` if it is free.
+    /// Acquires the lease `keys` if it is free or its holder's member is
+    /// gone.
     pub async fn acquire_keys(&self, keys: &LeaseKeys) -> Result<Option<Lease>> {
-        let mut leases = lease::acquire(
-            self.client.next(),
-            &self.owner,
-            self.lease_ttl,
-            std::slice::from_ref(keys),
-            1,
-        )
-        .await?;
+        let mut leases = self.acquire_many(std::slice::from_ref(keys), 1).await?;
         Ok(leases.pop().flatten())
     }
 
-    /// Acquires up to `limit` free leases among `candidates`, in order, with
-    /// one call per Redis node.
+    /// Acquires up to `limit` leases among `candidates` that are free or
+    /// held by a dead member, in order, with a few calls per Redis node.
     pub async fn acquire_many(&self, candidates: &[LeaseKeys], limit: usize) -> Result<Vec<Option<Lease>>> {
-        lease::acquire(self.client.next(), &self.owner, self.lease_ttl, candidates, limit).await
+        Ok(self.acquire_until(candidates, limit).await?.0)
     }
 
-    /// Renews `leases` with one call per Redis node; returns those that were lost.
+    /// [`Partitions::acquire_many`], and until when the leases are surely
+    /// held: the member, renewed (or registered) before they were taken,
+    /// lives at least until then.
+    pub(crate) async fn acquire_until(
+        &self,
+        candidates: &[LeaseKeys],
+        limit: usize,
+    ) -> Result<(Vec<Option<Lease>>, std::time::Instant)> {
+        let (owner, valid_until) = self.membership.ensure(&self.client).await?;
+        let leases = lease::acquire(self.client.next(), &owner, self.lease_ttl, candidates, limit).await?;
+        Ok((leases, valid_until))
+    }
+
+    /// Renews this owner's member key, and returns those of `leases` that
+    /// are no longer held (every one when the member key had expired: the
+    /// next acquisition registers a new member).
     pub async fn renew<'l>(&self, leases: &'l [Lease]) -> Result<Vec<&'l Lease>> {
+        let identity = match self.membership.renew(&self.client).await? {
+            Renewal::Renewed(owner, _) => owner.identity().to_owned(),
+            Renewal::Unregistered | Renewal::Expired(_) => return Ok(leases.iter().collect()),
+        };
         let held: Vec<(String, String)> = leases
             .iter()
             .map(|l| (l.key().to_owned(), l.value().to_owned()))
             .collect();
-        let lost = lease::renew(self.client.next(), self.lease_ttl, &held).await?;
-        Ok(lost.into_iter().filter_map(|i| leases.get(i)).collect())
+        let lost = lease::lost(self.client.next(), &held).await?;
+        let mine = format!("{identity}:");
+        Ok(leases
+            .iter()
+            .enumerate()
+            .filter(|(i, l)| lost.contains(i) || !l.value().starts_with(&mine))
+            .map(|(_, l)| l)
+            .collect())
     }
 
     /// Releases `lease`; returns whether it was still held.
     pub async fn release(&self, lease: &Lease) -> Result<bool> {
-        lease::release(&self.client, lease).await
+        lease::release(&self.client, lease, self.lease_ttl).await
+    }
+
+    /// Deletes this owner's member key, once every lease it held was
+    /// released (a clean stop): anything it still holds is taken over at
+    /// once by the next acquisition elsewhere.
+    pub async fn leave(&self) -> Result<()> {
+        self.membership.leave(&self.client).await
     }
 
     /// Checks that `lease` is still held, without touching anything:
-    /// [`Error::Fenced`] when another instance holds it or it expired. A
-    /// worker asks before running a handler again after a failure, so a
-    /// stale owner never re-runs a message the new owner may be running.
+    /// [`Error::Fenced`] when another instance holds it, or its holder's
+    /// member key is gone. A worker asks before running a handler again
+    /// after a failure, so a stale owner never re-runs a message the new
+    /// owner may be running.
     pub async fn check(&self, lease: &Lease) -> Result<()> {
+        let member = crate::store::keys::lease_member(lease.value());
+        let alive = match &member {
+            Some(member) => self.client.exists::<i64, _>(member).await? == 1,
+            None => false,
+        };
         let holder: Option<String> = self.client.get(lease.key()).await?;
-        if holder.as_deref() == Some(lease.value()) {
+        if alive && holder.as_deref() == Some(lease.value()) {
             return Ok(());
         }
         Err(Error::Fenced {
             lease: lease.key().to_owned(),
             expected: lease.value().to_owned(),
-            holder,
+            holder: holder.filter(|_| alive),
         })
     }
 
@@ -772,7 +824,7 @@ impl Held<'_> {
                 ordo_core::contract::text::MAX_ERROR_TEXT,
             ),
             attempts: reason.attempts,
-            instance: partitions.owner.instance(),
+            instance: partitions.instance(),
             attempt,
             sequence_ttl: partitions.sequence_ttl(),
         };

@@ -104,6 +104,10 @@ mod pattern {
     pub(super) const DOORBELLS: &[&str] = &["{<category>:*}:doorbell", "{<category>}:doorbell"];
     /// Leases and their generations (fencing tokens).
     pub(super) const LEASES: &[&str] = &["{<category>:*}:lease:*", "{__pm__:<group>:*}:lease:<group>"];
+    /// The member keys of process starts (one per process start, named by
+    /// its instance id and nonce, which the rules cannot know: every
+    /// instance's).
+    pub(super) const MEMBERS: &[&str] = &["{ordo}:member:*"];
     /// The generations of the leases.
     pub(super) const GENERATIONS: &[&str] = &["{<category>:*}:gen:*", "{__pm__:<group>:*}:gen:<group>"];
     /// Fenced-commit markers and attempt sequences.
@@ -162,9 +166,11 @@ mod pattern {
         "{<category>}:*",
         "{*}:<category>:__*__",
     ];
-    /// Every key of a group: its instance set, its pause records and its
-    /// process manager's names (state, leases).
+    /// Every key of a group: the member keys (whose leases are held), its
+    /// instance set, its pause records and its process manager's names
+    /// (state, leases).
     pub(super) const EVERY_GROUP_KEY: &[&str] = &[
+        "{ordo}:member:*",
         "ordo:instances:<group>",
         "ordo:paused:<group>",
         "{__pm__:<group>:*",
@@ -240,8 +246,8 @@ const RECORD_PARTITIONING: &[Writes] = &[Writes {
     keys: &[PARTITIONING],
 }];
 
-/// What a worker writes besides publishing: leases (acquire, renew,
-/// release), reads (`XREADGROUP` moves the group; a lane without the group
+/// What a worker writes besides publishing: its member key (register,
+/// renew, leave), leases (acquire, take over, release), reads (`XREADGROUP` moves the group; a lane without the group
 /// gets it), acknowledgements and trimming, attempt sequences and fenced
 /// commits, failed-attempt counts, halts and the halted set, parked keys
 /// and held messages, arming doorbells, reaping (the lanes, and every
@@ -253,15 +259,34 @@ const RECORD_PARTITIONING: &[Writes] = &[Writes {
 const WORKER: &[Writes] = &[
     Writes {
         commands: &["+set"],
-        keys: &[LEASES, GENERATIONS, COMMITS, DOORBELLS, PM_STATE, JOINING],
+        keys: &[
+            MEMBERS,
+            LEASES,
+            GENERATIONS,
+            COMMITS,
+            DOORBELLS,
+            PM_STATE,
+            JOINING,
+        ],
     },
+    // `PEXPIRE` on leases: the renewals of an instance of the earlier
+    // release (a TTL per lease), while a rolling upgrade runs both.
     Writes {
         commands: &["+pexpire"],
-        keys: &[LEASES, PAUSED],
+        keys: &[MEMBERS, LEASES, PAUSED],
     },
     Writes {
         commands: &["+del"],
-        keys: &[LANES, PUBLISHED, LEASES, GENERATIONS, COMMITS, ATTEMPTS, HELD],
+        keys: &[
+            MEMBERS,
+            LANES,
+            PUBLISHED,
+            LEASES,
+            GENERATIONS,
+            COMMITS,
+            ATTEMPTS,
+            HELD,
+        ],
     },
     Writes {
         commands: &["+xreadgroup", "+xack", "+xtrim"],
@@ -380,8 +405,9 @@ const PUBLISHER_READS: &[&str] = &[
     "+xinfo|groups",
 ];
 
-/// What a worker reads: a publisher's reads, and the lease checks (the
-/// heartbeat's renewal reads many leases with one `MGET`), halt and park
+/// What a worker reads: a publisher's reads, and the lease checks (which
+/// holders' member keys are gone: one `MGET`; a check of many leases: one
+/// `MGET` per call), halt and park
 /// records, held messages, pending entries, stream and group state (reads,
 /// trimming, reaping, the health check, the waker's re-check: one `XREAD`
 /// over many lanes), discovery, the registration checks, the instance
@@ -395,6 +421,7 @@ const WORKER_READS: &[&str] = &[
     "+hkeys",
     "+hmget",
     "+mget",
+    "+pttl",
     "+hexists",
     "+smembers",
     "+sismember",
@@ -413,9 +440,13 @@ const WORKER_READS: &[&str] = &[
 ];
 
 /// What the read-only views (`ordo status`, `partitions`, `inspect`,
-/// `watch`, `dlq list`, `dlq inspect`) read.
+/// `watch`, `dlq list`, `dlq inspect`) read; the worker's health check reads
+/// the same (a lease's holder and whether it has a TTL, whether the
+/// holders' member keys exist: `PTTL`, `MGET`).
 const READER_READS: &[&str] = &[
     "+get",
+    "+mget",
+    "+pttl",
     "+hget",
     "+hgetall",
     "+smembers",
@@ -827,6 +858,22 @@ mod tests {
                     .all(|pattern| pattern.trim_end_matches(')').ends_with(":producers")),
             "{hdel}"
         );
+        // Only a worker writes member keys (a publisher or an operator
+        // could end a worker's membership otherwise).
+        for role in [AclRole::Publisher, AclRole::Operator, AclRole::Reader] {
+            assert!(
+                role.rules(&scope).iter().all(|rule| rule.contains("%R~")
+                    || rule.starts_with("(+fcall ")
+                    || !rule.contains("{ordo}:member:")),
+                "{role:?} may write member keys"
+            );
+        }
+        for command in ["+set", "+pexpire", "+del"] {
+            assert!(
+                selector_of(AclRole::Worker, command).contains("~{ordo}:member:*"),
+                "{command}"
+            );
+        }
         assert!(selector_of(AclRole::Publisher, "+get").starts_with("(+fcall "));
         assert!(selector_of(AclRole::Publisher, "+get").contains(" ~{order:* "));
         assert!(selector_of(AclRole::Reader, "+get").contains("%R~"));

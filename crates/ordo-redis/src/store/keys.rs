@@ -127,6 +127,32 @@ pub(crate) fn halted_member_category(member: &str) -> Option<&str> {
     (!category.is_empty() && !category.contains(['{', '}'])).then_some(category)
 }
 
+/// The member key of a process start, `identity` being `<instance>:<nonce>`:
+/// `{ordo}:member:<instance>:<nonce>`, with a TTL its heartbeat renews
+/// (`PEXPIRE`, which never re-creates it). Every lease it holds (without a
+/// TTL of its own) is held for as long as this key exists. One hash tag for
+/// every member, so the takeover's question (which holders are gone) is one
+/// `MGET` on one node of a Redis Cluster.
+pub fn member(identity: &str) -> String {
+    format!("{{ordo}}:member:{identity}")
+}
+
+/// The holder's identity (`instance:nonce`) in a lease value
+/// `instance:nonce:token`, when the value is one (an instance id may hold
+/// `:`; a value Ordo did not write names nobody).
+pub(crate) fn lease_holder(value: &str) -> Option<&str> {
+    let (identity, token) = value.rsplit_once(':')?;
+    let (_, nonce) = identity.rsplit_once(':')?;
+    let token = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
+    (token && !nonce.is_empty()).then_some(identity)
+}
+
+/// The [member key](member) of the holder a lease value
+/// `instance:nonce:token` names: the lease is held while it exists.
+pub fn lease_member(value: &str) -> Option<String> {
+    lease_holder(value).map(member)
+}
+
 /// The sorted set of live instances consuming `group` (score: expiry in ms).
 pub fn instances(group: &str) -> String {
     format!("ordo:instances:{group}")
@@ -591,9 +617,10 @@ pub(crate) fn glob_escape(text: &str) -> String {
 /// the lease covers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeaseKeys {
-    /// The lease: `{instance}:{token}`, with a TTL.
+    /// The lease: `{instance}:{nonce}:{token}`, without a TTL: held while
+    /// the holder's [member key](member) exists.
     pub lease: String,
-    /// The last token handed out (expires a while after the lease).
+    /// The token of the lease's last release (expires a while after it).
     pub generation: String,
     /// The last fenced commit made under this lease key (its id and
     /// replies, short-lived), so a commit the client sends twice is
@@ -725,6 +752,7 @@ pub fn layout() -> Vec<(&'static str, String)> {
         ("{<slot_tag>}:<category>:__halted__", halted("order", slot)),
         ("{<category>}:__halted_buckets__", halted_directory("order")),
         ("{<slot_tag>}:ordo:doorbell", doorbell_channel(slot)),
+        ("{ordo}:member:<instance>:<nonce>", member("N:5e2f")),
         ("ordo:instances:<group>", instances("G")),
         ("ordo:paused:<group>", paused("G")),
         (
@@ -768,6 +796,7 @@ mod tests {
             .replace("<n>", "7")
             .replace("<id>", "I")
             .replace("<instance>", "N")
+            .replace("<nonce>", "5e2f")
             .replace(
                 "<slot_tag>",
                 slot_tag(PartitionKeys::new("order", "c-1", "backfill").slot()),

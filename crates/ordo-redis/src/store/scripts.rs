@@ -74,7 +74,8 @@ macro_rules! scripts {
 scripts! {
     publish: include_str!("lua/publish.lua"),
     acquire: include_str!("lua/acquire.lua"),
-    renew: include_str!("lua/renew.lua"),
+    take: include_str!("lua/take.lua"),
+    lost: include_str!("lua/lost.lua"),
     arm: include_str!("lua/arm.lua"),
     recheck: include_str!("lua/recheck.lua"),
     union: include_str!("lua/union.lua"),

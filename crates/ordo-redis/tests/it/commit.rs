@@ -97,8 +97,8 @@ async fn a_resent_commit_answers_the_same_after_the_lease_moved_on() -> anyhow::
 
     proxy.lose_next_reply();
     let takeover = async {
-        eventually(Duration::from_secs(5), "the lease to expire", || async {
-            Ok(!direct.exists::<bool, _>(lease.key()).await?)
+        eventually(Duration::from_secs(5), "the lease's member to expire", || async {
+            Ok(!direct.exists::<bool, _>(lease.member_key()).await?)
         })
         .await?;
         b.acquire("G", &partition)

@@ -23,11 +23,12 @@ async fn owner(url: &str, name: &str) -> anyhow::Result<Partitions> {
     Ok(Partitions::new(pool(url).await?, name, TTL))
 }
 
-/// Waits until `lease` has expired on its own (no key is deleted by the test).
+/// Waits until `lease` has expired on its own: its holder's member key,
+/// not renewed, is gone (no key is deleted by the test).
 async fn wait_expired(owner: &Partitions, lease: &Lease) -> anyhow::Result<()> {
     let client = owner.client().clone();
-    let key = lease.key().to_owned();
-    eventually(Duration::from_secs(5), "the lease to expire", || {
+    let key = lease.member_key();
+    eventually(Duration::from_secs(5), "the lease's member to expire", || {
         let client = client.clone();
         let key = key.clone();
         async move { Ok(!client.exists::<bool, _>(&key).await?) }
@@ -173,6 +174,10 @@ crate::on_both_topologies!(
     renewal_reports_exactly_the_leases_taken_over
 );
 
+/// A renewal renews the member and reports the leases no longer held: one
+/// deleted (as another group's reap does) and taken by another instance
+/// while the member lives, alone; every one once the member key expired,
+/// and the owner goes on as a new member.
 async fn renewal_reports_exactly_the_leases_taken_over(redis: TestRedis) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("renew");
@@ -182,26 +187,50 @@ async fn renewal_reports_exactly_the_leases_taken_over(redis: TestRedis) -> anyh
     let b = owner(&url, "b").await?;
     let kept_lease = a.acquire("G", &kept).await?.expect("free");
     let lost_lease = a.acquire("G", &lost).await?.expect("free");
+    assert!(
+        b.acquire("G", &lost).await?.is_none(),
+        "held while a's member lives"
+    );
+    let _: i64 = a.client().del(lost_lease.key()).await?;
+    let taken = b.acquire("G", &lost).await?.expect("a deleted lease is free");
 
-    // A renews only `kept` until B has taken `lost` over.
-    let mut taken = None;
-    for _ in 0..100 {
-        a.renew(std::slice::from_ref(&kept_lease)).await?;
-        if let Some(lease) = b.acquire("G", &lost).await? {
-            taken = Some(lease);
-            break;
-        }
-        tokio::time::sleep(TTL / 6).await;
-    }
-    let taken = taken.expect("b takes over the lease a stopped renewing");
     let leases = [kept_lease.clone(), lost_lease.clone()];
     let reported: Vec<Lease> = a.renew(&leases).await?.into_iter().cloned().collect();
     assert_eq!(
         reported,
         vec![lost_lease],
-        "only the taken-over lease is reported lost"
+        "only the lease taken is reported lost"
     );
     assert!(b.renew(std::slice::from_ref(&taken)).await?.is_empty());
+
+    // A stops renewing: its member expires, B takes `kept` over, and A's
+    // next renewal reports it lost, as a member that died.
+    let before = a.identity();
+    let mut over = None;
+    for _ in 0..100 {
+        b.renew(std::slice::from_ref(&taken)).await?;
+        if let Some(lease) = b.acquire("G", &kept).await? {
+            over = Some(lease);
+            break;
+        }
+        tokio::time::sleep(TTL / 6).await;
+    }
+    let over = over.expect("b takes over the lease of a's expired member");
+    assert!(over.token() > kept_lease.token());
+    let reported: Vec<Lease> = a
+        .renew(std::slice::from_ref(&kept_lease))
+        .await?
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(reported, vec![kept_lease.clone()]);
+    assert!(
+        !a.client().exists::<bool, _>(kept_lease.member_key()).await?,
+        "a renewal never brings an expired member back"
+    );
+    let again = a.acquire("G", &kept).await?;
+    assert!(again.is_none(), "b holds it, alive");
+    assert_ne!(a.identity(), before, "a acquires as a new member");
     Ok(())
 }
 

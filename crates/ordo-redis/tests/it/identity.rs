@@ -42,28 +42,35 @@ async fn two_processes_with_one_instance_id_never_share_a_lease() -> anyhow::Res
     assert_ne!(first.identity(), second.identity());
     let holder: Option<String> = client.get(lease.key()).await?;
     assert_eq!(holder.as_deref(), Some(lease.value()));
-    assert!(lease.value().starts_with(first.identity()));
+    assert!(lease.value().starts_with(&first.identity()));
     let _ = RedisFence::new(&lease)
         .commit(&client, &FencedWrite::new().set("x", "1"))
         .await?;
     Ok(())
 }
 
+/// Acquiring renews the member key (a lease has no TTL of its own): a
+/// process that takes leases now and then keeps them without a heartbeat.
 #[tokio::test]
-async fn re_adopting_a_lease_renews_its_ttl() -> anyhow::Result<()> {
+async fn re_adopting_a_lease_renews_its_member() -> anyhow::Result<()> {
     let redis = Redis::start_local()?;
     let client = pool(&redis.url()).await?;
     let partition = PartitionKeys::new(&common::category("identity"), "k", "backfill");
     let owner = Partitions::new(client.clone(), "a", TTL);
     let lease = owner.acquire("G", &partition).await?.expect("free");
-    eventually(Duration::from_secs(5), "the lease to age", || async {
-        Ok(client.pttl::<i64, _>(lease.key()).await? < 1_000)
+    assert_eq!(
+        client.pttl::<i64, _>(lease.key()).await?,
+        -1,
+        "a lease has no TTL"
+    );
+    eventually(Duration::from_secs(5), "the member to age", || async {
+        Ok(client.pttl::<i64, _>(lease.member_key()).await? < 1_000)
     })
     .await?;
     let again = owner.acquire("G", &partition).await?.expect("its own lease");
     assert_eq!(again, lease);
-    let ttl: i64 = client.pttl(lease.key()).await?;
-    assert!(ttl > 1_200, "re-adopted lease kept its old TTL: {ttl} ms left");
+    let ttl: i64 = client.pttl(lease.member_key()).await?;
+    assert!(ttl > 1_200, "re-adopting did not renew the member: {ttl} ms left");
     Ok(())
 }
 
@@ -100,5 +107,98 @@ async fn instance_ids_with_colons_or_common_prefixes_stay_apart() -> anyhow::Res
     assert_eq!(many[0], None);
     assert_eq!(many[1].as_ref(), Some(&held));
     assert!(many[2].is_some());
+    Ok(())
+}
+
+/// A process restarted under the same instance id (its previous start
+/// crashed) is told of a duplicate while the previous start's member key
+/// lives, then takes its leases over once that key has expired, at a
+/// greater token; the previous start's fence no longer passes.
+#[tokio::test]
+async fn a_restart_takes_over_the_previous_starts_leases_once_its_member_is_gone() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let client = pool(&redis.url()).await?;
+    let partition = PartitionKeys::new(&common::category("identity"), "k", "backfill");
+    let crashed = Partitions::new(client.clone(), "web-1", TTL);
+    let restarted = Partitions::new(client.clone(), "web-1", TTL);
+    let old = crashed.acquire("G", &partition).await?.expect("free");
+    assert!(matches!(
+        restarted.acquire("G", &partition).await,
+        Err(Error::DuplicateInstance { .. })
+    ));
+    eventually(
+        Duration::from_secs(5),
+        "the crashed start's member to expire",
+        || async { Ok(!client.exists::<bool, _>(old.member_key()).await?) },
+    )
+    .await?;
+    let new = restarted
+        .acquire("G", &partition)
+        .await?
+        .expect("the lease of a dead member is taken over");
+    assert!(new.token() > old.token());
+    assert!(matches!(
+        RedisFence::new(&old)
+            .commit(&client, &FencedWrite::new().set("x", "1"))
+            .await,
+        Err(Error::Fenced { .. })
+    ));
+    Ok(())
+}
+
+/// An instance of an earlier release renews a TTL on each lease and has no
+/// member key: its lease is held until it expires, never taken over as a
+/// dead member's (it would be while that instance runs); under this
+/// instance id it is a duplicate, as before.
+#[tokio::test]
+async fn a_lease_of_an_earlier_release_is_held_until_it_expires() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let client = pool(&redis.url()).await?;
+    let category = common::category("identity");
+    let owner = Partitions::new(client.clone(), "new", TTL);
+    let theirs = PartitionKeys::new(&category, "theirs", "backfill").lease("G");
+    let ours = PartitionKeys::new(&category, "ours", "backfill").lease("G");
+    let px = fred::types::Expiration::PX(1_000);
+    let _: () = client
+        .set(&theirs.lease, "old:0123abcd:5", Some(px.clone()), None, false)
+        .await?;
+    let _: () = client
+        .set(&ours.lease, "new:0123abcd:5", Some(px), None, false)
+        .await?;
+    assert_eq!(owner.acquire_keys(&theirs).await?, None);
+    assert!(matches!(
+        owner.acquire_keys(&ours).await,
+        Err(Error::DuplicateInstance { .. })
+    ));
+    eventually(
+        Duration::from_secs(5),
+        "the earlier release's lease to expire",
+        || async { Ok(owner.acquire_keys(&theirs).await?.is_some()) },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Leases taken in a call that met another live process with this instance
+/// id are let go at once, for the other process (or whoever comes next):
+/// nothing here runs them.
+#[tokio::test]
+async fn a_duplicate_lets_go_of_what_its_call_took() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let client = pool(&redis.url()).await?;
+    let category = common::category("identity");
+    let first = Partitions::new(client.clone(), "web-1", TTL);
+    let second = Partitions::new(client.clone(), "web-1", TTL);
+    let held = PartitionKeys::new(&category, "held", "backfill").lease("G");
+    let free = PartitionKeys::new(&category, "free", "backfill").lease("G");
+    first.acquire_keys(&held).await?.expect("free");
+    assert!(matches!(
+        second.acquire_many(&[free.clone(), held], 5).await,
+        Err(Error::DuplicateInstance { .. })
+    ));
+    assert!(
+        !client.exists::<bool, _>(&free.lease).await?,
+        "the free lease was let go"
+    );
     Ok(())
 }

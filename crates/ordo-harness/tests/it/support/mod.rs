@@ -212,9 +212,17 @@ impl Env {
             .collect()
     }
 
-    /// How long `key`'s lease has left, in ms (negative when not held).
+    /// How long `key`'s lease has left, in ms: its holder's member key's
+    /// (a lease has no TTL of its own); negative when not held.
     pub fn lease_pttl(&self, key: &str) -> anyhow::Result<i64> {
-        Ok(self.block_on(self.client.pttl(self.records.lease(key)))?)
+        let value: Option<String> = self.block_on(self.client.get(self.records.lease(key)))?;
+        let Some(member) = value
+            .as_deref()
+            .and_then(ordo_redis::internals::names::lease_member)
+        else {
+            return Ok(-2);
+        };
+        Ok(self.block_on(self.client.pttl(member))?)
     }
 
     /// How many of `keys`' leases each instance holds (unheld ones under "").

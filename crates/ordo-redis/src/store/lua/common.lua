@@ -18,6 +18,27 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The fencing token of a lease taken now, above `previous` (the token it
+-- held, or its generation key's): max(previous + 1, server time in µs), as
+-- text. It grows at every change of owner, and stays monotonic once the
+-- generation key has expired or been reaped, being never below the time of
+-- the take.
+local function next_token(previous)
+  local t = redis.call('TIME')
+  return string.format('%.0f', math.max(previous + 1, tonumber(t[1]) * 1000000 + tonumber(t[2])))
+end
+
+-- Takes lease `key` for `identity`, without a TTL (it is held while that
+-- member's key exists), at the next token above `held` (the token in the
+-- value it replaces, 0 for a free lease) and its generation key's; returns
+-- the token.
+local function take_lease(key, generation_key, identity, held)
+  local generation = tonumber(redis.call('GET', generation_key) or '0')
+  local token = next_token(math.max(held, generation))
+  redis.call('SET', key, identity .. ':' .. token)
+  return tonumber(token)
+end
+
 -- Creates consumer group `group` on `stream`, reading from its start (id
 -- 0), and the stream too, empty, when `mkstream` is true: the one way scripts
 -- create a group, the same as `groups::create` (src/groups.rs) outside them.

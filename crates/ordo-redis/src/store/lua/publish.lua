@@ -3,7 +3,7 @@
 -- publish can never interleave with a reap of the same partition.
 --
 -- KEYS[1]: the first publication's stream (a Redis Cluster routes the call
---       by it). Every name travels in ARGV, like in renew.lua: on a
+--       by it). Every name travels in ARGV, like in lost.lua: on a
 --       cluster one call publishes everything of the batch one node serves,
 --       which sits in many slots, and a cluster refuses declared keys of
 --       several slots in one call; the `allow-cross-slot-keys` flag lets the

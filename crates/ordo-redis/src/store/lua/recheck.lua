@@ -15,7 +15,7 @@
 -- for is in a lane.
 --
 -- KEYS[1]: the first lane named in ARGV (the cluster routes the call by
---       it). Every name travels in ARGV, as in renew.lua: the lanes of one
+--       it). Every name travels in ARGV, as in lost.lua: the lanes of one
 --       node sit in as many slots as there are partitions, and the
 --       `allow-cross-slot-keys` flag lets one call read every slot its node
 --       serves, one slot per command; a name of a slot the node no longer

@@ -7,7 +7,7 @@
 -- KEYS[1]: one of the sets (a Redis Cluster routes the call by it)
 -- ARGV: every set to read, all served by that node
 --
--- Like renew.lua, it takes key names in ARGV: a cluster refuses declared
+-- Like lost.lua, it takes key names in ARGV: a cluster refuses declared
 -- keys of several slots in one call; `allow-cross-slot-keys` lets the script
 -- read every slot its node serves (a slot that moved fails the call, and the
 -- caller groups the sets by node again).
