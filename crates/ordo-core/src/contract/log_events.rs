@@ -59,10 +59,12 @@ pub const PARTITIONS_RELEASED: &str = "partitions.released";
 /// This instance took a partition's lease (debug: one line per partition;
 /// [`PARTITIONS_ACQUIRED`] sums them up at info).
 pub const LEASE_ACQUIRED: &str = "lease.acquired";
-/// This instance lost a lease (another owner took it, or renewals failed
-/// for most of a TTL); its worker stops (warn or info).
+/// This instance lost a lease (another owner took it, its member key
+/// expired, or renewals failed for most of a TTL); its worker stops (warn
+/// or info).
 pub const LEASE_LOST: &str = "lease.lost";
-/// Renewing the held leases failed; retried at the next beat (warn).
+/// Renewing the member key the held leases depend on failed; retried at
+/// the next beat (warn).
 pub const LEASE_RENEWAL_FAILED: &str = "lease.renewal_failed";
 /// A shutdown gave up on handler runs that are still going on (blocking
 /// code ignores the abort): their leases stay renewed until the runs end,
