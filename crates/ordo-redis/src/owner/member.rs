@@ -33,6 +33,10 @@ use crate::store::keys;
 pub(crate) struct Membership {
     ttl: Duration,
     state: Mutex<State>,
+    /// Held by [`Membership::ensure`] for its whole call: two acquisitions
+    /// at once must not both register (the second's `SET NX` would fail on
+    /// the first's key and draw yet another nonce).
+    ensuring: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -65,6 +69,7 @@ impl Membership {
                 owner: Owner::new(instance),
                 valid_until: None,
             }),
+            ensuring: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -86,6 +91,7 @@ impl Membership {
     where
         C: KeysInterface + Send + Sync,
     {
+        let _ensuring = self.ensuring.lock().await;
         if let Renewal::Renewed(owner, until) = self.renew(client).await? {
             return Ok((owner, until));
         }
