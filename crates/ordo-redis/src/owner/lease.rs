@@ -218,20 +218,25 @@ async fn acquire_per_node(
         }
     }
     // Which holders are gone (one `MGET`: every member key sits in one
-    // slot); a live one with this instance id is another process's.
-    // A value that names no member (not written by Ordo) is left alone.
-    held_by.retain(|(_, value)| keys::lease_holder(value).is_some());
+    // slot); a live one with this instance id is another process's. A
+    // value that names no member (not written by Ordo) is left alone.
+    let held_by: Vec<(usize, String, String)> = held_by
+        .into_iter()
+        .filter_map(|(position, value)| {
+            let identity = keys::lease_holder(&value)?.to_owned();
+            Some((position, value, identity))
+        })
+        .collect();
     let members: Vec<String> = held_by
         .iter()
-        .filter_map(|(_, value)| keys::lease_member(value))
+        .map(|(_, _, identity)| keys::member(identity))
         .collect();
     let alive = calls::lease::alive(client, &members).await?;
     let mut dead: Vec<(usize, String)> = Vec::new();
-    for ((position, value), alive) in held_by.into_iter().zip(alive) {
+    for ((position, value, identity), alive) in held_by.into_iter().zip(alive) {
         if !alive {
             dead.push((position, value));
-        } else if keys::lease_holder(&value).is_some_and(|identity| same_instance(identity, owner.instance()))
-        {
+        } else if same_instance(&identity, owner.instance()) {
             leases[position] = Err(Duplicate);
         }
     }

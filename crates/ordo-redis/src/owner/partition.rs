@@ -479,12 +479,13 @@ impl Partitions {
     /// after a failure, so a stale owner never re-runs a message the new
     /// owner may be running.
     pub async fn check(&self, lease: &Lease) -> Result<()> {
-        let member = crate::store::keys::lease_member(lease.value());
-        let alive = match &member {
-            Some(member) => self.client.exists::<i64, _>(member).await? == 1,
-            None => false,
-        };
-        let holder: Option<String> = self.client.get(lease.key()).await?;
+        // Two slots on a Redis Cluster: two commands, sent together.
+        let member = lease.member_key();
+        let (alive, holder) = tokio::try_join!(
+            self.client.exists::<i64, _>(&member),
+            self.client.get::<Option<String>, _>(lease.key()),
+        )?;
+        let alive = alive == 1;
         if alive && holder.as_deref() == Some(lease.value()) {
             return Ok(());
         }

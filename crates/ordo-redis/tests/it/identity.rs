@@ -202,3 +202,27 @@ async fn a_duplicate_lets_go_of_what_its_call_took() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Two acquisitions at once by one process register its member once: both
+/// leases name the same, live member (before, the second one's `SET NX`
+/// failed on the first's key and drew another nonce, which the first then
+/// found and did the same: neither ever ended).
+#[tokio::test]
+async fn acquisitions_at_once_register_one_member() -> anyhow::Result<()> {
+    let redis = Redis::start_local()?;
+    let client = pool(&redis.url()).await?;
+    let category = common::category("identity");
+    let owner = Partitions::new(client.clone(), "web-1", TTL);
+    let one = PartitionKeys::new(&category, "one", "backfill").lease("G");
+    let two = PartitionKeys::new(&category, "two", "backfill").lease("G");
+    let (first, second) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(owner.acquire_keys(&one), owner.acquire_keys(&two))
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("two acquisitions at once never ended (each kept drawing a new nonce)"))?;
+    let (first, second) = (first?.expect("free"), second?.expect("free"));
+    assert_eq!(first.member_key(), second.member_key());
+    assert_eq!(first.member_key(), owner.member_key());
+    assert!(client.exists::<bool, _>(owner.member_key()).await?);
+    Ok(())
+}

@@ -203,7 +203,7 @@ where
         .set(
             key,
             value,
-            Some(Expiration::PX(whole_millis(ttl))),
+            Some(Expiration::PX(super::whole_millis(ttl))),
             Some(SetOptions::NX),
             false,
         )
@@ -217,7 +217,10 @@ pub(crate) async fn renew<C>(client: &C, key: &str, ttl: Duration) -> Result<boo
 where
     C: KeysInterface + Send + Sync,
 {
-    Ok(client.pexpire::<i64, _>(key, whole_millis(ttl), None).await? == 1)
+    Ok(client
+        .pexpire::<i64, _>(key, super::whole_millis(ttl), None)
+        .await?
+        == 1)
 }
 
 /// Which of the member keys `keys` (all in one slot) exist, in order.
@@ -228,11 +231,7 @@ where
     if keys.is_empty() {
         return Ok(Vec::new());
     }
-    let values: Vec<Option<String>> = if let [key] = keys {
-        vec![client.get(key).await?]
-    } else {
-        client.mget(keys.to_vec()).await?
-    };
+    let values: Vec<Option<String>> = client.mget(keys.to_vec()).await?;
     Ok(values.iter().map(Option::is_some).collect())
 }
 
@@ -243,8 +242,4 @@ where
 {
     let _: i64 = client.del(key).await?;
     Ok(())
-}
-
-fn whole_millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX).max(1)
 }

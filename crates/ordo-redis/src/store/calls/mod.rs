@@ -40,7 +40,12 @@ pub(crate) fn whole(client: &impl fred::interfaces::ClientLike) -> Value {
 
 /// A duration in whole milliseconds (at least 1), as a script argument.
 pub(crate) fn millis(duration: Duration) -> Value {
-    Value::from(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX).max(1))
+    Value::from(whole_millis(duration))
+}
+
+/// A duration in whole milliseconds (at least 1), as a command's argument.
+pub(crate) fn whole_millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX).max(1)
 }
 
 /// The lease an operation is fenced by: its key and the value its holder
