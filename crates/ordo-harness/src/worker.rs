@@ -436,7 +436,8 @@ impl TickHandler {
     async fn on_tick(&self, tick: &Tick, ctx: &HandlerContext) -> HandlerResult {
         let run = self.prepare(tick, ctx)?;
         if self.inner.blocking {
-            // The handler's own task, stuck in blocking code while it works.
+            // The handler's own run (on a task of its own once it first
+            // waited, for Redis), stuck in blocking code while it works.
             return run.execute().await;
         }
         // On a task of its own, which aborting this future does not stop

@@ -4,11 +4,13 @@
 //! consumer each deliver a message by running its handler, possibly several
 //! times. [`Attempt::run`] is that one run:
 //!
-//! - the handler runs on its own task, so a panic is a failed attempt
-//!   ([`Failure::panicked`], with the panic's message), never the end of
-//!   the delivery loop;
+//! - a panic is a failed attempt ([`Failure::panicked`], with the panic's
+//!   message), never the end of the delivery loop;
+//! - the handler starts on the caller's task and moves to a task of its
+//!   own at its first `.await` that waits, so a run that never waits costs
+//!   no task, and a waiting run can be aborted;
 //! - a failure's text is [`error_chain`] (the error and its sources);
-//! - a concurrency permit (any guard) is moved into the task and dropped as
+//! - a concurrency permit (any guard) is moved into the run and dropped as
 //!   soon as the handler returns, so it is never held across the backoff;
 //! - cancellation aborts the run and reports whether it really ended: an
 //!   abort takes effect at the handler's next `.await`, so a handler in
@@ -52,7 +54,10 @@
 //! ```
 
 use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -260,12 +265,19 @@ impl Attempt {
         self
     }
 
-    /// Runs the handler once on its own task (in the current tracing span).
+    /// Runs the handler once (in the current tracing span).
     ///
-    /// `permit` is held by that task and dropped as soon as the handler
+    /// The run starts on the caller's task: a handler that finishes without
+    /// waiting for anything (most do: a projection, a state change, a
+    /// command that only records) costs no task of its own. At its first
+    /// `.await` that does not complete at once it moves to a task of its
+    /// own, so a kill or a timeout can abort it while it waits.
+    ///
+    /// `permit` is held by the run and dropped as soon as the handler
     /// returns (pass a semaphore permit to bound concurrent runs, or `()`).
-    /// When `cancel` fires first, the task is aborted and given up to
-    /// `abort_grace` to end; [`Cancelled::ended`] says whether it did.
+    /// When `cancel` fires first, the run is aborted and given up to
+    /// `abort_grace` to end; [`Cancelled::ended`] says whether it did. A
+    /// run cancelled before it starts does not start.
     pub async fn run<P>(self, permit: P, cancel: &CancellationToken, abort_grace: Duration) -> Outcome
     where
         P: Send + 'static,
@@ -277,6 +289,10 @@ impl Attempt {
             name,
             timeout,
         } = self;
+        if cancel.is_cancelled() {
+            return Outcome::Cancelled(Cancelled { running: None });
+        }
+        let started = tokio::time::Instant::now();
         let handled = Arc::clone(&envelope);
         let run = context::handling(handled, async move {
             let result = handler.handle(&envelope, &ctx).await;
@@ -287,10 +303,17 @@ impl Attempt {
             Some(name) => Box::pin(context::scope(Running::handler(name), run)),
             None => Box::pin(run),
         };
-        let mut task = tokio::spawn(trace::carried(run).instrument(tracing::Span::current()));
+        let mut run = trace::carried(run);
+        let first = std::future::poll_fn(|cx| Poll::Ready(poll_caught(run.as_mut(), cx))).await;
+        match first {
+            Ok(Poll::Ready(result)) => return outcome(Ok(result)),
+            Err(panic) => return outcome(Err(panic)),
+            Ok(Poll::Pending) => {}
+        }
+        let mut task = tokio::spawn(run.instrument(tracing::Span::current()));
         let expired = async {
             match timeout {
-                Some(timeout) => tokio::time::sleep(timeout).await,
+                Some(timeout) => tokio::time::sleep_until(started + timeout).await,
                 None => std::future::pending().await,
             }
         };
@@ -315,18 +338,26 @@ impl Attempt {
             }
         };
         match joined {
-            Ok(Ok(())) => Outcome::Succeeded,
-            Ok(Err(error)) => Outcome::Failed(Failure::new(error)),
-            Err(join) if join.is_panic() => {
-                let message = panic_message(&*join.into_panic()).to_owned();
-                Outcome::Failed(Failure {
-                    error: Box::new(Panicked { message }),
-                    panicked: true,
-                    timed_out: false,
-                })
-            }
+            Ok(result) => outcome(Ok(result)),
+            Err(join) if join.is_panic() => outcome(Err(join.into_panic())),
             // Only an abort cancels the task, and the abort is ours.
             Err(_) => Outcome::Cancelled(Cancelled { running: None }),
+        }
+    }
+}
+
+/// What a run that ended came to: what the handler returned, or its panic.
+fn outcome(ended: Result<HandlerResult, Box<dyn Any + Send>>) -> Outcome {
+    match ended {
+        Ok(Ok(())) => Outcome::Succeeded,
+        Ok(Err(error)) => Outcome::Failed(Failure::new(error)),
+        Err(panic) => {
+            let message = panic_message(&*panic).to_owned();
+            Outcome::Failed(Failure {
+                error: Box::new(Panicked { message }),
+                panicked: true,
+                timed_out: false,
+            })
         }
     }
 }
@@ -347,6 +378,25 @@ pub async fn backoff(backoff: &Backoff, retry: u32, cancel: &CancellationToken) 
         () = tokio::time::sleep(backoff.delay(retry)) => true,
         () = cancel.cancelled() => false,
     }
+}
+
+/// Runs `run` to its end where it is, catching a panic: its payload.
+pub(crate) async fn catch_panic<F: Future>(run: F) -> Result<F::Output, Box<dyn Any + Send>> {
+    let mut run = std::pin::pin!(run);
+    std::future::poll_fn(|cx| match poll_caught(run.as_mut(), cx) {
+        Ok(Poll::Pending) => Poll::Pending,
+        Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+        Err(panic) => Poll::Ready(Err(panic)),
+    })
+    .await
+}
+
+/// Polls `run` once, catching a panic (the future is done with then).
+fn poll_caught<F: Future + ?Sized>(
+    run: Pin<&mut F>,
+    cx: &mut Context<'_>,
+) -> Result<Poll<F::Output>, Box<dyn Any + Send>> {
+    panic::catch_unwind(AssertUnwindSafe(|| run.poll(cx)))
 }
 
 /// The text of a panic payload (`panic!` with a literal or a format string).
@@ -423,6 +473,98 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_panic_after_the_run_waited_is_a_failed_attempt_too() {
+        let outcome = run(
+            Handler(|| {
+                Box::pin(async {
+                    tokio::task::yield_now().await;
+                    panic!("replica lagged")
+                })
+            }),
+            &CancellationToken::new(),
+        )
+        .await;
+        let Outcome::Failed(failure) = outcome else {
+            panic!("expected a failure, got {outcome:?}");
+        };
+        assert!(failure.panicked());
+        assert_eq!(failure.text(), "the handler panicked: replica lagged");
+    }
+
+    /// The task each run of the test handlers below ran on, start and end.
+    static TASKS: std::sync::Mutex<Vec<Option<tokio::task::Id>>> = std::sync::Mutex::new(Vec::new());
+
+    fn record_task() {
+        TASKS.lock().unwrap().push(tokio::task::try_id());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_that_never_waits_stays_on_the_caller_s_task_and_one_that_waits_moves() {
+        let caller = tokio::spawn(async {
+            let caller = tokio::task::id();
+            TASKS.lock().unwrap().clear();
+            let done = run(
+                Handler(|| {
+                    Box::pin(async {
+                        record_task();
+                        Ok(())
+                    })
+                }),
+                &CancellationToken::new(),
+            )
+            .await;
+            assert!(matches!(done, Outcome::Succeeded), "{done:?}");
+            let waited = run(
+                Handler(|| {
+                    Box::pin(async {
+                        record_task();
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        record_task();
+                        Ok(())
+                    })
+                }),
+                &CancellationToken::new(),
+            )
+            .await;
+            assert!(matches!(waited, Outcome::Succeeded), "{waited:?}");
+            caller
+        });
+        let caller = Some(caller.await.unwrap());
+        let tasks = TASKS.lock().unwrap().clone();
+        assert_eq!(tasks.len(), 3, "{tasks:?}");
+        assert_eq!(tasks[0], caller, "a run that never waited had a task of its own");
+        assert_eq!(tasks[1], caller, "a run starts on its caller's task");
+        assert!(
+            tasks[2].is_some() && tasks[2] != caller,
+            "a run that waited did not move to a task of its own: {tasks:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_blocking_before_it_first_waits_holds_its_caller_until_it_returns() {
+        let cancel = CancellationToken::new();
+        let later = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            later.cancel();
+        });
+        let started = std::time::Instant::now();
+        let outcome = run(
+            Handler(|| {
+                Box::pin(async {
+                    tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(300)));
+                    Ok(())
+                })
+            }),
+            &cancel,
+        )
+        .await;
+        // Nothing could abort it: it ran to its end, and the attempt with it.
+        assert!(matches!(outcome, Outcome::Succeeded), "{outcome:?}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+
+    #[tokio::test]
     async fn an_error_is_reported_with_its_sources() {
         let outcome = run(
             Handler(|| {
@@ -474,6 +616,8 @@ mod tests {
         let outcome = run(
             Handler(|| {
                 Box::pin(async {
+                    // Blocking code once the run waited, on its own task.
+                    tokio::task::yield_now().await;
                     tokio::task::block_in_place(|| {
                         while !RELEASED.load(Ordering::SeqCst) {
                             std::thread::sleep(Duration::from_millis(5));

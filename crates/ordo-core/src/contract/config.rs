@@ -64,7 +64,10 @@
 //! transient one with `timeout_is_transient = true`). The cancellation
 //! takes effect at the handler's next `.await`: a handler in blocking code
 //! runs on until it returns, and its key waits for it (on Redis, its lease
-//! is kept meanwhile).
+//! is kept meanwhile). A handler that blocks before it first waits for
+//! anything runs on its worker's task (see
+//! [`Attempt::run`](crate::contract::attempt::Attempt::run)), which it holds
+//! until it returns.
 //!
 //! # Keys a broker reads
 //!

@@ -307,7 +307,7 @@ impl Envelope {
     /// Serialises `message` into a new envelope with a fresh id, occurring
     /// now.
     ///
-    /// Made while a handler runs (on the handler's own task), the envelope
+    /// Made while a handler runs (within the handler's run), the envelope
     /// descends from the message being handled: it takes that message's
     /// correlation id, and that message's id as its causation id. Made
     /// elsewhere, it starts a conversation of its own.

@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::{DeserializeOwned, IgnoredAny};
-use tracing::Instrument;
 
-use crate::contract::attempt::panic_message;
+use crate::contract::attempt::{catch_panic, panic_message};
 use crate::contract::command::{
     CommandOutcome, CommandRequest, FailureKind, ReplySlot, SendFailure, aggregate_of_command_category,
     command_category,
@@ -350,21 +349,17 @@ impl CommandRun {
         let sequence = envelope.partition_key.clone().map(SequenceId::new);
         let handler = Arc::clone(handler);
         let message = Arc::new(envelope.clone());
-        // Its own task, so that a panic is this command's outcome; aborted
-        // with this run (a broker that loses the lease aborts it).
-        let mut task = AbortOnDrop(tokio::spawn(
-            context::scope(
-                Running::routed_command(name, sequence),
-                context::handling(Arc::clone(&message), async move {
-                    handler.handle(&message, &ctx).await
-                }),
-            )
-            .in_current_span(),
-        ));
-        let handled = match (&mut task.0).await {
+        // A panic is this command's outcome, not the attempt's; the run is
+        // this attempt's own (a broker that loses the lease aborts both).
+        let run = context::scope(
+            Running::routed_command(name, sequence),
+            context::handling(Arc::clone(&message), async move {
+                handler.handle(&message, &ctx).await
+            }),
+        );
+        let handled = match catch_panic(run).await {
             Ok(handled) => handled,
-            Err(error) if error.is_panic() => {
-                let payload = error.into_panic();
+            Err(payload) => {
                 slot.set(CommandOutcome::failed(
                     FailureKind::Panicked,
                     name,
@@ -372,7 +367,6 @@ impl CommandRun {
                 ));
                 return Ok(());
             }
-            Err(error) => return Err(Box::new(error)),
         };
         if let Err(error) = handled {
             let kind = if error.downcast_ref::<DecodeError>().is_some() {
@@ -409,14 +403,5 @@ impl CommandRun {
 impl DynHandler for CommandRun {
     fn handle<'a>(&'a self, message: &'a Envelope, ctx: &'a HandlerContext) -> BoxFuture<'a, HandlerResult> {
         Box::pin(self.run(message, ctx))
-    }
-}
-
-/// A spawned task aborted when its handle is dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -576,8 +576,8 @@ impl DeliveryHooks for Inline<'_> {
     }
 }
 
-/// One attempt, on its own task so that a panicking handler counts as a
-/// failed attempt instead of ending the delivery.
+/// One attempt: a panicking handler counts as a failed attempt instead of
+/// ending the delivery.
 async fn run_attempt(
     subscription: &Subscription,
     envelope: &Arc<Envelope>,

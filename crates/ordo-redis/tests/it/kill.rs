@@ -20,17 +20,18 @@ use ordo_redis::RedisBroker;
 use ordo_testkit::eventually;
 
 /// A broker on `url` (lease TTL `ttl_ms`) running handler `K` on
-/// `category`, whose first run of key `k`'s message 0 blocks for `block`
-/// in blocking code; messages 0 and 1 published, and that run started.
+/// `category`, whose first run of key `k`'s message 0 blocks in blocking
+/// code (`Outcome::BlockInPlace` or `BlockInPlaceAtStart`); messages 0 and
+/// 1 published, and that run started.
 async fn a_blocking_run_started(
     url: &str,
     category: &str,
     ttl_ms: u64,
-    block: Duration,
+    block: Outcome,
 ) -> anyhow::Result<(RedisBroker, Recorder, Running)> {
     let recorder = Recorder::with(Arc::new(move |_, seq, attempt| {
         if seq == 0 && attempt == 1 {
-            Outcome::BlockInPlace(block)
+            block
         } else {
             Outcome::Succeed
         }
@@ -57,8 +58,13 @@ async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_ends() -> anyhow
     let ttl_ms = 2_000;
     // Shutdown grace is one lease TTL: the run outlives the kill by 1.2 s,
     // less than the TTL the lease still has after its last renewal.
-    let (_a, recorder, run_a) =
-        a_blocking_run_started(&url, &category, ttl_ms, Duration::from_millis(3_200)).await?;
+    let (_a, recorder, run_a) = a_blocking_run_started(
+        &url,
+        &category,
+        ttl_ms,
+        Outcome::BlockInPlace(Duration::from_millis(3_200)),
+    )
+    .await?;
     let sub = || subscribe::partitioned("K", &category, &recorder);
     let b = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
     let run_b = Running::start(&b, vec![sub()]);
@@ -84,6 +90,53 @@ async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_ends() -> anyhow
     Ok(())
 }
 
+/// A run in blocking code before it first waits is on its worker's own
+/// task (a run that never waits costs no task of its own): nothing can
+/// abort it there, so the shutdown waits for it, the worker holding its
+/// lease until the run has returned; the other instance takes the key only
+/// then, with no overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_blocking_before_it_first_waits_holds_its_shutdown_and_its_lease_until_it_ends()
+-> anyhow::Result<()> {
+    common::logs();
+    let redis = Redis::start()?;
+    let url = redis.url();
+    let category = common::category("kill");
+    let ttl_ms = 1_000;
+    let block = Duration::from_millis(2_500);
+    let (_a, recorder, run_a) =
+        a_blocking_run_started(&url, &category, ttl_ms, Outcome::BlockInPlaceAtStart(block)).await?;
+    let started = std::time::Instant::now();
+    let b = broker(&url, config(ttl_ms, 3_600_000, 0)).await?;
+    let run_b = Running::start(&b, vec![subscribe::partitioned("K", &category, &recorder)]);
+    run_a.stop().await?;
+    assert!(
+        !recorder.record.lock().unwrap().in_flight.contains("k"),
+        "the shutdown returned while the run was still going"
+    );
+    assert!(started.elapsed() > Duration::from_millis(ttl_ms));
+    eventually(
+        Duration::from_secs(15),
+        "the other instance to handle message 1",
+        || {
+            let recorder = recorder.clone();
+            async move {
+                let record = recorder.record.lock().unwrap();
+                Ok(record.attempts.contains_key(&("k".to_owned(), 1)) && record.in_flight.is_empty())
+            }
+        },
+    )
+    .await?;
+    assert!(
+        recorder.overlaps().is_empty(),
+        "another instance ran the key while the blocked run was still going"
+    );
+    let seqs = recorder.seqs("k");
+    assert!(seqs.starts_with(&[0]) && seqs.ends_with(&[1]), "{seqs:?}");
+    run_b.stop().await?;
+    Ok(())
+}
+
 /// A run its shutdown gave up on keeps the instance's lease for as long as
 /// it goes on, beyond the lease's TTL; meanwhile a new consumer of the same
 /// broker (the same instance, which would take the lease back as its own)
@@ -101,8 +154,13 @@ async fn a_broker_restarted_while_a_run_outlives_its_shutdown_waits_for_the_run(
     let ttl_ms = 1_000;
     // The shutdown grace is one TTL: the run outlives its shutdown by about
     // two TTLs.
-    let (a, recorder, run) =
-        a_blocking_run_started(&url, &category, ttl_ms, Duration::from_millis(3_000)).await?;
+    let (a, recorder, run) = a_blocking_run_started(
+        &url,
+        &category,
+        ttl_ms,
+        Outcome::BlockInPlace(Duration::from_millis(3_000)),
+    )
+    .await?;
     let sub = || subscribe::partitioned("K", &category, &recorder);
     run.stop().await?;
     let stopped = std::time::Instant::now();

@@ -215,8 +215,12 @@ pub enum Outcome {
     /// handler).
     Block(Duration),
     /// Succeed after blocking this long in `block_in_place` (blocking code
-    /// that an abort cannot interrupt, without starving the runtime).
+    /// that an abort cannot interrupt, without starving the runtime), once
+    /// the run has waited once: on the run's own task.
     BlockInPlace(Duration),
+    /// The same before the run first waits: on its worker's task, which it
+    /// holds until it returns.
+    BlockInPlaceAtStart(Duration),
 }
 
 /// A handler that records what it handles and detects same-key overlaps.
@@ -314,6 +318,10 @@ impl DynHandler for Recorder {
                 Outcome::Slow(duration) => tokio::time::sleep(duration).await,
                 Outcome::Block(duration) => std::thread::sleep(duration),
                 Outcome::BlockInPlace(duration) => {
+                    tokio::task::yield_now().await;
+                    tokio::task::block_in_place(|| std::thread::sleep(duration));
+                }
+                Outcome::BlockInPlaceAtStart(duration) => {
                     tokio::task::block_in_place(|| std::thread::sleep(duration));
                 }
                 Outcome::Succeed | Outcome::Fail | Outcome::FailWith(_) => {}
