@@ -49,6 +49,28 @@ async fn a_blocking_run_started(
     Ok((a, recorder, run))
 }
 
+/// Waits until the other instance has handled key `k`'s message 1 and
+/// nothing of `k` is running, and checks that no two runs of `k` overlapped.
+async fn the_other_instance_handles_message_1_alone(recorder: &Recorder) -> anyhow::Result<()> {
+    eventually(
+        Duration::from_secs(15),
+        "the other instance to handle message 1",
+        || {
+            let recorder = recorder.clone();
+            async move {
+                let record = recorder.record.lock().unwrap();
+                Ok(record.attempts.contains_key(&("k".to_owned(), 1)) && record.in_flight.is_empty())
+            }
+        },
+    )
+    .await?;
+    assert!(
+        recorder.overlaps().is_empty(),
+        "another instance ran the key while the first instance's run was still going"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_ends() -> anyhow::Result<()> {
     common::logs();
@@ -70,22 +92,7 @@ async fn a_killed_run_in_blocking_code_keeps_the_lease_until_it_ends() -> anyhow
     let run_b = Running::start(&b, vec![sub()]);
     // A's shutdown waits a TTL for the run, then kills it.
     run_a.stop().await?;
-    eventually(
-        Duration::from_secs(15),
-        "the other instance to handle both",
-        || {
-            let recorder = recorder.clone();
-            async move {
-                let record = recorder.record.lock().unwrap();
-                Ok(record.attempts.contains_key(&("k".to_owned(), 1)) && record.in_flight.is_empty())
-            }
-        },
-    )
-    .await?;
-    assert!(
-        recorder.overlaps().is_empty(),
-        "another instance ran the key while the killed run was still going"
-    );
+    the_other_instance_handles_message_1_alone(&recorder).await?;
     run_b.stop().await?;
     Ok(())
 }
@@ -115,22 +122,7 @@ async fn a_run_blocking_before_it_first_waits_holds_its_shutdown_and_its_lease_u
         "the shutdown returned while the run was still going"
     );
     assert!(started.elapsed() > Duration::from_millis(ttl_ms));
-    eventually(
-        Duration::from_secs(15),
-        "the other instance to handle message 1",
-        || {
-            let recorder = recorder.clone();
-            async move {
-                let record = recorder.record.lock().unwrap();
-                Ok(record.attempts.contains_key(&("k".to_owned(), 1)) && record.in_flight.is_empty())
-            }
-        },
-    )
-    .await?;
-    assert!(
-        recorder.overlaps().is_empty(),
-        "another instance ran the key while the blocked run was still going"
-    );
+    the_other_instance_handles_message_1_alone(&recorder).await?;
     let seqs = recorder.seqs("k");
     assert!(seqs.starts_with(&[0]) && seqs.ends_with(&[1]), "{seqs:?}");
     run_b.stop().await?;
