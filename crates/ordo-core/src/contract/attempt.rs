@@ -16,7 +16,10 @@
 //!   abort takes effect at the handler's next `.await`, so a handler in
 //!   blocking code goes on, and its broker must not let another run of the
 //!   same key start meanwhile; [`Cancelled::into_still_running`] hands it
-//!   the run, to learn when it has ended ([`StillRunning::has_ended`]);
+//!   the run, to learn when it has ended ([`StillRunning::has_ended`]). A
+//!   run blocking before its first wait is still on the caller's task:
+//!   nothing notices the cancellation until it returns, and the attempt
+//!   ends with it;
 //! - a run longer than its timeout ([`Attempt::with_timeout`]) is aborted
 //!   and is a failed attempt ([`Failure::timed_out`]); the attempt ends
 //!   only once the run has (a run in blocking code ignores the abort until
