@@ -449,6 +449,23 @@ pub struct Filled {
 }
 
 /// Commits events `seqs` (event `n` is `BenchEvent::nth(n, keys)`) in units
+/// of work of `per_commit`, for a running engine's outbox processor to
+/// publish.
+pub async fn commit(domain: &Domain, seqs: Range<u64>, keys: usize, per_commit: usize) -> Result<()> {
+    let mut seq = seqs.start;
+    while seq < seqs.end {
+        let end = (seq + per_commit.max(1) as u64).min(seqs.end);
+        let mut uow = domain.unit_of_work();
+        for n in seq..end {
+            uow.raise(BenchEvent::nth(n, keys))?;
+        }
+        uow.commit().await.context("committing a unit of work failed")?;
+        seq = end;
+    }
+    Ok(())
+}
+
+/// Commits events `seqs` (event `n` is `BenchEvent::nth(n, keys)`) in units
 /// of work of `per_commit`, then has the outbox processor publish them all
 /// to their partition streams, timing the two steps apart; with `admin`,
 /// Redis's CPU time while publishing is measured too.
@@ -461,16 +478,7 @@ pub async fn fill(
 ) -> Result<Filled> {
     let events = seqs.end.saturating_sub(seqs.start);
     let started = Instant::now();
-    let mut seq = seqs.start;
-    while seq < seqs.end {
-        let end = (seq + per_commit.max(1) as u64).min(seqs.end);
-        let mut uow = domain.unit_of_work();
-        for n in seq..end {
-            uow.raise(BenchEvent::nth(n, keys))?;
-        }
-        uow.commit().await.context("committing a unit of work failed")?;
-        seq = end;
-    }
+    commit(domain, seqs, keys, per_commit).await?;
     let commit = started.elapsed();
     let redis_before = match admin {
         Some(admin) => Some(redis_info::cpu(admin).await?),

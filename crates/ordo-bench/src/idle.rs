@@ -17,6 +17,18 @@
 //! proportion to the partitions. `idle_redis_cpu_ms_per_s` is the CPU time
 //! Redis used per second (its `INFO cpu`) over a window of the same length
 //! just before the counted one, without `MONITOR` running.
+//!
+//! The memory figures are marginal: the instance first owns one idle
+//! partition, then the others. `idle_redis_bytes_per_partition` is Redis's
+//! `used_memory` once all are idle, less what it was with the first one
+//! idle, over the others; `idle_engine_rss_bytes_per_partition` the same of
+//! this process's resident memory. What the instance costs Redis whatever
+//! it owns (its connections' buffers, the function library it loads, what
+//! Redis allocates at the first stream, script and subscription) is printed
+//! apart as `idle_redis_instance_bytes`, against `used_memory` before it
+//! connected. On a server that held many more keys earlier, the main hash
+//! table may still be sized for them, and the figures come out lower than
+//! on a fresh one.
 
 use std::time::{Duration, Instant};
 
@@ -79,14 +91,29 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
     let tally = Tally::new(args.partitions);
     let instance = format!("bench-idle-{}", std::process::id());
     let config = engine::config(Some(REAP_IDLE_MS))?;
-    let memory_before = redis_info::memory(admin).await?;
-    let rss_before = redis_info::resident_bytes();
+    let memory_unconnected = redis_info::memory(admin).await?;
     let engine = Engine::connect(redis, &instance, &EngineOptions::new(config), tally.clone()).await?;
-    engine::fill(&engine.domain, 0..partitions as u64, partitions, 100, None).await?;
+    engine::fill(&engine.domain, 0..1, partitions, 100, None).await?;
+    let settle = Duration::from_secs_f64(args.settle_s);
 
-    let started = Instant::now();
     let counted = engine
         .run(async {
+            // The zero of the memory figures: the instance connected and
+            // owning one idle partition. What the instance costs whatever it
+            // owns (its connections, the function library it loads, what
+            // Redis allocates at the first stream, script and subscription)
+            // is not the other partitions'.
+            tally
+                .wait_for(1, deadline)
+                .await
+                .context("the first partition's event was not handled")?;
+            tokio::time::sleep(settle).await;
+            let redis_first = redis_info::memory(admin).await?;
+            let rss_first = redis_info::resident_bytes();
+
+            // Published by the running instance's outbox processor.
+            let started = Instant::now();
+            engine::commit(&engine.domain, 1..partitions as u64, partitions, 100).await?;
             tally
                 .wait_for(partitions as u64, deadline)
                 .await
@@ -97,12 +124,13 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
                 "the instance owns {owned} of {partitions} partitions after handling their events"
             );
             let drained = started.elapsed();
-            tokio::time::sleep(Duration::from_secs_f64(args.settle_s)).await;
+            tokio::time::sleep(settle).await;
             let memory = Memory {
                 partitions,
-                redis_before: memory_before,
+                redis_unconnected: memory_unconnected,
+                redis_first,
                 redis_idle: redis_info::memory(admin).await?,
-                rss_before,
+                rss_first,
                 rss_idle: redis_info::resident_bytes(),
             };
             // Redis's own CPU first, without MONITOR (which costs Redis a line
@@ -149,26 +177,35 @@ async fn measure(args: &IdleArgs, redis: &BenchRedis, admin: &Client) -> Result<
 #[derive(Debug, Clone, Copy)]
 struct Memory {
     partitions: usize,
-    redis_before: u64,
+    /// Redis's `used_memory` before the instance connected, once it owned
+    /// its first partition idle, and once it owned them all idle.
+    redis_unconnected: u64,
+    redis_first: u64,
     redis_idle: u64,
-    rss_before: Option<u64>,
+    /// This process's resident bytes at the first and the last of those.
+    rss_first: Option<u64>,
     rss_idle: Option<u64>,
 }
 
 impl Memory {
     fn report(&self, report: &mut Report) {
-        let per_partition =
-            |before: u64, after: u64| after.saturating_sub(before) / self.partitions.max(1) as u64;
+        // Per partition past the first.
+        let others = self.partitions.saturating_sub(1).max(1) as u64;
+        let per_partition = |first: u64, idle: u64| idle.saturating_sub(first) / others;
         report
             .count("idle_redis_used_memory_bytes", self.redis_idle)
             .count(
+                "idle_redis_instance_bytes",
+                self.redis_first.saturating_sub(self.redis_unconnected),
+            )
+            .count(
                 "idle_redis_bytes_per_partition",
-                per_partition(self.redis_before, self.redis_idle),
+                per_partition(self.redis_first, self.redis_idle),
             );
-        if let (Some(before), Some(idle)) = (self.rss_before, self.rss_idle) {
+        if let (Some(first), Some(idle)) = (self.rss_first, self.rss_idle) {
             report
                 .count("idle_engine_rss_bytes", idle)
-                .count("idle_engine_rss_bytes_per_partition", per_partition(before, idle));
+                .count("idle_engine_rss_bytes_per_partition", per_partition(first, idle));
         }
     }
 }

@@ -145,6 +145,7 @@ fn idle_owns_every_partition_and_counts_its_commands() -> Result<()> {
     assert_eq!(breakdown, commands, "{figures}");
     for memory in [
         "idle_redis_used_memory_bytes",
+        "idle_redis_instance_bytes",
         "idle_redis_bytes_per_partition",
         "idle_engine_rss_bytes",
     ] {
