@@ -568,16 +568,18 @@ impl Worker {
             // never succeed here: halt now.
             Err(error) => {
                 let attempt = self.next_attempt();
-                return self
-                    .halt(
-                        slot,
-                        partition,
-                        entry,
-                        ordo_core::contract::error::error_chain(&error),
-                        1,
-                        attempt,
-                    )
-                    .await;
+                // The rare paths of a message are boxed, here and below:
+                // inline, their Redis calls made every message's future
+                // kilobytes larger, copied at each move (issue 31).
+                return Box::pin(self.halt(
+                    slot,
+                    partition,
+                    entry,
+                    ordo_core::contract::error::error_chain(&error),
+                    1,
+                    attempt,
+                ))
+                .await;
             }
         };
         // A command of a type this instance does not know is the command
@@ -589,13 +591,14 @@ impl Worker {
         // run to its outcome already: answer with that, never run it again.
         if command && pending {
             let key = partition.outcome(&envelope.id);
-            let recorded = self
-                .until_answered("looking for the command's outcome", true, || {
+            let recorded = Box::pin(
+                self.until_answered("looking for the command's outcome", true, || {
                     replies::outcome(self.shared.partitions.client(), &key)
-                })
-                .await;
+                }),
+            )
+            .await;
             match recorded {
-                Ok(Ok(Some(recorded))) => return self.push_reply(&envelope, recorded).await,
+                Ok(Ok(Some(recorded))) => return Box::pin(self.push_reply(&envelope, recorded)).await,
                 Ok(Ok(None)) => {}
                 Ok(Err(_)) => return Handled::Lost,
                 Err(stopped) => return stopped,
@@ -604,11 +607,10 @@ impl Worker {
         let policy = self.subscription.retry_policy(&self.shared.settings.retry);
         let mut failed = 0;
         if pending {
-            match self
-                .until_answered("reading the failed attempts", true, || {
-                    self.held(partition).failed_attempts(entry.id())
-                })
-                .await
+            match Box::pin(self.until_answered("reading the failed attempts", true, || {
+                self.held(partition).failed_attempts(entry.id())
+            }))
+            .await
             {
                 Ok(Ok(count)) => {
                     failed = count;
@@ -626,7 +628,7 @@ impl Worker {
             // The halt is an act of its own (the failed attempts are closed).
             let halt = self.next_attempt();
             let error = format!("{failed} attempts failed before this owner (see the earlier logs)");
-            return self.halt(slot, partition, entry, error, failed, halt).await;
+            return Box::pin(self.halt(slot, partition, entry, error, failed, halt)).await;
         }
         // A command partition's subscription routes to the command's handler, which names itself.
         let group = if command { "" } else { self.subscription.name() };
@@ -736,11 +738,14 @@ impl Worker {
         if valid_until.is_some_and(|until| Instant::now() + margin < until) {
             return None;
         }
-        match self
-            .until_answered("confirming the lease before a message", true, || {
+        // Boxed: the rare path's Redis call would otherwise make every
+        // message's future (and each move of it) kilobytes larger.
+        match Box::pin(
+            self.until_answered("confirming the lease before a message", true, || {
                 self.shared.partitions.check(&self.lease)
-            })
-            .await
+            }),
+        )
+        .await
         {
             Ok(Ok(())) => None,
             Ok(Err(error)) => {
@@ -1011,15 +1016,14 @@ impl DeliveryHooks for EntryDelivery<'_> {
             slot.had_failures.store(true, Ordering::SeqCst);
         }
         let sequence = self.sequence;
-        let recorded = worker
-            .until_answered("recording the failed attempt", true, || {
-                worker.held(partition).attempt_failed_in(
-                    slot.sequence(&worker.lease),
-                    counted.then(|| entry.id()),
-                    sequence,
-                )
-            })
-            .await?;
+        let recorded = Box::pin(worker.until_answered("recording the failed attempt", true, || {
+            worker.held(partition).attempt_failed_in(
+                slot.sequence(&worker.lease),
+                counted.then(|| entry.id()),
+                sequence,
+            )
+        }))
+        .await?;
         match recorded {
             Ok(count) => {
                 retries.counted_elsewhere(count);
@@ -1033,7 +1037,7 @@ impl DeliveryHooks for EntryDelivery<'_> {
     }
 
     async fn before_retry(&mut self) -> Result<(), Handled> {
-        if let Some(stopped) = self.worker.before_retry().await {
+        if let Some(stopped) = Box::pin(self.worker.before_retry()).await {
             return Err(stopped);
         }
         metrics::retried(&self.worker.unit, self.partition.category());
@@ -1061,16 +1065,18 @@ impl DeliveryHooks for EntryDelivery<'_> {
                 let outcome = outcome.unwrap_or(CommandOutcome::Succeeded {
                     value: serde_json::Value::Null,
                 });
-                self.worker.answer(self.partition, &self.envelope, outcome).await
+                Box::pin(self.worker.answer(self.partition, &self.envelope, outcome)).await
             }
             None => Handled::Done,
         }
     }
 
     async fn exhausted(&mut self, give_up: GiveUp) -> Handled {
-        self.worker
-            .give_up(self.slot, self.partition, self.entry, give_up)
-            .await
+        Box::pin(
+            self.worker
+                .give_up(self.slot, self.partition, self.entry, give_up),
+        )
+        .await
     }
 
     async fn cancelled(&self) -> Handled {

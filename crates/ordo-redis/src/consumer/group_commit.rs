@@ -88,7 +88,7 @@ impl GroupCommit {
         if self.queued.load(Ordering::Acquire) == 0
             && let Ok(slot) = self.slots.clone().try_acquire_owned()
         {
-            let outcome = self.partitions.acknowledge(std::slice::from_ref(&ack)).await;
+            let outcome = Box::pin(self.partitions.acknowledge(std::slice::from_ref(&ack))).await;
             drop(slot);
             return outcome?
                 .pop()
