@@ -105,7 +105,13 @@ pub enum Op {
     /// Take the lease if it is free, this process's own, or its holder's
     /// member is dead.
     Acquire,
-    /// The fenced read of the partition's head.
+    /// The fenced read of the partition's head. The model has no pending
+    /// list: every read of the runtime takes the group's pending entries
+    /// before new ones (one consumer name for every owner), so what it
+    /// gets is the first unacknowledged entry whichever owner's read, a
+    /// refused one included, delivered it before. (A read that runs in a
+    /// transaction rather than a script takes new entries in even when the
+    /// lease or the halt refuses it, and they stay pending: the same head.)
     Read(LeaseValue),
     /// The fenced commit of a handler's effect for `msg`, made by `attempt`.
     Commit {

@@ -6,6 +6,7 @@
 //! that a stale owner's reclaim is refused).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use crate::owner::lease::{self, Lease};
 use crate::owner::member::{Membership, Renewal};
 use crate::store::calls;
 pub(crate) use crate::store::calls::lane_name;
-use crate::store::calls::partition::{Halt, Read, Reap};
+use crate::store::calls::partition::{Direct, Halt, Read, Reap};
 use crate::store::keys::{LeaseKeys, PartitionKeys};
 use crate::store::scripts::RawEntry;
 
@@ -336,6 +337,10 @@ pub struct Partitions {
     /// script can be given their keys up front (it names them all in KEYS);
     /// learnt from the script's `groups` reply.
     groups: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
+    /// Whether a read tries the primary lane in a transaction before the
+    /// script (see [`calls::partition::read_primary`]): cleared, for every
+    /// clone, when the ACL user may not run one.
+    direct_reads: Arc<AtomicBool>,
 }
 
 /// One partition as its owner holds it: the lease, the consumer group and
@@ -366,6 +371,7 @@ impl Partitions {
             instance,
             lease_ttl,
             groups: Arc::default(),
+            direct_reads: Arc::new(AtomicBool::new(true)),
         }
     }
 
@@ -737,6 +743,22 @@ impl Held<'_> {
             group,
             partition,
         } = self;
+        if partitions.direct_reads.load(Ordering::Relaxed) {
+            let client = partitions.client.next();
+            match calls::partition::read_primary(client, lease.fence(), partition, group, count).await? {
+                Direct::Read(read) => return Ok(read_outcome(read)),
+                Direct::Script => {}
+                Direct::Refused => {
+                    if partitions.direct_reads.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "the Redis user may not run MULTI/EXEC: partitions are read by script \
+                             from now on, which costs Redis more per message; \
+                             `ordo setup` grants it"
+                        );
+                    }
+                }
+            }
+        }
         let read = calls::partition::read(&partitions.client, lease.fence(), partition, group, count).await?;
         Ok(read_outcome(read))
     }

@@ -3,7 +3,11 @@
 
 use std::time::Duration;
 
-use fred::interfaces::FunctionInterface;
+use fred::clients::Client;
+use fred::error::ErrorKind;
+use fred::interfaces::{
+    FunctionInterface, HashesInterface, KeysInterface, StreamsInterface, TransactionInterface,
+};
 use fred::types::Value;
 use ordo_core::contract::key::Lane;
 
@@ -63,6 +67,127 @@ where
     let mut reply =
         Reply::parse(script, script.run(client, keys, args).await?)?.unfenced(fence.lease, fence.value)?;
     read_reply(script.name(), &mut reply)
+}
+
+/// The fenced read of the primary lane without a script, when it finds
+/// entries there: one transaction (`MULTI`/`EXEC`) of the lease's `GET`,
+/// the halt record's `HGET`, and the lane's pending entries then new ones
+/// (`XREADGROUP` from `0`, then from `>`). A script would copy every entry
+/// it read into Lua and back, which costs Redis more than the read itself.
+///
+/// What the transaction does is what `read.lua` does when the primary lane
+/// has entries, with one difference: its reads run whatever the lease and
+/// the halt say, and the caller drops what they return when either refuses
+/// it. Entries that a refused read (or a read whose pending entries came
+/// first) took from `>` stay pending in the group, whose one consumer every
+/// owner reads as; every read, of either kind, takes pending entries first,
+/// so the holder gets them next, in order, as delivered before. Nothing is
+/// lost or reordered, and the holder's next read is what it would have been.
+///
+/// `None` when the script must answer: the lane has nothing (the script
+/// tells idle from gone and reads the backfill lane), a pending entry was
+/// deleted from the stream (the script acknowledges it), or Redis refused a
+/// command (a lane without the group, which the script creates).
+/// [`Direct::Refused`] when the connection's ACL user may not run a
+/// transaction (a role set up by an earlier release): the caller then reads
+/// by script from then on.
+pub(crate) async fn read_primary(
+    client: &Client,
+    fence: Fence<'_>,
+    partition: &PartitionKeys,
+    group: &str,
+    count: usize,
+) -> Result<Direct> {
+    let lane = partition.primary();
+    let count = u64::try_from(count).unwrap_or(u64::MAX);
+    let transaction = client.multi();
+    let () = transaction.get(fence.lease).await?;
+    let () = transaction.hget(partition.halt(group), "head").await?;
+    let () = transaction
+        .xreadgroup(group, CONSUMER, Some(count), None, false, lane, "0")
+        .await?;
+    let () = transaction
+        .xreadgroup(group, CONSUMER, Some(count), None, false, lane, ">")
+        .await?;
+    let replies: Vec<Value> = match transaction.exec(false).await {
+        Ok(replies) => replies,
+        // An error reply of Redis's own: the script's path handles it, or
+        // says what it is.
+        Err(error) if error.details().contains("NOPERM") => return Ok(Direct::Refused),
+        Err(error) if matches!(error.kind(), ErrorKind::Unknown | ErrorKind::InvalidArgument) => {
+            return Ok(Direct::Script);
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let [holder, head, pending, fresh]: [Value; 4] = replies.try_into().map_err(|replies: Vec<Value>| {
+        Error::protocol("read", format!("{} replies to 4 commands", replies.len()))
+    })?;
+    let holder = holder.as_str().map(|holder| holder.into_owned());
+    if holder.as_deref() != Some(fence.value) {
+        return Err(Error::Fenced {
+            lease: fence.lease.to_owned(),
+            expected: fence.value.to_owned(),
+            holder: holder.filter(|holder| !holder.is_empty()),
+        });
+    }
+    if let Some(head) = head.as_str() {
+        return Ok(Direct::Read(Read::Halted {
+            head: head.into_owned(),
+        }));
+    }
+    let (entries, pending) = match lane_entries(pending) {
+        entries if !entries.is_empty() => (entries, true),
+        _ => (lane_entries(fresh), false),
+    };
+    // A pending entry deleted from the stream comes without fields.
+    let deleted = |entry: &Value| match entry {
+        Value::Array(parts) => !matches!(parts.get(1), Some(Value::Array(_) | Value::Map(_))),
+        _ => true,
+    };
+    if entries.is_empty() || entries.iter().any(deleted) {
+        return Ok(Direct::Script);
+    }
+    Ok(Direct::Read(Read::Entries {
+        lane: Lane::Primary,
+        entries: parse_entries("read", Value::Array(entries))?,
+        pending,
+    }))
+}
+
+/// What [`read_primary`] came to.
+#[derive(Debug)]
+pub(crate) enum Direct {
+    /// The read's outcome.
+    Read(Read),
+    /// The script must answer.
+    Script,
+    /// The ACL user may not run a transaction: the script must answer,
+    /// this time and every other.
+    Refused,
+}
+
+/// The entries of an `XREADGROUP` reply of one stream: nil, or the stream
+/// with its entries (an array of one pair in RESP2, a map in RESP3).
+fn lane_entries(reply: Value) -> Vec<Value> {
+    match reply {
+        Value::Array(streams) => streams
+            .into_iter()
+            .next()
+            .map(|stream| match stream {
+                Value::Array(mut pair) if pair.len() == 2 => {
+                    pair.pop().map(Value::into_array).unwrap_or_default()
+                }
+                _ => Vec::new(),
+            })
+            .unwrap_or_default(),
+        Value::Map(streams) => streams
+            .inner()
+            .into_iter()
+            .next()
+            .map(|(_, entries)| entries.into_array())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
 }
 
 /// `read_hashed.lua`: up to `count` entries of hashed `partition` for
