@@ -317,8 +317,12 @@ async fn worker_publisher_and_operator_do_their_work_under_the_documented_acl_ru
     // The worker runs every handler. The publisher goes on once the
     // worker's groups are registered, so a new stream gets them and a later
     // entry of it finds the category joined (its marker).
+    // Batches of one: every read that finds an entry fills its batch, so
+    // the next read is a transaction (`MULTI`/`EXEC`), which the role must
+    // allow.
     let worker_broker = RedisBroker::builder(user_url(&redis, AclRole::Worker))
         .config(config.clone())
+        .read_batch(1)
         .build()
         .await?;
     let worker = domain(worker_broker, config.clone(), projector.clone(), ledger.clone())?;

@@ -75,6 +75,9 @@ impl<'w> PerKey<'w> {
         let mut reap_after: Option<Instant> = None;
         // The first pass after acquiring reclaims what a previous owner left.
         let mut first = true;
+        // Per partition, whether its last read filled its batch: its next
+        // read is then tried as a transaction first (see `Held::read`).
+        let mut full = vec![false; self.worker.unit.partitions.len()];
         // A command partition's door: its instance's own commands, run in
         // place (see `super::local`).
         let mut door = (self.worker.subscription.kind() == HandlerKind::Command).then(|| {
@@ -100,7 +103,7 @@ impl<'w> PerKey<'w> {
             // task then keeps only the small state of its wait, not the
             // pass's (the read, the handler's attempt, the acknowledgements):
             // about 2 KB instead of 12 KB per idle owned partition.
-            let passed = Box::pin(self.pass(&mut first)).await;
+            let passed = Box::pin(self.pass(&mut first, &mut full)).await;
             // Offers are taken while the partition flows (they run before
             // the next read), not while it is halted.
             if let Some(door) = door.as_ref() {
@@ -138,18 +141,16 @@ impl<'w> PerKey<'w> {
     }
 
     /// One read of every partition of the unit, handling what it returns.
-    async fn pass(&self, first: &mut bool) -> Result<Pass, Error> {
+    async fn pass(&self, first: &mut bool, full: &mut [bool]) -> Result<Pass, Error> {
         let mut worked = false;
         // Kept while the worker waits for a ring: sized to the partitions,
         // not grown (to four) as it is filled.
         let mut idle: Vec<(usize, Idle)> = Vec::with_capacity(self.worker.unit.partitions.len());
         let mut gone = 0;
+        let batch = self.worker.shared.settings.read_batch;
         for (index, partition) in self.worker.unit.partitions.iter().enumerate() {
-            let outcome = self
-                .worker
-                .held(partition)
-                .read(self.worker.shared.settings.read_batch)
-                .await?;
+            let outcome = self.worker.held(partition).read(batch, full[index]).await?;
+            full[index] = matches!(&outcome, ReadOutcome::Entries { entries, .. } if entries.len() >= batch);
             match outcome {
                 ReadOutcome::Entries {
                     lane,

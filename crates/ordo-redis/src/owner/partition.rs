@@ -528,7 +528,7 @@ impl Partitions {
         partition: &PartitionKeys,
         count: usize,
     ) -> Result<ReadOutcome> {
-        self.held(lease, group, partition).read(count).await
+        self.held(lease, group, partition).read(count, true).await
     }
 
     /// The fenced read of a hashed partition: the pending entries after
@@ -736,14 +736,19 @@ impl Held<'_> {
     /// The fenced read: up to `count` entries of `partition` for `group`,
     /// pending ones first (this is where a new owner reclaims what the
     /// previous owner left unacknowledged), primary lane first.
-    pub(crate) async fn read(self, count: usize) -> Result<ReadOutcome> {
+    /// `more_likely`: whether the primary lane probably has entries (the
+    /// last read filled its batch), so that the read is tried as a
+    /// transaction first ([`calls::partition::read_primary`]); otherwise the
+    /// script answers at once, and an idle partition's read stays one round
+    /// trip.
+    pub(crate) async fn read(self, count: usize, more_likely: bool) -> Result<ReadOutcome> {
         let Held {
             partitions,
             lease,
             group,
             partition,
         } = self;
-        if partitions.direct_reads.load(Ordering::Relaxed) {
+        if more_likely && partitions.direct_reads.load(Ordering::Relaxed) {
             let client = partitions.client.next();
             match calls::partition::read_primary(client, lease.fence(), partition, group, count).await? {
                 Direct::Read(read) => return Ok(read_outcome(read)),

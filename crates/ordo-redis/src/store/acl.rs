@@ -57,10 +57,9 @@ const CONNECT: &[&str] = &[
 /// (`PING`) and interrupting its own blocking `XREADGROUP` at shutdown
 /// (`CLIENT UNBLOCK`, fred's `Blocking::Interrupt`; Redis cannot limit it
 /// to the user's own connections), and the transaction a partition's read
-/// runs in (`MULTI`, `EXEC`, and `DISCARD`, which fred sends when a
-/// transaction's connection fails before `EXEC`); the commands inside one
-/// are checked on their own.
-const WORKER_KEYLESS: &[&str] = &["+time", "+ping", "+client|unblock", "+multi", "+exec", "+discard"];
+/// runs in (`MULTI`, `EXEC`; it is sent as a pipeline, never discarded):
+/// the commands inside it are checked on their own.
+const WORKER_KEYLESS: &[&str] = &["+time", "+ping", "+client|unblock", "+multi", "+exec"];
 
 /// Keyless commands of the publisher: the clock of the deduplication window.
 const PUBLISHER_KEYLESS: &[&str] = &["+time"];

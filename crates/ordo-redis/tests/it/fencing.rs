@@ -10,7 +10,7 @@ use fred::types::Value;
 use ordo_core::contract::broker::Broker;
 use ordo_core::contract::key::Lane;
 use ordo_redis::internals::{Ack, Lease, Partitions, ReadOutcome, ReapOutcome};
-use ordo_redis::{Error, FencedWrite, PartitionKeys, RedisFence};
+use ordo_redis::{AclRole, AclScope, Error, FencedWrite, PartitionKeys, RedisFence};
 use ordo_testkit::Redis;
 
 use common::topology::TestRedis;
@@ -165,13 +165,16 @@ async fn a_stale_owners_reclaim_is_refused_and_nothing_is_skipped() -> anyhow::R
     Ok(())
 }
 
+crate::on_both_topologies!(
+    #[tokio::test]
+    what_a_refused_read_took_in_the_holder_reads_next_in_order
+);
+
 /// A stale owner's read is refused, but it runs in one transaction with
 /// the lease check: what it took in from the lane stays pending in the
 /// group, and the holder reads it next, in order, as delivered before;
 /// then new entries as new. Nothing is skipped or read twice.
-#[tokio::test]
-async fn what_a_refused_read_took_in_the_holder_reads_next_in_order() -> anyhow::Result<()> {
-    let redis = Redis::start()?;
+async fn what_a_refused_read_took_in_the_holder_reads_next_in_order(redis: TestRedis) -> anyhow::Result<()> {
     let url = redis.url();
     let category = common::category("refused");
     let partition = PartitionKeys::new(&category, "k", "backfill");
@@ -226,6 +229,45 @@ async fn what_a_refused_read_took_in_the_holder_reads_next_in_order() -> anyhow:
         .xpending(partition.primary(), "G", ("-", "+", 10))
         .await?;
     assert_eq!(common_ids(pending).len(), 2, "only seq4 and seq5 are pending");
+    Ok(())
+}
+
+/// A worker whose ACL user may not run `MULTI` (a role of an earlier
+/// release) reads by script instead, and tries the transaction once only.
+#[tokio::test]
+async fn a_user_without_multi_reads_by_script_and_asks_once() -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let category = common::category("old-role");
+    let partition = PartitionKeys::new(&category, "k", "backfill");
+    publish(&redis.url(), &category, "k", 0..4).await?;
+    let scope = AclScope::new().categories([category.as_str()]).groups(["G"]);
+    let rules: Vec<String> = AclRole::Worker
+        .rules(&scope)
+        .into_iter()
+        .filter(|rule| rule != "+multi" && rule != "+exec")
+        .collect();
+    redis.create_user_with_rules("old-worker", "secret", &rules)?;
+    let address = redis.url().trim_start_matches("redis://").to_owned();
+    let worker = owner(&format!("redis://old-worker:secret@{address}"), "w").await?;
+    let lease = worker.acquire("G", &partition).await?.expect("free");
+
+    let first = entries(worker.read(&lease, "G", &partition, 2).await?).await?;
+    assert_eq!(first.iter().map(|e| e.1).collect::<Vec<_>>(), [0, 1]);
+    let refused = redis.acl_log()?;
+    assert!(
+        refused.iter().any(|denial| denial.object == "multi"),
+        "the transaction was tried: {refused:#?}"
+    );
+    let ids: Vec<&str> = first.iter().map(|e| e.0.as_str()).collect();
+    worker.ack(&lease, "G", &partition, Lane::Primary, &ids).await?;
+    let rest = entries(worker.read(&lease, "G", &partition, 10).await?).await?;
+    assert_eq!(rest.iter().map(|e| e.1).collect::<Vec<_>>(), [2, 3]);
+    let admin = pool(&redis.url()).await?;
+    assert_eq!(
+        common::command_stat(&admin, "multi", "rejected_calls").await?,
+        1,
+        "no second transaction after the first was refused"
+    );
     Ok(())
 }
 

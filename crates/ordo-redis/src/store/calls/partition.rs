@@ -5,10 +5,8 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::error::ErrorKind;
-use fred::interfaces::{
-    FunctionInterface, HashesInterface, KeysInterface, StreamsInterface, TransactionInterface,
-};
-use fred::types::Value;
+use fred::interfaces::{ClientLike, FunctionInterface, HashesInterface, KeysInterface, StreamsInterface};
+use fred::types::{ClusterHash, CustomCommand, Value};
 use ordo_core::contract::key::Lane;
 
 use super::{Fence, integer, lane_name, millis};
@@ -70,7 +68,8 @@ where
 }
 
 /// The fenced read of the primary lane without a script, when it finds
-/// entries there: one transaction (`MULTI`/`EXEC`) of the lease's `GET`,
+/// entries there: one transaction (`MULTI`/`EXEC`, sent as a pipeline) of
+/// the lease's `GET`,
 /// the halt record's `HGET`, and the lane's pending entries then new ones
 /// (`XREADGROUP` from `0`, then from `>`). A script would copy every entry
 /// it read into Lua and back, which costs Redis more than the read itself.
@@ -100,24 +99,59 @@ pub(crate) async fn read_primary(
 ) -> Result<Direct> {
     let lane = partition.primary();
     let count = u64::try_from(count).unwrap_or(u64::MAX);
-    let transaction = client.multi();
-    let () = transaction.get(fence.lease).await?;
-    let () = transaction.hget(partition.halt(group), "head").await?;
-    let () = transaction
+    // A pipeline rather than fred's transaction, which first waits for every
+    // reply its connection has in flight: the router writes a pipeline's
+    // commands one after the other, so nothing else comes between `MULTI`
+    // and `EXEC`. Both go to the lane's slot on a Redis Cluster. Should the
+    // connection break midway, fred sends the unanswered rest again on a
+    // new one, outside the transaction: its `EXEC` then fails, and its reads
+    // have only taken entries in as pending, as a refused read does.
+    let slot = ClusterHash::Custom(fred::util::redis_keyslot(lane.as_bytes()));
+    let pipeline = client.pipeline();
+    let () = pipeline
+        .custom(
+            CustomCommand::new_static("MULTI", slot.clone(), false),
+            Vec::<Value>::new(),
+        )
+        .await?;
+    let () = pipeline.get(fence.lease).await?;
+    let () = pipeline.hget(partition.halt(group), "head").await?;
+    let () = pipeline
         .xreadgroup(group, CONSUMER, Some(count), None, false, lane, "0")
         .await?;
-    let () = transaction
+    let () = pipeline
         .xreadgroup(group, CONSUMER, Some(count), None, false, lane, ">")
         .await?;
-    let replies: Vec<Value> = match transaction.exec(false).await {
-        Ok(replies) => replies,
-        // An error reply of Redis's own: the script's path handles it, or
-        // says what it is.
-        Err(error) if error.details().contains("NOPERM") => return Ok(Direct::Refused),
-        Err(error) if matches!(error.kind(), ErrorKind::Unknown | ErrorKind::InvalidArgument) => {
+    let () = pipeline
+        .custom(
+            CustomCommand::new_static("EXEC", slot, false),
+            Vec::<Value>::new(),
+        )
+        .await?;
+    let mut answers: Vec<fred::prelude::FredResult<Value>> = pipeline.try_all().await;
+    if let Some(refused) = answers.iter().find_map(|answer| {
+        answer
+            .as_ref()
+            .err()
+            .filter(|error| error.details().contains("NOPERM"))
+    }) {
+        tracing::debug!(error = %refused, "a partition read in a transaction was refused");
+        return Ok(Direct::Refused);
+    }
+    let replies = match answers.pop() {
+        Some(Ok(replies)) if answers.len() == 5 => replies.into_array(),
+        // An error reply of Redis's own (a lane without the group): the
+        // script's path handles it, or says what it is.
+        Some(Err(error)) if matches!(error.kind(), ErrorKind::Unknown | ErrorKind::InvalidArgument) => {
             return Ok(Direct::Script);
         }
-        Err(error) => return Err(error.into()),
+        Some(Err(error)) => return Err(error.into()),
+        _ => {
+            return Err(Error::protocol(
+                "read",
+                format!("{} replies to 6 commands", answers.len() + 1),
+            ));
+        }
     };
     let [holder, head, pending, fresh]: [Value; 4] = replies.try_into().map_err(|replies: Vec<Value>| {
         Error::protocol("read", format!("{} replies to 4 commands", replies.len()))
