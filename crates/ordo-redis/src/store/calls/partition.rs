@@ -69,10 +69,10 @@ where
 
 /// The fenced read of the primary lane without a script, when it finds
 /// entries there: one transaction (`MULTI`/`EXEC`, sent as a pipeline) of
-/// the lease's `GET`,
-/// the halt record's `HGET`, and the lane's pending entries then new ones
-/// (`XREADGROUP` from `0`, then from `>`). A script would copy every entry
-/// it read into Lua and back, which costs Redis more than the read itself.
+/// the lease's `GET`, the halt record's `HGET`, and the lane's pending
+/// entries then new ones (`XREADGROUP` from `0`, then from `>`). A script
+/// would copy every entry it read into Lua and back, which costs Redis more
+/// than the read itself.
 ///
 /// What the transaction does is what `read.lua` does when the primary lane
 /// has entries, with one difference: its reads run whatever the lease and
@@ -81,12 +81,12 @@ where
 /// first) took from `>` stay pending in the group, whose one consumer every
 /// owner reads as; every read, of either kind, takes pending entries first,
 /// so the holder gets them next, in order, as delivered before. Nothing is
-/// lost or reordered, and the holder's next read is what it would have been.
+/// lost or reordered.
 ///
-/// `None` when the script must answer: the lane has nothing (the script
-/// tells idle from gone and reads the backfill lane), a pending entry was
-/// deleted from the stream (the script acknowledges it), or Redis refused a
-/// command (a lane without the group, which the script creates).
+/// [`Direct::Script`] when the script must answer: the lane has nothing
+/// (the script tells idle from gone and reads the backfill lane), a pending
+/// entry was deleted from the stream (the script acknowledges it), or Redis
+/// refused a command (a lane without the group, which the script creates).
 /// [`Direct::Refused`] when the connection's ACL user may not run a
 /// transaction (a role set up by an earlier release): the caller then reads
 /// by script from then on.
