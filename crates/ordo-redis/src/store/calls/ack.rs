@@ -38,22 +38,37 @@ pub(crate) struct Ack<'a> {
 }
 
 impl Ack<'_> {
+    /// Its arguments, in the short form when it closes no attempt, forgets
+    /// no commit and clears no failed attempts (most acknowledgements):
+    /// six names fewer for Redis to take in.
     fn push_args(&self, args: &mut Vec<Value>) {
+        let short = self.attempt == 0 && self.message.is_empty() && !self.had_failures;
+        let form = match (short, self.trim) {
+            (true, false) => "s0",
+            (true, true) => "s1",
+            (false, false) => "f0",
+            (false, true) => "f1",
+        };
         args.extend([
+            Value::from_static_str(form),
             Value::from(self.lease.clone()),
             Value::from(self.lease_value.clone()),
             Value::from(self.lane.clone()),
             Value::from(self.primary.clone()),
-            Value::from(self.sequence.clone()),
-            Value::from(self.marker.clone()),
-            Value::from(self.message.clone()),
-            Value::from(self.failures.clone()),
-            Value::from(self.group.clone()),
-            integer(self.attempt),
-            Value::from(i64::from(self.had_failures)),
-            Value::from(i64::from(self.trim)),
-            Value::from(i64::try_from(self.ids.len()).unwrap_or(i64::MAX)),
         ]);
+        if !short {
+            args.extend([
+                Value::from(self.sequence.clone()),
+                Value::from(self.marker.clone()),
+                Value::from(self.message.clone()),
+                Value::from(self.failures.clone()),
+            ]);
+        }
+        args.push(Value::from(self.group.clone()));
+        if !short {
+            args.extend([integer(self.attempt), Value::from(i64::from(self.had_failures))]);
+        }
+        args.push(Value::from(i64::try_from(self.ids.len()).unwrap_or(i64::MAX)));
         args.extend(self.ids.iter().cloned().map(Value::from));
     }
 

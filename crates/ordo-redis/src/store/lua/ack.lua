@@ -7,14 +7,21 @@
 --
 -- KEYS[1]: the lease key of the first acknowledgement (a Redis Cluster
 --          routes the call by it)
--- ARGV: attempt sequence ttl ms, then per acknowledgement:
---       lease key, lease value, acknowledged lane, primary lane, attempt
---       sequence, commit marker, the handled message's id when its runs
---       made fenced commits ('' otherwise), failed-attempt counts, group,
---       attempt of the handled
---       message (closed by the acknowledgement; 0 when it sent no fenced
---       command), 1 when the ids have failed attempts on record (else 0),
---       1 to trim the lane (else 0), the number of ids, id...
+-- ARGV: attempt sequence ttl ms, then per acknowledgement, in one of two
+--       forms named by its first argument, whose second character is 1 to
+--       trim the lane (else 0):
+--       's0'/'s1' (short: no attempt to close, no commit to forget, no
+--       failed attempts on record): lease key, lease value, acknowledged
+--       lane, primary lane, group, the number of ids, id...
+--       'f0'/'f1' (full): lease key, lease value, acknowledged lane,
+--       primary lane, attempt sequence, commit marker, the handled
+--       message's id when its runs made fenced commits ('' otherwise),
+--       failed-attempt counts, group, attempt of the handled message
+--       (closed by the acknowledgement; 0 when it sent no fenced command),
+--       1 when the ids have failed attempts on record (else 0), the number
+--       of ids, id...
+--       (An argument costs Redis about as much as a short command's
+--       parsing: most acknowledgements take the short form.)
 --
 -- Like the renewal and acquisition scripts, it takes key names in ARGV: one
 -- node's partitions sit in as many slots as there are partitions, a Redis
@@ -39,13 +46,22 @@
 local ttl = ARGV[1]
 local out = {}
 local at = 2
-while at <= #ARGV do
-  local lease, value, lane, primary = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  local sequence, marker, message = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
-  local failures, group = ARGV[at + 7], ARGV[at + 8]
-  local attempt, had_failures, trim = ARGV[at + 9], ARGV[at + 10], ARGV[at + 11]
-  local first = at + 13
-  local last = at + 12 + tonumber(ARGV[at + 12])
+local n = #ARGV
+while at <= n do
+  local form, lease, value, lane, primary = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
+  local full = string.sub(form, 1, 1) == 'f'
+  local trim = string.sub(form, 2, 2) == '1'
+  local sequence, marker, message, failures, group, attempt, had_failures
+  if full then
+    sequence, marker, message, failures = ARGV[at + 5], ARGV[at + 6], ARGV[at + 7], ARGV[at + 8]
+    group, attempt, had_failures = ARGV[at + 9], ARGV[at + 10], ARGV[at + 11]
+    at = at + 12
+  else
+    group = ARGV[at + 5]
+    at = at + 6
+  end
+  local first = at + 1
+  local last = at + tonumber(ARGV[at])
   at = last + 1
   local fenced = fence(lease, value)
   if fenced then
@@ -53,17 +69,19 @@ while at <= #ARGV do
     out[#out + 1] = fenced[2]
   else
     redis.call('XACK', lane, group, unpack(ARGV, first, last))
-    close_attempt(sequence, value, attempt, ttl)
-    forget_applied(marker, message, ttl)
-    if had_failures == '1' then
-      redis.call('HDEL', failures, unpack(ARGV, first, last))
+    if full then
+      close_attempt(sequence, value, attempt, ttl)
+      forget_applied(marker, message, ttl)
+      if had_failures == '1' then
+        redis.call('HDEL', failures, unpack(ARGV, first, last))
+      end
     end
     -- Trimming reads every group's position (XINFO GROUPS, XPENDING per
     -- group, XTRIM): about half the cost of an acknowledgement. The worker
     -- asks for it with the last acknowledgement of each read batch, not
     -- after every message; until then at most one read batch of
     -- acknowledged entries stays in the stream.
-    if trim == '1' then
+    if trim then
       trim_acked(lane)
     end
     local waiting = 0
