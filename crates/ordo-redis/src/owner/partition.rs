@@ -758,7 +758,7 @@ impl Held<'_> {
                         tracing::warn!(
                             "the Redis user may not run MULTI/EXEC: partitions are read by script \
                              from now on, which costs Redis more per message; \
-                             `ordo setup` grants it"
+                             the worker role's ACL rules grant both (docs/OPERATIONS.md, \"ACL users\")"
                         );
                     }
                 }
