@@ -14,7 +14,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use ordo_core::contract::attempt::{Attempt, Failure, Outcome, StillRunning};
@@ -38,7 +38,7 @@ use super::waker::{Bell, WatcherId};
 use crate::consumer::metrics;
 use crate::error::Error;
 use crate::owner::ack::Ack;
-use crate::owner::fence::{Applied, RedisFence};
+use crate::owner::fence::{Applied, FenceNames, RedisFence};
 use crate::owner::lease::Lease;
 use crate::owner::partition::{HaltReason, Held, Idle, ReapOutcome, StreamEntry};
 use crate::store::keys::{self, KeyNames, PartitionKeys};
@@ -118,6 +118,9 @@ pub(crate) struct Slot {
     key: Option<Arc<str>>,
     /// Whether the entry being handled is one of the key's held messages.
     held: AtomicBool,
+    /// What its runs' fences name, made at its first run: a slot serves
+    /// one worker, under one lease.
+    fence_names: OnceLock<Arc<FenceNames>>,
 }
 
 impl Slot {
@@ -148,6 +151,20 @@ impl Slot {
     /// Whether the entry being handled is one of the key's held messages.
     pub(crate) fn is_held(&self) -> bool {
         self.held.load(Ordering::SeqCst)
+    }
+
+    /// The fence of a run of attempt `attempt` under `lease`, the worker's.
+    fn fence(&self, lease: &Lease, attempt: u64) -> RedisFence {
+        let names = self
+            .fence_names
+            .get_or_init(|| FenceNames::of(lease, self.own.as_ref()));
+        RedisFence::tracked(
+            names.clone(),
+            lease.token(),
+            attempt,
+            self.fence_used.clone(),
+            self.applied.clone(),
+        )
     }
 
     /// The attempt sequence its attempts are closed in.
@@ -801,16 +818,7 @@ impl Worker {
             .with_attempt(attempt)
             .with_fencing_token(self.lease.token())
             .with_process_correlation(self.unit.correlation.clone())
-            .with_extension(
-                RedisFence::tracked(
-                    &self.lease,
-                    slot.own.as_ref(),
-                    sequence,
-                    slot.fence_used.clone(),
-                    slot.applied.clone(),
-                )
-                .handling(&envelope.id),
-            );
+            .with_extension(slot.fence(&self.lease, sequence).handling(&envelope.id));
         // The handler's own slot (`[handlers.NAME] max_concurrency`) first:
         // waiting for it holds none of the process-wide permits.
         let own = tokio::select! {

@@ -42,10 +42,7 @@ use crate::store::scripts::ALLOWED;
 /// the handler context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisFence {
-    lease_key: String,
-    marker: String,
-    sequence: String,
-    value: String,
+    names: Arc<FenceNames>,
     token: u64,
     attempt: u64,
     /// The message the run handles, when the fence is a run's: its
@@ -56,6 +53,30 @@ pub struct RedisFence {
     /// Set to the message when a commit of it is sent: its
     /// acknowledgement then takes what it applied out of the marker.
     applied: Applied,
+}
+
+/// The keys and the lease value a fence's commits name: the same for every
+/// run under one lease (and, in a hashed partition, one key), so a worker
+/// makes them once and its runs' fences share them.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct FenceNames {
+    lease_key: String,
+    marker: String,
+    sequence: String,
+    value: String,
+}
+
+impl FenceNames {
+    /// The names of `lease`; `own`: the commit marker and attempt sequence
+    /// of one key of a hashed partition (`None`: the lease's).
+    pub(crate) fn of(lease: &Lease, own: Option<&KeyNames>) -> Arc<Self> {
+        Arc::new(Self {
+            lease_key: lease.key().to_owned(),
+            marker: own.map_or_else(|| lease.keys().commit.clone(), |own| own.commit.clone()),
+            sequence: own.map_or_else(|| lease.keys().sequence.clone(), |own| own.sequence.clone()),
+            value: lease.value().to_owned(),
+        })
+    }
 }
 
 /// The message a run's fence sent a commit of, shared with its worker.
@@ -146,27 +167,30 @@ impl RedisFence {
     /// delayed on its connection past its client's timeout, or resent after
     /// a reconnect, can never land after a later attempt's effects.
     pub fn for_attempt(lease: &Lease, attempt: u64) -> Self {
-        Self::tracked(lease, None, attempt, Arc::default(), Applied::default())
+        Self::tracked(
+            FenceNames::of(lease, None),
+            lease.token(),
+            attempt,
+            Arc::default(),
+            Applied::default(),
+        )
     }
 
     /// [`RedisFence::for_attempt`] that sets `used` when it sends a command,
     /// and `applied` to its message when it sends a commit of one.
-    /// `own`: the commit marker and attempt sequence of one key of a hashed
-    /// partition, whose keys commit side by side under one lease (`None`:
-    /// the lease's).
+    /// `names`: those of the lease at `token`, or of one key of a hashed
+    /// partition, whose keys commit side by side under one lease
+    /// ([`FenceNames::of`]).
     pub(crate) fn tracked(
-        lease: &Lease,
-        own: Option<&KeyNames>,
+        names: Arc<FenceNames>,
+        token: u64,
         attempt: u64,
         used: Arc<AtomicBool>,
         applied: Applied,
     ) -> Self {
         Self {
-            lease_key: lease.key().to_owned(),
-            marker: own.map_or_else(|| lease.keys().commit.clone(), |own| own.commit.clone()),
-            sequence: own.map_or_else(|| lease.keys().sequence.clone(), |own| own.sequence.clone()),
-            value: lease.value().to_owned(),
-            token: lease.token(),
+            names,
+            token,
             attempt,
             message: None,
             commits: Commits::default(),
@@ -209,7 +233,7 @@ impl RedisFence {
 
     /// The lease key.
     pub fn lease_key(&self) -> &str {
-        &self.lease_key
+        &self.names.lease_key
     }
 
     /// The fencing token (also [`HandlerContext::fencing_token`]).
@@ -298,11 +322,11 @@ impl RedisFence {
             .collect();
         let commit = Commit {
             fence: Fence {
-                lease: &self.lease_key,
-                value: &self.value,
+                lease: &self.names.lease_key,
+                value: &self.names.value,
             },
-            marker: &self.marker,
-            sequence: &self.sequence,
+            marker: &self.names.marker,
+            sequence: &self.names.sequence,
             id,
             marker_ttl: COMMIT_MARKER_TTL,
             attempt: self.attempt,
