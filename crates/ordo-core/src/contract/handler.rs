@@ -387,40 +387,57 @@ impl<R: Serialize, E: Into<HandlerError>> IntoCommandResult for Result<R, E> {
 }
 
 /// What a handler knows about the message it is handling.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HandlerContext {
-    message_id: String,
-    type_name: String,
-    category: String,
-    partition_key: Option<String>,
-    occurred_at: Option<Timestamp>,
-    correlation_id: String,
-    causation_id: Option<String>,
+    /// The message handled: its id, type, routing facts, lineage and
+    /// metadata, shared with the broker's delivery rather than copied.
+    message: Arc<Envelope>,
     process_correlation: Option<String>,
     attempt: u32,
     fencing_token: u64,
-    metadata: Metadata,
     extensions: Extensions,
     unit_of_work: Option<Arc<dyn EventSink>>,
     reply: Option<ReplySlot>,
+}
+
+impl fmt::Debug for HandlerContext {
+    /// What it knows of the message, without the payload.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerContext")
+            .field("message_id", &self.message.id)
+            .field("type_name", &self.message.type_name)
+            .field("category", &self.message.category)
+            .field("partition_key", &self.message.partition_key)
+            .field("occurred_at", &self.message.occurred_at)
+            .field("correlation_id", &self.message.correlation())
+            .field("causation_id", &self.message.causation_id)
+            .field("process_correlation", &self.process_correlation)
+            .field("attempt", &self.attempt)
+            .field("fencing_token", &self.fencing_token)
+            .field("metadata", &self.message.metadata)
+            .field("extensions", &self.extensions)
+            .field("unit_of_work", &self.unit_of_work.is_some())
+            .field("reply", &self.reply)
+            .finish()
+    }
 }
 
 impl HandlerContext {
     /// A context for the first delivery of `message`, with fencing token 0
     /// (what the inline broker uses).
     pub fn new(message: &Envelope) -> Self {
+        Self::shared(Arc::new(message.clone()))
+    }
+
+    /// [`HandlerContext::new`] for a message the caller already shares
+    /// (a broker hands the same envelope to the handler): nothing of it is
+    /// copied.
+    pub fn shared(message: Arc<Envelope>) -> Self {
         Self {
-            message_id: message.id.clone(),
-            type_name: message.type_name.clone(),
-            category: message.category.clone(),
-            partition_key: message.partition_key.clone(),
-            occurred_at: message.occurred_at,
-            correlation_id: message.correlation().to_owned(),
-            causation_id: message.causation_id.clone(),
+            message,
             process_correlation: None,
             attempt: 1,
             fencing_token: 0,
-            metadata: message.metadata.clone(),
             extensions: Extensions::default(),
             unit_of_work: None,
             reply: None,
@@ -457,28 +474,28 @@ impl HandlerContext {
 
     /// The message id: stable across redeliveries, use it for idempotency.
     pub fn message_id(&self) -> &str {
-        &self.message_id
+        &self.message.id
     }
 
     /// The message's type name.
     pub fn type_name(&self) -> &str {
-        &self.type_name
+        &self.message.type_name
     }
 
     /// The stream category.
     pub fn category(&self) -> &str {
-        &self.category
+        &self.message.category
     }
 
     /// The partition key, when the category is partitioned.
     pub fn partition_key(&self) -> Option<&str> {
-        self.partition_key.as_deref()
+        self.message.partition_key.as_deref()
     }
 
     /// When the message was raised or sent (`None` for a message written
     /// before Ordo carried it).
     pub fn occurred_at(&self) -> Option<Timestamp> {
-        self.occurred_at
+        self.message.occurred_at
     }
 
     /// The conversation the message belongs to: the id of the message that
@@ -486,14 +503,14 @@ impl HandlerContext {
     /// when it started one). The messages this handler raises or sends carry
     /// it on.
     pub fn correlation_id(&self) -> &str {
-        &self.correlation_id
+        self.message.correlation()
     }
 
     /// The id of the message whose handler raised or sent this one (`None`
     /// when it came from outside a handler). The messages this handler
     /// raises or sends carry [`HandlerContext::message_id`] here.
     pub fn causation_id(&self) -> Option<&str> {
-        self.causation_id.as_deref()
+        self.message.causation_id.as_deref()
     }
 
     /// The process-manager correlation value, for process managers: the
@@ -522,7 +539,7 @@ impl HandlerContext {
 
     /// The message metadata.
     pub fn metadata(&self) -> &Metadata {
-        &self.metadata
+        &self.message.metadata
     }
 
     /// A broker-specific value of type `T`, such as the Redis lease fence.
@@ -661,4 +678,55 @@ fn encode<E: Event>(value: &(dyn Any + Send + Sync)) -> Result<Envelope, CommitE
         });
     }
     Ok(envelope)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope() -> Envelope {
+        let mut metadata = Metadata::new();
+        metadata.insert("tenant".to_owned(), "t-1".to_owned());
+        Envelope {
+            id: "m-2".into(),
+            kind: MessageKind::Event,
+            type_name: "Placed".into(),
+            category: "order".into(),
+            aggregate_id: Some("o-1".into()),
+            routing_key: None,
+            partition_key: Some("c-1".into()),
+            metadata,
+            occurred_at: Some(Timestamp::from_unix_millis(1_700_000_000_000)),
+            correlation_id: Some("m-1".into()),
+            causation_id: Some("m-1".into()),
+            payload: r#"{"secret":"s-1"}"#.into(),
+        }
+    }
+
+    #[test]
+    fn a_shared_message_s_context_tells_what_a_copied_one_tells() {
+        let message = Arc::new(envelope());
+        let shared = HandlerContext::shared(Arc::clone(&message)).with_attempt(2);
+        let copied = HandlerContext::new(&message).with_attempt(2);
+        for ctx in [&shared, &copied] {
+            assert_eq!(ctx.message_id(), "m-2");
+            assert_eq!(ctx.type_name(), "Placed");
+            assert_eq!(ctx.category(), "order");
+            assert_eq!(ctx.partition_key(), Some("c-1"));
+            assert_eq!(ctx.occurred_at(), message.occurred_at);
+            assert_eq!(ctx.correlation_id(), "m-1");
+            assert_eq!(ctx.causation_id(), Some("m-1"));
+            assert_eq!(ctx.metadata().get("tenant").map(String::as_str), Some("t-1"));
+            assert_eq!(ctx.attempt(), 2);
+        }
+        assert_eq!(format!("{shared:?}"), format!("{copied:?}"));
+        // The context is shown without the payload.
+        assert!(!format!("{shared:?}").contains("s-1"), "{shared:?}");
+        // A message that starts its conversation is its own correlation.
+        let first = Envelope {
+            correlation_id: None,
+            ..envelope()
+        };
+        assert_eq!(HandlerContext::shared(Arc::new(first)).correlation_id(), "m-2");
+    }
 }

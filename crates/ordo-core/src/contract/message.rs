@@ -300,7 +300,27 @@ pub struct Envelope {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub causation_id: Option<String>,
     /// The payload, as JSON text.
+    #[serde(deserialize_with = "shared_text")]
     pub payload: Arc<str>,
+}
+
+/// Reads a string into an `Arc<str>` with one allocation: serde's own
+/// reads a `String`, shrinks it into a `Box<str>` and copies that into the
+/// `Arc`.
+fn shared_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Arc<str>, D::Error> {
+    struct Text;
+    impl serde::de::Visitor<'_> for Text {
+        type Value = Arc<str>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Arc<str>, E> {
+            Ok(Arc::from(text))
+        }
+    }
+    deserializer.deserialize_str(Text)
 }
 
 impl Envelope {

@@ -196,7 +196,7 @@ impl Domain {
         let envelope = Arc::new(envelope);
         let traced = trace::process(&envelope, "ordo", handler, 0);
         let run = context::handling(Arc::clone(&envelope), async move {
-            let ctx = HandlerContext::new(&envelope)
+            let ctx = HandlerContext::shared(Arc::clone(&envelope))
                 .with_unit_of_work(Arc::new(uow.clone()))
                 .with_reply(slot);
             let handled = dyn_handler.handle(&envelope, &ctx).await;

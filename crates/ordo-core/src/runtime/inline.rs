@@ -584,7 +584,7 @@ async fn run_attempt(
     attempt: u32,
     policy: &RetryPolicy,
 ) -> Result<(), Failure> {
-    let ctx = HandlerContext::new(envelope).with_attempt(attempt);
+    let ctx = HandlerContext::shared(Arc::clone(envelope)).with_attempt(attempt);
     let run = Attempt::new(Arc::clone(&subscription.handler), Arc::clone(envelope), ctx)
         .in_handler(subscription.name())
         .with_timeout(policy.timeout());

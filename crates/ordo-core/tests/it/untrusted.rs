@@ -73,10 +73,25 @@ proptest! {
     }
 
     #[test]
+    fn any_payload_text_comes_back_as_it_was_sent(payload in "\\PC{0,200}") {
+        let envelope: Envelope = serde_json::from_str(&with_payload(&payload)).expect("a valid envelope");
+        prop_assert_eq!(&*envelope.payload, payload.as_str());
+    }
+
+    #[test]
     fn deeply_nested_payloads_are_refused_not_overflowed(depth in 129usize..5_000) {
         let payload = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
         let envelope: Envelope = serde_json::from_str(&with_payload(&payload)).expect("a valid envelope");
         // Past the decoder's recursion limit (128): an error, not a stack overflow.
         prop_assert!(envelope.decode::<serde_json::Value>().is_err());
     }
+}
+
+#[test]
+fn a_payload_that_is_not_text_is_refused_naming_what_was_expected() {
+    let mut envelope: serde_json::Value = serde_json::from_str(&valid()).expect("valid JSON");
+    envelope["payload"] = serde_json::json!({"order_id": "o-1", "amount": 3});
+    let text = envelope.to_string();
+    let error = serde_json::from_str::<Envelope>(&text).expect_err("a payload that is an object");
+    assert!(error.to_string().contains("expected a string"), "{error}");
 }

@@ -810,7 +810,7 @@ impl Worker {
         policy: &RetryPolicy,
         reply: Option<&ReplySlot>,
     ) -> Result<Result<(), Failure>, Handled> {
-        let mut ctx = HandlerContext::new(envelope);
+        let mut ctx = HandlerContext::shared(Arc::clone(envelope));
         if let Some(reply) = reply {
             ctx = ctx.with_reply(reply.clone());
         }

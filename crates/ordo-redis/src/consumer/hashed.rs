@@ -560,6 +560,8 @@ impl<'w> Hashed<'w> {
         } = &mut *guard;
         let mut start = Vec::new();
         for (key, entry) in entries {
+            // Queued, it may wait a while: in buffers of its own.
+            let entry = entry.detached();
             let state = match keys.get_mut(&key) {
                 Some(state) => state,
                 None => keys

@@ -292,7 +292,7 @@ impl DeliveryHooks for PlainDelivery<'_> {
     type Output = Option<Option<(String, u32)>>;
 
     async fn attempt(&mut self, attempt: u32) -> Result<Result<(), Failure>, Self::Output> {
-        let ctx = HandlerContext::new(&self.envelope).with_attempt(attempt);
+        let ctx = HandlerContext::shared(Arc::clone(&self.envelope)).with_attempt(attempt);
         let own = self.plain.subscription.settings.acquire().await;
         let permit = (
             self.plain

@@ -868,10 +868,10 @@ fn dead_letter(dlq: &str, raw: RawEntry) -> Result<DeadLetter> {
     // Letters written before errors were capped may hold megabytes.
     let error = ordo_core::contract::text::cap_error(field("error")?);
     let attempts = raw.field("attempts").map_or(0, |a| a.parse().unwrap_or(u32::MAX));
-    let id = raw.id.clone();
+    let id = raw.id.to_string();
     let message = StreamEntry::from_raw(
         RawEntry {
-            id: source_id,
+            id: fred::bytes_utils::Str::from(source_id),
             fields: raw.fields,
             binary: raw.binary,
         },

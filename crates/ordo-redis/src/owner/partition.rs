@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::clients::Pool;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use ordo_core::contract::key::Lane;
@@ -33,11 +34,13 @@ use crate::store::scripts::RawEntry;
 /// other; [`StreamEntry::decode_for`] says what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamEntry {
-    id: String,
+    /// The id and the text fields share the buffer of the reply they were
+    /// read from.
+    id: Str,
     lane: Lane,
-    type_name: Option<String>,
-    key: Option<String>,
-    envelope: Option<String>,
+    type_name: Option<Str>,
+    key: Option<Str>,
+    envelope: Option<Str>,
     /// Ordo's fields of the entry whose value is not UTF-8 text, as they
     /// are (empty for every entry Ordo wrote).
     binary: Vec<(&'static str, Vec<u8>)>,
@@ -51,7 +54,7 @@ impl StreamEntry {
     /// About how many bytes the entry holds in memory: its fields and
     /// their text, to bound what an owner keeps read ahead.
     pub(crate) fn size(&self) -> usize {
-        let text = |value: &Option<String>| value.as_ref().map_or(0, String::len);
+        let text = |value: &Option<Str>| value.as_ref().map_or(0, |text| text.len());
         std::mem::size_of::<Self>()
             + self.id.len()
             + text(&self.type_name)
@@ -72,6 +75,22 @@ impl StreamEntry {
             binary,
             id: raw.id,
             lane,
+        }
+    }
+
+    /// The entry with its text in buffers of its own. An entry shares the
+    /// buffer of the reply it was read from, so one kept a while (queued
+    /// to a key of a hashed partition, behind a slow key) would otherwise
+    /// keep the whole reply.
+    pub(crate) fn detached(self) -> Self {
+        let own = |text: Str| Str::from(&*text);
+        Self {
+            id: own(self.id),
+            lane: self.lane,
+            type_name: self.type_name.map(own),
+            key: self.key.map(own),
+            envelope: self.envelope.map(own),
+            binary: self.binary,
         }
     }
 
@@ -131,7 +150,7 @@ impl StreamEntry {
     /// Decodes the envelope.
     pub fn decode(&self) -> Result<Envelope, DecodeEntryError> {
         let error = |why| DecodeEntryError {
-            id: self.id.clone(),
+            id: self.id.to_string(),
             why,
             source: None,
         };
@@ -145,7 +164,7 @@ impl StreamEntry {
             return Err(error(Why::NoEnvelope));
         };
         serde_json::from_str(json).map_err(|source| DecodeEntryError {
-            id: self.id.clone(),
+            id: self.id.to_string(),
             why: Why::NotAnEnvelope,
             source: Some(source),
         })
@@ -166,10 +185,12 @@ impl StreamEntry {
             });
         if misplaced {
             return Err(DecodeEntryError {
-                id: self.id.clone(),
+                id: self.id.to_string(),
                 why: Why::Misplaced(Box::new(Misplaced {
                     category: envelope.category,
-                    key: envelope.partition_key.or_else(|| self.key.clone()),
+                    key: envelope
+                        .partition_key
+                        .or_else(|| self.key.as_deref().map(str::to_owned)),
                     expected_category: category.to_owned(),
                     expected_key: key.map(str::to_owned),
                 })),
@@ -1077,5 +1098,47 @@ mod hostile_input {
         );
         let error = forged.decode_for("order", Some("alice")).unwrap_err().to_string();
         assert!(!error.contains('\u{1b}') && !error.contains('\n'), "{error}");
+    }
+}
+
+#[cfg(test)]
+mod shared_buffers {
+    use fred::bytes::Bytes;
+    use fred::types::Value;
+
+    use super::*;
+    use crate::store::scripts::parse_entries;
+
+    /// `range` of `buffer` as fred's decoder leaves a bulk string: a slice
+    /// of the buffer it read the reply into.
+    fn text(buffer: &Bytes, range: std::ops::Range<usize>) -> Value {
+        Value::String(Str::from_inner(buffer.slice(range)).expect("UTF-8"))
+    }
+
+    #[test]
+    fn an_entry_shares_the_reply_s_buffer_and_a_detached_one_keeps_its_own() {
+        let buffer = Bytes::from(b"1-0typePlacedenvelope{\"id\":\"m-1\"}".to_vec());
+        let reply = Value::Array(vec![Value::Array(vec![
+            text(&buffer, 0..3),
+            Value::Array(vec![
+                text(&buffer, 3..7),
+                text(&buffer, 7..13),
+                text(&buffer, 13..21),
+                text(&buffer, 21..buffer.len()),
+            ]),
+        ])]);
+        let raw = parse_entries("test", reply)
+            .expect("parses")
+            .pop()
+            .expect("one entry");
+        let entry = StreamEntry::from_raw(raw, Lane::Primary);
+        let within = |text: &str| buffer.as_ptr_range().contains(&text.as_ptr());
+        assert!(within(entry.id()) && within(entry.envelope_json().expect("an envelope")));
+
+        let detached = entry.clone().detached();
+        assert_eq!(detached, entry, "the same entry");
+        assert!(!within(detached.id()));
+        assert!(!within(detached.type_name().expect("a type")));
+        assert!(!within(detached.envelope_json().expect("an envelope")));
     }
 }

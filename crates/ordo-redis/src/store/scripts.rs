@@ -22,8 +22,10 @@
 //! flags; a script without one gets `allow-cross-slot-keys`, which is what
 //! `EVAL` allowed a script without flags (keys of other slots of its node).
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
+use fred::bytes_utils::Str;
 use fred::interfaces::FunctionInterface;
 use fred::types::Value;
 
@@ -544,11 +546,14 @@ impl Reply {
 /// content is untrusted (anyone with `XADD` on the stream writes it): a
 /// value that is not UTF-8 text is kept as bytes in `binary`, for the
 /// entry alone to be found unreadable, never the read it came with.
+///
+/// Its text shares the reply's buffer, not a copy of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RawEntry {
-    pub(crate) id: String,
-    /// The fields whose value is text.
-    pub(crate) fields: Vec<(String, String)>,
+    pub(crate) id: Str,
+    /// The fields whose value is text (the names Ordo reads are not
+    /// allocated).
+    pub(crate) fields: Vec<(Cow<'static, str>, Str)>,
     /// The fields whose value is not UTF-8 text, as they are. (A field
     /// whose name is not text cannot be one Ordo reads, and is left out.)
     pub(crate) binary: Vec<(String, Vec<u8>)>,
@@ -557,15 +562,12 @@ pub(crate) struct RawEntry {
 impl RawEntry {
     /// The value of `field`, when it is text.
     pub(crate) fn field(&self, field: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(f, _)| f == field)
-            .map(|(_, v)| v.as_str())
+        self.fields.iter().find(|(f, _)| f == field).map(|(_, v)| &**v)
     }
 
     /// Moves the value of `field` out, when it is text (the first of that
     /// name, as [`RawEntry::field`] reads it), instead of copying it.
-    pub(crate) fn take_field(&mut self, field: &str) -> Option<String> {
+    pub(crate) fn take_field(&mut self, field: &str) -> Option<Str> {
         let (_, value) = self.fields.iter_mut().find(|(f, _)| f == field)?;
         Some(std::mem::take(value))
     }
@@ -591,7 +593,7 @@ fn parse_entry(context: &'static str, entry: Value) -> Result<RawEntry> {
     let mut parts = array(entry).into_iter();
     let id = parts
         .next()
-        .and_then(|v| v.as_str().map(|s| s.into_owned()))
+        .and_then(|v| text(v).ok())
         .ok_or_else(|| Error::protocol(context, "stream entry has no id"))?;
     let flat = parts.next().map(array).unwrap_or_default();
     let mut fields = Vec::with_capacity(flat.len() / 2);
@@ -599,15 +601,34 @@ fn parse_entry(context: &'static str, entry: Value) -> Result<RawEntry> {
     let mut flat = flat.into_iter();
     while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
         let Some(name) = name.as_str() else { continue };
-        match value.as_str() {
-            Some(value) => fields.push((name.into_owned(), value.into_owned())),
-            None => binary.push((
+        let name = match &*name {
+            "type" => Cow::Borrowed("type"),
+            "key" => Cow::Borrowed("key"),
+            "envelope" => Cow::Borrowed("envelope"),
+            _ => Cow::Owned(name.into_owned()),
+        };
+        match text(value) {
+            Ok(value) => fields.push((name, value)),
+            Err(value) => binary.push((
                 name.into_owned(),
                 value.as_bytes().map(<[u8]>::to_vec).unwrap_or_default(),
             )),
         }
     }
     Ok(RawEntry { id, fields, binary })
+}
+
+/// The text of `value`, sharing the reply's buffer where fred keeps it as
+/// one (a bulk string); `Err` with the value when it is not text.
+fn text(value: Value) -> std::result::Result<Str, Value> {
+    match value {
+        Value::String(text) => Ok(text),
+        Value::Bytes(bytes) => Str::from_inner(bytes).map_err(|error| Value::Bytes(error.into_inner())),
+        other => match other.as_str() {
+            Some(text) => Ok(Str::from(&*text)),
+            None => Err(other),
+        },
+    }
 }
 
 /// The items of an array reply; nil (an empty Lua table or `false`) is empty.
