@@ -24,7 +24,7 @@ use crate::store::calls;
 pub(crate) use crate::store::calls::lane_name;
 use crate::store::calls::partition::{Direct, Halt, Read, Reap};
 use crate::store::keys::{LeaseKeys, PartitionKeys};
-use crate::store::scripts::RawEntry;
+use crate::store::scripts::{ENTRY_FIELDS, RawEntry};
 
 /// An entry of a partition lane, read under a lease.
 ///
@@ -46,10 +46,6 @@ pub struct StreamEntry {
     binary: Vec<(&'static str, Vec<u8>)>,
 }
 
-/// The fields of an entry Ordo reads (and writes again elsewhere when it
-/// moves the entry: parking, holding, dead-lettering).
-const FIELDS: [&str; 3] = ["type", "key", "envelope"];
-
 impl StreamEntry {
     /// About how many bytes the entry holds in memory: its fields and
     /// their text, to bound what an owner keeps read ahead.
@@ -64,7 +60,7 @@ impl StreamEntry {
     }
 
     pub(crate) fn from_raw(mut raw: RawEntry, lane: Lane) -> Self {
-        let binary = FIELDS
+        let binary = ENTRY_FIELDS
             .iter()
             .filter_map(|&name| raw.take_binary(name).map(|value| (name, value)))
             .collect();

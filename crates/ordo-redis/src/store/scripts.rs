@@ -542,6 +542,10 @@ impl Reply {
     }
 }
 
+/// The fields of an entry Ordo reads (and writes again elsewhere when it
+/// moves the entry: parking, holding, dead-lettering).
+pub(crate) const ENTRY_FIELDS: [&str; 3] = ["type", "key", "envelope"];
+
 /// A stream entry as Redis holds it: its id and field/value pairs. Stream
 /// content is untrusted (anyone with `XADD` on the stream writes it): a
 /// value that is not UTF-8 text is kept as bytes in `binary`, for the
@@ -601,11 +605,9 @@ fn parse_entry(context: &'static str, entry: Value) -> Result<RawEntry> {
     let mut flat = flat.into_iter();
     while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
         let Some(name) = name.as_str() else { continue };
-        let name = match &*name {
-            "type" => Cow::Borrowed("type"),
-            "key" => Cow::Borrowed("key"),
-            "envelope" => Cow::Borrowed("envelope"),
-            _ => Cow::Owned(name.into_owned()),
+        let name = match ENTRY_FIELDS.iter().find(|&&field| field == name) {
+            Some(&field) => Cow::Borrowed(field),
+            None => Cow::Owned(name.into_owned()),
         };
         match text(value) {
             Ok(value) => fields.push((name, value)),
